@@ -1,0 +1,285 @@
+"""Eager (define-by-run) benchmarks: per-op cost with gradient recording, and a scalar
+forward+backward, against the anchors NumPy, PyTorch CPU and a micrograd-style engine.
+
+Run: ``python benchmarks/bench_eager.py``. Prints two tables, writes
+``benchmarks/results/eager.json`` and ``benchmarks/results/eager.png``.
+Every method's result is checked *before* it is timed, so a wrong computation is never
+timed; the times themselves are only reported, never asserted (DESIGN.md, "Performance").
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
+from common import (RESULTS_DIR, environment, fmt, have_torch, print_table,  # noqa: E402
+                    save_results, timeit)
+
+import minigraph as mg  # noqa: E402
+
+US = 1e6  # seconds -> microseconds
+
+# -- a. per-op time, shape (4,), float64, with gradient recording ---------------------------
+
+A = np.array([-1.5, -0.5, 0.5, 1.5])  # negative entries so relu has work to do
+B = np.array([0.75, 1.25, 2.0, 3.0])  # no zeros: we divide by it
+
+BinaryOp = Callable[[Any, Any], Any]
+
+
+def op_table(m: Any) -> dict[str, BinaryOp]:
+    """The benchmarked ops, written once against module ``m`` (mg, np or torch)."""
+    table: dict[str, BinaryOp] = {
+        "add": lambda x, y: x + y,
+        "mul": lambda x, y: x * y,
+        "sub": lambda x, y: x - y,
+        "div": lambda x, y: x / y,
+        "sin": lambda x, y: m.sin(x),
+        "cos": lambda x, y: m.cos(x),
+        "exp": lambda x, y: m.exp(x),
+        "tanh": lambda x, y: m.tanh(x),
+        "relu": lambda x, y: m.relu(x),
+        "sum": lambda x, y: m.sum(x),
+    }
+    if m is np:
+        table["relu"] = lambda x, y: np.maximum(x, 0.0)  # NumPy has no relu
+    return table
+
+
+def bench_per_op() -> dict[str, dict[str, float | None]]:
+    """Seconds per op for numpy / minigraph / torch; torch is None when not installed."""
+    x, y = mg.tensor(A, requires_grad=True), mg.tensor(B, requires_grad=True)
+    libs: dict[str, tuple[dict[str, BinaryOp], Any, Any]] = {
+        "numpy": (op_table(np), A, B),
+        "minigraph": (op_table(mg), x, y),
+    }
+    if have_torch():
+        import torch
+        tx = torch.tensor(A, dtype=torch.float64, requires_grad=True)
+        ty = torch.tensor(B, dtype=torch.float64, requires_grad=True)
+        libs["torch"] = (op_table(torch), tx, ty)
+
+    results: dict[str, dict[str, float | None]] = {}
+    for name, np_op in op_table(np).items():
+        expected = np_op(A, B)
+        results[name] = {"numpy": None, "minigraph": None, "torch": None}
+        for lib, (ops, u, v) in libs.items():
+            out = ops[name](u, v)
+            if lib != "numpy":  # check: same values, and the op was recorded for backward
+                assert out.requires_grad, f"{lib} {name}: result is not recorded"
+                values = out.numpy() if lib == "minigraph" else out.detach().numpy()
+                np.testing.assert_allclose(values, expected, err_msg=f"{lib} {name}")
+            op = ops[name]
+            results[name][lib] = timeit(lambda: op(u, v))
+    return results
+
+
+def report_per_op(results: dict[str, dict[str, float | None]]) -> None:
+    rows, met = [], 0
+    for name, t in results.items():
+        vs_torch = t["minigraph"] / t["torch"] if t["torch"] else None
+        met += vs_torch is not None and vs_torch <= 1.0
+        rows.append([name, fmt(t["numpy"] * US), fmt(t["minigraph"] * US),
+                     fmt(t["torch"] * US) if t["torch"] else "not installed",
+                     fmt(vs_torch), fmt(t["minigraph"] / t["numpy"], 1)])
+    print_table(rows, ["op", "numpy µs", "minigraph µs", "torch µs",
+                       "minigraph/torch", "minigraph/numpy"])
+    now = (f"met for {met} of {len(results)} ops" if have_torch()
+           else "PyTorch not installed")
+    print(f"target: minigraph <= 1.0x PyTorch  ({now})")
+
+
+# -- b. z = x*y + sin(x), forward + backward, on scalars ------------------------------------
+
+X, Y = 2.0, 3.0
+EXPECTED = (Y + math.cos(X), X)  # dz/dx = y + cos x = 3 + cos 2,  dz/dy = x = 2
+
+
+def f(x: Any, y: Any) -> Any:
+    return x * y + mg.sin(x)
+
+
+class Value:
+    """ANCHOR, not minigraph: a minimal micrograd-style scalar with reverse mode.
+
+    A float, its gradient, the values it was made from, and a closure that pushes its
+    gradient to them. ``backward`` visits the graph in reverse topological order.
+    """
+
+    __slots__ = ("data", "grad", "_parents", "_backward")
+
+    def __init__(self, data: float, parents: tuple[Value, ...] = ()):
+        self.data, self.grad, self._parents = data, 0.0, parents
+        self._backward: Callable[[], None] = lambda: None
+
+    def __add__(self, other: Value) -> Value:
+        out = Value(self.data + other.data, (self, other))
+
+        def _backward() -> None:
+            self.grad += out.grad
+            other.grad += out.grad
+        out._backward = _backward
+        return out
+
+    def __mul__(self, other: Value) -> Value:
+        out = Value(self.data * other.data, (self, other))
+
+        def _backward() -> None:
+            self.grad += other.data * out.grad
+            other.grad += self.data * out.grad
+        out._backward = _backward
+        return out
+
+    def sin(self) -> Value:
+        out = Value(math.sin(self.data), (self,))
+
+        def _backward() -> None:
+            self.grad += math.cos(self.data) * out.grad
+        out._backward = _backward
+        return out
+
+    def backward(self) -> None:
+        order: list[Value] = []
+        seen: set[Value] = set()
+
+        def visit(v: Value) -> None:
+            if v not in seen:
+                seen.add(v)
+                for p in v._parents:
+                    visit(p)
+                order.append(v)
+        visit(self)
+        self.grad = 1.0
+        for v in reversed(order):
+            v._backward()
+
+
+def scalar_methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
+    """Each method computes z and returns (dz/dx, dz/dy) at (X, Y)."""
+
+    def mg_tape() -> tuple[Any, Any]:
+        x, y = mg.tensor(X, requires_grad=True), mg.tensor(Y, requires_grad=True)
+        z = x * y + mg.sin(x)
+        z.backward()
+        return x.grad, y.grad
+
+    g_tape = mg.grad(f, argnums=(0, 1))
+    g_forward = mg.grad(f, argnums=(0, 1), mode="forward")
+
+    def hand_numpy() -> tuple[Any, Any]:
+        x, y = np.float64(X), np.float64(Y)
+        z = x * y + np.sin(x)  # noqa: F841  (the value, computed as the others do)
+        return y + np.cos(x), x
+
+    def hand_math() -> tuple[float, float]:
+        x, y = X, Y
+        z = x * y + math.sin(x)  # noqa: F841
+        return y + math.cos(x), x
+
+    def micrograd() -> tuple[float, float]:
+        x, y = Value(X), Value(Y)
+        z = x * y + x.sin()
+        z.backward()
+        return x.grad, y.grad
+
+    methods: dict[str, Callable[[], tuple[Any, Any]]] = {
+        "minigraph tape (backward)": mg_tape,
+        "minigraph mg.grad tape": lambda: g_tape(X, Y),
+        "minigraph mg.grad forward": lambda: g_forward(X, Y),
+    }
+    if have_torch():
+        import torch
+
+        def torch_backward() -> tuple[Any, Any]:
+            x = torch.tensor(X, dtype=torch.float64, requires_grad=True)
+            y = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
+            z = x * y + torch.sin(x)
+            z.backward()
+            return x.grad, y.grad
+        methods["pytorch (backward)"] = torch_backward
+    methods["hand-written NumPy (anchor)"] = hand_numpy
+    methods["hand-written math (anchor)"] = hand_math
+    methods["micrograd-style Value (anchor)"] = micrograd
+    return methods
+
+
+def to_float(g: Any) -> float:
+    return g.item() if hasattr(g, "item") else float(g)
+
+
+def bench_scalar() -> dict[str, float]:
+    """Seconds per forward+backward for every method, each checked first."""
+    results = {}
+    for name, method in scalar_methods().items():
+        got = tuple(to_float(g) for g in method())
+        assert np.allclose(got, EXPECTED), f"{name}: gradient {got}, expected {EXPECTED}"
+        results[name] = timeit(method)
+    return results
+
+
+def report_scalar(results: dict[str, float]) -> None:
+    t_torch = results.get("pytorch (backward)")
+    rows = [[name, fmt(t * US), fmt(t / t_torch, 3) if t_torch else "-"]
+            for name, t in results.items()]
+    print_table(rows, ["method", "µs", "x PyTorch"])
+    tape = results["minigraph tape (backward)"]
+    now = f"  (now {tape / t_torch:.2f}x)" if t_torch else "  (PyTorch not installed)"
+    print("target: tape <= 0.5x PyTorch" + now)
+
+
+# -- d. results: JSON and a plot --------------------------------------------------------------
+
+def plot_per_op(results: dict[str, dict[str, float | None]], path: Path) -> None:
+    """Grouped bars per op: numpy / minigraph / torch, in µs."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    libs = [lib for lib in ("numpy", "minigraph", "torch")
+            if all(results[n][lib] is not None for n in names)]
+    width = 0.8 / len(libs)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for k, lib in enumerate(libs):
+        xs = [i + (k - (len(libs) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [results[n][lib] * US for n in names], width, label=lib)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("µs per op (lower is better)")
+    ax.set_title("Eager op with gradient recording, shape (4,), float64")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    env = environment()
+    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
+          f"{env['cpu_count']} cores")
+    print("\n== a. per-op time with gradient recording, shape (4,), float64 ==")
+    per_op = bench_per_op()
+    report_per_op(per_op)
+
+    print("\n== b. z = x*y + sin(x), forward + backward, scalars x=2, y=3 ==")
+    scalar = bench_scalar()
+    report_scalar(scalar)
+
+    path = save_results("eager", {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "environment": env,
+        "unit": "seconds per call (median)",
+        "per_op": per_op,
+        "scalar_forward_backward": scalar,
+    })
+    plot_per_op(per_op, RESULTS_DIR / "eager.png")
+    print(f"\nwrote {path} and {RESULTS_DIR / 'eager.png'}")
+
+
+if __name__ == "__main__":
+    main()

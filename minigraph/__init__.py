@@ -1,0 +1,36 @@
+"""minigraph: automatic differentiation and dataflow graphs, small enough to read.
+
+The public API (see DESIGN.md): tensors and devices, the primitive functions, forward
+mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``jacrev``),
+``grad`` / ``value_and_grad`` in every available mode, and ``gradcheck``.
+"""
+
+from . import errors
+from .autodiff.api import MODES, grad, value_and_grad
+from .autodiff.check import gradcheck
+from .autodiff.forward import Dual, jacfwd, jvp
+from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
+from .device import (Device, cuda_available, device, devices, get_device, register_device,
+                     set_virtual_cpus)
+from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy,
+                  div, equal, exp, greater, greater_equal, identity, less, less_equal, log,
+                  log_softmax, matmul, matrix_transpose, max, maximum, mean, mul, neg,
+                  not_equal, one_hot, pow, relu, reshape, scatter_add, sigmoid, sin,
+                  softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where)
+from .tensor import Tensor, ones, tensor, zeros
+
+float32, float64, int64, int32, bool_ = "float32", "float64", "int64", "int32", "bool"
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors", "MODES", "grad", "value_and_grad", "gradcheck", "Dual", "jacfwd", "jvp",
+    "enable_grad", "is_grad_enabled", "cuda_available", "jacrev", "no_grad", "vjp", "Device", "device",
+    "devices", "get_device", "register_device", "set_virtual_cpus", "PRIMITIVES", "add",
+    "astype", "broadcast_to", "concatenate", "cos", "cross_entropy", "div", "equal", "exp",
+    "greater", "greater_equal", "identity", "less", "less_equal", "log", "log_softmax",
+    "matmul", "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal",
+    "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
+    "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
+    "Tensor", "ones", "tensor", "zeros", "float32", "float64", "int64", "int32", "bool_",
+]

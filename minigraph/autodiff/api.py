@@ -1,0 +1,47 @@
+"""One entry point, several ways: ``mg.grad(f, mode=...)`` and ``mg.value_and_grad``.
+
+Every mode computes the same derivatives from the same primitive table; they differ in
+*how* the chain rule is organised (the textbook's comparison of forward and reverse
+mode, and of define-by-run and define-and-run). ``MODES`` maps a mode's name to the
+function that builds ``value_and_grad`` in that mode; later parts of the library add
+theirs to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import forward, tape
+
+MODES: dict[str, Callable[..., Callable]] = {
+    "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep
+    "forward": forward.value_and_grad,  # dual numbers: one pass per input element
+}
+
+
+def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
+                   mode: str = "tape") -> Callable[..., tuple]:
+    """``v, g = mg.value_and_grad(f, argnums, mode)(*args)``: f's value and gradient."""
+    try:
+        make = MODES[mode]
+    except KeyError:
+        raise ValueError(f"grad: unknown mode {mode!r}; available here: "
+                         f"{', '.join(MODES)}") from None
+    return make(f, argnums)
+
+
+def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
+         mode: str = "tape") -> Callable[..., Any]:
+    """The gradient of a scalar function: ``mg.grad(f, argnums=(0, 1))(2.0, 3.0)``.
+
+    ``argnums`` an int gives one gradient, a tuple gives a tuple. ``mode`` is one of
+    ``MODES`` (``"tape"`` by default). Gradients of gradients work:
+    ``mg.grad(mg.grad(mg.sin))(1.0) == -sin(1)``.
+    """
+    vg = value_and_grad(f, argnums, mode)
+
+    def gradient(*args: Any) -> Any:
+        return vg(*args)[1]
+
+    gradient.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
+    return gradient

@@ -1,0 +1,199 @@
+"""Print the textbook's traces for any small function: (a.*), (c.*)/(d.*) and (g.*).
+
+``explain(f, x=2.0, y=3.0)`` runs ``f`` once on tensors, reads the tape, and prints
+
+* the evaluation trace, one primitive per line: ``a = x * y = 6``  (a.1)-(a.5);
+* one forward-mode trace per input, in evaluation order: ``da = dx * y + x * dy = 3``
+  (c.*) with ``dx = 1, dy = 0``, then (d.*) with ``dx = 0, dy = 1``;
+* the reverse-mode adjoint trace, in reverse order: ``gx = ga * y + gb * cos(x)``  (g.*).
+
+The formulas are not written by hand: the primitives' own JVP and VJP rules are run on
+:class:`Sym` values, which compute a number *and* write down the expression that
+produced it. So what is printed is exactly what forward and reverse mode compute.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ops.operators import ArrayOps
+from ..ops.primitive import Primitive, bind, register_kind
+from ..tensor import Tensor, tensor
+from . import tape
+
+# How each primitive prints, and how tightly it binds (higher binds tighter).
+_INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "pow": ("**", 4)}
+_ATOM = 5
+
+
+class Sym(ArrayOps):
+    """A value that remembers the expression it came from: ``Sym("ga * y", 3.0)``."""
+
+    __slots__ = ("expr", "value", "prec")
+    _priority = 20  # above tensors: rules applied to Syms are written down, not just run
+
+    def __init__(self, expr: str, value: Any, prec: int = _ATOM):
+        self.expr, self.value, self.prec = expr, value, prec
+
+    shape = property(lambda self: self.value.shape)
+    dtype = property(lambda self: self.value.dtype)
+    device = property(lambda self: self.value.device)
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Sym":
+        values = [a.value if isinstance(a, Sym) else a for a in args]
+        with tape.no_grad():
+            value = bind(prim, *values, **params)
+        return _make(prim, args, params, value)
+
+    def __repr__(self) -> str:
+        return f"Sym({self.expr!r})"
+
+
+register_kind(Sym)
+
+
+def _text(a: Any, prec: int, strict: bool = False) -> str:
+    """An argument's text, in parentheses if it binds more loosely than needed."""
+    if not isinstance(a, Sym):
+        return _number(a)
+    weaker = a.prec < prec or (strict and a.prec == prec)
+    return f"({a.expr})" if weaker else a.expr
+
+
+def _make(prim: Primitive, args: tuple, params: dict, value: Any) -> Sym:
+    if prim.name in _INFIX and len(args) == 2:
+        op, prec = _INFIX[prim.name]
+        right_strict = prim.name in ("sub", "div", "pow")
+        text = f"{_text(args[0], prec + (prim.name == 'pow'))} {op} " \
+               f"{_text(args[1], prec, strict=right_strict)}"
+        return Sym(text, value, prec)
+    if prim.name == "neg":
+        return Sym(f"-{_text(args[0], 3)}", value, 3)
+    shown = [_text(a, 0) for a in args] + [f"{k}={v!r}" for k, v in params.items()]
+    return Sym(f"{prim.name}({', '.join(shown)})", value)
+
+
+def _number(v: Any) -> str:
+    """A value as the textbook would print it: 6, 0.9093, [1. 2.]."""
+    if isinstance(v, Sym):
+        v = v.value
+    arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
+    if arr.ndim == 0:
+        x = arr.item()
+        return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
+    return np.array2string(arr, precision=4)
+
+
+def _names(n: int, taken: set[str]) -> list[str]:
+    """Names for intermediates: a, b, c, ... (skipping input names); the last is z."""
+    free = [c for c in string.ascii_lowercase if c not in taken and c != "z"]
+    return free[: n - 1] + ["z"]
+
+
+def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
+    """Run ``f`` on tracked tensors; return the inputs, the tape in order and the names."""
+    xs = {name: tensor(v, requires_grad=True) for name, v in inputs.items()}
+    out = f(*xs.values())
+    recorded, _ = tape._entries([out], set())
+    recorded.reverse()  # evaluation order: (a.3), (a.4), (a.5)
+    names = {id(t): n for n, t in xs.items()}
+    for t, n in zip(recorded, _names(len(recorded), set(xs))):
+        names[id(t)] = n
+    return xs, recorded, names
+
+
+def _sym_args(args: tuple, names: dict[int, str], prefix: str = "") -> list[Any]:
+    return [Sym(prefix + names[id(a)], a.detach()) if isinstance(a, Tensor) else a
+            for a in args]
+
+
+def evaluation_trace(f: Callable[..., Any], label: str = "a", **inputs: Any) -> list[str]:
+    """The lines ``(a.k) name = expression = value`` of the forward evaluation."""
+    xs, recorded, names = _trace(f, inputs)
+    lines = [f"{n} = {_number(x)}" for n, x in xs.items()]
+    for t in recorded:
+        prim, args, params, _ = t._entry
+        expr = _make(prim, tuple(_sym_args(args, names)), params, t).expr
+        lines.append(f"{names[id(t)]} = {expr} = {_number(t)}")
+    return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]
+
+
+def forward_trace(f: Callable[..., Any], seed: dict[str, float], label: str,
+                  **inputs: Any) -> list[str]:
+    """The forward-mode trace for one direction, e.g. ``seed={"x": 1, "y": 0}`` (c.*).
+
+    Each line applies the primitive's JVP rules to the tangents already computed,
+    in evaluation order: ``da = dx * y + x * dy``.
+    """
+    xs, recorded, names = _trace(f, inputs)
+    tangent = {id(x): Sym("d" + n, tensor(float(seed[n]))) for n, x in xs.items()}
+    lines = [f"d{n} = {_number(seed[n])}" for n in xs]
+    for t in recorded:
+        prim, args, params, _ = t._entry
+        sargs = _sym_args(args, names)
+        out = Sym(names[id(t)], t.detach())
+        terms = [prim.jvp[i](Sym("d" + names[id(a)], tangent[id(a)].value), out, *sargs,
+                             **params)
+                 for i, a in enumerate(args) if isinstance(a, Tensor) and id(a) in tangent
+                 and prim.jvp[i] is not None]
+        total = terms[0] if len(terms) == 1 else sum(terms[1:], terms[0])
+        tangent[id(t)] = total
+        lines.append(f"d{names[id(t)]} = {total.expr} = {_number(total)}")
+    return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]
+
+
+def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> list[str]:
+    """The reverse-mode adjoint trace (g.*): ``gz = 1``, then each adjoint once complete.
+
+    The sweep walks the tape backwards; a variable's adjoint is complete once all of
+    its consumers have been visited, and is printed as the sum of their shares
+    (in evaluation order of the consumers, as the textbook writes (f.5)).
+    """
+    xs, recorded, names = _trace(f, inputs)
+    z = recorded[-1]
+    shares: dict[int, list[tuple[int, Sym]]] = {id(z): []}
+    adjoint = {id(z): Sym("g" + names[id(z)], tensor(1.0))}
+    lines = [f"g{names[id(z)]} = 1"]
+    for t in reversed(recorded):
+        if id(t) != id(z):
+            adjoint[id(t)] = _complete(shares.pop(id(t)))
+            lines.append(f"g{names[id(t)]} = {adjoint[id(t)].expr} = {_number(adjoint[id(t)])}")
+        prim, args, params, seq = t._entry
+        g = Sym("g" + names[id(t)], adjoint[id(t)].value)
+        out = Sym(names[id(t)], t.detach())
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor) and prim.vjp[i] is not None:
+                share = prim.vjp[i](g, out, *_sym_args(args, names), **params)
+                shares.setdefault(id(a), []).append((seq, share))
+    for n, x in reversed(list(xs.items())):
+        g = _complete(shares.get(id(x), []))
+        lines.append(f"g{n} = {g.expr} = {_number(g)}" if g is not None else f"g{n} = 0")
+    return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]
+
+
+def _complete(shares: list[tuple[int, Sym]]) -> Sym | None:
+    ordered = [s for _, s in sorted(shares, key=lambda p: p[0])]
+    if not ordered:
+        return None
+    total = ordered[0]
+    for s in ordered[1:]:
+        total = total + s
+    return total
+
+
+def explain(f: Callable[..., Any], **inputs: Any) -> str:
+    """All three traces of ``f`` at ``inputs`` as one text (what ``minigraph demo`` prints)."""
+    names = list(inputs)
+    out = ["Evaluation trace (forward computation):"]
+    out += ["  " + line for line in evaluation_trace(f, **inputs)]
+    for k, (name, label) in enumerate(zip(names, "cdefgh")):
+        seed = {n: float(n == name) for n in names}
+        shown = ", ".join(f"d{n} = {int(v)}" for n, v in seed.items())
+        out.append(f"Forward mode, one pass for d/d{name} ({shown}):")
+        out += ["  " + line for line in forward_trace(f, seed, label, **inputs)]
+    out.append("Reverse mode, one sweep for every input (gz = 1):")
+    out += ["  " + line for line in reverse_trace(f, **inputs)]
+    return "\n".join(out)

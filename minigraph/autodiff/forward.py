@@ -1,0 +1,180 @@
+"""Forward mode with dual numbers (the textbook's (b.*), (c.*) and (d.*)).
+
+A :class:`Dual` carries a value and its tangent, the derivative of that value with
+respect to one chosen direction ``t`` of the inputs. Every operation on duals computes
+the primal as usual and the tangent from the primitive's JVP rules, in the *same order*
+as the evaluation itself, so nothing needs to be stored: with ``dx = 1, dy = 0`` the
+program computes (c.1)-(c.5), with ``dx = 0, dy = 1`` it computes (d.1)-(d.5). One pass
+gives one directional derivative; a full gradient over n inputs needs n passes, which
+is why forward mode costs O(n) and ``jacfwd`` is cheap only for few inputs.
+
+Levels keep nested uses apart (``jacfwd(jacfwd(f))``): every ``jvp`` call makes duals of
+a new, higher level, and an operation is handled by the highest level among its
+arguments; a dual of another level counts there as a constant with zero tangent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+from ..errors import GradientError
+from ..ops import shape as SH
+from ..ops.operators import ArrayOps
+from ..ops.primitive import Primitive, bind, register_kind
+from ..ops.shape_rules import shape_of
+from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
+
+_levels = itertools.count(1)
+
+
+class Dual(ArrayOps):
+    """A primal value with its tangent; ``tangent is None`` stands for zero."""
+
+    __slots__ = ("primal", "tangent", "level", "_priority")
+
+    def __init__(self, primal: Any, tangent: Any, level: int):
+        self.primal = primal
+        self.tangent = tangent
+        self.level = level
+        self._priority = 100 + level  # above tensors and graph nodes (primitive.bind)
+
+    shape = property(lambda self: shape_of(self.primal))
+    dtype = property(lambda self: self.primal.dtype)
+    device = property(lambda self: self.primal.device)
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
+        """Apply ``prim``: primal from the primals, tangent = sum of the JVP terms."""
+        primals, tangents = [], []
+        for a in args:
+            if type(a) is Dual and a.level == self.level:
+                primals.append(a.primal)
+                tangents.append(a.tangent)
+            else:
+                primals.append(a)
+                tangents.append(None)
+        out = bind(prim, *primals, **params)
+        tangent = None
+        for i, t in enumerate(tangents):
+            rule = prim.jvp[i] if t is not None and prim.differentiable else None
+            if rule is not None:
+                term = rule(t, out, *primals, **params)
+                tangent = term if tangent is None else tangent + term
+        if tangent is None:
+            return out  # a zero tangent: the result is a constant at this level
+        if shape_of(tangent) != shape_of(out):  # a broadcast argument's tangent
+            tangent = SH.broadcast_to(tangent, shape_of(out))
+        return Dual(out, tangent, self.level)
+
+    def __repr__(self) -> str:
+        return f"Dual(primal={self.primal!r}, tangent={self.tangent!r})"
+
+
+register_kind(Dual)
+
+
+def _as_tensor(x: Any) -> Any:
+    return x if isinstance(x, (Tensor, Dual)) or hasattr(x, "_bind") else tensor(x)
+
+
+def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+    """``out, tangent_out = mg.jvp(f, (x, y), (dx, dy))``: one forward-mode pass.
+
+    A tangent may be a number (broadcast to its primal's shape) or a tensor.
+    """
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    level = next(_levels)
+    duals = []
+    for p, t in zip(primals, tangents):
+        p = _as_tensor(p)
+        if p.dtype not in FLOAT_DTYPES:
+            raise GradientError(f"jvp: a primal of dtype {p.dtype} has no tangent; pass floats")
+        t = _as_tensor(t) if not isinstance(t, (int, float)) else tensor(
+            t, dtype=p.dtype, device=p.device)
+        if shape_of(t) != shape_of(p):
+            t = SH.broadcast_to(t, shape_of(p))
+        duals.append(Dual(p, t, level))
+    out = f(*duals)
+    if type(out) is Dual and out.level == level:
+        return out.primal, out.tangent
+    out = _as_tensor(out)
+    return out, zeros(shape_of(out), out.dtype, out.device)
+
+
+def basis(x: Any, k: int) -> Tensor:
+    """The k-th unit vector of x's shape: zeros with a one at flat position k."""
+    dev = x.device
+    e = dev.xp.zeros(x.size, dtype=dev.dtype(x.dtype), **({} if dev.native is None else
+                                                         {"device": dev.native}))
+    e[k] = 1
+    return Tensor(dev.xp.reshape(e, shape_of(x)), dev)
+
+
+def assemble_jacobian(pieces: list, out_shape: tuple, rows_are: str,
+                      in_shape: tuple) -> Any:
+    """Stack per-element derivatives into a Jacobian of shape ``out_shape + in_shape``.
+
+    ``rows_are="outputs"``: piece k is d(out[k])/d(in) (reverse mode, one per output);
+    ``rows_are="inputs"``: piece k is d(out)/d(in[k]) (forward mode, one per input).
+    """
+    flat = [SH.reshape(p, (1, -1)) for p in pieces]
+    m = SH.concatenate(flat, axis=0) if flat else None
+    if m is None:
+        return zeros(out_shape + in_shape)
+    if rows_are == "inputs":
+        m = SH.transpose(m)
+    return SH.reshape(m, out_shape + in_shape)
+
+
+def jacfwd(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
+    """The Jacobian by forward mode: one pass per *input* element (cost O(n))."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def jac(*args: Any) -> Any:
+        args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
+        jacs = []
+        for i in nums:
+            x = args[i]
+
+            def along(xi: Any) -> Any:
+                return f(*args[:i], xi, *args[i + 1:])
+
+            columns = []
+            out_shape: tuple = ()
+            for k in range(x.size):
+                out, t = jvp(along, (x,), (basis(x, k),))
+                out_shape = shape_of(out)
+                columns.append(t)
+            if not columns:  # an empty input: run once for the output's shape
+                out_shape = shape_of(along(x))
+            jacs.append(assemble_jacobian(columns, out_shape, "inputs", shape_of(x)))
+        return jacs[0] if isinstance(argnums, int) else tuple(jacs)
+
+    return jac
+
+
+def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
+    """Forward mode behind ``mg.value_and_grad(f, mode="forward")``: n passes for n inputs."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def wrapped(*args: Any) -> tuple:
+        args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
+        value = None
+        grads = []
+        for i in nums:
+            x = args[i]
+            parts = []
+            for k in range(x.size):
+                value, t = jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (basis(x, k),))
+                if value.size != 1:
+                    raise GradientError(f"grad: f must return a scalar, it returned shape "
+                                        f"{value.shape}; use mg.jacfwd for a vector output")
+                parts.append(SH.reshape(t, (1,)))
+            grads.append(SH.reshape(SH.concatenate(parts), shape_of(x)) if parts else
+                         zeros(shape_of(x), x.dtype, x.device))
+        if value is None:
+            value = f(*args)
+        return value, grads[0] if isinstance(argnums, int) else tuple(grads)
+
+    return wrapped

@@ -1,0 +1,242 @@
+"""Devices: where a tensor's memory lives and which array library computes on it.
+
+A :class:`Device` pairs a name (``"cpu"``, ``"cpu:1"``, ``"cuda:0"``) with an *array
+namespace* ``xp`` (the module whose functions compute on its arrays) and the native
+device object of that namespace. Kernels are written against ``xp``, never against
+``numpy`` directly, so one kernel runs on NumPy, on CuPy, and on array-api-strict's
+fake devices (which the test suite uses to prove that no code mixes devices).
+
+* ``cpu`` is NumPy (through array-api-compat, which fills NumPy's gaps in the Array API
+  standard).
+* ``cpu:1`` ... ``cpu:N`` are *virtual* CPU devices: NumPy arrays too, but minigraph keeps
+  them apart. An eager op refuses tensors of two devices, exactly as it would for a CPU
+  and a GPU, and each device counts its own memory. This lets the multi-device chapters
+  run on a laptop. N defaults to 3 (``MINIGRAPH_VIRTUAL_CPUS`` or
+  :func:`set_virtual_cpus` changes it).
+* ``cuda:N`` is CuPy on GPU N, available where CuPy imports and sees a GPU.
+
+The memory counters are honest but simple: bytes of live eager tensors (counted when a
+tensor is made, uncounted when Python frees it) and the peak of that figure.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np  # only for host (NumPy) conversions: the host format of .numpy()
+
+from .errors import DeviceError
+
+DTYPE_NAMES = ("float32", "float64", "int64", "int32", "bool")
+
+
+class Device:
+    """A place for tensors: a name, an array namespace ``xp`` and its native device.
+
+    ``with mg.device("cpu:1"):`` makes it the default device for new tensors (and, in
+    graph mode, the placement of new nodes).
+    """
+
+    __slots__ = ("name", "xp", "native", "live_bytes", "peak_bytes", "_dtypes", "_names")
+
+    def __init__(self, name: str, xp: Any, native: Any = None):
+        self.name = name
+        self.xp = xp
+        self.native = native
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        # dtype name -> the namespace's dtype object, and back.
+        self._dtypes = {n: getattr(xp, n) for n in DTYPE_NAMES if hasattr(xp, n)}
+        # An array's ``.dtype`` may be another object than ``xp.float64`` (NumPy gives
+        # ``dtype('float64')``), so both spellings map back to the name.
+        self._names: dict[Any, str] = {}
+        for n, dt in self._dtypes.items():
+            self._names[dt] = n
+            self._names[xp.zeros((0,), dtype=dt).dtype] = n
+
+    # -- arrays on this device -------------------------------------------------------
+    def dtype(self, name: str) -> Any:
+        """The namespace's dtype object for a dtype name such as ``"float32"``."""
+        try:
+            return self._dtypes[name]
+        except KeyError:
+            raise TypeError(
+                f"unknown dtype {name!r}; minigraph knows {', '.join(self._dtypes)}"
+            ) from None
+
+    def dtype_name(self, native_dtype: Any) -> str:
+        """The name (``"float64"``) of one of the namespace's dtype objects."""
+        name = self._names.get(native_dtype)
+        return name if name is not None else str(native_dtype)
+
+    def asarray(self, value: Any, dtype: str | None = None, copy: bool | None = None) -> Any:
+        """Make an array on this device from Python data, a NumPy array or a scalar."""
+        dt = None if dtype is None else self.dtype(dtype)
+        if self.native is None:
+            return self.xp.asarray(value, dtype=dt, copy=copy)
+        return self.xp.asarray(value, dtype=dt, device=self.native, copy=copy)
+
+    def copy_from(self, array: Any, source: "Device") -> Any:
+        """A real copy of ``array`` (living on ``source``) into this device's memory."""
+        if source.xp is self.xp:
+            moved = array if self.native is None else array.to_device(self.native)
+            return self.xp.asarray(moved, copy=True) if moved is array else moved
+        return self.asarray(source.to_numpy(array))
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """Copy an array of this device to a host NumPy array."""
+        if isinstance(array, np.ndarray):
+            return array
+        if hasattr(array, "get"):  # CuPy: device-to-host copy
+            return array.get()
+        if hasattr(array, "_array"):  # array-api-strict wraps a NumPy array
+            return np.asarray(array._array)
+        return np.asarray(array)
+
+    # -- memory accounting (Tensor.__init__ and __del__ update live_bytes) ---------------
+    def reset_peak(self) -> None:
+        """Start a new peak measurement from the bytes alive now."""
+        self.peak_bytes = self.live_bytes
+
+    # -- the default-device scope --------------------------------------------------------
+    def __enter__(self) -> "Device":
+        _scope.stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _scope.stack.pop()
+
+    def __repr__(self) -> str:
+        return f"device({self.name!r})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.name == other
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+# ----------------------------------------------------------------------------------------
+# The registry of devices
+# ----------------------------------------------------------------------------------------
+
+_registry: dict[str, Device] = {}
+_virtual_cpus = int(os.environ.get("MINIGRAPH_VIRTUAL_CPUS", "3"))
+
+
+class _Scope(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Device] = []
+
+
+_scope = _Scope()
+
+
+def _numpy_namespace() -> Any:
+    import array_api_compat.numpy as xp
+
+    return xp
+
+
+def _make_cpus() -> None:
+    xp = _numpy_namespace()
+    for name in ["cpu"] + [f"cpu:{i}" for i in range(1, _virtual_cpus + 1)]:
+        if name not in _registry:
+            _registry[name] = Device(name, xp)
+
+
+def set_virtual_cpus(n: int) -> None:
+    """Offer ``n`` virtual CPU devices ``cpu:1`` ... ``cpu:n`` (default 3)."""
+    global _virtual_cpus
+    if n < 0:
+        raise ValueError(f"set_virtual_cpus: n must be >= 0, got {n}")
+    for name in [k for k in _registry if k.startswith("cpu:") and int(k[4:]) > n]:
+        del _registry[name]
+    _virtual_cpus = n
+    _make_cpus()
+
+
+def register_device(name: str, xp: Any, native: Any = None) -> Device:
+    """Add (or replace) a device backed by any Array API namespace.
+
+    The test suite uses it to put array-api-strict's fake devices behind minigraph's
+    device names, so that an op that mixes devices raises instead of silently working.
+    """
+    dev = Device(name, xp, native)
+    _registry[name] = dev
+    return dev
+
+
+def _cuda_device(name: str) -> Device:
+    """Make ``cuda:N`` from CuPy, or explain precisely what is missing."""
+    index = name.split(":", 1)[1] if ":" in name else "0"
+    if not index.isdigit():
+        raise DeviceError(f"bad device name {name!r}: expected 'cuda:N' with N a number")
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError(
+            f"device {name!r} needs CuPy, which is not installed: "
+            "install it with `pip install -e '.[gpu]'` (CuPy for CUDA 12), "
+            f"or use one of {devices()}"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver missing or broken
+        raise DeviceError(f"device {name!r}: CuPy is installed but CUDA says: {exc}") from None
+    if int(index) >= count:
+        raise DeviceError(f"device {name!r}: this machine has {count} GPU(s)")
+    import array_api_compat.cupy as xp
+
+    return Device(f"cuda:{index}", xp, cupy.cuda.Device(int(index)))
+
+
+def get_device(spec: "str | Device | None" = None) -> Device:
+    """The :class:`Device` for a name, or the current default device for ``None``."""
+    if spec is None:
+        return _scope.stack[-1] if _scope.stack else _registry["cpu"]
+    if isinstance(spec, Device):
+        return spec
+    dev = _registry.get(spec)
+    if dev is not None:
+        return dev
+    if isinstance(spec, str) and spec.startswith("cuda"):
+        dev = _cuda_device(spec)
+        _registry[dev.name] = dev
+        return dev
+    raise DeviceError(f"unknown device {spec!r}; known devices: {', '.join(devices())}")
+
+
+def device(name: "str | Device") -> Device:
+    """The device called ``name``; use it as ``with mg.device("cpu:1"): ...``."""
+    return get_device(name)
+
+
+def cuda_available() -> bool:
+    """True where CuPy imports and sees at least one GPU."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def devices() -> list[str]:
+    """Names of the devices available here, e.g. ``["cpu", "cpu:1", ..., "cuda:0"]``."""
+    names = list(_registry)
+    if not any(n.startswith("cuda") for n in names) and cuda_available():
+        import cupy
+
+        names += [f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())]
+    return names
+
+
+_make_cpus()

@@ -1,0 +1,30 @@
+"""The errors minigraph raises.
+
+Each one is also a subclass of the built-in exception a NumPy or PyTorch user would
+expect (``ValueError`` for a shape mismatch, ``TypeError`` for a dtype problem, ...),
+so ``except ValueError`` keeps working; the minigraph class says *which* rule failed.
+"""
+
+
+class MinigraphError(Exception):
+    """Base class of every error minigraph raises on purpose."""
+
+
+class ShapeError(MinigraphError, ValueError):
+    """Shapes that do not fit an operation (broadcasting, matmul, reshape, ...)."""
+
+
+class DTypeError(MinigraphError, TypeError):
+    """A dtype an operation cannot take (for example the gradient of an integer)."""
+
+
+class DeviceError(MinigraphError, RuntimeError):
+    """An unknown or unavailable device, or tensors of two devices in one eager op."""
+
+
+class GradientError(MinigraphError, RuntimeError):
+    """A gradient that cannot be computed as asked (non-scalar output, no path, ...)."""
+
+
+class GradcheckError(MinigraphError, AssertionError):
+    """Analytic and numerical derivatives disagree (raised by ``mg.gradcheck``)."""

@@ -1,0 +1,26 @@
+"""The primitive table and the functions that bind its entries.
+
+One module per family of operations; ``PRIMITIVES`` maps every primitive's name to its
+single definition (kernel, shape rule, JVP and VJP rules, cost class).
+"""
+
+from .copy import astype, identity, stop_gradient, to_device
+from .elementwise import (add, cos, div, equal, exp, greater, greater_equal, less,
+                          less_equal, log, maximum, mul, neg, not_equal, pow, relu,
+                          sigmoid, sin, sqrt, sub, tanh, where)
+from .linalg import matmul
+from .nn import cross_entropy, log_softmax, one_hot, softmax
+from .primitive import PRIMITIVES, Primitive, bind
+from .reduce import max, mean, sum, sum_to
+from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshape,
+                    scatter_add, transpose)
+
+__all__ = [
+    "PRIMITIVES", "Primitive", "bind",
+    "add", "sub", "mul", "div", "neg", "pow", "maximum", "exp", "log", "sin", "cos",
+    "tanh", "sigmoid", "relu", "sqrt", "where", "less", "less_equal", "greater",
+    "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
+    "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
+    "concatenate", "softmax", "log_softmax", "one_hot", "cross_entropy", "identity",
+    "stop_gradient", "astype", "to_device",
+]

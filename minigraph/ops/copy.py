@@ -1,0 +1,60 @@
+"""Copies and casts: identity, stop_gradient, astype, to_device.
+
+``to_device`` is the one primitive whose result lives on another device than its
+argument: its kernel is a real copy into the destination's memory (NumPy to NumPy for
+virtual CPUs, host to GPU through CuPy), and its VJP copies the adjoint back, so a
+tensor's gradient always lives on the tensor's own device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import shape_rules as S
+from .primitive import bind, primitive
+
+IDENTITY = primitive(
+    "identity", lambda xp, x: x, S.same,
+    jvp=[lambda t, out, x: t],
+    vjp=[lambda g, out, x: g])
+
+STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same)
+
+ASTYPE = primitive(
+    "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
+    lambda x, dtype: (S.shape_of(x), dtype),
+    jvp=[lambda t, out, x, dtype: astype(t, dtype)],
+    vjp=[lambda g, out, x, dtype: astype(g, x.dtype)])
+
+TO_DEVICE = primitive(
+    "to_device", lambda xp, x, device, source: device.copy_from(x, source), S.same,
+    jvp=[lambda t, out, x, device, source: to_device(t, device)],
+    vjp=[lambda g, out, x, device, source: to_device(g, source)])
+
+
+def identity(x: Any) -> Any:
+    """``x`` itself, as a new value (the chain rule sees a separate variable)."""
+    return bind(IDENTITY, x)
+
+
+def stop_gradient(x: Any) -> Any:
+    """``x``, through which no derivative flows (``detach`` in PyTorch)."""
+    return bind(STOP_GRADIENT, x)
+
+
+def astype(x: Any, dtype: str) -> Any:
+    """``x`` converted to ``dtype``; casting to an integer or bool stops gradients."""
+    dtype = str(dtype)
+    if S.dtype_of(x) == dtype:
+        return x
+    if dtype not in S.FLOATS:
+        x = stop_gradient(x)
+    return bind(ASTYPE, x, dtype=dtype)
+
+
+def to_device(x: Any, device: Any) -> Any:
+    """A copy of ``x`` on ``device`` (differentiable: the gradient is copied back)."""
+    from ..device import get_device
+
+    dst, src = get_device(device), x.device
+    return x if dst is src else bind(TO_DEVICE, x, device=dst, source=src)

@@ -1,0 +1,247 @@
+"""Elementwise primitives: arithmetic, the functions of the textbook, comparisons.
+
+Each entry is the whole truth about one operation: its kernel, its shape rule, and its
+derivative rules, one per argument (see ``primitive.py``). The rules read like the
+textbook's equations; ``mul``'s are (b.3) and (f.4)/(f.5):
+
+    jvp:  da = dx * y + x * dy          vjp:  gx += ga * y,  gy += ga * x
+
+Binary operations broadcast like NumPy. A gradient flowing back into a broadcast
+argument is summed back to that argument's shape (``sum_to``), so ``x + b`` with ``x``
+of shape (32, 10) and ``b`` of shape (10,) gives ``b`` a gradient of shape (10,).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import reduce as R
+from . import shape_rules as S
+from .primitive import bind, primitive
+
+
+def _unbroadcast(*rules):
+    """Wrap per-argument VJP rules so each result is summed to its argument's shape."""
+    def wrap(i, rule):
+        if rule is None:
+            return None
+        return lambda g, out, *args: R.sum_to(rule(g, out, *args), S.shape_of(args[i]))
+    return [wrap(i, r) for i, r in enumerate(rules)]
+
+
+# -- arithmetic -----------------------------------------------------------------------
+# The rules use Python's operators: on a tensor, a dual number, a graph node or a source
+# variable they call the functions below, and on plain numbers they stay plain numbers.
+
+ADD = primitive(
+    "add", lambda xp, x, y: x + y, S.elementwise("add"),
+    jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
+    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g))
+
+SUB = primitive(
+    "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
+    jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
+    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g))
+
+MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
+    "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
+    jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
+    vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x))
+
+DIV = primitive(
+    "div", lambda xp, x, y: x / y, S.floating("div"),
+    jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
+    vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y))
+
+NEG = primitive(
+    "neg", lambda xp, x: -x, S.same,
+    jvp=[lambda t, out, x: -t],
+    vjp=[lambda g, out, x: -g])
+
+# d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
+POW = primitive(
+    "pow", lambda xp, x, y: x ** y, S.elementwise("pow"),
+    jvp=[lambda t, out, x, y: t * (y * x ** (y - 1)), lambda t, out, x, y: t * (log(x) * out)],
+    vjp=_unbroadcast(lambda g, out, x, y: g * (y * x ** (y - 1)),
+                     lambda g, out, x, y: g * (log(x) * out)))
+
+MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
+    "maximum", lambda xp, x, y: xp.maximum(x, y), S.elementwise("maximum"),
+    jvp=[lambda t, out, x, y: where(x >= y, t, 0.0), lambda t, out, x, y: where(x < y, t, 0.0)],
+    vjp=_unbroadcast(lambda g, out, x, y: where(x >= y, g, 0.0),
+                     lambda g, out, x, y: where(x < y, g, 0.0)))
+
+# -- functions ---------------------------------------------------------------------------
+
+EXP = primitive(
+    "exp", lambda xp, x: xp.exp(x), S.floating("exp"),
+    jvp=[lambda t, out, x: t * out],
+    vjp=[lambda g, out, x: g * out])
+
+LOG = primitive(
+    "log", lambda xp, x: xp.log(x), S.floating("log"),
+    jvp=[lambda t, out, x: t / x],
+    vjp=[lambda g, out, x: g / x])
+
+SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
+    "sin", lambda xp, x: xp.sin(x), S.floating("sin"),
+    jvp=[lambda t, out, x: t * cos(x)],
+    vjp=[lambda g, out, x: g * cos(x)])
+
+COS = primitive(
+    "cos", lambda xp, x: xp.cos(x), S.floating("cos"),
+    jvp=[lambda t, out, x: -(t * sin(x))],
+    vjp=[lambda g, out, x: -(g * sin(x))])
+
+TANH = primitive(
+    "tanh", lambda xp, x: xp.tanh(x), S.floating("tanh"),
+    jvp=[lambda t, out, x: t * (1.0 - out * out)],
+    vjp=[lambda g, out, x: g * (1.0 - out * out)])
+
+
+def _sigmoid_kernel(xp: Any, x: Any) -> Any:
+    # 1 / (1 + exp(-x)) overflows for very negative x; the tanh form never does.
+    return 0.5 * (xp.tanh(0.5 * x) + 1.0)
+
+
+SIGMOID = primitive(
+    "sigmoid", _sigmoid_kernel, S.floating("sigmoid"),
+    jvp=[lambda t, out, x: t * (out * (1.0 - out))],
+    vjp=[lambda g, out, x: g * (out * (1.0 - out))])
+
+RELU = primitive(  # the derivative at 0 is taken as 0, as in PyTorch
+    "relu", lambda xp, x: xp.maximum(x, 0), S.same,
+    jvp=[lambda t, out, x: where(x > 0, t, 0.0)],
+    vjp=[lambda g, out, x: where(x > 0, g, 0.0)])
+
+SQRT = primitive(
+    "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
+    jvp=[lambda t, out, x: t / (2.0 * out)],
+    vjp=[lambda g, out, x: g / (2.0 * out)])
+
+
+def _where_shape(c: Any, x: Any, y: Any) -> tuple:
+    return S.broadcast_shapes("where", *map(S.shape_of, (c, x, y))), S.promote(x, y)
+
+
+WHERE = primitive(
+    "where", lambda xp, c, x, y: xp.where(c, x, y), _where_shape,
+    jvp=[None, lambda t, out, c, x, y: where(c, t, 0.0), lambda t, out, c, x, y: where(c, 0.0, t)],
+    vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
+                     lambda g, out, c, x, y: where(c, 0.0, g)))
+
+# -- comparisons (no derivative: their results are bool) ---------------------------------
+
+LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"))
+LESS_EQUAL = primitive("less_equal", lambda xp, x, y: x <= y, S.comparison("less_equal"))
+GREATER = primitive("greater", lambda xp, x, y: x > y, S.comparison("greater"))
+GREATER_EQUAL = primitive("greater_equal", lambda xp, x, y: x >= y,
+                          S.comparison("greater_equal"))
+EQUAL = primitive("equal", lambda xp, x, y: x == y, S.comparison("equal"))
+NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_equal"))
+
+
+# -- the public functions ----------------------------------------------------------------
+
+def add(x: Any, y: Any) -> Any:
+    """x + y, broadcasting."""
+    return bind(ADD, x, y)
+
+
+def sub(x: Any, y: Any) -> Any:
+    """x - y, broadcasting."""
+    return bind(SUB, x, y)
+
+
+def mul(x: Any, y: Any) -> Any:
+    """x * y, broadcasting (the textbook's (a.3))."""
+    return bind(MUL, x, y)
+
+
+def div(x: Any, y: Any) -> Any:
+    """x / y, broadcasting; true division (integers give float64)."""
+    return bind(DIV, x, y)
+
+
+def neg(x: Any) -> Any:
+    """-x."""
+    return bind(NEG, x)
+
+
+def pow(x: Any, y: Any) -> Any:  # noqa: A001 - the operator's own name
+    """x ** y, broadcasting."""
+    return bind(POW, x, y)
+
+
+def maximum(x: Any, y: Any) -> Any:
+    """Elementwise maximum; at ties the gradient goes to ``x``."""
+    return bind(MAXIMUM, x, y)
+
+
+def exp(x: Any) -> Any:
+    """e ** x."""
+    return bind(EXP, x)
+
+
+def log(x: Any) -> Any:
+    """Natural logarithm."""
+    return bind(LOG, x)
+
+
+def sin(x: Any) -> Any:
+    """Sine (the textbook's (a.4))."""
+    return bind(SIN, x)
+
+
+def cos(x: Any) -> Any:
+    """Cosine."""
+    return bind(COS, x)
+
+
+def tanh(x: Any) -> Any:
+    """Hyperbolic tangent."""
+    return bind(TANH, x)
+
+
+def sigmoid(x: Any) -> Any:
+    """The logistic function 1 / (1 + e ** -x)."""
+    return bind(SIGMOID, x)
+
+
+def relu(x: Any) -> Any:
+    """max(x, 0); its derivative at 0 is taken as 0, as in PyTorch."""
+    return bind(RELU, x)
+
+
+def sqrt(x: Any) -> Any:
+    """Square root."""
+    return bind(SQRT, x)
+
+
+def where(condition: Any, x: Any, y: Any) -> Any:
+    """``x`` where ``condition`` holds, else ``y`` (no gradient to the condition)."""
+    return bind(WHERE, condition, x, y)
+
+
+def less(x: Any, y: Any) -> Any:
+    return bind(LESS, x, y)
+
+
+def less_equal(x: Any, y: Any) -> Any:
+    return bind(LESS_EQUAL, x, y)
+
+
+def greater(x: Any, y: Any) -> Any:
+    return bind(GREATER, x, y)
+
+
+def greater_equal(x: Any, y: Any) -> Any:
+    return bind(GREATER_EQUAL, x, y)
+
+
+def equal(x: Any, y: Any) -> Any:
+    return bind(EQUAL, x, y)
+
+
+def not_equal(x: Any, y: Any) -> Any:
+    return bind(NOT_EQUAL, x, y)

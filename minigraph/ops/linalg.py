@@ -1,0 +1,49 @@
+"""Linear algebra: matrix multiplication.
+
+For ``z = x @ y`` the adjoints are ``gx = gz @ y.T`` and ``gy = x.T @ gz``; for stacks of
+matrices ``.T`` swaps the last two axes, and the batch axes are summed back where they
+were broadcast. One-dimensional operands follow NumPy: a vector is made a matrix with
+a new axis, multiplied, and the new axis is removed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ShapeError
+from . import reduce as R
+from . import shape as SH
+from . import shape_rules as S
+from .primitive import bind, primitive
+
+
+def _matmul_shape(x: Any, y: Any) -> tuple:
+    xs, ys = S.shape_of(x), S.shape_of(y)
+    if len(xs) < 2 or len(ys) < 2 or xs[-1] != ys[-2]:
+        raise ShapeError(f"matmul: shapes {xs} and {ys} do not fit "
+                         f"(inner sizes {xs[-1:] or '?'} and {ys[-2:-1] or '?'})")
+    batch = S.broadcast_shapes("matmul", xs[:-2], ys[:-2])
+    return batch + (xs[-2], ys[-1]), S.promote(x, y)
+
+
+MATMUL = primitive(
+    "matmul", lambda xp, x, y: xp.matmul(x, y), _matmul_shape,
+    jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
+    vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
+         lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],
+    cost="expensive")
+
+
+def matmul(x: Any, y: Any) -> Any:
+    """Matrix product ``x @ y`` with NumPy's rules for vectors and stacks."""
+    xs, ys = S.shape_of(x), S.shape_of(y)
+    if not xs or not ys:
+        raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
+    if len(xs) == 1 and len(ys) == 1:
+        return SH.reshape(matmul(SH.reshape(x, (1, -1)), SH.reshape(y, (-1, 1))), ())
+    if len(xs) == 1:
+        out = matmul(SH.reshape(x, (1, -1)), y)
+        return SH.reshape(out, S.shape_of(out)[:-2] + S.shape_of(out)[-1:])
+    if len(ys) == 1:
+        return SH.reshape(matmul(x, SH.reshape(y, (-1, 1))), xs[:-1])
+    return bind(MATMUL, x, y)

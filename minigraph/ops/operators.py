@@ -1,0 +1,100 @@
+"""Python's operators and array methods, once for every value kind.
+
+``Tensor``, ``Dual`` (and later graph nodes and source variables) inherit from
+:class:`ArrayOps`, so ``x * y + x.sin()`` and ``x.sum(axis=0)`` mean the same primitive
+calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import copy as C
+from . import elementwise as E
+from . import linalg as L
+from . import reduce as R
+from . import shape as SH
+from .primitive import bind
+
+
+class ArrayOps:
+    __slots__ = ()
+    shape: tuple[int, ...]
+
+    # -- arithmetic, with the reflected forms for ``2.0 * x`` ------------------------------
+    # (These bind the primitive directly instead of calling E.add & co.: the most common
+    # operations skip one Python call.)
+    def __add__(self, other: Any) -> Any: return bind(E.ADD, self, other)
+    def __radd__(self, other: Any) -> Any: return bind(E.ADD, other, self)
+    def __sub__(self, other: Any) -> Any: return bind(E.SUB, self, other)
+    def __rsub__(self, other: Any) -> Any: return bind(E.SUB, other, self)
+    def __mul__(self, other: Any) -> Any: return bind(E.MUL, self, other)
+    def __rmul__(self, other: Any) -> Any: return bind(E.MUL, other, self)
+    def __truediv__(self, other: Any) -> Any: return bind(E.DIV, self, other)
+    def __rtruediv__(self, other: Any) -> Any: return bind(E.DIV, other, self)
+    def __pow__(self, other: Any) -> Any: return bind(E.POW, self, other)
+    def __rpow__(self, other: Any) -> Any: return bind(E.POW, other, self)
+    def __matmul__(self, other: Any) -> Any: return L.matmul(self, other)
+    def __rmatmul__(self, other: Any) -> Any: return L.matmul(other, self)
+    def __neg__(self) -> Any: return bind(E.NEG, self)
+    def __pos__(self) -> Any: return self
+
+    # -- comparisons: bool results, no gradient ---------------------------------------------
+    def __lt__(self, other: Any) -> Any: return E.less(self, other)
+    def __le__(self, other: Any) -> Any: return E.less_equal(self, other)
+    def __gt__(self, other: Any) -> Any: return E.greater(self, other)
+    def __ge__(self, other: Any) -> Any: return E.greater_equal(self, other)
+    def __eq__(self, other: Any) -> Any: return E.equal(self, other)  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any: return E.not_equal(self, other)  # type: ignore[override]
+    __hash__ = object.__hash__  # values stay usable as dict keys, as in PyTorch
+
+    # -- indexing and shape ---------------------------------------------------------------------
+    def __getitem__(self, index: Any) -> Any: return SH.getitem(self, index)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def T(self) -> Any:  # noqa: N802 - NumPy's name
+        return SH.transpose(self)
+
+    @property
+    def mT(self) -> Any:  # noqa: N802 - the Array API's name
+        return SH.matrix_transpose(self)
+
+    def reshape(self, *shape: Any) -> Any:
+        return SH.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes: Any) -> Any:
+        return SH.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return R.sum(self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return R.mean(self, axis, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return R.max(self, axis, keepdims)
+
+    def astype(self, dtype: str) -> Any:
+        return C.astype(self, dtype)
+
+    def to(self, device: Any) -> Any:
+        return C.to_device(self, device)
+
+    # -- elementwise functions as methods -----------------------------------------------------
+    def exp(self) -> Any: return E.exp(self)
+    def log(self) -> Any: return E.log(self)
+    def sin(self) -> Any: return E.sin(self)
+    def cos(self) -> Any: return E.cos(self)
+    def tanh(self) -> Any: return E.tanh(self)
+    def sigmoid(self) -> Any: return E.sigmoid(self)
+    def relu(self) -> Any: return E.relu(self)
+    def sqrt(self) -> Any: return E.sqrt(self)

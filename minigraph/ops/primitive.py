@@ -1,0 +1,137 @@
+"""The primitive: one operation defined once, and ``bind``, which runs it.
+
+A :class:`Primitive` carries everything every part of minigraph needs to know about
+one operation:
+
+``impl(xp, *arrays, **params)``
+    the kernel, written against the array namespace ``xp`` (NumPy, CuPy, ...);
+``shape(*avals, **params) -> (shape, dtype)``
+    the shape/dtype rule, which graph mode uses to know a node's result before running;
+``jvp[i](t, out, *args, **params)``
+    forward mode: the contribution of argument ``i``'s tangent ``t`` to the output's
+    tangent. The output tangent is the sum of the contributions, which is the chain rule
+    of the textbook's (b.3)-(b.5): ``da/dt = y * dx/dt + x * dy/dt``;
+``vjp[i](g, out, *args, **params)``
+    reverse mode: argument ``i``'s share of the output's adjoint ``g``, the terms of the
+    textbook's (f.2)-(f.5): ``gx = ga * y + gb * cos(x)``;
+``cost``
+    ``"cheap"`` or ``"expensive"``, read by the scheduler.
+
+``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
+index, a condition, labels). Both rule lists are written with minigraph's own functions,
+so the same rule runs on any value that flows through it: tensors (and then a rule run
+while recording gives second derivatives), dual numbers, graph nodes, source variables.
+
+:func:`bind` is the single entry point of every operation (``mg.sin(x)`` is
+``bind(sin, x)``). It looks at the kinds of its arguments and hands the work to the
+interpreter of the highest-priority kind among them, like the trace levels of JAX:
+
+=========================  ==========  =================================================
+value kind                 priority    what binding does
+=========================  ==========  =================================================
+plain values (floats ...)  none        become tensors on the default device
+``Tensor``                 0           compute now; record on the tape if needed
+graph ``Node``             10          add a node to the current graph
+source variable            20          write a line of Python
+``Dual`` at level L        100 + L     compute primal and tangent together
+=========================  ==========  =================================================
+
+A dual number sits above everything so that ``jvp`` works over any other mode; a dual
+whose primal is itself a dual (``jacfwd(jacfwd(f))``) has a higher level, so the two
+perturbations are never confused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+Rule = Callable[..., Any]
+
+
+class Primitive:
+    """One operation: kernel, shape rule, derivative rules and cost class."""
+
+    __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "differentiable")
+
+    def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
+                 jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
+                 cost: str = "cheap"):
+        self.name = name
+        self.impl = impl
+        self.shape = shape
+        self.jvp = jvp
+        self.vjp = vjp
+        self.cost = cost
+        # Looked up on every eager call, so computed once here.
+        self.differentiable = any(rule is not None for rule in vjp)
+
+    def __call__(self, *args: Any, **params: Any) -> Any:
+        return bind(self, *args, **params)
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+class Each:
+    """The rule list of a primitive with any number of arguments (``concatenate``):
+    ``Each(make)[i]`` is ``make(i)``, the rule for argument ``i``."""
+
+    def __init__(self, make: Callable[[int], Rule]):
+        self.make = make
+
+    def __getitem__(self, i: int) -> Rule:
+        return self.make(i)
+
+    def __iter__(self):  # ``differentiable`` only asks whether any rule exists
+        yield self.make(0)
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], *,
+              jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
+              cost: str = "cheap") -> Primitive:
+    """Define a primitive and enter it in the table ``PRIMITIVES``."""
+    if name in PRIMITIVES:
+        raise ValueError(f"primitive {name!r} is defined twice")
+    if cost not in ("cheap", "expensive"):
+        raise ValueError(f"primitive {name!r}: cost must be 'cheap' or 'expensive'")
+    prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
+                     vjp if isinstance(vjp, Each) else tuple(vjp), cost)
+    PRIMITIVES[name] = prim
+    return prim
+
+
+# ----------------------------------------------------------------------------------------
+# bind: pick the interpreter from the arguments' kinds
+# ----------------------------------------------------------------------------------------
+
+# The value kinds bind knows. Each class has a ``_priority`` (an attribute, since a
+# dual's priority depends on its level) and a ``_bind(prim, args, params)`` method.
+# forward.py registers Dual, graph mode registers Node ... Tensors (priority 0) and
+# plain values need no entry: when no registered kind is present, the eager
+# interpreter runs, which keeps the most common call, on tensors only, short.
+KINDS: set[type] = set()
+_eager: list[Callable[..., Any]] = []
+
+
+def register_kind(cls: type) -> None:
+    """Declare a value kind: a class with ``_priority`` and ``_bind``."""
+    KINDS.add(cls)
+
+
+def register_eager(apply: Callable[..., Any]) -> None:
+    """Install the eager interpreter (tape.apply), which handles priority 0."""
+    _eager[:] = [apply]
+
+
+def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
+    """Apply ``prim`` to ``args``: the one entry point of every operation."""
+    top, best = None, 0
+    for a in args:
+        if type(a) in KINDS and a._priority > best:
+            top, best = a, a._priority
+    if top is None:
+        return _eager[0](prim, args, params)
+    return top._bind(prim, args, params)

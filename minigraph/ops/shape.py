@@ -1,0 +1,207 @@
+"""Shape primitives: reshape, transpose, broadcast_to, indexing, concatenate.
+
+They move or select elements without arithmetic, so their derivative rules move the
+adjoint back the other way: a reshape's VJP reshapes back, a transpose's applies the
+inverse permutation, ``broadcast_to``'s sums the copies (``sum_to``), indexing's adds
+the adjoint into zeros at the indexed places (``scatter_add``), and ``concatenate``'s
+cuts the adjoint into the pieces that were joined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np  # host-side shape arithmetic only (see _index_shape)
+
+from ..errors import ShapeError
+from . import reduce as R
+from . import shape_rules as S
+from .primitive import Each, bind, primitive
+
+
+# -- reshape, transpose, broadcast_to ----------------------------------------------------
+
+def _reshape_shape(x: Any, shape: tuple[int, ...]) -> tuple:
+    if int(np.prod(S.shape_of(x))) != int(np.prod(shape)):
+        raise ShapeError(f"reshape: cannot reshape a tensor of shape {S.shape_of(x)} "
+                         f"({int(np.prod(S.shape_of(x)))} elements) into shape {shape}")
+    return tuple(shape), S.dtype_of(x)
+
+
+RESHAPE = primitive(
+    "reshape", lambda xp, x, shape: xp.reshape(x, shape), _reshape_shape,
+    jvp=[lambda t, out, x, shape: reshape(t, shape)],
+    vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))])
+
+
+def _transpose_shape(x: Any, axes: tuple[int, ...]) -> tuple:
+    shape = S.shape_of(x)
+    if sorted(axes) != list(range(len(shape))):
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
+                         f"{len(shape)} axes of shape {shape}")
+    return tuple(shape[a] for a in axes), S.dtype_of(x)
+
+
+def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(axes)), key=axes.__getitem__))
+
+
+TRANSPOSE = primitive(
+    "transpose", lambda xp, x, axes: xp.permute_dims(x, axes), _transpose_shape,
+    jvp=[lambda t, out, x, axes: transpose(t, axes)],
+    vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))])
+
+
+def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
+    if S.broadcast_shapes("broadcast_to", S.shape_of(x), shape) != tuple(shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {S.shape_of(x)} to {shape}")
+    return tuple(shape), S.dtype_of(x)
+
+
+BROADCAST_TO = primitive(
+    "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), _broadcast_shape,
+    jvp=[lambda t, out, x, shape: broadcast_to(t, shape)],
+    vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))])
+
+
+# -- indexing ------------------------------------------------------------------------------
+
+def _is_basic(index: tuple) -> bool:
+    """Basic indexing (ints, slices, None, ...) selects each element at most once."""
+    return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in index)
+
+
+def _on_device(xp: Any, x: Any, index: tuple) -> tuple:
+    """Move integer-array parts of an index to the device of ``x``."""
+    return tuple(i if i is None or i is Ellipsis or isinstance(i, (int, slice))
+                 else xp.asarray(i, device=x.device) for i in index)
+
+
+def _index_shape(x: Any, index: tuple) -> tuple:
+    # Index a zero-strided host array of the same shape: NumPy works out the shape
+    # (and raises IndexError for a bad index) without touching any data.
+    probe = np.broadcast_to(np.empty((), dtype=np.int8), S.shape_of(x))
+    return probe[index].shape, S.dtype_of(x)
+
+
+def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
+    out = xp.zeros(shape, dtype=g.dtype, device=g.device)
+    if _is_basic(index):
+        out[index] = g
+    elif hasattr(xp, "add") and hasattr(xp.add, "at"):  # NumPy, CuPy: repeated indices add up
+        xp.add.at(out, _on_device(xp, out, index), g)
+    else:
+        raise NotImplementedError(
+            f"the gradient of integer-array indexing needs a scatter-add, which the array "
+            f"namespace {xp.__name__} does not offer; use slices or another device")
+    return out
+
+
+GETITEM = primitive(
+    "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
+    jvp=[lambda t, out, x, index: getitem(t, index)],
+    vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))])
+
+SCATTER_ADD = primitive(  # the adjoint of getitem: add g into zeros of ``shape`` at ``index``
+    "scatter_add", _scatter_add_kernel,
+    lambda g, index, shape: (tuple(shape), S.dtype_of(g)),
+    jvp=[lambda t, out, g, index, shape: scatter_add(t, index, shape)],
+    vjp=[lambda g, out, x, index, shape: getitem(g, index)],
+    cost="expensive")
+
+
+# -- concatenate ------------------------------------------------------------------------------
+
+def _concat_shape(*xs: Any, axis: int) -> tuple:
+    shapes = [S.shape_of(x) for x in xs]
+    rest = {s[:axis] + s[axis + 1:] for s in shapes}
+    if len(rest) > 1 or any(len(s) != len(shapes[0]) for s in shapes):
+        raise ShapeError(f"concatenate: shapes {shapes} differ outside axis {axis}")
+    total = sum(s[axis] for s in shapes)
+    return shapes[0][:axis] + (total,) + shapes[0][axis + 1:], S.promote(*xs)
+
+
+def _piece(i: int):
+    """The VJP rule of argument ``i`` of concatenate: its slice of the adjoint."""
+    def rule(g: Any, out: Any, *xs: Any, axis: int) -> Any:
+        start = sum(S.shape_of(x)[axis] for x in xs[:i])
+        stop = start + S.shape_of(xs[i])[axis]
+        return getitem(g, (slice(None),) * axis + (slice(start, stop),))
+    return rule
+
+
+CONCATENATE = primitive(
+    "concatenate", lambda xp, *xs, axis: xp.concat(list(xs), axis=axis), _concat_shape,
+    jvp=Each(lambda i: lambda t, out, *xs, axis: _piece_tangent(i, t, xs, axis)),
+    vjp=Each(_piece))
+
+
+def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
+    """Argument ``i``'s tangent, placed in zeros the size of the concatenation."""
+    full = _concat_shape(*xs, axis=axis)[0]
+    start = sum(S.shape_of(x)[axis] for x in xs[:i])
+    index = (slice(None),) * axis + (slice(start, start + S.shape_of(xs[i])[axis]),)
+    return scatter_add(t, index, full)
+
+
+# -- the public functions -----------------------------------------------------------------------
+
+def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
+    """The same elements in a new shape; one size may be -1 (inferred)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if -1 in shape:
+        known = int(np.prod([n for n in shape if n != -1]))
+        size = int(np.prod(S.shape_of(x)))
+        if known == 0 or size % known:
+            raise ShapeError(f"reshape: cannot reshape shape {S.shape_of(x)} into {shape}")
+        shape = tuple(size // known if n == -1 else n for n in shape)
+    return bind(RESHAPE, x, shape=shape)
+
+
+def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
+    """Permute the axes (reverse them by default, like ``numpy.transpose``)."""
+    ndim = len(S.shape_of(x))
+    axes = tuple(reversed(range(ndim))) if axes is None else tuple(a % ndim for a in axes)
+    return bind(TRANSPOSE, x, axes=axes)
+
+
+def matrix_transpose(x: Any) -> Any:
+    """Swap the last two axes (``x.mT``)."""
+    ndim = len(S.shape_of(x))
+    return transpose(x, tuple(range(ndim - 2)) + (ndim - 1, ndim - 2))
+
+
+def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
+    """Repeat ``x`` along new or size-1 axes to ``shape``, like ``numpy.broadcast_to``."""
+    shape = tuple(shape)
+    if S.shape_of(x) == shape:
+        return x
+    return bind(BROADCAST_TO, x, shape=shape)
+
+
+def _host_index(i: Any) -> Any:
+    """Index parts as the kernel takes them: integer tensors become host arrays."""
+    if i is None or i is Ellipsis or isinstance(i, (int, slice)):
+        return i
+    if hasattr(i, "numpy"):
+        return i.numpy()
+    return np.asarray(i)
+
+
+def getitem(x: Any, index: Any) -> Any:
+    """``x[index]``: ints, slices, ``None``, ``...`` and integer arrays; differentiable."""
+    index = index if isinstance(index, tuple) else (index,)
+    return bind(GETITEM, x, index=tuple(_host_index(i) for i in index))
+
+
+def scatter_add(g: Any, index: tuple, shape: tuple[int, ...]) -> Any:
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up)."""
+    return bind(SCATTER_ADD, g, index=index, shape=tuple(shape))
+
+
+def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
+    """Join tensors along an existing axis, like ``numpy.concatenate``."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("concatenate: needs at least one tensor")
+    return bind(CONCATENATE, *xs, axis=axis % max(len(S.shape_of(xs[0])), 1))

@@ -1,0 +1,95 @@
+"""Shape and dtype rules shared by the primitives.
+
+A rule takes the abstract values of the arguments (anything with ``.shape`` and
+``.dtype``, or a Python number) and returns ``(shape, dtype_name)`` without computing
+anything. Graph mode uses them to know every node's result before the graph runs; the
+test suite checks each rule against the shape and dtype the kernel really produces.
+
+Dtypes follow NumPy 2 (NEP 50): a Python number is "weak" and takes the dtype of the
+array it meets (``float32_array * 2.0`` stays float32); two arrays promote
+(``float32 + int64 -> float64``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ShapeError
+
+FLOATS = ("float32", "float64")
+_RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
+
+
+def shape_of(v: Any) -> tuple[int, ...]:
+    """The shape of any value kind (a Python number has shape ``()``)."""
+    return v.shape if hasattr(v, "shape") else ()
+
+
+def dtype_of(v: Any) -> str | None:
+    """The dtype name of an array-like value; ``None`` for a weak Python number."""
+    return None if isinstance(v, (bool, int, float)) else v.dtype
+
+
+def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting: align shapes on the right; sizes must match or be 1."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(-ndim, 0):
+        sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
+        if len(sizes) > 1:
+            raise ShapeError(f"{op}: shapes {' and '.join(map(str, shapes))} do not "
+                             f"broadcast (axis {i}: sizes {sorted(sizes)})")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def promote(*values: Any) -> str:
+    """The result dtype of combining ``values`` (arrays strong, Python numbers weak)."""
+    strong = [d for d in map(dtype_of, values) if d is not None]
+    if not strong:  # only Python numbers: NumPy's defaults
+        return "float64" if any(isinstance(v, float) for v in values) else "int64"
+    best = max(strong, key=_RANK.__getitem__)
+    if best not in FLOATS:
+        if any(isinstance(v, float) for v in values):
+            return "float64"  # a Python float meets integers: NumPy's default float
+        if best == "bool" and any(type(v) is int for v in values):
+            return "int64"
+    if best == "float32" and any(d in ("int32", "int64") for d in strong):
+        return "float64"  # NumPy: float32 with an int64 array needs float64
+    return best
+
+
+def elementwise(name: str):
+    """The rule of a broadcasting elementwise op whose result dtype is promoted."""
+    def rule(*args: Any, **params: Any) -> tuple:
+        return broadcast_shapes(name, *map(shape_of, args)), promote(*args)
+    return rule
+
+
+def floating(name: str):
+    """Like :func:`elementwise`, but integers become float64 (``sin``, ``exp``, ...)."""
+    def rule(*args: Any, **params: Any) -> tuple:
+        shape, dtype = elementwise(name)(*args)
+        return shape, dtype if dtype in FLOATS else "float64"
+    return rule
+
+
+def comparison(name: str):
+    """The rule of ``<``, ``==``, ...: broadcast shapes, bool result."""
+    def rule(*args: Any, **params: Any) -> tuple:
+        return broadcast_shapes(name, *map(shape_of, args)), "bool"
+    return rule
+
+
+def same(x: Any, **params: Any) -> tuple:
+    """The result has the argument's shape and dtype."""
+    return shape_of(x), dtype_of(x)
+
+
+def reduced(x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> tuple[int, ...]:
+    """The shape left after reducing ``axis`` (all axes for ``None``)."""
+    shape = shape_of(x)
+    axes = range(len(shape)) if axis is None else axis
+    if keepdims:
+        return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple(n for i, n in enumerate(shape) if i not in axes)

@@ -1,0 +1,188 @@
+"""Tensor: an array on a device, plus what reverse mode needs to know about it.
+
+A tensor holds ``data`` (an array of its device's namespace: NumPy, CuPy, ...), its
+``device``, and two autodiff fields: ``requires_grad`` and ``grad``. A tensor made by an
+operation while gradients are recorded also keeps ``_entry``, its line of the tape:
+which primitive made it, from which arguments, with which parameters, and when (see
+``autodiff/tape.py``). Operators and methods come from ``ArrayOps`` and call the
+primitives, so a Tensor computes eagerly: define-by-run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .device import Device, get_device
+from .errors import DTypeError
+from .ops.operators import ArrayOps
+
+FLOAT_DTYPES = ("float32", "float64")
+
+
+class Tensor(ArrayOps):
+    """An n-dimensional array on a device; records its history when gradients are needed."""
+
+    __slots__ = ("data", "device", "requires_grad", "grad", "_entry", "_nbytes", "__weakref__")
+    _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
+    # (Tensor is not registered with register_kind: bind runs the eager interpreter
+    # whenever no registered kind is among the arguments.)
+
+    def __init__(self, data: Any, device: Device, requires_grad: bool = False,
+                 entry: tuple | None = None):
+        self.data = data
+        self.device = device
+        self.requires_grad = requires_grad
+        self.grad: Tensor | None = None
+        self._entry = entry
+        # Memory accounting per device: count the bytes of arrays that own their memory
+        # (a NumPy view, e.g. from reshape, shares its base's bytes and counts nothing).
+        nbytes = 0 if getattr(data, "base", None) is not None else _nbytes(data)
+        self._nbytes = nbytes
+        device.live_bytes += nbytes
+        if device.live_bytes > device.peak_bytes:
+            device.peak_bytes = device.live_bytes
+
+    def __del__(self) -> None:
+        self.device.live_bytes -= self._nbytes
+
+    # -- what a tensor is -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape  # a tuple in NumPy, CuPy and the Array API
+
+    @property
+    def dtype(self) -> str:
+        """The dtype's name: ``"float64"``, ``"float32"``, ``"int64"`` or ``"bool"``."""
+        return self.device.dtype_name(self.data.dtype)
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for a tensor the user made (not the result of a recorded operation)."""
+        return self._entry is None
+
+    def numpy(self) -> Any:
+        """The values as a NumPy array (copied to the host if they live elsewhere)."""
+        return self.device.to_numpy(self.data)
+
+    def item(self) -> "float | int | bool":
+        """The value of a one-element tensor as a Python number."""
+        if self.size != 1:
+            raise ValueError(f"item(): the tensor has {self.size} elements (shape "
+                             f"{self.shape}); only a one-element tensor converts to a number")
+        return self.numpy().reshape(()).item()
+
+    def detach(self) -> "Tensor":
+        """The same data, cut from the tape (no gradient flows through it)."""
+        return Tensor(self.data, self.device)
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        """Mark a leaf tensor as an input whose gradient ``backward()`` should fill."""
+        if flag and self.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"only floating-point tensors can require gradients, "
+                             f"this one has dtype {self.dtype}")
+        self.requires_grad = flag
+        return self
+
+    def backward(self, grad: Any = None, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it."""
+        from .autodiff.tape import backward
+
+        backward(self, grad, create_graph)
+
+    # -- Python conversions -------------------------------------------------------------------
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __repr__(self) -> str:
+        body = repr(self.numpy()).replace("array(", "tensor(", 1)
+        if body.endswith(")"):
+            body = body[:-1]
+        else:  # a NumPy scalar's repr has no "array(" around it
+            body = f"tensor({body}"
+        if "dtype=" not in body:
+            body += f", dtype={self.dtype}"
+        extra = f", device={self.device.name}"
+        if self._entry is not None:
+            extra += f", grad_fn=<{self._entry[0].name}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return body + extra + ")"
+
+
+
+def _nbytes(data: Any) -> int:
+    """Bytes of an array: ``.nbytes`` where the library has it, else size * itemsize."""
+    n = getattr(data, "nbytes", None)
+    if n is None:  # array-api-strict arrays have no nbytes
+        size = 1
+        for d in data.shape:
+            size *= d
+        n = size * (1 if "bool" in str(data.dtype) else 4 if "32" in str(data.dtype) else 8)
+    return int(n)
+
+
+def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = None,
+           requires_grad: bool = False) -> Tensor:
+    """Make a tensor from Python data, a NumPy array or another tensor (always a copy).
+
+    Dtypes follow NumPy: Python floats give float64, ints int64, bools bool; a NumPy
+    array keeps its dtype. ``device`` defaults to the innermost ``mg.device`` scope.
+    """
+    dev = get_device(device)
+    if isinstance(data, Tensor):
+        data = data.device.to_numpy(data.data) if data.device is not dev else data.data
+    copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
+    t = Tensor(dev.asarray(data, dtype=None if dtype is None else str(dtype), copy=copy), dev)
+    name = t.dtype
+    if name not in _SUPPORTED:
+        raise DTypeError(f"tensor(): dtype {name} is not supported; "
+                         f"use float32, float64, int64 or bool")
+    if requires_grad:
+        if name not in FLOAT_DTYPES:
+            raise DTypeError(f"only floating-point tensors can require gradients, "
+                             f"this one has dtype {name}")
+        t.requires_grad = True
+    return t
+
+
+_SUPPORTED = FLOAT_DTYPES + ("int64", "int32", "bool")
+
+
+def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
+    """``value`` as a tensor: tensors pass through; other values go to ``like``'s device."""
+    if isinstance(value, Tensor):
+        return value
+    return tensor(value, device=None if like is None else like.device)
+
+
+def zeros(shape: "tuple[int, ...] | int", dtype: str = "float64",
+          device: "str | Device | None" = None) -> Tensor:
+    """A tensor of zeros."""
+    dev = get_device(device)
+    return Tensor(dev.xp.zeros(shape, dtype=dev.dtype(dtype), **_on(dev)), dev)
+
+
+def ones(shape: "tuple[int, ...] | int", dtype: str = "float64",
+         device: "str | Device | None" = None) -> Tensor:
+    """A tensor of ones."""
+    dev = get_device(device)
+    return Tensor(dev.xp.ones(shape, dtype=dev.dtype(dtype), **_on(dev)), dev)
+
+
+def _on(dev: Device) -> dict:
+    return {} if dev.native is None else {"device": dev.native}

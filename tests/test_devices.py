@@ -1,0 +1,88 @@
+"""Devices: names, scopes, virtual CPUs kept apart, real copies, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph.errors import DeviceError
+
+
+def test_default_devices():
+    names = mg.devices()
+    assert names[:4] == ["cpu", "cpu:1", "cpu:2", "cpu:3"]
+
+
+def test_virtual_cpu_count_is_configurable():
+    try:
+        mg.set_virtual_cpus(5)
+        assert "cpu:5" in mg.devices()
+        mg.set_virtual_cpus(1)
+        assert "cpu:2" not in mg.devices()
+    finally:
+        mg.set_virtual_cpus(3)
+    assert mg.devices()[:4] == ["cpu", "cpu:1", "cpu:2", "cpu:3"]
+
+
+def test_device_scope_sets_the_default(backend):
+    assert mg.tensor(1.0).device.name == "cpu"
+    with mg.device("cpu:2"):
+        assert mg.tensor(1.0).device.name == "cpu:2"
+        with mg.device("cpu:1"):
+            assert mg.zeros(2).device.name == "cpu:1"
+        assert mg.sin(1.0).device.name == "cpu:2"
+    assert mg.tensor(1.0).device == "cpu"
+
+
+def test_unknown_device_lists_the_known_ones():
+    with pytest.raises(DeviceError, match=r"unknown device 'tpu:0'; known devices: cpu, cpu:1"):
+        mg.tensor(1.0, device="tpu:0")
+
+
+def test_mixed_devices_are_refused_naming_both(backend):
+    a, b = mg.tensor([1.0, 2.0]), mg.tensor([1.0, 2.0], device="cpu:1")
+    with pytest.raises(DeviceError, match=r"mul: .*cpu and cpu:1.*x.to\('cpu'\)"):
+        a * b
+
+
+def test_to_is_a_real_copy_and_differentiable(backend):
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    y = x.to("cpu:1")
+    assert y.device.name == "cpu:1" and x.device.name == "cpu"
+    assert y.data is not x.data
+    np.testing.assert_array_equal(y.numpy(), [1.0, 2.0])
+    (y * y).sum().backward()
+    assert x.grad.device.name == "cpu"  # a tensor's gradient lives on its own device
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+    assert x.to("cpu") is x
+
+
+def test_copy_does_not_share_memory_between_virtual_devices():
+    x = mg.tensor([1.0, 2.0])
+    y = x.to("cpu:1")
+    x.data[0] = 100.0
+    assert y.numpy()[0] == 1.0
+
+
+def test_forward_mode_through_a_transfer(backend):
+    out, t = mg.jvp(lambda x: (x.to("cpu:2") * 3.0).sum(), (mg.tensor([1.0, 2.0]),), (1.0,))
+    assert out.device.name == "cpu:2" and t.device.name == "cpu:2"
+    assert t.item() == 6.0
+
+
+def test_cuda_without_cupy_or_gpu_says_what_is_missing():
+    if mg.cuda_available():
+        pytest.skip("a GPU is present here")
+    with pytest.raises(DeviceError, match=r"cuda:0.*(CuPy|CUDA|GPU)"):
+        mg.tensor(1.0, device="cuda:0")
+
+
+def test_each_device_counts_its_own_memory():
+    dev = mg.device("cpu:3")
+    before = dev.live_bytes
+    x = mg.tensor(np.zeros(1000), device="cpu:3")
+    assert dev.live_bytes - before == 8000
+    assert mg.device("cpu").live_bytes >= 0
+    del x
+    assert dev.live_bytes == before

@@ -1,0 +1,186 @@
+"""Tensor behaviour: dtypes, conversions, operators, indexing, reductions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+
+
+def test_dtype_defaults_follow_numpy(backend):
+    assert mg.tensor(1.0).dtype == "float64"
+    assert mg.tensor([1, 2]).dtype == "int64"
+    assert mg.tensor([True]).dtype == "bool"
+    assert mg.tensor(np.ones(2, np.float32)).dtype == "float32"
+    assert mg.tensor([1, 2], dtype="float32").dtype == "float32"
+
+
+def test_python_numbers_are_weak(backend):
+    x = mg.tensor([1.0, 2.0], dtype="float32")
+    assert (x * 2.0).dtype == "float32"
+    assert (2 + x).dtype == "float32"
+    assert (x + mg.tensor([1.0, 1.0])).dtype == "float64"  # two tensors promote
+
+
+def test_float32_gradient_stays_float32():
+    x = mg.tensor([1.0, 2.0], dtype="float32", requires_grad=True)
+    (mg.sin(x) * 3.0).sum().backward()
+    assert x.grad.dtype == "float32"
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos([1.0, 2.0]), rtol=1e-6)
+
+
+def test_conversions():
+    x = mg.tensor([[1.0, 2.0]])
+    assert isinstance(x.numpy(), np.ndarray)
+    assert mg.tensor(3.5).item() == 3.5
+    assert float(mg.tensor([2.0])) == 2.0
+    assert len(x) == 1 and x.ndim == 2 and x.size == 2 and x.shape == (1, 2)
+    with pytest.raises(ValueError, match="2 elements"):
+        x.item()
+    assert mg.tensor(x).numpy() is not x.numpy()  # tensor() copies
+
+
+def test_repr_shows_dtype_device_and_grad():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    assert repr(x) == "tensor([1., 2.], dtype=float64, device=cpu, requires_grad=True)"
+    assert "grad_fn=<mul>" in repr(x * 2.0)
+    assert repr(mg.tensor(3, device="cpu:1")) == "tensor(3, dtype=int64, device=cpu:1)"
+
+
+def test_reflected_operators_and_unary_minus(backend):
+    x = mg.tensor([1.0, 2.0])
+    np.testing.assert_allclose((1.0 - x).numpy(), [0.0, -1.0])
+    np.testing.assert_allclose((2.0 / x).numpy(), [2.0, 1.0])
+    np.testing.assert_allclose((2.0 ** x).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose((-x).numpy(), [-1.0, -2.0])
+    m = mg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_allclose((m @ m).numpy(), m.numpy() @ m.numpy())
+    np.testing.assert_allclose(m.T.numpy(), m.numpy().T)
+
+
+def test_matmul_vectors_follow_numpy():
+    a, v = np.arange(6.0).reshape(2, 3), np.array([1.0, -1.0, 2.0])
+    np.testing.assert_allclose((mg.tensor(a) @ mg.tensor(v)).numpy(), a @ v)
+    np.testing.assert_allclose((mg.tensor(v) @ mg.tensor(a.T)).numpy(), v @ a.T)
+    assert (mg.tensor(v) @ mg.tensor(v)).shape == ()
+    assert mg.gradcheck(lambda x, y: x @ y, [mg.tensor(a), mg.tensor(v)])
+    assert mg.gradcheck(lambda x, y: x @ y, [mg.tensor(v), mg.tensor(v)])
+
+
+def test_batched_matmul_gradient_sums_over_broadcast_batch():
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(4, 2, 3)), rng.normal(size=(3, 5))
+    assert mg.gradcheck(lambda x, w: x @ w, [mg.tensor(x), mg.tensor(w)])
+
+
+def test_comparisons_are_not_differentiable():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    c = x > 1.5
+    assert c.dtype == "bool" and not c.requires_grad
+    np.testing.assert_array_equal(c.numpy(), [False, True])
+
+
+def test_indexing_and_slicing_are_differentiable():
+    x = np.arange(12.0).reshape(3, 4)
+    for index in [(1,), (slice(0, 2), slice(1, None, 2)), (Ellipsis, 0), (None, 2, slice(None))]:
+        got = mg.tensor(x)[index]
+        np.testing.assert_array_equal(got.numpy(), x[index])
+        assert mg.gradcheck(lambda t: t[index] * 2.0, [mg.tensor(x)])
+
+
+def test_integer_array_indexing_adds_gradients_of_repeats():
+    x = mg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x[mg.tensor([0, 2, 2])].sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 0.0, 2.0])
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1), -1])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reductions_match_numpy(axis, keepdims, backend):
+    x = np.array([[0.3, -1.2, 0.9], [1.5, 0.1, -0.4]])
+    for name in ["sum", "mean", "max"]:
+        got = getattr(mg.tensor(x), name)(axis=axis, keepdims=keepdims)
+        np.testing.assert_allclose(got.numpy(), getattr(x, name)(axis=axis, keepdims=keepdims))
+        assert mg.gradcheck(lambda t: getattr(t, name)(axis=axis, keepdims=keepdims),
+                            [mg.tensor(x)])
+
+
+def test_max_splits_the_gradient_between_ties():
+    x = mg.tensor([1.0, 3.0, 3.0], requires_grad=True)
+    x.max().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.5, 0.5])
+
+
+def test_reshape_with_minus_one():
+    x = mg.tensor(np.arange(6.0))
+    assert x.reshape(2, -1).shape == (2, 3)
+    assert x.reshape((-1,)).shape == (6,)
+
+
+def test_gradient_accumulates_where_a_value_is_used_twice():
+    x = mg.tensor(3.0, requires_grad=True)
+    (x * x + x).backward()  # 2x + 1
+    assert x.grad.item() == 7.0
+    (x * 2.0).backward()  # .grad accumulates across calls, as in PyTorch
+    assert x.grad.item() == 9.0
+
+
+def test_no_grad_records_nothing():
+    x = mg.tensor(1.0, requires_grad=True)
+    with mg.no_grad():
+        y = x * 2.0
+        with mg.enable_grad():
+            w = x * 2.0
+    assert not y.requires_grad and y.is_leaf
+    assert w.requires_grad
+    assert mg.is_grad_enabled()
+
+
+def test_detach_and_stop_gradient_cut_the_tape():
+    x = mg.tensor(2.0, requires_grad=True)
+    assert mg.grad(lambda x: x * x.detach())(x).item() == 2.0
+    assert mg.grad(lambda x: x * mg.stop_gradient(x))(2.0).item() == 2.0
+
+
+def test_integer_tensors_cannot_require_grad():
+    with pytest.raises(TypeError, match="int64"):
+        mg.tensor([1, 2], requires_grad=True)
+    with pytest.raises(TypeError, match="2.0 rather than 2"):
+        mg.grad(mg.sin)(2)
+
+
+def test_nested_grad_does_not_confuse_perturbations():
+    # d/dx [x * d/dy (x * y)] = d/dx [x * x] = 2x: the inner derivative is w.r.t. y only.
+    def f(x):
+        return x * mg.grad(lambda y: x * y)(x)
+    assert mg.grad(f)(3.0).item() == 6.0
+    assert mg.grad(f, mode="forward")(3.0).item() == 6.0
+
+
+def test_vjp_and_jacobians_agree():
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(3, 2))
+
+    def f(x):
+        return mg.tanh(mg.tensor(a) @ x)
+
+    x = rng.normal(size=2)
+    jf, jr = mg.jacfwd(f)(x), mg.jacrev(f)(x)
+    expected = (1 - np.tanh(a @ x) ** 2)[:, None] * a
+    np.testing.assert_allclose(jf.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(jr.numpy(), expected, rtol=1e-12)
+    out, vjp_fn = mg.vjp(f, x)
+    (gx,) = vjp_fn(np.array([1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(gx.numpy(), expected.T @ [1.0, 0.0, 2.0], rtol=1e-12)
+
+
+def test_value_and_grad_returns_both():
+    v, (gx, gy) = mg.value_and_grad(lambda x, y: x * y, argnums=(0, 1))(2.0, 5.0)
+    assert (v.item(), gx.item(), gy.item()) == (10.0, 5.0, 2.0)
+    v, g = mg.value_and_grad(lambda x, y: x * y, argnums=1, mode="forward")(2.0, 5.0)
+    assert (v.item(), g.item()) == (10.0, 2.0)
+
+
+def test_grad_of_an_unused_argument_is_zero():
+    assert mg.grad(lambda x, y: x * 2.0, argnums=1)(1.0, 4.0).item() == 0.0
