@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np  # only for host (NumPy) conversions: the host format of .numpy()
+from array_api_compat import to_device
 
 from .errors import DeviceError
 
@@ -39,12 +41,16 @@ class Device:
     graph mode, the placement of new nodes).
     """
 
-    __slots__ = ("name", "xp", "native", "live_bytes", "peak_bytes", "_dtypes", "_names")
+    __slots__ = ("name", "xp", "native", "context", "live_bytes", "peak_bytes", "_dtypes",
+                 "_names")
 
     def __init__(self, name: str, xp: Any, native: Any = None):
         self.name = name
         self.xp = xp
         self.native = native
+        # CuPy allocates and launches kernels on the *current* GPU, so work for cuda:N
+        # runs inside ``with cupy.cuda.Device(N):``. Other devices need no context.
+        self.context = native if hasattr(native, "__enter__") else None
         self.live_bytes = 0
         self.peak_bytes = 0
         # dtype name -> the namespace's dtype object, and back.
@@ -76,14 +82,22 @@ class Device:
         dt = None if dtype is None else self.dtype(dtype)
         if self.native is None:
             return self.xp.asarray(value, dtype=dt, copy=copy)
-        return self.xp.asarray(value, dtype=dt, device=self.native, copy=copy)
+        with self.context or nullcontext():
+            return self.xp.asarray(value, dtype=dt, device=self.native, copy=copy)
 
     def copy_from(self, array: Any, source: "Device") -> Any:
-        """A real copy of ``array`` (living on ``source``) into this device's memory."""
-        if source.xp is self.xp:
-            moved = array if self.native is None else array.to_device(self.native)
+        """A real copy of ``array`` (living on ``source``) into this device's memory.
+
+        Within one array library the library moves it (``to_device``: a GPU-to-GPU copy
+        for CuPy); between libraries it goes through a host NumPy array.
+        """
+        if source.xp is not self.xp:
+            return self.asarray(source.to_numpy(array))
+        if self.native is None:  # NumPy to NumPy: virtual CPU devices
+            return self.xp.asarray(array, copy=True)
+        with self.context or nullcontext():
+            moved = to_device(array, self.native)
             return self.xp.asarray(moved, copy=True) if moved is array else moved
-        return self.asarray(source.to_numpy(array))
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """Copy an array of this device to a host NumPy array."""
@@ -140,9 +154,10 @@ _scope = _Scope()
 
 
 def _numpy_namespace() -> Any:
-    import array_api_compat.numpy as xp
+    """NumPy's namespace as array-api-compat completes it to the Array API standard."""
+    from array_api_compat import array_namespace
 
-    return xp
+    return array_namespace(np.empty(0))
 
 
 def _make_cpus() -> None:
@@ -193,8 +208,10 @@ def _cuda_device(name: str) -> Device:
         raise DeviceError(f"device {name!r}: CuPy is installed but CUDA says: {exc}") from None
     if int(index) >= count:
         raise DeviceError(f"device {name!r}: this machine has {count} GPU(s)")
-    import array_api_compat.cupy as xp
+    from array_api_compat import array_namespace
 
+    with cupy.cuda.Device(int(index)):
+        xp = array_namespace(cupy.empty(0))
     return Device(f"cuda:{index}", xp, cupy.cuda.Device(int(index)))
 
 

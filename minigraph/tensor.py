@@ -10,6 +10,7 @@ primitives, so a Tensor computes eagerly: define-by-run.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from .device import Device, get_device
@@ -173,16 +174,19 @@ def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
 def zeros(shape: "tuple[int, ...] | int", dtype: str = "float64",
           device: "str | Device | None" = None) -> Tensor:
     """A tensor of zeros."""
-    dev = get_device(device)
-    return Tensor(dev.xp.zeros(shape, dtype=dev.dtype(dtype), **_on(dev)), dev)
+    return full(shape, 0, dtype, device)
 
 
 def ones(shape: "tuple[int, ...] | int", dtype: str = "float64",
          device: "str | Device | None" = None) -> Tensor:
     """A tensor of ones."""
+    return full(shape, 1, dtype, device)
+
+
+def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: str = "float64",
+         device: "str | Device | None" = None) -> Tensor:
+    """A tensor of ``shape`` filled with ``value``."""
     dev = get_device(device)
-    return Tensor(dev.xp.ones(shape, dtype=dev.dtype(dtype), **_on(dev)), dev)
-
-
-def _on(dev: Device) -> dict:
-    return {} if dev.native is None else {"device": dev.native}
+    on = {} if dev.native is None else {"device": dev.native}
+    with dev.context or nullcontext():
+        return Tensor(dev.xp.full(shape, value, dtype=dev.dtype(dtype), **on), dev)

@@ -24,6 +24,9 @@ settings.register_profile("default", deadline=None, max_examples=40,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", deadline=None, max_examples=1000,
+                          suppress_health_check=[HealthCheck.too_slow])
+# CI=true picks "ci"; `pytest --hypothesis-profile=thorough` searches much harder.
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 

@@ -104,11 +104,9 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
 
 def basis(x: Any, k: int) -> Tensor:
     """The k-th unit vector of x's shape: zeros with a one at flat position k."""
-    dev = x.device
-    e = dev.xp.zeros(x.size, dtype=dev.dtype(x.dtype), **({} if dev.native is None else
-                                                         {"device": dev.native}))
-    e[k] = 1
-    return Tensor(dev.xp.reshape(e, shape_of(x)), dev)
+    e = zeros(x.size, x.dtype, x.device)
+    e.data[k] = 1
+    return Tensor(x.device.xp.reshape(e.data, shape_of(x)), x.device)
 
 
 def assemble_jacobian(pieces: list, out_shape: tuple, rows_are: str,

@@ -110,7 +110,11 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
     if device is None:
         return _apply_converting(prim, args, params)
     try:
-        data = prim.impl(device.xp, *arrays, **params)
+        if device.context is None:
+            data = prim.impl(device.xp, *arrays, **params)
+        else:  # a GPU: run on it (see Device.context)
+            with device.context:
+                data = prim.impl(device.xp, *arrays, **params)
     except MinigraphError:
         raise
     except Exception as exc:

@@ -32,7 +32,7 @@ value kind                 priority    what binding does
 plain values (floats ...)  none        become tensors on the default device
 ``Tensor``                 0           compute now; record on the tape if needed
 graph ``Node``             10          add a node to the current graph
-source variable            20          write a line of Python
+source variable, ``Sym``   20          write the expression down (and compute it)
 ``Dual`` at level L        100 + L     compute primal and tangent together
 =========================  ==========  =================================================
 
