@@ -25,6 +25,7 @@ tape, and a second sweep over it gives second derivatives.
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 import threading
 from typing import Any, Callable, Iterable
 
@@ -32,7 +33,7 @@ from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.primitive import Primitive, register_eager
-from ..tensor import FLOAT_DTYPES, Tensor, ones, tensor, zeros
+from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
 
@@ -237,7 +238,8 @@ def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
                 f"{who}: the output has shape {out.shape}; a gradient is defined for a "
                 f"scalar output only. Reduce it first (e.g. out.sum()) or pass the "
                 f"output's gradient explicitly: {who.split('(')[0]}(grad=...)")
-        return ones(out.shape, out.dtype, out.device)
+        with out.device.context or nullcontext():
+            return Tensor(out.device.xp.ones_like(out.data), out.device)
     g = grad if isinstance(grad, Tensor) else tensor(grad, dtype=out.dtype, device=out.device)
     if g.shape != out.shape:
         raise ShapeError(f"{who}: the gradient has shape {g.shape}, the output {out.shape}")
@@ -296,7 +298,7 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     def vjp_fn(g: Any = None) -> tuple:
         seed = _seed(out, g, "vjp_fn(g)")
         adj = {id(x): a for x, a in sweep([out], [seed], stop, create_graph and _mode.enabled)}
-        return tuple(adj.get(id(x), _zeros_like(x)) for x in inputs)
+        return tuple(adj[id(x)] if id(x) in adj else _zeros_like(x) for x in inputs)
 
     return (out if create_graph else out.detach()), vjp_fn
 
@@ -337,7 +339,8 @@ def _vjp_of_duals(f: Callable[..., Any], primals: tuple) -> tuple[Any, Callable[
         record = create_graph and _mode.enabled
         gp = {id(x): a for x, a in sweep([out_p], [seed], stop, record)}
         gt = {id(x): a for x, a in sweep([out_t], [seed], stop, record)} if out_t is not None else {}
-        return tuple(Dual(gp.get(id(x), _zeros_like(x)), gt.get(id(x), _zeros_like(x)), level)
+        return tuple(Dual(gp[id(x)] if id(x) in gp else _zeros_like(x),
+                          gt[id(x)] if id(x) in gt else _zeros_like(x), level)
                      for x in tracked)
 
     return out, vjp_fn
