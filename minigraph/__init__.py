@@ -18,6 +18,13 @@ from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross
                   not_equal, one_hot, pow, relu, reshape, scatter_add, sigmoid, sin,
                   softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where)
 from .tensor import Tensor, ones, tensor, zeros
+from .graph.compile import compile_graph
+from .graph.gradients import gradients
+from .ops import add_n
+from .graph.graph import Graph, Node, constant, name_scope, placeholder, variable
+from .graph.trace import trace
+from .graph import passes
+from .runtime.session import Session
 
 float32, float64, int64, int32, bool_ = "float32", "float64", "int64", "int32", "bool"
 
@@ -32,5 +39,6 @@ __all__ = [
     "matmul", "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal",
     "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
-    "Tensor", "ones", "tensor", "zeros", "float32", "float64", "int64", "int32", "bool_",
+    "Tensor", "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph",
+    "Node", "constant", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "float32", "float64", "int64", "int32", "bool_",
 ]

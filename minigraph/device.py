@@ -231,6 +231,11 @@ def get_device(spec: "str | Device | None" = None) -> Device:
     raise DeviceError(f"unknown device {spec!r}; known devices: {', '.join(devices())}")
 
 
+def scoped_device() -> Device | None:
+    """The device of the innermost ``with mg.device(...)`` block, or None outside any."""
+    return _scope.stack[-1] if _scope.stack else None
+
+
 def device(name: "str | Device") -> Device:
     """The device called ``name``; use it as ``with mg.device("cpu:1"): ...``."""
     return get_device(name)

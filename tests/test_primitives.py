@@ -46,6 +46,7 @@ CASES = {
     "mul": (lambda x, y: x * y, (r(3, 1), r(1, 4)), lambda x, y: x * y),
     "div": (lambda x, y: x / y, (A23, P23), lambda x, y: x / y),
     "neg": (lambda x: -x, (A23,), lambda x: -x),
+    "AddN": (lambda x, y: mg.add_n([x, y, x]), (A23, B23), lambda x, y: 2 * x + y),
     "pow": (lambda x, y: x ** y, (P23, r(3)), lambda x, y: x ** y),
     "maximum": (lambda x, y: mg.maximum(x, y), (A23, B23), np.maximum),
     "exp": (mg.exp, (A23,), np.exp),

@@ -85,3 +85,18 @@ def test_second_derivatives_agree_on_random_programs(prog, x):
     }
     for name, value in results.items():
         assert value == pytest.approx(fd2, rel=1e-4, abs=1e-4), name
+
+
+@given(programs(), st.lists(st.floats(-2, 2), min_size=2, max_size=2))
+def test_eager_graph_compiled_and_traced_values_agree(prog, x):
+    assume(abs(run(prog, x, 1)) < 1e3)
+    eager = run(prog, [mg.tensor(v) for v in x], 0).item()
+    with mg.Graph() as g:
+        a, b = mg.placeholder(shape=(), name="a"), mg.placeholder(shape=(), name="b")
+        out = run(prog, [a, b], 0)
+    if not isinstance(out, mg.Node):  # the program ignored both inputs
+        return
+    in_session = mg.Session(g).run(out, {a: x[0], b: x[1]})
+    compiled = mg.compile_graph(g, [a, b], [out])(*x)[0].item()
+    traced = mg.trace(lambda p, q: run(prog, [p, q], 0))(*x).item()
+    assert in_session == eager and compiled == eager and traced == eager

@@ -5,7 +5,7 @@ single definition (kernel, shape rule, JVP and VJP rules, cost class).
 """
 
 from .copy import astype, identity, stop_gradient, to_device
-from .elementwise import (add, cos, div, equal, exp, greater, greater_equal, less,
+from .elementwise import (add, add_n, cos, div, equal, exp, greater, greater_equal, less,
                           less_equal, log, maximum, mul, neg, not_equal, pow, relu,
                           sigmoid, sin, sqrt, sub, tanh, where)
 from .linalg import matmul
@@ -17,7 +17,7 @@ from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshap
 
 __all__ = [
     "PRIMITIVES", "Primitive", "bind",
-    "add", "sub", "mul", "div", "neg", "pow", "maximum", "exp", "log", "sin", "cos",
+    "add", "add_n", "sub", "mul", "div", "neg", "pow", "maximum", "exp", "log", "sin", "cos",
     "tanh", "sigmoid", "relu", "sqrt", "where", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",

@@ -17,7 +17,8 @@ from typing import Any
 
 from . import reduce as R
 from . import shape_rules as S
-from .primitive import bind, primitive
+from ..errors import ShapeError
+from .primitive import Each, bind, primitive
 
 
 def _unbroadcast(*rules):
@@ -134,6 +135,27 @@ WHERE = primitive(
     vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
                      lambda g, out, c, x, y: where(c, 0.0, g)))
 
+def _add_n_shape(*xs: Any) -> tuple:
+    shapes = {S.shape_of(x) for x in xs}
+    if len(shapes) > 1:
+        raise ShapeError(f"AddN: all terms must have the same shape, got {sorted(shapes)}")
+    return shapes.pop(), S.promote(*xs)
+
+
+def _add_arrays(xp: Any, *xs: Any) -> Any:
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+# AddN adds up several terms of one shape; the reverse-graph pass uses it to sum the
+# contributions to an adjoint, as TensorFlow does (hence TensorFlow's name for it).
+ADD_N = primitive(
+    "AddN", _add_arrays, _add_n_shape,
+    jvp=Each(lambda i: lambda t, out, *xs: t),
+    vjp=Each(lambda i: lambda g, out, *xs: g))
+
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 
 LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"))
@@ -220,6 +242,12 @@ def relu(x: Any) -> Any:
 def sqrt(x: Any) -> Any:
     """Square root."""
     return bind(SQRT, x)
+
+
+def add_n(xs: "list[Any] | tuple[Any, ...]") -> Any:
+    """The sum of several values of one shape (one AddN node in a graph)."""
+    xs = list(xs)
+    return xs[0] if len(xs) == 1 else bind(ADD_N, *xs)
 
 
 def where(condition: Any, x: Any, y: Any) -> Any:

@@ -1,0 +1,148 @@
+"""The reverse-graph generation pass: ``mg.gradients(ys, xs)`` [3.1.3].
+
+Instead of computing derivatives, this pass *adds nodes* to the graph that will compute
+them when the graph runs, following TensorFlow's ``gradients`` algorithm:
+
+1. Keep only the nodes on a path from some ``x`` to some ``y`` (reachable forwards from
+   ``xs`` and backwards from ``ys``); nothing else can carry a derivative.
+2. Count, for each of them, its consumers among those nodes (its *pending count*).
+3. Start from the ``ys``, each with its seed (``grad_ys``, or ones: a non-scalar ``y``
+   is seeded with ones, TensorFlow's convention).
+4. Take a node whose consumers have all been expanded (pending count 0, kept in a
+   queue), add up the adjoint contributions it received (one ``AddN`` node when there
+   are several), and run its primitive's VJP rules *on graph nodes*: the rules build
+   the gradient nodes. Each contribution lowers the pending count of its target.
+
+So the same VJP rules that run on tensors in the tape build the reverse graph here:
+there is no second set of derivative rules. The gradient nodes sit under the name
+scope ``gradients/`` and on the device of the forward node they differentiate.
+Because the result is an ordinary graph, running the pass again on it gives gradients
+of gradients.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ..errors import GradientError
+from ..ops.elementwise import add_n
+from ..ops.shape_rules import FLOATS
+from .graph import Graph, GraphError, Node
+
+def _as_list(v: Any) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _between(ys: list[Node], xs: list[Node]) -> set[int]:
+    """ids of the nodes on some path from an x to a y (iterative: no recursion)."""
+    consumers: dict[int, list[Node]] = {}
+    for n in ys[0].graph.nodes:
+        for i in n.inputs:
+            consumers.setdefault(id(i), []).append(n)
+    forward, stack = set(), list(xs)
+    while stack:
+        n = stack.pop()
+        if id(n) not in forward:
+            forward.add(id(n))
+            stack.extend(consumers.get(id(n), ()))
+    backward, stack = set(), [y for y in ys if id(y) in forward]
+    while stack:
+        n = stack.pop()
+        if id(n) not in backward:
+            backward.add(id(n))
+            stack.extend(i for i in n.inputs if id(i) in forward)
+    return backward
+
+
+def _seed(y: Node, g: Any) -> Any:
+    """The adjoint a y starts with: ``grad_ys`` or ones of y's shape."""
+    if g is not None:
+        return g
+    if y.shape is None:
+        raise GradientError(f"gradients: '{y.name}' has an unknown shape; give the "
+                            f"placeholders it depends on a shape")
+    import numpy as np  # a host constant, copied to y's device by mg.constant
+
+    with y.device:
+        return y.graph.constant(np.ones(y.shape, dtype=y.dtype), name="ones")
+
+
+def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
+    """Add the nodes of d(sum of ys)/d(x) for each x; ``None`` where no path leads."""
+    ys, xs = _as_list(ys), _as_list(xs)
+    grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
+    graph = _check(ys, xs, grad_ys)
+    relevant = _between(ys, xs)
+    pending: dict[int, int] = {}
+    for n in graph.nodes:
+        if id(n) in relevant:
+            for i in n.inputs:
+                pending[id(i)] = pending.get(id(i), 0) + 1
+    contributions: dict[int, list[Any]] = {}
+    with graph.name_scope("gradients"):
+        for y, g in zip(ys, grad_ys):
+            if id(y) in relevant:
+                with y.device:
+                    contributions.setdefault(id(y), []).append(_seed(y, g))
+        ready = deque(y for y in _unique(ys) if id(y) in relevant and pending.get(id(y), 0) == 0)
+        while ready:
+            _expand(ready.popleft(), contributions, relevant, pending, ready)
+        results = []
+        for x in xs:
+            parts = contributions.get(id(x))
+            if not parts:
+                results.append(None)
+                continue
+            with x.device:
+                results.append(add_n(parts))
+    return results
+
+
+def _expand(node: Node, contributions: dict, relevant: set, pending: dict,
+            ready: deque) -> None:
+    """Sum the adjoint of ``node`` and hand its shares to its inputs (VJP rules)."""
+    parts = contributions.get(id(node), [])
+    rules = node.prim.vjp if node.prim is not None and node.prim.differentiable else None
+    with node.device:
+        g = None
+        if parts and rules is not None:
+            g = add_n(parts)
+            contributions[id(node)] = [g]  # summed once, even if node is also an x
+        for i, a in enumerate(node.args):
+            if not isinstance(a, Node) or id(a) not in relevant:
+                continue
+            rule = rules[i] if rules is not None else None
+            if g is not None and rule is not None and a.dtype in FLOATS:
+                share = rule(g, node, *node.args, **node.params)
+                contributions.setdefault(id(a), []).append(share)
+            pending[id(a)] -= 1
+            if pending[id(a)] == 0:
+                ready.append(a)
+
+
+def _unique(nodes: list[Node]) -> list[Node]:
+    seen, out = set(), []
+    for n in nodes:
+        if id(n) not in seen:
+            seen.add(id(n))
+            out.append(n)
+    return out
+
+
+def _check(ys: list, xs: list, grad_ys: list) -> Graph:
+    for v in ys + xs:
+        if not isinstance(v, Node):
+            raise GraphError(f"gradients: expected graph nodes, got {type(v).__name__}; "
+                             f"build the computation inside `with mg.Graph():`")
+    graph = ys[0].graph
+    for v in ys + xs:
+        if v.graph is not graph:
+            raise GraphError(f"gradients: '{v.name}' belongs to another graph")
+    if len(grad_ys) != len(ys):
+        raise GradientError(f"gradients: {len(ys)} ys but {len(grad_ys)} grad_ys")
+    for y in ys:
+        if y.dtype is not None and y.dtype not in FLOATS:
+            raise GradientError(f"gradients: '{y.name}' has dtype {y.dtype}; only floating "
+                                f"values have gradients")
+    return graph

@@ -1,0 +1,370 @@
+"""Define-and-run: the program as a dataflow graph, built first and run later [3.1.2].
+
+Inside ``with mg.Graph() as g:`` the same functions and operators that compute on
+tensors *build nodes* instead: ``x * y`` on two graph nodes adds a ``mul`` node to the
+graph and returns it. This is the graph interpreter of ``bind`` (priority 10, above
+tensors): one function body serves eager and graph code.
+
+A :class:`Node` is one operation in the graph: its primitive (or one of the special ops
+below), its arguments (nodes, which are the graph's edges, and plain Python numbers),
+its parameters, and what the primitive's shape rule says about its result (shape,
+dtype), plus where it runs (``device``), how costly it is (``cost``), and the file and
+line of the user's code that created it, which every error about it quotes.
+
+Special ops, named as in TensorFlow:
+
+==============  ===========================================================
+``Placeholder``  an input, fed at run time (``mg.placeholder``)
+``Const``        a value fixed when the graph is built (``mg.constant``)
+``Variable``     state that lives with the graph across runs (``mg.variable``)
+``Assign``       writes a new value into a variable when run (``var.assign``)
+==============  ===========================================================
+
+A variable's value is kept on its node, like a TensorFlow 2 resource variable or an
+MXNet parameter, so every session of the graph sees the same state.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np  # host-side checks of fed values
+
+from ..device import Device, get_device, scoped_device
+from ..errors import MinigraphError, ShapeError
+from ..ops import copy as C
+from ..ops.operators import ArrayOps
+from ..ops.primitive import Primitive, register_kind
+from ..tensor import Tensor, tensor
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMBERS = (bool, int, float)
+
+
+class GraphError(MinigraphError, ValueError):
+    """A graph used wrongly: nodes of two graphs, a cycle, an unknown name, ..."""
+
+
+class TracedValueError(MinigraphError, TypeError):
+    """Python asked for the value of a node while the graph is still being built."""
+
+
+# -- where the user created a node ---------------------------------------------------------
+
+def user_location() -> tuple[str, int] | None:
+    """The innermost stack frame outside minigraph: the user's file and line."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def describe_location(location: tuple[str, int] | None) -> str:
+    """``file.py:12: z = x * y`` for error messages."""
+    if location is None:
+        return "an unknown place"
+    filename, line = location
+    code = linecache.getline(filename, line).strip()
+    return f"{filename}:{line}" + (f": {code}" if code else "")
+
+
+# -- nodes ------------------------------------------------------------------------------------
+
+class Node(ArrayOps):
+    """One operation of a :class:`Graph`; operators on nodes add more nodes."""
+
+    __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
+                 "dtype", "device", "cost", "location", "value")
+    _priority = 10  # above tensors: a node among the arguments makes bind build a node
+
+    def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
+                 args: tuple, params: dict, shape: tuple | None, dtype: str | None,
+                 device: Device, location: tuple[str, int] | None, value: Any = None):
+        self.graph = graph
+        self.name = name
+        self.op = op
+        self.prim = prim
+        self.args = args
+        self.params = params
+        self.inputs = tuple(a for a in args if isinstance(a, Node))
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.cost = prim.cost if prim is not None else "cheap"
+        self.location = location
+        self.value = value  # the array of a Const, the current state of a Variable
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Node":
+        return self.graph.add(prim, args, params)
+
+    def assign(self, value: Any) -> "Node":
+        """An ``Assign`` node that stores ``value`` in this variable when it is run."""
+        if self.op != "Variable":
+            raise GraphError(f"assign: '{self.name}' is a {self.op} node, not a Variable")
+        return self.graph.add_special("Assign", (self, value), name=f"{self.name}/assign")
+
+    def numpy(self) -> Any:
+        if self.op in ("Const", "Variable"):
+            return self.device.to_numpy(self.value)
+        raise self._no_value("numpy()")
+
+    def item(self) -> Any:
+        raise self._no_value("item()")
+
+    def __bool__(self) -> bool:
+        raise self._no_value("bool() (an `if` or `while` on it?)")
+
+    def __float__(self) -> float:
+        raise self._no_value("float()")
+
+    def __int__(self) -> int:
+        raise self._no_value("int()")
+
+    def __index__(self) -> int:
+        raise self._no_value("an index")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError(f"len() of node '{self.name}' with shape {self.shape}")
+        return self.shape[0]
+
+    def _no_value(self, what: str) -> TracedValueError:
+        return TracedValueError(
+            f"{what} needs the value of graph node '{self.name}' ({self.op}), created at "
+            f"{describe_location(self.location)}; a graph node has no value until the graph "
+            f"runs. Python control flow on it cannot be recorded in the graph: use "
+            f"mg.where(...) for a choice between values, or run the graph with mg.Session")
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name}: {self.op} {_type_text(self)} on {self.device.name}>"
+
+
+register_kind(Node)
+
+
+def _type_text(node: Node) -> str:
+    """``f64[2,3]`` as in a jaxpr; ``?`` where the shape is not known before running."""
+    short = {"float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32", "bool": "bool"}
+    dtype = short.get(node.dtype, node.dtype or "?")
+    shape = "?" if node.shape is None else ",".join(map(str, node.shape))
+    return f"{dtype}[{shape}]"
+
+
+# -- graphs ----------------------------------------------------------------------------------
+
+class _Defaults(threading.local):
+    def __init__(self) -> None:
+        self.graphs: list[Graph] = []
+
+
+_defaults = _Defaults()
+
+
+class Graph:
+    """A dataflow graph: nodes in creation order, unique names, scopes for new nodes."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self._by_name: dict[str, Node] = {}
+        self._scopes: list[str] = []
+        self._consts: dict[int, Node] = {}  # id(tensor) -> its Const node
+        self._suffix: dict[str, int] = {}  # the next _k to try for a repeated name
+
+    # -- the default graph ---------------------------------------------------------------
+    def __enter__(self) -> "Graph":
+        _defaults.graphs.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _defaults.graphs.pop()
+
+    def as_default(self) -> "Graph":
+        """``with g.as_default():`` (the graph itself is the context manager)."""
+        return self
+
+    @contextmanager
+    def name_scope(self, name: str) -> Iterator[str]:
+        """Prefix the names of the nodes made inside with ``name/``."""
+        self._scopes.append(name.strip("/"))
+        try:
+            yield "/".join(self._scopes)
+        finally:
+            self._scopes.pop()
+
+    # -- adding nodes ----------------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        """``base`` under the current name scope, with _1, _2, ... if already taken."""
+        name = "/".join(self._scopes + [base])
+        if name not in self._by_name:
+            return name
+        k = self._suffix.get(name, 1)  # remembered, so a long chain of "mul" stays O(1)
+        while f"{name}_{k}" in self._by_name:
+            k += 1
+        self._suffix[name] = k + 1
+        return f"{name}_{k}"
+
+    def _register(self, node: Node) -> Node:
+        self.nodes.append(node)
+        self._by_name[node.name] = node
+        return node
+
+    def _argument(self, a: Any) -> Any:
+        """An argument as a node stores it: nodes (of this graph) and Python numbers."""
+        if isinstance(a, Node):
+            if a.graph is not self:
+                raise GraphError(f"node '{a.name}' belongs to another graph ({a.graph.name!r}); "
+                                 f"operations cannot mix nodes of two graphs")
+            return a
+        if type(a) in _NUMBERS:
+            return a
+        t = a if isinstance(a, Tensor) else tensor(a)
+        if id(t) not in self._consts:
+            self._consts[id(t)] = self.constant(t, name="const")
+        return self._consts[id(t)]
+
+    def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None) -> Node:
+        """Add a node applying ``prim``; its shape and dtype come from the shape rule."""
+        location = user_location()
+        args = tuple(self._argument(a) for a in args)
+        name = self.unique_name(name or prim.name)
+        shape, dtype = self._infer(prim, args, params, name, location)
+        node = Node(self, name, prim.name, prim, args, params, shape, dtype,
+                    self._place(prim, args, params), location)
+        return self._register(node)
+
+    def _infer(self, prim: Primitive, args: tuple, params: dict, name: str,
+               location: tuple[str, int] | None) -> tuple:
+        if any(isinstance(a, Node) and a.shape is None for a in args):
+            return None, None  # known only when the graph runs
+        try:
+            return prim.shape(*args, **params)
+        except MinigraphError as exc:
+            raise type(exc)(f"{exc}\n  in node '{name}' created at "
+                            f"{describe_location(location)}") from None
+
+    def _place(self, prim: Primitive, args: tuple, params: dict) -> Device:
+        """Placement: an ``mg.device`` scope wins; else colocate with the first input."""
+        if prim is C.TO_DEVICE:
+            return params["device"]
+        scoped = scoped_device()
+        if scoped is not None:
+            return scoped
+        for a in args:
+            if isinstance(a, Node):
+                return a.device
+        return get_device(None)
+
+    def add_special(self, op: str, args: tuple, shape: tuple | None = None,
+                    dtype: str | None = None, name: str | None = None,
+                    value: Any = None, device: Device | None = None) -> Node:
+        """Add a Placeholder, Const, Variable or Assign node."""
+        args = tuple(self._argument(a) for a in args)
+        if op == "Assign":
+            var, new = args
+            if new.shape is not None and new.shape != var.shape:
+                raise ShapeError(f"assign: variable '{var.name}' has shape {var.shape}, the "
+                                 f"new value '{new.name}' has shape {new.shape}")
+            shape, dtype, device = var.shape, var.dtype, var.device
+        node = Node(self, self.unique_name(name or op), op, None, args, {}, shape, dtype,
+                    device or scoped_device() or get_device(None), user_location(), value)
+        return self._register(node)
+
+    def constant(self, value: Any, dtype: str | None = None, name: str | None = None) -> Node:
+        t = value if isinstance(value, Tensor) and dtype is None else tensor(value, dtype)
+        dev = scoped_device() or t.device
+        return self.add_special("Const", (), t.shape, t.dtype, name or "Const",
+                                value=dev.copy_from(t.data, t.device), device=dev)
+
+    # -- looking at the graph -------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Node:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise GraphError(f"no node named {name!r} in graph {self.name!r}") from None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __str__(self) -> str:
+        """One node per line: ``name:type = op(inputs)  @device  cost  (file:line)``."""
+        width = max((len(n.name) + len(_type_text(n)) for n in self.nodes), default=0) + 1
+        lines = [f"graph {self.name} {{"]
+        for n in self.nodes:
+            args = ", ".join(a.name if isinstance(a, Node) else repr(a) for a in n.args)
+            params = ", ".join(f"{k}={_short(v)}" for k, v in n.params.items())
+            call = f"{n.op}({', '.join(p for p in (args, params) if p)})"
+            where = "" if n.location is None else \
+                f"  {os.path.basename(n.location[0])}:{n.location[1]}"
+            lines.append(f"  {n.name + ':' + _type_text(n):<{width}} = {call:<28}"
+                         f" @{n.device.name} {n.cost}{where}")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name!r}: {len(self.nodes)} nodes>"
+
+    def to_dot(self) -> str:
+        """Graphviz DOT text of the graph (see ``minigraph.viz.dot``)."""
+        from ..viz.dot import graph_to_dot
+
+        return graph_to_dot(self)
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, Device):
+        return v.name
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}"
+    return repr(v)
+
+
+def default_graph() -> Graph:
+    """The graph of the innermost ``with Graph():`` block (or a global one outside)."""
+    if _defaults.graphs:
+        return _defaults.graphs[-1]
+    return _GLOBAL
+
+
+_GLOBAL = Graph("default")
+
+
+@contextmanager
+def name_scope(name: str) -> Iterator[str]:
+    """``with mg.name_scope("layer1"):`` prefixes new nodes' names in the default graph."""
+    with default_graph().name_scope(name) as scope:
+        yield scope
+
+
+def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
+                name: str | None = None) -> Node:
+    """An input of the graph, given a value at run time through ``feed_dict``.
+
+    ``shape=None`` accepts any shape; the shapes that depend on it are then known only
+    when the graph runs, and ``mg.gradients`` needs them known (give a shape).
+    """
+    shape = None if shape is None else tuple(shape)
+    if shape is not None and any(not isinstance(n, int) or n < 0 for n in shape):
+        raise ShapeError(f"placeholder: a shape is a tuple of sizes >= 0, got {shape}")
+    get_device(None).dtype(str(dtype))  # an unknown dtype name fails here, not at run time
+    return default_graph().add_special("Placeholder", (), shape, str(dtype), name or "Placeholder")
+
+
+def constant(value: Any, dtype: str | None = None, name: str | None = None) -> Node:
+    """A value fixed when the graph is built."""
+    return default_graph().constant(value, dtype, name)
+
+
+def variable(value: Any, dtype: str | None = None, name: str | None = None) -> Node:
+    """State kept with the graph across runs; change it with ``var.assign(new)``."""
+    t = tensor(value, dtype)
+    dev = scoped_device() or t.device
+    return default_graph().add_special("Variable", (), t.shape, t.dtype, name or "Variable",
+                                       value=dev.copy_from(t.data, t.device), device=dev)

@@ -1,0 +1,130 @@
+"""Graph passes: rewrite a graph before running it, as a define-and-run framework can.
+
+Each pass takes a graph and the nodes that will be fetched, and returns a
+:class:`PassResult`: a *new* graph (the original is left as it was, so nodes the user
+holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed), and
+``changes``, a line of text per change, so a student can see what the pass did.
+
+* ``prune``: keep only what the fetches need;
+* ``cse`` (common-subexpression elimination): two nodes with the same op, the same
+  inputs and the same parameters compute the same value; keep the first;
+* ``fold_constants``: a node whose inputs are all constants is computed now and becomes
+  a constant.
+
+``optimize`` runs the three in that order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .graph import Graph, Node
+from .topo import fifo_order, needed
+
+
+@dataclass
+class PassResult:
+    graph: Graph
+    mapping: dict[int, Node]  # id(old node) -> new node
+    changes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, old: Node) -> Node:
+        """The new node standing for ``old``."""
+        return self.mapping[id(old)]
+
+    def __str__(self) -> str:
+        return "\n".join(self.changes) if self.changes else "(no change)"
+
+
+def _copy(new: Graph, n: Node, args: tuple) -> Node:
+    """A copy of ``n`` in graph ``new``, reading the (new) arguments ``args``."""
+    return new._register(Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype,
+                              n.device, n.location, n.value))
+
+
+Rewrite = Callable[[Graph, Node, tuple], Node]
+
+
+def _rebuild(graph: Graph, fetches: Sequence[Node], rewrite: Rewrite) -> PassResult:
+    """Visit the nodes the fetches need, in topological order, and let ``rewrite`` give
+    each one's replacement in a new graph (a copy, an earlier node, a constant)."""
+    new = Graph(graph.name)
+    mapping: dict[int, Node] = {}
+    for n in fifo_order(graph.nodes, needed(fetches)):
+        args = tuple(mapping[id(a)] if isinstance(a, Node) else a for a in n.args)
+        mapping[id(n)] = rewrite(new, n, args)
+    return PassResult(new, mapping)
+
+
+def prune(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+    """Keep only the nodes ``fetches`` depend on."""
+    result = _rebuild(graph, fetches, _copy)
+    result.changes = [f"prune: removed {n.name} ({n.op})" for n in graph.nodes
+                      if id(n) not in result.mapping]
+    return result
+
+
+def _key(n: Node, args: tuple) -> tuple | None:
+    """What makes two nodes compute the same value; None for nodes never merged."""
+    if n.prim is None:
+        return None  # placeholders, constants, variables and assignments stay distinct
+    params = tuple(sorted((k, repr(v)) for k, v in n.params.items()))
+    return (n.op, n.device.name, params,
+            tuple(id(a) if isinstance(a, Node) else ("number", a) for a in args))
+
+
+def cse(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+    """Merge nodes that compute the same value (same op, inputs, parameters, device)."""
+    seen: dict[tuple, Node] = {}
+    changes: list[str] = []
+
+    def rewrite(new: Graph, n: Node, args: tuple) -> Node:
+        key = _key(n, args)
+        if key is not None and key in seen:
+            changes.append(f"cse: {n.name} computes the same as {seen[key].name}")
+            return seen[key]
+        copy = _copy(new, n, args)
+        if key is not None:
+            seen[key] = copy
+        return copy
+
+    result = _rebuild(graph, fetches, rewrite)
+    result.changes = changes
+    return result
+
+
+def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+    """Compute now every node whose inputs are all constants; it becomes a Const."""
+    from ..runtime.session import compute
+
+    changes: list[str] = []
+
+    def rewrite(new: Graph, n: Node, args: tuple) -> Node:
+        nodes = [a for a in args if isinstance(a, Node)]
+        if n.prim is None or not nodes or any(a.op != "Const" for a in nodes):
+            return _copy(new, n, args)
+        probe = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, n.device,
+                     n.location)
+        value = compute(probe, {id(a): a.value for a in nodes}, [], [])
+        shown = repr(n.device.to_numpy(value).tolist())
+        changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
+                       f"{shown if len(shown) < 60 else shown[:57] + '...'}")
+        return new._register(Node(new, n.name, "Const", None, (), {}, n.shape, n.dtype,
+                                  n.device, n.location, value))
+
+    result = _rebuild(graph, fetches, rewrite)
+    result.changes = changes
+    return result
+
+
+def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+    """prune, then cse, then fold_constants; the mapping goes from the original graph."""
+    result = PassResult(graph, {id(n): n for n in graph.nodes})
+    current = list(fetches)
+    for step in (prune, cse, fold_constants):
+        nxt = step(result.graph, current)
+        result = PassResult(nxt.graph, {k: nxt.mapping[id(v)] for k, v in result.mapping.items()
+                                        if id(v) in nxt.mapping}, result.changes + nxt.changes)
+        current = [nxt.mapping[id(f)] for f in current]
+    return result

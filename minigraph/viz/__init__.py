@@ -1,0 +1,1 @@
+"""Seeing graphs: DOT text for Graphviz and matplotlib drawings."""

@@ -1,0 +1,39 @@
+"""Graphviz DOT text for a graph. No Graphviz is needed to make it; to render it, paste
+it into any Graphviz viewer, or use the ``graphviz`` package where ``dot`` exists:
+``graphviz.Source(g.to_dot())``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..graph.graph import Graph, Node
+
+SHAPES = {"Placeholder": "invhouse", "Const": "box", "Variable": "cylinder", "Assign": "cds"}
+
+
+def _label(node: "Node") -> str:
+    from ..graph.graph import _type_text
+
+    return f"{node.name}\\n{node.op} {_type_text(node)}"
+
+
+def _color(node: "Node") -> str:
+    if node.name.startswith("gradients/") or "/gradients/" in node.name:
+        return "lightsalmon"  # the reverse graph, added by mg.gradients
+    return "lightblue" if node.op not in SHAPES else "lightgrey"
+
+
+def graph_to_dot(graph: "Graph") -> str:
+    """One DOT node per graph node (forward blue, gradients salmon), one edge per input."""
+    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;",
+             '  node [style=filled, fontname="Helvetica", fontsize=10];']
+    index = {id(n): k for k, n in enumerate(graph.nodes)}
+    for k, n in enumerate(graph.nodes):
+        lines.append(f'  n{k} [label="{_label(n)}", shape={SHAPES.get(n.op, "ellipse")}, '
+                     f'fillcolor={_color(n)}];')
+    for k, n in enumerate(graph.nodes):
+        for i in n.inputs:
+            lines.append(f"  n{index[id(i)]} -> n{k};")
+    lines.append("}")
+    return "\n".join(lines)

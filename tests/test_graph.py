@@ -1,0 +1,398 @@
+"""Define-and-run: graph building, the reverse-graph pass, passes, Session, compile, trace."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph.errors import DeviceError, GradientError, ShapeError
+from minigraph.graph.graph import GraphError, TracedValueError
+from minigraph.runtime.session import FeedError, NodeError
+
+
+def textbook_graph():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), dtype="float64", name="x")
+        y = mg.placeholder(shape=(), dtype="float64", name="y")
+        z = x * y + mg.sin(x)
+        gx, gy = mg.gradients(z, [x, y])
+    return g, x, y, z, gx, gy
+
+
+# -- building ------------------------------------------------------------------------------
+
+def test_nodes_in_creation_order_with_their_attributes():
+    g, x, y, z, *_ = textbook_graph()
+    assert [n.name for n in g.nodes[:5]] == ["x", "y", "mul", "sin", "add"]
+    assert z.op == "add" and [i.name for i in z.inputs] == ["mul", "sin"]
+    assert z.device.name == "cpu" and z.shape == () and z.dtype == "float64"
+    assert g["mul"].cost in ("cheap", "expensive")
+    assert mg.matmul(mg.placeholder((2, 2)), mg.placeholder((2, 2))).cost == "expensive"
+
+
+def test_each_node_records_the_users_line():
+    with mg.Graph():
+        x = mg.placeholder(shape=(2,))
+        y = x * 2.0  # the line recorded
+    filename, line = y.location
+    assert filename == __file__
+    with open(__file__) as src:
+        assert "the line recorded" in src.readlines()[line - 1]
+
+
+def test_name_and_device_scopes():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        with mg.name_scope("layer1"):
+            a = mg.sin(x)
+            with g.name_scope("inner"):
+                b = mg.cos(a)
+        with mg.device("cpu:1"):
+            c = x.to("cpu:1") * 2.0
+        d = c + 1.0  # unplaced: colocated with its input
+    assert a.name == "layer1/sin" and b.name == "layer1/inner/cos"
+    assert c.device.name == "cpu:1" and d.device.name == "cpu:1" and a.device.name == "cpu"
+
+
+def test_shape_errors_quote_the_users_line():
+    with mg.Graph():
+        x = mg.placeholder(shape=(3,))
+        y = mg.placeholder(shape=(4,))
+        with pytest.raises(ShapeError, match=r"(?s)add: shapes \(3,\) and \(4,\).*test_graph.py:\d+: x \+ y"):
+            x + y
+
+
+def test_python_control_flow_on_a_node_is_refused():
+    with mg.Graph():
+        x = mg.placeholder(shape=())
+        with pytest.raises(TracedValueError, match="mg.where"):
+            if x > 0:
+                pass
+        with pytest.raises(TracedValueError):
+            float(x)
+
+
+def test_nodes_of_two_graphs_do_not_mix():
+    with mg.Graph():
+        a = mg.placeholder(shape=())
+    with mg.Graph():
+        b = mg.placeholder(shape=())
+        with pytest.raises(GraphError, match="another graph"):
+            a + b
+
+
+# -- printing and drawing --------------------------------------------------------------------
+
+def test_print_lists_one_node_per_line():
+    g, *_ = textbook_graph()
+    text = str(g)
+    lines = text.splitlines()
+    assert len(lines) == len(g.nodes) + 2
+    assert any(line.strip().startswith("mul:f64[]") and "= mul(x, y)" in line and "@cpu" in line
+               for line in lines)
+
+
+def test_dot_has_every_node_and_edge_and_colours_gradients():
+    g, *_ = textbook_graph()
+    dot = g.to_dot()
+    assert dot.startswith('digraph "graph" {') and dot.rstrip().endswith("}")
+    assert dot.count("->") == sum(len(n.inputs) for n in g.nodes)
+    assert dot.count("lightsalmon") == sum(n.name.startswith("gradients/") for n in g.nodes)
+
+
+def test_drawing_forward_and_gradient_graphs():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from minigraph.viz.draw import draw_forward_and_gradient
+
+    g, *_ = textbook_graph()
+    fig = draw_forward_and_gradient(g)
+    left, right = fig.axes
+    def boxes(ax):  # node labels have a box; edges are annotations without one
+        return [t for t in ax.texts if t.get_bbox_patch() is not None]
+    assert len(boxes(left)) == 5 and len(boxes(right)) == len(g.nodes)
+
+
+# -- the reverse-graph pass ---------------------------------------------------------------------
+
+def test_textbook_gradients_through_a_session():
+    g, x, y, z, gx, gy = textbook_graph()
+    sess = mg.Session(g)
+    zv, gxv, gyv = sess.run([z, gx, gy], feed_dict={x: 2.0, y: 3.0})
+    assert zv == 6 + math.sin(2) and gxv == 3 + math.cos(2) and gyv == 2.0
+    assert all(n.name.startswith("gradients/") for n in (gx, gy))
+    assert gx.op == "AddN"  # two contributions, ga*y and gb*cos(x), summed once
+
+
+def test_fifo_order_of_the_forward_pass():
+    g, x, y, z, *_ = textbook_graph()
+    sess = mg.Session(g)
+    sess.run(z, {x: 2.0, y: 3.0})
+    # sin is ready as soon as x has run; mul waits for y (see graph/topo.py)
+    assert sess.last_run.order == ["x", "y", "sin", "mul", "add"]
+
+
+def _grad_values(build, feeds):
+    with mg.Graph() as g:
+        xs, ys = build()
+        grads = mg.gradients(ys, xs)
+    fetch = [gr for gr in grads if gr is not None]
+    values = mg.Session(g).run(fetch, {k: v for k, v in zip(xs, feeds)})
+    it = iter(values)
+    return [None if gr is None else next(it) for gr in grads]
+
+
+def test_tensorflow_semantics():
+    def square():
+        x = mg.placeholder(shape=(), name="x")
+        return [x], x * x
+    assert _grad_values(square, [3.0]) == [6.0]
+
+    def double():
+        x = mg.placeholder(shape=(), name="x")
+        return [x], x + x
+    assert _grad_values(double, [3.0]) == [2.0]
+
+    def unconnected():
+        x, y = mg.placeholder(shape=()), mg.placeholder(shape=())
+        return [x, y], x * 2.0
+    assert _grad_values(unconnected, [1.0, 1.0]) == [2.0, None]
+
+    def stopped():
+        x = mg.placeholder(shape=())
+        return [x], mg.stop_gradient(x * x) + x
+    assert _grad_values(stopped, [3.0]) == [1.0]
+
+
+def test_non_scalar_ys_are_seeded_with_ones_and_grad_ys_is_used():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(3,))
+        y = x * x
+        (g1,) = mg.gradients(y, [x])
+        (g2,) = mg.gradients(y, [x], grad_ys=[mg.constant(np.array([1.0, 0.0, 2.0]))])
+    v1, v2 = mg.Session(g).run([g1, g2], {x: np.array([1.0, 2.0, 3.0])})
+    np.testing.assert_array_equal(v1, [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(v2, [2.0, 0.0, 12.0])
+
+
+def test_gradients_of_gradients():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=())
+        y = x ** 3
+        (dy,) = mg.gradients(y, x)
+        (d2y,) = mg.gradients(dy, x)
+        (d3y,) = mg.gradients(d2y, x)
+    assert mg.Session(g).run([dy, d2y, d3y], {x: 2.0}) == [12.0, 12.0, 6.0]
+
+
+def test_matmul_gradients_against_the_closed_form():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
+    with mg.Graph() as g:
+        x, w = mg.placeholder(shape=(3, 4)), mg.placeholder(shape=(4, 2))
+        gx, gw = mg.gradients((x @ w).sum(), [x, w])
+    vx, vw = mg.Session(g).run([gx, gw], {x: a, w: b})
+    np.testing.assert_allclose(vx, np.ones((3, 2)) @ b.T)
+    np.testing.assert_allclose(vw, a.T @ np.ones((3, 2)))
+
+
+def test_integer_values_carry_no_gradient():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(2, 3))
+        labels = mg.placeholder(shape=(2,), dtype="int64")
+        loss = mg.cross_entropy(x, labels)
+        gx, gl = mg.gradients(loss, [x, labels])
+    assert gl is None and gx is not None
+    with pytest.raises(GradientError, match="int64"):
+        with g:
+            mg.gradients(labels, [x])
+
+
+def test_gradient_nodes_live_with_their_forward_nodes():
+    with mg.Graph():
+        x = mg.placeholder(shape=())
+        with mg.device("cpu:1"):
+            y = mg.sin(x.to("cpu:1"))
+        (gx,) = mg.gradients(y, [x])
+    assert gx.device.name == "cpu"
+    cos_nodes = [n for n in y.graph.nodes if n.op == "cos"]
+    assert cos_nodes and all(n.device.name == "cpu:1" for n in cos_nodes)
+
+
+# -- passes ----------------------------------------------------------------------------------------
+
+def test_passes_report_what_they_change_and_keep_the_values():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        unused = mg.exp(x)  # noqa: F841 - pruned
+        a, b = mg.sin(x), mg.sin(x)  # cse
+        c = mg.constant(2.0) * mg.constant(3.0)  # folded
+        out = a * b + c
+    result = mg.passes.optimize(g, [out])
+    text = str(result)
+    assert "prune: removed exp" in text
+    assert "cse: sin_1 computes the same as sin" in text
+    assert "fold_constants: mul (mul) is the constant 6.0" in text
+    new_out, new_x = result[out], result[x]
+    assert sum(n.op == "sin" for n in result.graph.nodes) == 1
+    expected = mg.Session(g).run(out, {x: 0.5})
+    assert mg.Session(result.graph).run(new_out, {new_x: 0.5}) == expected
+    assert len(g.nodes) == 9  # the original graph is unchanged
+
+
+# -- Session ----------------------------------------------------------------------------------------
+
+def test_fetch_structures():
+    g, x, y, z, gx, gy = textbook_graph()
+    sess = mg.Session(g)
+    feeds = {x: 2.0, "y": 3.0}
+    assert sess.run(z, feeds) == 6 + math.sin(2)
+    out = sess.run({"value": z, "grads": (gx, gy)}, feeds)
+    assert set(out) == {"value", "grads"} and isinstance(out["grads"], tuple)
+    assert sess.run("mul", feeds) == 6.0
+
+
+def test_feed_errors():
+    g, x, y, z, *_ = textbook_graph()
+    sess = mg.Session(g)
+    with pytest.raises(FeedError, match=r"placeholder 'y' .*test_graph.py.*feed_dict"):
+        sess.run(z, {x: 2.0})
+    with pytest.raises(ShapeError, match=r"feed for 'x': .*shape \(2,\).*shape \(\)"):
+        sess.run(z, {x: np.ones(2), y: 1.0})
+    with pytest.raises(FeedError, match="dtype"):
+        sess.run(z, {x: np.array(1.0 + 2.0j), y: 1.0})
+    assert sess.run(z, {x: 2.0, y: 3.0}) == 6 + math.sin(2)  # still usable
+
+
+def test_fetching_a_node_of_another_graph():
+    g, *_ = textbook_graph()
+    other, _, _, z2, *_ = textbook_graph()
+    with pytest.raises(GraphError, match="belongs to graph"):
+        mg.Session(g).run(z2, {})
+
+
+def test_a_cycle_is_reported():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=())
+        a = mg.sin(x)
+        b = mg.cos(a)
+    a.args = (b,)  # corrupt the graph by hand: a <- b <- a
+    a.inputs = (b,)
+    with pytest.raises(GraphError, match="cycle"):
+        mg.Session(g).run(b, {x: 1.0})
+
+
+def test_variables_keep_state_and_a_failed_run_changes_nothing():
+    with mg.Graph() as g:
+        w = mg.variable(np.array([1.0, 2.0]), name="w")
+        x = mg.placeholder(shape=(2,))
+        loss = (w * x).sum()
+        (gw,) = mg.gradients(loss, [w])
+        step = w.assign(w - 0.5 * gw)
+    sess = mg.Session(g)
+    sess.run(step, {x: np.array([2.0, 4.0])})
+    np.testing.assert_array_equal(w.numpy(), [0.0, 0.0])
+    sess.run(step, {x: np.array([2.0, 4.0])})
+    np.testing.assert_array_equal(w.numpy(), [-1.0, -2.0])
+
+
+def test_a_failing_kernel_names_the_node_and_line_and_the_session_survives():
+    with mg.Graph() as g:
+        w = mg.variable(np.array([1.0, 2.0]), name="w")
+        v = mg.placeholder(shape=None, name="v")  # any shape: checked only when it runs
+        step = w.assign(w * 2.0)
+        bad = w.assign(w + v)  # fails when v does not broadcast with w
+    sess = mg.Session(g)
+    with pytest.raises(NodeError, match=r"(?s)node 'add' \(add\) failed.*test_graph.py:\d+: bad ="):
+        sess.run(bad, {v: np.ones(3)})
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])  # nothing half-done
+    sess.run(step, {})
+    np.testing.assert_array_equal(w.numpy(), [2.0, 4.0])
+    sess.run(bad, {v: np.ones(2)})
+    np.testing.assert_array_equal(w.numpy(), [3.0, 5.0])
+
+
+def test_cross_device_edges_must_be_explicit():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=())
+        with mg.device("cpu:1"):
+            y = mg.placeholder(shape=())
+        z = mg.Node(g, "z", "add", mg.PRIMITIVES["add"], (x, y), {}, (), "float64",
+                    mg.device("cpu"), None)
+        g._register(z)
+    with pytest.raises(DeviceError, match=r"node 'z' on cpu reads 'Placeholder_1' from cpu:1"):
+        mg.Session(g).run(z, {x: 1.0, y: 1.0})
+
+
+# -- compile and trace ------------------------------------------------------------------------------
+
+def test_compiled_source_is_straight_line_python():
+    g, x, y, z, gx, gy = textbook_graph()
+    fn = mg.compile_graph(g, [x, y], [z, gx, gy], name="textbook")
+    assert fn.source.startswith("def textbook(x, y):")
+    body = fn.source.splitlines()[1:-1]
+    assert all(" = k_" in line or ".value" in line for line in body)
+    compile(fn.source, "<test>", "exec")
+    out = [t.item() for t in fn(2.0, 3.0)]
+    assert out == list(mg.Session(g).run([z, gx, gy], {x: 2.0, y: 3.0}))
+
+
+def test_trace_records_once_per_signature_and_replays():
+    calls = []
+
+    def f(x, w, scale):
+        calls.append(1)
+        return mg.tanh(x @ w) * scale
+
+    tf = mg.trace(f)
+    x, w = np.ones((2, 3)), np.full((3, 4), 0.1)
+    first = tf(x, w, 2)
+    second = tf(x * 2, w, 2)
+    assert len(calls) == 1 and tf.recordings == 1
+    np.testing.assert_allclose(second.numpy(), np.tanh((x * 2) @ w) * 2)
+    np.testing.assert_allclose(first.numpy(), f(mg.tensor(x), mg.tensor(w), 2).numpy())
+    tf(np.ones((5, 3)), w, 2)  # a new shape records again
+    tf(x, w, 3)  # so does a new static argument
+    assert tf.recordings == 3
+    assert "def f(arg0, arg1):" in tf.source(x, w, 2)
+
+
+def test_trace_detects_data_dependent_control_flow():
+    def f(x):
+        if x.sum() > 0:  # data-dependent: cannot be recorded
+            return x
+        return -x
+
+    with pytest.raises(TracedValueError, match="mg.where"):
+        mg.trace(f)(np.ones(3))
+
+
+def test_graph_mode_grad_is_cached_per_signature():
+    f = lambda x, y: (x * y + mg.sin(x)).sum()  # noqa: E731
+    vg = mg.MODES["graph"](f, (0, 1))
+    for _ in range(3):
+        value, (gx, gy) = vg(np.array([2.0, 1.0]), np.array([3.0, 4.0]))
+    assert len(vg.cache) == 1
+    np.testing.assert_allclose(gx.numpy(), [3 + math.cos(2), 4 + math.cos(1)])
+    vg(2.0, 3.0)
+    assert len(vg.cache) == 2
+
+
+# -- deep graphs --------------------------------------------------------------------------------------
+
+def test_a_100k_node_chain_builds_differentiates_and_runs():
+    n = 100_000
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        y = x
+        for _ in range(n):
+            y = y * 1.0000001
+        (gx,) = mg.gradients(y, [x])
+    value, grad = mg.Session(g).run([y, gx], {x: 2.0})
+    assert value == pytest.approx(2.0 * 1.0000001 ** n, rel=1e-9)
+    assert grad == pytest.approx(1.0000001 ** n, rel=1e-9)
