@@ -41,8 +41,8 @@ class Device:
     graph mode, the placement of new nodes).
     """
 
-    __slots__ = ("name", "xp", "native", "context", "live_bytes", "peak_bytes", "_dtypes",
-                 "_names")
+    __slots__ = ("name", "xp", "native", "context", "supports_out", "live_bytes", "peak_bytes",
+                 "_dtypes", "_names")
 
     def __init__(self, name: str, xp: Any, native: Any = None):
         self.name = name
@@ -51,6 +51,9 @@ class Device:
         # CuPy allocates and launches kernels on the *current* GPU, so work for cuda:N
         # runs inside ``with cupy.cuda.Device(N):``. Other devices need no context.
         self.context = native if hasattr(native, "__enter__") else None
+        # NumPy's and CuPy's functions are ufuncs that can write into a given buffer
+        # (out=...), which lets the runtime recycle memory; the Array API has no out=.
+        self.supports_out = hasattr(getattr(xp, "add", None), "reduce")
         self.live_bytes = 0
         self.peak_bytes = 0
         # dtype name -> the namespace's dtype object, and back.

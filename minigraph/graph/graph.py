@@ -81,7 +81,7 @@ class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
-                 "dtype", "device", "cost", "location", "value")
+                 "dtype", "device", "location", "value")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
@@ -97,12 +97,18 @@ class Node(ArrayOps):
         self.shape = shape
         self.dtype = dtype
         self.device = device
-        self.cost = prim.cost if prim is not None else "cheap"
         self.location = location
         self.value = value  # the array of a Const, the current state of a Variable
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Node":
         return self.graph.add(prim, args, params)
+
+    @property
+    def cost(self) -> str:
+        """"cheap" or "expensive", the scheduler's static class (``runtime/cost.py``)."""
+        from ..runtime.cost import static_cost
+
+        return static_cost(self)
 
     def assign(self, value: Any) -> "Node":
         """An ``Assign`` node that stores ``value`` in this variable when it is run."""

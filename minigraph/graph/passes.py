@@ -96,7 +96,7 @@ def cse(graph: Graph, fetches: Sequence[Node]) -> PassResult:
 
 def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     """Compute now every node whose inputs are all constants; it becomes a Const."""
-    from ..runtime.session import compute
+    from ..runtime.scheduler import compute
 
     changes: list[str] = []
 

@@ -18,7 +18,7 @@ from typing import Any
 from . import reduce as R
 from . import shape_rules as S
 from ..errors import ShapeError
-from .primitive import Each, bind, primitive
+from .primitive import Each, bind, primitive, ufunc_out
 
 
 def _unbroadcast(*rules):
@@ -41,67 +41,79 @@ def _unbroadcast(*rules):
 ADD = primitive(
     "add", lambda xp, x, y: x + y, S.elementwise("add"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
-    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g))
+    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g),
+    out=ufunc_out("add"))
 
 SUB = primitive(
     "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
-    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g))
+    vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g),
+    out=ufunc_out("subtract"))
 
 MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
     "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
     jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
-    vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x))
+    vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    out=ufunc_out("multiply"))
 
 DIV = primitive(
     "div", lambda xp, x, y: x / y, S.floating("div"),
     jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
-    vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y))
+    vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
+    out=ufunc_out("divide"))
 
 NEG = primitive(
     "neg", lambda xp, x: -x, S.same,
     jvp=[lambda t, out, x: -t],
-    vjp=[lambda g, out, x: -g])
+    vjp=[lambda g, out, x: -g],
+    out=ufunc_out("negative"))
 
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
     "pow", lambda xp, x, y: x ** y, S.elementwise("pow"),
     jvp=[lambda t, out, x, y: t * (y * x ** (y - 1)), lambda t, out, x, y: t * (log(x) * out)],
     vjp=_unbroadcast(lambda g, out, x, y: g * (y * x ** (y - 1)),
-                     lambda g, out, x, y: g * (log(x) * out)))
+                     lambda g, out, x, y: g * (log(x) * out)),
+    out=ufunc_out("pow"))
 
 MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
     "maximum", lambda xp, x, y: xp.maximum(x, y), S.elementwise("maximum"),
     jvp=[lambda t, out, x, y: where(x >= y, t, 0.0), lambda t, out, x, y: where(x < y, t, 0.0)],
     vjp=_unbroadcast(lambda g, out, x, y: where(x >= y, g, 0.0),
-                     lambda g, out, x, y: where(x < y, g, 0.0)))
+                     lambda g, out, x, y: where(x < y, g, 0.0)),
+    out=ufunc_out("maximum"))
 
 # -- functions ---------------------------------------------------------------------------
 
 EXP = primitive(
     "exp", lambda xp, x: xp.exp(x), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
-    vjp=[lambda g, out, x: g * out])
+    vjp=[lambda g, out, x: g * out],
+    out=ufunc_out("exp"))
 
 LOG = primitive(
     "log", lambda xp, x: xp.log(x), S.floating("log"),
     jvp=[lambda t, out, x: t / x],
-    vjp=[lambda g, out, x: g / x])
+    vjp=[lambda g, out, x: g / x],
+    out=ufunc_out("log"))
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
     "sin", lambda xp, x: xp.sin(x), S.floating("sin"),
     jvp=[lambda t, out, x: t * cos(x)],
-    vjp=[lambda g, out, x: g * cos(x)])
+    vjp=[lambda g, out, x: g * cos(x)],
+    out=ufunc_out("sin"))
 
 COS = primitive(
     "cos", lambda xp, x: xp.cos(x), S.floating("cos"),
     jvp=[lambda t, out, x: -(t * sin(x))],
-    vjp=[lambda g, out, x: -(g * sin(x))])
+    vjp=[lambda g, out, x: -(g * sin(x))],
+    out=ufunc_out("cos"))
 
 TANH = primitive(
     "tanh", lambda xp, x: xp.tanh(x), S.floating("tanh"),
     jvp=[lambda t, out, x: t * (1.0 - out * out)],
-    vjp=[lambda g, out, x: g * (1.0 - out * out)])
+    vjp=[lambda g, out, x: g * (1.0 - out * out)],
+    out=ufunc_out("tanh"))
 
 
 def _sigmoid_kernel(xp: Any, x: Any) -> Any:
@@ -122,7 +134,8 @@ RELU = primitive(  # the derivative at 0 is taken as 0, as in PyTorch
 SQRT = primitive(
     "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
     jvp=[lambda t, out, x: t / (2.0 * out)],
-    vjp=[lambda g, out, x: g / (2.0 * out)])
+    vjp=[lambda g, out, x: g / (2.0 * out)],
+    out=ufunc_out("sqrt"))
 
 
 def _where_shape(c: Any, x: Any, y: Any) -> tuple:

@@ -15,7 +15,10 @@ one operation:
     reverse mode: argument ``i``'s share of the output's adjoint ``g``, the terms of the
     textbook's (f.2)-(f.5): ``gx = ga * y + gb * cos(x)``;
 ``cost``
-    ``"cheap"`` or ``"expensive"``, read by the scheduler.
+    ``"cheap"`` or ``"expensive"``, read by the scheduler;
+``out(xp, *arrays, out, **params)`` (optional)
+    the kernel writing its result into a given buffer, for namespaces whose functions
+    take ``out=`` (NumPy, CuPy): the runtime uses it to recycle freed memory.
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -51,17 +54,18 @@ Rule = Callable[..., Any]
 class Primitive:
     """One operation: kernel, shape rule, derivative rules and cost class."""
 
-    __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "differentiable")
+    __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "out", "differentiable")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
-                 cost: str = "cheap"):
+                 cost: str = "cheap", out: Callable[..., Any] | None = None):
         self.name = name
         self.impl = impl
         self.shape = shape
         self.jvp = jvp
         self.vjp = vjp
         self.cost = cost
+        self.out = out
         # Looked up on every eager call, so computed once here.
         self.differentiable = any(rule is not None for rule in vjp)
 
@@ -70,6 +74,11 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def ufunc_out(name: str) -> Callable[..., Any]:
+    """The ``out`` kernel of an op that is the namespace's ufunc ``name``."""
+    return lambda xp, *arrays, out: getattr(xp, name)(*arrays, out=out)
 
 
 class Each:
@@ -91,14 +100,14 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], *,
               jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
-              cost: str = "cheap") -> Primitive:
+              cost: str = "cheap", out: Callable[..., Any] | None = None) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("cheap", "expensive"):
         raise ValueError(f"primitive {name!r}: cost must be 'cheap' or 'expensive'")
     prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
-                     vjp if isinstance(vjp, Each) else tuple(vjp), cost)
+                     vjp if isinstance(vjp, Each) else tuple(vjp), cost, out)
     PRIMITIVES[name] = prim
     return prim
 

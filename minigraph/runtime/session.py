@@ -5,72 +5,103 @@
 1. check the feeds against their placeholders (shape, dtype) and put them on the
    placeholders' devices;
 2. keep only the nodes the fetches need (a fed node's own inputs are not needed);
-3. run those nodes in FIFO topological order (``graph/topo.py``), each node's kernel on
-   its device's array namespace;
+3. run those nodes with the scheduler (``scheduler.py``): in FIFO topological order with
+   ``workers=1``, on a pool of threads otherwise; each node's kernel runs on its
+   device's array namespace, and memory is recycled as ``memory.py`` describes;
 4. return the fetched values as NumPy values, in the structure of ``fetches`` (a node,
    a name, or lists, tuples and dicts of them).
 
 A failing node raises an error that names the node, its op and the line of user code
 that created it. Nothing is left half-done: variables are assigned only after the whole
 run has succeeded, so a failed run leaves them as they were and the session usable.
-This executor is serial; the scheduler with worker threads comes with the runtime
-chapter, behind the same interface.
+``sess.last_run`` tells what the run did (``profile.py``); ``run_async`` returns a future
+at once and runs in the background, as a GPU runs the work a program has queued.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceError, MinigraphError, ShapeError
+from ..errors import ShapeError
 from ..graph.graph import Graph, GraphError, Node, default_graph, describe_location
 from ..graph.topo import fifo_order, needed
 from ..tensor import Tensor
-
-
-class NodeError(MinigraphError, RuntimeError):
-    """A node's kernel failed while the graph ran."""
-
-
-class FeedError(MinigraphError, ValueError):
-    """A missing or ill-fitting value in ``feed_dict``."""
-
-
-class RunStats:
-    """What the last ``run`` did: ``order`` is the node names in start order."""
-
-    def __init__(self, order: list[str]):
-        self.order = order
-
-    def __repr__(self) -> str:
-        return f"<RunStats: {len(self.order)} nodes>"
+from .cost import CostModel
+from .memory import Memory
+from .profile import RunStats
+from .scheduler import FeedError, NodeError, Run  # noqa: F401 - NodeError is re-exported
 
 
 class Session:
-    """Runs (parts of) a graph; ``workers=1`` is the deterministic serial FIFO order."""
+    """Runs (parts of) a graph.
 
-    def __init__(self, graph: Graph | None = None, workers: int = 1):
-        if workers != 1:
-            raise ValueError(f"Session(workers={workers}): this executor is serial; the "
-                             f"thread-pool scheduler is not built yet, use workers=1")
+    ``workers``: threads of the scheduler (1: the deterministic serial FIFO order);
+    ``cost_model``: ``"static"`` (by op and size) or ``"measured"`` (moving averages of
+    run times); ``recycle``: reuse freed buffers (SINGA's memory optimisation);
+    ``debug``: poison freed buffers, so a read after free shows up as NaN.
+    """
+
+    def __init__(self, graph: Graph | None = None, workers: int = 1,
+                 cost_model: str = "static", recycle: bool = True, debug: bool = False):
+        if workers < 1:
+            raise ValueError(f"Session: workers must be >= 1, got {workers}")
+        if cost_model not in ("static", "measured"):
+            raise ValueError(f"Session: cost_model is 'static' or 'measured', got {cost_model!r}")
         self.graph = graph if graph is not None else default_graph()
         self.workers = workers
+        self.recycle = recycle
+        self.debug = debug
+        self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
         self._plans: dict[tuple, list[Node]] = {}
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="minigraph") \
+            if workers > 1 else None
+        self._background: ThreadPoolExecutor | None = None
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
         flat = [self._node(f) for f in _flatten(fetches)]
         feeds = self._feeds(feed_dict or {})
-        order = self._plan(flat, feeds)
-        values, assigns = self._execute(order, feeds, flat)
-        for var, value in assigns:  # only now: a failed run changes no variable
+        plan = self._plan(flat, feeds)
+        external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
+        memory = Memory(plan, flat, external, recycle=self.recycle, poison=self.debug)
+        cost_of = self.costs.cost if self.costs is not None else _static
+        run = Run(plan, feeds, flat, memory, cost_of,
+                  self.costs.record if self.costs is not None else None)
+        try:
+            if self._pool is None:
+                run.run_serial()
+            else:
+                run.run_threaded(self._pool)
+        finally:  # a failed run's statistics show how far it got
+            self.last_run = RunStats(run.order, run.events, memory.peak_held,
+                                     memory.peak_live, memory.total, memory.curve)
+        for var, value in run.assigns:  # only now: a failed run changes no variable
             var.value = value
-        self.last_run = RunStats([n.name for n in order])
-        results = iter([_to_numpy(n, values[id(n)]) for n in flat])
+        results = iter([_to_numpy(n, run.values[id(n)]) for n in flat])
         return _rebuild(fetches, results)
+
+    def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
+        """Start ``run`` in the background; the returned future's ``result()`` waits."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="minigraph-async")
+        return self._background.submit(self.run, fetches, feed_dict)
+
+    def close(self) -> None:
+        """Stop the session's threads (also done when the session is garbage-collected)."""
+        for pool in (self._pool, self._background):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._pool = self._background = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- preparing a run ---------------------------------------------------------------
     def _node(self, f: Any) -> Node:
@@ -96,51 +127,9 @@ class Session:
             self._plans[key] = fifo_order(self.graph.nodes, keep, set(feeds))
         return self._plans[key]
 
-    # -- running -----------------------------------------------------------------------
-    def _execute(self, order: list[Node], feeds: dict[int, Any],
-                 fetches: list[Node]) -> tuple[dict[int, Any], list]:
-        values: dict[int, Any] = {}
-        assigns: list[tuple[Node, Any]] = []
-        for node in order:
-            if id(node) in feeds:
-                values[id(node)] = feeds[id(node)]
-            else:
-                values[id(node)] = compute(node, values, assigns, fetches)
-        return values, assigns
 
-
-def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Node]) -> Any:
-    """The value of one node, given the values of its inputs."""
-    if node.op in ("Const", "Variable"):
-        return node.value
-    if node.op == "Placeholder":
-        users = ", ".join(f"'{f.name}'" for f in fetches[:3])
-        raise FeedError(f"placeholder '{node.name}' (created at {describe_location(node.location)})"
-                        f" needs a value: the fetches {users} depend on it; pass it in "
-                        f"feed_dict={{{node.name}: ...}}")
-    if node.op == "Assign":
-        value = values[id(node.args[1])]
-        assigns.append((node.args[0], value))
-        return value
-    arrays = []
-    for a in node.args:
-        if isinstance(a, Node):
-            if a.device is not node.device:
-                raise DeviceError(
-                    f"node '{node.name}' on {node.device.name} reads '{a.name}' from "
-                    f"{a.device.name} (created at {describe_location(node.location)}); "
-                    f"a value crosses devices only through an explicit x.to(device)")
-            arrays.append(values[id(a)])
-        else:
-            arrays.append(a)
-    try:
-        with node.device.context or nullcontext():
-            return node.prim.impl(node.device.xp, *arrays, **node.params)
-    except Exception as exc:
-        shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
-        raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
-                        f"[{shapes}]: {exc}\n  the node was created at "
-                        f"{describe_location(node.location)}") from exc
+def _static(node: Node) -> str:
+    return node.cost
 
 
 def _check_feed(node: Node, value: Any) -> Any:

@@ -1,0 +1,1 @@
+"""The runtime: sessions, the scheduler, memory recycling and run statistics."""

@@ -1,0 +1,140 @@
+"""Memory during a run: lazy allocation, reference counts, a pool of freed buffers.
+
+The optimisations of SINGA's computational graph, made observable:
+
+* **lazy allocation**: a node's result is allocated when the node runs, not before;
+* **reference-count recycling**: every value counts the consumers that still have to
+  read it; after the last one it is freed, unless it is fetched (the caller wants it);
+* **a per-device pool**: a freed buffer goes to a pool, keyed by device, shape and dtype;
+  a later node whose result has that shape and dtype writes into it (its primitive's
+  ``out`` kernel) instead of allocating new memory.
+
+Values that are views of other values (a reshape, a transpose, ``identity``) share their
+base's buffer: a buffer is freed when the last value that uses it dies. Feeds,
+constants and variables are not the run's to free and are not counted.
+
+Per run, per device, it records: the peak of bytes held (live values plus pooled free
+buffers, the memory the runtime really holds), the *liveness lower bound* (the peak of
+live values alone, which no allocator can beat for this execution order), the total
+bytes produced (what keep-everything would hold), and the curve of both over time.
+A debug mode *poisons* every freed buffer (NaN or -1), so a read after free shows up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ..graph.graph import Node
+
+
+def root(array: Any) -> Any:
+    """The array that owns the memory of ``array`` (``array`` itself if not a view)."""
+    while getattr(array, "base", None) is not None and hasattr(array.base, "shape"):
+        array = array.base
+    return array
+
+
+def nbytes(array: Any) -> int:
+    n = getattr(array, "nbytes", None)
+    return int(n) if n is not None else 0
+
+
+class Memory:
+    """The bookkeeping of one run (callers hold ``lock`` around every method)."""
+
+    def __init__(self, order: list[Node], fetches: list[Node], external: list[Any],
+                 recycle: bool = True, poison: bool = False):
+        self.recycle = recycle
+        self.poison = poison
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+        keep = {id(n) for n in order}
+        self.readers: dict[int, int] = {}  # node id -> consumers still to run
+        for n in order:
+            for i in {id(a): a for a in n.inputs}.values():
+                if id(i) in keep:
+                    self.readers[id(i)] = self.readers.get(id(i), 0) + 1
+        self.fetched = {id(f) for f in fetches}
+        self.external = {id(root(a)) for a in external}
+        self.value_storage: dict[int, int] = {}   # node id -> id of its buffer
+        self.storage: dict[int, list] = {}        # buffer id -> [array, users, device]
+        self.pool: dict[tuple, list[Any]] = {}
+        self.live: dict[str, int] = {}
+        self.held: dict[str, int] = {}
+        self.peak_held: dict[str, int] = {}
+        self.peak_live: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+        self.curve: list[tuple[float, str, int, int]] = []  # (seconds, device, live, held)
+
+    # -- allocation -----------------------------------------------------------------------
+    def buffer_for(self, node: Node) -> Any:
+        """A pooled buffer of the node's shape and dtype, or None."""
+        if not self.recycle or node.shape is None:
+            return None
+        free = self.pool.get((node.device.name, node.shape, node.dtype))
+        return free.pop() if free else None
+
+    def produced(self, node: Node, value: Any, reused: bool) -> None:
+        """``node`` has computed ``value`` (into a pooled buffer if ``reused``)."""
+        base = root(value)
+        key = id(base)
+        self.value_storage[id(node)] = key
+        if key in self.external:
+            return
+        if key in self.storage:  # a view of a buffer the run already holds
+            self.storage[key][1] += 1
+            return
+        dev, size = node.device.name, nbytes(base)
+        self.storage[key] = [base, 1, dev, size]
+        self._count(dev, live=size, held=0 if reused else size)
+        self.total[dev] = self.total.get(dev, 0) + size
+
+    def consumed(self, node: Node) -> None:
+        """``node`` has run: its inputs have one reader fewer."""
+        for i in {id(a): a for a in node.inputs}.values():
+            left = self.readers.get(id(i))
+            if left is None:
+                continue
+            self.readers[id(i)] = left - 1
+            if left == 1 and id(i) not in self.fetched:
+                self._release(i)
+        if self.readers.get(id(node)) is None and id(node) not in self.fetched:
+            self._release(node)  # nobody reads it (e.g. an Assign's result)
+
+    def _release(self, node: Node) -> None:
+        key = self.value_storage.pop(id(node), None)
+        entry = self.storage.get(key) if key is not None else None
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        base, _, dev, size = self.storage.pop(key)
+        self._count(dev, live=-size, held=0)
+        if self.poison:
+            _poison(base)
+        if self.recycle and getattr(base, "ndim", 0) > 0:
+            self.pool.setdefault((dev, tuple(base.shape), _dtype_name(node, base)), []).append(base)
+        else:
+            self._count(dev, live=0, held=-size)
+
+    def _count(self, dev: str, live: int, held: int) -> None:
+        self.live[dev] = self.live.get(dev, 0) + live
+        self.held[dev] = self.held.get(dev, 0) + held
+        self.peak_live[dev] = max(self.peak_live.get(dev, 0), self.live[dev])
+        self.peak_held[dev] = max(self.peak_held.get(dev, 0), self.held[dev])
+        self.curve.append((time.perf_counter() - self.start, dev, self.live[dev], self.held[dev]))
+
+
+def _dtype_name(node: Node, array: Any) -> str:
+    return node.device.dtype_name(array.dtype)
+
+
+def _poison(array: Any) -> None:
+    """Overwrite a freed buffer so that reading it later gives visibly wrong values."""
+    try:
+        array[...] = float("nan") if "float" in str(array.dtype) else -1
+    except (TypeError, ValueError):  # read-only or immutable arrays cannot be poisoned
+        pass

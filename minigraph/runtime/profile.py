@@ -1,0 +1,89 @@
+"""What a run did: its order, a trace event per node, its memory, and ways to see them.
+
+``sess.last_run`` is a :class:`RunStats`:
+
+* ``order``: node names in the order they started;
+* ``events``: one complete event per node (``name``, ``ts`` and ``dur`` in microseconds,
+  ``pid`` = device, ``tid`` = worker thread, ``cost``);
+* ``peak_bytes``: per device, the most bytes the run held at once (live values and the
+  free buffers kept in the pool); ``lower_bound``: per device, the most bytes of *live*
+  values at once, which no allocator can go below for this order; ``total_bytes``: the
+  bytes of everything the run produced, what keeping every value would need;
+* ``memory_curve``: (seconds, device, live bytes, held bytes) after every change.
+
+``to_chrome_trace(path)`` writes the Trace Event Format (open it in https://ui.perfetto.dev
+or chrome://tracing); ``gantt()`` draws the workers as rows with matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class RunStats:
+    def __init__(self, order: list[str], events: list[dict], peak_bytes: dict[str, int],
+                 lower_bound: dict[str, int], total: dict[str, int],
+                 memory_curve: list[tuple[float, str, int, int]]):
+        self.order = order
+        self.events = events
+        self.peak_bytes = peak_bytes
+        self.lower_bound = lower_bound
+        self.total_bytes_by_device = total
+        self.total_bytes = sum(total.values())
+        self.memory_curve = memory_curve
+
+    def __repr__(self) -> str:
+        return (f"<RunStats: {len(self.order)} nodes, peak {self.peak_bytes} bytes, "
+                f"total {self.total_bytes} bytes>")
+
+    def chrome_trace(self) -> dict:
+        """The run as a Trace Event Format object: one process per device."""
+        pids = {d: k for k, d in enumerate(sorted({e["pid"] for e in self.events}))}
+        meta = [{"name": "process_name", "ph": "M", "pid": k, "args": {"name": d}}
+                for d, k in pids.items()]
+        events = [{"name": e["name"], "cat": e["cost"], "ph": "X", "ts": e["ts"],
+                   "dur": e["dur"], "pid": pids[e["pid"]], "tid": e["tid"],
+                   "args": {"op": e["op"]}} for e in self.events]
+        return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+
+    def to_chrome_trace(self, path: str) -> str:
+        """Write ``chrome_trace()`` as JSON to ``path``; returns the path."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+        return path
+
+    def gantt(self, ax: Any = None) -> Any:
+        """A Gantt chart: one row per worker, cheap and expensive nodes in two colours."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(10, 1 + 0.5 * len({e["tid"] for e in self.events})))
+        colors = {"cheap": "tab:green", "expensive": "tab:orange"}
+        for e in self.events:
+            ax.broken_barh([(e["ts"], max(e["dur"], 0.5))], (e["tid"] - 0.4, 0.8),
+                           facecolors=colors[e["cost"]], edgecolors="black", linewidth=0.3)
+        ax.set_xlabel("time (µs)")
+        ax.set_ylabel("worker")
+        ax.set_yticks(sorted({e["tid"] for e in self.events}))
+        from matplotlib.patches import Patch
+
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()], loc="upper right")
+        return ax
+
+    def plot_memory(self, ax: Any = None) -> Any:
+        """Live and held bytes over the run, per device."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 3))
+        for dev in sorted({d for _, d, _, _ in self.memory_curve}):
+            pts = [(t, live, held) for t, d, live, held in self.memory_curve if d == dev]
+            ax.step([p[0] * 1e6 for p in pts], [p[2] for p in pts], where="post",
+                    label=f"{dev} held")
+            ax.step([p[0] * 1e6 for p in pts], [p[1] for p in pts], where="post",
+                    label=f"{dev} live", linestyle="--")
+        ax.set_xlabel("time (µs)")
+        ax.set_ylabel("bytes")
+        ax.legend()
+        return ax

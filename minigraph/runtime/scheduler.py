@@ -1,0 +1,230 @@
+"""The scheduler: Kahn's algorithm with a FIFO ready queue, on a pool of threads [3.1.4].
+
+Every node waits for its inputs: ``missing[node]`` counts the inputs that have not run
+yet. A node with none missing is *ready*. When a node finishes, each consumer's count
+drops by one, and the consumers that reach zero are ready in turn. Which thread runs a
+ready node follows TensorFlow's executor (``executor.cc``), because handing a node to
+another thread costs time too:
+
+* a **cheap** node runs *inline*, on the thread that made it ready, right after it, in
+  FIFO order: its cost is below what a thread hand-off would cost;
+* an **expensive** node goes to the **thread pool**, where it runs beside the others:
+  that is where parallelism pays;
+* of several expensive nodes made ready at once, the last one may stay inline, but only
+  if no cheap node is waiting there: the thread would otherwise go idle.
+
+``workers=1`` is the deterministic serial run: one FIFO queue, the roots in creation
+order and each node's consumers in creation order as they become ready.
+
+The first failure stops the run: nothing that depends on the failed node runs, the
+other threads finish the node they are running and stop, and ``run()`` raises the
+error, which names the node, its op and the line of user code that created it.
+Ctrl-C stops a run the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any, Callable
+
+from ..errors import DeviceError, MinigraphError
+from ..graph.graph import Node, describe_location
+from .memory import Memory
+
+
+class NodeError(MinigraphError, RuntimeError):
+    """A node's kernel failed while the graph ran."""
+
+
+class FeedError(MinigraphError, ValueError):
+    """A missing or ill-fitting value in ``feed_dict``."""
+
+
+def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Node],
+            out: Any = None) -> Any:
+    """The value of one node, given the values of its inputs (into ``out`` if given)."""
+    if node.op in ("Const", "Variable"):
+        return node.value
+    if node.op == "Placeholder":
+        users = ", ".join(f"'{f.name}'" for f in fetches[:3])
+        raise FeedError(f"placeholder '{node.name}' (created at {describe_location(node.location)})"
+                        f" needs a value: the fetches {users} depend on it; pass it in "
+                        f"feed_dict={{{node.name}: ...}}")
+    if node.op == "Assign":
+        value = values[id(node.args[1])]
+        assigns.append((node.args[0], value))
+        return value
+    arrays = []
+    for a in node.args:
+        if isinstance(a, Node):
+            if a.device is not node.device:
+                raise DeviceError(
+                    f"node '{node.name}' on {node.device.name} reads '{a.name}' from "
+                    f"{a.device.name} (created at {describe_location(node.location)}); "
+                    f"a value crosses devices only through an explicit x.to(device)")
+            arrays.append(values[id(a)])
+        else:
+            arrays.append(a)
+    try:
+        with node.device.context or nullcontext():
+            if out is not None:
+                return node.prim.out(node.device.xp, *arrays, out=out, **node.params)
+            return node.prim.impl(node.device.xp, *arrays, **node.params)
+    except Exception as exc:
+        shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
+        raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
+                        f"[{shapes}]: {exc}\n  the node was created at "
+                        f"{describe_location(node.location)}") from exc
+
+
+def can_write_into(node: Node) -> bool:
+    """Whether the node may compute into a recycled buffer: it has an ``out`` kernel,
+    its device's namespace takes ``out=`` (NumPy, CuPy), and no input is promoted (so
+    the buffer's dtype is exactly the result's)."""
+    return (node.prim is not None and node.prim.out is not None and node.shape is not None
+            and node.device.supports_out
+            and all(a.dtype == node.dtype for a in node.inputs))
+
+
+class Run:
+    """One execution of a plan: the values, the counts, the events and the memory."""
+
+    def __init__(self, plan: list[Node], feeds: dict[int, Any], fetches: list[Node],
+                 memory: Memory, cost_of: Callable[[Node], str],
+                 record: Callable[[str, float], None] | None = None):
+        self.plan = plan
+        self.values: dict[int, Any] = dict(feeds)
+        self.feeds = feeds
+        self.fetches = fetches
+        self.memory = memory
+        self.cost_of = cost_of
+        self.record = record
+        self.assigns: list[tuple[Node, Any]] = []
+        self.order: list[str] = []
+        self.events: list[dict] = []
+        self.error: BaseException | None = None
+        self.lock = memory.lock
+        keep = {id(n) for n in plan}
+        self.missing: dict[int, int] = {}
+        self.consumers: dict[int, list[Node]] = {}
+        for n in plan:
+            inputs = [] if id(n) in feeds else \
+                [i for i in {id(a): a for a in n.inputs}.values() if id(i) in keep]
+            self.missing[id(n)] = len(inputs)
+            for i in inputs:
+                self.consumers.setdefault(id(i), []).append(n)
+        self.roots = [n for n in plan if self.missing[id(n)] == 0]
+        self.workers: dict[int, int] = {}
+
+    def execute(self, node: Node) -> list[Node]:
+        """Run one node; return the consumers it made ready (in creation order)."""
+        with self.lock:
+            self.order.append(node.name)
+            buffer = self.memory.buffer_for(node) if can_write_into(node) else None
+        start = time.perf_counter()
+        if id(node) not in self.feeds:
+            self.values[id(node)] = compute(node, self.values, self.assigns, self.fetches,
+                                            buffer)
+        end = time.perf_counter()
+        if self.record is not None:
+            self.record(node.name, end - start)
+        ready = []
+        with self.lock:
+            if buffer is not None and self.values[id(node)] is not buffer:
+                buffer = None  # the kernel returned something else: keep both honest
+            if id(node) not in self.feeds:
+                self.memory.produced(node, self.values[id(node)], buffer is not None)
+            self.memory.consumed(node)
+            self.events.append(self._event(node, start, end))
+            for c in self.consumers.get(id(node), ()):
+                self.missing[id(c)] -= 1
+                if self.missing[id(c)] == 0:
+                    ready.append(c)
+        return ready
+
+    def _event(self, node: Node, start: float, end: float) -> dict:
+        tid = self.workers.setdefault(threading.get_ident(), len(self.workers))
+        return {"name": node.name, "op": node.op, "cost": self.cost_of(node),
+                "ts": (start - self.memory.start) * 1e6, "dur": (end - start) * 1e6,
+                "pid": node.device.name, "tid": tid}
+
+    # -- workers = 1: one FIFO queue on the calling thread ------------------------------------
+    def run_serial(self) -> None:
+        ready = deque(self.roots)
+        while ready:
+            ready.extend(self.execute(ready.popleft()))
+
+    # -- workers > 1: inline cheap nodes, expensive nodes to the pool ---------------------
+    def run_threaded(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+        self.remaining = len(self.plan)
+        self.active = 0
+        self.changed = threading.Condition(self.lock)
+        self._dispatch(self.roots, None)
+        try:
+            with self.changed:
+                while not self._finished():
+                    self.changed.wait(0.05)  # a timeout, so that Ctrl-C gets through
+        except KeyboardInterrupt:
+            self._stop(KeyboardInterrupt())
+            with self.changed:
+                while self.active:
+                    self.changed.wait(0.05)
+            raise
+        if self.error is not None:
+            raise self.error
+
+    def _finished(self) -> bool:
+        return self.remaining == 0 or (self.error is not None and self.active == 0)
+
+    def _submit(self, batch: list[Node]) -> None:
+        with self.lock:
+            self.active += 1
+        self.pool.submit(self._process, batch)
+
+    def _dispatch(self, ready: list[Node], inline: deque | None) -> None:
+        """TensorFlow's rule for who runs the nodes that just became ready."""
+        cheap = [n for n in ready if self.cost_of(n) == "cheap"]
+        expensive = [n for n in ready if self.cost_of(n) != "cheap"]
+        if inline is None:  # the caller's thread only hands work out
+            if cheap:
+                self._submit(cheap)
+            for n in expensive:
+                self._submit([n])
+            return
+        inline.extend(cheap)
+        for n in expensive[:-1]:
+            self._submit([n])
+        if expensive:
+            if inline:
+                self._submit([expensive[-1]])  # cheap work is queued here: no idle thread
+            else:
+                inline.append(expensive[-1])
+
+    def _process(self, batch: list[Node]) -> None:
+        """A worker's task: run ``batch`` and the cheap nodes they make ready."""
+        queue = deque(batch)
+        try:
+            while queue and self.error is None:
+                node = queue.popleft()
+                ready = self.execute(node)
+                with self.changed:
+                    self.remaining -= 1
+                    self.changed.notify_all()
+                self._dispatch(ready, queue)
+        except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
+            self._stop(exc)
+        finally:
+            with self.changed:
+                self.active -= 1
+                self.changed.notify_all()
+
+    def _stop(self, exc: BaseException) -> None:
+        with self.changed:
+            if self.error is None:
+                self.error = exc  # the first failure is the one reported
+            self.changed.notify_all()

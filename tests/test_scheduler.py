@@ -1,0 +1,261 @@
+"""The runtime: scheduler, cost classes, memory recycling, run statistics, failures."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph.ops.primitive import Primitive
+from minigraph.ops.shape_rules import same
+from minigraph.runtime.cost import LARGE_ELEMENTS, static_cost
+from minigraph.runtime.session import NodeError
+
+WORKERS = [1, 2, 4, 8]
+OPS = ["add", "sub", "mul", "tanh", "sin", "matmul", "rowsum"]
+
+
+def apply(op, a, b):
+    if op == "tanh":
+        return mg.tanh(a)
+    if op == "sin":
+        return mg.sin(a)
+    if op == "matmul":
+        return (a @ b) * 0.25  # keeps values bounded
+    if op == "rowsum":
+        return a.sum(axis=1, keepdims=True) * 0.1 + b  # broadcasting
+    return {"add": a + b, "sub": a - b, "mul": a * b}[op]
+
+
+@st.composite
+def dags(draw):
+    n = draw(st.integers(1, 30))
+    return [(draw(st.sampled_from(OPS)), draw(st.integers(0, k + 1)), draw(st.integers(0, k + 1)))
+            for k in range(n)]
+
+
+def build(dag):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(4, 4), name="x")
+        y = mg.placeholder(shape=(4, 4), name="y")
+        nodes = [x, y]
+        for op, i, j in dag:
+            nodes.append(apply(op, nodes[i], nodes[j]))
+    return g, x, y, nodes
+
+
+X, Y = np.random.default_rng(0).normal(size=(2, 4, 4)) * 0.5
+
+
+@given(dags())
+def test_every_worker_count_gives_the_same_values_and_a_topological_order(dag):
+    g, x, y, nodes = build(dag)
+    fetches = nodes[2:][-3:]  # the last few nodes: leaves and some inner ones
+    eager = [apply_eager(dag)[k] for k in range(len(nodes))][-len(fetches):]
+    for w in WORKERS:
+        with mg.Session(g, workers=w, debug=True) as sess:
+            values = sess.run(fetches, {x: X, y: Y})
+            order = sess.last_run.order
+        for v, e in zip(values, eager):
+            np.testing.assert_array_equal(v, e)  # bit for bit: the same kernels ran
+        assert len(order) == len(set(order))  # each node exactly once
+        position = {name: k for k, name in enumerate(order)}
+        for n in g.nodes:
+            if n.name in position:
+                assert all(position[i.name] < position[n.name] for i in n.inputs)
+
+
+def apply_eager(dag):
+    values = [mg.tensor(X), mg.tensor(Y)]
+    for op, i, j in dag:
+        values.append(apply(op, values[i], values[j]))
+    return [v.numpy() for v in values]
+
+
+@given(dags(), st.sampled_from(WORKERS))
+def test_memory_invariants(dag, workers):
+    g, x, y, nodes = build(dag)
+    with mg.Session(g, workers=workers, debug=True) as sess:
+        sess.run(nodes[-1], {x: X, y: Y})
+        st_ = sess.last_run
+    for dev, peak in st_.peak_bytes.items():
+        assert st_.lower_bound[dev] <= peak <= st_.total_bytes_by_device[dev]
+
+
+def test_serial_order_is_fifo():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        y = mg.placeholder(shape=(), name="y")
+        z = x * y + mg.sin(x)
+    sess = mg.Session(g, workers=1)
+    sess.run(z, {x: 2.0, y: 3.0})
+    assert sess.last_run.order == ["x", "y", "sin", "mul", "add"]
+
+
+def test_recycling_reuses_buffers_and_lowers_the_peak():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(256, 256), name="x")
+        y = x
+        for _ in range(20):
+            y = mg.tanh(y) * 0.5
+    feeds = {x: np.ones((256, 256))}
+    recycled = mg.Session(g, recycle=True)
+    keep = mg.Session(g, recycle=False)
+    a, b = recycled.run(y, feeds), keep.run(y, feeds)
+    np.testing.assert_array_equal(a, b)
+    r, k = recycled.last_run, keep.last_run
+    one = 256 * 256 * 8
+    assert r.total_bytes == k.total_bytes == 40 * one  # 40 results computed
+    # keep-everything would hold all 40; freeing after the last reader keeps 2 alive
+    assert r.lower_bound["cpu"] == k.lower_bound["cpu"] == 2 * one
+    assert k.peak_bytes["cpu"] == k.lower_bound["cpu"]  # no pool: held memory is live memory
+    assert r.peak_bytes["cpu"] <= 3 * one  # the pool hands freed buffers to new results
+
+
+def test_cost_classes():
+    with mg.Graph():
+        small = mg.placeholder(shape=(4,))
+        large = mg.placeholder(shape=(LARGE_ELEMENTS,))
+        m = mg.placeholder(shape=(4, 4))
+        assert static_cost(small + 1.0) == "cheap"
+        assert static_cost(large + 1.0) == "expensive"
+        assert static_cost(m @ m) == "expensive"
+        assert static_cost(m.reshape(16)) == "cheap"
+        assert static_cost(large.sum()) == "expensive"
+
+
+def test_measured_cost_model_moves_nodes_by_their_moving_average():
+    from minigraph.runtime.cost import CHEAP_SECONDS, CostModel
+
+    with mg.Graph() as g:
+        m = mg.placeholder(shape=(2, 2), name="m")
+        p = m @ m
+    model = CostModel()
+    assert model.cost(p) == "expensive"  # static class until measured
+    model.record(p.name, CHEAP_SECONDS / 10)
+    assert model.cost(p) == "expensive"  # one measurement is not trusted yet
+    model.record(p.name, CHEAP_SECONDS / 10)
+    assert model.cost(p) == "cheap"
+    for _ in range(20):
+        model.record(p.name, CHEAP_SECONDS * 10)
+    assert model.cost(p) == "expensive"
+    sess = mg.Session(g, workers=2, cost_model="measured")  # the session feeds the model
+    for _ in range(3):
+        sess.run(p, {m: np.eye(2)})
+    assert sess.costs.count[p.name] == 3
+
+
+def test_cheap_successors_run_inline_on_the_same_thread():
+    with mg.Graph() as g:
+        m = mg.placeholder(shape=(64, 64), name="m")
+        a = m @ m  # expensive: goes to the pool
+        chain = a
+        for _ in range(5):
+            chain = chain.reshape(4096).reshape(64, 64)  # cheap: inline after a
+    sess = mg.Session(g, workers=4)
+    sess.run(chain, {m: np.eye(64)})
+    tids = {e["name"]: e["tid"] for e in sess.last_run.events}
+    cheap = [e for e in sess.last_run.events if e["op"] == "reshape"]
+    assert {e["tid"] for e in cheap} == {tids[a.name]}
+
+
+def _boom(message, exc=RuntimeError):
+    def impl(xp, x):
+        raise exc(message)
+    return Primitive("boom", impl, same, vjp=[None])
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_a_failure_stops_the_run_and_the_session_survives(workers):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(8, 8), name="x")
+        branches = [mg.tanh(x @ x) for _ in range(6)]
+        bad = g.add(_boom("injected"), (branches[2],), {})  # created here
+        after = mg.sin(bad) + branches[0]
+        ok = branches[1] * 2.0
+    sess = mg.Session(g, workers=workers)
+    with pytest.raises(NodeError, match=r"(?s)node 'boom' \(boom\) failed.*injected.*test_scheduler.py"):
+        sess.run([after, ok], {x: np.ones((8, 8))})
+    ran = sess.last_run.order  # how far the failed run got
+    assert "boom" in ran and "sin" not in ran and after.name not in ran  # nothing downstream
+    assert threading.active_count() < 50  # no thread left behind waiting
+    np.testing.assert_allclose(sess.run(ok, {x: np.ones((8, 8))}),
+                               2 * np.tanh(np.ones((8, 8)) @ np.ones((8, 8))))
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_ctrl_c_stops_a_run_cleanly(workers):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(4,), name="x")
+        stop = g.add(_boom("Ctrl-C", KeyboardInterrupt), (x,), {})
+        out = mg.sin(stop)
+        fine = mg.cos(x)
+    sess = mg.Session(g, workers=workers)
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(out, {x: np.ones(4)})
+    np.testing.assert_allclose(sess.run(fine, {x: np.zeros(4)}), np.ones(4))
+
+
+def test_a_10000_node_graph_on_4_workers():
+    n = 10_000
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        layer = [x * float(k) for k in range(1, 101)]  # 100 independent chains
+        for _ in range(n // 100 - 1):
+            layer = [mg.sin(v) for v in layer]
+        total = mg.add_n(layer)
+    serial = mg.Session(g).run(total, {x: 0.5})
+    with mg.Session(g, workers=4) as sess:
+        assert sess.run(total, {x: 0.5}) == serial
+        assert len(sess.last_run.order) == len(g.nodes)
+
+
+def test_run_async_returns_a_future():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        z = mg.exp(x)
+    with mg.Session(g, workers=2) as sess:
+        future = sess.run_async(z, {x: 1.0})
+        assert future.result(timeout=10) == pytest.approx(np.e)
+
+
+def test_events_chrome_trace_and_gantt(tmp_path):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(32, 32), name="x")
+        z = mg.tanh(x @ x) + mg.sin(x)
+    sess = mg.Session(g, workers=2)
+    sess.run(z, {x: np.ones((32, 32))})
+    stats = sess.last_run
+    assert {e["name"] for e in stats.events} == set(stats.order)
+    for e in stats.events:
+        assert e["pid"] == "cpu" and e["dur"] >= 0 and e["cost"] in ("cheap", "expensive")
+    trace = json.loads(open(stats.to_chrome_trace(str(tmp_path / "t.json"))).read())
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == len(stats.events)
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = stats.gantt()
+    assert len(ax.collections) == len(stats.events)
+    stats.plot_memory()
+
+
+def test_poisoning_catches_a_read_after_free():
+    """If recycling freed a value too early, poisoned (NaN) data would reach the result."""
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(64,), name="x")
+        a = mg.sin(x)
+        b = mg.cos(a)  # a is read again below, after b: it must not be freed after b
+        c = mg.exp(b) + a
+    for w in (1, 2):
+        with mg.Session(g, workers=w, debug=True) as sess:
+            v = sess.run(c, {x: np.linspace(0, 1, 64)})
+    expected = np.exp(np.cos(np.sin(np.linspace(0, 1, 64)))) + np.sin(np.linspace(0, 1, 64))
+    np.testing.assert_allclose(v, expected)
+    assert not np.isnan(v).any()
