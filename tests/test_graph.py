@@ -317,16 +317,15 @@ def test_a_failing_kernel_names_the_node_and_line_and_the_session_survives():
     np.testing.assert_array_equal(w.numpy(), [3.0, 5.0])
 
 
-def test_cross_device_edges_must_be_explicit():
+def test_cross_device_edges_run_through_send_and_recv():
     with mg.Graph() as g:
-        x = mg.placeholder(shape=())
+        x = mg.placeholder(shape=(), name="x")
         with mg.device("cpu:1"):
-            y = mg.placeholder(shape=())
-        z = mg.Node(g, "z", "add", mg.PRIMITIVES["add"], (x, y), {}, (), "float64",
-                    mg.device("cpu"), None)
-        g._register(z)
-    with pytest.raises(DeviceError, match=r"node 'z' on cpu reads 'Placeholder_1' from cpu:1"):
-        mg.Session(g).run(z, {x: 1.0, y: 1.0})
+            y = mg.placeholder(shape=(), name="y")
+            z = x * y  # reads x from cpu: the partitioner inserts a Send/Recv pair
+    assert mg.Session(g).run(z, {x: 2.0, y: 4.0}) == 8.0
+    parts = mg.partition(g)
+    assert [n.op for n in parts["cpu"].nodes] == ["Placeholder", "Send"]
 
 
 # -- compile and trace ------------------------------------------------------------------------------

@@ -45,11 +45,11 @@ class Memory:
     """The bookkeeping of one run (callers hold ``lock`` around every method)."""
 
     def __init__(self, order: list[Node], fetches: list[Node], external: list[Any],
-                 recycle: bool = True, poison: bool = False):
+                 recycle: bool = True, poison: bool = False, start: float | None = None):
         self.recycle = recycle
         self.poison = poison
         self.lock = threading.Lock()
-        self.start = time.perf_counter()
+        self.start = time.perf_counter() if start is None else start
         keep = {id(n) for n in order}
         self.readers: dict[int, int] = {}  # node id -> consumers still to run
         for n in order:

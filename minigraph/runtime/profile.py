@@ -33,6 +33,19 @@ class RunStats:
         self.total_bytes = sum(total.values())
         self.memory_curve = memory_curve
 
+    @classmethod
+    def merge(cls, runs: list) -> "RunStats":
+        """The statistics of one step made of several device executors' runs."""
+        events = sorted((e for r in runs for e in r.events), key=lambda e: e["ts"])
+        order = [e["name"] for e in events] if len(runs) > 1 else list(runs[0].order)
+        peak, low, total, curve = {}, {}, {}, []
+        for r in runs:
+            peak.update(r.memory.peak_held)
+            low.update(r.memory.peak_live)
+            total.update(r.memory.total)
+            curve += r.memory.curve
+        return cls(order, events, peak, low, total, sorted(curve))
+
     def __repr__(self) -> str:
         return (f"<RunStats: {len(self.order)} nodes, peak {self.peak_bytes} bytes, "
                 f"total {self.total_bytes} bytes>")
@@ -45,7 +58,13 @@ class RunStats:
         events = [{"name": e["name"], "cat": e["cost"], "ph": "X", "ts": e["ts"],
                    "dur": e["dur"], "pid": pids[e["pid"]], "tid": e["tid"],
                    "args": {"op": e["op"]}} for e in self.events]
-        return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+        flows = []  # an arrow from each Send to its Recv
+        for k, e in enumerate(x for x in self.events if "key" in x):
+            phase = {"Send": "s", "Recv": "f"}[e["op"]]
+            flows.append({"name": "transfer", "cat": "rendezvous", "ph": phase, "bp": "e",
+                          "id": e["key"], "ts": e["ts"] + (e["dur"] if phase == "s" else 0),
+                          "pid": pids[e["pid"]], "tid": e["tid"]})
+        return {"traceEvents": meta + events + flows, "displayTimeUnit": "ms"}
 
     def to_chrome_trace(self, path: str) -> str:
         """Write ``chrome_trace()`` as JSON to ``path``; returns the path."""

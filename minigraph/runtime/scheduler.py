@@ -16,6 +16,12 @@ another thread costs time too:
 ``workers=1`` is the deterministic serial run: one FIFO queue, the roots in creation
 order and each node's consumers in creation order as they become ready.
 
+In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
+rendezvous, and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
+gives the thread back; when the tensor arrives, the Recv finishes and its consumers
+become ready. A Recv that blocked its thread could deadlock two devices waiting on
+each other.
+
 The first failure stops the run: nothing that depends on the failed node runs, the
 other threads finish the node they are running and stop, and ``run()`` raises the
 error, which names the node, its op and the line of user code that created it.
@@ -24,6 +30,7 @@ Ctrl-C stops a run the same way.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
@@ -33,7 +40,9 @@ from typing import Any, Callable
 
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
+from ..device import get_device
 from .memory import Memory
+from .rendezvous import Rendezvous
 
 
 class NodeError(MinigraphError, RuntimeError):
@@ -95,7 +104,8 @@ class Run:
 
     def __init__(self, plan: list[Node], feeds: dict[int, Any], fetches: list[Node],
                  memory: Memory, cost_of: Callable[[Node], str],
-                 record: Callable[[str, float], None] | None = None):
+                 record: Callable[[str, float], None] | None = None,
+                 rendezvous: Rendezvous | None = None):
         self.plan = plan
         self.values: dict[int, Any] = dict(feeds)
         self.feeds = feeds
@@ -119,14 +129,29 @@ class Run:
                 self.consumers.setdefault(id(i), []).append(n)
         self.roots = [n for n in plan if self.missing[id(n)] == 0]
         self.workers: dict[int, int] = {}
+        self.rendezvous = rendezvous
+        self.received: dict[int, Any] = {}   # Recv node id -> the tensor that arrived
+        self.arrivals: queue.SimpleQueue = queue.SimpleQueue()  # Recvs to finish (serial)
+        self.pool: ThreadPoolExecutor | None = None
 
-    def execute(self, node: Node) -> list[Node]:
-        """Run one node; return the consumers it made ready (in creation order)."""
+    def execute(self, node: Node) -> list[Node] | None:
+        """Run one node; return the consumers it made ready (in creation order), or None
+        for a Recv whose tensor has not arrived yet (it is run again when it does)."""
+        if node.op == "Recv" and id(node) not in self.received:
+            self.rendezvous.recv(node.key, lambda v, e, n=node: self._arrived(n, v, e))
+            return None
         with self.lock:
             self.order.append(node.name)
             buffer = self.memory.buffer_for(node) if can_write_into(node) else None
         start = time.perf_counter()
-        if id(node) not in self.feeds:
+        if node.op == "Recv":
+            self.values[id(node)] = self.received.pop(id(node))
+        elif node.op == "Send":
+            value = self.values[id(node.args[0])]
+            dst = get_device(node.recv_device)
+            self.rendezvous.send(node.key, dst.copy_from(value, node.device))  # a real copy
+            self.values[id(node)] = value
+        elif id(node) not in self.feeds:
             self.values[id(node)] = compute(node, self.values, self.assigns, self.fetches,
                                             buffer)
         end = time.perf_counter()
@@ -148,22 +173,67 @@ class Run:
 
     def _event(self, node: Node, start: float, end: float) -> dict:
         tid = self.workers.setdefault(threading.get_ident(), len(self.workers))
-        return {"name": node.name, "op": node.op, "cost": self.cost_of(node),
-                "ts": (start - self.memory.start) * 1e6, "dur": (end - start) * 1e6,
-                "pid": node.device.name, "tid": tid}
+        event = {"name": node.name, "op": node.op, "cost": self.cost_of(node),
+                 "ts": (start - self.memory.start) * 1e6, "dur": (end - start) * 1e6,
+                 "pid": node.device.name, "tid": tid}
+        if node.op in ("Send", "Recv"):
+            event["key"] = node.key
+        return event
+
+    def _arrived(self, node: Node, value: Any, error: BaseException | None) -> None:
+        """The rendezvous calls this when a Recv's tensor is there (or the run aborted)."""
+        if error is not None:
+            self._stop(error)
+            self.arrivals.put(None)
+            return
+        with self.lock:
+            self.received[id(node)] = value
+        if self.pool is not None:
+            self._submit([node])
+        else:
+            self.arrivals.put(node)
+
+    def _stop(self, exc: BaseException) -> None:
+        with self.lock:
+            first = self.error is None
+            if first:
+                self.error = exc  # the first failure is the one reported
+            changed = getattr(self, "changed", None)
+            if changed is not None:
+                changed.notify_all()
+        if first and self.rendezvous is not None:
+            self.rendezvous.abort(exc)  # other devices stop waiting for our tensors
 
     # -- workers = 1: one FIFO queue on the calling thread ------------------------------------
     def run_serial(self) -> None:
         ready = deque(self.roots)
-        while ready:
-            ready.extend(self.execute(ready.popleft()))
+        remaining = len(self.plan)
+        try:
+            while remaining:
+                if self.error is not None:
+                    raise self.error
+                if not ready:  # only Recvs are outstanding: wait for a tensor
+                    try:
+                        node = self.arrivals.get(timeout=0.05)
+                    except queue.Empty:
+                        continue
+                    if node is not None:
+                        ready.append(node)
+                    continue
+                made = self.execute(ready.popleft())
+                if made is not None:
+                    remaining -= 1
+                    ready.extend(made)
+        except BaseException as exc:
+            self._stop(exc)
+            raise
 
     # -- workers > 1: inline cheap nodes, expensive nodes to the pool ---------------------
     def run_threaded(self, pool: ThreadPoolExecutor) -> None:
-        self.pool = pool
         self.remaining = len(self.plan)
         self.active = 0
         self.changed = threading.Condition(self.lock)
+        self.pool = pool
         self._dispatch(self.roots, None)
         try:
             with self.changed:
@@ -207,15 +277,17 @@ class Run:
 
     def _process(self, batch: list[Node]) -> None:
         """A worker's task: run ``batch`` and the cheap nodes they make ready."""
-        queue = deque(batch)
+        todo = deque(batch)
         try:
-            while queue and self.error is None:
-                node = queue.popleft()
+            while todo and self.error is None:
+                node = todo.popleft()
                 ready = self.execute(node)
+                if ready is None:
+                    continue  # a Recv waiting for its tensor: resubmitted when it comes
                 with self.changed:
                     self.remaining -= 1
                     self.changed.notify_all()
-                self._dispatch(ready, queue)
+                self._dispatch(ready, todo)
         except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
             self._stop(exc)
         finally:
@@ -223,8 +295,3 @@ class Run:
                 self.active -= 1
                 self.changed.notify_all()
 
-    def _stop(self, exc: BaseException) -> None:
-        with self.changed:
-            if self.error is None:
-                self.error = exc  # the first failure is the one reported
-            self.changed.notify_all()

@@ -20,6 +20,8 @@ at once and runs in the background, as a GPU runs the work a program has queued.
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -31,7 +33,9 @@ from ..graph.topo import fifo_order, needed
 from ..tensor import Tensor
 from .cost import CostModel
 from .memory import Memory
+from .partition import Partition, partition
 from .profile import RunStats
+from .rendezvous import Rendezvous
 from .scheduler import FeedError, NodeError, Run  # noqa: F401 - NodeError is re-exported
 
 
@@ -57,8 +61,7 @@ class Session:
         self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
         self._plans: dict[tuple, list[Node]] = {}
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="minigraph") \
-            if workers > 1 else None
+        self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
@@ -66,23 +69,86 @@ class Session:
         flat = [self._node(f) for f in _flatten(fetches)]
         feeds = self._feeds(feed_dict or {})
         plan = self._plan(flat, feeds)
-        external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
-        memory = Memory(plan, flat, external, recycle=self.recycle, poison=self.debug)
-        cost_of = self.costs.cost if self.costs is not None else _static
-        run = Run(plan, feeds, flat, memory, cost_of,
-                  self.costs.record if self.costs is not None else None)
-        try:
-            if self._pool is None:
-                run.run_serial()
-            else:
-                run.run_threaded(self._pool)
-        finally:  # a failed run's statistics show how far it got
-            self.last_run = RunStats(run.order, run.events, memory.peak_held,
-                                     memory.peak_live, memory.total, memory.curve)
-        for var, value in run.assigns:  # only now: a failed run changes no variable
+        if len({n.device.name for n in plan}) > 1:
+            values, assigns = self._run_partitioned(flat, feeds)
+        else:
+            values, assigns = self._run_on_one_device(plan, flat, feeds)
+        for var, value in assigns:  # only now: a failed run changes no variable
             var.value = value
-        results = iter([_to_numpy(n, run.values[id(n)]) for n in flat])
+        results = iter([_to_numpy(n, values[id(n)]) for n in flat])
         return _rebuild(fetches, results)
+
+    def _new_run(self, plan: list[Node], feeds: dict, fetches: list[Node], start: float,
+                 rendezvous: Rendezvous | None = None) -> Run:
+        external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
+        memory = Memory(plan, fetches, external, self.recycle, self.debug, start)
+        cost_of = self.costs.cost if self.costs is not None else _static
+        return Run(plan, feeds, fetches, memory, cost_of,
+                   self.costs.record if self.costs is not None else None, rendezvous)
+
+    def _execute(self, run: Run, pool: ThreadPoolExecutor | None) -> None:
+        if pool is None:
+            run.run_serial()
+        else:
+            run.run_threaded(pool)
+
+    def _run_on_one_device(self, plan: list[Node], fetches: list[Node],
+                           feeds: dict) -> tuple[dict, list]:
+        run = self._new_run(plan, feeds, fetches, time.perf_counter())
+        try:
+            self._execute(run, self._pool_for(plan[0].device.name if plan else "cpu"))
+        finally:  # a failed run's statistics show how far it got
+            self.last_run = RunStats.merge([run])
+        return run.values, run.assigns
+
+    def _run_partitioned(self, fetches: list[Node], feeds: dict) -> tuple[dict, list]:
+        """One executor per device, in its own thread, meeting at a rendezvous."""
+        parts = self._partition(fetches, feeds)
+        rendezvous, start = Rendezvous(), time.perf_counter()
+        runs = []
+        for graph in parts.values():
+            origin = {id(n): parts.origins.get(id(n)) for n in graph.nodes}
+            own_feeds = {id(n): feeds[id(o)] for n in graph.nodes
+                         if (o := origin[id(n)]) is not None and id(o) in feeds}
+            own_fetches = [parts.copies[id(f)] for f in fetches
+                           if parts.copies[id(f)].graph is graph]
+            plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds))
+            runs.append(self._new_run(plan, own_feeds, own_fetches, start, rendezvous))
+        threads = [threading.Thread(target=_capture, args=(self._execute, run,
+                                                           self._pool_for(name)),
+                                    name=f"minigraph-{name}")
+                   for name, run in zip(parts, runs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.last_run = RunStats.merge(runs)
+        errors = [r.error for r in runs if r.error is not None]
+        if errors:
+            raise errors[0]
+        values = {}
+        for run in runs:
+            for n in run.plan:
+                original = parts.origins.get(id(n))
+                if original is not None and id(n) in run.values:
+                    values[id(original)] = run.values[id(n)]
+        assigns = [(parts.origins[id(var)], v) for run in runs for var, v in run.assigns]
+        return values, assigns
+
+    def _partition(self, fetches: list[Node], feeds: dict) -> Partition:
+        key = ("partition", len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
+        if key not in self._plans:
+            self._plans[key] = partition(self.graph, fetches, set(feeds))
+        return self._plans[key]
+
+    def _pool_for(self, device: str) -> ThreadPoolExecutor | None:
+        """Each device has its own workers, like a stream of its own."""
+        if self.workers == 1:
+            return None
+        if device not in self._pools:
+            self._pools[device] = ThreadPoolExecutor(
+                self.workers, thread_name_prefix=f"minigraph-{device}")
+        return self._pools[device]
 
     def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
         """Start ``run`` in the background; the returned future's ``result()`` waits."""
@@ -92,10 +158,10 @@ class Session:
 
     def close(self) -> None:
         """Stop the session's threads (also done when the session is garbage-collected)."""
-        for pool in (self._pool, self._background):
+        for pool in list(self._pools.values()) + [self._background]:
             if pool is not None:
                 pool.shutdown(wait=True)
-        self._pool = self._background = None
+        self._pools, self._background = {}, None
 
     def __enter__(self) -> "Session":
         return self
@@ -130,6 +196,15 @@ class Session:
 
 def _static(node: Node) -> str:
     return node.cost
+
+
+def _capture(execute: Any, run: Run, pool: ThreadPoolExecutor | None) -> None:
+    """A device executor's thread: run, and leave any error on the run (and abort the
+    rendezvous, which ``Run`` does) instead of losing it in the thread."""
+    try:
+        execute(run, pool)
+    except BaseException:  # noqa: BLE001 - run.error holds it; run() raises it
+        pass
 
 
 def _check_feed(node: Node, value: Any) -> Any:

@@ -37,3 +37,27 @@ def graph_to_dot(graph: "Graph") -> str:
             lines.append(f"  n{index[id(i)]} -> n{k};")
     lines.append("}")
     return "\n".join(lines)
+
+
+def partition_to_dot(parts: dict) -> str:
+    """DOT text of a partition: one cluster per device, each Send -> Recv edge dashed."""
+    lines = ['digraph "partition" {', '  node [style=filled, fontname="Helvetica", fontsize=10];']
+    ids: dict[int, str] = {}
+    for c, (device, graph) in enumerate(parts.items()):
+        lines.append(f'  subgraph cluster_{c} {{\n    label="{device}";')
+        for k, n in enumerate(graph.nodes):
+            ids[id(n)] = f"d{c}n{k}"
+            shape = "cds" if n.op in ("Send", "Recv") else SHAPES.get(n.op, "ellipse")
+            lines.append(f'    {ids[id(n)]} [label="{_label(n)}", shape={shape}, '
+                         f'fillcolor={_color(n)}];')
+        lines.append("  }")
+    recvs = {n.key: n for g in parts.values() for n in g.nodes if n.op == "Recv"}
+    for graph in parts.values():
+        for n in graph.nodes:
+            for i in n.inputs:
+                lines.append(f"  {ids[id(i)]} -> {ids[id(n)]};")
+            if n.op == "Send":
+                lines.append(f'  {ids[id(n)]} -> {ids[id(recvs[n.key])]} '
+                             f'[style=dashed, label="{n.tensor_name}"];')
+    lines.append("}")
+    return "\n".join(lines)

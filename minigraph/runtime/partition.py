@@ -1,0 +1,128 @@
+"""Graph partitioning with Send/Recv insertion [3.1.4].
+
+A graph whose nodes live on several devices is cut into one graph per device. Every
+edge from a node on device A to a node on device B is replaced by a pair of nodes:
+
+    producer --> Send   (on A)   ~~~ rendezvous key "A;B;producer" ~~~>   Recv (on B) --> consumer
+
+so that no node ever reads a value of another device directly: the only way between
+devices is a Send and its Recv, and a Send makes a real copy into B's memory. A value
+used by several nodes of B crosses once (one Send/Recv pair per tensor and destination
+device). An explicit ``x.to(B)`` node is itself such an edge: it becomes the Recv.
+
+``mg.partition(g)`` returns ``{device name: Graph}``; the session runs each of those
+graphs on its own device executor (``session.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..device import Device
+from ..graph.graph import Graph, Node
+from ..graph.topo import fifo_order, needed
+from .rendezvous import make_key
+
+
+class CommNode(Node):
+    """A Send or a Recv: a node with a tensor name, two devices and a rendezvous key."""
+
+    __slots__ = ()
+
+    @property
+    def tensor_name(self) -> str:
+        return self.params["tensor_name"]
+
+    @property
+    def send_device(self) -> str:
+        return self.params["send_device"]
+
+    @property
+    def recv_device(self) -> str:
+        return self.params["recv_device"]
+
+    @property
+    def key(self) -> str:
+        return make_key(self.send_device, self.recv_device, self.tensor_name)
+
+
+class Partition(dict):
+    """``{device name: Graph}`` plus the bookkeeping the session needs."""
+
+    def __init__(self, graphs: dict[str, Graph], copies: dict[int, Node],
+                 origins: dict[int, Node]):
+        super().__init__(graphs)
+        self.copies = copies    # id(original node) -> its node in a partition
+        self.origins = origins  # id(partition node) -> the original node
+
+    def sends(self) -> list[CommNode]:
+        return [n for g in self.values() for n in g.nodes if n.op == "Send"]
+
+    def recvs(self) -> list[CommNode]:
+        return [n for g in self.values() for n in g.nodes if n.op == "Recv"]
+
+    def to_dot(self) -> str:
+        """DOT text: one cluster per device, Send -> Recv edges dashed."""
+        from ..viz.dot import partition_to_dot
+
+        return partition_to_dot(self)
+
+
+def partition(graph: Graph, fetches: Sequence[Node] | None = None,
+              fed: set[int] = frozenset()) -> Partition:
+    """Cut ``graph`` (or the part of it ``fetches`` need) into one graph per device."""
+    keep = needed(fetches, set(fed)) if fetches is not None else {id(n) for n in graph.nodes}
+    return _Partitioner(graph).run(fifo_order(graph.nodes, keep, set(fed)), fed)
+
+
+class _Partitioner:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.parts: dict[str, Graph] = {}
+        self.copies: dict[int, Node] = {}
+        self.origins: dict[int, Node] = {}
+        self.recvs: dict[tuple[int, str], Node] = {}
+
+    def part(self, device: Device) -> Graph:
+        if device.name not in self.parts:
+            self.parts[device.name] = Graph(f"{self.graph.name}@{device.name}")
+        return self.parts[device.name]
+
+    def run(self, order: list[Node], fed: set[int]) -> Partition:
+        for n in order:
+            source = n.inputs[0] if n.op == "to_device" and n.inputs else None
+            if source is not None and id(n) not in fed and source.device is not n.device:
+                self.copies[id(n)] = self.recv(source, n.device)  # the transfer is the Recv
+                self.origins[id(self.copies[id(n)])] = n
+                continue
+            args = () if id(n) in fed else tuple(self.edge(a, n.device) for a in n.args)
+            copy = Node(self.part(n.device), n.name, n.op, n.prim, args, n.params, n.shape,
+                        n.dtype, n.device, n.location, n.value)
+            self.part(n.device)._register(copy)
+            self.copies[id(n)] = copy
+            self.origins[id(copy)] = n
+        return Partition(self.parts, self.copies, self.origins)
+
+    def edge(self, a: Any, device: Device) -> Any:
+        """The argument as the consumer on ``device`` reads it: direct, or via a Recv."""
+        if not isinstance(a, Node):
+            return a
+        if a.device is device:
+            return self.copies[id(a)]
+        return self.recv(a, device)
+
+    def recv(self, a: Node, device: Device) -> Node:
+        """The Recv on ``device`` of ``a``'s value (one Send/Recv pair per destination)."""
+        if (id(a), device.name) not in self.recvs:
+            params = {"tensor_name": a.name, "send_device": a.device.name,
+                      "recv_device": device.name}
+            src, dst = self.part(a.device), self.part(device)
+            send = CommNode(src, src.unique_name(f"{a.name}/Send"), "Send", None,
+                            (self.copies[id(a)],), params, a.shape, a.dtype, a.device,
+                            a.location)
+            src._register(send)
+            recv = CommNode(dst, dst.unique_name(f"{a.name}/Recv"), "Recv", None, (),
+                            params, a.shape, a.dtype, device, a.location)
+            dst._register(recv)
+            self.recvs[(id(a), device.name)] = recv
+        return self.recvs[(id(a), device.name)]
