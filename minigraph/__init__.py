@@ -24,6 +24,7 @@ from .ops import add_n
 from .graph.graph import Graph, Node, constant, name_scope, placeholder, variable
 from .graph.trace import trace
 from .graph import passes
+from . import parallel
 from .runtime.partition import partition
 from .runtime.session import Session
 
@@ -41,5 +42,5 @@ __all__ = [
     "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "Tensor", "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph",
-    "Node", "constant", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "float32", "float64", "int64", "int32", "bool_",
+    "Node", "constant", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "float32", "float64", "int64", "int32", "bool_",
 ]

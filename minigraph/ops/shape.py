@@ -191,6 +191,9 @@ def _host_index(i: Any) -> Any:
 def getitem(x: Any, index: Any) -> Any:
     """``x[index]``: ints, slices, ``None``, ``...`` and integer arrays; differentiable."""
     index = index if isinstance(index, tuple) else (index,)
+    if not any(i is Ellipsis for i in index) and \
+            sum(i is not None for i in index) < len(S.shape_of(x)):
+        index = index + (Ellipsis,)  # NumPy's implicit trailing ':'s, spelled out
     return bind(GETITEM, x, index=tuple(_host_index(i) for i in index))
 
 
