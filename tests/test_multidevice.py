@@ -253,3 +253,23 @@ def test_sharded_memory_is_balanced_where_concatenating_is_not():
         mg.concatenate([s.to("cpu") for s in layer(x)], axis=1), labels))
     assert max(sharded) / min(sharded) <= 1.2
     assert max(naive) / max(min(naive), 1) > 2  # the concatenating version loads one device
+
+
+def test_auto_place_spreads_independent_branches_and_keeps_chains_together():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(64, 64), name="x")
+        left = x
+        right = x
+        for _ in range(3):
+            left = mg.tanh(left @ left)
+            right = mg.sin(right @ right)
+        out = left + right
+    placed = mg.auto_place(g, ["cpu", "cpu:1"])
+    devices = {n.name: n.device.name for n in placed.graph.nodes}
+    lefts = [n.name for n in g.nodes if n.op == "tanh"]
+    rights = [n.name for n in g.nodes if n.op == "sin"]
+    assert len({devices[n] for n in lefts}) == 1 and len({devices[n] for n in rights}) == 1
+    assert devices[lefts[0]] != devices[rights[0]]  # two branches, two devices
+    feed = np.eye(64) * 0.1
+    np.testing.assert_allclose(mg.Session(placed.graph).run(placed[out], {placed[x]: feed}),
+                               mg.Session(g).run(out, {x: feed}), rtol=1e-12)

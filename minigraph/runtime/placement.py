@@ -1,0 +1,87 @@
+"""Placement: which device runs each node [3.1.4].
+
+The rules when a graph is built (``graph.py``): a node takes the device of the innermost
+``with mg.device(...)`` scope; without a scope it sits with its first input; with no
+input, on the default device. Gradient nodes are built inside their forward node's
+device scope, so they sit with it.
+
+``auto_place(graph, devices)`` is the optional automatic placer: a greedy list
+scheduler that spreads independent branches over devices. It visits the nodes in
+topological order and puts each on the device where it would *finish* first, given
+
+* when each device is free again (the work already put on it),
+* when the node's inputs are ready there (an input on another device first has to be
+  sent: its bytes over ``BANDWIDTH``),
+* the node's estimated run time (``estimate``: multiply-adds over ``FLOPS``).
+
+Inputs (placeholders, constants, variables) stay where they are. Greedy means it never
+revisits a choice, so it is fast and simple, not optimal; a chain stays on one device
+(moving it would only add transfers), two independent branches of equal cost end up on
+two devices. The result is a copy of the graph with new devices; partitioning then adds
+the Send/Recv pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..device import get_device
+from ..graph.graph import Graph, Node
+from ..graph.passes import PassResult
+
+FLOPS = 1e9        # multiply-adds per second assumed for every device
+BANDWIDTH = 1e9    # bytes per second assumed between two devices
+OVERHEAD = 5e-6    # seconds every node costs, however small
+
+
+def estimate(node: Node) -> float:
+    """Estimated seconds to run ``node``: matmul m*n*k, otherwise one per element."""
+    if node.prim is None or node.shape is None:
+        return 0.0
+    if node.op == "matmul":
+        a, b = node.inputs[0].shape, node.inputs[1].shape
+        return OVERHEAD + math.prod(a) * b[-1] / FLOPS
+    return OVERHEAD + math.prod(node.shape) / FLOPS
+
+
+def _bytes(node: Node) -> int:
+    size = 4 if node.dtype in ("float32", "int32") else 8
+    return size * math.prod(node.shape or ())
+
+
+def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
+    """A copy of ``graph`` with its computing nodes spread over ``devices`` (greedy)."""
+    devs = [get_device(d) for d in devices]
+    free_at = {d.name: 0.0 for d in devs}
+    finish: dict[int, float] = {}
+    new = Graph(graph.name)
+    mapping: dict[int, Node] = {}
+    changes = []
+    for n in graph.nodes:
+        if n.prim is None:  # inputs and state stay where they were put
+            chosen, end = n.device, 0.0
+        else:
+            chosen, end = min(((d, _finish(n, d, free_at, finish, mapping)) for d in devs),
+                              key=lambda pair: pair[1])
+            free_at[chosen.name] = end
+        finish[id(n)] = end
+        args = tuple(mapping[id(a)] if isinstance(a, Node) else a for a in n.args)
+        copy = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, chosen,
+                    n.location, n.value)
+        mapping[id(n)] = new._register(copy)
+        if chosen is not n.device:
+            changes.append(f"auto_place: {n.name} ({n.op}) on {chosen.name}")
+    return PassResult(new, mapping, changes)
+
+
+def _finish(n: Node, device, free_at: dict, finish: dict, mapping: dict) -> float:
+    """When ``n`` would finish on ``device``: after the device is free and the inputs
+    have arrived there."""
+    ready = 0.0
+    for i in n.inputs:
+        arrive = finish[id(i)]
+        if mapping[id(i)].device is not device:
+            arrive += _bytes(i) / BANDWIDTH
+        ready = max(ready, arrive)
+    return max(ready, free_at[device.name]) + estimate(n)
