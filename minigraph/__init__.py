@@ -21,7 +21,8 @@ from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
 from .ops import add_n
-from .graph.graph import Graph, Node, constant, name_scope, placeholder, variable
+from .graph.graph import (Graph, Node, constant, control_dependencies, name_scope, placeholder,
+                          variable)
 from .graph.trace import trace
 from .graph import passes
 from . import parallel
@@ -43,5 +44,5 @@ __all__ = [
     "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "Tensor", "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph",
-    "Node", "constant", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "auto_place", "float32", "float64", "int64", "int32", "bool_",
+    "Node", "constant", "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "auto_place", "float32", "float64", "int64", "int32", "bool_",
 ]

@@ -273,3 +273,23 @@ def test_auto_place_spreads_independent_branches_and_keeps_chains_together():
     feed = np.eye(64) * 0.1
     np.testing.assert_allclose(mg.Session(placed.graph).run(placed[out], {placed[x]: feed}),
                                mg.Session(g).run(out, {x: feed}), rtol=1e-12)
+
+
+def test_control_dependencies_order_nodes_even_across_devices(strict_devices):
+    with mg.Graph() as g:
+        w = mg.variable(np.array([1.0, 2.0]), name="w")
+        step = w.assign(w * 10.0)
+        with mg.device("cpu:1"):
+            y = mg.placeholder(shape=(2,), name="y")
+            with mg.control_dependencies([step]):
+                after = y * 2.0  # reads nothing of step, but runs after it
+    assert after.control_inputs == (step,)
+    assert "^w/assign" in str(g)
+    parts = mg.partition(g)
+    control = [s for s in parts.sends() if s.params["control"]]
+    assert len(control) == 1 and control[0].shape == (0,)  # an empty tensor crosses
+    for workers in (1, 2):
+        sess = mg.Session(g, workers=workers)
+        sess.run(after, {y: np.ones(2)})
+        order = sess.last_run.order
+        assert order.index("w/assign") < order.index("mul_1")

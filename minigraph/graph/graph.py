@@ -81,12 +81,13 @@ class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
-                 "dtype", "device", "location", "value")
+                 "dtype", "device", "location", "value", "control_inputs")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
                  args: tuple, params: dict, shape: tuple | None, dtype: str | None,
-                 device: Device, location: tuple[str, int] | None, value: Any = None):
+                 device: Device, location: tuple[str, int] | None, value: Any = None,
+                 control_inputs: tuple = ()):
         self.graph = graph
         self.name = name
         self.op = op
@@ -99,6 +100,15 @@ class Node(ArrayOps):
         self.device = device
         self.location = location
         self.value = value  # the array of a Const, the current state of a Variable
+        # Nodes that must run before this one although it reads none of their values
+        # (``with g.control_dependencies([...])``, TensorFlow's control edges).
+        self.control_inputs = tuple(control_inputs)
+
+    @property
+    def predecessors(self) -> tuple["Node", ...]:
+        """Every node that must run first: data inputs, then control inputs."""
+        return self.inputs + tuple(c for c in self.control_inputs
+                                   if all(c is not i for i in self.inputs))
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Node":
         return self.graph.add(prim, args, params)
@@ -183,6 +193,7 @@ class Graph:
         self._scopes: list[str] = []
         self._consts: dict[int, Node] = {}  # id(tensor) -> its Const node
         self._suffix: dict[str, int] = {}  # the next _k to try for a repeated name
+        self._control: list[list[Node]] = []  # open control_dependencies blocks
 
     # -- the default graph ---------------------------------------------------------------
     def __enter__(self) -> "Graph":
@@ -204,6 +215,20 @@ class Graph:
             yield "/".join(self._scopes)
         finally:
             self._scopes.pop()
+
+    @contextmanager
+    def control_dependencies(self, nodes: "list[Node]") -> Iterator[None]:
+        """Nodes made inside run only after ``nodes`` have run (control edges)."""
+        for n in nodes:
+            self._argument(n)  # the same graph-membership check as for inputs
+        self._control.append(list(nodes))
+        try:
+            yield
+        finally:
+            self._control.pop()
+
+    def _current_control(self) -> tuple:
+        return tuple(n for block in self._control for n in block)
 
     # -- adding nodes ----------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
@@ -243,7 +268,8 @@ class Graph:
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
         node = Node(self, name, prim.name, prim, args, params, shape, dtype,
-                    self._place(prim, args, params), location)
+                    self._place(prim, args, params), location,
+                    control_inputs=self._current_control())
         return self._register(node)
 
     def _infer(self, prim: Primitive, args: tuple, params: dict, name: str,
@@ -280,7 +306,8 @@ class Graph:
                                  f"new value '{new.name}' has shape {new.shape}")
             shape, dtype, device = var.shape, var.dtype, var.device
         node = Node(self, self.unique_name(name or op), op, None, args, {}, shape, dtype,
-                    device or scoped_device() or get_device(None), user_location(), value)
+                    device or scoped_device() or get_device(None), user_location(), value,
+                    self._current_control())
         return self._register(node)
 
     def constant(self, value: Any, dtype: str | None = None, name: str | None = None) -> Node:
@@ -306,7 +333,8 @@ class Graph:
         for n in self.nodes:
             args = ", ".join(a.name if isinstance(a, Node) else repr(a) for a in n.args)
             params = ", ".join(f"{k}={_short(v)}" for k, v in n.params.items())
-            call = f"{n.op}({', '.join(p for p in (args, params) if p)})"
+            control = ", ".join("^" + c.name for c in n.control_inputs)
+            call = f"{n.op}({', '.join(p for p in (args, params, control) if p)})"
             where = "" if n.location is None else \
                 f"  {os.path.basename(n.location[0])}:{n.location[1]}"
             lines.append(f"  {n.name + ':' + _type_text(n):<{width}} = {call:<28}"
@@ -347,6 +375,13 @@ def name_scope(name: str) -> Iterator[str]:
     """``with mg.name_scope("layer1"):`` prefixes new nodes' names in the default graph."""
     with default_graph().name_scope(name) as scope:
         yield scope
+
+
+@contextmanager
+def control_dependencies(nodes: "list[Node]") -> Iterator[None]:
+    """``with mg.control_dependencies([a]):`` nodes made inside run after ``a``."""
+    with default_graph().control_dependencies(nodes):
+        yield
 
 
 def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",

@@ -37,13 +37,13 @@ class PassResult:
         return "\n".join(self.changes) if self.changes else "(no change)"
 
 
-def _copy(new: Graph, n: Node, args: tuple) -> Node:
+def _copy(new: Graph, n: Node, args: tuple, control: tuple = ()) -> Node:
     """A copy of ``n`` in graph ``new``, reading the (new) arguments ``args``."""
     return new._register(Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype,
-                              n.device, n.location, n.value))
+                              n.device, n.location, n.value, control))
 
 
-Rewrite = Callable[[Graph, Node, tuple], Node]
+Rewrite = Callable[[Graph, Node, tuple, tuple], Node]
 
 
 def _rebuild(graph: Graph, fetches: Sequence[Node], rewrite: Rewrite) -> PassResult:
@@ -53,7 +53,8 @@ def _rebuild(graph: Graph, fetches: Sequence[Node], rewrite: Rewrite) -> PassRes
     mapping: dict[int, Node] = {}
     for n in fifo_order(graph.nodes, needed(fetches)):
         args = tuple(mapping[id(a)] if isinstance(a, Node) else a for a in n.args)
-        mapping[id(n)] = rewrite(new, n, args)
+        control = tuple(mapping[id(c)] for c in n.control_inputs)
+        mapping[id(n)] = rewrite(new, n, args, control)
     return PassResult(new, mapping)
 
 
@@ -79,12 +80,12 @@ def cse(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     seen: dict[tuple, Node] = {}
     changes: list[str] = []
 
-    def rewrite(new: Graph, n: Node, args: tuple) -> Node:
-        key = _key(n, args)
+    def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node:
+        key = None if control else _key(n, args)  # ordered nodes are never merged
         if key is not None and key in seen:
             changes.append(f"cse: {n.name} computes the same as {seen[key].name}")
             return seen[key]
-        copy = _copy(new, n, args)
+        copy = _copy(new, n, args, control)
         if key is not None:
             seen[key] = copy
         return copy
@@ -100,10 +101,10 @@ def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
 
     changes: list[str] = []
 
-    def rewrite(new: Graph, n: Node, args: tuple) -> Node:
+    def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node:
         nodes = [a for a in args if isinstance(a, Node)]
-        if n.prim is None or not nodes or any(a.op != "Const" for a in nodes):
-            return _copy(new, n, args)
+        if n.prim is None or not nodes or control or any(a.op != "Const" for a in nodes):
+            return _copy(new, n, args, control)
         probe = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, n.device,
                      n.location)
         value = compute(probe, {id(a): a.value for a in nodes}, [], [])

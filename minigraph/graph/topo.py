@@ -33,7 +33,7 @@ def needed(fetches: Iterable[Node], stop: set[int] = frozenset()) -> set[int]:
             continue
         seen.add(id(n))
         if id(n) not in stop:
-            stack.extend(n.inputs)
+            stack.extend(n.predecessors)
     return seen
 
 
@@ -44,7 +44,7 @@ def fifo_order(nodes: list[Node], keep: set[int], stop: set[int] = frozenset()) 
     missing: dict[int, int] = {}
     consumers: dict[int, list[Node]] = {}
     for n in members:
-        inputs = () if id(n) in stop else {id(i): i for i in n.inputs if id(i) in keep}.values()
+        inputs = () if id(n) in stop else [i for i in n.predecessors if id(i) in keep]
         missing[id(n)] = len(inputs)
         for i in inputs:
             consumers.setdefault(id(i), []).append(n)

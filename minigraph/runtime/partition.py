@@ -1,7 +1,7 @@
 """Graph partitioning with Send/Recv insertion [3.1.4].
 
 A graph whose nodes live on several devices is cut into one graph per device. Every
-edge from a node on device A to a node on device B is replaced by a pair of nodes:
+data edge from a node on device A to a node on device B is replaced by a pair of nodes:
 
     producer --> Send   (on A)   ~~~ rendezvous key "A;B;producer" ~~~>   Recv (on B) --> consumer
 
@@ -9,6 +9,8 @@ so that no node ever reads a value of another device directly: the only way betw
 devices is a Send and its Recv, and a Send makes a real copy into B's memory. A value
 used by several nodes of B crosses once (one Send/Recv pair per tensor and destination
 device). An explicit ``x.to(B)`` node is itself such an edge: it becomes the Recv.
+A control edge across devices ("run after that node") becomes a Send/Recv of an empty
+tensor: what crosses is only the news that the node has run.
 
 ``mg.partition(g)`` returns ``{device name: Graph}``; the session runs each of those
 graphs on its own device executor (``session.py``).
@@ -96,8 +98,11 @@ class _Partitioner:
                 self.origins[id(self.copies[id(n)])] = n
                 continue
             args = () if id(n) in fed else tuple(self.edge(a, n.device) for a in n.args)
+            control = () if id(n) in fed else tuple(
+                self.copies[id(c)] if c.device is n.device else self.recv(c, n.device, True)
+                for c in n.control_inputs)
             copy = Node(self.part(n.device), n.name, n.op, n.prim, args, n.params, n.shape,
-                        n.dtype, n.device, n.location, n.value)
+                        n.dtype, n.device, n.location, n.value, control)
             self.part(n.device)._register(copy)
             self.copies[id(n)] = copy
             self.origins[id(copy)] = n
@@ -111,18 +116,22 @@ class _Partitioner:
             return self.copies[id(a)]
         return self.recv(a, device)
 
-    def recv(self, a: Node, device: Device) -> Node:
-        """The Recv on ``device`` of ``a``'s value (one Send/Recv pair per destination)."""
-        if (id(a), device.name) not in self.recvs:
-            params = {"tensor_name": a.name, "send_device": a.device.name,
-                      "recv_device": device.name}
+    def recv(self, a: Node, device: Device, control: bool = False) -> Node:
+        """The Recv on ``device`` of ``a``'s value (one Send/Recv pair per destination);
+        for a control edge, of an empty tensor sent once ``a`` has run."""
+        key = (id(a), device.name, control)
+        if key not in self.recvs:
+            name = a.name + ("/control" if control else "")
+            params = {"tensor_name": name, "send_device": a.device.name,
+                      "recv_device": device.name, "control": control}
+            shape = (0,) if control else a.shape
             src, dst = self.part(a.device), self.part(device)
-            send = CommNode(src, src.unique_name(f"{a.name}/Send"), "Send", None,
-                            (self.copies[id(a)],), params, a.shape, a.dtype, a.device,
+            send = CommNode(src, src.unique_name(f"{name}/Send"), "Send", None,
+                            (self.copies[id(a)],), params, shape, a.dtype, a.device,
                             a.location)
             src._register(send)
-            recv = CommNode(dst, dst.unique_name(f"{a.name}/Recv"), "Recv", None, (),
-                            params, a.shape, a.dtype, device, a.location)
+            recv = CommNode(dst, dst.unique_name(f"{name}/Recv"), "Recv", None, (),
+                            params, shape, a.dtype, device, a.location)
             dst._register(recv)
-            self.recvs[(id(a), device.name)] = recv
-        return self.recvs[(id(a), device.name)]
+            self.recvs[key] = recv
+        return self.recvs[key]

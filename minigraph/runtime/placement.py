@@ -68,7 +68,7 @@ def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
         finish[id(n)] = end
         args = tuple(mapping[id(a)] if isinstance(a, Node) else a for a in n.args)
         copy = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, chosen,
-                    n.location, n.value)
+                    n.location, n.value, tuple(mapping[id(c)] for c in n.control_inputs))
         mapping[id(n)] = new._register(copy)
         if chosen is not n.device:
             changes.append(f"auto_place: {n.name} ({n.op}) on {chosen.name}")
@@ -79,9 +79,9 @@ def _finish(n: Node, device, free_at: dict, finish: dict, mapping: dict) -> floa
     """When ``n`` would finish on ``device``: after the device is free and the inputs
     have arrived there."""
     ready = 0.0
-    for i in n.inputs:
+    for i in n.predecessors:
         arrive = finish[id(i)]
-        if mapping[id(i)].device is not device:
-            arrive += _bytes(i) / BANDWIDTH
+        if mapping[id(i)].device is not device and any(i is a for a in n.inputs):
+            arrive += _bytes(i) / BANDWIDTH  # a control edge carries no bytes
         ready = max(ready, arrive)
     return max(ready, free_at[device.name]) + estimate(n)

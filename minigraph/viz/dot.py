@@ -35,6 +35,8 @@ def graph_to_dot(graph: "Graph") -> str:
     for k, n in enumerate(graph.nodes):
         for i in n.inputs:
             lines.append(f"  n{index[id(i)]} -> n{k};")
+        for c in n.control_inputs:
+            lines.append(f"  n{index[id(c)]} -> n{k} [style=dotted];")
     lines.append("}")
     return "\n".join(lines)
 
@@ -56,6 +58,8 @@ def partition_to_dot(parts: dict) -> str:
         for n in graph.nodes:
             for i in n.inputs:
                 lines.append(f"  {ids[id(i)]} -> {ids[id(n)]};")
+            for c in n.control_inputs:
+                lines.append(f"  {ids[id(c)]} -> {ids[id(n)]} [style=dotted];")
             if n.op == "Send":
                 lines.append(f'  {ids[id(n)]} -> {ids[id(recvs[n.key])]} '
                              f'[style=dashed, label="{n.tensor_name}"];')
