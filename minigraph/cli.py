@@ -1,4 +1,5 @@
-"""The ``minigraph`` command: ``minigraph demo`` prints the textbook's example.
+"""The ``minigraph`` command: ``demo`` prints the textbook's example; ``bench`` runs the
+benchmarks of the repository's ``benchmarks/`` folder.
 
 ``demo`` evaluates z = x*y + sin(x) at x = 2, y = 3, prints the evaluation trace
 (a.1)-(a.5), the two forward-mode traces (c.*) and (d.*), the reverse adjoint trace
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import runpy
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import minigraph as mg
@@ -56,13 +59,41 @@ def demo() -> int:
     return 0 if ok else 1
 
 
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def bench(names: Sequence[str]) -> int:
+    """Run ``benchmarks/bench_*.py`` (all, or those whose name contains one of ``names``)."""
+    if not BENCHMARKS.is_dir():
+        print(f"minigraph bench runs the scripts in the repository's benchmarks/ folder, "
+              f"which is not next to this installation ({BENCHMARKS}); install from a clone "
+              f"with `pip install -e .`", file=sys.stderr)
+        return 2
+    scripts = [p for p in sorted(BENCHMARKS.glob("bench_*.py"))
+               if not names or any(n in p.stem for n in names)]
+    if not scripts:
+        print(f"no benchmark matches {list(names)}; there are "
+              f"{[p.stem for p in sorted(BENCHMARKS.glob('bench_*.py'))]}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their helpers from common.py
+    for k, script in enumerate(scripts, 1):
+        print(f"\n[{k}/{len(scripts)}] {script.stem} " + "=" * 40, flush=True)
+        runpy.run_path(str(script), run_name="__main__")
+    print(f"\nresults (JSON, PNG): {BENCHMARKS / 'results'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minigraph", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="print the textbook example's traces and gradients")
+    run_bench = sub.add_parser("bench", help="run the benchmarks (tables, plots, JSON)")
+    run_bench.add_argument("names", nargs="*", help="only benchmarks whose name contains these")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
+    if args.command == "bench":
+        return bench(args.names)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
