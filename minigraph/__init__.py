@@ -25,7 +25,7 @@ from .graph.graph import (Graph, Node, constant, control_dependencies, name_scop
                           variable)
 from .graph.trace import trace
 from .graph import passes
-from . import parallel
+from . import nn, parallel
 from .runtime.partition import partition
 from .runtime.placement import auto_place
 from .runtime.session import Session
@@ -44,5 +44,5 @@ __all__ = [
     "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "Tensor", "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph",
-    "Node", "constant", "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "auto_place", "float32", "float64", "int64", "int32", "bool_",
+    "Node", "constant", "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",
 ]

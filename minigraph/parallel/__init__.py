@@ -1,9 +1,11 @@
-"""Parallelism: data parallelism (scatter, replicate, allreduce) and model parallelism
-(a class-sharded classifier with a memory-balanced cross-entropy)."""
+"""Parallelism: data parallelism (scatter, replicate, allreduce), model parallelism (a
+class-sharded classifier with a memory-balanced cross-entropy) and pipeline parallelism
+(``from minigraph.parallel import pipeline as pp``)."""
 
 from .data_parallel import (CommStats, allreduce, allreduce_with_stats, data_parallel_grads,
                             gather, replicate, scatter)
 from .model_parallel import ShardedLinear, parallel_cross_entropy
+from . import pipeline
 
 __all__ = ["CommStats", "allreduce", "allreduce_with_stats", "data_parallel_grads", "gather",
-           "replicate", "scatter", "ShardedLinear", "parallel_cross_entropy"]
+           "replicate", "scatter", "ShardedLinear", "parallel_cross_entropy", "pipeline"]

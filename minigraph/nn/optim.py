@@ -1,0 +1,86 @@
+"""``SGD``: stochastic gradient descent, PyTorch's update rule, all-or-nothing steps.
+
+For each parameter p with gradient g (PyTorch's ``torch.optim.SGD``):
+
+    g = g + weight_decay * p
+    buf = g                      on the first step, with momentum
+    buf = momentum * buf + g     on later steps
+    p = p - lr * (buf if momentum else g)
+
+``step()`` first computes every new value (and every new momentum buffer), checking
+each gradient's shape, dtype and device, and only then writes them all. So a step that
+fails, on the fifth parameter say, leaves all parameters and buffers as they were
+(DESIGN.md: "a failed step leaves parameters as they were"). The new values replace the
+parameters' arrays rather than overwrite them, so a graph that captured a parameter as
+a constant keeps the value it was built with.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..autodiff.tape import no_grad
+from ..errors import DeviceError, DTypeError, ShapeError
+from ..tensor import Tensor
+
+
+class SGD:
+    """``SGD(model.parameters(), lr=0.1, momentum=0.0, weight_decay=0.0)``."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("SGD: got an empty parameter list")
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"SGD: parameter {i} is a {type(p).__name__}, not a Tensor")
+        for what, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            if not v >= 0.0:
+                raise ValueError(f"SGD: {what} must be >= 0, got {v}")
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.state: dict[int, Tensor] = {}  # parameter index -> momentum buffer
+
+    def zero_grad(self) -> None:
+        """Forget every parameter's gradient (``p.grad = None``, PyTorch's default)."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient; all or nothing."""
+        with no_grad():
+            updates = [(i, *self._update(i, p)) for i, p in enumerate(self.params)
+                       if p.grad is not None]
+        for i, new_data, buf in updates:  # nothing above failed: now write
+            self.params[i].data = new_data
+            if buf is not None:
+                self.state[i] = buf
+
+    def _update(self, i: int, p: Tensor) -> tuple[Any, Tensor | None]:
+        """The new array of parameter i and its new momentum buffer (None without)."""
+        g = _checked_grad(i, p)
+        if self.weight_decay:
+            g = g + self.weight_decay * p.detach()
+        buf = None
+        if self.momentum:
+            old = self.state.get(i)
+            buf = g if old is None else self.momentum * old + g
+            g = buf
+        return (p.detach() - self.lr * g).data, buf
+
+
+def _checked_grad(i: int, p: Tensor) -> Tensor:
+    g = p.grad
+    if not isinstance(g, Tensor):
+        raise TypeError(f"SGD.step: the gradient of parameter {i} is a {type(g).__name__}, "
+                        f"not a Tensor")
+    if g.shape != p.shape:
+        raise ShapeError(f"SGD.step: parameter {i} has shape {p.shape} but its gradient "
+                         f"has shape {g.shape}; no parameter was changed")
+    if g.dtype != p.dtype:
+        raise DTypeError(f"SGD.step: parameter {i} has dtype {p.dtype} but its gradient "
+                         f"{g.dtype}; no parameter was changed")
+    if g.device is not p.device:
+        raise DeviceError(f"SGD.step: parameter {i} lives on {p.device.name} but its "
+                          f"gradient on {g.device.name}; no parameter was changed")
+    return g.detach()

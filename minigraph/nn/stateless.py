@@ -1,0 +1,65 @@
+"""Running a module with other parameter values: ``functional_call`` (PyTorch's name).
+
+Given graph nodes, a layer builds nodes; its parameters, being tensors, enter the graph
+as *constants*, their values frozen when the graph is built. That suits inference, but a
+training step needs the gradient with respect to the parameters, and a graph to re-run
+with new values after each step. So the parameters should be graph *inputs*:
+
+    with mg.Graph() as g:
+        x = mg.placeholder((32, 8), name="x")
+        params = nn.parameter_placeholders(model)       # {"0.weight": Placeholder, ...}
+        loss = loss_fn(nn.functional_call(model, params, x), labels)
+        grads = mg.gradients(loss, list(params.values()))
+    feed = {params[name]: p for name, p in model.named_parameters()}
+    mg.Session(g).run(grads, {x: X, **feed})            # the current values, each run
+
+``functional_call(module, values, *args)`` runs ``module(*args)`` with the parameters
+named in ``values`` replaced by those values (nodes, tensors, anything the forward can
+compute with) and puts the module's own tensors back afterwards, even if the forward
+raised. Nothing about the layers changes: they still just read ``self.weight``. (Not
+thread-safe: two threads must not call it on one module at once.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..graph.graph import Node, placeholder
+from .module import Module
+
+
+def _owner(module: Module, name: str) -> tuple[Module, str]:
+    """The submodule that holds the dotted parameter ``name``, and the last part."""
+    *path, leaf = name.split(".")
+    for part in path:
+        module = module._modules[part]
+    return module, leaf
+
+
+def functional_call(module: Module, values: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """``module(*args, **kwargs)`` with the parameters in ``values`` swapped in."""
+    known = dict(module.named_parameters())
+    unknown = [name for name in values if name not in known]
+    if unknown:
+        raise KeyError(f"functional_call: {type(module).__name__} has no parameter "
+                       f"{unknown[0]!r}; its parameters are {list(known)}")
+    saved = []
+    try:
+        for name, value in values.items():
+            owner, leaf = _owner(module, name)
+            saved.append((owner, leaf, owner._parameters[leaf]))
+            owner._parameters[leaf] = value
+        return module(*args, **kwargs)
+    finally:
+        for owner, leaf, tensor in reversed(saved):
+            owner._parameters[leaf] = tensor
+
+
+def parameter_placeholders(module: Module, prefix: str = "") -> dict[str, Node]:
+    """A placeholder per parameter, of its shape and dtype, in the current graph.
+
+    They are placed like any node (on the device of the innermost ``mg.device`` scope)
+    and named ``prefix + name``; feed them the tensors of ``module.named_parameters()``.
+    """
+    return {name: placeholder(p.shape, p.dtype, name=prefix + name)
+            for name, p in module.named_parameters()}

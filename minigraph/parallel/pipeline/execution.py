@@ -1,0 +1,317 @@
+"""Phase 4b, a real pipelined run on minigraph's multi-device runtime.
+
+See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the whole picture.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np  # host arrays: microbatch slices, fetched gradients
+
+from ...autodiff.tape import no_grad
+from ...device import get_device
+from ...graph.gradients import gradients
+from ...graph.graph import Graph, Node, placeholder
+from ...nn.module import Sequential
+from ...nn.stateless import functional_call
+from ...runtime.profile import RunStats
+from ...runtime.session import Session
+from ...tensor import Tensor, tensor
+from .common import Event, Op, PipelineError
+from .profiling import _check_sequential
+from .scheduling import _as_schedule, peak_in_flight, schedule
+from .simulation import draw_timeline, simulate
+
+
+_OP_NAME = re.compile(r"^stage(\d+)/([FB])(\d+)/")
+
+
+@dataclass
+class PipelineRun:
+    """What one pipelined step computed and how the runtime executed it."""
+
+    loss: float                    # the loss of the whole minibatch
+    grads: list[np.ndarray]        # aligned with model.parameters()
+    order: list[list[Op]]          # per stage: the ops in the order its device ran them
+    timeline: list[Event]          # measured: (stage, kind, k, start, end) in seconds
+    peak_bytes: list[int]          # per stage: the most bytes of live values on its device
+    sends: int                     # values that crossed devices (Send nodes run)
+    stats: RunStats                # the runtime's trace (sess.last_run)
+
+    @property
+    def peak_activations(self) -> list[int]:
+        """Per stage, the most microbatches whose activations it held, from ``order``."""
+        return [peak_in_flight(ops) for ops in self.order]
+
+    def draw(self, ax: Any = None, title: str | None = None) -> Any:
+        """The measured timeline, drawn like the simulated one."""
+        return draw_timeline(self.timeline, len(self.order), ax, title)
+
+
+class Pipeline:
+    """A ``Sequential`` cut into stages on devices, trained with a GPipe or 1F1B schedule.
+
+    ``Pipeline(model, loss, stages=[[0, 1], [2, 3]], devices=["cpu", "cpu:1"],
+    schedule="1f1b", microbatches=4).run(x, labels)`` computes the loss and the gradients
+    of one minibatch; ``backward(x, labels)`` also adds them to the parameters' ``.grad``,
+    like ``loss.backward()``, ready for ``optimizer.step()``. ``loss(output, labels)`` is
+    called on graph nodes (``nn.CrossEntropyLoss()``, ``nn.MSELoss()``, ...); ``devices``
+    defaults to cpu, cpu:1, ...; ``schedule`` is "gpipe", "1f1b" (with ``microbatches``)
+    or a :class:`Schedule`; ``workers`` is the number of threads of each device.
+
+    **What is built.** One graph per minibatch shape (built once, then re-run): for each
+    stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
+    placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
+
+    * F(s, k) reads F(s-1, k)'s output through ``.to(device)`` and applies the stage's
+      layers, whose parameters are placeholders (``nn.functional_call``); the last stage
+      adds the loss, weighted by n_k / N so that the microbatch losses add up to the
+      minibatch's mean loss.
+    * B(s, k) is ``mg.gradients`` of F(s, k)'s output, seeded with the gradient that B(s+1, k)
+      computed for it, with respect to the stage's input and parameters (the reverse-graph
+      pass, once per part). The parameter gradients are *accumulated*: each B(s, k) adds
+      its share to the sum of the stage's earlier backwards.
+
+    **How the schedule's order is realised.** With control dependencies: every node of the
+    stage's i-th op in the schedule runs only after the last nodes of its (i-1)-th op
+    (``with g.control_dependencies(...)``). Data edges say what may run; control edges
+    say in which order each stage runs its passes: GPipe's or 1F1B's. (Only the Recv that
+    brings an op its input may finish earlier: it just waits for its tensor.)
+
+    **What the runtime executes.** One ``Session.run`` per minibatch. The partitioner cuts
+    the graph into one graph per device and turns every edge between stages into a
+    Send/Recv pair: the activation of F(s, k) is sent to stage s+1, the gradient of
+    B(s+1, k) back to stage s. Each device's executor runs in its own thread, in the
+    schedule's order; a Recv does not block its thread, it completes when the tensor
+    arrives. So the stages really work at the same time on different microbatches, as
+    far as Python allows: NumPy kernels release the GIL, the interpreter's own work does
+    not. Values are freed after their last reader, so the activations a stage keeps
+    alive are those of the microbatches whose backward has not run yet: ``peak_bytes``
+    measures it on each device. The end of the run is the flush. The host only feeds
+    the microbatches and the current parameter values at the start (so the next run
+    sees the optimizer's step) and fetches the summed gradients and losses at the end.
+    """
+
+    def __init__(self, model: Sequential, loss: Callable[[Any, Any], Any],
+                 stages: Sequence[Sequence[int]], devices: Sequence[str] | None = None,
+                 schedule: "str | Schedule" = "1f1b", microbatches: int = 4,
+                 workers: int = 1):
+        self.model = _check_sequential(model, "Pipeline")
+        self.loss = loss
+        self.stages = _check_stages(stages, len(model))
+        self.devices = _stage_devices(devices, len(self.stages))
+        if isinstance(schedule, str):
+            schedule = _make_schedule(schedule, len(self.stages), microbatches)
+        self.schedule = _as_schedule(schedule)
+        if self.schedule.stages != len(self.stages):
+            raise PipelineError(f"Pipeline: the schedule has {self.schedule.stages} stages, "
+                                f"the model is cut into {len(self.stages)}")
+        # A unit-cost simulation checks that the schedule cannot deadlock and gives an
+        # order of the ops in which every op comes after the ops it reads from.
+        self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
+        self.workers = workers
+        self._plans: dict[tuple, _Plan] = {}
+        _check_parameters(self.model)
+
+    def run(self, x: Any, labels: Any) -> PipelineRun:
+        """Run one minibatch through the pipeline; the gradients are not stored anywhere."""
+        xs, ys = _host(x), _host(labels)
+        sizes = self._sizes(xs, ys)
+        key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
+        if key not in self._plans:
+            self._plans[key] = _GraphBuilder(self, sizes, xs, ys).build()
+        plan = self._plans[key]
+        fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
+        values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
+        return _run_result(self, plan, values)
+
+    def backward(self, x: Any, labels: Any) -> PipelineRun:
+        """``run``, then add the gradients to the parameters' ``.grad`` (like backward())."""
+        result = self.run(x, labels)
+        with no_grad():
+            for p, g in zip(self.model.parameters(), result.grads):
+                t = tensor(g, dtype=p.dtype, device=p.device)
+                p.grad = t if p.grad is None else p.grad + t
+        return result
+
+    def _sizes(self, xs: np.ndarray, ys: np.ndarray) -> tuple[int, ...]:
+        n, m = xs.shape[0] if xs.ndim else 0, self.schedule.microbatches
+        if ys.ndim == 0 or ys.shape[0] != n:
+            raise PipelineError(f"Pipeline: {n} inputs but labels of shape {ys.shape}")
+        if n < m:
+            raise PipelineError(f"Pipeline: a batch of {n} cannot be cut into {m} microbatches")
+        bounds = [n * k // m for k in range(m + 1)]
+        return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+_make_schedule = schedule  # Pipeline's argument of the same name hides the function
+
+
+def _check_stages(stages: Sequence[Sequence[int]], n: int) -> list[list[int]]:
+    stages = [list(s) for s in stages]
+    if not stages or any(not s for s in stages) or sum(stages, []) != list(range(n)):
+        raise PipelineError(f"Pipeline: the stages must be non-empty runs of consecutive "
+                            f"layers covering layers 0..{n - 1} in order, got {stages}")
+    return stages
+
+
+def _stage_devices(devices: Sequence[str] | None, p: int) -> list[str]:
+    names = list(devices) if devices is not None else \
+        ["cpu" if s == 0 else f"cpu:{s}" for s in range(p)]
+    if len(names) != p:
+        raise PipelineError(f"Pipeline: {p} stages need {p} devices, got {names}")
+    for name in names:
+        get_device(name)  # an unknown device fails here (mg.set_virtual_cpus adds cpu:N)
+    return names
+
+
+def _check_parameters(model: Sequential) -> None:
+    owner: dict[int, int] = {}
+    for i, layer in enumerate(model):
+        for p in layer.parameters():
+            if id(p) in owner:
+                raise PipelineError(f"Pipeline: layers {owner[id(p)]} and {i} share a "
+                                    f"parameter; shared weights are not supported")
+            owner[id(p)] = i
+
+
+def _host(value: Any) -> np.ndarray:
+    return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+
+
+@dataclass
+class _Plan:
+    """The graph of one minibatch shape, its session, and the nodes to feed and fetch."""
+
+    session: Session
+    xs: list[Node]
+    ys: list[Node]
+    params: list[Node]           # aligned with model.parameters()
+    grads: list[Node | None]     # accumulated gradients, aligned with model.parameters()
+    losses: list[Node]
+
+    def feed(self, model: Sequential, xs: np.ndarray, ys: np.ndarray,
+             sizes: tuple[int, ...]) -> dict:
+        feed: dict[Node, Any] = dict(zip(self.params, model.parameters()))
+        start = 0
+        for k, n in enumerate(sizes):
+            feed[self.xs[k]], feed[self.ys[k]] = xs[start:start + n], ys[start:start + n]
+            start += n
+        return feed
+
+
+class _GraphBuilder:
+    """Builds a pipeline's graph, one op (F or B of a stage and microbatch) at a time."""
+
+    def __init__(self, pipe: Pipeline, sizes: tuple[int, ...], xs: np.ndarray, ys: np.ndarray):
+        self.pipe, self.sizes = pipe, sizes
+        self.graph = Graph("pipeline")
+        self.devs = [get_device(d) for d in pipe.devices]
+        p, m = len(pipe.stages), len(sizes)
+        self.outputs = [[None] * m for _ in range(p)]   # F(s, k)'s result
+        self.inputs = [[None] * m for _ in range(p)]    # F(s, k)'s input, on stage s
+        self.input_grads = [[None] * m for _ in range(p)]
+        self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
+        self.accumulated: dict[int, Node] = {}
+        self.losses: list[Node] = [None] * m
+        reduction = getattr(pipe.loss, "reduction", "mean")
+        self.scales = [n / sum(sizes) if reduction == "mean" else 1.0 for n in sizes]
+        with self.graph:
+            self._inputs(xs, ys)
+
+    def _inputs(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Placeholders: each layer's parameters on its stage's device, x on the first
+        stage's, labels on the last stage's."""
+        self.layer_params: dict[int, dict[str, Node]] = {}
+        for s, layers in enumerate(self.pipe.stages):
+            with self.devs[s]:
+                for i in layers:
+                    self.layer_params[i] = {
+                        name: placeholder(t.shape, t.dtype, name=f"stage{s}/layer{i}.{name}")
+                        for name, t in self.pipe.model[i].named_parameters()}
+        with self.devs[0]:
+            self.xs = [placeholder((n,) + xs.shape[1:], str(xs.dtype), name=f"x{k}")
+                       for k, n in enumerate(self.sizes)]
+        with self.devs[-1]:
+            self.ys = [placeholder((n,) + ys.shape[1:], str(ys.dtype), name=f"labels{k}")
+                       for k, n in enumerate(self.sizes)]
+
+    def stage_params(self, s: int) -> list[Node]:
+        return [node for i in self.pipe.stages[s] for node in self.layer_params[i].values()]
+
+    def build(self) -> _Plan:
+        with self.graph:
+            for s, kind, k in self.pipe._build_order:
+                start = len(self.graph.nodes)
+                with self.devs[s], self.graph.name_scope(f"stage{s}/{kind}{k}"), \
+                        self.graph.control_dependencies(self.sinks[s]):
+                    (self._forward if kind == "F" else self._backward)(s, k)
+                self._close(s, start)
+        params = [node for i in range(len(self.pipe.model))
+                  for node in self.layer_params[i].values()]
+        return _Plan(Session(self.graph, workers=self.pipe.workers), self.xs, self.ys, params,
+                     [self.accumulated.get(id(node)) for node in params], self.losses)
+
+    def _forward(self, s: int, k: int) -> None:
+        h = self.xs[k] if s == 0 else self.outputs[s - 1][k].to(self.devs[s])
+        self.inputs[s][k] = h
+        for i in self.pipe.stages[s]:
+            h = functional_call(self.pipe.model[i], self.layer_params[i], h)
+        if s == len(self.pipe.stages) - 1:
+            h = self.pipe.loss(h, self.ys[k])
+            h = h if self.scales[k] == 1.0 else h * self.scales[k]
+            self.losses[k] = h
+        self.outputs[s][k] = h
+
+    def _backward(self, s: int, k: int) -> None:
+        wrt = ([] if s == 0 else [self.inputs[s][k]]) + self.stage_params(s)
+        if not wrt:
+            return  # a first stage without parameters has nothing to differentiate
+        last = s == len(self.pipe.stages) - 1
+        seed = None if last else [self.input_grads[s + 1][k]]
+        grads = gradients(self.outputs[s][k], wrt, seed)
+        if s > 0:
+            if grads[0] is None:
+                raise PipelineError(f"Pipeline: the output of stage {s} does not depend on "
+                                    f"its input; no gradient can flow to stage {s - 1}")
+            self.input_grads[s][k], grads = grads[0], grads[1:]
+        for node, g in zip(self.stage_params(s), grads):
+            if g is not None:
+                total = self.accumulated.get(id(node))
+                self.accumulated[id(node)] = g if total is None else total + g
+
+    def _close(self, s: int, start: int) -> None:
+        """Remember the op's last nodes (read by no other node of the op): the next op
+        of the stage will wait for them."""
+        nodes = self.graph.nodes[start:]
+        if nodes:
+            read = {id(i) for n in nodes for i in n.predecessors}
+            self.sinks[s] = [n for n in nodes if id(n) not in read]
+
+
+def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
+    stats = plan.session.last_run
+    params = pipe.model.parameters()
+    fetched = iter(values["grads"])
+    grads = [np.zeros(p.shape, dtype=p.numpy().dtype) if g is None else np.asarray(next(fetched))
+             for p, g in zip(params, plan.grads)]
+    spans: dict[tuple[int, str, int], list[float]] = {}
+    for e in stats.events:
+        match = _OP_NAME.match(e["name"])
+        if match is None or e["op"] in ("Send", "Recv"):
+            continue
+        key = (int(match[1]), match[2], int(match[3]))
+        start, end = e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6
+        span = spans.setdefault(key, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    timeline = sorted(((s, kind, k, a, b) for (s, kind, k), (a, b) in spans.items()),
+                      key=lambda e: (e[3], e[0]))
+    order = [[(kind, k) for s2, kind, k, _, _ in timeline if s2 == s]
+             for s in range(len(pipe.stages))]
+    sends = sum(1 for e in stats.events
+                if e["op"] == "Send" and not e.get("key", "").endswith("/control"))
+    peak = [stats.lower_bound.get(get_device(d).name, 0) for d in pipe.devices]
+    return PipelineRun(float(sum(values["losses"])), grads, order, timeline, peak, sends, stats)
