@@ -15,8 +15,10 @@ fake devices (which the test suite uses to prove that no code mixes devices).
   :func:`set_virtual_cpus` changes it).
 * ``cuda:N`` is CuPy on GPU N, available where CuPy imports and sees a GPU.
 
-The memory counters are honest but simple: bytes of live eager tensors (counted when a
-tensor is made, uncounted when Python frees it) and the peak of that figure.
+The memory counters are honest but simple: bytes of live eager tensors that own their
+memory (counted when such a tensor is made, uncounted when Python frees it) and the
+peak of that figure. A view (a reshape, a transpose, ``detach``) counts nothing, so a
+view that outlives the tensor it views is not counted.
 """
 
 from __future__ import annotations

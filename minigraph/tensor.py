@@ -74,7 +74,7 @@ class Tensor(ArrayOps):
 
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it)."""
-        return Tensor(self.data, self.device)
+        return shared(self.data, self.device)
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         """Mark a leaf tensor as an input whose gradient ``backward()`` should fill."""
@@ -124,6 +124,14 @@ class Tensor(ArrayOps):
             extra += ", requires_grad=True"
         return body + extra + ")"
 
+
+
+def shared(data: Any, device: Device) -> Tensor:
+    """A tensor over memory another tensor already counts (``detach``): counted once."""
+    t = Tensor.__new__(Tensor)
+    t.data, t.device, t.requires_grad, t.grad, t._entry, t._nbytes = data, device, False, \
+        None, None, 0
+    return t
 
 
 def _nbytes(data: Any) -> int:

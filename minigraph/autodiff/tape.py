@@ -273,7 +273,7 @@ def track(x: Any, who: str) -> tuple[Tensor, bool]:
     if isinstance(x, Tensor) and x.requires_grad and _mode.enabled:
         with enable_grad():
             return C.identity(x), True
-    t = Tensor(x.data, x.device) if isinstance(x, Tensor) else tensor(x)
+    t = x.detach() if isinstance(x, Tensor) else tensor(x)
     if t.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{who}: cannot differentiate with respect to an argument of dtype "
                          f"{t.dtype}; pass floats (e.g. 2.0 rather than 2)")

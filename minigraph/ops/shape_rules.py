@@ -26,8 +26,11 @@ def shape_of(v: Any) -> tuple[int, ...]:
 
 
 def dtype_of(v: Any) -> str | None:
-    """The dtype name of an array-like value; ``None`` for a weak Python number."""
-    return None if isinstance(v, (bool, int, float)) else v.dtype
+    """The dtype name of a value (``"float32"``); ``None`` for a weak Python number."""
+    if isinstance(v, (bool, int, float)):
+        return None
+    dtype = v.dtype  # a name for minigraph's values, a dtype object for NumPy arrays
+    return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -47,7 +50,9 @@ def promote(*values: Any) -> str:
     """The result dtype of combining ``values`` (arrays strong, Python numbers weak)."""
     strong = [d for d in map(dtype_of, values) if d is not None]
     if not strong:  # only Python numbers: NumPy's defaults
-        return "float64" if any(isinstance(v, float) for v in values) else "int64"
+        if any(isinstance(v, float) for v in values):
+            return "float64"
+        return "bool" if all(isinstance(v, bool) for v in values) else "int64"
     best = max(strong, key=_RANK.__getitem__)
     if best not in FLOATS:
         if any(isinstance(v, float) for v in values):

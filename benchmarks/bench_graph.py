@@ -1,0 +1,671 @@
+"""Graph-mode benchmarks: define-by-run (tape) against define-and-run (graph, Session)
+against compiled graphs, with hand-written NumPy and PyTorch CPU as anchors.
+
+Run: ``python benchmarks/bench_graph.py``. Prints three tables, writes
+``benchmarks/results/graph.json`` and ``benchmarks/results/graph.png``.
+
+a. ``z = x*y + sin(x)`` value and gradient on scalars: every way minigraph can compute it
+   (tape, graph mode, ``Session.run``, the compiled function with tensors or raw arrays)
+   against PyTorch's forward+backward. Target: compiled graph <= 0.15x PyTorch.
+b. a small MLP (64-32-10, tanh, batch 16, float64, cross-entropy): gradient of the loss
+   with respect to the weights, against hand-written NumPy backprop.
+c. a training step 128x784-256-10, float32 (ReLU, softmax cross-entropy, SGD update
+   ``w -= lr * g``) against a hand-written NumPy step. Targets: graph mode <= 1.05x NumPy,
+   tape <= 1.15x NumPy.
+
+Every method's result is checked *before* it is timed (values and gradients, and in (c)
+the dtypes and the updated weights), so a wrong computation is never timed; times are
+only reported, never asserted (DESIGN.md, "Performance").
+
+BLAS threads are pinned before NumPy is imported: ``OMP_NUM_THREADS``,
+``OPENBLAS_NUM_THREADS`` and ``MKL_NUM_THREADS`` all get the value of the first of them
+that is set, or 1, and PyTorch gets ``torch.set_num_threads`` of the same number, so
+NumPy (and minigraph, which runs NumPy kernels) and PyTorch use as many BLAS threads.
+``OMP_NUM_THREADS=2 python benchmarks/bench_graph.py`` runs everything with 2.
+
+Methods are timed in interleaved rounds (each round times every method once with
+``common.timeit``); a method's time is the median over rounds, and its ratio to the
+anchor is the median over rounds of the ratio within the round, so a slow phase of a
+shared machine hits the method and its anchor alike. Each measurement also records the
+share of its wall time the process spent on a CPU; a round where another process took
+the CPU away (share below 90%) is left out of that method's ratio when at least three
+clean rounds remain. The column "best rounds" is the method's fastest round over the
+anchor's fastest. Targets are judged on the median ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
+from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, have_torch,  # noqa: E402
+                    print_table, save_results, timeit)
+
+# -- pin BLAS threads before NumPy (or PyTorch) is imported ------------------------------------
+THREADS = next((os.environ[v] for v in THREAD_VARS if os.environ.get(v)), "1")
+for _var in THREAD_VARS:
+    os.environ.setdefault(_var, THREADS)
+
+import datetime  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import minigraph as mg  # noqa: E402
+
+US = 1e6  # seconds -> microseconds
+MS = 1e3  # seconds -> milliseconds
+
+Method = Callable[[], Any]
+
+
+# -- timing: interleaved rounds of common.timeit --------------------------------------------
+
+CLEAN = 0.9  # a measurement is clean if the process was on a CPU >= 90% of its wall time
+
+
+def measure(methods: dict[str, Method], anchor: str, rounds: int,
+            repeat: int = 3) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time every method in ``rounds`` interleaved rounds of ``common.timeit``.
+
+    Each measurement also records its *CPU share*: process CPU time over wall time. With
+    one BLAS thread it is about 1 on an idle machine and drops when other processes take
+    the CPU away from this one; such a measurement is not *clean*. A method's numbers
+    use the rounds where both it and the anchor were clean (all rounds if fewer than 3).
+
+    Returns per method ``seconds`` (median over the rounds used), ``rounds`` (every
+    round's time), ``cpu_share``, ``ratio`` (median over the rounds used of method /
+    anchor within the round; None without the anchor) and ``best_ratio`` (the method's
+    fastest round over the anchor's fastest), and a summary of the rounds.
+    """
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    shares: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, method in methods.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            times[name].append(timeit(method, repeat=repeat))
+            shares[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
+    results, used_counts, fell_back = {}, [], 0
+    for name in methods:
+        ref = anchor if anchor in methods else name
+        used = [r for r in range(rounds) if min(shares[name][r], shares[ref][r]) >= CLEAN]
+        if len(used) < 3:
+            used, fell_back = list(range(rounds)), fell_back + 1
+        used_counts.append(len(used))
+        mine = [times[name][r] for r in used]
+        ratio = best = None
+        if anchor in methods:
+            ratio = statistics.median(times[name][r] / times[anchor][r] for r in used)
+            best = min(mine) / min(times[anchor][r] for r in used)
+        results[name] = {"seconds": statistics.median(mine), "rounds": times[name],
+                         "cpu_share": shares[name], "rounds_used": used,
+                         "ratio": ratio, "best_ratio": best}
+    all_shares = [x for v in shares.values() for x in v]
+    summary = {"rounds": rounds, "min_cpu_share": min(all_shares),
+               "clean_measurements": sum(x >= CLEAN for x in all_shares),
+               "measurements": len(all_shares), "min_rounds_used": min(used_counts),
+               "methods_on_all_rounds": fell_back}
+    return results, summary
+
+
+def print_rounds(summary: dict[str, Any]) -> None:
+    print(f"rounds: {summary['rounds']}; clean measurements (on a CPU >= {CLEAN:.0%} of the "
+          f"time): {summary['clean_measurements']} of {summary['measurements']}, lowest CPU "
+          f"share {summary['min_cpu_share']:.0%}")
+    if summary["clean_measurements"] < summary["measurements"]:
+        print("  note: other processes took the CPU during some measurements; ratios use "
+              "the rounds where method and anchor were both clean"
+              + (f" (all rounds for {summary['methods_on_all_rounds']} methods with fewer "
+                 "than 3 clean rounds)" if summary["methods_on_all_rounds"] else ""))
+
+
+def threads_report() -> dict[str, Any]:
+    """The thread settings the numbers depend on (threadpoolctl only where installed)."""
+    blas = getattr(np.__config__, "CONFIG", {}).get("Build Dependencies", {}).get("blas", {})
+    report: dict[str, Any] = {
+        "pinned_to": int(THREADS),
+        "env": {v: os.environ.get(v) for v in THREAD_VARS},
+        "numpy_blas": f"{blas.get('name', '?')} {blas.get('version', '')}".strip(),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        report["threadpoolctl"] = "not installed (thread counts from the variables above)"
+    else:
+        report["threadpoolctl"] = [{k: p.get(k) for k in ("internal_api", "num_threads", "version")}
+                                   for p in threadpool_info()]
+    if have_torch():
+        import torch
+        torch.set_num_threads(int(THREADS))
+        report["torch_threads"] = torch.get_num_threads()
+    return report
+
+
+def print_threads(report: dict[str, Any]) -> None:
+    env = " ".join(f"{k}={v}" for k, v in report["env"].items())
+    line = f"threads: {env}; NumPy BLAS {report['numpy_blas']}"
+    if "torch_threads" in report:
+        line += f"; torch.get_num_threads()={report['torch_threads']}"
+    print(line)
+    tpc = report["threadpoolctl"]
+    if isinstance(tpc, str):
+        print(f"threadpoolctl: {tpc}")
+    else:
+        print("threadpoolctl: " + ", ".join(f"{p['internal_api']} {p['num_threads']} threads"
+                                            for p in tpc))
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """max |got - want| / max |want|: one number per array, robust to zeros in ``want``."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    scale = max(float(np.max(np.abs(want))), 1e-30)
+    return float(np.max(np.abs(got - want))) / scale
+
+
+def check_close(name: str, got: Any, want: Any, rtol: float) -> None:
+    err = relative_error(got, want)
+    assert err <= rtol, f"{name}: relative error {err:.2e} > {rtol:.0e}"
+
+
+def as_numpy(v: Any) -> np.ndarray:
+    """A minigraph tensor, torch tensor, NumPy value or float as a NumPy array."""
+    if isinstance(v, mg.Tensor):
+        return v.numpy()
+    if hasattr(v, "detach"):
+        return v.detach().numpy()
+    return np.asarray(v)
+
+
+# ===============================================================================================
+# a. z = x*y + sin(x), value and gradient, scalars x=2, y=3
+# ===============================================================================================
+
+X0, Y0 = 2.0, 3.0
+SCALAR_EXPECTED = (X0 * Y0 + math.sin(X0), Y0 + math.cos(X0), X0)  # z, dz/dx, dz/dy
+SCALAR_ANCHOR = "pytorch forward+backward (anchor)"
+COMPILED_ROW = "compiled graph, arrays in/out"
+
+
+def f(x: Any, y: Any) -> Any:
+    return x * y + mg.sin(x)
+
+
+def scalar_methods() -> dict[str, Method]:
+    """Each method computes z and returns (z, dz/dx, dz/dy) at (2, 3)."""
+
+    def tape_backward() -> tuple:
+        x, y = mg.tensor(X0, requires_grad=True), mg.tensor(Y0, requires_grad=True)
+        z = f(x, y)
+        z.backward()
+        return z, x.grad, y.grad
+
+    grad_tape = mg.grad(f, argnums=(0, 1))
+    vg_tape = mg.value_and_grad(f, argnums=(0, 1))
+
+    def tape_grad() -> tuple:
+        gx, gy = grad_tape(X0, Y0)
+        return vg_tape(X0, Y0)[0], gx, gy  # value checked separately; timed: grad only
+
+    vg_graph = mg.value_and_grad(f, argnums=(0, 1), mode="graph")
+    vg_graph(X0, Y0)  # trace, gradient pass and compile happen here, outside the timing
+
+    def graph_mode() -> tuple:
+        z, (gx, gy) = vg_graph(X0, Y0)
+        return z, gx, gy
+
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), dtype="float64", name="x")
+        y = mg.placeholder(shape=(), dtype="float64", name="y")
+        z = f(x, y)
+        gx, gy = mg.gradients(z, [x, y])
+    sess = mg.Session(g)
+    feed = {x: X0, y: Y0}
+    fetches = [z, gx, gy]
+    fn = mg.compile_graph(g, [x, y], [z, gx, gy])
+    xa, ya = np.array(X0), np.array(Y0)  # prepared 0-d float64 arrays
+    xt, yt = mg.tensor(X0), mg.tensor(Y0)  # prepared tensors
+
+    methods: dict[str, Method] = {
+        "minigraph tape (z.backward())": tape_backward,
+        "minigraph tape (mg.grad)": lambda: grad_tape(X0, Y0),
+        'minigraph graph mode (value_and_grad, mode="graph")': graph_mode,
+        "mg.Session(g).run([z, gx, gy], feed_dict)": lambda: sess.run(fetches, feed),
+        "compiled graph, floats in, tensors out": lambda: fn(X0, Y0),
+        "compiled graph, tensors in/out": lambda: fn(xt, yt),
+        COMPILED_ROW: lambda: fn.raw(xa, ya),
+    }
+    checks: dict[str, Method] = dict(methods)
+    checks["minigraph tape (mg.grad)"] = tape_grad
+    if have_torch():
+        import torch
+
+        def torch_backward() -> tuple:
+            x = torch.tensor(X0, dtype=torch.float64, requires_grad=True)
+            y = torch.tensor(Y0, dtype=torch.float64, requires_grad=True)
+            z = x * y + torch.sin(x)
+            z.backward()
+            return z, x.grad, y.grad
+        methods[SCALAR_ANCHOR] = checks[SCALAR_ANCHOR] = torch_backward
+    for name, check in checks.items():  # check every method before timing any
+        got = tuple(float(as_numpy(v)) for v in check())
+        assert np.allclose(got, SCALAR_EXPECTED), f"{name}: {got}, expected {SCALAR_EXPECTED}"
+    return methods
+
+
+def report_scalar(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [[name, fmt(r["seconds"] * US), fmt(r["ratio"], 3), fmt(r["best_ratio"], 3)]
+            for name, r in results.items()]
+    print_table(rows, ["method", "µs", "x PyTorch", "best rounds"])
+    targets = []
+    targets.append(target_line("a", f"{COMPILED_ROW} <= 0.15x PyTorch",
+                               results[COMPILED_ROW], 0.15))
+    for name in ("compiled graph, tensors in/out",
+                 'minigraph graph mode (value_and_grad, mode="graph")'):
+        r = results[name]["ratio"]
+        status = "-" if r is None else f"{r:.2f}x ({'within' if r <= 0.15 else 'above'} 0.15x)"
+        print(f"  for comparison, {name}: {status}")
+    return targets
+
+
+# ===============================================================================================
+# b. small MLP 64-32-10, tanh, batch 16, float64: gradient of the loss w.r.t. the weights
+# ===============================================================================================
+
+MLP_ANCHOR = "hand-written NumPy backprop (anchor)"
+
+
+def mlp_loss(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, labels: Any) -> Any:
+    return mg.cross_entropy(mg.tanh(x @ w1 + b1) @ w2 + b2, labels)
+
+
+def numpy_mlp(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray,
+              x: np.ndarray, labels: np.ndarray) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """ANCHOR: forward, softmax cross-entropy and backprop by hand, float64."""
+    n = x.shape[0]
+    rows = np.arange(n)
+    h = np.tanh(x @ w1 + b1)
+    z = h @ w2 + b2
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    loss = (np.log(s).sum() - z[rows, labels].sum()) / n
+    d = e / s
+    d[rows, labels] -= 1.0
+    d /= n                             # d loss / d logits
+    dh = d @ w2.T
+    dh *= 1.0 - h * h                  # through tanh
+    return loss, (x.T @ dh, dh.sum(axis=0), h.T @ d, d.sum(axis=0))
+
+
+def mlp_methods() -> dict[str, Method]:
+    """Each method returns (loss, gradients w.r.t. w1, b1, w2, b2)."""
+    rng = np.random.default_rng(1)
+    params = [rng.standard_normal((64, 32)) / 8, rng.standard_normal(32) * 0.1,
+              rng.standard_normal((32, 10)) / 6, rng.standard_normal(10) * 0.1]
+    x, labels = rng.standard_normal((16, 64)), rng.integers(0, 10, 16)
+    args_np = params + [x, labels]
+    args_mg = [mg.tensor(a) for a in args_np]
+    vg_tape = mg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
+    vg_graph = mg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3), mode="graph")
+    vg_graph(*args_mg)  # trace + compile outside the timing
+    compiled = next(iter(vg_graph.cache.values()))
+    arrays = [a.data for a in args_mg]
+
+    def tape_backward() -> tuple:
+        ws = [mg.tensor(p, requires_grad=True) for p in params]  # fresh leaves, grads None
+        loss = mlp_loss(*ws, args_mg[4], args_mg[5])
+        loss.backward()
+        return loss, tuple(w.grad for w in ws)
+
+    def raw() -> tuple:
+        value, *grads = compiled.raw(*arrays)
+        return value, grads
+
+    timed: dict[str, Method] = {
+        MLP_ANCHOR: lambda: numpy_mlp(*args_np),
+        "minigraph tape (value_and_grad)": lambda: vg_tape(*args_mg),
+        "minigraph tape (loss.backward())": tape_backward,
+        'minigraph graph mode (mode="graph")': lambda: vg_graph(*args_mg),
+        "  its compiled function, arrays in/out": raw,
+    }
+    if have_torch():
+        import torch
+        import torch.nn.functional as F
+
+        tw = [torch.tensor(p, requires_grad=True) for p in params]
+        tx, ty = torch.tensor(x), torch.tensor(labels)
+
+        def torch_grad() -> tuple:
+            loss = F.cross_entropy(torch.tanh(tx @ tw[0] + tw[1]) @ tw[2] + tw[3], ty)
+            return loss, torch.autograd.grad(loss, tw)
+        timed["pytorch forward+backward"] = torch_grad
+    return timed
+
+
+def check_mlp(checks: dict[str, Method]) -> None:
+    want_loss, want = checks[MLP_ANCHOR]()
+    for name, method in checks.items():
+        loss, grads = method()
+        check_close(f"{name} loss", as_numpy(loss), want_loss, 1e-10)
+        for k, (g, w) in enumerate(zip(grads, want)):
+            assert as_numpy(g).shape == w.shape, f"{name} grad {k}: shape"
+            check_close(f"{name} grad {k}", as_numpy(g), w, 1e-10)
+
+
+# ===============================================================================================
+# c. training step 128x784-256-10, float32: forward, backward, SGD update
+# ===============================================================================================
+
+TRAIN_ANCHOR = "hand-written NumPy step (anchor)"
+GRAPH_ROW = 'minigraph graph mode (mode="graph") + update'
+TAPE_ROW = "minigraph tape (value_and_grad) + update"
+LR = 0.01
+F32 = np.float32
+
+
+def train_loss(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, labels: Any) -> Any:
+    return mg.cross_entropy(mg.relu(x @ w1 + b1) @ w2 + b2, labels)
+
+
+def numpy_loss_and_grads(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray,
+                         x: np.ndarray, labels: np.ndarray, rows: np.ndarray
+                         ) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """ANCHOR: ReLU MLP forward, softmax cross-entropy and backprop by hand, float32.
+
+    Written for speed as a NumPy programmer would: no one-hot matrix (subtract 1 at the
+    labels), in-place bias, ReLU, exp and scaling on freshly made arrays, the ReLU mask
+    applied by multiplying in place, transposes as views (BLAS reads them transposed),
+    and only Python floats as scalars, so nothing is promoted to float64.
+    """
+    n = x.shape[0]
+    h = x @ w1                         # (128, 256)
+    h += b1
+    np.maximum(h, 0.0, out=h)          # ReLU
+    z = h @ w2                         # (128, 10) logits
+    z += b2
+    z -= z.max(axis=1, keepdims=True)
+    picked = z[rows, labels]
+    np.exp(z, out=z)
+    s = z.sum(axis=1, keepdims=True)
+    loss = (np.log(s).sum() - picked.sum()) / n
+    z /= s                             # softmax
+    z[rows, labels] -= 1.0
+    z *= 1.0 / n                       # d loss / d logits
+    dh = z @ w2.T
+    dh *= h > 0                        # through ReLU
+    return loss, (x.T @ dh, dh.sum(axis=0), h.T @ z, z.sum(axis=0))
+
+
+def train_setup() -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(2)
+    params = [(rng.standard_normal((784, 256)) * math.sqrt(2 / 784)).astype(F32),
+              np.zeros(256, F32),
+              (rng.standard_normal((256, 10)) * math.sqrt(1 / 256)).astype(F32),
+              np.zeros(10, F32)]
+    x = rng.random((128, 784), dtype=F32)  # like pixel intensities in [0, 1)
+    labels = rng.integers(0, 10, 128)
+    return params, x, labels
+
+
+class NumpyStep:
+    """The anchor's training step; owns its copy of the weights."""
+
+    def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray):
+        self.params = [p.copy() for p in params]
+        self.x, self.labels, self.rows = x, labels, np.arange(x.shape[0])
+
+    def grads(self) -> tuple[Any, tuple[np.ndarray, ...]]:
+        return numpy_loss_and_grads(*self.params, self.x, self.labels, self.rows)
+
+    def __call__(self) -> Any:
+        loss, grads = self.grads()
+        for p, g in zip(self.params, grads):
+            p -= LR * g                # in place; LR is a Python float: stays float32
+        return loss
+
+    def weights(self) -> list[np.ndarray]:
+        return self.params
+
+
+class MinigraphStep:
+    """minigraph's training step in tape or graph mode; owns its weights (tensors)."""
+
+    def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray,
+                 mode: str):
+        self.params = [mg.tensor(p) for p in params]
+        self.x, self.labels = mg.tensor(x), mg.tensor(labels)
+        self.vg = mg.value_and_grad(train_loss, argnums=(0, 1, 2, 3), mode=mode)
+
+    def grads(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.vg(*self.params, self.x, self.labels)
+
+    def __call__(self) -> Any:
+        loss, grads = self.vg(*self.params, self.x, self.labels)
+        with mg.no_grad():             # the SGD update, w -= lr * g, with minigraph's ops
+            self.params = [p - LR * g for p, g in zip(self.params, grads)]
+        return loss
+
+    def weights(self) -> list[np.ndarray]:
+        return [p.numpy() for p in self.params]
+
+
+class CompiledStep(MinigraphStep):
+    """Graph mode's compiled function called on raw arrays, then a NumPy update: what
+    graph mode would cost with no per-call dispatch (for analysis, no target)."""
+
+    def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray):
+        super().__init__(params, x, labels, "graph")
+        self.vg(*self.params, self.x, self.labels)  # trace and compile
+        self.raw = next(iter(self.vg.cache.values())).raw
+        self.arrays = [p.data.copy() for p in self.params]
+        self.inputs = (self.x.data, self.labels.data)
+
+    def grads(self) -> tuple[Any, tuple[Any, ...]]:
+        value, *grads = self.raw(*self.arrays, *self.inputs)
+        return value, tuple(grads)
+
+    def __call__(self) -> Any:
+        value, *grads = self.raw(*self.arrays, *self.inputs)
+        for p, g in zip(self.arrays, grads):
+            p -= LR * g
+        return value
+
+    def weights(self) -> list[np.ndarray]:
+        return self.arrays
+
+
+class TorchStep:
+    """PyTorch's training step, float32, autograd.grad and an in-place update."""
+
+    def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray):
+        import torch
+        import torch.nn.functional as F
+
+        self.torch, self.F = torch, F
+        self.params = [torch.tensor(p, requires_grad=True) for p in params]
+        self.x, self.labels = torch.tensor(x), torch.tensor(labels)
+
+    def grads(self) -> tuple[Any, tuple[Any, ...]]:
+        w1, b1, w2, b2 = self.params
+        logits = self.F.relu(self.x @ w1 + b1) @ w2 + b2
+        loss = self.F.cross_entropy(logits, self.labels)
+        return loss, self.torch.autograd.grad(loss, self.params)
+
+    def __call__(self) -> Any:
+        loss, grads = self.grads()
+        with self.torch.no_grad():
+            for p, g in zip(self.params, grads):
+                p -= LR * g
+        return loss
+
+    def weights(self) -> list[np.ndarray]:
+        return [p.detach().numpy() for p in self.params]
+
+
+def train_methods() -> dict[str, Any]:
+    params, x, labels = train_setup()
+    steps: dict[str, Any] = {
+        TRAIN_ANCHOR: NumpyStep(params, x, labels),
+        TAPE_ROW: MinigraphStep(params, x, labels, "tape"),
+        GRAPH_ROW: MinigraphStep(params, x, labels, "graph"),
+        "  graph mode's compiled function, arrays in/out + update": CompiledStep(params, x, labels),
+    }
+    if have_torch():
+        steps["pytorch step"] = TorchStep(params, x, labels)
+    return steps
+
+
+def check_train(steps: dict[str, Any], rtol: float = 1e-4) -> None:
+    """Same loss and gradients as the anchor at the same weights, float32 everywhere, and
+    the same weights after one step; all before anything is timed."""
+    anchor = steps[TRAIN_ANCHOR]
+    want_loss, want = anchor.grads()
+    assert all(g.dtype == F32 for g in want), "anchor: gradients are not float32"
+    for name, step in steps.items():
+        loss, grads = step.grads()
+        check_close(f"{name} loss", as_numpy(loss), want_loss, rtol)
+        for k, (g, w) in enumerate(zip(grads, want)):
+            g = as_numpy(g)
+            assert g.dtype == F32, f"{name} gradient {k} has dtype {g.dtype}, not float32"
+            assert g.shape == w.shape, f"{name} gradient {k} has shape {g.shape}"
+            check_close(f"{name} gradient {k}", g, w, rtol)
+    for step in steps.values():
+        step()
+    for name, step in steps.items():
+        check_weights(name, step, anchor.weights(), rtol)
+
+
+def check_weights(name: str, step: Any, want: list[np.ndarray] | None, rtol: float) -> None:
+    for k, w in enumerate(step.weights()):
+        assert w.dtype == F32, f"{name}: weight {k} has dtype {w.dtype}, not float32"
+        if want is not None:
+            check_close(f"{name} weight {k} after a step", w, want[k], rtol)
+
+
+def report_ratio_table(results: dict[str, dict[str, Any]], anchor: str, unit: str,
+                       torch_name: str | None) -> None:
+    scale = US if unit == "µs" else MS
+    t_torch = results[torch_name]["seconds"] if torch_name in results else None
+    rows = [[name, fmt(r["seconds"] * scale, 1 if unit == "µs" else 3), fmt(r["ratio"], 3),
+             fmt(r["best_ratio"], 3), fmt(r["seconds"] / t_torch, 2) if t_torch else "-"]
+            for name, r in results.items()]
+    print_table(rows, ["method", unit, "x anchor", "best rounds", "x PyTorch"])
+
+
+def target_line(table: str, what: str, result: dict[str, Any], limit: float) -> dict[str, Any]:
+    """Print whether a target is met: judged on the median ratio, the best-rounds ratio
+    shown beside it."""
+    ratio, best = result["ratio"], result["best_ratio"]
+    if ratio is None:
+        print(f"target: {what}  (anchor not available)")
+        return {"table": table, "target": what, "limit": limit, "ratio": None, "met": None}
+    met = ratio <= limit
+    print(f"target: {what}  -> {ratio:.3f}x (best rounds {best:.3f}x)  "
+          f"{'MET' if met else 'MISSED'}")
+    return {"table": table, "target": what, "limit": limit, "ratio": ratio,
+            "best_ratio": best, "met": met}
+
+
+# ===============================================================================================
+# results: JSON and a plot
+# ===============================================================================================
+
+def plot(tables: list[tuple[str, dict[str, dict[str, Any]], str, list[tuple[str, float]]]],
+         path: Path) -> None:
+    """One panel per benchmark: a horizontal bar per method; anchors in grey; targets as
+    dashed lines; log scale when the spread is large."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 3.2 * len(tables)))
+    for ax, (title, results, anchor, lines) in zip(axes, tables):
+        names = list(results)[::-1]
+        us = [results[n]["seconds"] * US for n in names]
+        colors = ["0.6" if n == anchor or "pytorch" in n else
+                  "tab:orange" if "tape" in n else "tab:blue" for n in names]
+        ax.barh(range(len(names)), us, color=colors)
+        ax.set_yticks(range(len(names)), [n.strip() for n in names], fontsize=8)
+        for i, t in enumerate(us):
+            ax.text(t, i, f" {t:,.1f}", va="center", fontsize=7)
+        t_anchor = results[anchor]["seconds"] * US if anchor in results else None
+        if t_anchor:
+            for (label, factor), style in zip(lines, ("--", ":")):
+                ax.axvline(t_anchor * factor, color="tab:red", ls=style, lw=1,
+                           label=f"target: {label}")
+            if lines:
+                ax.legend(loc="upper right", fontsize=7)
+        if max(us) / min(us) > 30:
+            ax.set_xscale("log")
+        ax.set_xlabel("µs per call (lower is better)" +
+                      (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(right=max(us) * (3 if ax.get_xscale() == "log" else 1.25))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    threads = threads_report()
+    env = environment()
+    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
+          f"{env['cpu_count']} cores")
+    print_threads(threads)
+    targets: list[dict[str, Any]] = []
+
+    print("\n== a. z = x*y + sin(x): value and gradient, scalars x=2, y=3, float64 ==")
+    scalar, scalar_rounds = measure(scalar_methods(), SCALAR_ANCHOR, rounds=5, repeat=2)
+    targets += report_scalar(scalar)
+    print_rounds(scalar_rounds)
+
+    print("\n== b. MLP 64-32-10 (tanh), batch 16, float64: loss and gradients "
+          "w.r.t. the 4 weights ==")
+    timed = mlp_methods()
+    check_mlp(timed)
+    mlp, mlp_rounds = measure(timed, MLP_ANCHOR, rounds=5, repeat=2)
+    report_ratio_table(mlp, MLP_ANCHOR, "µs", "pytorch forward+backward")
+    print_rounds(mlp_rounds)
+
+    print("\n== c. training step 128x784-256-10 (ReLU), float32: forward, backward, "
+          f"SGD update (lr={LR}) ==")
+    steps = train_methods()
+    check_train(steps)
+    train, train_rounds = measure(steps, TRAIN_ANCHOR, rounds=7)
+    for name, step in steps.items():  # still float32 after all the timed steps
+        check_weights(name, step, None, 0.0)
+    report_ratio_table(train, TRAIN_ANCHOR, "ms", "pytorch step")
+    targets.append(target_line("c", "graph mode <= 1.05x hand-written NumPy",
+                               train[GRAPH_ROW], 1.05))
+    targets.append(target_line("c", "tape <= 1.15x hand-written NumPy", train[TAPE_ROW], 1.15))
+    print_rounds(train_rounds)
+
+    path = save_results("graph", {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "environment": env,
+        "threads": threads,
+        "unit": "seconds per call (median over the clean interleaved rounds); ratio: "
+                "median over those rounds of method / anchor",
+        "scalar_value_and_grad": {"anchor": SCALAR_ANCHOR, "results": scalar,
+                                  "rounds": scalar_rounds},
+        "mlp_64_32_10_batch16": {"anchor": MLP_ANCHOR, "results": mlp, "rounds": mlp_rounds},
+        "train_step_128x784_256_10_float32": {"anchor": TRAIN_ANCHOR, "results": train,
+                                              "rounds": train_rounds},
+        "targets": targets,
+    })
+    plot([("a. x*y + sin(x), value and gradient, scalars (float64)", scalar, SCALAR_ANCHOR,
+           [("0.15x PyTorch", 0.15)]),
+          ("b. MLP 64-32-10 tanh, batch 16, float64: loss and gradients", mlp, MLP_ANCHOR, []),
+          ("c. training step 128x784-256-10 ReLU, float32", train, TRAIN_ANCHOR,
+           [("graph mode 1.05x NumPy", 1.05), ("tape 1.15x NumPy", 1.15)])],
+         RESULTS_DIR / "graph.png")
+    print(f"\nwrote {path} and {RESULTS_DIR / 'graph.png'}")
+
+
+if __name__ == "__main__":
+    main()
