@@ -37,6 +37,8 @@ MATMUL = primitive(
 def matmul(x: Any, y: Any) -> Any:
     """Matrix product ``x @ y`` with NumPy's rules for vectors and stacks."""
     xs, ys = S.shape_of(x), S.shape_of(y)
+    if xs is None or ys is None:  # a graph node of unknown shape: decided when it runs
+        return bind(MATMUL, x, y)
     if not xs or not ys:
         raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
     if len(xs) == 1 and len(ys) == 1:

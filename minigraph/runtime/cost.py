@@ -9,7 +9,8 @@ to the thread pool, where it can run beside others. The classes:
   elementwise op is cheap on a small tensor and expensive on a large one;
 * measured (``CostModel``), like TensorFlow's kernel statistics: a moving average of each
   node's run time, which moves a node below ``CHEAP_SECONDS`` to cheap and above it to
-  expensive once the node has been seen ``WARMUP`` times.
+  expensive. The first ``WARMUP`` runs of a node are not counted: they pay one-time
+  costs (first calls, caches) that say nothing about the node's steady cost.
 
 All thresholds live here, in one place.
 """
@@ -23,7 +24,7 @@ from typing import Any
 LARGE_ELEMENTS = 1 << 16          # elementwise ops on at least this many elements are expensive
 CHEAP_SECONDS = 20e-6             # measured: a node faster than 20 µs is cheap
 SMOOTHING = 0.2                   # weight of the newest measurement in the moving average
-WARMUP = 2                        # measurements before the measured class is trusted
+WARMUP = 1                        # first measurements of a node, left out of its average
 
 ALWAYS_CHEAP = {"Placeholder", "Const", "Variable", "Assign", "reshape", "transpose",
                 "broadcast_to", "getitem", "identity", "stop_gradient", "Send", "Recv"}
@@ -50,13 +51,15 @@ class CostModel:
 
     def record(self, name: str, seconds: float) -> None:
         with self._lock:
+            self.count[name] = self.count.get(name, 0) + 1
+            if self.count[name] <= WARMUP:
+                return
             old = self.seconds.get(name)
             self.seconds[name] = seconds if old is None else \
                 (1 - SMOOTHING) * old + SMOOTHING * seconds
-            self.count[name] = self.count.get(name, 0) + 1
 
     def cost(self, node: Any) -> str:
-        """The measured class once warmed up, the static class before."""
-        if self.count.get(node.name, 0) < WARMUP:
+        """The measured class once measured after the warm-up, the static class before."""
+        if node.name not in self.seconds:
             return static_cost(node)
         return "cheap" if self.seconds[node.name] < CHEAP_SECONDS else "expensive"

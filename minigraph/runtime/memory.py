@@ -5,9 +5,12 @@ The optimisations of SINGA's computational graph, made observable:
 * **lazy allocation**: a node's result is allocated when the node runs, not before;
 * **reference-count recycling**: every value counts the consumers that still have to
   read it; after the last one it is freed, unless it is fetched (the caller wants it);
-* **a per-device pool**: a freed buffer goes to a pool, keyed by device, shape and dtype;
-  a later node whose result has that shape and dtype writes into it (its primitive's
-  ``out`` kernel) instead of allocating new memory.
+* **a per-device pool**: a freed buffer goes to a pool, keyed by device, shape and dtype,
+  *if a node still to run will want one of that key*; that node then writes into it (its
+  primitive's ``out`` kernel) instead of allocating new memory. A buffer nobody will
+  want is given back at once, so the pool never holds memory for nothing: the plan is
+  known before the run starts, which is the advantage a static graph gives (SINGA plans
+  its memory from the buffered operations the same way).
 
 Values that are views of other values (a reshape, a transpose, ``identity``) share their
 base's buffer: a buffer is freed when the last value that uses it dies. Feeds,
@@ -57,6 +60,12 @@ class Memory:
                 if id(i) in keep:
                     self.readers[id(i)] = self.readers.get(id(i), 0) + 1
         self.fetched = {id(f) for f in fetches}
+        # How many nodes still to run will want a pooled buffer of each key.
+        self.demand: dict[tuple, int] = {}
+        for n in order:
+            if can_write_into(n):
+                key = (n.device.name, n.shape, n.dtype)
+                self.demand[key] = self.demand.get(key, 0) + 1
         self.external = {id(root(a)) for a in external}
         self.value_storage: dict[int, int] = {}   # node id -> id of its buffer
         self.storage: dict[int, list] = {}        # buffer id -> [array, users, device]
@@ -67,13 +76,19 @@ class Memory:
         self.peak_live: dict[str, int] = {}
         self.total: dict[str, int] = {}
         self.curve: list[tuple[float, str, int, int]] = []  # (seconds, device, live, held)
+        for dev in {n.device.name for n in order}:  # every device appears, even at 0
+            self.live[dev] = self.held[dev] = self.peak_held[dev] = 0
+            self.peak_live[dev] = self.total[dev] = 0
 
     # -- allocation -----------------------------------------------------------------------
     def buffer_for(self, node: Node) -> Any:
-        """A pooled buffer of the node's shape and dtype, or None."""
-        if not self.recycle or node.shape is None:
+        """A pooled buffer of the node's shape and dtype, or None (call only for nodes
+        that ``can_write_into``)."""
+        key = (node.device.name, node.shape, node.dtype)
+        self.demand[key] -= 1  # this node's request is served now, one way or the other
+        if not self.recycle:
             return None
-        free = self.pool.get((node.device.name, node.shape, node.dtype))
+        free = self.pool.get(key)
         return free.pop() if free else None
 
     def produced(self, node: Node, value: Any, reused: bool) -> None:
@@ -115,10 +130,12 @@ class Memory:
         self._count(dev, live=-size, held=0)
         if self.poison:
             _poison(base)
-        if self.recycle and getattr(base, "ndim", 0) > 0:
-            self.pool.setdefault((dev, tuple(base.shape), _dtype_name(node, base)), []).append(base)
+        key = (dev, tuple(getattr(base, "shape", ())), _dtype_name(node, base))
+        free = self.pool.setdefault(key, [])
+        if self.recycle and getattr(base, "ndim", 0) > 0 and len(free) < self.demand.get(key, 0):
+            free.append(base)  # a node still to run will write into it
         else:
-            self._count(dev, live=0, held=-size)
+            self._count(dev, live=0, held=-size)  # nobody will want it: given back
 
     def _count(self, dev: str, live: int, held: int) -> None:
         self.live[dev] = self.live.get(dev, 0) + live
@@ -126,6 +143,15 @@ class Memory:
         self.peak_live[dev] = max(self.peak_live.get(dev, 0), self.live[dev])
         self.peak_held[dev] = max(self.peak_held.get(dev, 0), self.held[dev])
         self.curve.append((time.perf_counter() - self.start, dev, self.live[dev], self.held[dev]))
+
+
+def can_write_into(node: Node) -> bool:
+    """Whether the node may compute into a recycled buffer: it has an ``out`` kernel,
+    its device's namespace takes ``out=`` (NumPy, CuPy), and no input is promoted (so
+    the buffer's dtype is exactly the result's)."""
+    return (node.prim is not None and node.prim.out is not None and node.shape is not None
+            and node.device.supports_out
+            and all(a.dtype == node.dtype for a in node.inputs))
 
 
 def _dtype_name(node: Node, array: Any) -> str:

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..device import get_device
-from .memory import Memory
+from .memory import Memory, can_write_into
 from .rendezvous import Rendezvous
 
 
@@ -88,15 +88,6 @@ def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Nod
         raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
                         f"[{shapes}]: {exc}\n  the node was created at "
                         f"{describe_location(node.location)}") from exc
-
-
-def can_write_into(node: Node) -> bool:
-    """Whether the node may compute into a recycled buffer: it has an ``out`` kernel,
-    its device's namespace takes ``out=`` (NumPy, CuPy), and no input is promoted (so
-    the buffer's dtype is exactly the result's)."""
-    return (node.prim is not None and node.prim.out is not None and node.shape is not None
-            and node.device.supports_out
-            and all(a.dtype == node.dtype for a in node.inputs))
 
 
 class Run:
