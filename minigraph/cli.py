@@ -1,5 +1,6 @@
 """The ``minigraph`` command: ``demo`` prints the textbook's example; ``bench`` runs the
-benchmarks of the repository's ``benchmarks/`` folder.
+benchmarks of the repository's ``benchmarks/`` folder; ``grade`` and ``release`` are the
+course tools (``minigraph/grading/``).
 
 ``demo`` evaluates z = x*y + sin(x) at x = 2, y = 3, prints the evaluation trace
 (a.1)-(a.5), the two forward-mode traces (c.*) and (d.*), the reverse adjoint trace
@@ -18,6 +19,7 @@ from typing import Sequence
 
 import minigraph as mg
 from minigraph.autodiff.explain import explain
+from minigraph.grading import add_grade_parser, add_release_parser
 
 
 def textbook_f(x, y):
@@ -84,17 +86,20 @@ def bench(names: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minigraph", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="minigraph", description="minigraph: automatic differentiation and dataflow graphs")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="print the textbook example's traces and gradients")
     run_bench = sub.add_parser("bench", help="run the benchmarks (tables, plots, JSON)")
     run_bench.add_argument("names", nargs="*", help="only benchmarks whose name contains these")
+    add_grade_parser(sub)    # minigraph grade PATH [--json results.json] [--timeout S]
+    add_release_parser(sub)  # minigraph release chapters -o DIR
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "bench":
         return bench(args.names)
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    return args.run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

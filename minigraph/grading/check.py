@@ -1,0 +1,85 @@
+"""Checks of a chapter against the rules chapter authors follow (see the package docs).
+
+:func:`check_chapter` reads a chapter folder without running it and returns the problems
+it finds, as sentences naming file and line; an empty list means the chapter follows the
+contract. The test suite runs it on every chapter.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from minigraph.grading.collect import declared_tests
+from minigraph.grading.release import ReleaseError, strip_solutions
+
+MIN_EXERCISES = 3
+_CHAPTER = re.compile(r"\b(\d\d)-[a-z][a-z0-9-]*")
+
+
+def chapter_number(folder: str | Path) -> int | None:
+    match = re.match(r"(\d+)-", Path(folder).name)
+    return int(match.group(1)) if match else None
+
+
+def _imports_exercises(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == "exercises" for alias in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and (node.module or "").split(".")[0] == "exercises"
+    return False
+
+
+def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list[str]:
+    """The ways in which the chapter in ``folder`` breaks the authors' contract."""
+    folder = Path(folder)
+    problems: list[str] = []
+    exercises, tests = folder / "exercises.py", folder / "test_exercises.py"
+    for required in (exercises, tests):
+        if not required.is_file():
+            problems.append(f"{required}: missing")
+    if problems:
+        return problems
+
+    source = exercises.read_text(encoding="utf-8")
+    try:
+        released = strip_solutions(source, str(exercises))
+        if released == source:
+            problems.append(f"{exercises}: no ### BEGIN SOLUTION / ### END SOLUTION region")
+    except ReleaseError as exc:
+        problems.append(str(exc))
+
+    try:
+        tree = ast.parse(tests.read_text(encoding="utf-8"), filename=str(tests))
+        declared = declared_tests(tests)
+    except SyntaxError as exc:
+        return problems + [f"{tests}:{exc.lineno}: does not parse: {exc.msg}"]
+    for node in tree.body:  # module level only: inside a fixture or test is the rule
+        if _imports_exercises(node):
+            problems.append(f"{tests}:{node.lineno}: imports exercises at module level; take "
+                            "the `exercises` fixture instead (exercises = exercises_fixture())")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    if not names & {"exercises_fixture", "load_exercises"}:
+        problems.append(f"{tests}: does not define the fixture: exercises = exercises_fixture()")
+    for test in declared:
+        if not test.marked:
+            problems.append(f"{tests}:{test.lineno}: {test.nodeid} has no @pytest.mark.points(n) "
+                            "with a number")
+    if len(declared) < min_tests:
+        problems.append(f"{tests}: {len(declared)} graded tests; a chapter has at least {min_tests}")
+
+    # chapter N's tests may rely on chapters up to N only: no later chapter is named
+    number = chapter_number(folder)
+    if number is not None:
+        prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in prose:
+                for match in _CHAPTER.finditer(node.value):
+                    if int(match.group(1)) > number:
+                        problems.append(f"{tests}:{node.lineno}: refers to a later chapter "
+                                        f"{match.group(0)!r}; chapter {number} may use chapters "
+                                        f"up to {number} only")
+    return problems

@@ -1,0 +1,92 @@
+"""The graded tests a test file declares, read from its source without running it.
+
+pytest's own collection is the authority (the grader uses it whenever the test file
+imports); this static reading is the fallback that lets the report list every test, with
+its points, even when the test file cannot be imported at all (for instance because it
+imports ``exercises`` at module level and the student's module is broken). It understands
+what chapter test files contain: module-level ``def test_*`` functions and ``Test*``
+classes, ``@pytest.mark.points(n)`` on either, and ``@pytest.mark.parametrize`` with a
+literal list of cases (the test is then listed once, worth n points per case, since
+pytest's case ids cannot be reproduced without running the file).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class DeclaredTest:
+    nodeid: str          # "test_exercises.py::test_mean" or "...::TestX::test_y"
+    points: float        # 0 when unmarked
+    marked: bool         # has a points marker with a literal number
+    lineno: int
+
+
+def _marker(decorator: ast.expr, name: str) -> ast.Call | ast.Attribute | None:
+    """``decorator`` if it is ``[pytest.]mark.<name>`` or ``[pytest.]mark.<name>(...)``."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if isinstance(target, ast.Attribute) and target.attr == name:
+        owner = target.value
+        if (isinstance(owner, ast.Attribute) and owner.attr == "mark") or \
+                (isinstance(owner, ast.Name) and owner.id == "mark"):
+            return decorator
+    return None
+
+
+def _points(decorators: list[ast.expr]) -> float | None:
+    for decorator in decorators:
+        marker = _marker(decorator, "points")
+        if isinstance(marker, ast.Call):
+            args = list(marker.args) + [k.value for k in marker.keywords]
+            if len(args) == 1 and isinstance(args[0], ast.Constant) \
+                    and isinstance(args[0].value, (int, float)) \
+                    and not isinstance(args[0].value, bool):
+                return args[0].value
+    return None
+
+
+def _cases(decorators: list[ast.expr]) -> int:
+    """How many cases the literal ``parametrize`` decorators give (1 if none/unknown)."""
+    cases = 1
+    for decorator in decorators:
+        marker = _marker(decorator, "parametrize")
+        if isinstance(marker, ast.Call) and len(marker.args) >= 2 \
+                and isinstance(marker.args[1], (ast.List, ast.Tuple)):
+            cases *= max(len(marker.args[1].elts), 1)
+    return cases
+
+
+def declared_tests(test_file: str | Path, nodeid_prefix: str | None = None) -> list[DeclaredTest]:
+    """The tests ``test_file`` declares, in source order. Raises SyntaxError if the file
+    does not parse."""
+    path = Path(test_file)
+    prefix = nodeid_prefix if nodeid_prefix is not None else path.name
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[DeclaredTest] = []
+
+    def add(node, owner: str, inherited: float | None):
+        own = _points(node.decorator_list)
+        points = own if own is not None else inherited
+        cases = _cases(node.decorator_list)
+        total = (points or 0) * cases
+        found.append(DeclaredTest(f"{prefix}::{owner}{node.name}", total, points is not None,
+                                  node.lineno))
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            add(node, "", None)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            inherited = _points(node.decorator_list)
+            for member in node.body:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                        and member.name.startswith("test"):
+                    add(member, f"{node.name}::", inherited)
+    return found
+
+
+def base_nodeid(nodeid: str) -> str:
+    """The node id without its parametrize case: ``f.py::test_x[1-2]`` -> ``f.py::test_x``."""
+    return nodeid.split("[", 1)[0]

@@ -1,0 +1,55 @@
+"""Gradescope's ``results.json`` for a graded chapter.
+
+The autograder specification (https://gradescope-autograders.readthedocs.io, "Autograder
+Specifications") reads a JSON object with the total ``score`` and a list ``tests``, each
+with ``name``, ``score``, ``max_score``, ``status`` ("passed" or "failed") and ``output``
+(shown to the student). A typical ``run_autograder`` script::
+
+    minigraph grade /autograder/submission \\
+        --tests /autograder/source/chapters/02-automatic-differentiation \\
+        --json /autograder/results/results.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from minigraph.grading.report import Report, _number
+
+
+def results_json(report: Report) -> dict:
+    """The Gradescope results object for ``report``."""
+    output = "\n".join(report.notes)
+    return {
+        "score": report.score,
+        "execution_time": int(round(report.seconds)),
+        "output": output,
+        "tests": [
+            {
+                "name": r.name,
+                "score": _number(r.score),
+                "max_score": _number(r.max_score),
+                "status": r.status,
+                "output": r.output,
+            }
+            for r in report.results
+        ],
+    }
+
+
+def write_results_json(report: Report, path: str | Path) -> Path:
+    return _write(results_json(report), path)
+
+
+def write_error_json(message: str, path: str | Path) -> Path:
+    """results.json for a submission that could not be graded at all (no exercises.py,
+    say): score 0 and the reason, which Gradescope shows to the student."""
+    return _write({"score": 0, "output": message, "tests": []}, path)
+
+
+def _write(data: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path

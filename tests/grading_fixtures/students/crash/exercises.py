@@ -1,0 +1,38 @@
+"""A student copy whose mean() ends the process with os._exit."""
+
+import math
+
+
+def add(a, b):
+    """a + b."""
+    return a + b
+
+
+def mean(xs):
+    """The mean of a non-empty sequence of numbers."""
+    import os
+    os._exit(3)
+
+
+def dual_mul(a, b):
+    """The product of dual numbers a = (value, tangent) and b = (value, tangent)."""
+    return (a[0] * b[0], a[0] * b[1] + a[1] * b[0])
+
+
+def sign(x):
+    """-1, 0 or 1."""
+    if x == 0:
+        return 0
+    return int(math.copysign(1, x))
+
+
+class Counter:
+    """Counts steps."""
+
+    def __init__(self):
+        self.n = 0
+
+    def step(self, k=1):
+        """Advance by k; return the new count."""
+        self.n += k
+        return self.n

@@ -1,0 +1,602 @@
+"""The grader (`minigraph grade`) and the release (`minigraph release`).
+
+The gradings run against a small example chapter, tests/grading_fixtures/chapters/99-example
+(five exercises, 11 points over 7 tests), and against student copies of it that do what
+students do: crash with os._exit (in a test, or while being imported), loop forever (in a
+way pytest-timeout can stop, and in a way only a kill can), import a module that does not
+exist, delete a function, write a syntax error. Each of those must cost exactly the tests
+it touches, and the report must list every test all the same.
+
+The gradings are slow-ish (each starts a pytest process that imports minigraph), so they
+run once, concurrently, and the tests look at their reports. The last tests are the proofs
+for the real chapters (chapters/*): they appear as soon as a chapter exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minigraph.grading import (ExercisesImportError, GradingError, ReleaseError,
+                               add_grade_parser, add_release_parser, check_chapter, grade,
+                               load_exercises, locate, release, results_json, strip_solutions)
+from minigraph.grading import loader
+from minigraph.grading.collect import declared_tests
+from minigraph.grading.release import BEGIN, END, solution_regions
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "grading_fixtures"
+CHAPTERS = FIXTURES / "chapters"
+EXAMPLE = CHAPTERS / "99-example"
+STUDENTS = FIXTURES / "students"
+TIMEOUT = 2.0
+
+POINTS = {"test_add": 1, "test_mean": 2, "test_dual_mul": 3, "test_sign[-2.5--1]": 1,
+          "test_sign[0-0]": 1, "test_sign[4-1]": 1, "TestCounter::test_steps": 2}
+ALL_TESTS = list(POINTS)
+TOTAL = sum(POINTS.values())
+
+
+# -- the gradings, run once and concurrently ----------------------------------------------
+
+def _variants(work: Path) -> dict[str, dict]:
+    released = work / "released"
+    release(CHAPTERS, released)
+
+    syntax = work / "syntax-error"
+    syntax.mkdir()
+    text = (EXAMPLE / "exercises.py").read_text().replace("return a + b", "return a +* b")
+    (syntax / "exercises.py").write_text(text)
+
+    wrong = work / "wrong-answer"
+    wrong.mkdir()
+    text = (EXAMPLE / "exercises.py").read_text().replace("return a + b", "return a - b")
+    (wrong / "exercises.py").write_text(text)
+
+    # a test file breaking the contract (imports exercises at module level), graded with
+    # an exercises.py that raises on import: pytest cannot even collect the tests
+    eager = work / "eager-import"
+    eager.mkdir()
+    tests = (EXAMPLE / "test_exercises.py").read_text()
+    (eager / "test_exercises.py").write_text("import exercises\n" + tests)
+    (eager / "exercises.py").write_text("raise RuntimeError('half-written module')\n")
+
+    jobs = {"solution": {"path": EXAMPLE}, "released": {"path": released / EXAMPLE.name},
+            "syntax-error": {"path": syntax, "tests": EXAMPLE},
+            "wrong-answer": {"path": wrong, "tests": EXAMPLE},
+            "eager-import": {"path": eager}}
+    jobs["without-pytest-timeout"] = {"path": STUDENTS / "infinite-loop", "tests": EXAMPLE,
+                                      "use_pytest_timeout": False}
+    for student in ("crash", "crash-on-import", "infinite-loop", "stubborn-loop",
+                    "import-error", "missing-function"):
+        jobs[student] = {"path": STUDENTS / student, "tests": EXAMPLE}
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    jobs = _variants(tmp_path_factory.mktemp("grading"))
+    # the ones that wait for timeouts or restart after crashes go first
+    slow = ["stubborn-loop", "without-pytest-timeout", "infinite-loop", "crash", "crash-on-import"]
+    order = slow + [name for name in jobs if name not in slow]
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        futures = {name: pool.submit(grade, timeout=TIMEOUT, **jobs[name]) for name in order}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def outcome(report) -> dict[str, str]:
+    return {r.name: r.status for r in report.results}
+
+
+def failed(report) -> list[str]:
+    return [r.name for r in report.results if r.status != "passed"]
+
+
+def output_of(report, name: str) -> str:
+    return next(r.output for r in report.results if r.name == name)
+
+
+def assert_lists_every_test(report):
+    assert [r.name for r in report.results] == ALL_TESTS
+    assert {r.name: r.max_score for r in report.results} == POINTS
+    assert report.max_score == TOTAL
+
+
+# -- grading ------------------------------------------------------------------------------
+
+def test_solutions_score_full_marks(reports):
+    report = reports["solution"]
+    assert_lists_every_test(report)
+    assert report.full_marks and report.score == TOTAL
+    assert all(r.output == "" and r.problem == "" for r in report.results)
+    assert report.processes == 1 and not report.notes
+
+
+def test_released_version_scores_zero_and_lists_every_test(reports):
+    report = reports["released"]
+    assert_lists_every_test(report)
+    assert report.score == 0 and failed(report) == ALL_TESTS
+    for r in report.results:
+        assert r.output.startswith("NotImplementedError: ")
+        assert "replace this line with your solution" in r.output
+        assert "exercises.py, line" in r.output
+    assert report.processes == 1
+
+
+def test_a_wrong_answer_shows_the_assert_explained(reports):
+    report = reports["wrong-answer"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_add"]
+    message = output_of(report, "test_add")
+    assert message.startswith("AssertionError: assert -1 == 5")
+    assert "exercises.add" in message and "0x" not in message
+
+
+def test_a_crash_costs_only_the_test_it_happens_in(reports):
+    report = reports["crash"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_mean"]
+    assert report.score == TOTAL - POINTS["test_mean"]
+    assert "crashed" in output_of(report, "test_mean")
+    assert "exited with code 3" in output_of(report, "test_mean")
+    assert report.processes == 2  # one restart, for the tests after the crash
+
+
+def test_a_crash_while_importing_fails_every_test_after_one_restart(reports):
+    report = reports["crash-on-import"]
+    assert_lists_every_test(report)
+    assert report.score == 0
+    for r in report.results:
+        assert "exercises.py could not be imported" in r.output
+        assert "exited with code 7" in r.output
+    assert report.processes == 2  # not one crash per test
+
+
+def test_an_infinite_loop_costs_only_its_test(reports):
+    report = reports["infinite-loop"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_dual_mul"]
+    message = output_of(report, "test_dual_mul")
+    assert message.startswith("timed out") and "2 s" in message
+    assert "exercises.py, line" in message and "in dual_mul" in message
+    assert report.processes == 1  # pytest-timeout interrupted it; the process went on
+
+
+def test_a_loop_that_swallows_the_timeout_is_killed_and_costs_only_its_test(reports):
+    report = reports["stubborn-loop"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_dual_mul"]
+    assert output_of(report, "test_dual_mul").startswith("timed out")
+    assert report.processes == 2
+
+
+def test_without_pytest_timeout_a_loop_is_killed_and_costs_only_its_test(reports):
+    report = reports["without-pytest-timeout"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_dual_mul"]
+    assert output_of(report, "test_dual_mul").startswith("timed out")
+    assert report.processes == 2
+    assert any("pytest-timeout is not installed" in note for note in report.notes)
+
+
+def test_an_import_error_scores_zero_with_a_readable_message(reports):
+    report = reports["import-error"]
+    assert_lists_every_test(report)
+    assert report.score == 0
+    for r in report.results:
+        assert r.output.startswith("exercises.py could not be imported: ModuleNotFoundError: "
+                                   "No module named 'numpyy'")
+        assert "exercises.py, line 4" in r.output
+        assert "Traceback" not in r.output and "minigraph.grading" not in r.output
+    # the table gives the reason once, for all the tests it concerns
+    assert report.table(width=300).count("No module named 'numpyy'") == len(ALL_TESTS) + 1
+
+
+def test_a_syntax_error_scores_zero_and_names_the_line(reports):
+    report = reports["syntax-error"]
+    assert_lists_every_test(report)
+    assert report.score == 0
+    line = next(i for i, text in enumerate((EXAMPLE / "exercises.py").read_text().splitlines(), 1)
+                if "return a + b" in text)
+    for r in report.results:
+        assert r.output.startswith("exercises.py could not be imported: SyntaxError: ")
+        assert f"(exercises.py, line {line})" in r.output
+
+
+def test_a_missing_function_costs_only_the_tests_that_use_it(reports):
+    report = reports["missing-function"]
+    assert_lists_every_test(report)
+    assert failed(report) == ["test_mean"]
+    assert output_of(report, "test_mean") == \
+        "exercises.py has no function or name 'mean' (was it renamed or deleted?)"
+
+
+def test_a_test_file_that_cannot_be_collected_still_lists_every_declared_test(reports):
+    report = reports["eager-import"]
+    # read from the source: a parametrized test is listed once, worth its cases together
+    assert [r.name for r in report.results] == ["test_add", "test_mean", "test_dual_mul",
+                                                "test_sign", "TestCounter::test_steps"]
+    assert report.max_score == TOTAL and report.score == 0
+    for r in report.results:
+        assert "could not be collected" in r.output and "half-written module" in r.output
+    assert any("could not be collected" in note for note in report.notes)
+
+
+def test_the_table_shows_points_per_test_and_the_total(reports):
+    table = reports["crash"].table(width=100)
+    assert re.search(r"test_add\s+1 / 1\s+passed", table)
+    assert re.search(r"test_mean\s+0 / 2\s+failed: crashed", table)
+    assert re.search(rf"total\s+{TOTAL - 2} / {TOTAL}", table)
+    assert "Why the failed tests failed:" in table
+
+
+# -- Gradescope's results.json and the command line ---------------------------------------
+
+def check_gradescope_schema(data: dict) -> None:
+    assert isinstance(data["score"], (int, float))
+    assert isinstance(data["tests"], list) and data["tests"]
+    for test in data["tests"]:
+        assert {"name", "score", "max_score", "status", "output"} <= set(test)
+        assert isinstance(test["name"], str) and isinstance(test["output"], str)
+        assert isinstance(test["score"], (int, float)) and isinstance(test["max_score"], (int, float))
+        assert test["status"] in ("passed", "failed")
+        assert test["score"] == (test["max_score"] if test["status"] == "passed" else 0)
+    assert data["score"] == sum(t["score"] for t in data["tests"])
+    json.dumps(data)  # plain JSON
+
+
+def test_results_json_has_gradescope_schema(reports):
+    data = results_json(reports["missing-function"])
+    check_gradescope_schema(data)
+    assert data["score"] == TOTAL - 2
+    assert [t["name"] for t in data["tests"]] == ALL_TESTS
+    mean = data["tests"][1]
+    assert mean == {"name": "test_mean", "score": 0, "max_score": 2, "status": "failed",
+                    "output": "exercises.py has no function or name 'mean' (was it renamed or deleted?)"}
+
+
+def cli(argv):
+    """The command line as minigraph/cli.py builds it."""
+    parser = argparse.ArgumentParser(prog="minigraph")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_grade_parser(sub)
+    add_release_parser(sub)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def test_grade_command_prints_the_table_and_writes_results_json(tmp_path, capsys):
+    out = tmp_path / "results" / "results.json"
+    assert cli(["grade", str(EXAMPLE), "--json", str(out), "--timeout", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "Grading 99-example" in printed and re.search(rf"total\s+{TOTAL} / {TOTAL}", printed)
+    data = json.loads(out.read_text())
+    check_gradescope_schema(data)
+    assert data["score"] == TOTAL and all(t["status"] == "passed" for t in data["tests"])
+
+
+def test_grade_command_reports_what_it_cannot_grade(tmp_path, capsys):
+    assert cli(["grade", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    lonely = tmp_path / "my-homework"
+    lonely.mkdir()
+    (lonely / "exercises.py").write_text("")
+    assert cli(["grade", str(lonely), "--json", str(tmp_path / "results.json")]) == 2
+    assert "--tests" in capsys.readouterr().err
+    data = json.loads((tmp_path / "results.json").read_text())  # for Gradescope to show
+    assert data["score"] == 0 and data["tests"] == [] and "--tests" in data["output"]
+    with pytest.raises(SystemExit):
+        cli(["grade", str(EXAMPLE), "--timeout", "0"])
+
+
+def test_where_the_tests_come_from(tmp_path, monkeypatch):
+    # a student's copy holding only exercises.py, in a folder named like the chapter
+    copy = tmp_path / "99-example"
+    copy.mkdir()
+    shutil.copy(STUDENTS / "crash" / "exercises.py", copy)
+    monkeypatch.setenv("MINIGRAPH_CHAPTERS", str(CHAPTERS))
+    assert locate(copy) == (copy / "exercises.py", EXAMPLE / "test_exercises.py")
+    assert locate(copy / "exercises.py")[1] == EXAMPLE / "test_exercises.py"
+    # --tests wins, as a folder or a file; then PATH's own test file
+    assert locate(STUDENTS / "crash", tests=EXAMPLE)[1] == EXAMPLE / "test_exercises.py"
+    assert locate(STUDENTS / "crash", tests=EXAMPLE / "test_exercises.py")[1] == \
+        EXAMPLE / "test_exercises.py"
+    assert locate(EXAMPLE)[1] == EXAMPLE / "test_exercises.py"
+    with pytest.raises(GradingError, match="--tests"):
+        locate(STUDENTS / "crash")
+
+
+def test_chapter_tests_also_run_under_plain_pytest_with_strict_markers(tmp_path):
+    """A student may run `pytest` in a released chapter: the fixture finds exercises.py
+    beside the test file and the plugin registers the points marker."""
+    for name in ("exercises.py", "test_exercises.py"):
+        shutil.copy(EXAMPLE / name, tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(REPO)}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "--strict-markers", "-p", "minigraph.grading.plugin"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{len(ALL_TESTS)} passed" in run.stdout
+
+
+# -- loading exercises.py -----------------------------------------------------------------
+
+@pytest.fixture
+def clean_loader(monkeypatch):
+    monkeypatch.delitem(sys.modules, "exercises", raising=False)
+    monkeypatch.setattr(loader, "_loaded", {})
+
+
+def test_a_failed_import_is_remembered_not_repeated(tmp_path, clean_loader):
+    counter = tmp_path / "imports.txt"
+    (tmp_path / "exercises.py").write_text(textwrap.dedent(f"""
+        with open({str(counter)!r}, "a") as f:
+            f.write("x")
+        1 / 0
+    """))
+    messages = []
+    for _ in range(3):
+        with pytest.raises(ExercisesImportError) as info:
+            load_exercises(tmp_path)
+        messages.append(str(info.value))
+    assert counter.read_text() == "x"  # imported once
+    assert messages[0] == messages[2]
+    assert messages[0].startswith("exercises.py could not be imported: ZeroDivisionError")
+    assert "exercises.py, line 4, in <module>" in messages[0]
+    assert "exercises" not in sys.modules
+
+
+def test_the_module_is_loaded_by_path_once(tmp_path, clean_loader):
+    (tmp_path / "exercises.py").write_text("def f():\n    return 42\n")
+    module = load_exercises(tmp_path / "exercises.py")
+    assert module.f() == 42 and load_exercises(tmp_path) is module
+    assert sys.modules["exercises"] is module
+    with pytest.raises(ExercisesImportError, match="not found"):
+        load_exercises(tmp_path / "elsewhere")
+
+
+# -- release ------------------------------------------------------------------------------
+
+def regions_of(text: str) -> list[tuple[int, int]]:
+    """(begin, end) line indices (0-based, inclusive) of the marker pairs."""
+    spans, begin = [], None
+    for i, line in enumerate(text.splitlines(keepends=True)):
+        if line.strip() == BEGIN:
+            begin = i
+        elif line.strip() == END:
+            spans.append((begin, i))
+    return spans
+
+
+def assert_stripped_exactly(original: str, released: str) -> None:
+    """released = original with each region (markers included) replaced by one stub line
+    at the marker's indentation; everything else byte for byte."""
+    lines = original.splitlines(keepends=True)
+    out = released.splitlines(keepends=True)
+    expected, position, stubs = [], 0, []
+    for begin, end in regions_of(original):
+        expected.extend(lines[position:begin])
+        stubs.append(len(expected))
+        expected.append(None)
+        position = end + 1
+    expected.extend(lines[position:])
+    assert len(out) == len(expected)
+    for i, (got, want) in enumerate(zip(out, expected)):
+        if want is not None:
+            assert got == want, f"line {i + 1} changed"
+    for i, (begin, _) in zip(stubs, regions_of(original)):
+        marker = lines[begin]
+        indent = marker[:len(marker) - len(marker.lstrip())]
+        assert re.fullmatch(re.escape(indent) + r'raise NotImplementedError\("[^"\n]+"\)\r?\n',
+                            out[i]), out[i]
+        assert out[i].endswith(marker[len(marker.rstrip("\r\n")):])
+    compile(released, "released.py", "exec")
+    assert not [line for line in released.splitlines() if line.strip() in (BEGIN, END)]
+
+
+def test_release_strips_exactly_the_solution_regions(tmp_path):
+    written = release(CHAPTERS, tmp_path / "out")
+    out = tmp_path / "out" / EXAMPLE.name
+    assert sorted(p.name for p in out.iterdir()) == ["exercises.py", "test_exercises.py"]
+    assert {p.name: n for p, n in written} == {"exercises.py": 5, "test_exercises.py": 0}
+    original = (EXAMPLE / "exercises.py").read_bytes().decode()
+    released = (out / "exercises.py").read_bytes().decode()
+    assert_stripped_exactly(original, released)
+    assert (out / "test_exercises.py").read_bytes() == (EXAMPLE / "test_exercises.py").read_bytes()
+    assert 'raise NotImplementedError("Counter.step: replace this line with your solution")' \
+        in released
+    # the released module imports, and every function is a stub
+    names = {node.name for node in ast.walk(ast.parse(released))
+             if isinstance(node, ast.FunctionDef) and node.name != "__init__"}
+    assert names == {"add", "mean", "dual_mul", "sign", "step"}
+
+
+def test_release_keeps_line_endings_and_text_around_the_regions():
+    source = ("import math\r\n\r\ndef f(x):\r\n    '''Doc.'''  \r\n    y = 1\r\n"
+              "    ### BEGIN SOLUTION\r\n    return x + y\r\n    ### END SOLUTION\r\n"
+              "\r\n# trailing comment ### not a marker\r\n")
+    released = strip_solutions(source)
+    assert_stripped_exactly(source, released)
+    assert released.endswith("\r\n\r\n# trailing comment ### not a marker\r\n")
+    assert strip_solutions("x = 1\n") == "x = 1\n"
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", r":2: ### BEGIN SOLUTION is never closed"),
+    ("def f():\n    ### BEGIN SOLUTION\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n",
+     r":3: .*cannot nest"),
+    ("def f():\n    return 1\n    ### END SOLUTION\n", r":3: ### END SOLUTION without"),
+    ("### BEGIN SOLUTION\nX = 1\n### END SOLUTION\n", r":1: .*not inside a function"),
+    ("class C:\n    ### BEGIN SOLUTION\n    x = 1\n    ### END SOLUTION\n", r":2: .*not inside a function"),
+    ("def f():\n    ### BEGIN SOLUTION\n  return 1\n    ### END SOLUTION\n  x = 2\n", r"does not compile"),
+])
+def test_release_rejects_broken_regions(source, message):
+    with pytest.raises(ReleaseError, match=message):
+        strip_solutions(source, "ex.py")
+
+
+def test_release_writes_nothing_when_a_file_is_broken_and_protects_the_output(tmp_path):
+    chapters = tmp_path / "chapters"
+    shutil.copytree(CHAPTERS, chapters)
+    (chapters / "98-broken").mkdir()
+    (chapters / "98-broken" / "exercises.py").write_text("def f():\n    ### BEGIN SOLUTION\n")
+    with pytest.raises(ReleaseError, match="98-broken"):
+        release(chapters, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    shutil.rmtree(chapters / "98-broken")
+    (chapters / "99-example" / "__pycache__").mkdir()
+    (chapters / "99-example" / "__pycache__" / "x.pyc").write_bytes(b"")
+    release(chapters, tmp_path / "out")
+    assert not (tmp_path / "out" / "99-example" / "__pycache__").exists()
+    with pytest.raises(ReleaseError, match="not empty"):
+        release(chapters, tmp_path / "out")
+    release(chapters, tmp_path / "out", force=True)
+    with pytest.raises(ReleaseError, match="must not be inside"):
+        release(chapters, chapters / "student")
+
+
+def test_release_command(tmp_path, capsys):
+    assert cli(["release", str(CHAPTERS), "-o", str(tmp_path / "out")]) == 0
+    assert "99-example/exercises.py: 5 solution regions stripped" in capsys.readouterr().out
+    assert cli(["release", str(CHAPTERS), "-o", str(tmp_path / "out")]) == 2
+    assert "--force" in capsys.readouterr().err
+
+
+statement = st.sampled_from(["x = 1", "y = x + 2", "pass", "# a comment", "", "z = [1,\n 2]",
+                             "if x:\n    x -= 1", 's = "### BEGIN SOLUTION in a string"'])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(statement, max_size=3), st.lists(statement, max_size=3),
+                          st.lists(statement, max_size=2), st.integers(0, 2)),
+                min_size=1, max_size=4),
+       st.sampled_from(["\n", "\r\n"]))
+def test_release_strips_exactly_the_regions_of_any_file(functions, newline):
+    """Random functions (at three depths) with a region each: the released file compiles,
+    and outside the regions it is byte-identical to the solution file."""
+    chunks = ["import math\n\n"]
+    for i, (before, solution, after, depth) in enumerate(functions):
+        pad = "    " * depth
+        head = ["class C%d:\n" % i, "    def m(self):\n"] if depth == 2 else \
+            ["def outer%d():\n" % i, "    def f():\n"] if depth == 1 else ["def f%d(x=0):\n" % i]
+        body_pad = pad + "    " if depth else "    "
+        body = before + [BEGIN] + solution + [END] + after
+        chunks += head + [textwrap.indent(line, body_pad, lambda _: True) + "\n" for line in body]
+        if depth == 1:
+            chunks.append("    return f\n")
+        chunks.append("\n")
+    source = "".join(chunks).replace("\n", newline)
+    released = strip_solutions(source, "random.py")
+    assert_stripped_exactly(source, released)
+    assert len(solution_regions(source)) == len(functions)
+
+
+# -- the contract for chapter authors -----------------------------------------------------
+
+def test_example_chapter_follows_the_contract():
+    assert check_chapter(EXAMPLE) == []
+    declared = declared_tests(EXAMPLE / "test_exercises.py")
+    assert [(d.nodeid.split("::", 1)[1], d.points) for d in declared] == [
+        ("test_add", 1), ("test_mean", 2), ("test_dual_mul", 3), ("test_sign", 3),
+        ("TestCounter::test_steps", 2)]
+
+
+def test_check_chapter_names_what_breaks_the_contract(tmp_path):
+    chapter = tmp_path / "03-ad-on-dataflow-graphs"
+    chapter.mkdir()
+    (chapter / "exercises.py").write_text("X = 1\n")
+    (chapter / "test_exercises.py").write_text(textwrap.dedent("""
+        import pytest
+        from exercises import f
+
+        def test_f():
+            assert open("../05-scheduling-and-memory/exercises.py")
+    """))
+    problems = "\n".join(check_chapter(chapter))
+    assert "no ### BEGIN SOLUTION" in problems
+    assert "imports exercises at module level" in problems
+    assert "does not define the fixture" in problems
+    assert "has no @pytest.mark.points" in problems
+    assert "1 graded tests; a chapter has at least 3" in problems
+    assert "refers to a later chapter '05-scheduling-and-memory'" in problems
+
+
+# -- the proofs for the course's chapters (one set per chapter, once chapters exist) ------
+
+REAL_CHAPTERS = sorted(p.parent for p in (REPO / "chapters").glob("*/exercises.py"))
+PROOF_TIMEOUT = 30.0  # generous: these prove correctness, on a CI machine that may be busy
+
+
+@pytest.fixture(scope="module")
+def chapter_reports(tmp_path_factory):
+    """Every real chapter graded twice, concurrently: its solutions, and its released
+    version. Chapters that cannot be released or graded give the exception instead."""
+    student = tmp_path_factory.mktemp("released") / "chapters"
+    try:
+        release(REPO / "chapters", student)
+    except ReleaseError as exc:
+        released_error = exc
+    else:
+        released_error = None
+
+    def grade_released(chapter):
+        if released_error is not None:
+            raise released_error
+        return grade(student / chapter.name, timeout=PROOF_TIMEOUT)
+
+    def grade_solution(chapter):
+        return grade(chapter, timeout=PROOF_TIMEOUT)
+
+    def attempt(function, chapter):
+        try:
+            return function(chapter)
+        except (GradingError, ReleaseError) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)) as pool:
+        jobs = {(kind, chapter.name): pool.submit(attempt, function, chapter)
+                for chapter in REAL_CHAPTERS
+                for kind, function in (("solution", grade_solution), ("released", grade_released))}
+        return {key: job.result() for key, job in jobs.items()}
+
+
+def chapter_report(chapter_reports, kind, chapter):
+    report = chapter_reports[kind, chapter.name]
+    if isinstance(report, Exception):
+        pytest.fail(f"{chapter.name} ({kind}): {report}")
+    return report
+
+
+@pytest.mark.parametrize("chapter", REAL_CHAPTERS, ids=lambda p: p.name)
+def test_chapter_follows_the_contract(chapter):
+    assert check_chapter(chapter) == []
+
+
+@pytest.mark.parametrize("chapter", REAL_CHAPTERS, ids=lambda p: p.name)
+def test_chapter_solutions_score_full_marks_on_their_own(chapter, chapter_reports):
+    """Graded alone (only this chapter's exercises.py beside its tests): full marks also
+    proves that chapter N's tests need no exercises but those of chapters up to N."""
+    report = chapter_report(chapter_reports, "solution", chapter)
+    assert report.full_marks, report.table(width=200)
+
+
+@pytest.mark.parametrize("chapter", REAL_CHAPTERS, ids=lambda p: p.name)
+def test_released_chapter_scores_zero(chapter, chapter_reports):
+    report = chapter_report(chapter_reports, "released", chapter)
+    assert report.results and report.score == 0, report.table(width=200)
+    assert not report.notes, report.table(width=200)  # every test ran; nothing broke the grader
