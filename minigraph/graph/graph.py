@@ -191,7 +191,7 @@ class Graph:
         self.nodes: list[Node] = []
         self._by_name: dict[str, Node] = {}
         self._scopes: list[str] = []
-        self._consts: dict[int, Node] = {}  # id(tensor) -> its Const node
+        self._consts: dict[int, tuple[Any, Node]] = {}  # id(value) -> (value, its Const)
         self._suffix: dict[str, int] = {}  # the next _k to try for a repeated name
         self._control: list[list[Node]] = []  # open control_dependencies blocks
 
@@ -256,10 +256,13 @@ class Graph:
             return a
         if type(a) in _NUMBERS:
             return a
-        t = a if isinstance(a, Tensor) else tensor(a)
-        if id(t) not in self._consts:
-            self._consts[id(t)] = self.constant(t, name="const")
-        return self._consts[id(t)]
+        # One Const per array or tensor object. The cache holds the object itself, so its
+        # id cannot be reused by another object while the graph lives.
+        cached = self._consts.get(id(a))
+        if cached is None or cached[0] is not a:
+            cached = (a, self.constant(a if isinstance(a, Tensor) else tensor(a), name="const"))
+            self._consts[id(a)] = cached
+        return cached[1]
 
     def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None) -> Node:
         """Add a node applying ``prim``; its shape and dtype come from the shape rule."""
