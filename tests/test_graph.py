@@ -395,3 +395,27 @@ def test_a_100k_node_chain_builds_differentiates_and_runs():
     value, grad = mg.Session(g).run([y, gx], {x: 2.0})
     assert value == pytest.approx(2.0 * 1.0000001 ** n, rel=1e-9)
     assert grad == pytest.approx(1.0000001 ** n, rel=1e-9)
+
+
+def test_arrays_from_a_closure_each_get_their_own_constant():
+    """Regression: constants were cached by the id of a temporary that could be reused."""
+    weights = [np.full((2, 2), k + 1.0) for k in range(3)]
+
+    def f(x):
+        for w in weights:
+            x = mg.matmul(x, w)
+        return x.sum(axis=0)
+
+    eager = f(mg.tensor(np.eye(2))).numpy()
+    np.testing.assert_array_equal(mg.trace(f)(np.eye(2)).numpy(), eager)
+    np.testing.assert_array_equal(eager, [48.0, 48.0])
+
+
+def test_each_gradients_pass_has_its_own_scope():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        (dy,) = mg.gradients(mg.sin(x), [x])
+        (d2y,) = mg.gradients(dy, [x])
+    assert dy.name.startswith("gradients/") and d2y.name.startswith("gradients_1/")
+    assert g.to_dot().count("lightsalmon") == sum(
+        n.name.startswith(("gradients/", "gradients_1/")) for n in g.nodes)

@@ -80,7 +80,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
             for i in n.inputs:
                 pending[id(i)] = pending.get(id(i), 0) + 1
     contributions: dict[int, list[Any]] = {}
-    with graph.name_scope("gradients"):
+    with graph.name_scope(_scope_name(graph)):
         for y, g in zip(ys, grad_ys):
             if id(y) in relevant:
                 with y.device:
@@ -119,6 +119,16 @@ def _expand(node: Node, contributions: dict, relevant: set, pending: dict,
             pending[id(a)] -= 1
             if pending[id(a)] == 0:
                 ready.append(a)
+
+
+def _scope_name(graph: Graph) -> str:
+    """``gradients`` for the first pass, ``gradients_1``, ``gradients_2`` ... after it (as
+    in TensorFlow), so the nodes of each pass can be told apart."""
+    taken = {n.name.split("/", 1)[0] for n in graph.nodes if "/" in n.name}
+    name, k = "gradients", 1
+    while name in taken:
+        name, k = f"gradients_{k}", k + 1
+    return name
 
 
 def _unique(nodes: list[Node]) -> list[Node]:

@@ -4,6 +4,7 @@ it into any Graphviz viewer, or use the ``graphviz`` package where ``dot`` exist
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,8 +19,16 @@ def _label(node: "Node") -> str:
     return f"{node.name}\\n{node.op} {_type_text(node)}"
 
 
+GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
+
+
+def is_gradient(node: "Node") -> bool:
+    """Whether ``node`` was added by ``mg.gradients`` (scopes gradients/, gradients_1/...)."""
+    return GRADIENT_SCOPE.search(node.name) is not None
+
+
 def _color(node: "Node") -> str:
-    if node.name.startswith("gradients/") or "/gradients/" in node.name:
+    if is_gradient(node):
         return "lightsalmon"  # the reverse graph, added by mg.gradients
     return "lightblue" if node.op not in SHAPES else "lightgrey"
 

@@ -10,11 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..graph.graph import Graph, Node
-from .dot import SHAPES
-
-
-def _is_gradient(node: Node) -> bool:
-    return node.name.startswith("gradients/") or "/gradients/" in node.name
+from .dot import SHAPES, is_gradient as _is_gradient
 
 
 def layout(nodes: list[Node]) -> dict[int, tuple[float, float]]:
@@ -32,10 +28,10 @@ def layout(nodes: list[Node]) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def _color(node: Node) -> str:
-    if node.op in SHAPES:
-        return "lightgrey"
-    return "lightsalmon" if _is_gradient(node) else "lightblue"
+def _color(node: Node) -> str:  # the same colours as the DOT text
+    if _is_gradient(node):
+        return "lightsalmon"
+    return "lightgrey" if node.op in SHAPES else "lightblue"
 
 
 def draw_nodes(ax: Any, nodes: list[Node], title: str) -> None:
