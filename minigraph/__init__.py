@@ -8,6 +8,7 @@ mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``j
 from . import errors
 from .autodiff.api import MODES, grad, value_and_grad
 from .autodiff.check import gradcheck
+from .autodiff.source import SourceTransformError, source_grad
 from .autodiff.forward import Dual, jacfwd, jvp
 from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
@@ -35,7 +36,7 @@ float32, float64, int64, int32, bool_ = "float32", "float64", "int64", "int32", 
 __version__ = "0.1.0"
 
 __all__ = [
-    "errors", "MODES", "grad", "value_and_grad", "gradcheck", "Dual", "jacfwd", "jvp",
+    "errors", "MODES", "grad", "source_grad", "SourceTransformError", "value_and_grad", "gradcheck", "Dual", "jacfwd", "jvp",
     "enable_grad", "is_grad_enabled", "cuda_available", "jacrev", "no_grad", "vjp", "Device", "device",
     "devices", "get_device", "register_device", "set_virtual_cpus", "PRIMITIVES", "add",
     "astype", "broadcast_to", "concatenate", "cos", "cross_entropy", "div", "equal", "exp",

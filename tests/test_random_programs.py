@@ -66,6 +66,8 @@ def test_every_mode_agrees_on_random_programs(prog, x):
     expected = numeric_grad(prog, x)
     f = lambda a, b: run(prog, [a, b], 0)  # noqa: E731
     for mode in mg.MODES:
+        if mode == "source":
+            continue  # reads f's text: test_source.py runs random programs from temp modules
         grads = mg.grad(f, argnums=(0, 1), mode=mode)(*x)
         for g, e in zip(grads, expected):
             assert g.item() == pytest.approx(e, rel=1e-5, abs=1e-6), mode

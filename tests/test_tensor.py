@@ -184,3 +184,12 @@ def test_value_and_grad_returns_both():
 
 def test_grad_of_an_unused_argument_is_zero():
     assert mg.grad(lambda x, y: x * 2.0, argnums=1)(1.0, 4.0).item() == 0.0
+
+
+def test_numpy_operands_on_the_left_keep_the_tape():
+    a = np.array([[1.0, 2.0], [3.0, 4.0]])
+    x = mg.tensor([1.0, -1.0], requires_grad=True)
+    y = (a @ x).sum() + (np.float64(2.0) * x).sum()  # NumPy scalars and arrays on the left
+    assert isinstance(y, mg.Tensor)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), a.sum(axis=0) + 2.0)

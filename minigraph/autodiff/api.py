@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..graph import trace
-from . import forward, tape
+from . import forward, source, tape
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep
     "forward": forward.value_and_grad,  # dual numbers: one pass per input element
     "graph": trace.value_and_grad,      # define-and-run: trace, gradients pass, compile
+    "source": source.value_and_grad,    # source transformation: a generated adjoint program
 }
 
 

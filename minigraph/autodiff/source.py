@@ -41,16 +41,35 @@ How it is written, in four steps:
    the textbook's (a, b, ... for intermediates, g + name for adjoints), and the text is
    compiled with ``compile``/``exec``. The text stays in ``.source``.
 
-The program is built once per function and input signature (shapes, dtypes, devices, and
-the values of non-tensor arguments) and replayed afterwards. Values the function reads
-from outside its arguments (globals, closure variables) are *constants* of the program,
-captured when it is built, as ``jax.jit`` does: pass anything that changes as an argument.
+Decisions worth knowing (each is visible in the text):
 
-Two renderings of one program are compiled: ``.source`` calls ``mg.`` functions, so it runs
-on any value kind (tensors on any device, tensors being recorded for a gradient of the
-gradient, dual numbers); ``.raw_source`` calls the primitives' kernels on the arrays
-directly, which is what a plain call on tensors that need no recording uses (see the
-benchmark ``benchmarks/bench_source.py``).
+* ``gz = 1`` is a tensor of ones of z's shape, dtype and device, not a number folded into
+  the lines that read it, so every line of (g.*) appears as the textbook writes it
+  (``gb = gz``, ``ga = gz``, ``gy = ga * x``); folding would save two multiplications.
+  Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x + 0``, ``x * 1`` and
+  ``x ** 1`` are ``x``; lines nobody reads are removed.
+* The program is specialised to one input signature (shapes, dtypes, devices, and the
+  values of arguments that are neither differentiated nor tensors: ``n`` in
+  ``range(n)``), built once, cached per function, and replayed. Values the function reads
+  from outside its arguments (globals, closure variables) are *constants* of the program,
+  captured when it is built, as ``jax.jit`` does: pass anything that changes as an argument.
+* What Python can decide while the program is written, it decides (shapes, ``if`` on a
+  shape, calls with constant arguments: constant folding). An ``if`` on a tensor is
+  written with both branches and decided when the program runs; ``for i in range(n)`` is
+  written once, not unrolled. Plain Python functions called with values of the program
+  are inlined.
+* Two renderings of one program are compiled: ``.source`` calls ``mg.`` functions, so it
+  runs on any value kind (tensors on any device, tensors being recorded for a gradient
+  of the gradient, dual numbers); ``.raw_source`` calls the primitives' kernels on arrays
+  directly, as graph compilation does, and is what a call on tensors that need no
+  recording runs (see ``benchmarks/bench_source.py``).
+
+Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
+lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,
+``break``/``continue``, assignment into part of a tensor, ``for`` over anything but
+``range`` with bounds known when the program is built, indexing with a computed tensor,
+converting a value of the program to a Python number, and calling functions other than
+minigraph's (``np.sin(x)``) on values of the program.
 """
 
 from __future__ import annotations
@@ -140,10 +159,10 @@ def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
 class _Source:
     """A function's parsed definition and what it can see (globals, closure cells)."""
 
-    __slots__ = ("fn", "node", "filename", "lines", "closure", "loads", "names", "__weakref__")
+    __slots__ = ("_fn", "node", "filename", "lines", "closure", "loads", "names")
 
     def __init__(self, fn: types.FunctionType, node: ast.FunctionDef):
-        self.fn = fn
+        self._fn = weakref.ref(fn)  # weak: the cache below must not keep fn alive
         self.node = node
         self.filename = fn.__code__.co_filename
         self.lines = linecache.getlines(self.filename)
@@ -151,6 +170,10 @@ class _Source:
         self.loads = _loads(node.body)
         self.names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         self.names |= {a.arg for a in node.args.args + node.args.posonlyargs}
+
+    @property
+    def fn(self) -> types.FunctionType:
+        return self._fn()
 
     def where(self, node: ast.AST | None = None) -> Where:
         lineno = getattr(node, "lineno", None) or self.node.lineno
@@ -408,8 +431,8 @@ class Index:
                             for a in self.values], other
         else:
             return NotImplemented
-        left, rite = (text, self) if right else (self, text)
-        return Index(f"{_paren(left, prec)} {sym} {_paren(rite, prec + 1)}", values, prec)
+        first, second = (text, self) if right else (self, text)
+        return Index(f"{_paren(first, prec)} {sym} {_paren(second, prec + 1)}", values, prec)
 
     def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, False)
     def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, True)
@@ -417,21 +440,25 @@ class Index:
     def __rsub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", _ADD, True)
     def __mul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, False)
     def __rmul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, True)
-    def __floordiv__(self, o: Any) -> Any: return self._arith(o, operator.floordiv, "//", _MUL, False)
+    def __floordiv__(self, o: Any) -> Any:
+        return self._arith(o, operator.floordiv, "//", _MUL, False)
+
     def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", _MUL, False)
 
     def __neg__(self) -> "Index":
         return Index(f"-{_paren(self, _UNARY)}", [-v for v in self.values], _UNARY)
 
-    def _compare(self, other: Any, sym: str) -> "Cond":
+    def _compare(self, other: Any, sym: str) -> Any:
+        if not isinstance(other, (Index, int, float)):
+            return NotImplemented  # i < x.sum(): the tensor's comparison writes a line
         return Cond(f"{_paren(self, _CMP + 1)} {sym} {_paren(other, _CMP + 1)}")
 
-    def __lt__(self, o: Any) -> "Cond": return self._compare(o, "<")
-    def __le__(self, o: Any) -> "Cond": return self._compare(o, "<=")
-    def __gt__(self, o: Any) -> "Cond": return self._compare(o, ">")
-    def __ge__(self, o: Any) -> "Cond": return self._compare(o, ">=")
-    def __eq__(self, o: Any) -> "Cond": return self._compare(o, "==")  # type: ignore[override]
-    def __ne__(self, o: Any) -> "Cond": return self._compare(o, "!=")  # type: ignore[override]
+    def __lt__(self, o: Any) -> Any: return self._compare(o, "<")
+    def __le__(self, o: Any) -> Any: return self._compare(o, "<=")
+    def __gt__(self, o: Any) -> Any: return self._compare(o, ">")
+    def __ge__(self, o: Any) -> Any: return self._compare(o, ">=")
+    def __eq__(self, o: Any) -> Any: return self._compare(o, "==")  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return self._compare(o, "!=")  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
 
     def _unknown(self, what: str) -> SourceTransformError:
@@ -550,10 +577,11 @@ class For:
 
 class If:
     """``if cond: then else: orelse``; ``joins`` are the variables both branches assign."""
-    __slots__ = ("cond", "then", "orelse", "joins")
+    __slots__ = ("cond", "then", "orelse", "joins", "dropped")
 
     def __init__(self, cond: Any, then: list, orelse: list, joins: tuple = ()):
         self.cond, self.then, self.orelse, self.joins = cond, then, orelse, tuple(joins)
+        self.dropped = False
 
 
 def _vars(v: Any) -> Iterator[SrcVar]:
@@ -718,7 +746,7 @@ _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
             ast.Is: operator.is_, ast.IsNot: operator.is_not,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 # Builtins that may see values of the program: they only read shapes or add.
-_SAFE_BUILTINS = {len, sum, isinstance, tuple, list}
+_SAFE_BUILTINS = (len, sum, isinstance, tuple, list)
 # minigraph functions that must not receive values of the program.
 _FORBIDDEN = {"tensor", "zeros", "ones", "full", "as_tensor"}
 
@@ -762,8 +790,11 @@ class _Normaliser:
 
     # -- statements -------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt], env: dict) -> _Return | None:
-        for stmt in stmts:
+        for k, stmt in enumerate(stmts):
             self.w.where = self.src.where(stmt)
+            rest = _absorb(stmt, stmts[k + 1:])
+            if rest is not None:  # if c: return a / rest  ==  if c: return a else: rest
+                return self.s_If(rest, env)
             result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
             if result is not None:
                 return result
@@ -877,7 +908,7 @@ class _Normaliser:
             if a is not _MISSING:
                 env[name] = a
             return None
-        if _MISSING in (a, b):
+        if a is _MISSING or b is _MISSING:
             env[name] = _OneBranch(name, where)
             return None
         if not _dynamic(a) and not _dynamic(b) and type(a) is type(b) and \
@@ -943,11 +974,14 @@ class _Normaliser:
             self.w.where = where
             body, _ = self.sub_block(node.body, body_env)
             ends = {n: body_env.get(n, _MISSING) for n in carried}
+            self.w.where = where
             settled = {n: self.settle(n, env.get(n, _MISSING), ends[n], specs[n])
                        for n in carried}
             if settled == specs:
                 break
             specs = settled
+        else:  # pragma: no cover - shapes and activity can only grow a few times
+            raise MinigraphError("source_grad: internal error: loop variables do not settle")
         self.w.where = where
         self.emit_loop(index, rng, body, lvs, ends, env)
         for n in carried:
@@ -991,9 +1025,10 @@ class _Normaliser:
         """Initial values before the loop, the carry at the end of its body, the loop."""
         for n, lv in lvs.items():
             init = env.get(n, _MISSING)
-            if init is not _MISSING:
-                var = self.as_var(init, lv, n, self.w.block)
-                self.w.emit((lv,), Ref((var,)))
+            if _number(init):
+                self.w.emit((lv,), Fill(init, lv))
+            elif init is not _MISSING:
+                self.w.emit((lv,), Ref((self.as_var(init, lv, n, self.w.block),)))
         pairs = []
         for n, lv in lvs.items():
             end = ends[n]
@@ -1040,10 +1075,10 @@ class _Normaliser:
         raise NameError(f"name {name!r} is not defined [source_grad: {self.w.where}]")
 
     def outside(self, name: str, v: Any, how: str) -> Any:
-        if type(v) in KINDS or (isinstance(v, Tensor) and v._entry is not None):
+        if type(v) in KINDS or (isinstance(v, Tensor) and v.requires_grad):
             raise self.w.refuse(
-                f"a function that {how} {name}, a value being differentiated by an "
-                "enclosing mg.grad, jvp or trace (a closure over a differentiated value)",
+                f"a function that {how} {name}, a value being differentiated (by an "
+                "enclosing mg.grad, jvp or trace, or requires_grad=True)",
                 f"pass {name} as an argument so the derivative can flow through it")
         if isinstance(v, (Tensor, np.ndarray)):
             self.w.hints.setdefault(id(v), (v, name))
@@ -1168,7 +1203,7 @@ class _Normaliser:
         """Only minigraph functions (and a few builtins) may see values of the program."""
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         module = getattr(fn, "__module__", None) or ""
-        if fn in _SAFE_BUILTINS:
+        if any(fn is safe for safe in _SAFE_BUILTINS):
             return
         if not module.startswith("minigraph"):
             raise self.w.refuse(
@@ -1195,6 +1230,19 @@ class _Normaliser:
             if self.w.where is not None and hasattr(exc, "add_note"):
                 exc.add_note(f"while source_grad was writing the program: {self.w.where}")
             raise
+
+
+def _absorb(stmt: ast.stmt, rest: list[ast.stmt]) -> ast.If | None:
+    """An if one of whose branches ends in return, with the statements after it moved
+    into its other branch (the same program: they run exactly when that branch does)."""
+    if not isinstance(stmt, ast.If) or not rest:
+        return None
+    returns = [bool(b) and isinstance(b[-1], ast.Return) for b in (stmt.body, stmt.orelse)]
+    if returns == [True, False]:
+        return ast.copy_location(ast.If(stmt.test, stmt.body, stmt.orelse + rest), stmt)
+    if returns == [False, True]:
+        return ast.copy_location(ast.If(stmt.test, stmt.body + rest, stmt.orelse), stmt)
+    return None
 
 
 def _spec(v: Any) -> tuple | None:
@@ -1248,7 +1296,9 @@ class _Reverse:
         self.position = {id(s): k for k, s in enumerate(_walk(forward))}
         self.loops: list[_LoopCtx] = []
         self.vars: dict[int, SrcVar] = {}  # id -> variable, for every share recorded
-        self.pairs: list[tuple[For, For]] = []  # (forward loop, reverse loop), inner first
+        # (forward, reverse) loops and branches inside loops, inner first: the regions
+        # whose values the stack saves (see _insert_stack)
+        self.pairs: list[tuple[Any, Any]] = []
 
     def run(self, forward: list, out: SrcVar, inputs: list[SrcVar]) -> list[SrcVar]:
         shares: dict[int, list] = {}
@@ -1341,6 +1391,17 @@ class _Reverse:
                 return ctx.accs[id(v)][1]
         return None
 
+    def carried_adjoint(self, lv: SrcVar, shares: dict) -> SrcVar:
+        """``gh``: the adjoint of loop variable h, carried backwards through the loop."""
+        total = self.total(shares.pop(id(lv), []))
+        if total is not None and (total.role == "rtemp" and total.hint is None or
+                                  total.role == "adjoint" and total.hint is lv):
+            total.role, total.hint = "adjoint", lv  # only the loop reads it: reuse it
+            return total
+        var = self.w.new(lv, "adjoint", lv)
+        self.w.emit((var,), Ref((total,)) if total is not None else Fill(0, var))
+        return var
+
     def assign(self, var: SrcVar, entries: list) -> None:
         """``var = sum of entries`` (or zeros when there is none)."""
         total = self.total(entries)
@@ -1355,11 +1416,8 @@ class _Reverse:
         adjoint h's start value collects becomes ``gh`` for the iteration before.
         """
         where = self.position[id(fwd)]
-        la = {}
-        for lv, _ in fwd.carry:
-            if lv.active:
-                la[id(lv)] = (lv, self.w.new(lv, "adjoint", lv))
-                self.assign(la[id(lv)][1], shares.pop(id(lv), []))
+        la = {id(lv): (lv, self.carried_adjoint(lv, shares)) for lv, _ in fwd.carry
+              if lv.active}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
         body, inner = [], {}
@@ -1392,11 +1450,11 @@ class _Reverse:
         is the branch whose adjoint runs. Outer variables' adjoints are merged."""
         where = self.position[id(fwd)]
         seeds = {}
-        for j in fwd.joins:
+        for j in fwd.joins:  # complete: their readers come after the if
             g = self.complete(j, shares) if j.active else None
             if g is not None:
-                seeds[id(j)] = g
-        blocks, lefts, owners = ([], []), [], {}
+                seeds[id(j)], self.vars[id(j)] = g, j
+        blocks, lefts = ([], []), []
         for stmts, block in zip((fwd.then, fwd.orelse), blocks):
             local = {k: [(math.inf, g)] for k, g in seeds.items()}
             with self.w.into(block):
@@ -1409,14 +1467,21 @@ class _Reverse:
                 with self.w.into(block):
                     self.assign(acc, shares.get(id(v), []) + local.get(id(v), []))
             shares[id(v)] = [(where, acc)]
-        self.w.block.append(If(fwd.cond, blocks[0], blocks[1]))
+        rev = If(fwd.cond, blocks[0], blocks[1])
+        self.w.block.append(rev)
+        if self.loops:  # a branch's values are saved by the branch that computed them
+            self.pairs.append((fwd, rev))
+
 
 # ========================================================================================
 # 8. Tidying: dead code, the loops' stack, names
 # ========================================================================================
 
 def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
-    """Remove lines whose results nobody reads (backwards liveness); return live-in."""
+    """Remove lines whose results nobody reads (backwards liveness); return live-in.
+
+    ``live`` is updated in place (a new set per line would make long programs quadratic).
+    """
     keep = []
     for stmt in reversed(block):
         if isinstance(stmt, For):
@@ -1425,12 +1490,15 @@ def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
                 stmt.dropped = True
                 continue
         elif isinstance(stmt, If):
-            live_t, live_e = _prune(stmt.then, set(live), drop), _prune(stmt.orelse, set(live), drop)
+            live_t = _prune(stmt.then, set(live), drop)
+            live_e = _prune(stmt.orelse, set(live), drop)
             if drop and not stmt.then and not stmt.orelse:
+                stmt.dropped = True
                 continue
             live = live_t | live_e | {id(v) for v in _uses(stmt)}
         elif stmt.kind in ("push", "pop"):
-            live = (live - {id(t) for t in stmt.targets}) | {id(v) for v in _uses(stmt)}
+            live.difference_update(id(t) for t in stmt.targets)
+            live.update(id(v) for v in _uses(stmt))
         else:
             pairs = [k for k, t in enumerate(stmt.targets) if id(t) in live]
             if not pairs:
@@ -1438,7 +1506,8 @@ def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
             if drop and isinstance(stmt.expr, Ref) and len(pairs) < len(stmt.targets):
                 stmt.targets = tuple(stmt.targets[k] for k in pairs)
                 stmt.expr = Ref(tuple(stmt.expr.values[k] for k in pairs))
-            live = (live - {id(t) for t in stmt.targets}) | {id(v) for v in _uses(stmt)}
+            live.difference_update(id(t) for t in stmt.targets)
+            live.update(id(v) for v in _uses(stmt))
         keep.append(stmt)
     if drop:
         block[:] = keep[::-1]
@@ -1481,21 +1550,37 @@ def _exposed(block: list) -> list[SrcVar]:
     return list(found.values())
 
 
-def _insert_stack(pairs: list[tuple[For, For]]) -> bool:
-    """Push, at the end of each forward iteration, what the reverse iteration reads of it;
-    pop it at the start of the reverse iteration. Inner loops first."""
+def _must_defined(block: list) -> set[int]:
+    """Ids of the variables a forward block assigns on every path through it."""
+    out: set[int] = set()
+    for stmt in block:
+        if isinstance(stmt, Line):
+            out |= {id(t) for t in stmt.targets}
+        elif isinstance(stmt, For):
+            out |= _must_defined(stmt.body)  # loops run at least once (empty ones vanish)
+        elif isinstance(stmt, If):
+            out |= _must_defined(stmt.then) & _must_defined(stmt.orelse)
+    return out
+
+
+def _insert_stack(pairs: list[tuple[Any, Any]]) -> bool:
+    """The stack: at the end of each forward loop iteration (or branch inside a loop),
+    push what the matching reverse block reads of it; pop it where that block starts.
+    Inner regions first, so that their pops already define what they restore."""
     used = False
     for fwd, rev in pairs:
         if fwd.dropped or rev.dropped:
             continue
-        inside = _defined(fwd.body)
-        saved = tuple(v for v in _exposed(rev.body) if id(v) in inside)
-        if not saved:
-            continue
-        at = len(fwd.body) - (1 if fwd.body and getattr(fwd.body[-1], "kind", "") == "carry" else 0)
-        fwd.body.insert(at, Line((), Ref(saved), "push"))
-        rev.body.insert(0, Line(saved, None, "pop"))
-        used = True
+        regions = ([(fwd.body, rev.body)] if isinstance(fwd, For) else
+                   [(fwd.then, rev.then), (fwd.orelse, rev.orelse)])
+        for forward, reverse in regions:
+            inside = _must_defined(forward)
+            saved = tuple(v for v in _exposed(reverse) if id(v) in inside)
+            if saved:
+                carry = bool(forward) and getattr(forward[-1], "kind", "") == "carry"
+                forward.insert(len(forward) - carry, Line((), Ref(saved), "push"))
+                reverse.insert(0, Line(saved, None, "pop"))
+                used = True
     return used
 
 
@@ -1505,20 +1590,22 @@ _LETTERS = "abcdefhjkmnpqrstuvwxy"  # no g (adjoints), i, l, o (easily misread),
 class _Namer:
     """Readable, unique names: the user's where free, else a, b, c, ..., then t1, t2 ..."""
 
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
+    def __init__(self, taken: set[str], reserved: set[str]):
+        self.taken = set(taken)  # names given out
+        self.reserved = set(reserved)  # the user's names: only a hint may claim one
         self.letters = iter(_LETTERS)
         self.counter = itertools.count(1)
 
-    def free(self, name: str) -> bool:
-        return name.isidentifier() and not keyword.iskeyword(name) and name not in self.taken
+    def free(self, name: str, claim: bool = False) -> bool:
+        return (name.isidentifier() and not keyword.iskeyword(name) and name not in self.taken
+                and (claim or name not in self.reserved))
 
     def take(self, name: str) -> str:
         self.taken.add(name)
         return name
 
     def fresh(self, hint: str | None = None) -> str:
-        if hint and self.free(hint):
+        if hint and self.free(hint, claim=True):
             return self.take(hint)
         for c in self.letters:
             if self.free(c):
@@ -1560,13 +1647,14 @@ def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
     for v in order:
         if v.role == "const" and v.value is not None and v.name is None:
             v.name = _const_name(v.value, namer, consts, hints)
-    for roles in (("loop", "join"), ("temp", "const")):
+    for roles in (("loop", "join"), ("temp", "const")):  # the user's names, where free
         for v in order:
-            if v.name is None and v.role in roles and v.hint is not None:
-                v.name = namer.fresh(v.hint) if isinstance(v.hint, str) else None
+            if v.name is None and v.role in roles and isinstance(v.hint, str) and \
+                    namer.free(v.hint, claim=True):
+                v.name = namer.take(v.hint)
     if out.name is None and out.role in ("temp", "join"):
         out.name = namer.fresh(out.hint if isinstance(out.hint, str) and
-                               namer.free(out.hint) else "z")
+                               namer.free(out.hint, claim=True) else "z")
     for v in order:
         if v.name is None and v.role in ("temp", "const", "loop", "join"):
             v.name = namer.fresh(None)
@@ -1582,7 +1670,8 @@ def _const_name(value: Any, namer: _Namer, consts: dict, hints: dict) -> str:
     """The namespace name of a constant: the user's name for it where known, else c1 ..."""
     if id(value) not in consts:
         hint = hints.get(id(value), (None, None))[1]
-        consts[id(value)] = (value, namer.numbered(hint) if hint else namer.series("c"))
+        name = hint if hint and namer.free(hint, claim=True) else None
+        consts[id(value)] = (value, namer.take(name) if name else namer.series("c"))
     return consts[id(value)][1]
 
 
@@ -1626,9 +1715,13 @@ class _Text:
         self.raw = raw
         self.counts = counts  # how often each variable is read
         self.inlined: set[int] = set()  # decided by a planning pass
+        self.used: set[int] = set()  # temporaries really written inline
         self.planning = False
+        self.stack = "stack"
         self.kernels: dict[str, Any] = {}
         self.devices: dict[str, Device] = {}
+        self.fills: dict[str, Any] = {}  # raw fills: functions, or arrays made once
+        self.escaping: set[int] = set()  # variables that are (copies of) what is returned
 
     # -- values ------------------------------------------------------------------------------
     def value(self, v: Any, subst: dict) -> tuple[str, int]:
@@ -1636,13 +1729,13 @@ class _Text:
             return subst.get(id(v), (v.name, _ATOM))
         if isinstance(v, Index):
             return v.text, v.prec
-        return self.literal(v), _UNARY if isinstance(v, (int, float)) and \
-            not isinstance(v, bool) and (v < 0 or math.copysign(1, v) < 0) else _ATOM
+        negative = type(v) in (int, float) and (v < 0 or math.copysign(1, v) < 0)
+        return self.literal(v), _UNARY if negative else _ATOM
 
     def literal(self, v: Any) -> str:
-        if isinstance(v, float) and not math.isfinite(v):
+        if type(v) is float and not math.isfinite(v):
             return f"float('{v}')"
-        if isinstance(v, _LITERALS):
+        if type(v) in _LITERALS:  # (not NumPy scalars: they are constants, as eagerly)
             return repr(v)
         if isinstance(v, Index):
             return v.text
@@ -1725,9 +1818,17 @@ class _Text:
         self.devices[name] = d
         return name
 
-    def fill(self, f: Fill) -> str:
+    def fill(self, f: Fill, target: SrcVar) -> str:
         if self.raw:
-            return f"_fill({f.value!r}, {f.shape!r}, {f.dtype!r}, {self.device_name(f.device)})"
+            self.device_name(f.device)  # (checked: one device for kernels on arrays)
+            name = f"_fill{len(self.fills)}"
+            if id(target) in self.escaping:  # returned: a new array on every call
+                self.fills[name] = functools.partial(_raw_fill, f.value, f.shape, f.dtype,
+                                                     f.device)
+                return f"{name}()"
+            # Only read, by kernels that never write into their arguments: made once.
+            self.fills[name] = _raw_fill(f.value, f.shape, f.dtype, f.device)
+            return name
         if f.value in (0, 1) and not isinstance(f.value, bool):
             which = "ones" if f.value == 1 else "zeros"
             return f"mg.{which}({f.shape!r}, {f.dtype!r}, {f.device.name!r})"
@@ -1738,14 +1839,15 @@ class _Text:
         names = ", ".join(t.name for t in line.targets)
         if line.kind == "push":
             vals = ", ".join(self.value(v, subst)[0] for v in line.expr.values)
-            return f"stack.append({vals if len(line.expr.values) == 1 else '(' + vals + ')'})"
+            saved = vals if len(line.expr.values) == 1 else f"({vals})"
+            return f"{self.stack}.append({saved})"
         if line.kind == "pop":
-            return f"{names} = stack.pop()"
+            return f"{names} = {self.stack}.pop()"
         e = line.expr
         if isinstance(e, Op):
             return f"{names} = {self.op(e, subst)[0]}"
         if isinstance(e, Fill):
-            return f"{names} = {self.fill(e)}"
+            return f"{names} = {self.fill(e, line.targets[0])}"
         return f"{names} = {', '.join(self.value(v, subst)[0] for v in e.values)}"
 
     def block(self, stmts: list, depth: int, inline: bool) -> list[str]:
@@ -1776,6 +1878,7 @@ class _Text:
                 subst[id(v)] = (entry[0], entry[1])
                 reads |= entry[2]
                 entry[4] = True
+                self.used.add(id(v))
             reads.add(v.name)
         return subst, reads
 
@@ -1785,14 +1888,9 @@ class _Text:
         if t is None or stmt.kind or t.role != "rtemp" or self.counts[id(t)] != 1 or \
                 not isinstance(stmt.expr, Op):
             return None
-        if self.planning:
-            text, prec = self.op(stmt.expr, subst)
-            if len(text) > 64:
-                return None
-            self.inlined.add(id(t))
-        elif id(t) not in self.inlined:
-            return None
         text, prec = self.op(stmt.expr, subst)
+        if (self.planning and len(text) > 64) or (not self.planning and id(t) not in self.inlined):
+            return None
         return [text, prec, reads, self.line(stmt, subst), False]
 
     @staticmethod
@@ -1832,11 +1930,12 @@ class Program:
 
     def __init__(self, signature: tuple, source: str, forward_source: str, fn: Callable,
                  raw_source: str | None, raw: Callable | None, out: SrcVar,
-                 grads: list[SrcVar]):
+                 grads: list[SrcVar], single: bool):
         self.signature, self.source, self.forward_source = signature, source, forward_source
         self.fn, self.raw_source, self.raw = fn, raw_source, raw
         self.out_device = out.device
         self.grad_devices = [g.device for g in grads]
+        self.single = single
 
     def __repr__(self) -> str:
         return f"<source_grad program\n{self.source}>"
@@ -1930,20 +2029,30 @@ def _finish(src: _Source, params: list[str], forward: list, backward: list, out:
             grads: list[SrcVar], pairs: list, writer: _Writer, single: bool,
             signature: tuple) -> Program:
     """Dead code, the stack, names, text, compile."""
-    whole = forward + backward
+    in_forward = {id(s) for s in forward}
     live = {id(out)} | {id(g) for g in grads}
+    whole = forward + backward
     _prune(whole, set(live))
     if _insert_stack(pairs):
+        if any(isinstance(s, Line) and s.kind == "pop" and any(t is out for t in s.targets)
+               for s in _walk(whole)):  # the reverse sweep restores it: return a copy
+            kept = SrcVar(out.shape, out.dtype, out.device, out.active, "temp", "z")
+            copy = Line((kept,), Ref((out,)))
+            in_forward.add(id(copy))
+            at = sum(1 for s in whole if id(s) in in_forward)
+            whole.insert(at, copy)
+            out, live = kept, live | {id(kept)}
         _prune(whole, set(live))
-    forward[:] = [s for s in whole if any(s is f for f in forward)]
-    backward[:] = [s for s in whole if not any(s is f for f in forward)]
-    namer = _Namer(writer.reserved | set(params) | {"mg", "range", "reversed", "stack"})
+    forward[:] = [s for s in whole if id(s) in in_forward]
+    backward[:] = [s for s in whole if id(s) not in in_forward]
+    namer = _Namer(set(params) | {"mg", "range", "reversed", "stack", "_stack"},
+                   writer.reserved)
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)
     _collect_consts(whole, namer, consts, writer.hints)
     texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
                    consts, namer)
-    return _build_program(src.fn.__name__, texts, consts, out, grads, signature)
+    return _build_program(src.fn.__name__, texts, consts, out, grads, signature, single)
 
 
 def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> None:
@@ -1954,7 +2063,8 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
                 visit(x)
         elif isinstance(v, slice):
             visit((v.start, v.stop, v.step))
-        elif not isinstance(v, (SrcVar, Index, Device, *_LITERALS)) and v is not Ellipsis:
+        elif not isinstance(v, (SrcVar, Index, Device)) and type(v) not in _LITERALS \
+                and v is not Ellipsis:
             _const_name(v, namer, consts, hints)
     for stmt in _walk(block):
         if isinstance(stmt, Line) and isinstance(stmt.expr, Op):
@@ -1964,6 +2074,7 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
            grads: list[SrcVar], single: bool, consts: dict, namer: _Namer) -> dict:
+    """The program's two texts (mg calls, kernels) and the normalised primal's."""
     counts = Counter(id(v) for s in _walk(forward + backward)
                      for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
     for v in [out] + grads:
@@ -1972,34 +2083,57 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     plan.planning = True
     plan.block(backward, 1, inline=True)
     for v in _program_vars(backward):  # final names of the reverse temporaries left
-        if v.name.startswith("_t") and id(v) not in plan.inlined:
+        if v.role == "rtemp" and v.name.startswith("_t") and id(v) not in plan.used:
             v.name = namer.fresh(None)
-    ret = f"{out.name}, " + (grads[0].name if single else
-                             "(" + ", ".join(g.name for g in grads) + ("," if len(grads) == 1 else "") + ")")
-    texts = {}
+    stack = "_stack" if "stack" in namer.reserved else "stack"
+    names = [g.name for g in grads]
+    ret = f"{out.name}, " + (names[0] if single else
+                             f"({', '.join(names)}{',' if len(names) == 1 else ''})")
+    texts: dict[Any, Any] = {}
+    escaping = _escaping(forward + backward, [out] + grads)
     for raw in (False, True):
         text = _Text(consts, raw, counts)
-        text.inlined = plan.inlined
+        text.inlined, text.stack, text.escaping = plan.used, stack, escaping
         body = text.block(forward, 1, inline=False)
         back = text.block(backward, 1, inline=True)
+        pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
         texts[raw] = (_assemble(f"grad_{name}", params, body, back, ret, consts,
-                                any(s.kind == "push" for s in _walk(forward)
-                                    if isinstance(s, Line))), text)
-    fwd_only = _copy(forward)
-    _strip_stack(fwd_only)
-    _prune(fwd_only, {id(out)})
-    fwd_text = _Text(consts, False, counts)
-    fwd_lines = fwd_text.block(fwd_only, 1, inline=False)
-    texts["forward"] = (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
-                        "\n".join(fwd_lines + [f"    return {out.name}"]) + "\n")
+                                stack if pushes else None), text)
+    texts["forward"] = _forward_text(name, params, forward, out, consts, counts)
     return texts
 
 
+def _forward_text(name: str, params: list[str], forward: list, out: SrcVar, consts: dict,
+                  counts: Counter) -> str:
+    """The normalised primal alone: the forward sweep without the stack, then return."""
+    primal = _copy(forward)
+    _strip_stack(primal)
+    _prune(primal, {id(out)})
+    lines = _Text(consts, False, counts).block(primal, 1, inline=False)
+    return (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
+            "\n".join(lines + [f"    return {out.name}"]) + "\n")
+
+
+def _escaping(block: list, returned: list[SrcVar]) -> set[int]:
+    """Ids of the returned variables and of everything they may be a copy of."""
+    found = {id(v) for v in returned}
+    copies = [s for s in _walk(block) if isinstance(s, Line) and isinstance(s.expr, Ref)]
+    grew = True
+    while grew:
+        grew = False
+        for line in copies:
+            if any(id(t) in found for t in line.targets):
+                new = {id(v) for v in _vars(line.expr.values)} - found
+                found |= new
+                grew = grew or bool(new)
+    return found
+
+
 def _assemble(name: str, params: list[str], forward: list[str], backward: list[str],
-              ret: str, consts: dict, stack: bool) -> str:
+              ret: str, consts: dict, stack: str | None) -> str:
     lines = [f"def {name}({', '.join(params)}):"]
     if stack:
-        lines.append("    stack = []  # what the reverse sweep needs of each loop iteration")
+        lines.append(f"    {stack} = []  # what the reverse sweep needs of each loop iteration")
     lines.append("    # forward sweep: the evaluation trace (a.*), one primitive per line")
     lines += forward
     lines.append("    # reverse sweep: the adjoint trace (g.*), in reverse order")
@@ -2030,19 +2164,21 @@ def _copy(block: list) -> list:
         elif isinstance(s, If):
             out.append(If(s.cond, _copy(s.then), _copy(s.orelse), s.joins))
         else:
-            out.append(s)
+            out.append(Line(s.targets, s.expr, s.kind))
     return out
 
 
 def _strip_stack(block: list) -> None:
-    for s in _walk(block):
-        if isinstance(s, For):
-            s.body[:] = [x for x in s.body if getattr(x, "kind", "") != "push"]
-    block[:] = [x for x in block if getattr(x, "kind", "") != "push"]
+    """Remove the pushes (the normalised primal needs no stack), in every nested block."""
+    blocks = [block] + [b for s in _walk(block) for b in
+                        ((s.body,) if isinstance(s, For) else
+                         (s.then, s.orelse) if isinstance(s, If) else ())]
+    for b in blocks:
+        b[:] = [x for x in b if getattr(x, "kind", "") != "push"]
 
 
 def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
-                   grads: list[SrcVar], signature: tuple) -> Program:
+                   grads: list[SrcVar], signature: tuple, single: bool) -> Program:
     mg = sys.modules["minigraph"]
     source, _ = texts[False]
     namespace: dict[str, Any] = {"mg": mg}
@@ -2052,13 +2188,13 @@ def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
     raw = None
     if _raw_ok(consts, text, out, grads):
         devices = dict(text.devices)
-        ns: dict[str, Any] = {"_fill": _raw_fill, **text.kernels, **devices}
+        ns: dict[str, Any] = {**text.fills, **text.kernels, **devices}
         ns["_xp"] = next(iter(devices.values())).xp if devices else out.device.xp
         ns.update({cname: (value.data if isinstance(value, Tensor) else value)
                    for value, cname in consts.values()})
         raw = _compile(raw_source, f"grad_{name}", ns)
     return Program(signature, source, texts["forward"], fn, raw_source if raw else None,
-                   raw, out, grads)
+                   raw, out, grads, single)
 
 
 def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool:
@@ -2074,30 +2210,33 @@ def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool
 
 
 def _raw_fill(value: float, shape: tuple, dtype: str, device: Device) -> Any:
-    on = {} if device.native is None else {"device": device.native}
-    return device.xp.full(shape, value, dtype=device.dtype(dtype), **on)
+    return device.xp.full(shape, value, dtype=device.dtype(dtype),
+                          **({} if device.native is None else {"device": device.native}))
 
 
 # -- the cache: per function, per argnums and input signature --------------------------------
 
 _PROGRAMS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+_grad_mode = tape._mode  # read on every call: is the tape recording?
 _LOCK = threading.Lock()
 
 
 def _signature(args: tuple, nums: tuple) -> tuple:
-    """What a program is specialised to: (shape, dtype, device) of run-time arguments,
-    the value of the others."""
+    """What a program is specialised to: (device, shape, dtype) of run-time arguments,
+    the value of the others. Devices are compared as objects, first: a device registered
+    again under the same name (another array library) gets its own program, and dtypes
+    of two array libraries are never compared."""
     key = []
     for k, a in enumerate(args):
         t = type(a)
-        if t is Tensor:
-            key.append((a.data.shape, a.dtype, a.device.name))
-        elif t is float or (t in (int, bool) and k in nums):
-            key.append((t, get_device(None).name))
+        if t is Tensor:  # (the hot path: the array's own dtype object, no name lookup)
+            key.append((a.device, a.data.shape, a.data.dtype))
+        elif t in (float, int, bool) and k in nums:  # becomes a tensor, default device
+            key.append((t, get_device(None)))
         elif t is Dual:
-            key.append(("dual", a.primal.shape, a.primal.dtype, a.primal.device.name))
+            key.append(("dual", a.primal.shape, a.primal.dtype, a.primal.device))
         elif isinstance(a, np.ndarray):
-            key.append(("ndarray", a.shape, a.dtype.name, get_device(None).name))
+            key.append(("ndarray", a.shape, a.dtype.name, get_device(None)))
         else:
             try:
                 hash(a)
@@ -2123,31 +2262,45 @@ class SourceGrad:
         self.nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         self.with_value = with_value
         self._src = _read(f)  # refusals happen here, before anything runs
-        self.transforms = 0
+        self.transforms = 0  # how many programs were written (the cache's misses)
         self.last: Program | None = None
-        functools.update_wrapper(self, f, updated=())
         self.__name__ = f"grad_{f.__name__}"
+        self._defaults = f.__defaults__ or ()
+        self._n = f.__code__.co_argcount
+        with _LOCK:  # shared by every gradient of f with these argnums
+            self._programs = _PROGRAMS.setdefault(f, {}).setdefault(self.nums, {})
 
     @property
     def programs(self) -> dict:
         """This function's programs for these argnums: signature -> Program."""
-        with _LOCK:
-            return _PROGRAMS.setdefault(self.f, {}).setdefault(self.nums, {})
+        return self._programs
+
+    def _complete(self, args: tuple) -> tuple:
+        """The arguments with f's defaults filled in (the program takes them all)."""
+        missing = self._n - len(args)
+        if missing > 0 and missing <= len(self._defaults):
+            return args + self._defaults[len(self._defaults) - missing:]
+        return args
 
     def program_for(self, *args: Any) -> Program:
         """The program for these arguments' signature (built if needed)."""
+        args = self._complete(args)
         key = _signature(args, self.nums)
-        programs = self.programs
-        prog = programs.get(key)
+        prog = self._programs.get(key)
         if prog is None:
             prog = _transform(self._src, args, self.nums, isinstance(self.argnums, int), key)
             self.transforms += 1
-            programs[key] = prog
+            self._programs[key] = prog
         self.last = prog
         return prog
 
     def __call__(self, *args: Any) -> Any:
-        prog = self.program_for(*args)
+        if len(args) < self._n:
+            args = self._complete(args)
+        prog = self._programs.get(_signature(args, self.nums))  # the cache: no rewriting
+        if prog is None:
+            prog = self.program_for(*args)
+        self.last = prog
         value, grads = _run(prog, args, self.nums)
         return (value, grads) if self.with_value else grads
 
@@ -2179,32 +2332,47 @@ class SourceGrad:
 
 def _run(prog: Program, args: tuple, nums: tuple) -> tuple[Any, Any]:
     """Run the compiled program: on arrays when nothing needs recording, else on values."""
-    if prog.raw is not None and not tape.is_grad_enabled() or prog.raw is not None and \
-            not any(type(a) is Tensor and a.requires_grad for a in args):
-        if all(type(a) is not Dual for a in args):
-            arrays = [_array(a, k in nums) for k, a in enumerate(args)]
-            value, grads = prog.raw(*arrays)
-            dev = prog.out_device
-            if isinstance(grads, tuple):
-                return Tensor(value, dev), tuple(Tensor(g, d) for g, d in
-                                                 zip(grads, prog.grad_devices))
-            return Tensor(value, dev), Tensor(grads, prog.grad_devices[0])
-    values = [_value(a, k in nums) for k, a in enumerate(args)]
-    return prog.fn(*values)
+    arrays = _arrays(args, nums) if prog.raw is not None else None
+    if arrays is None:
+        return prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
+    value, grads = prog.raw(*arrays)
+    if prog.single:
+        return Tensor(value, prog.out_device), Tensor(grads, prog.grad_devices[0])
+    return Tensor(value, prog.out_device), tuple(
+        [Tensor(g, d) for g, d in zip(grads, prog.grad_devices)])
+
+
+def _arrays(args: tuple, nums: tuple) -> list | None:
+    """The arguments as arrays, or None if a value needs its own interpreter: a dual
+    number, or a tensor the tape records (a gradient of this gradient)."""
+    recording = _grad_mode.enabled
+    arrays = []
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is Tensor:
+            if a.requires_grad and recording:
+                return None
+            arrays.append(a.data)
+        elif t is Dual:
+            return None
+        else:
+            arrays.append(_array(a, k in nums))
+    return arrays
 
 
 def _array(a: Any, differentiated: bool) -> Any:
-    t = type(a)
-    if t is Tensor:
-        return a.data
-    if t is float or isinstance(a, np.ndarray) or (differentiated and t in (int, bool)):
+    """An argument as the kernels take it (other Python values are the program's own)."""
+    if differentiated and type(a) is float:
+        return get_device(None).asarray(a)
+    if isinstance(a, np.ndarray) or (differentiated and type(a) in (int, bool)):
         return tensor(a).data
     return a
 
 
 def _value(a: Any, differentiated: bool) -> Any:
-    t = type(a)
-    if t is float or isinstance(a, np.ndarray) or (differentiated and t in (int, bool)):
+    """An argument as the mg. program takes it: arrays and numbers to differentiate
+    become tensors; other Python values are the program's own (built in)."""
+    if isinstance(a, np.ndarray) or (differentiated and type(a) in (float, int, bool)):
         return tensor(a)
     return a
 

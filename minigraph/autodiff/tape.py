@@ -136,9 +136,10 @@ def _apply_converting(prim: Primitive, args: tuple, params: dict) -> Tensor:
     all (``mg.sin(2.0)``), everything becomes a tensor on the default device."""
     tensors = [a for a in args if isinstance(a, Tensor)]
     device = tensors[0].device if tensors else get_device(None)
-    keep = (Tensor,) + (_NUMBERS if tensors else ())
-    return apply(prim, tuple(a if isinstance(a, keep) else tensor(a, device=device)
-                             for a in args), params)
+    # Exact Python numbers stay weak; NumPy scalars (np.float64 is a float subclass)
+    # have a dtype of their own, as in NumPy, and become tensors.
+    return apply(prim, tuple(a if type(a) is Tensor or (tensors and type(a) in _NUMBERS)
+                             else tensor(a, device=device) for a in args), params)
 
 
 register_eager(apply)

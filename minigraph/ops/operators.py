@@ -21,6 +21,10 @@ from .primitive import bind
 class ArrayOps:
     __slots__ = ()
     shape: tuple[int, ...]
+    # ``ndarray @ x`` and ``ndarray * x``: NumPy must hand the operator to our reflected
+    # methods (__rmatmul__ ...) instead of converting x to an array, which would drop it
+    # from the tape or the graph.
+    __array_ufunc__ = None
 
     # -- arithmetic, with the reflected forms for ``2.0 * x`` ------------------------------
     # (These bind the primitive directly instead of calling E.add & co.: the most common

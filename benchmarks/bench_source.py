@@ -1,0 +1,143 @@
+"""Source transformation: the gradient of z = x*y + sin(x) from a generated program,
+against PyTorch's forward+backward and minigraph's tape.
+
+Run: ``python benchmarks/bench_source.py`` (about half a minute). Prints a table (µs per
+call and ratios) and writes ``benchmarks/results/source.json``. Every method's gradient is
+checked *before* it is timed; times are reported, never asserted (DESIGN.md,
+"Performance"). The methods are timed in turns, five rounds, and the median is kept: on a
+shared machine a burst of load then slows every method alike instead of one.
+
+What the source rows time (see ``minigraph/autodiff/source.py``):
+
+* ``source_grad(f)(x, y)``: the whole call on tensors: look up the cached program for
+  the arguments' signature, run it, wrap the results in tensors. The transformation
+  itself ran once, before timing. This is the row with the target (<= 0.15x PyTorch).
+* ``... (2.0, 3.0)``: the same with Python floats, which first become arrays.
+* ``program.fn``: the readable program (``.source``, ``mg.`` calls) run on tensors: each
+  line is an eager minigraph operation (bind, device check, a new Tensor).
+* ``program.raw``: the same program written with the primitives' kernels on arrays
+  (``.raw_source``): what the first row runs, without the call's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
+from common import environment, fmt, have_torch, print_table, save_results, timeit  # noqa: E402
+
+import minigraph as mg  # noqa: E402
+from minigraph.autodiff.source import source_grad  # noqa: E402
+
+US = 1e6  # seconds -> microseconds
+X, Y = 2.0, 3.0
+EXPECTED = (Y + math.cos(X), X)  # dz/dx = y + cos x, dz/dy = x
+TARGET = 0.15  # DESIGN.md: compiled graph or source-transformed <= 0.15x PyTorch
+HEADLINE = "source_grad(f)(x, y), tensors"
+
+
+def f(x: Any, y: Any) -> Any:
+    return x * y + mg.sin(x)
+
+
+def methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
+    """Each method returns (dz/dx, dz/dy) at (X, Y)."""
+    gf = source_grad(f, argnums=(0, 1))
+    x, y = mg.tensor(X), mg.tensor(Y)
+    program = gf.program_for(x, y)  # the transformation runs here, once
+    xa, ya = x.data, y.data
+    g_tape = mg.grad(f, argnums=(0, 1))
+
+    def tape_backward() -> tuple[Any, Any]:
+        tx, ty = mg.tensor(X, requires_grad=True), mg.tensor(Y, requires_grad=True)
+        f(tx, ty).backward()
+        return tx.grad, ty.grad
+
+    def hand_numpy() -> tuple[Any, Any]:
+        a, b = np.float64(X), np.float64(Y)
+        z = a * b + np.sin(a)  # noqa: F841  (the value, computed as the others do)
+        return b + np.cos(a), a
+
+    table: dict[str, Callable[[], tuple[Any, Any]]] = {}
+    if have_torch():
+        import torch
+
+        def torch_backward() -> tuple[Any, Any]:
+            tx = torch.tensor(X, dtype=torch.float64, requires_grad=True)
+            ty = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
+            z = tx * ty + torch.sin(tx)
+            z.backward()
+            return tx.grad, ty.grad
+        table["pytorch (backward)"] = torch_backward
+    table["minigraph tape (backward)"] = tape_backward
+    table["minigraph mg.grad tape (2.0, 3.0)"] = lambda: g_tape(X, Y)
+    table[HEADLINE] = lambda: gf(x, y)
+    table["source_grad(f)(2.0, 3.0), floats"] = lambda: gf(X, Y)
+    table["program.fn(x, y): mg. calls on tensors"] = lambda: program.fn(x, y)[1]
+    table["program.raw(x, y): kernels on arrays"] = lambda: program.raw(xa, ya)[1]
+    table["hand-written NumPy (anchor)"] = hand_numpy
+    return table
+
+
+def to_float(g: Any) -> float:
+    return g.item() if hasattr(g, "item") else float(g)
+
+
+ROUNDS = 5  # the methods take turns, so a burst of load elsewhere hits them all alike
+
+
+def bench() -> dict[str, float]:
+    """Seconds per call of every method (each checked first): the median over ROUNDS
+    rounds in which every method is timed once (``common.timeit``, 3 measurements)."""
+    table = methods()
+    for name, method in table.items():
+        got = tuple(to_float(g) for g in method())
+        assert np.allclose(got, EXPECTED, rtol=1e-15), f"{name}: {got}, expected {EXPECTED}"
+    samples: dict[str, list[float]] = {name: [] for name in table}
+    for _ in range(ROUNDS):
+        for name, method in table.items():
+            samples[name].append(timeit(method, repeat=3))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def report(results: dict[str, float]) -> None:
+    t_torch = results.get("pytorch (backward)")
+    t_tape = results["minigraph tape (backward)"]
+    rows = [[name, fmt(t * US), fmt(t / t_torch, 3) if t_torch else "-", fmt(t / t_tape, 3)]
+            for name, t in results.items()]
+    print_table(rows, ["method", "µs", "x PyTorch", "x tape"])
+    if t_torch:
+        ratio = results[HEADLINE] / t_torch
+        verdict = "met" if ratio <= TARGET else "missed"
+        print(f"target: source-transformed <= {TARGET}x PyTorch  ({verdict}: {ratio:.3f}x)")
+    else:
+        print("target: source-transformed <= 0.15x PyTorch  (PyTorch not installed)")
+
+
+def main() -> None:
+    env = environment()
+    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
+          f"{env['cpu_count']} cores")
+    print("\n== z = x*y + sin(x), value and gradient, scalars x=2, y=3 ==")
+    print("the generated program:\n")
+    print(source_grad(f, argnums=(0, 1)).program_for(mg.tensor(X), mg.tensor(Y)).source)
+    results = bench()
+    report(results)
+    path = save_results("source", {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "environment": env,
+        "unit": "seconds per call (median)",
+        "scalar_value_and_gradient": results,
+    })
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
