@@ -419,3 +419,23 @@ def test_each_gradients_pass_has_its_own_scope():
     assert dy.name.startswith("gradients/") and d2y.name.startswith("gradients_1/")
     assert g.to_dot().count("lightsalmon") == sum(
         n.name.startswith(("gradients/", "gradients_1/")) for n in g.nodes)
+
+
+def test_simplify_drops_neutral_operations_only():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(3,), name="x")
+        s = mg.placeholder(shape=(), name="s")
+        one = mg.constant(np.ones(3))
+        a = x * one          # x: dropped
+        b = (a + 0.0) / 1.0  # dropped twice
+        c = s * mg.constant(1.0)  # shape () stays (); dropped
+        d = s * one          # broadcasts s to (3,): kept
+        out = b + c + d
+    result = mg.passes.simplify(g, [out])
+    assert sorted(line.split(":")[1].split("(")[0].strip() for line in result.changes) == \
+        ["add", "div", "mul", "mul_1"]
+    assert result[a] is result[x] and result[d].op == "mul"
+    feeds = {x: np.array([1.0, 2.0, 3.0]), s: 2.0}
+    np.testing.assert_array_equal(
+        mg.Session(result.graph).run(result[out], {result[x]: feeds[x], result[s]: 2.0}),
+        mg.Session(g).run(out, feeds))

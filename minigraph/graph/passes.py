@@ -9,9 +9,11 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
 * ``cse`` (common-subexpression elimination): two nodes with the same op, the same
   inputs and the same parameters compute the same value; keep the first;
 * ``fold_constants``: a node whose inputs are all constants is computed now and becomes
-  a constant.
+  a constant;
+* ``simplify``: ``x * 1``, ``x + 0``, ``x - 0`` and ``x / 1`` are ``x`` (the reverse-graph
+  pass leaves many: it seeds a scalar output's adjoint with ones).
 
-``optimize`` runs the three in that order.
+``optimize`` runs the four in that order.
 """
 
 from __future__ import annotations
@@ -119,11 +121,51 @@ def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     return result
 
 
+# op -> (the neutral value, the argument positions where it is neutral)
+NEUTRAL = {"mul": (1, (0, 1)), "add": (0, (0, 1)), "sub": (0, (1,)), "div": (1, (1,))}
+
+
+def _is_constant(a: object, value: float) -> bool:
+    """Whether ``a`` is the number ``value``, or a Const node all of whose elements are."""
+    if isinstance(a, Node):
+        return a.op == "Const" and bool((a.device.to_numpy(a.value) == value).all())
+    return type(a) in (int, float) and a == value
+
+
+def _neutral_operand(n: Node, args: tuple) -> Node | None:
+    """The argument ``n`` merely passes on (``x`` in ``x * 1``), if there is one."""
+    if n.op not in NEUTRAL or len(args) != 2:
+        return None
+    value, positions = NEUTRAL[n.op]
+    for k in positions:
+        other = args[1 - k]
+        if _is_constant(args[k], value) and isinstance(other, Node) \
+                and other.shape == n.shape and other.dtype == n.dtype:
+            return other  # same shape and dtype: dropping the op changes nothing
+    return None
+
+
+def simplify(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+    """Drop the operations with a neutral operand: x * 1, x + 0, x - 0, x / 1."""
+    changes: list[str] = []
+
+    def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node:
+        kept = None if control else _neutral_operand(n, args)
+        if kept is None:
+            return _copy(new, n, args, control)
+        changes.append(f"simplify: {n.name} ({n.op}) is just {kept.name}")
+        return kept
+
+    result = _rebuild(graph, fetches, rewrite)
+    result.changes = changes
+    return result
+
+
 def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
-    """prune, then cse, then fold_constants; the mapping goes from the original graph."""
+    """prune, cse, fold_constants, simplify; the mapping goes from the original graph."""
     result = PassResult(graph, {id(n): n for n in graph.nodes})
     current = list(fetches)
-    for step in (prune, cse, fold_constants):
+    for step in (prune, cse, fold_constants, simplify):
         nxt = step(result.graph, current)
         result = PassResult(nxt.graph, {k: nxt.mapping[id(v)] for k, v in result.mapping.items()
                                         if id(v) in nxt.mapping}, result.changes + nxt.changes)

@@ -32,6 +32,7 @@ from ..tensor import Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph
 from .gradients import gradients
 from .graph import Graph, GraphError, Node, placeholder
+from .passes import optimize
 
 
 def _is_array_like(a: Any) -> bool:
@@ -97,7 +98,7 @@ class Traced:
             graph, inputs, out = record(self.f, args, self.name)
             self.recordings += 1
             outputs, single = _outputs(out, self.name)
-            self.cache[key] = (compile_graph(graph, inputs, outputs, self.name), single, graph)
+            self.cache[key] = (_compile(graph, inputs, outputs, self.name), single, graph)
         fn, single, _ = self.cache[key]
         results = fn(*[a for a in args if _is_array_like(a)])
         return results[0] if single else results
@@ -138,7 +139,7 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) 
         with graph:
             grads = [g if g is not None else graph.constant(zeros(x.shape, x.dtype, x.device))
                      for g, x in zip(gradients(out, xs), xs)]
-        return compile_graph(graph, inputs, [out] + grads, f"grad_{name}")
+        return _compile(graph, inputs, [out] + grads, f"grad_{name}")
 
     def wrapped(*args: Any) -> tuple:
         for i in nums:
@@ -153,6 +154,13 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) 
 
     wrapped.cache = cache  # type: ignore[attr-defined]
     return wrapped
+
+
+def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str) -> CompiledFunction:
+    """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python."""
+    result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
+    return compile_graph(result.graph, [result[n] for n in inputs],
+                         [result[n] for n in outputs], name)
 
 
 def _input_positions(args: tuple) -> dict[int, int]:

@@ -1,0 +1,229 @@
+"""Graded tests of chapter 07: each exercise against minigraph's own implementation.
+
+Random arrays (fixed seeds) are handed to the exercises as NumPy arrays and, with the
+same values, to ``mg.parallel`` on the virtual CPU devices ``cpu``, ``cpu:1``, ...
+"""
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph.grading import exercises_fixture
+
+exercises = exercises_fixture()
+
+SEEDS = range(12)
+
+
+def device_names(n):
+    """``["cpu", "cpu:1", ..., "cpu:<n-1>"]``, adding virtual CPU devices if needed."""
+    names = ["cpu"] + [f"cpu:{k}" for k in range(1, n)]
+    if any(name not in mg.devices() for name in names):
+        mg.set_virtual_cpus(n - 1)
+    return names
+
+
+def random_arrays(rng, n, dtype="float64"):
+    """n arrays of one random shape, one per device."""
+    shape = [(), (1,), (5,), (2, 3), (7,), (3, 4), (11,)][int(rng.integers(7))]
+    return [rng.normal(size=shape).astype(dtype) for _ in range(n)]
+
+
+def on_devices(arrays):
+    return [mg.tensor(a, device=d) for a, d in zip(arrays, device_names(len(arrays)))]
+
+
+def chunk_sizes(size, n, itemsize):
+    cuts = [size * c // n for c in range(n + 1)]
+    return [(b - a) * itemsize for a, b in zip(cuts, cuts[1:])]
+
+
+# -- 1. scatter ----------------------------------------------------------------------------
+
+@pytest.mark.points(1)
+def test_scatter_bounds_match_scatter(exercises):
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        parts, n = int(rng.integers(1, 5)), int(rng.integers(1, 30))
+        x = np.arange(2 * n, dtype=float).reshape(n, 2)
+        pieces = mg.parallel.scatter(x, device_names(parts))
+        bounds = exercises.scatter_bounds(n, parts)
+        assert list(bounds) == list(np.cumsum([0] + [p.shape[0] for p in pieces])), \
+            f"scatter_bounds({n}, {parts})"
+        for k, piece in enumerate(pieces):
+            assert np.array_equal(x[bounds[k]:bounds[k + 1]], piece.numpy())
+
+
+# -- 2. allreduce --------------------------------------------------------------------------
+
+@pytest.mark.points(1)
+def test_naive_allreduce_matches_minigraph(exercises):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 5))
+        arrays = random_arrays(rng, n)
+        before = [a.copy() for a in arrays]
+        out, stats = mg.parallel.allreduce_with_stats(on_devices(arrays), "naive")
+        sums, sent = exercises.naive_allreduce(arrays)
+        assert len(sums) == n and len(sent) == n
+        for mine, theirs in zip(sums, out):
+            assert np.shape(mine) == theirs.shape
+            assert np.allclose(mine, theirs.numpy())
+        for i in range(n):
+            for j in range(i + 1, n):
+                assert not np.shares_memory(sums[i], sums[j]), "two devices share one array"
+        assert sum(sent) == stats.bytes_total
+        assert list(sent) == [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, before)), "inputs changed"
+
+
+def random_chunks(rng, n, dtype):
+    size = int(rng.integers(0, 3 * n + 4))
+    cuts = [size * c // n for c in range(n + 1)]
+    flat = [rng.normal(size=size).astype(dtype) for _ in range(n)]
+    return flat, [[f[cuts[c]:cuts[c + 1]] for c in range(n)] for f in flat]
+
+
+@pytest.mark.points(2)
+def test_ring_reduce_scatter_leaves_one_complete_chunk_per_device(exercises):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(2, 6))
+        dtype = "float32" if seed % 3 == 0 else "float64"
+        flat, chunks = random_chunks(rng, n, dtype)
+        before = [[c.copy() for c in device] for device in chunks]
+        total = mg.parallel.allreduce(on_devices(flat), "ring")[0].numpy()
+        done, sent = exercises.ring_reduce_scatter(chunks)
+        cuts = [flat[0].size * c // n for c in range(n + 1)]
+        for i in range(n):
+            c = (i + 1) % n
+            assert np.allclose(done[i][c], total[cuts[c]:cuts[c + 1]], rtol=1e-5), \
+                f"device {i} should hold the complete chunk {c} (n = {n})"
+        sizes = chunk_sizes(flat[0].size, n, flat[0].itemsize)
+        assert list(sent) == [sum(sizes) - sizes[(i + 1) % n] for i in range(n)], \
+            f"bytes sent per device (n = {n}, chunk bytes {sizes})"
+        assert all(np.array_equal(a, b) for d, e in zip(chunks, before) for a, b in zip(d, e)), \
+            "ring_reduce_scatter changed its input arrays"
+
+
+@pytest.mark.points(1)
+def test_ring_all_gather_spreads_the_complete_chunks(exercises):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(2, 6))
+        flat, truth = random_chunks(rng, n, "float64")
+        chunks = [[truth[0][c] if c == (i + 1) % n else rng.normal(size=truth[0][c].shape)
+                   for c in range(n)] for i in range(n)]
+        done, sent = exercises.ring_all_gather(chunks)
+        for i in range(n):
+            for c in range(n):
+                assert np.array_equal(done[i][c], truth[0][c]), f"device {i}, chunk {c}"
+        sizes = chunk_sizes(flat[0].size, n, 8)
+        assert list(sent) == [sum(sizes) - sizes[(i + 2) % n] for i in range(n)]
+
+
+@pytest.mark.points(2)
+def test_ring_allreduce_matches_allreduce_with_stats(exercises):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 6))
+        arrays = random_arrays(rng, n, "float32" if seed % 4 == 1 else "float64")
+        before = [a.copy() for a in arrays]
+        out, stats = mg.parallel.allreduce_with_stats(on_devices(arrays), "ring")
+        sums, sent = exercises.ring_allreduce(arrays)
+        assert len(sums) == n
+        for mine, theirs in zip(sums, out):
+            assert np.shape(mine) == theirs.shape
+            assert np.allclose(mine, theirs.numpy(), rtol=1e-5)
+        assert sum(sent) == stats.bytes_total, "total bytes sent"
+        assert max(sent) == stats.bytes_max_device, "bytes sent by the busiest device"
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, before)), "inputs changed"
+
+
+# -- 3. a data-parallel gradient -----------------------------------------------------------
+
+def softmax_regression_loss(params, x, y):
+    return mg.cross_entropy(x @ params[0] + params[1], y)
+
+
+def numpy_grad_fn(params, xk, yk):
+    grads = mg.grad(lambda w, b: softmax_regression_loss([w, b], mg.tensor(xk), mg.tensor(yk)),
+                    argnums=(0, 1))(mg.tensor(params[0]), mg.tensor(params[1]))
+    return [g.numpy() for g in grads]
+
+
+@pytest.mark.points(2)
+def test_data_parallel_gradient_matches_data_parallel_grads(exercises):
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        parts = int(rng.integers(2, 5))
+        n = parts * int(rng.integers(1, 4)) + int(rng.integers(1, parts))  # uneven slices
+        features, classes = 4, 3
+        w, b = rng.normal(size=(features, classes)), rng.normal(size=classes)
+        x, y = rng.normal(size=(n, features)), rng.integers(0, classes, size=n)
+        expected = mg.parallel.data_parallel_grads(
+            softmax_regression_loss, [mg.tensor(w), mg.tensor(b)], x, y, device_names(parts))
+        got = exercises.data_parallel_gradient(numpy_grad_fn, [w, b], x, y, parts)
+        assert len(got) == parts
+        single = numpy_grad_fn([w, b], x, y)  # one device, the whole batch
+        for k in range(parts):
+            assert len(got[k]) == 2
+            for j in range(2):
+                assert np.allclose(got[k][j], expected[k][j].numpy()), \
+                    f"device {k}, parameter {j} (batch {n} over {parts} devices)"
+                assert np.allclose(got[k][j], single[j])
+
+
+# -- 4. the parallel softmax cross-entropy -------------------------------------------------
+
+def random_shards(seed, scale=3.0, shift=0.0):
+    rng = np.random.default_rng(seed)
+    parts = int(rng.integers(1, 5))
+    widths = [int(w) for w in rng.integers(1, 7, size=parts)]
+    n = int(rng.integers(1, 9))
+    shards = [shift + scale * rng.normal(size=(n, w)) for w in widths]
+    labels = rng.integers(0, sum(widths), size=n)
+    return shards, labels
+
+
+def minigraph_loss_and_grads(shards, labels):
+    tensors = [mg.tensor(s, device=d, requires_grad=True)
+               for s, d in zip(shards, device_names(len(shards)))]
+    loss = mg.parallel.parallel_cross_entropy(tensors, mg.tensor(labels))
+    loss.backward()
+    return loss.item(), [t.grad.numpy() for t in tensors]
+
+
+@pytest.mark.points(2)
+def test_parallel_cross_entropy_loss(exercises):
+    for seed in SEEDS:
+        shards, labels = random_shards(seed)
+        expected, _ = minigraph_loss_and_grads(shards, labels)
+        single = mg.cross_entropy(mg.tensor(np.concatenate(shards, axis=1)),
+                                  mg.tensor(labels)).item()
+        loss, _ = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
+        assert np.isclose(float(loss), expected), f"shards of widths {[s.shape[1] for s in shards]}"
+        assert np.isclose(float(loss), single)
+
+
+@pytest.mark.points(2)
+def test_parallel_cross_entropy_gradients(exercises):
+    for seed in SEEDS:
+        shards, labels = random_shards(seed)
+        _, expected = minigraph_loss_and_grads(shards, labels)
+        _, grads = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
+        assert len(grads) == len(shards)
+        for k, (mine, theirs) in enumerate(zip(grads, expected)):
+            assert np.shape(mine) == theirs.shape, f"shard {k}"
+            assert np.allclose(mine, theirs), f"gradient of shard {k}"
+
+
+@pytest.mark.points(1)
+def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
+    for seed in SEEDS:
+        shards, labels = random_shards(seed, scale=50.0, shift=1000.0)
+        expected, grads_expected = minigraph_loss_and_grads(shards, labels)
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            loss, grads = exercises.parallel_cross_entropy(shards, labels)
+        assert np.isfinite(loss) and np.isclose(float(loss), expected)
+        assert all(np.allclose(a, b) for a, b in zip(grads, grads_expected))
