@@ -36,8 +36,9 @@ def bench_allreduce() -> list[dict]:
     print("\n== a. allreduce of a 2 MiB tensor ==")
     print_table([[r["devices"], r["algorithm"], fmt(r["busiest_MiB"]), fmt(r["total_MiB"]),
                   r["steps"], fmt(r["ms"])] for r in rows],
-                ["devices", "algorithm", "busiest device MiB", "total MiB", "steps", "ms"])
-    print("ring: each device sends 2(n-1)/n of the tensor, evenly; naive: 2(n-1) through one")
+                ["devices", "algorithm", "busiest device sends MiB", "total MiB", "steps", "ms"])
+    print("ring: each device sends 2(n-1)/n of the tensor, evenly; naive: the first device "
+          "sends n-1 tensors and receives n-1")
     return rows
 
 

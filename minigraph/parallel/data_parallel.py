@@ -10,7 +10,7 @@ the whole batch, so the step equals the single-device step.
 one, so the bytes counted are bytes that really moved.
 
 * ``"naive"``: gather every tensor on the first device, add, and send the sum back;
-  the first device's link carries 2 (n - 1) S bytes (S: one tensor's bytes).
+  the first device sends (n - 1) S bytes and receives as many (S: one tensor's bytes).
 * ``"ring"``: cut each tensor into n chunks; in n - 1 steps of *reduce-scatter* each
   device passes one chunk to its right neighbour, which adds it to its own, until every
   device holds one chunk of the total; in n - 1 steps of *all-gather* the finished
@@ -30,7 +30,8 @@ from ..tensor import Tensor, tensor
 
 @dataclass
 class CommStats:
-    """What an allreduce moved: total bytes, the busiest device's bytes sent, steps."""
+    """What an allreduce moved: the bytes sent in all, the bytes *sent* by the device that
+    sends most, and the number of communication steps."""
 
     algorithm: str
     bytes_total: int
@@ -56,8 +57,11 @@ def gather(xs: Sequence[Tensor], device: str) -> Tensor:
     return SH.concatenate([x.to(device) for x in xs], axis=0)
 
 
+_ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
+
+
 def _nbytes(t: Tensor) -> int:
-    return t.size * (4 if t.dtype in ("float32", "int32") else 8)
+    return t.size * _ITEMSIZE[t.dtype]
 
 
 def allreduce(tensors: Sequence[Tensor], algorithm: str = "ring") -> list[Tensor]:
@@ -85,8 +89,9 @@ def _naive(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:
     for t in tensors[1:]:
         total = total + t.to(root)
     out = [total] + [total.to(t.device) for t in tensors[1:]]
-    moved = 2 * (len(tensors) - 1) * _nbytes(tensors[0])
-    return out, CommStats("naive", moved, moved, 2)
+    n, size = len(tensors), _nbytes(tensors[0])
+    # every other device sends its tensor once; the first one sends the sum n - 1 times
+    return out, CommStats("naive", 2 * (n - 1) * size, (n - 1) * size, 2)
 
 
 def _ring(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:
