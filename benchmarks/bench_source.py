@@ -7,7 +7,7 @@ checked *before* it is timed; times are reported, never asserted (DESIGN.md,
 "Performance"). The methods are timed in turns, five rounds, and the median is kept: on a
 shared machine a burst of load then slows every method alike instead of one.
 
-What the source rows time (see ``minigraph/autodiff/source.py``):
+What the source rows time (see ``minigraph/autodiff/source/``):
 
 * ``source_grad(f)(x, y)``: the whole call on tensors: look up the cached program for
   the arguments' signature, run it, wrap the results in tensors. The transformation

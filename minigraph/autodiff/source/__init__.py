@@ -1,0 +1,109 @@
+"""Reverse mode by source transformation: read a Python function, write its adjoint.
+
+The textbook names three ways to implement automatic differentiation: dual numbers
+(``forward.py``), a tape (``tape.py``) and *source transformation*, which this package
+implements. ``mg.source_grad(f)`` reads the text of ``f`` and writes a new Python function
+that computes f's value and its gradient; for the textbook's z = x*y + sin(x)::
+
+    def grad_f(x, y):
+        # forward sweep: the evaluation trace (a.*), one primitive per line
+        a = x * y
+        b = mg.sin(x)
+        z = a + b
+        # reverse sweep: the adjoint trace (g.*), in reverse order
+        gz = mg.ones((), 'float64', 'cpu')
+        gb = gz
+        ga = gz
+        gy = ga * x
+        gx = ga * y + gb * mg.cos(x)
+        return z, (gx, gy)
+
+How it is written, in four steps:
+
+1. **Read** (:func:`_read`, ``reading.py``): ``inspect.getsource`` and ``ast``;
+   constructs the method cannot handle (``while``, ``try``, ``lambda``, ``with``,
+   ``global`` ...) are refused here, before anything runs, with an error naming the
+   construct, function, file and line.
+2. **Normalise** (:class:`_Normaliser`, ``normalize.py``): the function's statements are
+   run on *source variables* (:class:`SrcVar`, ``values.py``), a value kind like
+   ``Tensor`` or ``Dual`` whose ``_bind`` does not compute but appends a line
+   ``t = mg.sin(x)`` to the program being written and returns a new source variable.
+   Running ``x * y + mg.sin(x)`` this way *is* the normalisation to three-address form,
+   the evaluation trace (a.1)-(a.5). A source variable knows the shape, dtype and device
+   of its value (from the primitive's shape rule), because the program is specialised to
+   one input signature.
+3. **Adjoint** (:class:`_Reverse`, ``adjoint.py``): the normalised program is walked
+   backwards and each line's primitive VJP rules, the same ones the tape uses, are run on
+   source variables, so they too write lines, (g.1)-(g.5). There is no second set of
+   derivative rules. A ``for`` loop pushes the values its reverse needs on a stack in the
+   forward sweep and pops them in the reverse sweep; an ``if`` decided at run time is
+   reversed by an ``if`` on the same condition variable (which the loop's stack restores
+   inside loops).
+4. **Tidy and compile** (``tidy.py``, ``render.py``, ``compiled.py``): dead lines are
+   removed, single-use temporaries of the reverse sweep are written inline
+   (``gx = ga * y + gb * mg.cos(x)``), names are chosen like the textbook's (a, b, ...
+   for intermediates, g + name for adjoints), and the text is compiled with
+   ``compile``/``exec``. The text stays in ``.source``.
+
+The modules, one concept each, in the order a reader meets them:
+
+* ``errors.py``: :class:`SourceTransformError` and ``Where``, errors that point at the
+  user's line.
+* ``reading.py``: step 1, ``inspect`` + ``ast`` and the constructs refused before
+  anything runs.
+* ``values.py``: the values the transformation runs on, :class:`SrcVar`, ``Index`` (a
+  loop index) and ``Cond``.
+* ``program.py``: what is written, lines (``Op``, ``Ref``, ``Fill``), loops (``For``) and
+  branches (``If``).
+* ``writer.py``: ``_Writer``, the program being written, where ``SrcVar._bind`` appends
+  its lines.
+* ``normalize.py``: step 2 for statements, ``_Normaliser``: assignments, ``if``, ``for``,
+  inlined calls; the evaluation trace (a.1)-(a.5).
+* ``expressions.py``: step 2 for expressions, ``_Expressions``, the base class of
+  ``_Normaliser``: names, operators, calls.
+* ``adjoint.py``: step 3, ``_Reverse``: the VJP rules run on source variables,
+  backwards, (g.1)-(g.5).
+* ``tidy.py``: step 4, dead code, the loops' stack, names.
+* ``render.py``: step 4, the text: ``mg.*`` calls (``.source``) or kernels on arrays
+  (``.raw_source``).
+* ``compiled.py``: ``_transform``, the steps in order for one input signature, and the
+  compiled ``Program``.
+* ``cache.py``: ``SourceGrad``, the cache of programs, and the public functions
+  ``source_grad`` and ``value_and_grad``.
+
+Decisions worth knowing (each is visible in the text):
+
+* ``gz = 1`` is a tensor of ones of z's shape, dtype and device, not a number folded into
+  the lines that read it, so every line of (g.*) appears as the textbook writes it
+  (``gb = gz``, ``ga = gz``, ``gy = ga * x``); folding would save two multiplications.
+  Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x + 0``, ``x * 1`` and
+  ``x ** 1`` are ``x``; lines nobody reads are removed.
+* The program is specialised to one input signature (shapes, dtypes, devices, and the
+  values of arguments that are neither differentiated nor tensors: ``n`` in
+  ``range(n)``), built once, cached per function, and replayed. Values the function reads
+  from outside its arguments (globals, closure variables) are *constants* of the program,
+  captured when it is built, as ``jax.jit`` does: pass anything that changes as an argument.
+* What Python can decide while the program is written, it decides (shapes, ``if`` on a
+  shape, calls with constant arguments: constant folding). An ``if`` on a tensor is
+  written with both branches and decided when the program runs; ``for i in range(n)`` is
+  written once, not unrolled. Plain Python functions called with values of the program
+  are inlined.
+* Two renderings of one program are compiled: ``.source`` calls ``mg.`` functions, so it
+  runs on any value kind (tensors on any device, tensors being recorded for a gradient
+  of the gradient, dual numbers); ``.raw_source`` calls the primitives' kernels on arrays
+  directly, as graph compilation does, and is what a call on tensors that need no
+  recording runs (see ``benchmarks/bench_source.py``).
+
+Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
+lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,
+``break``/``continue``, assignment into part of a tensor, ``for`` over anything but
+``range`` with bounds known when the program is built, indexing with a computed tensor,
+converting a value of the program to a Python number, and calling functions other than
+minigraph's (``np.sin(x)``) on values of the program.
+"""
+
+from .cache import source_grad, value_and_grad
+from .compiled import _transform  # noqa: F401  (read by tests; cache.py is where it is called)
+from .errors import SourceTransformError
+
+__all__ = ["SourceTransformError", "source_grad", "value_and_grad"]

@@ -1,0 +1,204 @@
+"""The cache and the public functions: ``SourceGrad``, ``source_grad``, ``value_and_grad``.
+
+A program is built once per function, argnums and input signature (:func:`_signature`:
+shapes, dtypes, devices, and the values of static arguments), kept in ``_PROGRAMS``, and
+replayed: on arrays, calling kernels, when nothing needs recording, else on values
+(:func:`_run`). ``mg.source_grad(f)`` and ``mg.value_and_grad(f, mode="source")`` return
+a :class:`SourceGrad`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from ...device import get_device
+from ...errors import MinigraphError
+from ...tensor import Tensor, tensor
+from .. import tape
+from ..forward import Dual
+from .compiled import Program, _transform
+from .reading import _read
+
+Argnums = "int | tuple[int, ...]"
+
+
+# -- the cache: per function, per argnums and input signature --------------------------------
+
+_PROGRAMS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+_grad_mode = tape._mode  # read on every call: is the tape recording?
+_LOCK = threading.Lock()
+
+
+def _signature(args: tuple, nums: tuple) -> tuple:
+    """What a program is specialised to: (device, shape, dtype) of run-time arguments,
+    the value of the others. Devices are compared as objects, first: a device registered
+    again under the same name (another array library) gets its own program, and dtypes
+    of two array libraries are never compared."""
+    key = []
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is Tensor:  # (the hot path: the array's own dtype object, no name lookup)
+            key.append((a.device, a.data.shape, a.data.dtype))
+        elif t in (float, int, bool) and k in nums:  # becomes a tensor, default device
+            key.append((t, get_device(None)))
+        elif t is Dual:
+            key.append(("dual", a.primal.shape, a.primal.dtype, a.primal.device))
+        elif isinstance(a, np.ndarray):
+            key.append(("ndarray", a.shape, a.dtype.name, get_device(None)))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise TypeError(f"source_grad: argument {k} ({type(a).__name__}) is neither "
+                                f"a tensor nor a hashable Python value; programs are built "
+                                f"per value of such arguments") from None
+            key.append(("static", t, a))
+    return tuple(key)
+
+
+class SourceGrad:
+    """``mg.source_grad(f)``: f's gradient by a program written from f's source.
+
+    Calling it builds (once per input signature) and runs that program. ``.source`` is the
+    program's text, ``.forward_source`` the normalised primal (three-address form),
+    ``.raw_source`` the kernel-level variant; ``.programs`` the cache.
+    """
+
+    def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
+        self.f = f
+        self.argnums = argnums
+        self.nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        self.with_value = with_value
+        self._src = _read(f)  # refusals happen here, before anything runs
+        self.transforms = 0  # how many programs were written (the cache's misses)
+        self.last: Program | None = None
+        self.__name__ = f"grad_{f.__name__}"
+        self._defaults = f.__defaults__ or ()
+        self._n = f.__code__.co_argcount
+        with _LOCK:  # shared by every gradient of f with these argnums
+            self._programs = _PROGRAMS.setdefault(f, {}).setdefault(self.nums, {})
+
+    @property
+    def programs(self) -> dict:
+        """This function's programs for these argnums: signature -> Program."""
+        return self._programs
+
+    def _complete(self, args: tuple) -> tuple:
+        """The arguments with f's defaults filled in (the program takes them all)."""
+        missing = self._n - len(args)
+        if missing > 0 and missing <= len(self._defaults):
+            return args + self._defaults[len(self._defaults) - missing:]
+        return args
+
+    def program_for(self, *args: Any) -> Program:
+        """The program for these arguments' signature (built if needed)."""
+        args = self._complete(args)
+        key = _signature(args, self.nums)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = _transform(self._src, args, self.nums, isinstance(self.argnums, int), key)
+            self.transforms += 1
+            self._programs[key] = prog
+        self.last = prog
+        return prog
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) < self._n:
+            args = self._complete(args)
+        prog = self._programs.get(_signature(args, self.nums))  # the cache: no rewriting
+        if prog is None:
+            prog = self.program_for(*args)
+        self.last = prog
+        value, grads = _run(prog, args, self.nums)
+        return (value, grads) if self.with_value else grads
+
+    def _example(self) -> Program:
+        if self.last is None:
+            n = len(inspect.signature(self.f).parameters)
+            try:
+                self.program_for(*([1.0] * n))
+            except MinigraphError as exc:
+                raise type(exc)(f"{exc}\n(.source shows the program of the last call; "
+                                f"none was made yet and float scalars do not fit: call "
+                                f"the gradient, or program_for(*args), first)") from None
+        return self.last
+
+    @property
+    def source(self) -> str:
+        """The adjoint program of the last call (float64 scalars if none yet)."""
+        return self._example().source
+
+    @property
+    def forward_source(self) -> str:
+        """The normalised primal: one primitive per line, (a.1)-(a.5)."""
+        return self._example().forward_source
+
+    @property
+    def raw_source(self) -> str | None:
+        return self._example().raw_source
+
+
+def _run(prog: Program, args: tuple, nums: tuple) -> tuple[Any, Any]:
+    """Run the compiled program: on arrays when nothing needs recording, else on values."""
+    arrays = _arrays(args, nums) if prog.raw is not None else None
+    if arrays is None:
+        return prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
+    value, grads = prog.raw(*arrays)
+    if prog.single:
+        return Tensor(value, prog.out_device), Tensor(grads, prog.grad_devices[0])
+    return Tensor(value, prog.out_device), tuple(
+        [Tensor(g, d) for g, d in zip(grads, prog.grad_devices)])
+
+
+def _arrays(args: tuple, nums: tuple) -> list | None:
+    """The arguments as arrays, or None if a value needs its own interpreter: a dual
+    number, or a tensor the tape records (a gradient of this gradient)."""
+    recording = _grad_mode.enabled
+    arrays = []
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is Tensor:
+            if a.requires_grad and recording:
+                return None
+            arrays.append(a.data)
+        elif t is Dual:
+            return None
+        else:
+            arrays.append(_array(a, k in nums))
+    return arrays
+
+
+def _array(a: Any, differentiated: bool) -> Any:
+    """An argument as the kernels take it (other Python values are the program's own)."""
+    if differentiated and type(a) is float:
+        return get_device(None).asarray(a)
+    if isinstance(a, np.ndarray) or (differentiated and type(a) in (int, bool)):
+        return tensor(a).data
+    return a
+
+
+def _value(a: Any, differentiated: bool) -> Any:
+    """An argument as the mg. program takes it: arrays and numbers to differentiate
+    become tensors; other Python values are the program's own (built in)."""
+    if isinstance(a, np.ndarray) or (differentiated and type(a) in (float, int, bool)):
+        return tensor(a)
+    return a
+
+
+def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
+    """The gradient of scalar ``f`` by source transformation: ``mg.source_grad(f)(x, y)``.
+
+    ``argnums`` an int gives one gradient, a tuple a tuple. ``.source`` is the generated
+    adjoint program. Unsupported Python raises :class:`SourceTransformError` here.
+    """
+    return SourceGrad(f, argnums, with_value=False)
+
+
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
+    """Source mode behind ``mg.value_and_grad(f, mode="source")``: ``(value, grad)``."""
+    return SourceGrad(f, argnums, with_value=True)

@@ -1,0 +1,321 @@
+"""The compiled program: the steps in order, for one input signature, give a ``Program``.
+
+:func:`_transform` makes source variables of the arguments (:func:`_inputs`), normalises
+the function (``normalize.py``) and writes its adjoint (``adjoint.py``); :func:`_finish`
+tidies (``tidy.py``), writes the texts (``render.py``, assembled by :func:`_texts`) and
+compiles them (:func:`_build_program`) into a :class:`Program`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import math
+import sys
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from ...device import Device, get_device
+from ...errors import DTypeError, GradientError
+from ...ops.primitive import KINDS
+from ...tensor import FLOAT_DTYPES, Tensor, tensor
+from ..forward import Dual
+from .adjoint import _Reverse
+from .normalize import _Normaliser
+from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk
+from .reading import _Source
+from .render import _LITERALS, _Text
+from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
+from .values import Index, SrcVar, _writing
+from .writer import _Writer
+
+
+class Program:
+    """One function's value-and-gradient program for one input signature.
+
+    ``source`` is the text (``mg.`` calls), ``forward_source`` the normalised primal,
+    ``raw_source`` the same program calling kernels on arrays; ``fn`` and ``raw`` are
+    their compiled functions.
+    """
+
+    def __init__(self, signature: tuple, source: str, forward_source: str, fn: Callable,
+                 raw_source: str | None, raw: Callable | None, out: SrcVar,
+                 grads: list[SrcVar], single: bool):
+        self.signature, self.source, self.forward_source = signature, source, forward_source
+        self.fn, self.raw_source, self.raw = fn, raw_source, raw
+        self.out_device = out.device
+        self.grad_devices = [g.device for g in grads]
+        self.single = single
+
+    def __repr__(self) -> str:
+        return f"<source_grad program\n{self.source}>"
+
+
+def _compile(source: str, name: str, namespace: dict) -> Callable:
+    filename = f"<source_grad {name} {id(source):x}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
+               signature: tuple) -> Program:
+    """Read, normalise, reverse, tidy and compile ``src`` for these arguments."""
+    writer = _Writer()
+    params = list(inspect.signature(src.fn).parameters)
+    saved, _writing.writer = _writing.writer, writer
+    try:
+        inputs, call_args = _inputs(src, args, nums, params, writer)
+        norm = _Normaliser(writer)
+        out = _output(norm.call(src, call_args, {}), writer, src)
+        forward = writer.block
+        writer.block, writer.role = [], "rtemp"
+        reverse = _Reverse(writer, forward)
+        grads = reverse.run(forward, out, inputs)
+        backward = writer.block
+    finally:
+        _writing.writer = saved
+    return _finish(src, params, forward, backward, out, grads, reverse.pairs, writer,
+                   single, signature)
+
+
+def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
+            writer: _Writer) -> tuple[list[SrcVar], tuple]:
+    """Source variables for the run-time arguments; other arguments stay Python values."""
+    inputs, call_args = [], []
+    for k, a in enumerate(args):
+        value = _as_runtime(a, k in nums)
+        if value is None:
+            call_args.append(a)
+            continue
+        shape, dtype, device = value
+        if k in nums and dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"grad: cannot differentiate with respect to argument {k} of "
+                             f"dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
+        var = SrcVar(shape, dtype, device, k in nums, "input")
+        var.name = params[k]
+        call_args.append(var)
+        if k in nums:
+            inputs.append(var)
+    writer.where = src.where()
+    return inputs, tuple(call_args)
+
+
+def _as_runtime(a: Any, differentiated: bool) -> tuple | None:
+    """(shape, dtype, device) of an argument passed at run time, None for a static one."""
+    if isinstance(a, Tensor):
+        return a.shape, a.dtype, a.device
+    if type(a) is Dual:
+        return _as_runtime(a.primal, True)
+    if isinstance(a, np.ndarray):
+        t = tensor(a)
+        return t.shape, t.dtype, t.device
+    if differentiated and type(a) in (float, int, bool):
+        t = tensor(a)
+        return t.shape, t.dtype, t.device
+    if type(a) in KINDS:
+        raise TypeError(f"source_grad: cannot take a {type(a).__name__} argument")
+    return None
+
+
+def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
+    """f's returned value as a variable of the program; it must be one scalar."""
+    if isinstance(out, Tensor):
+        out = SrcVar(out.shape, out.dtype, out.device, False, "const", None, out)
+    elif type(out) in (int, float):
+        const = SrcVar((), "float64", get_device(None), False, "const")
+        writer.emit((const,), Fill(float(out), const))
+        out = const
+    if type(out) is not SrcVar:
+        raise TypeError(f"grad: f must return a Tensor, got {type(out).__name__} "
+                        f"[source_grad: {src.where()}]")
+    if math.prod(out.shape) != 1:
+        raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
+                            f"use mg.jacrev for a vector output")
+    return out
+
+
+def _finish(src: _Source, params: list[str], forward: list, backward: list, out: SrcVar,
+            grads: list[SrcVar], pairs: list, writer: _Writer, single: bool,
+            signature: tuple) -> Program:
+    """Dead code, the stack, names, text, compile."""
+    in_forward = {id(s) for s in forward}
+    live = {id(out)} | {id(g) for g in grads}
+    whole = forward + backward
+    _prune(whole, set(live))
+    if _insert_stack(pairs):
+        if any(isinstance(s, Line) and s.kind == "pop" and any(t is out for t in s.targets)
+               for s in _walk(whole)):  # the reverse sweep restores it: return a copy
+            kept = SrcVar(out.shape, out.dtype, out.device, out.active, "temp", "z")
+            copy = Line((kept,), Ref((out,)))
+            in_forward.add(id(copy))
+            at = sum(1 for s in whole if id(s) in in_forward)
+            whole.insert(at, copy)
+            out, live = kept, live | {id(kept)}
+        _prune(whole, set(live))
+    forward[:] = [s for s in whole if id(s) in in_forward]
+    backward[:] = [s for s in whole if id(s) not in in_forward]
+    namer = _Namer(set(params) | {"mg", "range", "reversed", "stack", "_stack"},
+                   writer.reserved)
+    consts: dict[int, tuple[Any, str]] = {}
+    _name_all(namer, forward, backward, out, consts, writer.hints)
+    _collect_consts(whole, namer, consts, writer.hints)
+    texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
+                   consts, namer)
+    return _build_program(src.fn.__name__, texts, consts, out, grads, signature, single)
+
+
+def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> None:
+    """Name every non-literal value a line uses (tensors, arrays) as a constant."""
+    def visit(v: Any) -> None:
+        if isinstance(v, (tuple, list)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, slice):
+            visit((v.start, v.stop, v.step))
+        elif not isinstance(v, (SrcVar, Index, Device)) and type(v) not in _LITERALS \
+                and v is not Ellipsis:
+            _const_name(v, namer, consts, hints)
+    for stmt in _walk(block):
+        if isinstance(stmt, Line) and isinstance(stmt.expr, Op):
+            visit(stmt.expr.args)
+            visit(tuple(stmt.expr.params.values()))
+
+
+def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
+           grads: list[SrcVar], single: bool, consts: dict, namer: _Namer) -> dict:
+    """The program's two texts (mg calls, kernels) and the normalised primal's."""
+    counts = Counter(id(v) for s in _walk(forward + backward)
+                     for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
+    for v in [out] + grads:
+        counts[id(v)] += 1
+    plan = _Text(consts, False, counts)
+    plan.planning = True
+    plan.block(backward, 1, inline=True)
+    for v in _program_vars(backward):  # final names of the reverse temporaries left
+        if v.role == "rtemp" and v.name.startswith("_t") and id(v) not in plan.used:
+            v.name = namer.fresh(None)
+    stack = "_stack" if "stack" in namer.reserved else "stack"
+    names = [g.name for g in grads]
+    ret = f"{out.name}, " + (names[0] if single else
+                             f"({', '.join(names)}{',' if len(names) == 1 else ''})")
+    texts: dict[Any, Any] = {}
+    escaping = _escaping(forward + backward, [out] + grads)
+    for raw in (False, True):
+        text = _Text(consts, raw, counts)
+        text.inlined, text.stack, text.escaping = plan.used, stack, escaping
+        body = text.block(forward, 1, inline=False)
+        back = text.block(backward, 1, inline=True)
+        pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
+        texts[raw] = (_assemble(f"grad_{name}", params, body, back, ret, consts,
+                                stack if pushes else None), text)
+    texts["forward"] = _forward_text(name, params, forward, out, consts, counts)
+    return texts
+
+
+def _forward_text(name: str, params: list[str], forward: list, out: SrcVar, consts: dict,
+                  counts: Counter) -> str:
+    """The normalised primal alone: the forward sweep without the stack, then return."""
+    primal = _copy(forward)
+    _strip_stack(primal)
+    _prune(primal, {id(out)})
+    lines = _Text(consts, False, counts).block(primal, 1, inline=False)
+    return (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
+            "\n".join(lines + [f"    return {out.name}"]) + "\n")
+
+
+def _escaping(block: list, returned: list[SrcVar]) -> set[int]:
+    """Ids of the returned variables and of everything they may be a copy of."""
+    found = {id(v) for v in returned}
+    copies = [s for s in _walk(block) if isinstance(s, Line) and isinstance(s.expr, Ref)]
+    grew = True
+    while grew:
+        grew = False
+        for line in copies:
+            if any(id(t) in found for t in line.targets):
+                new = {id(v) for v in _vars(line.expr.values)} - found
+                found |= new
+                grew = grew or bool(new)
+    return found
+
+
+def _assemble(name: str, params: list[str], forward: list[str], backward: list[str],
+              ret: str, consts: dict, stack: str | None) -> str:
+    lines = [f"def {name}({', '.join(params)}):"]
+    if stack:
+        lines.append(f"    {stack} = []  # what the reverse sweep needs of each loop iteration")
+    lines.append("    # forward sweep: the evaluation trace (a.*), one primitive per line")
+    lines += forward
+    lines.append("    # reverse sweep: the adjoint trace (g.*), in reverse order")
+    lines += backward
+    lines.append(f"    return {ret}")
+    return lines[0] + "\n" + _constants_comment(consts) + "\n".join(lines[1:]) + "\n"
+
+
+def _constants_comment(consts: dict) -> str:
+    if not consts:
+        return ""
+    shown = []
+    for value, cname in consts.values():
+        if isinstance(value, Tensor):
+            shown.append(f"{cname}: {value.shape} {value.dtype} on {value.device.name}")
+        else:
+            shown.append(f"{cname}: {type(value).__name__}")
+    return "    # constants, captured when this program was built: " + "; ".join(shown) + "\n"
+
+
+def _copy(block: list) -> list:
+    """A copy of a block's structure (lines are shared, loops and ifs copied)."""
+    out = []
+    for s in block:
+        if isinstance(s, For):
+            c = For(s.index, s.range, _copy(s.body), s.reverse, s.carry)
+            out.append(c)
+        elif isinstance(s, If):
+            out.append(If(s.cond, _copy(s.then), _copy(s.orelse), s.joins))
+        else:
+            out.append(Line(s.targets, s.expr, s.kind))
+    return out
+
+
+def _strip_stack(block: list) -> None:
+    """Remove the pushes (the normalised primal needs no stack), in every nested block."""
+    blocks = [block] + [b for s in _walk(block) for b in
+                        ((s.body,) if isinstance(s, For) else
+                         (s.then, s.orelse) if isinstance(s, If) else ())]
+    for b in blocks:
+        b[:] = [x for x in b if getattr(x, "kind", "") != "push"]
+
+
+def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
+                   grads: list[SrcVar], signature: tuple, single: bool) -> Program:
+    mg = sys.modules["minigraph"]
+    source, _ = texts[False]
+    namespace: dict[str, Any] = {"mg": mg}
+    namespace.update({cname: value for value, cname in consts.values()})
+    fn = _compile(source, f"grad_{name}", namespace)
+    raw_source, text = texts[True]
+    raw = None
+    if _raw_ok(consts, text, out, grads):
+        devices = dict(text.devices)
+        ns: dict[str, Any] = {**text.fills, **text.kernels, **devices}
+        ns["_xp"] = next(iter(devices.values())).xp if devices else out.device.xp
+        ns.update({cname: (value.data if isinstance(value, Tensor) else value)
+                   for value, cname in consts.values()})
+        raw = _compile(raw_source, f"grad_{name}", ns)
+    return Program(signature, source, texts["forward"], fn, raw_source if raw else None,
+                   raw, out, grads, single)
+
+
+def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool:
+    """Kernels on arrays need one device without a GPU context (NumPy-like arrays)."""
+    devices = {d.name: d for d in text.devices.values()}
+    devices[out.device.name] = out.device
+    devices.update({g.device.name: g.device for g in grads})
+    for value, _ in consts.values():
+        if isinstance(value, Tensor):
+            devices[value.device.name] = value.device
+    return len({id(d.xp) for d in devices.values()}) == 1 and len(devices) == 1 and \
+        all(d.context is None for d in devices.values())

@@ -1,0 +1,185 @@
+"""Reading the function: inspect + ast, and the constructs refused before anything runs.
+
+Step 1 of the overview (see ``__init__.py``). :func:`_read` parses a function once (cached
+in ``_SOURCES``) into a :class:`_Source`, its definition and what it can see, and refuses
+what source transformation cannot handle (``_REFUSED``: ``while``, ``try``, ``lambda`` ...)
+with an error naming the construct, function, file and line. :func:`_loads` and
+:func:`_assigned` tell which names a block reads and assigns.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import textwrap
+import types
+import weakref
+from collections import Counter
+from typing import Any, Callable
+
+from .errors import SourceTransformError, Where, _refusal
+
+
+class _Source:
+    """A function's parsed definition and what it can see (globals, closure cells)."""
+
+    __slots__ = ("_fn", "node", "filename", "lines", "closure", "loads", "names")
+
+    def __init__(self, fn: types.FunctionType, node: ast.FunctionDef):
+        self._fn = weakref.ref(fn)  # weak: the cache below must not keep fn alive
+        self.node = node
+        self.filename = fn.__code__.co_filename
+        self.lines = linecache.getlines(self.filename)
+        self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        self.loads = _loads(node.body)
+        self.names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        self.names |= {a.arg for a in node.args.args + node.args.posonlyargs}
+
+    @property
+    def fn(self) -> types.FunctionType:
+        return self._fn()
+
+    def where(self, node: ast.AST | None = None) -> Where:
+        lineno = getattr(node, "lineno", None) or self.node.lineno
+        text = self.lines[lineno - 1] if 0 < lineno <= len(self.lines) else ""
+        return Where(self.fn.__qualname__, self.filename, lineno, text)
+
+
+_SOURCES: "weakref.WeakKeyDictionary[Callable, _Source]" = weakref.WeakKeyDictionary()
+
+_NO_CLOSURES = ("define it at module level and call it, or inline its body; a nested "
+                "function could close over values being differentiated")
+_REFUSED: dict[type, tuple[str, str]] = {
+    ast.While: ("a while loop", "its number of iterations is decided by the data as the "
+                "program runs, so its adjoint cannot be written in advance; use "
+                "`for i in range(n)` with n known when the program is built"),
+    ast.Try: ("try/except", "the adjoint of a jump to an exception handler is not defined"),
+    ast.With: ("a with block", "its context manager runs code the transformation cannot "
+               "see; move it outside the function"),
+    ast.AsyncWith: ("async with", ""),
+    ast.AsyncFor: ("async for", ""),
+    ast.Await: ("await", ""),
+    ast.AsyncFunctionDef: ("an async function", ""),
+    ast.Lambda: ("a lambda", _NO_CLOSURES),
+    ast.FunctionDef: ("a nested function definition", _NO_CLOSURES),
+    ast.ClassDef: ("a class definition inside the function", ""),
+    ast.GeneratorExp: ("a generator expression", "write the loop out with for i in range(n)"),
+    ast.ListComp: ("a list comprehension", "write the loop out with for i in range(n)"),
+    ast.SetComp: ("a set comprehension", ""),
+    ast.DictComp: ("a dict comprehension", ""),
+    ast.Yield: ("yield (a generator function)", "a generator's values leave and come back "
+                "one by one; differentiate a function that returns a value"),
+    ast.YieldFrom: ("yield from (a generator function)", ""),
+    ast.Global: ("a global statement", "the function must not assign outside itself; "
+                 "return the value instead"),
+    ast.Nonlocal: ("a nonlocal statement", "the function must not assign outside itself; "
+                   "return the value instead"),
+    ast.Import: ("an import inside the function", "import at module level"),
+    ast.ImportFrom: ("an import inside the function", "import at module level"),
+    ast.Delete: ("del", ""),
+    ast.Break: ("break", "the reverse sweep must know how many iterations ran; use a "
+                "for loop over a fixed range"),
+    ast.Continue: ("continue", "use an if inside the loop body instead"),
+    ast.Match: ("a match statement", "use if/else"),
+    ast.NamedExpr: ("an assignment expression (:=)", "assign on its own line"),
+    ast.Starred: ("a starred expression (*args)", "pass the arguments one by one"),
+    ast.Dict: ("a dict display", ""),
+    ast.Set: ("a set display", ""),
+}
+if hasattr(ast, "TryStar"):
+    _REFUSED[ast.TryStar] = _REFUSED[ast.Try]
+
+
+def _read(fn: Callable[..., Any]) -> _Source:
+    """Parse ``fn`` (cached) and refuse unsupported constructs before anything runs."""
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"source_grad: expects a plain function defined with def, got "
+                        f"{type(fn).__name__} {fn!r}")
+    src = _SOURCES.get(fn)
+    if src is None:
+        src = _parse(fn)
+        _check(src)
+        _SOURCES[fn] = src
+    return src
+
+
+def _parse(fn: types.FunctionType) -> _Source:
+    code = fn.__code__
+    where = Where(fn.__qualname__, code.co_filename, code.co_firstlineno)
+    if fn.__name__ == "<lambda>":
+        raise _refusal("a lambda", where, "source transformation reads the function's "
+                       "text, and a lambda's is not its own line; define it with def")
+    if hasattr(fn, "__wrapped__"):
+        raise _refusal("a decorated function", where, "the decorator's code is not in "
+                       "the text; transform the undecorated function")
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise SourceTransformError(
+            f"the source text of {fn.__qualname__} is not available", where,
+            "source transformation reads the function's text: define it in a file (a "
+            "module, a test file, a temporary module imported with importlib), not "
+            "interactively or with exec", "unavailable source") from None
+    tree = ast.parse(text)
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef):
+        raise _refusal(f"a {type(node).__name__}", where)
+    return _Source(fn, node)
+
+
+def _check(src: _Source) -> None:
+    """Refuse what source transformation cannot do, naming construct, function and line."""
+    args = src.node.args
+    if args.vararg or args.kwarg or args.kwonlyargs:
+        raise _refusal("*args, **kwargs or keyword-only parameters", src.where(src.node),
+                       "give the function plain positional parameters")
+    for node in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
+        refused = _REFUSED.get(type(node))
+        if refused is not None:
+            raise _refusal(refused[0], src.where(node), refused[1])
+        problem = _statement_problem(node)
+        if problem is not None:
+            raise _refusal(problem[0], src.where(node), problem[1])
+
+
+def _statement_problem(node: ast.AST) -> tuple[str, str] | None:
+    """Finer refusals: for/else, assignments into tensors, return inside a loop ..."""
+    if isinstance(node, ast.For):
+        if node.orelse:
+            return "for ... else", "move the else block after the loop"
+        if not isinstance(node.target, ast.Name):
+            return "a for loop with several targets", "loop over range(n) with one index"
+        if any(isinstance(n, ast.Return) for n in ast.walk(ast.Module(node.body, []))):
+            return "return inside a for loop", "return after the loop"
+    targets = (node.targets if isinstance(node, ast.Assign) else
+               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+    for target in targets:
+        for t in ast.walk(target):
+            if isinstance(t, ast.Subscript):
+                return ("an assignment into part of a value (x[...] = ...)",
+                        "values are not changed in place; build a new one with "
+                        "mg.where or mg.concatenate")
+            if isinstance(t, ast.Attribute):
+                return "an assignment to an attribute", "return the value instead"
+    if isinstance(node, ast.Call) and any(k.arg is None for k in node.keywords):
+        return "**kwargs in a call", "pass the keyword arguments one by one"
+    return None
+
+
+def _loads(stmts: list[ast.stmt]) -> Counter:
+    """How often each name is read in ``stmts``."""
+    body = ast.Module(body=list(stmts), type_ignores=[])
+    return Counter(n.id for n in ast.walk(body)
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+
+
+def _assigned(stmts: list[ast.stmt]) -> list[str]:
+    """Names assigned in ``stmts`` (in order of first appearance)."""
+    body = ast.Module(body=list(stmts), type_ignores=[])
+    seen: dict[str, None] = {}
+    for n in ast.walk(body):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            seen.setdefault(n.id)
+    return list(seen)

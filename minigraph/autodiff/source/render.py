@@ -1,0 +1,262 @@
+"""Writing the text: mg.* calls (``.source``) or kernels on arrays (``.raw_source``).
+
+The second half of step 4. :class:`_Text` turns the program's statements into lines of
+Python, with the parentheses Python's precedence needs (:func:`_infix`), writing the
+reverse sweep's single-use temporaries into the line that reads them
+(``gx = ga * y + gb * mg.cos(x)``). With ``raw=True`` the lines call the primitives'
+kernels on arrays, as graph compilation does; :func:`_raw_fill` makes their filled arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from typing import Any
+
+from ...device import Device
+from .program import Fill, For, Line, Op, _uses
+from .tidy import _program_vars
+from .values import _ADD, _ATOM, _CMP, _MUL, _POW, _UNARY, Cond, Index, SrcVar
+
+
+_INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
+          "matmul": ("@", _MUL), "pow": ("**", _POW), "less": ("<", _CMP),
+          "less_equal": ("<=", _CMP), "greater": (">", _CMP),
+          "greater_equal": (">=", _CMP), "equal": ("==", _CMP), "not_equal": ("!=", _CMP)}
+# primitives called as mg.<name>(args, <these params positionally>, <others by keyword>)
+_PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": (),
+           "sigmoid": (), "relu": (), "sqrt": (), "where": (), "sum": (), "mean": (),
+           "max": (), "reshape": ("shape",), "transpose": ("axes",),
+           "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
+           "log_softmax": (), "one_hot": ("num_classes", "dtype"), "cross_entropy": (),
+           "identity": (), "stop_gradient": (), "astype": ("dtype",)}
+_LITERALS = (bool, int, float, str, type(None))
+
+
+def _infix(name: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str, int]:
+    """``left op right`` with the parentheses Python's precedence needs."""
+    sym, prec = _INFIX[name]
+    if name == "pow":  # right-associative, and tighter than a unary minus on its left
+        need_left, need_right = left[1] > prec, right[1] >= _UNARY
+    elif prec == _CMP:  # comparisons chain: parenthesise both sides
+        need_left, need_right = left[1] > prec, right[1] > prec
+    else:  # left-associative: a - (b - c)
+        need_left, need_right = left[1] >= prec, right[1] > prec
+    lt = left[0] if need_left else f"({left[0]})"
+    rt = right[0] if need_right else f"({right[0]})"
+    return f"{lt} {sym} {rt}", prec
+
+
+class _Text:
+    """Turns program statements into lines of Python, inlining single-use temporaries."""
+
+    def __init__(self, consts: dict, raw: bool, counts: Counter):
+        self.consts = consts  # id(value) -> (value, name)
+        self.raw = raw
+        self.counts = counts  # how often each variable is read
+        self.inlined: set[int] = set()  # decided by a planning pass
+        self.used: set[int] = set()  # temporaries really written inline
+        self.planning = False
+        self.stack = "stack"
+        self.kernels: dict[str, Any] = {}
+        self.devices: dict[str, Device] = {}
+        self.fills: dict[str, Any] = {}  # raw fills: functions, or arrays made once
+        self.escaping: set[int] = set()  # variables that are (copies of) what is returned
+
+    # -- values ------------------------------------------------------------------------------
+    def value(self, v: Any, subst: dict) -> tuple[str, int]:
+        if type(v) is SrcVar:
+            return subst.get(id(v), (v.name, _ATOM))
+        if isinstance(v, Index):
+            return v.text, v.prec
+        negative = type(v) in (int, float) and (v < 0 or math.copysign(1, v) < 0)
+        return self.literal(v), _UNARY if negative else _ATOM
+
+    def literal(self, v: Any) -> str:
+        if type(v) is float and not math.isfinite(v):
+            return f"float('{v}')"
+        if type(v) in _LITERALS:  # (not NumPy scalars: they are constants, as eagerly)
+            return repr(v)
+        if isinstance(v, Index):
+            return v.text
+        if isinstance(v, tuple):
+            inner = ", ".join(self.literal(x) for x in v)
+            return f"({inner},)" if len(v) == 1 else f"({inner})"
+        if isinstance(v, list):
+            return "[" + ", ".join(self.literal(x) for x in v) + "]"
+        if isinstance(v, slice):
+            return f"slice({self.literal(v.start)}, {self.literal(v.stop)}, {self.literal(v.step)})"
+        if v is Ellipsis:
+            return "..."
+        if isinstance(v, Device):
+            return repr(v.name)
+        return self.consts[id(v)][1]
+
+    # -- expressions ---------------------------------------------------------------------------
+    def op(self, e: Op, subst: dict) -> tuple[str, int]:
+        args = [self.value(a, subst) for a in e.args]
+        if self.raw:
+            return self.kernel_call(e, args), _ATOM
+        name = e.prim.name
+        if name in _INFIX and len(args) == 2:
+            return _infix(name, args[0], args[1])
+        if name == "neg":
+            return "-" + (args[0][0] if args[0][1] >= _UNARY else f"({args[0][0]})"), _UNARY
+        if name == "getitem":
+            return self.getitem(args[0], e.params["index"]), _ATOM
+        return self.call(e, [a[0] for a in args]), _ATOM
+
+    def getitem(self, x: tuple[str, int], index: tuple) -> str:
+        def part(p: Any) -> str | None:
+            if p is None or isinstance(p, (int, Index)) and not isinstance(p, bool):
+                return "None" if p is None else self.literal(p)
+            if p is Ellipsis:
+                return "..."
+            if isinstance(p, slice) and all(q is None or isinstance(q, (int, Index))
+                                            for q in (p.start, p.stop, p.step)):
+                s = ":".join("" if q is None else self.literal(q)
+                             for q in (p.start, p.stop, p.step))
+                return s[:-1] if s.endswith(":") and p.step is None else s
+            return None
+        parts = [part(p) for p in index]
+        if any(p is None for p in parts):
+            return f"mg.getitem({x[0]}, {self.literal(index)})"
+        base = x[0] if x[1] >= _ATOM else f"({x[0]})"
+        return f"{base}[{', '.join(parts) if parts else '()'}]"
+
+    def call(self, e: Op, args: list[str]) -> str:
+        name, params = e.prim.name, dict(e.params)
+        if name == "concatenate":
+            return f"mg.concatenate([{', '.join(args)}], axis={params['axis']})"
+        if name == "to_device":
+            return f"mg.to_device({args[0]}, {params['device'].name!r})"
+        if name not in _PUBLIC:
+            words = args + [f"{k}={self.literal(v)}" for k, v in params.items()]
+            return f"mg.PRIMITIVES[{name!r}]({', '.join(words)})"
+        if name in ("sum", "mean", "max"):
+            axis = params.pop("axis")
+            if axis is not None:
+                params["axis"] = axis[0] if len(axis) == 1 else axis
+            if params.pop("keepdims"):
+                params["keepdims"] = True
+        words = args + [self.literal(params.pop(k)) for k in _PUBLIC[name]]
+        words += [f"{k}={self.literal(v)}" for k, v in params.items()]
+        return f"mg.{name}({', '.join(words)})"
+
+    def kernel_call(self, e: Op, args: list[tuple[str, int]]) -> str:
+        """``_k_sin(_xp, x)``: the primitive's kernel on arrays, as graph compilation does."""
+        kname = "_k_" + e.prim.name
+        self.kernels[kname] = e.prim.impl
+        words = [a[0] for a in args] + [f"{k}={self.literal(v)}" for k, v in e.params.items()
+                                         if not isinstance(v, Device)]
+        words += [f"{k}={self.device_name(v)}" for k, v in e.params.items()
+                  if isinstance(v, Device)]
+        return f"{kname}(_xp, {', '.join(words)})"
+
+    def device_name(self, d: Device) -> str:
+        name = "_dev_" + "".join(c if c.isalnum() else "_" for c in d.name)
+        self.devices[name] = d
+        return name
+
+    def fill(self, f: Fill, target: SrcVar) -> str:
+        if self.raw:
+            self.device_name(f.device)  # (checked: one device for kernels on arrays)
+            name = f"_fill{len(self.fills)}"
+            if id(target) in self.escaping:  # returned: a new array on every call
+                self.fills[name] = functools.partial(_raw_fill, f.value, f.shape, f.dtype,
+                                                     f.device)
+                return f"{name}()"
+            # Only read, by kernels that never write into their arguments: made once.
+            self.fills[name] = _raw_fill(f.value, f.shape, f.dtype, f.device)
+            return name
+        if f.value in (0, 1) and not isinstance(f.value, bool):
+            which = "ones" if f.value == 1 else "zeros"
+            return f"mg.{which}({f.shape!r}, {f.dtype!r}, {f.device.name!r})"
+        return f"mg.tensor({self.literal(f.value)}, {f.dtype!r}, {f.device.name!r})"
+
+    # -- statements ----------------------------------------------------------------------------
+    def line(self, line: Line, subst: dict) -> str:
+        names = ", ".join(t.name for t in line.targets)
+        if line.kind == "push":
+            vals = ", ".join(self.value(v, subst)[0] for v in line.expr.values)
+            saved = vals if len(line.expr.values) == 1 else f"({vals})"
+            return f"{self.stack}.append({saved})"
+        if line.kind == "pop":
+            return f"{names} = {self.stack}.pop()"
+        e = line.expr
+        if isinstance(e, Op):
+            return f"{names} = {self.op(e, subst)[0]}"
+        if isinstance(e, Fill):
+            return f"{names} = {self.fill(e, line.targets[0])}"
+        return f"{names} = {', '.join(self.value(v, subst)[0] for v in e.values)}"
+
+    def block(self, stmts: list, depth: int, inline: bool) -> list[str]:
+        pad = "    " * depth
+        out: list = []
+        pending: dict[int, list] = {}  # id(temp) -> [text, prec, reads, entry, used]
+        for stmt in stmts:
+            if isinstance(stmt, Line):
+                subst, reads = self.substitute(stmt, pending)
+                entry = self.candidate(stmt, subst, reads) if inline else None
+                if entry is not None:
+                    pending[id(stmt.targets[0])] = entry
+                    out.append(entry)
+                else:
+                    out.append(pad + self.line(stmt, subst))
+                self.kill(pending, {t.name for t in stmt.targets}, keep=entry)
+            else:
+                self.kill(pending, {v.name for v in _program_vars([stmt])})
+                out += self.compound(stmt, depth, inline)
+        return [x if isinstance(x, str) else pad + x[3] for x in out
+                if isinstance(x, str) or not x[4]]
+
+    def substitute(self, stmt: Line, pending: dict) -> tuple[dict, set[str]]:
+        subst, reads = {}, set()
+        for v in _uses(stmt):
+            entry = pending.pop(id(v), None)
+            if entry is not None:
+                subst[id(v)] = (entry[0], entry[1])
+                reads |= entry[2]
+                entry[4] = True
+                self.used.add(id(v))
+            reads.add(v.name)
+        return subst, reads
+
+    def candidate(self, stmt: Line, subst: dict, reads: set[str]) -> list | None:
+        """A reverse temporary read once becomes part of its reader's line."""
+        t = stmt.targets[0] if len(stmt.targets) == 1 else None
+        if t is None or stmt.kind or t.role != "rtemp" or self.counts[id(t)] != 1 or \
+                not isinstance(stmt.expr, Op):
+            return None
+        text, prec = self.op(stmt.expr, subst)
+        if (self.planning and len(text) > 64) or (not self.planning and id(t) not in self.inlined):
+            return None
+        return [text, prec, reads, self.line(stmt, subst), False]
+
+    @staticmethod
+    def kill(pending: dict, names: set[str], keep: Any = None) -> None:
+        for k, entry in list(pending.items()):
+            if entry is not keep and entry[2] & names:
+                del pending[k]
+
+    def compound(self, stmt: Any, depth: int, inline: bool) -> list[str]:
+        pad = "    " * depth
+        if isinstance(stmt, For):
+            r = stmt.range
+            rng = (f"range({r.stop})" if r.start == 0 and r.step == 1 else
+                   f"range({r.start}, {r.stop})" if r.step == 1 else
+                   f"range({r.start}, {r.stop}, {r.step})")
+            head = f"for {stmt.index.text} in {'reversed(' + rng + ')' if stmt.reverse else rng}:"
+            return [pad + head] + self.block(stmt.body, depth + 1, inline)
+        cond = stmt.cond.text if isinstance(stmt.cond, Cond) else stmt.cond.name
+        then = self.block(stmt.then, depth + 1, inline)
+        orelse = self.block(stmt.orelse, depth + 1, inline)
+        if not then:
+            return [f"{pad}if not ({cond}):"] + orelse
+        return [f"{pad}if {cond}:"] + then + ([f"{pad}else:"] + orelse if orelse else [])
+
+
+def _raw_fill(value: float, shape: tuple, dtype: str, device: Device) -> Any:
+    return device.xp.full(shape, value, dtype=device.dtype(dtype),
+                          **({} if device.native is None else {"device": device.native}))

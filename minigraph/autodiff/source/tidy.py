@@ -1,0 +1,215 @@
+"""Tidying: dead code, the loops' stack, names.
+
+The first half of step 4. :func:`_prune` removes the lines nobody reads (backwards
+liveness); :func:`_insert_stack` makes each forward loop iteration push what the reverse
+sweep reads of it, and the reverse loop pop it; :class:`_Namer` and :func:`_name_all`
+choose names like the textbook's (a, b, ... for intermediates, g + name for adjoints, c1,
+c2 ... or the user's name for constants).
+"""
+
+from __future__ import annotations
+
+import itertools
+import keyword
+from typing import Any, Iterator
+
+from .program import For, If, Line, Ref, _defined, _uses, _vars, _walk
+from .values import SrcVar
+
+
+def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
+    """Remove lines whose results nobody reads (backwards liveness); return live-in.
+
+    ``live`` is updated in place (a new set per line would make long programs quadratic).
+    """
+    keep = []
+    for stmt in reversed(block):
+        if isinstance(stmt, For):
+            live = _prune_loop(stmt, live, drop)
+            if not stmt.body:
+                stmt.dropped = True
+                continue
+        elif isinstance(stmt, If):
+            live_t = _prune(stmt.then, set(live), drop)
+            live_e = _prune(stmt.orelse, set(live), drop)
+            if drop and not stmt.then and not stmt.orelse:
+                stmt.dropped = True
+                continue
+            live = live_t | live_e | {id(v) for v in _uses(stmt)}
+        elif stmt.kind in ("push", "pop"):
+            live.difference_update(id(t) for t in stmt.targets)
+            live.update(id(v) for v in _uses(stmt))
+        else:
+            pairs = [k for k, t in enumerate(stmt.targets) if id(t) in live]
+            if not pairs:
+                continue
+            if drop and isinstance(stmt.expr, Ref) and len(pairs) < len(stmt.targets):
+                stmt.targets = tuple(stmt.targets[k] for k in pairs)
+                stmt.expr = Ref(tuple(stmt.expr.values[k] for k in pairs))
+            live.difference_update(id(t) for t in stmt.targets)
+            live.update(id(v) for v in _uses(stmt))
+        keep.append(stmt)
+    if drop:
+        block[:] = keep[::-1]
+    return live
+
+
+def _prune_loop(loop: For, after: set[int], drop: bool) -> set[int]:
+    """A loop's live-in: iterate the body's liveness to a fixed point (the back edge)."""
+    live = set(after)
+    while True:
+        new = after | _prune(loop.body, set(live), drop=False)
+        if new == live:
+            break
+        live = new
+    if drop:
+        _prune(loop.body, set(live))
+    return live
+
+
+def _exposed(block: list) -> list[SrcVar]:
+    """Variables read in ``block`` before it assigns them: what one iteration needs."""
+    defined: set[int] = set()
+    found: dict[int, SrcVar] = {}
+    for stmt in block:
+        for v in _uses(stmt) if isinstance(stmt, (Line, If)) else ():
+            if id(v) not in defined:
+                found.setdefault(id(v), v)
+        if isinstance(stmt, Line):
+            defined |= {id(t) for t in stmt.targets}
+        elif isinstance(stmt, For):
+            for v in _exposed(stmt.body):
+                if id(v) not in defined:
+                    found.setdefault(id(v), v)
+            defined |= _defined(stmt.body)
+        elif isinstance(stmt, If):
+            for v in _exposed(stmt.then) + _exposed(stmt.orelse):
+                if id(v) not in defined:
+                    found.setdefault(id(v), v)
+            defined |= _defined(stmt.then) & _defined(stmt.orelse)
+    return list(found.values())
+
+
+def _must_defined(block: list) -> set[int]:
+    """Ids of the variables a forward block assigns on every path through it."""
+    out: set[int] = set()
+    for stmt in block:
+        if isinstance(stmt, Line):
+            out |= {id(t) for t in stmt.targets}
+        elif isinstance(stmt, For):
+            out |= _must_defined(stmt.body)  # loops run at least once (empty ones vanish)
+        elif isinstance(stmt, If):
+            out |= _must_defined(stmt.then) & _must_defined(stmt.orelse)
+    return out
+
+
+def _insert_stack(pairs: list[tuple[Any, Any]]) -> bool:
+    """The stack: at the end of each forward loop iteration (or branch inside a loop),
+    push what the matching reverse block reads of it; pop it where that block starts.
+    Inner regions first, so that their pops already define what they restore."""
+    used = False
+    for fwd, rev in pairs:
+        if fwd.dropped or rev.dropped:
+            continue
+        regions = ([(fwd.body, rev.body)] if isinstance(fwd, For) else
+                   [(fwd.then, rev.then), (fwd.orelse, rev.orelse)])
+        for forward, reverse in regions:
+            inside = _must_defined(forward)
+            saved = tuple(v for v in _exposed(reverse) if id(v) in inside)
+            if saved:
+                carry = bool(forward) and getattr(forward[-1], "kind", "") == "carry"
+                forward.insert(len(forward) - carry, Line((), Ref(saved), "push"))
+                reverse.insert(0, Line(saved, None, "pop"))
+                used = True
+    return used
+
+
+_LETTERS = "abcdefhjkmnpqrstuvwxy"  # no g (adjoints), i, l, o (easily misread), z (output)
+
+
+class _Namer:
+    """Readable, unique names: the user's where free, else a, b, c, ..., then t1, t2 ..."""
+
+    def __init__(self, taken: set[str], reserved: set[str]):
+        self.taken = set(taken)  # names given out
+        self.reserved = set(reserved)  # the user's names: only a hint may claim one
+        self.letters = iter(_LETTERS)
+        self.counter = itertools.count(1)
+
+    def free(self, name: str, claim: bool = False) -> bool:
+        return (name.isidentifier() and not keyword.iskeyword(name) and name not in self.taken
+                and (claim or name not in self.reserved))
+
+    def take(self, name: str) -> str:
+        self.taken.add(name)
+        return name
+
+    def fresh(self, hint: str | None = None) -> str:
+        if hint and self.free(hint, claim=True):
+            return self.take(hint)
+        for c in self.letters:
+            if self.free(c):
+                return self.take(c)
+        while True:
+            name = f"t{next(self.counter)}"
+            if self.free(name):
+                return self.take(name)
+
+    def numbered(self, base: str) -> str:
+        if self.free(base):
+            return self.take(base)
+        for k in itertools.count(1):
+            if self.free(f"{base}_{k}"):
+                return self.take(f"{base}_{k}")
+        raise AssertionError  # pragma: no cover
+
+    def series(self, base: str) -> str:
+        for k in itertools.count(1):
+            if self.free(f"{base}{k}"):
+                return self.take(f"{base}{k}")
+        raise AssertionError  # pragma: no cover
+
+
+def _program_vars(block: list) -> Iterator[SrcVar]:
+    """Every variable of a block, in order: targets and arguments, conditions."""
+    for stmt in _walk(block):
+        if isinstance(stmt, Line):
+            yield from stmt.targets
+            yield from _uses(stmt)
+        elif isinstance(stmt, If):
+            yield from _vars(stmt.cond)
+
+
+def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
+              consts: dict[int, tuple[Any, str]], hints: dict) -> None:
+    """Name constants, forward variables (loop and join variables first), adjoints."""
+    order = list(_program_vars(forward)) + [out] + list(_program_vars(reverse))
+    for v in order:
+        if v.role == "const" and v.value is not None and v.name is None:
+            v.name = _const_name(v.value, namer, consts, hints)
+    for roles in (("loop", "join"), ("temp", "const")):  # the user's names, where free
+        for v in order:
+            if v.name is None and v.role in roles and isinstance(v.hint, str) and \
+                    namer.free(v.hint, claim=True):
+                v.name = namer.take(v.hint)
+    if out.name is None and out.role in ("temp", "join"):
+        out.name = namer.fresh(out.hint if isinstance(out.hint, str) and
+                               namer.free(out.hint, claim=True) else "z")
+    for v in order:
+        if v.name is None and v.role in ("temp", "const", "loop", "join"):
+            v.name = namer.fresh(None)
+    for v in order:
+        if v.role == "adjoint" and v.name is None:  # gx: the adjoint of x
+            v.name = namer.numbered("g" + v.hint.name)
+    for k, v in enumerate(order):
+        if v.name is None:  # reverse temporaries: provisional, renamed after inlining
+            v.name = f"_t{k}"
+
+
+def _const_name(value: Any, namer: _Namer, consts: dict, hints: dict) -> str:
+    """The namespace name of a constant: the user's name for it where known, else c1 ..."""
+    if id(value) not in consts:
+        hint = hints.get(id(value), (None, None))[1]
+        name = hint if hint and namer.free(hint, claim=True) else None
+        consts[id(value)] = (value, namer.take(name) if name else namer.series("c"))
+    return consts[id(value)][1]

@@ -1,0 +1,226 @@
+"""The values the transformation runs on: :class:`SrcVar`, :class:`Index`, :class:`Cond`.
+
+A source variable knows the shape, dtype and device of its value, but has no value: its
+``_bind`` asks the writer of the program being written (``_writing.writer``, a
+``_Writer`` from ``writer.py``) to append a line, and returns the line's result. An
+:class:`Index` is a loop index, a Python int known only when the program runs; a
+:class:`Cond` is a condition on one (``i == 0``). ``_ATOM`` ... ``_CMP`` are Python's
+operator precedences, used to write their text with the right parentheses.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ...device import Device
+from ...ops import copy as C
+from ...ops import shape as SH
+from ...ops.operators import ArrayOps
+from ...ops.primitive import Primitive, register_kind
+from .errors import SourceTransformError
+
+if TYPE_CHECKING:  # for annotations only: writer.py imports this module
+    from .writer import _Writer
+
+
+class _Writing(threading.local):
+    writer: "_Writer | None" = None
+
+
+_writing = _Writing()
+
+
+def _writer() -> "_Writer":
+    w = _writing.writer
+    if w is None:
+        raise RuntimeError("a source variable was used outside source transformation")
+    return w
+
+
+class SrcVar(ArrayOps):
+    """A variable of the program being written: its shape, dtype and device, no value.
+
+    ``mg.sin(v)`` on a source variable appends the line ``t = mg.sin(v)`` to the program
+    and returns the source variable ``t`` (see ``_Writer.op``). ``role`` says what it is:
+    ``input``, ``temp`` (a forward line's result), ``loop``/``join`` (a variable assigned
+    on several paths), ``const`` (a constant of the program), ``adjoint`` (an adjoint
+    ``gx``) or ``rtemp`` (a temporary of the reverse sweep). ``hint`` is the user's name
+    for it, or for an adjoint the variable whose adjoint it is.
+    """
+
+    __slots__ = ("shape", "dtype", "device", "active", "role", "hint", "name", "value")
+    _priority = 20  # above tensors and graph nodes: operations on it are written down
+    __array_ufunc__ = None  # NumPy defers to our operators (np.float64(2) * v)
+
+    def __init__(self, shape: tuple[int, ...], dtype: str, device: Device,
+                 active: bool = False, role: str = "temp", hint: Any = None,
+                 value: Any = None):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+        self.active = active  # does it depend on a differentiated input?
+        self.role, self.hint, self.value = role, hint, value
+        self.name: str | None = None
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> "SrcVar":
+        return _writer().op(prim, args, params)
+
+    def __getitem__(self, index: Any) -> Any:
+        parts = index if isinstance(index, tuple) else (index,)
+        if any(_contains(p, SrcVar) for p in parts):
+            raise _writer().refuse(
+                "indexing with a tensor computed in the function",
+                "an index must be known when the program is built: numbers, slices, "
+                "the loop index, or constant integer arrays")
+        if any(_contains(p, Index) for p in parts):
+            return _writer().index_by_loop(self, parts)
+        return SH.getitem(self, index)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def _needs_value(self, what: str) -> SourceTransformError:
+        return _writer().refuse(
+            f"{what} of a value computed in the function",
+            "the program is written before any value exists; decide with an if on a "
+            "tensor (compared with >, <, ...) or use mg.where, and keep numbers as tensors")
+
+    def __bool__(self) -> bool: raise self._needs_value("the truth value")
+    def __float__(self) -> float: raise self._needs_value("float()")
+    def __int__(self) -> int: raise self._needs_value("int()")
+    def __index__(self) -> int: raise self._needs_value("using as an integer")
+    def __iter__(self) -> Iterator: raise self._needs_value("iterating over the rows")
+    def __array__(self, *a: Any, **k: Any) -> Any: raise self._needs_value("np.asarray()")
+    def item(self) -> Any: raise self._needs_value(".item()")
+    def numpy(self) -> Any: raise self._needs_value(".numpy()")
+
+    def detach(self) -> Any:
+        return C.stop_gradient(self)
+
+    def __repr__(self) -> str:
+        return f"SrcVar({self.name or self.role}: {self.shape} {self.dtype})"
+
+
+register_kind(SrcVar)
+
+_ATOM, _POW, _UNARY, _MUL, _ADD, _CMP = 6, 5, 4, 3, 2, 1
+
+
+class Index:
+    """A Python int known only when the program runs: a loop index, or arithmetic on one.
+
+    It prints as its text (``i + 1``); for shape rules it stands for the first and the
+    last value it takes (``values``), which must give the same shapes.
+    """
+
+    __slots__ = ("text", "values", "prec")
+    _priority = 20  # ``tensor * i`` is written down too
+
+    def __init__(self, text: str, values: tuple, prec: int = _ATOM):
+        self.text, self.values, self.prec = text, tuple(values), prec
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
+        return _writer().op(prim, args, params)
+
+    def _arith(self, other: Any, fn: Callable, sym: str, prec: int, right: bool) -> Any:
+        if isinstance(other, Index):
+            values, text = [fn(a, b) for a, b in zip(self.values, other.values)], other
+        elif type(other) in (int, float):
+            values, text = [fn(a, other) if not right else fn(other, a)
+                            for a in self.values], other
+        else:
+            return NotImplemented
+        first, second = (text, self) if right else (self, text)
+        return Index(f"{_paren(first, prec)} {sym} {_paren(second, prec + 1)}", values, prec)
+
+    def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, False)
+    def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, True)
+    def __sub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", _ADD, False)
+    def __rsub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", _ADD, True)
+    def __mul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, False)
+    def __rmul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, True)
+    def __floordiv__(self, o: Any) -> Any:
+        return self._arith(o, operator.floordiv, "//", _MUL, False)
+
+    def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", _MUL, False)
+
+    def __neg__(self) -> "Index":
+        return Index(f"-{_paren(self, _UNARY)}", [-v for v in self.values], _UNARY)
+
+    def _compare(self, other: Any, sym: str) -> Any:
+        if not isinstance(other, (Index, int, float)):
+            return NotImplemented  # i < x.sum(): the tensor's comparison writes a line
+        return Cond(f"{_paren(self, _CMP + 1)} {sym} {_paren(other, _CMP + 1)}")
+
+    def __lt__(self, o: Any) -> Any: return self._compare(o, "<")
+    def __le__(self, o: Any) -> Any: return self._compare(o, "<=")
+    def __gt__(self, o: Any) -> Any: return self._compare(o, ">")
+    def __ge__(self, o: Any) -> Any: return self._compare(o, ">=")
+    def __eq__(self, o: Any) -> Any: return self._compare(o, "==")  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return self._compare(o, "!=")  # type: ignore[override]
+    __hash__ = None  # type: ignore[assignment]
+
+    def _unknown(self, what: str) -> SourceTransformError:
+        return _writer().refuse(
+            f"{what} of the loop index {self.text}",
+            "the loop index is only known when the program runs: it can index tensors, "
+            "take part in arithmetic and in if conditions, not decide anything while the "
+            "program is written")
+
+    def __bool__(self) -> bool: raise self._unknown("the truth value")
+    def __index__(self) -> int: raise self._unknown("using as a Python int (range, list index)")
+    def __int__(self) -> int: raise self._unknown("int()")
+    def __float__(self) -> float: raise self._unknown("float()")
+
+    def __repr__(self) -> str:
+        return f"Index({self.text})"
+
+
+register_kind(Index)
+
+
+class Cond:
+    """A condition known only when the program runs, from the loop index: ``i == 0``."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __bool__(self) -> bool:
+        raise _writer().refuse(f"the truth value of {self.text} outside an if",
+                               "use it directly as the condition of an if")
+
+
+def _paren(v: Any, prec: int) -> str:
+    if isinstance(v, Index):
+        return v.text if v.prec >= prec else f"({v.text})"
+    return repr(v) if not (isinstance(v, (int, float)) and v < 0) else f"({v!r})"
+
+
+def _contains(v: Any, kind: type) -> bool:
+    if isinstance(v, kind):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_contains(x, kind) for x in v)
+    if isinstance(v, slice):
+        return any(_contains(x, kind) for x in (v.start, v.stop, v.step))
+    return False
+
+
+def _dynamic(v: Any) -> bool:
+    """Whether ``v`` is (or holds) something only known when the program runs."""
+    return _contains(v, SrcVar) or _contains(v, Index) or isinstance(v, Cond)
+
+
+def _concrete(v: Any, k: int = 0) -> Any:
+    """``v`` with loop indices replaced by their k-th representative value (for shapes)."""
+    if isinstance(v, Index):
+        return v.values[k]
+    if isinstance(v, tuple):
+        return tuple(_concrete(x, k) for x in v)
+    if isinstance(v, slice):
+        return slice(_concrete(v.start, k), _concrete(v.stop, k), _concrete(v.step, k))
+    return v
