@@ -81,7 +81,7 @@ class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
-                 "dtype", "device", "location", "value", "control_inputs")
+                 "dtype", "device", "location", "value", "control_inputs", "_cost")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
@@ -103,6 +103,7 @@ class Node(ArrayOps):
         # Nodes that must run before this one although it reads none of their values
         # (``with g.control_dependencies([...])``, TensorFlow's control edges).
         self.control_inputs = tuple(control_inputs)
+        self._cost: str | None = None  # computed on first use (the scheduler asks often)
 
     @property
     def predecessors(self) -> tuple["Node", ...]:
@@ -116,9 +117,11 @@ class Node(ArrayOps):
     @property
     def cost(self) -> str:
         """"cheap" or "expensive", the scheduler's static class (``runtime/cost.py``)."""
-        from ..runtime.cost import static_cost
+        if self._cost is None:
+            from ..runtime.cost import static_cost  # runtime builds on graph, not back
 
-        return static_cost(self)
+            self._cost = static_cost(self)
+        return self._cost
 
     def assign(self, value: Any) -> "Node":
         """An ``Assign`` node that stores ``value`` in this variable when it is run."""

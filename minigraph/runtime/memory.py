@@ -62,8 +62,10 @@ class Memory:
         self.fetched = {id(f) for f in fetches}
         # How many nodes still to run will want a pooled buffer of each key.
         self.demand: dict[tuple, int] = {}
+        self.writable: set[int] = set()  # ids of the nodes that can use a pooled buffer
         for n in order:
             if can_write_into(n):
+                self.writable.add(id(n))
                 key = (n.device.name, n.shape, n.dtype)
                 self.demand[key] = self.demand.get(key, 0) + 1
         self.external = {id(root(a)) for a in external}

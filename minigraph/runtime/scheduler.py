@@ -41,7 +41,7 @@ from typing import Any, Callable
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..device import get_device
-from .memory import Memory, can_write_into
+from .memory import Memory
 from .rendezvous import Rendezvous
 
 
@@ -133,7 +133,7 @@ class Run:
             return None
         with self.lock:
             self.order.append(node.name)
-            buffer = self.memory.buffer_for(node) if can_write_into(node) else None
+            buffer = self.memory.buffer_for(node) if id(node) in self.memory.writable else None
         start = time.perf_counter()
         if node.op == "Recv":
             self.values[id(node)] = self.received.pop(id(node))
