@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import runpy
 import sys
-from pathlib import Path
 from typing import Sequence
 
 import minigraph as mg
+from minigraph import bench
 from minigraph.autodiff.explain import explain
 from minigraph.grading import add_grade_parser, add_release_parser
 
@@ -61,30 +60,6 @@ def demo() -> int:
     return 0 if ok else 1
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def bench(names: Sequence[str]) -> int:
-    """Run ``benchmarks/bench_*.py`` (all, or those whose name contains one of ``names``)."""
-    if not BENCHMARKS.is_dir():
-        print(f"minigraph bench runs the scripts in the repository's benchmarks/ folder, "
-              f"which is not next to this installation ({BENCHMARKS}); install from a clone "
-              f"with `pip install -e .`", file=sys.stderr)
-        return 2
-    scripts = [p for p in sorted(BENCHMARKS.glob("bench_*.py"))
-               if not names or any(n in p.stem for n in names)]
-    if not scripts:
-        print(f"no benchmark matches {list(names)}; there are "
-              f"{[p.stem for p in sorted(BENCHMARKS.glob('bench_*.py'))]}", file=sys.stderr)
-        return 2
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their helpers from common.py
-    for k, script in enumerate(scripts, 1):
-        print(f"\n[{k}/{len(scripts)}] {script.stem} " + "=" * 40, flush=True)
-        runpy.run_path(str(script), run_name="__main__")
-    print(f"\nresults (JSON, PNG): {BENCHMARKS / 'results'}")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="minigraph", description="minigraph: automatic differentiation and dataflow graphs")
@@ -98,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         return demo()
     if args.command == "bench":
-        return bench(args.names)
+        return bench.run(args.names)
     return args.run(args)
 
 
