@@ -1,6 +1,6 @@
 """Runtime benchmarks: the scheduler's parallelism and overhead, and memory recycling.
 
-Run: ``python benchmarks/bench_runtime.py`` (about a minute). Prints three tables, writes
+Run: ``python benchmarks/bench_runtime.py`` (about 30 s). Prints three tables, writes
 ``benchmarks/results/runtime.json``, ``runtime_gantt.png`` (the 2-worker run, workers as
 rows), ``runtime_trace.json`` (the same run as a Chrome trace: open it in
 https://ui.perfetto.dev) and ``runtime_memory.png`` (bytes over the MLP run).
@@ -27,10 +27,12 @@ values kept alive longer than needed show up in time.
 Every result is checked *before* it is timed or measured (against NumPy); times are only
 reported, never asserted (DESIGN.md, "Performance").
 
-BLAS is pinned to one thread before NumPy is imported (``OPENBLAS_NUM_THREADS``,
-``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` = 1, and ``threadpoolctl.threadpool_limits(1)``
-where threadpoolctl is installed), so that the parallelism measured in (a) is the
-scheduler's, not the BLAS library's. The script reports which of these took effect.
+BLAS is pinned to one thread (``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS`` = 1 before NumPy is imported; ``threadpoolctl.threadpool_limits(1)``
+where threadpoolctl is installed; and, when NumPy was loaded before this script, as under
+``minigraph bench``, OpenBLAS's own ``set_num_threads(1)`` through ctypes), so that the
+parallelism measured in (a) is the scheduler's, not the BLAS library's. The script says
+which of these took effect, and restores the variables and the thread count at the end.
 """
 
 from __future__ import annotations
@@ -44,10 +46,15 @@ from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, print_table,  # 
                     save_results, timeit)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
+# (run on its own, the variables do it; run after other scripts in one process, as
+# ``minigraph bench`` does, NumPy is already loaded and ``blas_one_thread`` pins it at run
+# time; main() restores the variables and the thread count afterwards)
+NUMPY_WAS_LOADED = "numpy" in sys.modules
 PREVIOUS_THREAD_VARS = {v: os.environ.get(v) for v in THREAD_VARS}
 for _var in THREAD_VARS:
     os.environ[_var] = "1"
 
+import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import datetime  # noqa: E402
 import glob  # noqa: E402
@@ -68,7 +75,6 @@ try:  # optional: limits the BLAS pools of every loaded library, whatever the va
     from threadpoolctl import threadpool_info, threadpool_limits
 except ImportError:
     threadpool_info = threadpool_limits = None
-_LIMITS = threadpool_limits(1) if threadpool_limits is not None else None  # kept for the run
 
 import minigraph as mg  # noqa: E402
 
@@ -129,24 +135,51 @@ def allocated_peak(fn: Method) -> int:
 # threads: what pinned BLAS, and did it work
 # ===============================================================================================
 
-def openblas_threads() -> int | None:
-    """The thread count NumPy's bundled OpenBLAS reports (ctypes), or None if not found."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*"))
-    for path in libs:
+def _openblas(name: str) -> Any:
+    """A function of NumPy's bundled OpenBLAS (``get_num_threads``, ``set_num_threads``)
+    found with ctypes, or None (another BLAS, or a NumPy without a bundled one)."""
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
         try:
             lib = ctypes.CDLL(path)  # already loaded by NumPy: the same handle
         except OSError:
             continue
-        for symbol in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-                       "openblas_get_num_threads64_", "openblas_get_num_threads"):
+        for symbol in (f"scipy_openblas_{name}64_", f"scipy_openblas_{name}",
+                       f"openblas_{name}64_", f"openblas_{name}"):
             fn = getattr(lib, symbol, None)
             if fn is not None:
-                fn.restype = ctypes.c_int
-                return int(fn())
+                return fn
     return None
 
 
-def threads_report() -> dict[str, Any]:
+def openblas_threads() -> int | None:
+    """The thread count NumPy's bundled OpenBLAS reports, or None if not found."""
+    fn = _openblas("get_num_threads")
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_int
+    return int(fn())
+
+
+@contextlib.contextmanager
+def blas_one_thread() -> Any:
+    """BLAS at one thread for the block, then as it was; yields how it was done."""
+    how = []
+    with contextlib.ExitStack() as stack:
+        if threadpool_limits is not None:
+            stack.enter_context(threadpool_limits(1))
+            how.append("threadpoolctl.threadpool_limits(1)")
+        before, setter = openblas_threads(), _openblas("set_num_threads")
+        if before not in (None, 1) and setter is not None:
+            setter.argtypes = [ctypes.c_int]
+            setter(1)
+            stack.callback(setter, before)
+            how.append(f"ctypes openblas_set_num_threads(1), from {before}")
+        elif before == 1 and not NUMPY_WAS_LOADED:
+            how.append("environment variables (set before NumPy was imported)")
+        yield how
+
+
+def threads_report(how: list[str]) -> dict[str, Any]:
     blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
     report: dict[str, Any] = {
         "env_set": {v: os.environ.get(v) for v in THREAD_VARS},
@@ -159,24 +192,27 @@ def threads_report() -> dict[str, Any]:
     else:
         report["threadpoolctl"] = [{k: p.get(k) for k in ("internal_api", "num_threads")}
                                    for p in threadpool_info()]
-    effective = []
-    if report["openblas_reports_threads"] == 1:
-        effective.append("environment variables (OpenBLAS reports 1 thread)")
-    if isinstance(report["threadpoolctl"], list) and report["threadpoolctl"] \
-            and all(p["num_threads"] == 1 for p in report["threadpoolctl"]):
-        effective.append("threadpoolctl.threadpool_limits(1)")
-    report["effective"] = effective or ["could not verify"]
+    report["numpy_was_loaded_before"] = NUMPY_WAS_LOADED
+    report["effective"] = list(how) or ["could not verify"]
+    ok = report["openblas_reports_threads"] == 1 or (
+        isinstance(report["threadpoolctl"], list) and report["threadpoolctl"]
+        and all(p["num_threads"] == 1 for p in report["threadpoolctl"]))
+    report["one_thread_confirmed"] = bool(ok)
     return report
 
 
 def print_threads(report: dict[str, Any]) -> None:
     env = " ".join(f"{k}={v}" for k, v in report["env_set"].items())
-    print(f"BLAS pinned: {env} set before importing NumPy; NumPy BLAS {report['numpy_blas']}; "
+    when = "after NumPy was loaded by an earlier script" if report["numpy_was_loaded_before"] \
+        else "before importing NumPy"
+    print(f"BLAS pinned: {env} set {when}; NumPy BLAS {report['numpy_blas']}; "
           f"OpenBLAS reports {report['openblas_reports_threads']} thread(s)")
     tpc = report["threadpoolctl"]
     print("threadpoolctl: " + (tpc if isinstance(tpc, str) else ", ".join(
         f"{p['internal_api']} {p['num_threads']} threads" for p in tpc)))
-    print("effective: " + "; ".join(report["effective"]))
+    print("effective: " + "; ".join(report["effective"])
+          + ("" if report["one_thread_confirmed"] else "  (NOT confirmed: BLAS may use more "
+             "threads, and the speed-up in (a) would not be the scheduler's alone)"))
 
 
 # ===============================================================================================
@@ -494,10 +530,22 @@ def report_memory(r: dict[str, Any]) -> None:
 # ===============================================================================================
 
 def main() -> None:
+    try:
+        with blas_one_thread() as how:
+            run_all(how)
+    finally:  # leave the process as we found it (minigraph bench runs scripts in one process)
+        for var, value in PREVIOUS_THREAD_VARS.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def run_all(how: list[str]) -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     env = environment()
     print(f"python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cores")
-    threads = threads_report()
+    threads = threads_report(how)
     print_threads(threads)
 
     print(f"\n== a. two independent chains of {CHAIN} matmuls {N}x{N} float64, "

@@ -108,8 +108,11 @@ class Memory:
         self._count(dev, live=size, held=0 if reused else size)
         self.total[dev] = self.total.get(dev, 0) + size
 
-    def consumed(self, node: Node) -> None:
-        """``node`` has run: its inputs have one reader fewer."""
+    def consumed(self, node: Node) -> list[Node]:
+        """``node`` has run: its inputs have one reader fewer. Returns the nodes whose
+        values nobody will read again: the caller drops its references to them, so
+        their memory really goes (to the pool, or back to the allocator)."""
+        dead = []
         for i in {id(a): a for a in node.inputs}.values():
             left = self.readers.get(id(i))
             if left is None:
@@ -117,8 +120,11 @@ class Memory:
             self.readers[id(i)] = left - 1
             if left == 1 and id(i) not in self.fetched:
                 self._release(i)
+                dead.append(i)
         if self.readers.get(id(node)) is None and id(node) not in self.fetched:
             self._release(node)  # nobody reads it (e.g. an Assign's result)
+            dead.append(node)
+        return dead
 
     def _release(self, node: Node) -> None:
         key = self.value_storage.pop(id(node), None)

@@ -157,7 +157,9 @@ class Run:
                 buffer = None  # the kernel returned something else: keep both honest
             if id(node) not in self.feeds:
                 self.memory.produced(node, self.values[id(node)], buffer is not None)
-            self.memory.consumed(node)
+            for dead in self.memory.consumed(node):  # the run holds no freed value
+                if id(dead) not in self.feeds:
+                    self.values.pop(id(dead), None)
             self.events.append(self._event(node, start, end))
             for c in self.consumers.get(id(node), ()):
                 self.missing[id(c)] -= 1
