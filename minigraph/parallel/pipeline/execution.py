@@ -22,7 +22,7 @@ from ...runtime.session import Session
 from ...tensor import Tensor, tensor
 from .common import Event, Op, PipelineError
 from .profiling import _check_sequential
-from .scheduling import _as_schedule, peak_in_flight, schedule
+from .scheduling import Schedule, _as_schedule, peak_in_flight, schedule
 from .simulation import draw_timeline, simulate
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .common import PipelineError
-from .profiling import LayerCost, Profile, profile
+from .profiling import LayerCost, Profile
 
 
 def _compute_costs(costs: Any, who: str) -> list[float]:

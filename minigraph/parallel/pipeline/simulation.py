@@ -6,14 +6,13 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np  # host arrays
 
 from .common import Event, PipelineError
-from .scheduling import Schedule, _as_schedule, peak_in_flight, schedule
+from .scheduling import Schedule, _as_schedule, peak_in_flight
 
 
 def bubble_closed_form(stages: int, microbatches: int) -> float:
