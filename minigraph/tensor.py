@@ -10,7 +10,6 @@ primitives, so a Tensor computes eagerly: define-by-run.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 from .device import Device, get_device
@@ -37,11 +36,17 @@ class Tensor(ArrayOps):
         self._entry = entry
         # Memory accounting per device: count the bytes of arrays that own their memory
         # (a NumPy view, e.g. from reshape, shares its base's bytes and counts nothing).
-        nbytes = 0 if getattr(data, "base", None) is not None else _nbytes(data)
+        # This runs for every eager op, hence the try (free when nothing is raised)
+        # rather than a getattr with a default for the common case, a NumPy array.
+        try:
+            nbytes = 0 if data.base is not None else data.nbytes
+        except AttributeError:  # arrays without .base/.nbytes (array-api-strict ...)
+            nbytes = 0 if getattr(data, "base", None) is not None else _nbytes(data)
         self._nbytes = nbytes
-        device.live_bytes += nbytes
-        if device.live_bytes > device.peak_bytes:
-            device.peak_bytes = device.live_bytes
+        live = device.live_bytes + nbytes
+        device.live_bytes = live
+        if live > device.peak_bytes:
+            device.peak_bytes = live
 
     def __del__(self) -> None:
         self.device.live_bytes -= self._nbytes
@@ -86,9 +91,7 @@ class Tensor(ArrayOps):
 
     def backward(self, grad: Any = None, create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it."""
-        from .autodiff.tape import backward
-
-        backward(self, grad, create_graph)
+        _tape.backward(self, grad, create_graph)
 
     # -- Python conversions -------------------------------------------------------------------
     def __float__(self) -> float:
@@ -195,6 +198,9 @@ def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: str = "flo
          device: "str | Device | None" = None) -> Tensor:
     """A tensor of ``shape`` filled with ``value``."""
     dev = get_device(device)
-    on = {} if dev.native is None else {"device": dev.native}
-    with dev.context or nullcontext():
-        return Tensor(dev.xp.full(shape, value, dtype=dev.dtype(dtype), **on), dev)
+    return Tensor(dev.full(shape, value, dtype), dev)
+
+
+# The tape (autodiff/tape.py) builds on Tensor, so it is imported after Tensor exists;
+# ``backward`` finds it here instead of importing it on every call.
+from .autodiff import tape as _tape  # noqa: E402

@@ -25,7 +25,6 @@ tape, and a second sweep over it gives second derivatives.
 from __future__ import annotations
 
 import itertools
-from contextlib import nullcontext
 import threading
 from typing import Any, Callable, Iterable
 
@@ -89,9 +88,46 @@ _sequence = itertools.count()
 def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
     """Run ``prim`` on tensors now; record it on the tape if a gradient may be needed.
 
-    This is the hot path of define-by-run (every ``x * y`` comes here), so it is one
-    loop over the arguments; anything unusual goes to :func:`_apply_converting`.
+    This is the hot path of define-by-run: every ``x * y`` comes here. Most calls are
+    one tensor, or two without parameters, on one CPU device (``x * y``, ``mg.sin(x)``,
+    ``x.sum(0)``); they take the two short paths below, which do what
+    :func:`_apply_general` does in fewer steps (a third of the Python time per op on
+    small tensors).
     """
+    if not params and len(args) == 2:
+        x, y = args
+        if type(x) is Tensor and type(y) is Tensor and x.device is y.device \
+                and x.device.context is None:
+            try:
+                data = prim.impl(x.device.xp, x.data, y.data)
+            except MinigraphError:
+                raise
+            except Exception as exc:
+                raise _kernel_error(prim, args, params, exc) from exc
+            if (x.requires_grad or y.requires_grad) and prim.differentiable and _mode.enabled:
+                return Tensor(data, x.device, True, (prim, args, params, next(_sequence)))
+            return Tensor(data, x.device)
+    elif len(args) == 1:
+        x = args[0]
+        if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
+            try:
+                if params:  # x.sum(axis=0), x.reshape(...)
+                    data = prim.impl(x.device.xp, x.data, **params)
+                else:
+                    data = prim.impl(x.device.xp, x.data)
+            except MinigraphError:
+                raise
+            except Exception as exc:
+                raise _kernel_error(prim, args, params, exc) from exc
+            if x.requires_grad and prim.differentiable and _mode.enabled:
+                return Tensor(data, x.device, True, (prim, args, params, next(_sequence)))
+            return Tensor(data, x.device)
+    return _apply_general(prim, args, params)
+
+
+def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
+    """``apply`` for any arguments: tensors (all on one device), Python numbers, and
+    anything else, which :func:`_apply_converting` turns into tensors first."""
     device = None
     track = False
     arrays = []
@@ -111,11 +147,11 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
     if device is None:
         return _apply_converting(prim, args, params)
     try:
-        if device.context is None:
-            data = prim.impl(device.xp, *arrays, **params)
-        else:  # a GPU: run on it (see Device.context)
+        if device.context is not None:  # a GPU: run on it (see Device.context)
             with device.context:
                 data = prim.impl(device.xp, *arrays, **params)
+        else:
+            data = prim.impl(device.xp, *arrays, **params)
     except MinigraphError:
         raise
     except Exception as exc:
@@ -194,18 +230,23 @@ def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], l
     stack = [t for t in outputs if t.requires_grad]
     while stack:
         t = stack.pop()
-        if id(t) in seen:
+        k = id(t)
+        if k in seen:
             continue
-        seen.add(id(t))
-        if t._entry is None or id(t) in stop:
+        seen.add(k)
+        if t._entry is None or k in stop:
             leaves.append(t)
             continue
         recorded.append(t)
         for a in t._entry[1]:
-            if type(a) is Tensor and a.requires_grad and id(a) not in seen:
+            if type(a) is Tensor and a.requires_grad:
                 stack.append(a)
-    recorded.sort(key=lambda t: t._entry[3], reverse=True)  # the tape, read backwards
+    recorded.sort(key=_sequence_number, reverse=True)  # the tape, read backwards
     return recorded, leaves
+
+
+def _sequence_number(t: Tensor) -> int:
+    return t._entry[3]
 
 
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset(),
@@ -222,12 +263,14 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset
                 continue
             prim, args, params, _ = t._entry
             for i, a in enumerate(args):
-                rule = prim.vjp[i]
-                if rule is None or type(a) is not Tensor or not a.requires_grad:
+                if type(a) is not Tensor or not a.requires_grad or prim.vjp[i] is None:
                     continue
-                share = rule(g, t, *args, **params)
+                if params:
+                    share = prim.vjp[i](g, t, *args, **params)
+                else:  # (no empty **params: the call is the sweep's most frequent step)
+                    share = prim.vjp[i](g, t, *args)
                 k = id(a)
-                adjoint[k] = share if k not in adjoint else adjoint[k] + share
+                adjoint[k] = adjoint[k] + share if k in adjoint else share
     return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
 
 
@@ -239,8 +282,7 @@ def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
                 f"{who}: the output has shape {out.shape}; a gradient is defined for a "
                 f"scalar output only. Reduce it first (e.g. out.sum()) or pass the "
                 f"output's gradient explicitly: {who.split('(')[0]}(grad=...)")
-        with out.device.context or nullcontext():
-            return Tensor(out.device.xp.ones_like(out.data), out.device)
+        return Tensor(out.device.full(out.shape, 1, out.data.dtype), out.device)
     g = grad if isinstance(grad, Tensor) else tensor(grad, dtype=out.dtype, device=out.device)
     if g.shape != out.shape:
         raise ShapeError(f"{who}: the gradient has shape {g.shape}, the output {out.shape}")

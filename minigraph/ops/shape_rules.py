@@ -22,7 +22,7 @@ _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
 
 def shape_of(v: Any) -> tuple[int, ...]:
     """The shape of any value kind (a Python number has shape ``()``)."""
-    return v.shape if hasattr(v, "shape") else ()
+    return getattr(v, "shape", ())
 
 
 def dtype_of(v: Any) -> str | None:

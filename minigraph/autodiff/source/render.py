@@ -4,7 +4,7 @@ The second half of step 4. :class:`_Text` turns the program's statements into li
 Python, with the parentheses Python's precedence needs (:func:`_infix`), writing the
 reverse sweep's single-use temporaries into the line that reads them
 (``gx = ga * y + gb * mg.cos(x)``). With ``raw=True`` the lines call the primitives'
-kernels on arrays, as graph compilation does; :func:`_raw_fill` makes their filled arrays.
+kernels on arrays, as graph compilation does; ``Device.full`` makes their filled arrays.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": ()
            "sigmoid": (), "relu": (), "sqrt": (), "where": (), "sum": (), "mean": (),
            "max": (), "reshape": ("shape",), "transpose": ("axes",),
            "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
-           "log_softmax": (), "one_hot": ("num_classes", "dtype"), "cross_entropy": (),
+           "log_softmax": (), "one_hot": ("num_classes", "dtype"), "nll_loss": (),
            "identity": (), "stop_gradient": (), "astype": ("dtype",)}
 _LITERALS = (bool, int, float, str, type(None))
 
@@ -164,11 +164,10 @@ class _Text:
             self.device_name(f.device)  # (checked: one device for kernels on arrays)
             name = f"_fill{len(self.fills)}"
             if id(target) in self.escaping:  # returned: a new array on every call
-                self.fills[name] = functools.partial(_raw_fill, f.value, f.shape, f.dtype,
-                                                     f.device)
+                self.fills[name] = functools.partial(f.device.full, f.shape, f.value, f.dtype)
                 return f"{name}()"
             # Only read, by kernels that never write into their arguments: made once.
-            self.fills[name] = _raw_fill(f.value, f.shape, f.dtype, f.device)
+            self.fills[name] = f.device.full(f.shape, f.value, f.dtype)
             return name
         if f.value in (0, 1) and not isinstance(f.value, bool):
             which = "ones" if f.value == 1 else "zeros"
@@ -256,7 +255,3 @@ class _Text:
             return [f"{pad}if not ({cond}):"] + orelse
         return [f"{pad}if {cond}:"] + then + ([f"{pad}else:"] + orelse if orelse else [])
 
-
-def _raw_fill(value: float, shape: tuple, dtype: str, device: Device) -> Any:
-    return device.xp.full(shape, value, dtype=device.dtype(dtype),
-                          **({} if device.native is None else {"device": device.native}))
