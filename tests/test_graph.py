@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.errors import DeviceError, GradientError, ShapeError
+from minigraph.errors import GradientError, ShapeError
 from minigraph.graph.graph import GraphError, TracedValueError
 from minigraph.runtime.session import FeedError, NodeError
 
@@ -439,3 +439,30 @@ def test_simplify_drops_neutral_operations_only():
     np.testing.assert_array_equal(
         mg.Session(result.graph).run(result[out], {result[x]: feeds[x], result[s]: 2.0}),
         mg.Session(g).run(out, feeds))
+
+
+def test_compiled_code_writes_in_place_only_into_buffers_nobody_else_sees():
+    with mg.Graph() as g:
+        x, y = mg.placeholder((4,), name="x"), mg.placeholder((4,), name="y")
+        m = x * y                      # dies at `add`: its buffer is reused
+        add = m + mg.sin(x)
+        s = mg.exp(x)                  # an output: never overwritten
+        t = s * 2.0
+        v = mg.tanh(y)
+        r = mg.reshape(v, (2, 2))      # a view of v: v is never overwritten
+        w = v + 1.0
+    fn = mg.compile_graph(g, [x, y], [add, s, t, r, w])
+    lines = {ln.split(" = ")[0].strip(): ln for ln in fn.source.splitlines() if " = " in ln}
+    assert "out=mul" in lines["add"] and "in place: last use of mul" in lines["add"]
+    assert "out=" not in lines["mul"]                      # x and y are the caller's arrays
+    assert "out=" not in lines["mul_1"]                    # s = exp(x) is an output
+    assert "out=" not in lines["add_1"]                    # v has a view (r) still alive
+    a, b = np.linspace(-1, 1, 4), np.linspace(2, 3, 4)
+    a0, b0 = a.copy(), b.copy()
+    out = fn.raw(a, b)
+    want = [a * b + np.sin(a), np.exp(a), np.exp(a) * 2, np.tanh(b).reshape(2, 2),
+            np.tanh(b) + 1]
+    for got, w_ in zip(out, want):
+        np.testing.assert_allclose(got, w_, rtol=1e-15)
+    np.testing.assert_array_equal(a, a0)
+    np.testing.assert_array_equal(b, b0)

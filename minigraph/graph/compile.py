@@ -14,6 +14,17 @@ Each line calls a primitive's kernel (``k_mul`` is the ``mul`` entry's ``impl``)
 directly on arrays: no ``bind``, no tape, no Python objects per value. That is why a
 compiled graph runs much faster than the same function executed eagerly: all the
 decisions (which op, which device, which order) were taken once, at compile time.
+
+One of those decisions is about memory. When an elementwise node reads a value for the
+last time, and that value has the node's shape and dtype, the node can write its result
+into the value's buffer instead of allocating a new one (TensorFlow's executor calls this
+*forwarding* an input buffer). The line then calls the primitive's ``out`` kernel::
+
+    add = ko_add(xp, matmul, b, out=matmul)  # in place: last use of matmul
+
+A buffer is forwarded only if nothing else can see it: not an input (the caller's
+array), not a constant or variable, not an output, and no view of it exists (no reader
+is a reshape, transpose ... that could share its memory); see :func:`in_place_plan`.
 """
 
 from __future__ import annotations
@@ -101,9 +112,10 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     namer = _Namer(set(_builtins()))
     lines, assigns = [], []
     params = [namer(n) for n in inputs]
+    into = in_place_plan(order, fed, outputs)
     for node in order:
         if id(node) not in fed:
-            lines.append(_line(node, namer, namespace, assigns))
+            lines.append(_line(node, namer, namespace, assigns, into.get(id(node))))
     lines += [f"    {var}.value = {value}" for var, value in assigns]
     outs = ", ".join(namer(n) for n in outputs)
     lines.append(f"    return ({outs},)")
@@ -124,7 +136,48 @@ def _xp_name(device: Device, namespace: dict) -> str:
     return name
 
 
-def _line(node: Node, namer: _Namer, namespace: dict, assigns: list) -> str:
+# Kernels whose result may share memory with an argument (a view, or the argument
+# itself): a value read by one of them must never be overwritten in place.
+_MAY_ALIAS = frozenset({"identity", "stop_gradient", "astype", "to_device", "reshape",
+                        "transpose", "matrix_transpose", "broadcast_to", "getitem", "AddN"})
+
+
+def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:
+    """Which nodes write into the buffer of which argument: ``{id(node): argument}``.
+
+    A node qualifies if it can run its ``out`` kernel (an elementwise ufunc, no dtype
+    promotion: the runtime's :func:`~minigraph.runtime.memory.can_write_into`) on a
+    non-scalar result. An argument's buffer can be taken if the argument was computed
+    by a kernel here that returns fresh memory, is read for the last time by this node,
+    has the node's shape, dtype and device, is not an output, and no reader of it may
+    alias it (a view would see the overwrite).
+    """
+    from ..runtime.memory import can_write_into  # (the runtime imports graph modules)
+
+    position = {id(n): i for i, n in enumerate(order)}
+    last_reader: dict[int, int] = {}
+    aliased = {id(n) for n in outputs} | set(fed)
+    for i, n in enumerate(order):
+        for a in n.inputs:
+            last_reader[id(a)] = i
+            if n.prim is None or n.prim.name in _MAY_ALIAS:
+                aliased.add(id(a))
+    plan: dict[int, Node] = {}
+    for n in order:
+        if id(n) in fed or not can_write_into(n) or n.shape == ():
+            continue
+        for a in n.inputs:
+            if (id(a) not in aliased and a.prim is not None and a.prim.name not in _MAY_ALIAS
+                    and last_reader[id(a)] == position[id(n)] and a.shape == n.shape
+                    and a.dtype == n.dtype and a.device is n.device):
+                plan[id(n)] = a
+                aliased.add(id(a))  # (its buffer now belongs to n)
+                break
+    return plan
+
+
+def _line(node: Node, namer: _Namer, namespace: dict, assigns: list,
+          into: Node | None = None) -> str:
     target = namer(node)
     if node.op == "Placeholder":
         raise GraphError(f"compile: placeholder '{node.name}' is needed but is not an input")
@@ -138,9 +191,11 @@ def _line(node: Node, namer: _Namer, namespace: dict, assigns: list) -> str:
         namespace[holder] = var
         assigns.append((holder, namer(value)))
         return f"    {target} = {namer(value)}  # Assign to {var.name}"
-    kernel = f"k_{node.prim.name}"
-    namespace[kernel] = node.prim.impl
+    kernel = f"k{'' if into is None else 'o'}_{node.prim.name}"
+    namespace[kernel] = node.prim.impl if into is None else node.prim.out
     args = [namer(a) if isinstance(a, Node) else repr(a) for a in node.args]
+    if into is not None:
+        args.append(f"out={namer(into)}")
     for key, value in node.params.items():
         if _literal(value):
             args.append(f"{key}={value!r}")
@@ -149,4 +204,6 @@ def _line(node: Node, namer: _Namer, namespace: dict, assigns: list) -> str:
             namespace[const] = value
             args.append(f"{key}={const}")
     where = "" if node.location is None else f"  # line {node.location[1]}"
+    if into is not None:
+        where += f"{'  #' if not where else ';'} in place: last use of {namer(into)}"
     return f"    {target} = {kernel}({_xp_name(node.device, namespace)}, {', '.join(args)}){where}"

@@ -29,8 +29,11 @@ def _unbroadcast(*rules):
             return None
 
         def vjp(g, out, *args):
-            share, shape = rule(g, out, *args), S.shape_of(args[i])
-            return share if S.shape_of(share) == shape else R.sum_to(share, shape)
+            share = rule(g, out, *args)
+            # (getattr rather than S.shape_of: this runs for every backward step of
+            # every binary op; a Python number has no shape, i.e. shape ().)
+            shape = getattr(args[i], "shape", ())
+            return share if getattr(share, "shape", ()) == shape else R.sum_to(share, shape)
         return vjp
     return [wrap(i, r) for i, r in enumerate(rules)]
 
@@ -134,10 +137,20 @@ SIGMOID = primitive(
     jvp=[lambda t, out, x: t * (out * (1.0 - out))],
     vjp=[lambda g, out, x: g * (out * (1.0 - out))])
 
-RELU = primitive(  # the derivative at 0 is taken as 0, as in PyTorch
-    "relu", lambda xp, x: xp.maximum(x, 0), S.same,
-    jvp=[lambda t, out, x: t * _mask(x > 0, t)],
-    vjp=[lambda g, out, x: g * _mask(x > 0, g)])
+def _zero(x: Any) -> "float | int":
+    """0 as a Python number of ``x``'s kind: NumPy compares a float array with 0.0 faster
+    than with 0 (an int must first be checked to fit), and an int array keeps its dtype."""
+    return 0.0 if getattr(x.dtype, "kind", "f") == "f" else 0
+
+
+# The derivative at 0 is taken as 0, as in PyTorch. The rules read the output (out > 0
+# exactly where x > 0), so that x is not needed after the forward pass: graph mode can
+# then compute relu in x's buffer.
+RELU = primitive(
+    "relu", lambda xp, x: xp.maximum(x, _zero(x)), S.same,
+    jvp=[lambda t, out, x: t * _mask(out > 0, t)],
+    vjp=[lambda g, out, x: g * _mask(out > 0, g)],
+    out=lambda xp, x, out: xp.maximum(x, _zero(x), out=out))
 
 SQRT = primitive(
     "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
