@@ -1,11 +1,16 @@
-"""Neural-network primitives: softmax, log_softmax, one_hot and cross_entropy.
+"""Neural-network primitives: softmax, log_softmax, one_hot and nll_loss; cross_entropy.
 
 They could be written from exp, sum and log, but as primitives they get numerically
 stable kernels (subtract the row maximum first) and short derivative rules:
 
 * softmax ``p``:  ``gx = p * (g - sum(g * p))``
 * log_softmax ``l``:  ``gx = g - exp(l) * sum(g)``
-* cross_entropy (mean over the batch of ``-log p[label]``):  ``gx = (p - onehot) * g / N``
+* nll_loss (mean over the batch of ``-l[label]``):  ``gl = -onehot * g / N``
+
+``cross_entropy(logits, labels)`` is ``nll_loss(log_softmax(logits), labels)``, as in
+PyTorch: its gradient ``(p - onehot) / N`` comes out of the two rules above, and the
+backward pass reuses the forward pass's log-probabilities (``exp(l)`` is the softmax)
+instead of computing the softmax again.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ShapeError
-from . import copy as C
 from . import elementwise as E
 from . import reduce as R
 from . import shape_rules as S
@@ -21,13 +25,15 @@ from .primitive import bind, primitive
 
 
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-    return e / xp.sum(e, axis=axis, keepdims=True)
+    e = xp.exp(x - R.reduce_kernel("max", xp, x, axis, True))
+    e /= R.reduce_kernel("sum", xp, e, axis, True)  # (e is this kernel's own array)
+    return e
 
 
 def _log_softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    z = x - xp.max(x, axis=axis, keepdims=True)
-    return z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True))
+    z = x - R.reduce_kernel("max", xp, x, axis, True)
+    z -= xp.log(R.reduce_kernel("sum", xp, xp.exp(z), axis, True))
+    return z
 
 
 SOFTMAX = primitive(
@@ -53,31 +59,34 @@ ONE_HOT = primitive(
     lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype))
 
 
-def _cross_entropy_kernel(xp: Any, logits: Any, labels: Any) -> Any:
-    dtype = "float32" if logits.dtype == xp.float32 else "float64"
-    picked = _log_softmax_kernel(xp, logits, 1) * _one_hot_kernel(
-        xp, labels, logits.shape[1], dtype)
-    return -xp.sum(picked) / logits.shape[0]
+def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
+    n, c = logp.shape
+    if hasattr(xp, "take_along_axis"):  # pick l[i, label_i] directly (NumPy, CuPy, ...)
+        picked = xp.take_along_axis(logp, labels[:, None], axis=1)
+    else:
+        picked = logp * _one_hot_kernel(xp, labels, c, "float32" if logp.dtype == xp.float32
+                                        else "float64")
+    return -xp.sum(picked) / n
 
 
-def _cross_entropy_shape(logits: Any, labels: Any) -> tuple:
-    ls, ys = S.shape_of(logits), S.shape_of(labels)
+def _nll_shape(logp: Any, labels: Any) -> tuple:
+    ls, ys = S.shape_of(logp), S.shape_of(labels)
     if len(ls) != 2 or ys != ls[:1]:
-        raise ShapeError(f"cross_entropy: expected logits (N, C) and labels (N,), "
+        raise ShapeError(f"nll_loss: expected log-probabilities (N, C) and labels (N,), "
                          f"got shapes {ls} and {ys}")
-    return (), S.dtype_of(logits)
+    return (), S.dtype_of(logp)
 
 
-def _ce_residual(logits: Any, labels: Any) -> Any:
-    """(p - onehot) / N: the derivative of the mean cross-entropy by the logits."""
-    n, c = S.shape_of(logits)
-    return (softmax(logits, 1) - one_hot(labels, c, logits.dtype)) / n
+def _nll_adjoint(g: Any, logp: Any, labels: Any) -> Any:
+    """-onehot * g / N: the derivative of the mean negative log-likelihood by ``logp``."""
+    n, c = S.shape_of(logp)
+    return one_hot(labels, c, S.dtype_of(logp)) * (-g / n)
 
 
-CROSS_ENTROPY = primitive(
-    "cross_entropy", _cross_entropy_kernel, _cross_entropy_shape,
-    jvp=[lambda t, out, logits, labels: R.sum(_ce_residual(logits, labels) * t), None],
-    vjp=[lambda g, out, logits, labels: _ce_residual(logits, labels) * g, None],
+NLL_LOSS = primitive(
+    "nll_loss", _nll_kernel, _nll_shape,
+    jvp=[lambda t, out, logp, labels: R.sum(_nll_adjoint(t, logp, labels)), None],
+    vjp=[lambda g, out, logp, labels: _nll_adjoint(g, logp, labels), None],
     cost="expensive")
 
 
@@ -96,8 +105,23 @@ def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     return bind(ONE_HOT, labels, num_classes=num_classes, dtype=str(dtype))
 
 
+def nll_loss(logp: Any, labels: Any) -> Any:
+    """Mean over the batch of ``-logp[i, labels[i]]``: the negative log-likelihood of
+    integer class labels under log-probabilities ``logp`` of shape (N, C)."""
+    _check_labels("nll_loss", labels)
+    return bind(NLL_LOSS, logp, labels)
+
+
 def cross_entropy(logits: Any, labels: Any) -> Any:
     """Mean over the batch of -log softmax(logits)[label]; labels are integer classes."""
+    _check_labels("cross_entropy", labels)
+    ls, ys = S.shape_of(logits), S.shape_of(labels)
+    if ls is not None and ys is not None and (len(ls) != 2 or ys != ls[:1]):
+        raise ShapeError(f"cross_entropy: expected logits (N, C) and labels (N,), "
+                         f"got shapes {ls} and {ys}")
+    return nll_loss(log_softmax(logits, 1), labels)
+
+
+def _check_labels(who: str, labels: Any) -> None:
     if S.dtype_of(labels) not in ("int64", "int32"):
-        raise TypeError(f"cross_entropy: labels must be integers, got dtype {S.dtype_of(labels)}")
-    return bind(CROSS_ENTROPY, logits, labels)
+        raise TypeError(f"{who}: labels must be integers, got dtype {S.dtype_of(labels)}")
