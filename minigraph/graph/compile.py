@@ -140,13 +140,17 @@ def _xp_name(device: Device, namespace: dict) -> str:
 # itself): a value read by one of them must never be overwritten in place.
 _MAY_ALIAS = frozenset({"identity", "stop_gradient", "astype", "to_device", "reshape",
                         "transpose", "matrix_transpose", "broadcast_to", "getitem", "AddN"})
+# Kernels with an out= form that are not elementwise: an output element reads many input
+# elements, so the output must not be one of the inputs (the runtime's pool still hands
+# them freed buffers, which are never inputs).
+_NOT_ELEMENTWISE = frozenset({"matmul"})
 
 
 def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:
     """Which nodes write into the buffer of which argument: ``{id(node): argument}``.
 
-    A node qualifies if it can run its ``out`` kernel (an elementwise ufunc, no dtype
-    promotion: the runtime's :func:`~minigraph.runtime.memory.can_write_into`) on a
+    A node qualifies if it can run its ``out`` kernel (no dtype promotion: the runtime's
+    :func:`~minigraph.runtime.memory.can_write_into`), is elementwise, and has a
     non-scalar result. An argument's buffer can be taken if the argument was computed
     by a kernel here that returns fresh memory, is read for the last time by this node,
     has the node's shape, dtype and device, is not an output, and no reader of it may
@@ -164,7 +168,8 @@ def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict
                 aliased.add(id(a))
     plan: dict[int, Node] = {}
     for n in order:
-        if id(n) in fed or not can_write_into(n) or n.shape == ():
+        if (id(n) in fed or not can_write_into(n) or n.shape == ()
+                or n.prim.name in _NOT_ELEMENTWISE):
             continue
         for a in n.inputs:
             if (id(a) not in aliased and a.prim is not None and a.prim.name not in _MAY_ALIAS

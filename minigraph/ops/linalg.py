@@ -14,7 +14,7 @@ from ..errors import ShapeError
 from . import reduce as R
 from . import shape as SH
 from . import shape_rules as S
-from .primitive import bind, primitive
+from .primitive import bind, primitive, ufunc_out
 
 
 def _matmul_shape(x: Any, y: Any) -> tuple:
@@ -31,7 +31,7 @@ MATMUL = primitive(
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
     vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
          lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],
-    cost="expensive")
+    cost="expensive", out=ufunc_out("matmul"))
 
 
 def matmul(x: Any, y: Any) -> Any:
