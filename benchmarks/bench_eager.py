@@ -10,6 +10,7 @@ timed; the times themselves are only reported, never asserted (DESIGN.md, "Perfo
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import sys
 from pathlib import Path
@@ -18,8 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, environment, fmt, have_torch, print_table,  # noqa: E402
-                    save_results, timeit)
+from common import (RESULTS_DIR, environment, fmt, have_torch, measure,  # noqa: E402
+                    print_rounds, print_table, save_results)
 
 import minigraph as mg  # noqa: E402
 
@@ -52,8 +53,10 @@ def op_table(m: Any) -> dict[str, BinaryOp]:
     return table
 
 
-def bench_per_op() -> dict[str, dict[str, float | None]]:
-    """Seconds per op for numpy / minigraph / torch; torch is None when not installed."""
+def bench_per_op() -> dict[str, dict[str, Any]]:
+    """Per op: seconds per call for numpy / minigraph / torch (None when PyTorch is not
+    installed) and ``ratio``, minigraph over torch (over numpy without PyTorch), the
+    median of the within-round ratios of ``common.measure``."""
     x, y = mg.tensor(A, requires_grad=True), mg.tensor(B, requires_grad=True)
     libs: dict[str, tuple[dict[str, BinaryOp], Any, Any]] = {
         "numpy": (op_table(np), A, B),
@@ -64,40 +67,47 @@ def bench_per_op() -> dict[str, dict[str, float | None]]:
         tx = torch.tensor(A, dtype=torch.float64, requires_grad=True)
         ty = torch.tensor(B, dtype=torch.float64, requires_grad=True)
         libs["torch"] = (op_table(torch), tx, ty)
+    anchor = "torch" if "torch" in libs else "numpy"
 
-    results: dict[str, dict[str, float | None]] = {}
+    results: dict[str, dict[str, Any]] = {}
     for name, np_op in op_table(np).items():
         expected = np_op(A, B)
-        results[name] = {"numpy": None, "minigraph": None, "torch": None}
+        methods = {}
         for lib, (ops, u, v) in libs.items():
             out = ops[name](u, v)
             if lib != "numpy":  # check: same values, and the op was recorded for backward
                 assert out.requires_grad, f"{lib} {name}: result is not recorded"
                 values = out.numpy() if lib == "minigraph" else out.detach().numpy()
                 np.testing.assert_allclose(values, expected, err_msg=f"{lib} {name}")
-            op = ops[name]
-            results[name][lib] = timeit(lambda: op(u, v))
+            methods[lib] = functools.partial(ops[name], u, v)
+        timed, _ = measure(methods, anchor, rounds=15, batch=0.01)
+        results[name] = {lib: timed[lib]["seconds"] if lib in timed else None
+                         for lib in ("numpy", "minigraph", "torch")}
+        results[name]["ratio"] = timed["minigraph"]["ratio"]
     return results
 
 
-def report_per_op(results: dict[str, dict[str, float | None]]) -> None:
+def report_per_op(results: dict[str, dict[str, Any]]) -> None:
     rows, met = [], 0
     for name, t in results.items():
-        vs_torch = t["minigraph"] / t["torch"] if t["torch"] else None
+        vs_torch = t["ratio"] if t["torch"] else None
         met += vs_torch is not None and vs_torch <= 1.0
         rows.append([name, fmt(t["numpy"] * US), fmt(t["minigraph"] * US),
                      fmt(t["torch"] * US) if t["torch"] else "not installed",
                      fmt(vs_torch), fmt(t["minigraph"] / t["numpy"], 1)])
     print_table(rows, ["op", "numpy µs", "minigraph µs", "torch µs",
                        "minigraph/torch", "minigraph/numpy"])
-    now = (f"met for {met} of {len(results)} ops" if have_torch()
-           else "PyTorch not installed")
+    missed = ", ".join(f"{name} {t['ratio']:.2f}x" for name, t in results.items()
+                       if t["torch"] and t["ratio"] > 1.0)
+    now = (f"met for {met} of {len(results)} ops" + (f"; over: {missed}" if missed else "")
+           if have_torch() else "PyTorch not installed")
     print(f"target: minigraph <= 1.0x PyTorch  ({now})")
 
 
 # -- b. z = x*y + sin(x), forward + backward, on scalars ------------------------------------
 
 X, Y = 2.0, 3.0
+TORCH_ROW = "pytorch (backward)"
 EXPECTED = (Y + math.cos(X), X)  # dz/dx = y + cos x = 3 + cos 2,  dz/dy = x = 2
 
 
@@ -202,7 +212,7 @@ def scalar_methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
             z = x * y + torch.sin(x)
             z.backward()
             return x.grad, y.grad
-        methods["pytorch (backward)"] = torch_backward
+        methods[TORCH_ROW] = torch_backward
     methods["hand-written NumPy (anchor)"] = hand_numpy
     methods["hand-written math (anchor)"] = hand_math
     methods["micrograd-style Value (anchor)"] = micrograd
@@ -213,23 +223,24 @@ def to_float(g: Any) -> float:
     return g.item() if hasattr(g, "item") else float(g)
 
 
-def bench_scalar() -> dict[str, float]:
-    """Seconds per forward+backward for every method, each checked first."""
-    results = {}
-    for name, method in scalar_methods().items():
+def bench_scalar() -> dict[str, dict[str, Any]]:
+    """Seconds per forward+backward for every method (each checked first), and the
+    ratio to PyTorch within interleaved rounds."""
+    methods = scalar_methods()
+    for name, method in methods.items():
         got = tuple(to_float(g) for g in method())
         assert np.allclose(got, EXPECTED), f"{name}: gradient {got}, expected {EXPECTED}"
-        results[name] = timeit(method)
+    results, rounds = measure(methods, TORCH_ROW)
+    print_rounds(rounds)
     return results
 
 
-def report_scalar(results: dict[str, float]) -> None:
-    t_torch = results.get("pytorch (backward)")
-    rows = [[name, fmt(t * US), fmt(t / t_torch, 3) if t_torch else "-"]
-            for name, t in results.items()]
+def report_scalar(results: dict[str, dict[str, Any]]) -> None:
+    rows = [[name, fmt(r["seconds"] * US), fmt(r["ratio"], 3) if r["ratio"] else "-"]
+            for name, r in results.items()]
     print_table(rows, ["method", "µs", "x PyTorch"])
-    tape = results["minigraph tape (backward)"]
-    now = f"  (now {tape / t_torch:.2f}x)" if t_torch else "  (PyTorch not installed)"
+    tape = results["minigraph tape (backward)"]["ratio"]
+    now = f"  (now {tape:.2f}x)" if tape else "  (PyTorch not installed)"
     print("target: tape <= 0.5x PyTorch" + now)
 
 
@@ -273,7 +284,8 @@ def main() -> None:
     path = save_results("eager", {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
-        "unit": "seconds per call (median)",
+        "unit": "seconds per call (median over interleaved rounds); ratio: median over "
+                "the rounds of the ratio within a round",
         "per_op": per_op,
         "scalar_forward_backward": scalar,
     })

@@ -23,14 +23,13 @@ that is set, or 1, and PyTorch gets ``torch.set_num_threads`` of the same number
 NumPy (and minigraph, which runs NumPy kernels) and PyTorch use as many BLAS threads.
 ``OMP_NUM_THREADS=2 python benchmarks/bench_graph.py`` runs everything with 2.
 
-Methods are timed in interleaved rounds (each round times every method once with
-``common.timeit``); a method's time is the median over rounds, and its ratio to the
-anchor is the median over rounds of the ratio within the round, so a slow phase of a
-shared machine hits the method and its anchor alike. Each measurement also records the
-share of its wall time the process spent on a CPU; a round where another process took
-the CPU away (share below 90%) is left out of that method's ratio when at least three
-clean rounds remain. The column "best rounds" is the method's fastest round over the
-anchor's fastest. Targets are judged on the median ratio.
+Methods are timed in finely interleaved rounds (``common.measure``: each round times a
+batch of about 20 ms, 50 ms in (c), of every method); a method's time is the median over
+rounds, and its ratio to the anchor is the median over rounds of the ratio within the
+round, so a slow phase of a shared machine hits the method and its anchor alike. Rounds
+where another process took the CPU away (share below 90%) are left out of a ratio when at
+least three clean rounds remain. The column "best rounds" is the method's fastest round
+over the anchor's fastest. Targets are judged on the median ratio.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, have_torch,  # noqa: E402
-                    print_table, save_results, timeit)
+                    measure, print_rounds, print_table, save_results)
 
 # -- pin BLAS threads before NumPy (or PyTorch) is imported ------------------------------------
 THREADS = next((os.environ[v] for v in THREAD_VARS if os.environ.get(v)), "1")
@@ -50,8 +49,6 @@ for _var in THREAD_VARS:
 
 import datetime  # noqa: E402
 import math  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -62,66 +59,6 @@ US = 1e6  # seconds -> microseconds
 MS = 1e3  # seconds -> milliseconds
 
 Method = Callable[[], Any]
-
-
-# -- timing: interleaved rounds of common.timeit --------------------------------------------
-
-CLEAN = 0.9  # a measurement is clean if the process was on a CPU >= 90% of its wall time
-
-
-def measure(methods: dict[str, Method], anchor: str, rounds: int,
-            repeat: int = 3) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Time every method in ``rounds`` interleaved rounds of ``common.timeit``.
-
-    Each measurement also records its *CPU share*: process CPU time over wall time. With
-    one BLAS thread it is about 1 on an idle machine and drops when other processes take
-    the CPU away from this one; such a measurement is not *clean*. A method's numbers
-    use the rounds where both it and the anchor were clean (all rounds if fewer than 3).
-
-    Returns per method ``seconds`` (median over the rounds used), ``rounds`` (every
-    round's time), ``cpu_share``, ``ratio`` (median over the rounds used of method /
-    anchor within the round; None without the anchor) and ``best_ratio`` (the method's
-    fastest round over the anchor's fastest), and a summary of the rounds.
-    """
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    shares: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(rounds):
-        for name, method in methods.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            times[name].append(timeit(method, repeat=repeat))
-            shares[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
-    results, used_counts, fell_back = {}, [], 0
-    for name in methods:
-        ref = anchor if anchor in methods else name
-        used = [r for r in range(rounds) if min(shares[name][r], shares[ref][r]) >= CLEAN]
-        if len(used) < 3:
-            used, fell_back = list(range(rounds)), fell_back + 1
-        used_counts.append(len(used))
-        mine = [times[name][r] for r in used]
-        ratio = best = None
-        if anchor in methods:
-            ratio = statistics.median(times[name][r] / times[anchor][r] for r in used)
-            best = min(mine) / min(times[anchor][r] for r in used)
-        results[name] = {"seconds": statistics.median(mine), "rounds": times[name],
-                         "cpu_share": shares[name], "rounds_used": used,
-                         "ratio": ratio, "best_ratio": best}
-    all_shares = [x for v in shares.values() for x in v]
-    summary = {"rounds": rounds, "min_cpu_share": min(all_shares),
-               "clean_measurements": sum(x >= CLEAN for x in all_shares),
-               "measurements": len(all_shares), "min_rounds_used": min(used_counts),
-               "methods_on_all_rounds": fell_back}
-    return results, summary
-
-
-def print_rounds(summary: dict[str, Any]) -> None:
-    print(f"rounds: {summary['rounds']}; clean measurements (on a CPU >= {CLEAN:.0%} of the "
-          f"time): {summary['clean_measurements']} of {summary['measurements']}, lowest CPU "
-          f"share {summary['min_cpu_share']:.0%}")
-    if summary["clean_measurements"] < summary["measurements"]:
-        print("  note: other processes took the CPU during some measurements; ratios use "
-              "the rounds where method and anchor were both clean"
-              + (f" (all rounds for {summary['methods_on_all_rounds']} methods with fewer "
-                 "than 3 clean rounds)" if summary["methods_on_all_rounds"] else ""))
 
 
 def threads_report() -> dict[str, Any]:
@@ -620,7 +557,7 @@ def main() -> None:
     targets: list[dict[str, Any]] = []
 
     print("\n== a. z = x*y + sin(x): value and gradient, scalars x=2, y=3, float64 ==")
-    scalar, scalar_rounds = measure(scalar_methods(), SCALAR_ANCHOR, rounds=5, repeat=2)
+    scalar, scalar_rounds = measure(scalar_methods(), SCALAR_ANCHOR)
     targets += report_scalar(scalar)
     print_rounds(scalar_rounds)
 
@@ -628,7 +565,7 @@ def main() -> None:
           "w.r.t. the 4 weights ==")
     timed = mlp_methods()
     check_mlp(timed)
-    mlp, mlp_rounds = measure(timed, MLP_ANCHOR, rounds=5, repeat=2)
+    mlp, mlp_rounds = measure(timed, MLP_ANCHOR)
     report_ratio_table(mlp, MLP_ANCHOR, "µs", "pytorch forward+backward")
     print_rounds(mlp_rounds)
 
@@ -636,7 +573,7 @@ def main() -> None:
           f"SGD update (lr={LR}) ==")
     steps = train_methods()
     check_train(steps)
-    train, train_rounds = measure(steps, TRAIN_ANCHOR, rounds=7)
+    train, train_rounds = measure(steps, TRAIN_ANCHOR, rounds=41, batch=0.05)
     for name, step in steps.items():  # still float32 after all the timed steps
         check_weights(name, step, None, 0.0)
     report_ratio_table(train, TRAIN_ANCHOR, "ms", "pytorch step")

@@ -42,8 +42,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, print_table,  # noqa: E402
-                    save_results, timeit)
+from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, measure,  # noqa: E402
+                    print_table, save_results)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
 # (run on its own, the variables do it; run after other scripts in one process, as
@@ -85,14 +85,11 @@ MB = 1e6  # bytes -> megabytes
 Method = Callable[[], Any]
 
 
-def measure(methods: dict[str, Method], rounds: int, repeat: int = 5) -> dict[str, list[float]]:
-    """Seconds per call of every method in ``rounds`` interleaved rounds of ``timeit``,
-    so that a slow phase of a shared machine hits all methods alike."""
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(rounds):
-        for name, method in methods.items():
-            times[name].append(timeit(method, repeat=repeat))
-    return times
+def rounds_of(methods: dict[str, Method], rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of every method in each of ``rounds`` finely interleaved rounds
+    (``common.measure``), so that a slow phase of a shared machine hits all alike."""
+    results, _ = measure(methods, rounds=rounds, batch=0.1)
+    return {name: r["rounds"] for name, r in results.items()}
 
 
 def median_ratio(num: list[float], den: list[float]) -> float:
@@ -270,7 +267,7 @@ def bench_branches() -> dict[str, Any]:
         }
         for name, method in methods.items():  # check before timing
             np.testing.assert_allclose(method(), expected, rtol=1e-10, err_msg=name)
-        times = measure(methods, rounds=3)
+        times = rounds_of(methods, rounds=15)
         faults = {name: page_faults(method) for name, method in methods.items()}
 
         # one more run of each session for the trace, the Gantt chart and the kernel times
@@ -378,7 +375,7 @@ def bench_overhead() -> dict[str, Any]:
         }
         for name, method in methods.items():
             np.testing.assert_allclose(method(), expected, rtol=1e-12, err_msg=name)
-        times = measure(methods, rounds=2, repeat=3)
+        times = rounds_of(methods, rounds=7)
     seconds = {k: statistics.median(v) for k, v in times.items()}
     return {"nodes": NODES, "seconds_per_chain": seconds, "rounds": times,
             "first_run_seconds": first,

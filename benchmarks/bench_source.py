@@ -4,8 +4,9 @@ against PyTorch's forward+backward and minigraph's tape.
 Run: ``python benchmarks/bench_source.py`` (about half a minute). Prints a table (µs per
 call and ratios) and writes ``benchmarks/results/source.json``. Every method's gradient is
 checked *before* it is timed; times are reported, never asserted (DESIGN.md,
-"Performance"). The methods are timed in turns, five rounds, and the median is kept: on a
-shared machine a burst of load then slows every method alike instead of one.
+"Performance"). The methods are timed in finely interleaved rounds (``common.measure``)
+and the ratios are medians of the ratios within a round: on a shared machine a burst of
+load then slows every method alike instead of one.
 
 What the source rows time (see ``minigraph/autodiff/source/``):
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +31,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import environment, fmt, have_torch, print_table, save_results, timeit  # noqa: E402
+from common import (environment, fmt, have_torch, measure, print_rounds,  # noqa: E402
+                    print_table, save_results)
 
 import minigraph as mg  # noqa: E402
 from minigraph.autodiff.source import source_grad  # noqa: E402
@@ -41,6 +42,8 @@ X, Y = 2.0, 3.0
 EXPECTED = (Y + math.cos(X), X)  # dz/dx = y + cos x, dz/dy = x
 TARGET = 0.15  # DESIGN.md: compiled graph or source-transformed <= 0.15x PyTorch
 HEADLINE = "source_grad(f)(x, y), tensors"
+TORCH = "pytorch (backward)"
+TAPE = "minigraph tape (backward)"
 
 
 def f(x: Any, y: Any) -> Any:
@@ -75,8 +78,8 @@ def methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
             z = tx * ty + torch.sin(tx)
             z.backward()
             return tx.grad, ty.grad
-        table["pytorch (backward)"] = torch_backward
-    table["minigraph tape (backward)"] = tape_backward
+        table[TORCH] = torch_backward
+    table[TAPE] = tape_backward
     table["minigraph mg.grad tape (2.0, 3.0)"] = lambda: g_tape(X, Y)
     table[HEADLINE] = lambda: gf(x, y)
     table["source_grad(f)(2.0, 3.0), floats"] = lambda: gf(X, Y)
@@ -90,31 +93,28 @@ def to_float(g: Any) -> float:
     return g.item() if hasattr(g, "item") else float(g)
 
 
-ROUNDS = 5  # the methods take turns, so a burst of load elsewhere hits them all alike
-
-
-def bench() -> dict[str, float]:
-    """Seconds per call of every method (each checked first): the median over ROUNDS
-    rounds in which every method is timed once (``common.timeit``, 3 measurements)."""
+def bench() -> dict[str, dict[str, Any]]:
+    """Seconds per call of every method (each checked first) and its ratio to PyTorch
+    (to the tape without PyTorch), from ``common.measure``."""
     table = methods()
     for name, method in table.items():
         got = tuple(to_float(g) for g in method())
         assert np.allclose(got, EXPECTED, rtol=1e-15), f"{name}: {got}, expected {EXPECTED}"
-    samples: dict[str, list[float]] = {name: [] for name in table}
-    for _ in range(ROUNDS):
-        for name, method in table.items():
-            samples[name].append(timeit(method, repeat=3))
-    return {name: statistics.median(times) for name, times in samples.items()}
+    anchor = TORCH if TORCH in table else TAPE
+    results, rounds = measure(table, anchor)
+    print_rounds(rounds)
+    return results
 
 
-def report(results: dict[str, float]) -> None:
-    t_torch = results.get("pytorch (backward)")
-    t_tape = results["minigraph tape (backward)"]
-    rows = [[name, fmt(t * US), fmt(t / t_torch, 3) if t_torch else "-", fmt(t / t_tape, 3)]
-            for name, t in results.items()]
+def report(results: dict[str, dict[str, Any]]) -> None:
+    """The table; "x PyTorch" is the median ratio within rounds (None without PyTorch)."""
+    tape = results[TAPE]["seconds"]
+    has_torch = TORCH in results
+    rows = [[name, fmt(r["seconds"] * US), fmt(r["ratio"], 3) if has_torch else "-",
+             fmt(r["seconds"] / tape, 3)] for name, r in results.items()]
     print_table(rows, ["method", "µs", "x PyTorch", "x tape"])
-    if t_torch:
-        ratio = results[HEADLINE] / t_torch
+    if has_torch:
+        ratio = results[HEADLINE]["ratio"]
         verdict = "met" if ratio <= TARGET else "missed"
         print(f"target: source-transformed <= {TARGET}x PyTorch  ({verdict}: {ratio:.3f}x)")
     else:
@@ -133,7 +133,8 @@ def main() -> None:
     path = save_results("source", {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
-        "unit": "seconds per call (median)",
+        "unit": "seconds per call (median over interleaved rounds); ratio: median over "
+                "the rounds of method / PyTorch within a round",
         "scalar_value_and_gradient": results,
     })
     print(f"\nwrote {path}")

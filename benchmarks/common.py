@@ -44,6 +44,100 @@ def timeit(fn: Callable[[], Any], repeat: int = 7, number: int | None = None,
     return statistics.median(_run(fn, number) / number for _ in range(repeat))
 
 
+CLEAN = 0.9  # a measurement is clean if the process was on a CPU >= 90% of its wall time
+
+
+def calibrate(fn: Callable[[], Any], seconds: float) -> int:
+    """How many calls of ``fn`` last at least ``seconds`` (a power of two; after a
+    warm-up call, since first-call costs are not what we measure)."""
+    fn()
+    number = 1
+    while _run(fn, number) < seconds:
+        number *= 2
+    return number
+
+
+def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
+            rounds: int = 31, batch: float = 0.02
+            ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time every method in ``rounds`` finely interleaved rounds.
+
+    A *round* times one batch of calls of every method (each batch lasts about ``batch``
+    seconds), in an order that rotates from round to round. A method and its anchor are
+    thus measured a few milliseconds apart, so a slow phase of a shared machine (which
+    lasts seconds) hits both alike, and their ratio *within a round* is steady even when
+    the absolute times drift by tens of percent.
+
+    Each measurement also records its *CPU share*: process CPU time over wall time. With
+    one thread it is about 1 on an idle machine and drops when another process takes the
+    CPU away; such a measurement is not *clean*. A method's numbers use the rounds where
+    both it and the anchor were clean (all rounds if fewer than 3).
+
+    Returns per method ``seconds`` (median over the rounds used), ``rounds`` (every
+    round's time), ``cpu_share``, ``rounds_used``, ``ratio`` (median over the rounds used
+    of method / anchor within the round; None without an anchor) and ``best_ratio`` (the
+    method's fastest round over the anchor's fastest), and a summary of the rounds.
+    """
+    names = list(methods)
+    numbers = {name: calibrate(methods[name], batch) for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    shares: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        progress(r, rounds)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            times[name].append(_run(methods[name], numbers[name]) / numbers[name])
+            shares[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
+    progress(rounds, rounds)
+    results, used_counts, fell_back = {}, [], 0
+    for name in names:
+        ref = anchor if anchor in methods else name
+        used = [r for r in range(rounds) if min(shares[name][r], shares[ref][r]) >= CLEAN]
+        if len(used) < 3:
+            used, fell_back = list(range(rounds)), fell_back + 1
+        used_counts.append(len(used))
+        mine = [times[name][r] for r in used]
+        ratio = best = None
+        if anchor in methods:
+            ratio = statistics.median(times[name][r] / times[anchor][r] for r in used)
+            best = min(mine) / min(times[anchor][r] for r in used)
+        results[name] = {"seconds": statistics.median(mine), "rounds": times[name],
+                         "cpu_share": shares[name], "rounds_used": used,
+                         "ratio": ratio, "best_ratio": best}
+    all_shares = [x for v in shares.values() for x in v]
+    summary = {"rounds": rounds, "batch_seconds": batch, "min_cpu_share": min(all_shares),
+               "clean_measurements": sum(x >= CLEAN for x in all_shares),
+               "measurements": len(all_shares), "min_rounds_used": min(used_counts),
+               "methods_on_all_rounds": fell_back}
+    return results, summary
+
+
+def progress(done: int, total: int, width: int = 30) -> None:
+    """A progress bar on the terminal (stderr, redrawn in place; erased when done).
+    Nothing is written when stderr is not a terminal (CI logs, files)."""
+    if not sys.stderr.isatty():
+        return
+    if done >= total:
+        sys.stderr.write("\r" + " " * (width + 24) + "\r")
+    else:
+        bar = "#" * (width * done // total)
+        sys.stderr.write(f"\r  measuring [{bar:<{width}}] {done}/{total} rounds")
+    sys.stderr.flush()
+
+
+def print_rounds(summary: dict[str, Any]) -> None:
+    """One line on how clean the interleaved rounds of :func:`measure` were."""
+    print(f"rounds: {summary['rounds']} of ~{summary['batch_seconds'] * 1e3:.0f} ms batches; "
+          f"clean measurements (on a CPU >= {CLEAN:.0%} of the time): "
+          f"{summary['clean_measurements']} of {summary['measurements']}, lowest CPU share "
+          f"{summary['min_cpu_share']:.0%}")
+    if summary["clean_measurements"] < summary["measurements"]:
+        print("  note: other processes took the CPU during some measurements; ratios use "
+              "the rounds where method and anchor were both clean"
+              + (f" (all rounds for {summary['methods_on_all_rounds']} methods with fewer "
+                 "than 3 clean rounds)" if summary["methods_on_all_rounds"] else ""))
+
+
 def have_torch() -> bool:
     """Whether PyTorch can be imported (it is an optional anchor)."""
     try:
