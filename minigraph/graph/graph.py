@@ -108,6 +108,8 @@ class Node(ArrayOps):
     @property
     def predecessors(self) -> tuple["Node", ...]:
         """Every node that must run first: data inputs, then control inputs."""
+        if not self.control_inputs:  # (most nodes: the scheduler asks for every node)
+            return self.inputs
         return self.inputs + tuple(c for c in self.control_inputs
                                    if all(c is not i for i in self.inputs))
 

@@ -56,7 +56,7 @@ class Memory:
         keep = {id(n) for n in order}
         self.readers: dict[int, int] = {}  # node id -> consumers still to run
         for n in order:
-            for i in {id(a): a for a in n.inputs}.values():
+            for i in _distinct(n.inputs):
                 if id(i) in keep:
                     self.readers[id(i)] = self.readers.get(id(i), 0) + 1
         self.fetched = {id(f) for f in fetches}
@@ -113,7 +113,7 @@ class Memory:
         values nobody will read again: the caller drops its references to them, so
         their memory really goes (to the pool, or back to the allocator)."""
         dead = []
-        for i in {id(a): a for a in node.inputs}.values():
+        for i in _distinct(node.inputs):
             left = self.readers.get(id(i))
             if left is None:
                 continue
@@ -135,22 +135,33 @@ class Memory:
         if entry[1] > 0:
             return
         base, _, dev, size = self.storage.pop(key)
-        self._count(dev, live=-size, held=0)
         if self.poison:
             _poison(base)
-        key = (dev, tuple(getattr(base, "shape", ())), _dtype_name(node, base))
-        free = self.pool.setdefault(key, [])
-        if self.recycle and getattr(base, "ndim", 0) > 0 and len(free) < self.demand.get(key, 0):
-            free.append(base)  # a node still to run will write into it
-        else:
-            self._count(dev, live=0, held=-size)  # nobody will want it: given back
+        if self.recycle and getattr(base, "ndim", 0) > 0:
+            key = (dev, tuple(base.shape), _dtype_name(node, base))
+            free = self.pool.setdefault(key, [])
+            if len(free) < self.demand.get(key, 0):
+                free.append(base)  # a node still to run will write into it
+                self._count(dev, live=-size, held=0)
+                return
+        self._count(dev, live=-size, held=-size)  # nobody will want it: given back
 
     def _count(self, dev: str, live: int, held: int) -> None:
-        self.live[dev] = self.live.get(dev, 0) + live
-        self.held[dev] = self.held.get(dev, 0) + held
-        self.peak_live[dev] = max(self.peak_live.get(dev, 0), self.live[dev])
-        self.peak_held[dev] = max(self.peak_held.get(dev, 0), self.held[dev])
-        self.curve.append((time.perf_counter() - self.start, dev, self.live[dev], self.held[dev]))
+        """Move the counters of ``dev`` (every device of the plan has an entry)."""
+        now_live = self.live[dev] = self.live[dev] + live
+        now_held = self.held[dev] = self.held[dev] + held
+        if now_live > self.peak_live[dev]:
+            self.peak_live[dev] = now_live
+        if now_held > self.peak_held[dev]:
+            self.peak_held[dev] = now_held
+        self.curve.append((time.perf_counter() - self.start, dev, now_live, now_held))
+
+
+def _distinct(nodes: tuple[Node, ...]) -> "tuple[Node, ...] | list[Node]":
+    """``nodes`` without repeats (``x * x`` reads x once), in order."""
+    if len(nodes) < 2 or (len(nodes) == 2 and nodes[0] is not nodes[1]):
+        return nodes
+    return list({id(n): n for n in nodes}.values())
 
 
 def can_write_into(node: Node) -> bool:

@@ -35,7 +35,6 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from typing import Any, Callable
 
 from ..errors import DeviceError, MinigraphError
@@ -79,15 +78,21 @@ def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Nod
         else:
             arrays.append(a)
     try:
-        with node.device.context or nullcontext():
-            if out is not None:
-                return node.prim.out(node.device.xp, *arrays, out=out, **node.params)
-            return node.prim.impl(node.device.xp, *arrays, **node.params)
+        if node.device.context is not None:  # a GPU: run on it (see Device.context)
+            with node.device.context:
+                return _kernel(node, arrays, out)
+        return _kernel(node, arrays, out)
     except Exception as exc:
         shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
         raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
                         f"[{shapes}]: {exc}\n  the node was created at "
                         f"{describe_location(node.location)}") from exc
+
+
+def _kernel(node: Node, arrays: list, out: Any) -> Any:
+    if out is not None:
+        return node.prim.out(node.device.xp, *arrays, out=out, **node.params)
+    return node.prim.impl(node.device.xp, *arrays, **node.params)
 
 
 class Run:
