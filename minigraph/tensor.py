@@ -3,8 +3,8 @@
 A tensor holds ``data`` (an array of its device's namespace: NumPy, CuPy, ...), its
 ``device``, and two autodiff fields: ``requires_grad`` and ``grad``. A tensor made by an
 operation while gradients are recorded also keeps ``_entry``, its line of the tape:
-which primitive made it, from which arguments, with which parameters, and when (see
-``autodiff/tape.py``). Operators and methods come from ``ArrayOps`` and call the
+which primitive made it, with which parameters, when, and from which arguments
+(``(primitive, parameters, sequence number, *arguments)``, see ``autodiff/tape.py``). Operators and methods come from ``ArrayOps`` and call the
 primitives, so a Tensor computes eagerly: define-by-run.
 """
 

@@ -135,7 +135,7 @@ def test_shape_rule_matches_kernel(name):
     recorded, _ = tape._entries([f(*xs)], set())
     assert recorded, "the case records at least one primitive"
     for t in recorded:
-        prim, args, params, _ = t._entry
+        prim, params, _, *args = t._entry
         assert prim.shape(*args, **params) == (t.shape, t.dtype), prim.name
 
 

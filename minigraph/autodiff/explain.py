@@ -115,7 +115,7 @@ def evaluation_trace(f: Callable[..., Any], label: str = "a", **inputs: Any) -> 
     xs, recorded, names = _trace(f, inputs)
     lines = [f"{n} = {_number(x)}" for n, x in xs.items()]
     for t in recorded:
-        prim, args, params, _ = t._entry
+        prim, params, _, *args = t._entry
         expr = _make(prim, tuple(_sym_args(args, names)), params, t).expr
         lines.append(f"{names[id(t)]} = {expr} = {_number(t)}")
     return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]
@@ -132,7 +132,7 @@ def forward_trace(f: Callable[..., Any], seed: dict[str, float], label: str,
     tangent = {id(x): Sym("d" + n, tensor(float(seed[n]))) for n, x in xs.items()}
     lines = [f"d{n} = {_number(seed[n])}" for n in xs]
     for t in recorded:
-        prim, args, params, _ = t._entry
+        prim, params, _, *args = t._entry
         sargs = _sym_args(args, names)
         out = Sym(names[id(t)], t.detach())
         terms = [prim.jvp[i](Sym("d" + names[id(a)], tangent[id(a)].value), out, *sargs,
@@ -161,7 +161,7 @@ def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> lis
         if id(t) != id(z):
             adjoint[id(t)] = _complete(shares.pop(id(t)))
             lines.append(f"g{names[id(t)]} = {adjoint[id(t)].expr} = {_number(adjoint[id(t)])}")
-        prim, args, params, seq = t._entry
+        prim, params, seq, *args = t._entry
         g = Sym("g" + names[id(t)], adjoint[id(t)].value)
         out = Sym(names[id(t)], t.detach())
         for i, a in enumerate(args):

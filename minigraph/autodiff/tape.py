@@ -4,9 +4,11 @@ Two halves:
 
 **Recording.** :func:`apply` is the eager interpreter behind every operation on tensors.
 It runs the kernel at once and, when an argument requires a gradient, writes the tape
-entry ``(primitive, arguments, parameters, sequence number)`` on the result. The
-sequence numbers count up, so they *are* the tape's order: the forward evaluation
-order (a.1)-(a.5).
+entry ``(primitive, parameters, sequence number, *arguments)`` on the result: one tuple,
+so that a recorded op leaves two objects (the tensor and its entry) for Python's garbage
+collector to walk, whose full passes over a long tape would otherwise cost more per op
+the longer the tape. The sequence numbers count up, so they *are* the tape's order: the
+forward evaluation order (a.1)-(a.5).
 
 **The reverse sweep.** :func:`sweep` walks the entries that lead to the output in
 *decreasing* sequence number, the reverse of the evaluation order, and hands each
@@ -105,7 +107,7 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
             except Exception as exc:
                 raise _kernel_error(prim, args, params, exc) from exc
             if (x.requires_grad or y.requires_grad) and prim.differentiable and _mode.enabled:
-                return Tensor(data, x.device, True, (prim, args, params, next(_sequence)))
+                return Tensor(data, x.device, True, (prim, params, next(_sequence), x, y))
             return Tensor(data, x.device)
     elif len(args) == 1:
         x = args[0]
@@ -120,7 +122,7 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
             except Exception as exc:
                 raise _kernel_error(prim, args, params, exc) from exc
             if x.requires_grad and prim.differentiable and _mode.enabled:
-                return Tensor(data, x.device, True, (prim, args, params, next(_sequence)))
+                return Tensor(data, x.device, True, (prim, params, next(_sequence), x))
             return Tensor(data, x.device)
     return _apply_general(prim, args, params)
 
@@ -159,7 +161,7 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
     if prim is _TO_DEVICE:  # the one primitive whose result lives on another device
         device = params["device"]
     if track and prim.differentiable and _mode.enabled:
-        return Tensor(data, device, True, (prim, args, params, next(_sequence)))
+        return Tensor(data, device, True, (prim, params, next(_sequence), *args))
     return Tensor(data, device)
 
 
@@ -238,7 +240,7 @@ def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], l
             leaves.append(t)
             continue
         recorded.append(t)
-        for a in t._entry[1]:
+        for a in t._entry[3:]:
             if type(a) is Tensor and a.requires_grad:
                 stack.append(a)
     recorded.sort(key=_sequence_number, reverse=True)  # the tape, read backwards
@@ -246,7 +248,7 @@ def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], l
 
 
 def _sequence_number(t: Tensor) -> int:
-    return t._entry[3]
+    return t._entry[2]
 
 
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset(),
@@ -261,7 +263,7 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset
             g = adjoint.pop(id(t), None)  # freed once used: the adjoint is no longer needed
             if g is None:
                 continue
-            prim, args, params, _ = t._entry
+            prim, params, _, *args = t._entry
             for i, a in enumerate(args):
                 if type(a) is not Tensor or not a.requires_grad or prim.vjp[i] is None:
                     continue
