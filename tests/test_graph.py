@@ -466,3 +466,18 @@ def test_compiled_code_writes_in_place_only_into_buffers_nobody_else_sees():
         np.testing.assert_allclose(got, w_, rtol=1e-15)
     np.testing.assert_array_equal(a, a0)
     np.testing.assert_array_equal(b, b0)
+
+
+def test_compiled_source_leaves_linecache_with_its_function():
+    import gc
+    import linecache
+
+    with mg.Graph() as g:
+        x = mg.placeholder((), name="x")
+        y = mg.sin(x) * 2.0
+    fn = mg.compile_graph(g, [x], [y])
+    filename = fn.raw.__code__.co_filename
+    assert linecache.getline(filename, 2).strip().startswith("sin = k_sin")  # tracebacks show it
+    del fn
+    gc.collect()
+    assert filename not in linecache.cache  # a traced function's versions do not pile up

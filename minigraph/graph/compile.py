@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import keyword
 import linecache
+import weakref
 from typing import Any, Sequence
 
 from ..device import Device
@@ -120,10 +121,22 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     outs = ", ".join(namer(n) for n in outputs)
     lines.append(f"    return ({outs},)")
     source = f"def {name}({', '.join(params)}):\n" + "\n".join(lines) + "\n"
-    filename = f"<minigraph compiled {name} {id(source):x}>"
+    fn = define(source, name, f"<minigraph compiled {name} {id(source):x}>", namespace)
+    return CompiledFunction(source, fn, inputs, outputs)
+
+
+def define(source: str, name: str, filename: str, namespace: dict) -> Any:
+    """Execute generated ``source`` and return its function ``name``.
+
+    The text goes into ``linecache`` under ``filename``, so that tracebacks and debuggers
+    show the generated lines, and leaves it when the function is garbage-collected (a
+    traced function compiles once per signature: the cache must not keep them all).
+    """
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    return CompiledFunction(source, namespace[name], inputs, outputs)
+    fn = namespace[name]
+    weakref.finalize(fn, linecache.cache.pop, filename, None)
+    return fn
 
 
 def _builtins() -> list[str]:

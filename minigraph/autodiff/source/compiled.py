@@ -9,7 +9,6 @@ compiles them (:func:`_build_program`) into a :class:`Program`.
 from __future__ import annotations
 
 import inspect
-import linecache
 import math
 import sys
 from collections import Counter
@@ -19,6 +18,7 @@ import numpy as np
 
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
+from ...graph.compile import define
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
 from ..forward import Dual
@@ -54,10 +54,7 @@ class Program:
 
 
 def _compile(source: str, name: str, namespace: dict) -> Callable:
-    filename = f"<source_grad {name} {id(source):x}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
+    return define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
 
 
 def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
