@@ -40,12 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, have_torch,  # noqa: E402
-                    measure, print_rounds, print_table, save_results)
+                    blas_threads, measure, openblas_threads, pin_blas_threads,
+                    print_rounds, print_table, save_results)
 
-# -- pin BLAS threads before NumPy (or PyTorch) is imported ------------------------------------
-THREADS = next((os.environ[v] for v in THREAD_VARS if os.environ.get(v)), "1")
-for _var in THREAD_VARS:
-    os.environ.setdefault(_var, THREADS)
+THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
 import datetime  # noqa: E402
 import math  # noqa: E402
@@ -95,6 +93,8 @@ def print_threads(report: dict[str, Any]) -> None:
     else:
         print("threadpoolctl: " + ", ".join(f"{p['internal_api']} {p['num_threads']} threads"
                                             for p in tpc))
+    print(f"BLAS threads: {'; '.join(report['effective']) or 'not verified'}; OpenBLAS "
+          f"reports {openblas_threads()}")
 
 
 def relative_error(got: Any, want: Any) -> float:
@@ -549,7 +549,13 @@ def plot(tables: list[tuple[str, dict[str, dict[str, Any]], str, list[tuple[str,
 
 
 def main() -> None:
+    with blas_threads(int(THREADS)) as how:  # also when an earlier script loaded NumPy
+        run(how)
+
+
+def run(how: list[str]) -> None:
     threads = threads_report()
+    threads["effective"] = how
     env = environment()
     print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
           f"{env['cpu_count']} cores")

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, print_table,  # noqa: E402
-                    save_results)
+from common import (RESULTS_DIR, THREAD_VARS, blas_threads, environment, fmt,  # noqa: E402
+                    print_table, save_results)
 
 # One BLAS thread per call, set before NumPy is imported: four device executors share this
 # machine's cores, and BLAS pools of their own would only fight over them.
@@ -46,12 +46,6 @@ for _var in THREAD_VARS:
     os.environ[_var] = "1"
 
 import numpy as np  # noqa: E402
-
-try:  # optional: limits the BLAS pools of every loaded library, whatever the variables say
-    from threadpoolctl import threadpool_limits
-except ImportError:
-    threadpool_limits = None
-_LIMITS = threadpool_limits(1) if threadpool_limits is not None else None  # kept for the run
 
 import minigraph as mg  # noqa: E402
 from minigraph import nn  # noqa: E402
@@ -210,6 +204,11 @@ def draw_measured(runs: dict[str, pp.PipelineRun]) -> None:
 
 
 def main() -> None:
+    with blas_threads(1):  # also when an earlier script loaded NumPy (minigraph bench)
+        run()
+
+
+def run() -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     env = environment()
     print(f"python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cores")

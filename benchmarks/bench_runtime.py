@@ -42,8 +42,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, measure,  # noqa: E402
-                    print_table, save_results)
+from common import (RESULTS_DIR, THREAD_VARS, blas_threads, environment, fmt,  # noqa: E402
+                    measure, openblas_threads, print_table, save_results)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
 # (run on its own, the variables do it; run after other scripts in one process, as
@@ -55,9 +55,7 @@ for _var in THREAD_VARS:
     os.environ[_var] = "1"
 
 import contextlib  # noqa: E402
-import ctypes  # noqa: E402
 import datetime  # noqa: E402
-import glob  # noqa: E402
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -72,9 +70,9 @@ except ImportError:
     resource = None
 
 try:  # optional: limits the BLAS pools of every loaded library, whatever the variables say
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_info
 except ImportError:
-    threadpool_info = threadpool_limits = None
+    threadpool_info = None
 
 import minigraph as mg  # noqa: E402
 
@@ -132,47 +130,12 @@ def allocated_peak(fn: Method) -> int:
 # threads: what pinned BLAS, and did it work
 # ===============================================================================================
 
-def _openblas(name: str) -> Any:
-    """A function of NumPy's bundled OpenBLAS (``get_num_threads``, ``set_num_threads``)
-    found with ctypes, or None (another BLAS, or a NumPy without a bundled one)."""
-    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by NumPy: the same handle
-        except OSError:
-            continue
-        for symbol in (f"scipy_openblas_{name}64_", f"scipy_openblas_{name}",
-                       f"openblas_{name}64_", f"openblas_{name}"):
-            fn = getattr(lib, symbol, None)
-            if fn is not None:
-                return fn
-    return None
-
-
-def openblas_threads() -> int | None:
-    """The thread count NumPy's bundled OpenBLAS reports, or None if not found."""
-    fn = _openblas("get_num_threads")
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_int
-    return int(fn())
-
-
 @contextlib.contextmanager
 def blas_one_thread() -> Any:
-    """BLAS at one thread for the block, then as it was; yields how it was done."""
-    how = []
-    with contextlib.ExitStack() as stack:
-        if threadpool_limits is not None:
-            stack.enter_context(threadpool_limits(1))
-            how.append("threadpoolctl.threadpool_limits(1)")
-        before, setter = openblas_threads(), _openblas("set_num_threads")
-        if before not in (None, 1) and setter is not None:
-            setter.argtypes = [ctypes.c_int]
-            setter(1)
-            stack.callback(setter, before)
-            how.append(f"ctypes openblas_set_num_threads(1), from {before}")
-        elif before == 1 and not NUMPY_WAS_LOADED:
-            how.append("environment variables (set before NumPy was imported)")
+    """BLAS at one thread for the block (``common.blas_threads``); yields how."""
+    with blas_threads(1) as how:
+        if how and how[0].startswith("OpenBLAS already") and not NUMPY_WAS_LOADED:
+            how[0] = "environment variables (set before NumPy was imported)"
         yield how
 
 

@@ -7,6 +7,9 @@ is not installed.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import glob
 import json
 import os
 import platform
@@ -18,6 +21,71 @@ from typing import Any, Callable, Sequence
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def pin_blas_threads() -> str:
+    """Give every BLAS thread variable the value of the first one set (or 1), so NumPy
+    (hence minigraph) and PyTorch get as many BLAS threads. Call it before NumPy is
+    imported: BLAS reads the variables when it loads. Returns the number, as text."""
+    threads = next((os.environ[v] for v in THREAD_VARS if os.environ.get(v)), "1")
+    for var in THREAD_VARS:
+        os.environ.setdefault(var, threads)
+    return threads
+
+
+def _openblas(name: str) -> Any:
+    """A function of NumPy's bundled OpenBLAS (``get_num_threads``, ``set_num_threads``)
+    found with ctypes, or None (another BLAS, or a NumPy without a bundled one)."""
+    import numpy as np
+
+    for path in glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*")):
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by NumPy: the same handle
+        except OSError:
+            continue
+        for symbol in (f"scipy_openblas_{name}64_", f"scipy_openblas_{name}",
+                       f"openblas_{name}64_", f"openblas_{name}"):
+            fn = getattr(lib, symbol, None)
+            if fn is not None:
+                return fn
+    return None
+
+
+def openblas_threads() -> int | None:
+    """The thread count NumPy's bundled OpenBLAS reports, or None if not found."""
+    fn = _openblas("get_num_threads")
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_int
+    return int(fn())
+
+
+@contextlib.contextmanager
+def blas_threads(n: int) -> Any:
+    """BLAS at ``n`` threads for the block, then as it was; yields how it was done.
+
+    The thread variables only count before NumPy is loaded; under ``minigraph bench`` an
+    earlier script has loaded it, so the pool is resized at run time: with threadpoolctl
+    where installed, and through NumPy's bundled OpenBLAS (ctypes) otherwise.
+    """
+    how = []
+    with contextlib.ExitStack() as stack:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            threadpool_limits = None
+        if threadpool_limits is not None:
+            stack.enter_context(threadpool_limits(n))
+            how.append(f"threadpoolctl.threadpool_limits({n})")
+        before, setter = openblas_threads(), _openblas("set_num_threads")
+        if before not in (None, n) and setter is not None:
+            setter.argtypes = [ctypes.c_int]
+            setter(n)
+            stack.callback(setter, before)
+            how.append(f"ctypes openblas_set_num_threads({n}), from {before}")
+        elif before == n:
+            how.append(f"OpenBLAS already at {n} thread(s) (the environment variables)")
+        yield how
 
 
 def _run(fn: Callable[[], Any], number: int) -> float:
