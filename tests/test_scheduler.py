@@ -284,3 +284,16 @@ def test_freed_values_really_leave_the_process(workers):
             tracemalloc.stop()
     # the feed, two live values and a little bookkeeping; keeping all 40 would be 40 MB
     assert peak < 5 * one
+
+
+def test_the_calling_thread_runs_cheap_roots_and_hands_out_expensive_nodes():
+    with mg.Graph() as g:
+        a = mg.placeholder((64, 64), name="a")
+        w1, w2 = mg.constant(np.eye(64), name="w1"), mg.constant(np.eye(64), name="w2")
+        out = (a @ w1) + (a @ w2)  # two expensive matmuls, made ready by cheap roots
+    with mg.Session(g, workers=2) as sess:
+        sess.run(out, {a: np.ones((64, 64))})
+        events = sess.last_run.events
+    caller = next(e["tid"] for e in events if e["name"] == "w1")
+    assert all(e["tid"] == caller for e in events if e["name"] in ("a", "w1", "w2"))
+    assert all(e["tid"] != caller for e in events if e["cost"] == "expensive")

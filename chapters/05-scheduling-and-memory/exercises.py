@@ -163,35 +163,29 @@ def dispatch(ready, cost, inline):
 
     ``ready``: names, in the order they became ready; ``cost``: ``{name: "cheap" or
     "expensive"}``; ``inline``: the names already queued to run on this thread after the
-    node that just finished, or ``None`` when the caller is the thread that starts the
-    run (it computes nothing itself).
+    node that just finished, or ``None`` when this thread is the one that starts the run
+    (it runs the cheap roots and what they make ready, and computes nothing expensive).
 
-    Returns ``(inline, batches)``: the thread's queue afterwards (``None`` stays
-    ``None``) and the list of batches handed to the thread pool, in order (a batch is a
-    list of names that one pool thread runs one after the other).
+    Returns ``(inline, batches)``: the thread's queue afterwards (for the starting
+    thread, a new queue) and the list of batches handed to the thread pool, in order (a
+    batch is a list of names that one pool thread runs one after the other).
 
-    * Starting thread (``inline is None``): all the cheap nodes go to the pool as one
-      batch (if there are any), then each expensive node as a batch of its own.
-    * A worker thread: the cheap nodes join the end of its own queue. Every expensive
-      node but the last goes to the pool on its own. The last expensive node stays on
-      this thread (joins its queue) only if the queue is empty at that point; otherwise
-      it too goes to the pool, since the thread has cheap work to do first.
+    * Every thread: the cheap nodes join the end of its own queue, and every expensive
+      node but the last goes to the pool as a batch of its own.
+    * A worker thread keeps the last expensive node (it joins its queue) only if the
+      queue is empty at that point; otherwise it too goes to the pool, since the thread
+      has cheap work to do first.
+    * The starting thread (``inline is None``) sends the last expensive node to the pool
+      too: the pool's threads then start on the expensive work together.
     """
     ### BEGIN SOLUTION
     cheap = [n for n in ready if cost[n] == "cheap"]
     expensive = [n for n in ready if cost[n] != "cheap"]
-    batches = []
-    if inline is None:
-        if cheap:
-            batches.append(cheap)
-        batches.extend([n] for n in expensive)
-        return None, batches
-    inline = list(inline) + cheap
-    batches.extend([n] for n in expensive[:-1])
-    if expensive:
-        if inline:
-            batches.append([expensive[-1]])
-        else:
-            inline.append(expensive[-1])
+    worker = inline is not None
+    inline = (list(inline) if worker else []) + cheap
+    keep_last = worker and expensive and not inline
+    batches = [[n] for n in (expensive[:-1] if keep_last else expensive)]
+    if keep_last:
+        inline.append(expensive[-1])
     return inline, batches
     ### END SOLUTION

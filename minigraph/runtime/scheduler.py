@@ -11,7 +11,9 @@ another thread costs time too:
 * an **expensive** node goes to the **thread pool**, where it runs beside the others:
   that is where parallelism pays;
 * of several expensive nodes made ready at once, the last one may stay inline, but only
-  if no cheap node is waiting there: the thread would otherwise go idle.
+  if no cheap node is waiting there: the thread would otherwise go idle;
+* the calling thread runs the cheap roots itself and hands out the expensive nodes they
+  make ready, so that the workers start on them together.
 
 ``workers=1`` is the deterministic serial run: one FIFO queue, the roots in creation
 order and each node's consumers in creation order as they become ready.
@@ -235,7 +237,7 @@ class Run:
         self.active = 0
         self.changed = threading.Condition(self.lock)
         self.pool = pool
-        self._dispatch(self.roots, None)
+        self._start(self.roots)
         try:
             with self.changed:
                 while not self._finished():
@@ -249,6 +251,25 @@ class Run:
         if self.error is not None:
             raise self.error
 
+    def _start(self, roots: list[Node]) -> None:
+        """Run the cheap roots (feeds, constants ...) and the cheap nodes they make ready
+        here, on the calling thread, and hand each expensive node to the pool as soon as
+        it is ready. Handing the roots to the pool instead would make the first worker
+        wake up (0.1-2 ms, more on a loaded machine) before any expensive node is known,
+        and the second wait for the first: here the pool's threads start together."""
+        todo: deque = deque()
+        try:
+            self._dispatch(roots, todo, worker=False)
+            while todo and self.error is None:
+                ready = self.execute(todo.popleft())
+                if ready is None:
+                    continue  # a Recv waiting for its tensor: submitted when it comes
+                with self.changed:
+                    self.remaining -= 1
+                self._dispatch(ready, todo, worker=False)
+        except BaseException as exc:  # noqa: BLE001 - run_threaded raises it
+            self._stop(exc)
+
     def _finished(self) -> bool:
         return self.remaining == 0 or (self.error is not None and self.active == 0)
 
@@ -257,24 +278,19 @@ class Run:
             self.active += 1
         self.pool.submit(self._process, batch)
 
-    def _dispatch(self, ready: list[Node], inline: deque | None) -> None:
-        """TensorFlow's rule for who runs the nodes that just became ready."""
+    def _dispatch(self, ready: list[Node], inline: deque, worker: bool = True) -> None:
+        """TensorFlow's rule for who runs the nodes that just became ready: the cheap ones
+        join this thread's queue ``inline``, the expensive ones go to the pool, one task
+        each. A worker keeps the last expensive one if its queue is empty, rather than go
+        idle; the starting thread (``worker=False``) computes nothing expensive."""
         cheap = [n for n in ready if self.cost_of(n) == "cheap"]
         expensive = [n for n in ready if self.cost_of(n) != "cheap"]
-        if inline is None:  # the caller's thread only hands work out
-            if cheap:
-                self._submit(cheap)
-            for n in expensive:
-                self._submit([n])
-            return
         inline.extend(cheap)
-        for n in expensive[:-1]:
+        keep_last = worker and expensive and not inline
+        for n in expensive[:-1] if keep_last else expensive:
             self._submit([n])
-        if expensive:
-            if inline:
-                self._submit([expensive[-1]])  # cheap work is queued here: no idle thread
-            else:
-                inline.append(expensive[-1])
+        if keep_last:
+            inline.append(expensive[-1])
 
     def _process(self, batch: list[Node]) -> None:
         """A worker's task: run ``batch`` and the cheap nodes they make ready."""
