@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, environment, fmt, have_torch, measure,  # noqa: E402
+from common import (RESULTS_DIR, describe, environment, fmt, have_torch, measure,  # noqa: E402
                     print_rounds, print_table, save_results)
 
 import minigraph as mg  # noqa: E402
@@ -271,8 +271,7 @@ def plot_per_op(results: dict[str, dict[str, float | None]], path: Path) -> None
 
 def main() -> None:
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
-          f"{env['cpu_count']} cores")
+    print(describe(env))
     print("\n== a. per-op time with gradient recording, shape (4,), float64 ==")
     per_op = bench_per_op()
     report_per_op(per_op)

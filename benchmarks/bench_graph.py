@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, have_torch,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, describe, environment, fmt, have_torch,  # noqa: E402
                     blas_threads, measure, openblas_threads, pin_blas_threads,
                     print_rounds, print_table, save_results)
 
@@ -582,8 +582,7 @@ def run(how: list[str]) -> None:
     threads = threads_report()
     threads["effective"] = how
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
-          f"{env['cpu_count']} cores")
+    print(describe(env))
     print_threads(threads)
     targets: list[dict[str, Any]] = []
 

@@ -47,7 +47,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, environment, fmt, have_torch,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, describe, environment, fmt, have_torch,  # noqa: E402
                     blas_threads, measure, pin_blas_threads, print_rounds,
                     print_table, save_results)
 
@@ -371,8 +371,7 @@ def run(how: list[str]) -> None:
     started = time.perf_counter()
     torch_threads = pin_torch_threads()
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
-          f"{env['cpu_count']} cores")
+    print(describe(env))
     print("threads: " + " ".join(f"{v}={os.environ.get(v)}" for v in THREAD_VARS)
           + (f"; torch.get_num_threads()={torch_threads}" if torch_threads else "")
           + f"; BLAS: {'; '.join(how) or 'not verified'}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 import minigraph as mg
-from common import environment, fmt, print_table, save_results, timeit, RESULTS_DIR
+from common import describe, environment, fmt, print_table, save_results, timeit, RESULTS_DIR
 
 
 def bench_allreduce() -> list[dict]:
@@ -92,8 +92,9 @@ def _plot(devices: list[str], sharded: list[int], naive: list[int]) -> None:
 
 
 def main() -> None:
-    results = {"allreduce": bench_allreduce(), "memory": bench_memory(),
-               "environment": environment()}
+    env = environment()
+    print(describe(env))
+    results = {"allreduce": bench_allreduce(), "memory": bench_memory(), "environment": env}
     print(f"\nresults: {save_results('parallel', results)}")
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, blas_threads, environment, fmt,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, describe, blas_threads, environment, fmt,  # noqa: E402
                     print_table, save_results)
 
 # One BLAS thread per call, set before NumPy is imported: four device executors share this
@@ -211,7 +211,7 @@ def main() -> None:
 def run() -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cores")
+    print(describe(env))
 
     print(f"\n== a. simulated: p = {P} stages, forward {FORWARD:g}, backward {BACKWARD:g} ==")
     figure = timeline_figure()

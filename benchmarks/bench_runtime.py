@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, blas_threads, environment, fmt,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, describe, blas_threads, environment, fmt,  # noqa: E402
                     measure, openblas_threads, print_table, save_results)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
@@ -504,7 +504,7 @@ def main() -> None:
 def run_all(how: list[str]) -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cores")
+    print(describe(env))
     threads = threads_report(how)
     print_threads(threads)
 

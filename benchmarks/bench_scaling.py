@@ -88,8 +88,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (CLEAN, RESULTS_DIR, environment, fmt, measure,  # noqa: E402
-                    print_rounds, print_table, save_results)
+from common import (CLEAN, RESULTS_DIR, describe, environment, fmt, measure,  # noqa: E402
+                    print_rounds, print_table, progress, save_results)
 
 import minigraph as mg  # noqa: E402
 
@@ -298,6 +298,7 @@ def interleaved(calls: dict[str, dict[int, Call]],
     per_round: list[dict[Pair, float]] = []
     shares: dict[Pair, list[float]] = {p: [] for p in pairs}
     for r in range(rounds):
+        progress(r, rounds)
         batches: dict[Pair, list[float]] = {p: [] for p in pairs}
         for mode, n in round_order(pairs, r, rounds):
             wall, cpu = time.perf_counter(), time.process_time()
@@ -307,6 +308,7 @@ def interleaved(calls: dict[str, dict[int, Call]],
             batches[mode, n].append(elapsed / numbers[mode, n])
             shares[mode, n].append((time.process_time() - cpu) / elapsed)
         per_round.append({p: statistics.fmean(t) for p, t in batches.items()})
+    progress(rounds, rounds)
     small, mid, big = CHAIN_SIZES
 
     def within(mode: str, base: int) -> float:
@@ -570,7 +572,7 @@ def peak_memory() -> str:
 
 def main() -> None:
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, {env['cpu_count']} cores")
+    print(describe(env))
     by_n, by_m = sweep("n"), sweep("m")
     report_sweep(by_n)
     report_sweep(by_m)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (environment, fmt, have_torch, measure, print_rounds,  # noqa: E402
+from common import (describe, environment, fmt, have_torch, measure, print_rounds,  # noqa: E402
                     print_table, save_results)
 
 import minigraph as mg  # noqa: E402
@@ -123,8 +123,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
 
 def main() -> None:
     env = environment()
-    print(f"python {env['python']}, numpy {env['numpy']}, torch {env['torch']}, "
-          f"{env['cpu_count']} cores")
+    print(describe(env))
     print("\n== z = x*y + sin(x), value and gradient, scalars x=2, y=3 ==")
     print("the generated program:\n")
     print(source_grad(f, argnums=(0, 1)).program_for(mg.tensor(X), mg.tensor(Y)).source)

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -238,15 +239,45 @@ def save_results(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def cpu_model() -> str:
+    """The processor's name (Linux: /proc/cpuinfo; macOS: sysctl), or what platform says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                              text=True, timeout=5).stdout.strip() or platform.processor()
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor()
+
+
+def minigraph_commit() -> str | None:
+    """The git commit of the minigraph checkout the benchmarks run from, if there is one."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def environment() -> dict[str, Any]:
     """What the numbers depend on: versions, machine, cores, thread settings."""
     import numpy as np
+
+    import minigraph
 
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "torch": "not installed",
-        "processor": platform.processor(),
+        "minigraph": minigraph.__version__,
+        "commit": minigraph_commit(),
+        "cpu": cpu_model(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
     }
@@ -257,6 +288,14 @@ def environment() -> dict[str, Any]:
     for var in THREAD_VARS:
         env[var] = os.environ.get(var)
     return env
+
+
+def describe(env: dict[str, Any]) -> str:
+    """The first line of every script's output: what ran, on what."""
+    commit = f" ({env['commit']})" if env.get("commit") else ""
+    return (f"minigraph {env['minigraph']}{commit}, python {env['python']}, numpy "
+            f"{env['numpy']}, torch {env['torch']}; {env['cpu'] or env['machine']}, "
+            f"{env['cpu_count']} cores")
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
