@@ -288,8 +288,13 @@ def report_branches(r: dict[str, Any]) -> None:
           f"{r['matmul_ms_2_workers']:.1f} ms with 2 (two at once); "
           f"2-worker run: {r['concurrency_2_workers']:.2f} kernels running on average")
     ok = r["speedup_2_vs_1_workers"] >= SPEEDUP_TARGET
+    # NumPy's own two threads show what the machine gave: below the target, other
+    # processes held a core, and the miss says so rather than blame the scheduler.
+    busy = "" if ok or r["speedup_numpy_2_threads"] >= SPEEDUP_TARGET else (
+        f"; NumPy's own 2 threads reached only {r['speedup_numpy_2_threads']:.2f}x in this "
+        f"run: the machine was not giving 2 cores")
     print(f"target: 2 workers >= {SPEEDUP_TARGET}x faster than 1 on 2 cores  "
-          f"(now {r['speedup_2_vs_1_workers']:.2f}x: {met(ok)})")
+          f"(now {r['speedup_2_vs_1_workers']:.2f}x: {met(ok)}{busy})")
 
 
 # ===============================================================================================
