@@ -88,8 +88,8 @@ class Device:
     def asarray(self, value: Any, dtype: str | None = None, copy: bool | None = None) -> Any:
         """Make an array on this device from Python data, a NumPy array or a scalar."""
         dt = None if dtype is None else self.dtype(dtype)
-        if self._numpy:
-            return np.asarray(value, dtype=dt, copy=copy)
+        if self._numpy and copy is not False:  # (np.array copies; np.asarray when it must)
+            return np.array(value, dtype=dt) if copy else np.asarray(value, dtype=dt)
         if self.native is None:
             return self.xp.asarray(value, dtype=dt, copy=copy)
         with self.context or nullcontext():

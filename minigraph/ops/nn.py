@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from array_api_compat import device as array_device
+
 from ..errors import ShapeError
 from . import elementwise as E
 from . import reduce as R
@@ -50,7 +52,7 @@ LOG_SOFTMAX = primitive(
 
 
 def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
-    classes = xp.arange(num_classes, device=labels.device)
+    classes = xp.arange(num_classes, device=array_device(labels))
     return xp.astype(labels[..., None] == classes, getattr(xp, dtype))
 
 
@@ -61,7 +63,7 @@ ONE_HOT = primitive(
 
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
     n = logp.shape[0]
-    rows = xp.arange(n, device=labels.device)
+    rows = xp.arange(n, device=array_device(labels))
     return -xp.sum(logp[rows, labels]) / n  # l[i, label_i]: integer-array indexing
 
 

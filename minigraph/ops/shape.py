@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np  # host-side shape arithmetic only (see _index_shape)
+from array_api_compat import device as array_device
 
 from ..errors import ShapeError
 from . import reduce as R
@@ -74,7 +75,7 @@ def _is_basic(index: tuple) -> bool:
 def _on_device(xp: Any, x: Any, index: tuple) -> tuple:
     """Move integer-array parts of an index to the device of ``x``."""
     return tuple(i if i is None or i is Ellipsis or isinstance(i, (int, slice))
-                 else xp.asarray(i, device=x.device) for i in index)
+                 else xp.asarray(i, device=array_device(x)) for i in index)
 
 
 def _index_shape(x: Any, index: tuple) -> tuple:
@@ -85,7 +86,7 @@ def _index_shape(x: Any, index: tuple) -> tuple:
 
 
 def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
-    out = xp.zeros(shape, dtype=g.dtype, device=g.device)
+    out = xp.zeros(shape, dtype=g.dtype, device=array_device(g))
     if _is_basic(index):
         out[index] = g
     elif hasattr(xp, "add") and hasattr(xp.add, "at"):  # NumPy, CuPy: repeated indices add up
