@@ -182,3 +182,12 @@ def test_gradcheck_reports_the_wrong_element():
     with pytest.raises(mg.errors.GradcheckError, match=r"(?s)input 0 .*d out\[1\] / d input0\[1\]: analytic 6, numerical 4"):
         mg.gradcheck(lambda x: bind(wrong, x), [mg.tensor([1.0, 2.0])])
     assert mg.gradcheck(lambda x: bind(wrong, x), [mg.tensor([1.0, 2.0])], mode="forward")
+
+
+def test_relu_keeps_an_integer_dtype(backend):
+    # (the kernel compares floats with 0.0 for speed; an int tensor must stay int, and
+    # the Array API refuses a float scalar beside an int array)
+    y = mg.relu(mg.tensor(np.array([3, -2, 0])))
+    assert y.dtype == "int64" and y.numpy().tolist() == [3, 0, 0]
+    z = mg.relu(mg.tensor(np.array([1.5, -2.0], dtype=np.float32)))
+    assert z.dtype == "float32" and z.numpy().tolist() == [1.5, 0.0]

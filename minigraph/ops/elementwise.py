@@ -138,9 +138,11 @@ SIGMOID = primitive(
     vjp=[lambda g, out, x: g * (out * (1.0 - out))])
 
 def _zero(x: Any) -> "float | int":
-    """0 as a Python number of ``x``'s kind: NumPy compares a float array with 0.0 faster
-    than with 0 (an int must first be checked to fit), and an int array keeps its dtype."""
-    return 0.0 if getattr(x.dtype, "kind", "f") == "f" else 0
+    """0 as a Python number for ``maximum(x, 0)``: NumPy compares a float array with 0.0
+    faster than with 0 (an int must first be checked to fit). Otherwise 0, which keeps
+    an int array's dtype and which the Array API lets meet any numeric array (its dtypes
+    have no ``kind``)."""
+    return 0.0 if getattr(x.dtype, "kind", None) == "f" else 0
 
 
 # The derivative at 0 is taken as 0, as in PyTorch. The rules read the output (out > 0
