@@ -44,30 +44,42 @@ def nbytes(array: Any) -> int:
     return int(n) if n is not None else 0
 
 
-class Memory:
-    """The bookkeeping of one run (callers hold ``lock`` around every method)."""
+class PlanCounts:
+    """The counts a run starts from, which depend only on the plan (a ``Session`` keeps
+    them with its cached plan, and each run copies them): how many nodes read each value,
+    which nodes can write into a pooled buffer, and how many want one of each key."""
 
-    def __init__(self, order: list[Node], fetches: list[Node], external: list[Any],
-                 recycle: bool = True, poison: bool = False, start: float | None = None):
-        self.recycle = recycle
-        self.poison = poison
-        self.lock = threading.Lock()
-        self.start = time.perf_counter() if start is None else start
+    def __init__(self, order: list[Node]):
         keep = {id(n) for n in order}
-        self.readers: dict[int, int] = {}  # node id -> consumers still to run
+        self.readers: dict[int, int] = {}
         for n in order:
             for i in _distinct(n.inputs):
                 if id(i) in keep:
                     self.readers[id(i)] = self.readers.get(id(i), 0) + 1
-        self.fetched = {id(f) for f in fetches}
-        # How many nodes still to run will want a pooled buffer of each key.
         self.demand: dict[tuple, int] = {}
-        self.writable: set[int] = set()  # ids of the nodes that can use a pooled buffer
+        self.writable: set[int] = set()
         for n in order:
             if can_write_into(n):
                 self.writable.add(id(n))
                 key = (n.device.name, n.shape, n.dtype)
                 self.demand[key] = self.demand.get(key, 0) + 1
+
+
+class Memory:
+    """The bookkeeping of one run (callers hold ``lock`` around every method)."""
+
+    def __init__(self, order: list[Node], fetches: list[Node], external: list[Any],
+                 recycle: bool = True, poison: bool = False, start: float | None = None,
+                 counts: "PlanCounts | None" = None):
+        self.recycle = recycle
+        self.poison = poison
+        self.lock = threading.Lock()
+        self.start = time.perf_counter() if start is None else start
+        counts = counts if counts is not None else PlanCounts(order)
+        self.readers = dict(counts.readers)  # node id -> consumers still to run
+        self.demand = dict(counts.demand)    # buffer key -> nodes still to run wanting one
+        self.writable = counts.writable      # ids of the nodes that can use a pooled buffer
+        self.fetched = {id(f) for f in fetches}
         self.external = {id(root(a)) for a in external}
         self.value_storage: dict[int, int] = {}   # node id -> id of its buffer
         self.storage: dict[int, list] = {}        # buffer id -> [array, users, device]

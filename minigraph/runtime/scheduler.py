@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..device import get_device
-from .memory import Memory
+from .memory import Memory, PlanCounts
 from .rendezvous import Rendezvous
 
 
@@ -97,13 +97,31 @@ def _kernel(node: Node, arrays: list, out: Any) -> Any:
     return node.prim.impl(node.device.xp, *arrays, **node.params)
 
 
+class Layout:
+    """The dependency counts of a plan, which do not change from run to run: each node's
+    number of inputs, each node's consumers, the roots. A ``Session`` computes them once
+    per cached plan; every run copies ``missing`` and counts it down."""
+
+    def __init__(self, plan: list[Node], fed: set[int]):
+        keep = {id(n) for n in plan}
+        self.missing: dict[int, int] = {}
+        self.consumers: dict[int, list[Node]] = {}
+        for n in plan:
+            inputs = [] if id(n) in fed else [i for i in n.predecessors if id(i) in keep]
+            self.missing[id(n)] = len(inputs)
+            for i in inputs:
+                self.consumers.setdefault(id(i), []).append(n)
+        self.roots = [n for n in plan if self.missing[id(n)] == 0]
+        self.counts = PlanCounts(plan)  # what the run's Memory starts from
+
+
 class Run:
     """One execution of a plan: the values, the counts, the events and the memory."""
 
     def __init__(self, plan: list[Node], feeds: dict[int, Any], fetches: list[Node],
                  memory: Memory, cost_of: Callable[[Node], str],
                  record: Callable[[str, float], None] | None = None,
-                 rendezvous: Rendezvous | None = None):
+                 rendezvous: Rendezvous | None = None, layout: "Layout | None" = None):
         self.plan = plan
         self.values: dict[int, Any] = dict(feeds)
         self.feeds = feeds
@@ -116,16 +134,10 @@ class Run:
         self.events: list[dict] = []
         self.error: BaseException | None = None
         self.lock = memory.lock
-        keep = {id(n) for n in plan}
-        self.missing: dict[int, int] = {}
-        self.consumers: dict[int, list[Node]] = {}
-        for n in plan:
-            inputs = [] if id(n) in feeds else \
-                [i for i in n.predecessors if id(i) in keep]
-            self.missing[id(n)] = len(inputs)
-            for i in inputs:
-                self.consumers.setdefault(id(i), []).append(n)
-        self.roots = [n for n in plan if self.missing[id(n)] == 0]
+        layout = layout if layout is not None else Layout(plan, set(feeds))
+        self.missing = dict(layout.missing)  # node id -> inputs that have not run yet
+        self.consumers = layout.consumers
+        self.roots = layout.roots
         self.workers: dict[int, int] = {}
         self.rendezvous = rendezvous
         self.received: dict[int, Any] = {}   # Recv node id -> the tensor that arrived

@@ -36,7 +36,7 @@ from .memory import Memory
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
-from .scheduler import FeedError, NodeError, Run  # noqa: F401 - NodeError is re-exported
+from .scheduler import FeedError, Layout, NodeError, Run  # noqa: F401 - NodeError is re-exported
 
 
 class Session:
@@ -61,6 +61,7 @@ class Session:
         self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
         self._plans: dict[tuple, list[Node]] = {}
+        self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
 
@@ -79,12 +80,14 @@ class Session:
         return _rebuild(fetches, results)
 
     def _new_run(self, plan: list[Node], feeds: dict, fetches: list[Node], start: float,
-                 rendezvous: Rendezvous | None = None) -> Run:
+                 rendezvous: Rendezvous | None = None, layout: Layout | None = None) -> Run:
         external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
-        memory = Memory(plan, fetches, external, self.recycle, self.debug, start)
+        layout = layout if layout is not None else Layout(plan, set(feeds))
+        memory = Memory(plan, fetches, external, self.recycle, self.debug, start,
+                        layout.counts)
         cost_of = self.costs.cost if self.costs is not None else _static
         return Run(plan, feeds, fetches, memory, cost_of,
-                   self.costs.record if self.costs is not None else None, rendezvous)
+                   self.costs.record if self.costs is not None else None, rendezvous, layout)
 
     def _execute(self, run: Run, pool: ThreadPoolExecutor | None) -> None:
         if pool is None:
@@ -94,7 +97,8 @@ class Session:
 
     def _run_on_one_device(self, plan: list[Node], fetches: list[Node],
                            feeds: dict) -> tuple[dict, list]:
-        run = self._new_run(plan, feeds, fetches, time.perf_counter())
+        run = self._new_run(plan, feeds, fetches, time.perf_counter(),
+                            layout=self._layouts[id(plan)])
         try:
             self._execute(run, self._pool_for(plan[0].device.name if plan else "cpu"))
         finally:  # a failed run's statistics show how far it got
@@ -187,10 +191,14 @@ class Session:
         return feeds
 
     def _plan(self, fetches: list[Node], feeds: dict[int, Any]) -> list[Node]:
+        """The nodes to run, in FIFO order, cached with their dependency counts (the
+        plan stays in the cache, so its id keys its layout)."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         if key not in self._plans:
             keep = needed(fetches, set(feeds))
-            self._plans[key] = fifo_order(self.graph.nodes, keep, set(feeds))
+            plan = fifo_order(self.graph.nodes, keep, set(feeds))
+            self._plans[key] = plan
+            self._layouts[id(plan)] = Layout(plan, set(feeds))
         return self._plans[key]
 
 
