@@ -191,3 +191,18 @@ def test_relu_keeps_an_integer_dtype(backend):
     assert y.dtype == "int64" and y.numpy().tolist() == [3, 0, 0]
     z = mg.relu(mg.tensor(np.array([1.5, -2.0], dtype=np.float32)))
     assert z.dtype == "float32" and z.numpy().tolist() == [1.5, 0.0]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernels_that_return_shared_memory_are_marked_view(name):
+    """Compiled graphs write in place into values no view can see (compile.py); they
+    learn which kernels may return a view from ``Primitive.view``. Checked here against
+    what NumPy reports: a kernel whose result shares memory with an argument."""
+    f, inputs, _ = CASES[name]
+    xs = [mg.tensor(x, requires_grad=True) for x in inputs]
+    recorded, _ = tape._entries([f(*xs)], set())
+    for t in recorded:
+        prim, params, _, *args = t._entry
+        shares = any(isinstance(a, mg.Tensor) and np.shares_memory(np.asarray(t.data), a.data)
+                     for a in args)
+        assert prim.view or not shares, f"{prim.name} returned a view but is not marked view"

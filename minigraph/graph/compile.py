@@ -24,7 +24,8 @@ into the value's buffer instead of allocating a new one (TensorFlow's executor c
 
 A buffer is forwarded only if nothing else can see it: not an input (the caller's
 array), not a constant or variable, not an output, and no view of it exists (no reader
-is a reshape, transpose ... that could share its memory); see :func:`in_place_plan`.
+is a primitive marked ``view``, a reshape, transpose ... that could share its memory);
+see :func:`in_place_plan`.
 """
 
 from __future__ import annotations
@@ -149,25 +150,16 @@ def _xp_name(device: Device, namespace: dict) -> str:
     return name
 
 
-# Kernels whose result may share memory with an argument (a view, or the argument
-# itself): a value read by one of them must never be overwritten in place.
-_MAY_ALIAS = frozenset({"identity", "stop_gradient", "astype", "to_device", "reshape",
-                        "transpose", "matrix_transpose", "broadcast_to", "getitem", "AddN"})
-# Kernels with an out= form that are not elementwise: an output element reads many input
-# elements, so the output must not be one of the inputs (the runtime's pool still hands
-# them freed buffers, which are never inputs).
-_NOT_ELEMENTWISE = frozenset({"matmul"})
-
-
 def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:
     """Which nodes write into the buffer of which argument: ``{id(node): argument}``.
 
     A node qualifies if it can run its ``out`` kernel (no dtype promotion: the runtime's
-    :func:`~minigraph.runtime.memory.can_write_into`), is elementwise, and has a
-    non-scalar result. An argument's buffer can be taken if the argument was computed
-    by a kernel here that returns fresh memory, is read for the last time by this node,
-    has the node's shape, dtype and device, is not an output, and no reader of it may
-    alias it (a view would see the overwrite).
+    :func:`~minigraph.runtime.memory.can_write_into`) on one of its own arguments (its
+    primitive's ``in_place``), and has a non-scalar result. An argument's buffer can be
+    taken if the argument was computed by a kernel here that returns fresh memory (not
+    a primitive's ``view``), is read for the last time by this node, has the node's
+    shape, dtype and device, is not an output, and no reader of it may alias it (a view
+    would see the overwrite).
     """
     from ..runtime.memory import can_write_into  # (the runtime imports graph modules)
 
@@ -177,15 +169,14 @@ def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict
     for i, n in enumerate(order):
         for a in n.inputs:
             last_reader[id(a)] = i
-            if n.prim is None or n.prim.name in _MAY_ALIAS:
+            if n.prim is None or n.prim.view:  # (an Assign's target is its value, too)
                 aliased.add(id(a))
     plan: dict[int, Node] = {}
     for n in order:
-        if (id(n) in fed or not can_write_into(n) or n.shape == ()
-                or n.prim.name in _NOT_ELEMENTWISE):
+        if id(n) in fed or not can_write_into(n) or not n.prim.in_place or n.shape == ():
             continue
         for a in n.inputs:
-            if (id(a) not in aliased and a.prim is not None and a.prim.name not in _MAY_ALIAS
+            if (id(a) not in aliased and a.prim is not None and not a.prim.view
                     and last_reader[id(a)] == position[id(n)] and a.shape == n.shape
                     and a.dtype == n.dtype and a.device is n.device):
                 plan[id(n)] = a

@@ -16,9 +16,9 @@ from .primitive import bind, primitive
 IDENTITY = primitive(
     "identity", lambda xp, x: x, S.same,
     jvp=[lambda t, out, x: t],
-    vjp=[lambda g, out, x: g])
+    vjp=[lambda g, out, x: g], view=True)
 
-STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same)
+STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True)
 
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
@@ -29,7 +29,8 @@ ASTYPE = primitive(
 TO_DEVICE = primitive(
     "to_device", lambda xp, x, device, source: device.copy_from(x, source), S.same,
     jvp=[lambda t, out, x, device, source: to_device(t, device)],
-    vjp=[lambda g, out, x, device, source: to_device(g, source)])
+    vjp=[lambda g, out, x, device, source: to_device(g, source)],
+    view=True)  # between array libraries the copy may go through shared host memory
 
 
 def identity(x: Any) -> Any:

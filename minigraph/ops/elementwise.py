@@ -190,7 +190,8 @@ def _add_arrays(xp: Any, *xs: Any) -> Any:
 ADD_N = primitive(
     "AddN", _add_arrays, _add_n_shape,
     jvp=Each(lambda i: lambda t, out, *xs: t),
-    vjp=Each(lambda i: lambda g, out, *xs: g))
+    vjp=Each(lambda i: lambda g, out, *xs: g),
+    view=True)  # one term is returned as it is
 
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 

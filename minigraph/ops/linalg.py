@@ -31,7 +31,7 @@ MATMUL = primitive(
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
     vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
          lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],
-    cost="expensive", out=ufunc_out("matmul"))
+    cost="expensive", out=ufunc_out("matmul"), in_place=False)
 
 
 def matmul(x: Any, y: Any) -> Any:

@@ -18,7 +18,15 @@ one operation:
     ``"cheap"`` or ``"expensive"``, read by the scheduler;
 ``out(xp, *arrays, out, **params)`` (optional)
     the kernel writing its result into a given buffer, for namespaces whose functions
-    take ``out=`` (NumPy, CuPy): the runtime uses it to recycle freed memory.
+    take ``out=`` (NumPy, CuPy): the runtime uses it to recycle freed memory;
+``in_place``
+    whether ``out`` may be one of the op's own arguments (true of elementwise kernels,
+    not of ``matmul``, whose every output element reads many input elements): compiled
+    graphs then compute into an argument's buffer at its last use;
+``view``
+    whether the kernel may return its argument, or a view sharing its memory
+    (``reshape``, ``transpose``, basic indexing ...): such a value's buffer is never
+    written in place while the view may still be read.
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -54,11 +62,13 @@ Rule = Callable[..., Any]
 class Primitive:
     """One operation: kernel, shape rule, derivative rules and cost class."""
 
-    __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "out", "differentiable")
+    __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "out", "in_place", "view",
+                 "differentiable")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
-                 cost: str = "cheap", out: Callable[..., Any] | None = None):
+                 cost: str = "cheap", out: Callable[..., Any] | None = None,
+                 in_place: bool = True, view: bool = False):
         self.name = name
         self.impl = impl
         self.shape = shape
@@ -66,6 +76,8 @@ class Primitive:
         self.vjp = vjp
         self.cost = cost
         self.out = out
+        self.in_place = out is not None and in_place
+        self.view = view
         # Looked up on every eager call, so computed once here.
         self.differentiable = any(rule is not None for rule in vjp)
 
@@ -100,14 +112,15 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], *,
               jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
-              cost: str = "cheap", out: Callable[..., Any] | None = None) -> Primitive:
+              cost: str = "cheap", out: Callable[..., Any] | None = None,
+              in_place: bool = True, view: bool = False) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("cheap", "expensive"):
         raise ValueError(f"primitive {name!r}: cost must be 'cheap' or 'expensive'")
     prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
-                     vjp if isinstance(vjp, Each) else tuple(vjp), cost, out)
+                     vjp if isinstance(vjp, Each) else tuple(vjp), cost, out, in_place, view)
     PRIMITIVES[name] = prim
     return prim
 

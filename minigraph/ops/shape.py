@@ -32,7 +32,7 @@ def _reshape_shape(x: Any, shape: tuple[int, ...]) -> tuple:
 RESHAPE = primitive(
     "reshape", lambda xp, x, shape: xp.reshape(x, shape), _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
-    vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))])
+    vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True)
 
 
 def _transpose_shape(x: Any, axes: tuple[int, ...]) -> tuple:
@@ -50,7 +50,7 @@ def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
 TRANSPOSE = primitive(
     "transpose", lambda xp, x, axes: xp.permute_dims(x, axes), _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
-    vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))])
+    vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True)
 
 
 def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
@@ -62,7 +62,7 @@ def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
 BROADCAST_TO = primitive(
     "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), _broadcast_shape,
     jvp=[lambda t, out, x, shape: broadcast_to(t, shape)],
-    vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))])
+    vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))], view=True)
 
 
 # -- indexing ------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
 GETITEM = primitive(
     "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
     jvp=[lambda t, out, x, index: getitem(t, index)],
-    vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))])
+    vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True)
 
 SCATTER_ADD = primitive(  # the adjoint of getitem: add g into zeros of ``shape`` at ``index``
     "scatter_add", _scatter_add_kernel,
