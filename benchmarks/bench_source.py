@@ -23,7 +23,6 @@ What the source rows time (see ``minigraph/autodiff/source/``):
 from __future__ import annotations
 
 import datetime
-import math
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -31,61 +30,33 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (describe, environment, fmt, have_torch, measure, print_rounds,  # noqa: E402
+from common import (describe, environment, fmt, measure, print_rounds,  # noqa: E402
                     print_table, save_results)
 
 import minigraph as mg  # noqa: E402
+from bench_eager import EXPECTED, TORCH_ROW, X, Y, f, scalar_methods  # noqa: E402
 from minigraph.autodiff.source import source_grad  # noqa: E402
 
 US = 1e6  # seconds -> microseconds
-X, Y = 2.0, 3.0
-EXPECTED = (Y + math.cos(X), X)  # dz/dx = y + cos x, dz/dy = x
 TARGET = 0.15  # DESIGN.md: compiled graph or source-transformed <= 0.15x PyTorch
 HEADLINE = "source_grad(f)(x, y), tensors"
-TORCH = "pytorch (backward)"
-TAPE = "minigraph tape (backward)"
-
-
-def f(x: Any, y: Any) -> Any:
-    return x * y + mg.sin(x)
+TORCH, TAPE = TORCH_ROW, "minigraph tape (backward)"
+SHARED = (TORCH, TAPE, "minigraph mg.grad tape", "hand-written NumPy (anchor)")
 
 
 def methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
-    """Each method returns (dz/dx, dz/dy) at (X, Y)."""
+    """Each method returns (dz/dx, dz/dy) at (X, Y): the rows of bench_eager's table (b)
+    to compare with (PyTorch, the tape, the hand-written anchor), then the source rows."""
     gf = source_grad(f, argnums=(0, 1))
     x, y = mg.tensor(X), mg.tensor(Y)
     program = gf.program_for(x, y)  # the transformation runs here, once
     xa, ya = x.data, y.data
-    g_tape = mg.grad(f, argnums=(0, 1))
-
-    def tape_backward() -> tuple[Any, Any]:
-        tx, ty = mg.tensor(X, requires_grad=True), mg.tensor(Y, requires_grad=True)
-        f(tx, ty).backward()
-        return tx.grad, ty.grad
-
-    def hand_numpy() -> tuple[Any, Any]:
-        a, b = np.float64(X), np.float64(Y)
-        z = a * b + np.sin(a)  # noqa: F841  (the value, computed as the others do)
-        return b + np.cos(a), a
-
-    table: dict[str, Callable[[], tuple[Any, Any]]] = {}
-    if have_torch():
-        import torch
-
-        def torch_backward() -> tuple[Any, Any]:
-            tx = torch.tensor(X, dtype=torch.float64, requires_grad=True)
-            ty = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
-            z = tx * ty + torch.sin(tx)
-            z.backward()
-            return tx.grad, ty.grad
-        table[TORCH] = torch_backward
-    table[TAPE] = tape_backward
-    table["minigraph mg.grad tape (2.0, 3.0)"] = lambda: g_tape(X, Y)
+    eager = scalar_methods()
+    table = {name: eager[name] for name in SHARED if name in eager}  # no PyTorch: no row
     table[HEADLINE] = lambda: gf(x, y)
     table["source_grad(f)(2.0, 3.0), floats"] = lambda: gf(X, Y)
     table["program.fn(x, y): mg. calls on tensors"] = lambda: program.fn(x, y)[1]
     table["program.raw(x, y): kernels on arrays"] = lambda: program.raw(xa, ya)[1]
-    table["hand-written NumPy (anchor)"] = hand_numpy
     return table
 
 
