@@ -16,7 +16,7 @@ from .device import (Device, cuda_available, device, devices, get_device, regist
 from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy,
                   div, equal, exp, greater, greater_equal, identity, less, less_equal, log,
                   log_softmax, matmul, matrix_transpose, max, maximum, mean, mul, neg,
-                  not_equal, nll_loss, one_hot, pow, relu, reshape, scatter_add, sigmoid, sin,
+                  not_equal, nll_loss, one_hot, pow, relu, relu_grad, reshape, scatter_add, sigmoid, sin,
                   softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
@@ -42,7 +42,7 @@ __all__ = [
     "astype", "broadcast_to", "concatenate", "cos", "cross_entropy", "div", "equal", "exp",
     "greater", "greater_equal", "identity", "less", "less_equal", "log", "log_softmax",
     "matmul", "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal",
-    "nll_loss", "one_hot", "pow", "relu", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
+    "nll_loss", "one_hot", "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "Tensor", "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph",
     "Node", "constant", "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session", "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",

@@ -56,6 +56,8 @@ CASES = {
     "tanh": (mg.tanh, (A23,), np.tanh),
     "sigmoid": (mg.sigmoid, (A23,), lambda x: 1 / (1 + np.exp(-x))),
     "relu": (mg.relu, (DISTINCT,), lambda x: np.maximum(x, 0)),
+    # relu's VJP; its derivative by y is 0 away from y = 0 (the rule is None)
+    "relu_grad": (mg.relu_grad, (B23, DISTINCT), lambda g, y: g * (y > 0)),
     "sqrt": (mg.sqrt, (P23,), np.sqrt),
     "where": (lambda x, y: mg.where(x > 0, x, y), (DISTINCT, B23),
               lambda x, y: np.where(x > 0, x, y)),

@@ -7,7 +7,7 @@ single definition (kernel, shape rule, JVP and VJP rules, cost class).
 from .copy import astype, identity, stop_gradient, to_device
 from .elementwise import (add, add_n, cos, div, equal, exp, greater, greater_equal, less,
                           less_equal, log, maximum, mul, neg, not_equal, pow, relu,
-                          sigmoid, sin, sqrt, sub, tanh, where)
+                          relu_grad, sigmoid, sin, sqrt, sub, tanh, where)
 from .linalg import matmul
 from .nn import cross_entropy, log_softmax, nll_loss, one_hot, softmax
 from .primitive import PRIMITIVES, Primitive, bind
@@ -18,7 +18,7 @@ from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshap
 __all__ = [
     "PRIMITIVES", "Primitive", "bind",
     "add", "add_n", "sub", "mul", "div", "neg", "pow", "maximum", "exp", "log", "sin", "cos",
-    "tanh", "sigmoid", "relu", "sqrt", "where", "less", "less_equal", "greater",
+    "tanh", "sigmoid", "relu", "relu_grad", "sqrt", "where", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
     "concatenate", "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy", "identity",
