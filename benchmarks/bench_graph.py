@@ -385,8 +385,9 @@ class MinigraphStep:
 
     def __call__(self) -> Any:
         loss, grads = self.vg(*self.params, self.x, self.labels)
-        with mg.no_grad():             # the SGD update, w -= lr * g, with minigraph's ops
-            self.params = [p - LR * g for p, g in zip(self.params, grads)]
+        with mg.no_grad():             # the SGD update, in place, as the anchor's
+            for p, g in zip(self.params, grads):
+                p -= LR * g
         return loss
 
     def weights(self) -> list[np.ndarray]:

@@ -10,10 +10,12 @@ primitives, so a Tensor computes eagerly: define-by-run.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .device import Device, get_device
 from .errors import DTypeError
+from .ops import elementwise as E
 from .ops.operators import ArrayOps
 
 FLOAT_DTYPES = ("float32", "float64")
@@ -92,6 +94,19 @@ class Tensor(ArrayOps):
     def backward(self, grad: Any = None, create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it."""
         _tape.backward(self, grad, create_graph)
+
+    # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
+    def __iadd__(self, other: Any) -> "Tensor":
+        return _tape.update_in_place(self, E.ADD, operator.iadd, other)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return _tape.update_in_place(self, E.SUB, operator.isub, other)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return _tape.update_in_place(self, E.MUL, operator.imul, other)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return _tape.update_in_place(self, E.DIV, operator.itruediv, other)
 
     # -- Python conversions -------------------------------------------------------------------
     def __float__(self) -> float:

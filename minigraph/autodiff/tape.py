@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from typing import Any, Callable, Iterable
 
 from ..device import get_device
@@ -219,6 +220,110 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
     return type(exc)(f"{where}: {exc}")
 
 
+# -- in-place updates, and the guard that keeps the tape's values true ---------------------------
+#
+# ``x -= y`` on a tensor writes into x's array, as in NumPy and PyTorch, so that the
+# plain training loop
+#
+#     with mg.no_grad():
+#         for p in params:
+#             p -= lr * p.grad
+#
+# updates the parameters themselves, without a new array per step. Two rules keep the
+# tape true:
+#
+# * The tape records values, not writes. While recording, ``x -= y`` where x or y
+#   requires a gradient computes ``x - y`` as a new tensor, recorded, and rebinds the
+#   name x to it, as Python does for values that cannot change (and as graph nodes and
+#   dual numbers do): every mode gives the same result.
+# * A write must not change a value that a tape entry recorded. Each write is stamped
+#   with the next sequence number, on the array that owns the memory (a view's base), so
+#   a write through a view counts for every tensor that shares the memory. Sequence
+#   numbers are the tape's order, so an entry reads a changed value exactly when one of
+#   its arrays carries a later stamp; the sweep then refuses to run instead of computing
+#   a wrong gradient (PyTorch's version counters, as one number per array). Arrays
+#   without ``.base`` (array-api-strict) are stamped as themselves, so a write through
+#   one of their views goes unseen.
+
+_written: dict[int, tuple[Any, int]] = {}  # id(array) -> (weak reference, stamp of last write)
+_last_write = -1  # the latest stamp: a sweep of entries all made after it checks nothing
+
+
+def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any],
+                    other: Any) -> Tensor:
+    """``x op= other`` (``write`` is ``operator.isub`` & co.): see the rules above."""
+    if _mode.enabled and (x.requires_grad or getattr(other, "requires_grad", False)):
+        return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
+    if type(other) is Tensor:
+        if other.device is not x.device:
+            raise _device_error(prim, (x, other))
+        value = other.data
+    elif type(other) in _NUMBERS:
+        value = other
+    else:
+        other = tensor(other, device=x.device)
+        value = other.data
+    if not (type(other) is Tensor and other.shape == x.shape and other.dtype == x.dtype):
+        _check_in_place(prim, x, other)  # (the common case, p -= lr * g, needs no rule)
+    try:
+        if x.device.context is not None:
+            with x.device.context:
+                x.data = write(x.data, value)
+        else:
+            x.data = write(x.data, value)
+    except Exception as exc:
+        raise _kernel_error(prim, (x, other), {}, exc) from exc
+    _stamp(x.data)
+    return x
+
+
+def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
+    """The primitive's shape rule: the result must keep ``x``'s shape and dtype."""
+    shape, dtype = prim.shape(x, other)
+    where = f"{prim.name} in place ({_describe((x, other))})"
+    if tuple(shape) != x.shape:
+        raise ShapeError(f"{where}: the result has shape {tuple(shape)}; an in-place update "
+                         f"keeps the tensor's shape {x.shape}")
+    if dtype != x.dtype:
+        raise DTypeError(f"{where}: the result has dtype {dtype}; an in-place update keeps "
+                         f"the tensor's dtype {x.dtype}")
+
+
+def _owner(array: Any) -> Any:
+    """The array that owns ``array``'s memory (NumPy and CuPy keep it as ``.base``)."""
+    base = getattr(array, "base", None)
+    return array if base is None else base
+
+
+def _stamp(array: Any) -> None:
+    global _last_write
+    owner = _owner(array)
+    key = id(owner)
+    if key in _written:
+        ref = _written[key][0]
+    else:  # forgotten when the array is freed, before its id can be reused
+        ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))
+    _last_write = next(_sequence)
+    _written[key] = (ref, _last_write)
+
+
+def _check_writes(recorded: list[Tensor]) -> None:
+    """Refuse a sweep over an entry whose result or arguments were written after it."""
+    for t in recorded:
+        prim, _, seq, *args = t._entry
+        if seq > _last_write:
+            continue
+        for a in (t, *args):
+            stamp = _written.get(id(_owner(a.data))) if type(a) is Tensor else None
+            if stamp is not None and stamp[1] > seq:
+                what = "its result" if a is t else f"an argument of shape {a.shape}"
+                raise GradientError(
+                    f"backward: {prim.name} recorded {what}, and that tensor was changed "
+                    f"in place afterwards (x -= ..., x += ...): the value its derivative "
+                    f"needs is gone. Update tensors in place after backward(), or write "
+                    f"x = x - y to keep the old value")
+
+
 # -- the reverse sweep ----------------------------------------------------------------------------
 
 def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], list[Tensor]]:
@@ -255,6 +360,8 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset
           create_graph: bool = False) -> list[tuple[Tensor, Tensor]]:
     """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``."""
     recorded, leaves = _entries(outputs, stop)
+    if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
+        _check_writes(recorded)
     adjoint: dict[int, Any] = {}
     for out, seed in zip(outputs, seeds):
         adjoint[id(out)] = seed if id(out) not in adjoint else adjoint[id(out)] + seed
