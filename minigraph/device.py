@@ -129,6 +129,17 @@ class Device:
             return np.asarray(array._array)
         return np.asarray(array)
 
+    def synchronize(self) -> None:
+        """Wait until the device has finished the work queued on it so far.
+
+        A GPU runs kernels asynchronously (chapter 01, section 7): time GPU work between
+        two calls of this. CuPy's ``Device.synchronize`` waits for every stream of the
+        GPU, PyTorch's included. CPU devices compute before an operation returns, so
+        for them it returns at once.
+        """
+        if hasattr(self.native, "synchronize"):
+            self.native.synchronize()
+
     # -- memory accounting (Tensor.__init__ and __del__ update live_bytes) ---------------
     def reset_peak(self) -> None:
         """Start a new peak measurement from the bytes alive now."""

@@ -86,3 +86,9 @@ def test_each_device_counts_its_own_memory():
     assert mg.device("cpu").live_bytes >= 0
     del x
     assert dev.live_bytes == before
+
+
+def test_synchronize_returns_at_once_on_a_cpu():
+    t = mg.ones((3,), device="cpu:1") * 2.0
+    assert mg.device("cpu:1").synchronize() is None
+    assert t.numpy().tolist() == [2.0, 2.0, 2.0]

@@ -43,3 +43,16 @@ def test_gpu_matches_cpu_on_an_mlp_step():
     g_cpu = mg.grad(loss)(mg.tensor(w), "cpu")
     g_gpu = mg.grad(loss)(mg.tensor(w, device="cuda:0"), "cuda:0")
     np.testing.assert_allclose(g_gpu.numpy(), g_cpu.numpy(), rtol=1e-10)
+
+
+def test_relu_grad_and_an_in_place_update_on_the_gpu():
+    x = np.array([[-1.5, 0.5, 2.0], [0.25, -0.75, 1.0]])
+    p = mg.tensor(x, device="cuda:0")
+    g = mg.grad(lambda t: (mg.relu(t) * t).sum())(p)  # d/dt relu(t) t = 2t where t > 0
+    np.testing.assert_allclose(g.numpy(), np.where(x > 0, 2 * x, 0.0), rtol=1e-14)
+    before = p.data
+    with mg.no_grad():
+        p -= 0.5 * g
+    mg.device("cuda:0").synchronize()
+    assert p.data is before
+    np.testing.assert_allclose(p.numpy(), np.where(x > 0, 0.0, x), atol=1e-15)
