@@ -19,8 +19,10 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, describe, environment, fmt, have_torch, measure,  # noqa: E402
-                    print_rounds, print_table, save_results)
+from common import (RESULTS_DIR, array_library, bench_device, cpu_only,  # noqa: E402
+                    describe, environment, fmt, have_torch, measure, on_gpu, print_rounds,
+                    print_table, result_name, save_results, synchronizer, to_host,
+                    torch_device)
 
 import minigraph as mg  # noqa: E402
 
@@ -48,24 +50,27 @@ def op_table(m: Any) -> dict[str, BinaryOp]:
         "relu": lambda x, y: m.relu(x),
         "sum": lambda x, y: m.sum(x),
     }
-    if m is np:
-        table["relu"] = lambda x, y: np.maximum(x, 0.0)  # NumPy has no relu
+    if m.__name__ in ("numpy", "cupy"):
+        table["relu"] = lambda x, y: m.maximum(x, 0.0)  # NumPy has no relu
     return table
 
 
 def bench_per_op() -> dict[str, dict[str, Any]]:
     """Per op: seconds per call for numpy / minigraph / torch (None when PyTorch is not
     installed) and ``ratio``, minigraph over torch (over numpy without PyTorch), the
-    median of the within-round ratios of ``common.measure``."""
-    x, y = mg.tensor(A, requires_grad=True), mg.tensor(B, requires_grad=True)
+    median of the within-round ratios of ``common.measure``. On a GPU, all three run
+    there, and "numpy" is CuPy."""
+    device, xp = bench_device(), array_library()
+    x = mg.tensor(A, device=device, requires_grad=True)
+    y = mg.tensor(B, device=device, requires_grad=True)
     libs: dict[str, tuple[dict[str, BinaryOp], Any, Any]] = {
-        "numpy": (op_table(np), A, B),
+        "numpy": (op_table(xp), xp.asarray(A), xp.asarray(B)),
         "minigraph": (op_table(mg), x, y),
     }
-    if have_torch():
+    if torch_device() is not None:
         import torch
-        tx = torch.tensor(A, dtype=torch.float64, requires_grad=True)
-        ty = torch.tensor(B, dtype=torch.float64, requires_grad=True)
+        tx = torch.tensor(A, dtype=torch.float64, device=torch_device(), requires_grad=True)
+        ty = torch.tensor(B, dtype=torch.float64, device=torch_device(), requires_grad=True)
         libs["torch"] = (op_table(torch), tx, ty)
     anchor = "torch" if "torch" in libs else "numpy"
 
@@ -75,12 +80,11 @@ def bench_per_op() -> dict[str, dict[str, Any]]:
         methods = {}
         for lib, (ops, u, v) in libs.items():
             out = ops[name](u, v)
-            if lib != "numpy":  # check: same values, and the op was recorded for backward
+            if lib != "numpy":  # check: the op was recorded for backward
                 assert out.requires_grad, f"{lib} {name}: result is not recorded"
-                values = out.numpy() if lib == "minigraph" else out.detach().numpy()
-                np.testing.assert_allclose(values, expected, err_msg=f"{lib} {name}")
+            np.testing.assert_allclose(to_host(out), expected, err_msg=f"{lib} {name}")
             methods[lib] = functools.partial(ops[name], u, v)
-        timed, _ = measure(methods, anchor, rounds=15, batch=0.01)
+        timed, _ = measure(methods, anchor, rounds=15, batch=0.01, sync=synchronizer())
         results[name] = {lib: timed[lib]["seconds"] if lib in timed else None
                          for lib in ("numpy", "minigraph", "torch")}
         results[name]["ratio"] = timed["minigraph"]["ratio"]
@@ -93,10 +97,14 @@ def report_per_op(results: dict[str, dict[str, Any]]) -> None:
         vs_torch = t["ratio"] if t["torch"] else None
         met += vs_torch is not None and vs_torch <= 1.0
         rows.append([name, fmt(t["numpy"] * US), fmt(t["minigraph"] * US),
-                     fmt(t["torch"] * US) if t["torch"] else "not installed",
+                     fmt(t["torch"] * US) if t["torch"] else "-",
                      fmt(vs_torch), fmt(t["minigraph"] / t["numpy"], 1)])
-    print_table(rows, ["op", "numpy µs", "minigraph µs", "torch µs",
-                       "minigraph/torch", "minigraph/numpy"])
+    lib = array_library().__name__
+    print_table(rows, ["op", f"{lib} µs", "minigraph µs", "torch µs",
+                       "minigraph/torch", f"minigraph/{lib}"])
+    if on_gpu():
+        print(f"(the target is set for the CPU; on {bench_device()} the ratios are shown only)")
+        return
     missed = ", ".join(f"{name} {t['ratio']:.2f}x" for name, t in results.items()
                        if t["torch"] and t["ratio"] > 1.0)
     now = (f"met for {met} of {len(results)} ops" + (f"; over: {missed}" if missed else "")
@@ -259,10 +267,11 @@ def plot_per_op(results: dict[str, dict[str, float | None]], path: Path) -> None
     fig, ax = plt.subplots(figsize=(9, 4))
     for k, lib in enumerate(libs):
         xs = [i + (k - (len(libs) - 1) / 2) * width for i in range(len(names))]
-        ax.bar(xs, [results[n][lib] * US for n in names], width, label=lib)
+        ax.bar(xs, [results[n][lib] * US for n in names], width,
+               label=array_library().__name__ if lib == "numpy" else lib)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("µs per op (lower is better)")
-    ax.set_title("Eager op with gradient recording, shape (4,), float64")
+    ax.set_title(f"Eager op with gradient recording, shape (4,), float64, {bench_device()}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -272,24 +281,29 @@ def plot_per_op(results: dict[str, dict[str, float | None]], path: Path) -> None
 def main() -> None:
     env = environment()
     print(describe(env))
-    print("\n== a. per-op time with gradient recording, shape (4,), float64 ==")
+    print(f"\n== a. per-op time with gradient recording, shape (4,), float64, on "
+          f"{bench_device()} ==")
     per_op = bench_per_op()
     report_per_op(per_op)
 
     print("\n== b. z = x*y + sin(x), forward + backward, scalars x=2, y=3 ==")
-    scalar = bench_scalar()
-    report_scalar(scalar)
+    scalar = None
+    if not cpu_only("Python's cost per operation on scalars is a CPU matter"):
+        scalar = bench_scalar()
+        report_scalar(scalar)
 
-    path = save_results("eager", {
+    name = result_name("eager")
+    path = save_results(name, {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
+        "device": bench_device(),
         "unit": "seconds per call (median over interleaved rounds); ratio: median over "
                 "the rounds of the ratio within a round",
         "per_op": per_op,
         "scalar_forward_backward": scalar,
     })
-    plot_per_op(per_op, RESULTS_DIR / "eager.png")
-    print(f"\nwrote {path} and {RESULTS_DIR / 'eager.png'}")
+    plot_per_op(per_op, RESULTS_DIR / f"{name}.png")
+    print(f"\nwrote {path} and {RESULTS_DIR / f'{name}.png'}")
 
 
 if __name__ == "__main__":

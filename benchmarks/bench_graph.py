@@ -14,6 +14,11 @@ c. a training step 128x784-256-10, float32 (ReLU, softmax cross-entropy, SGD upd
    tape <= 1.15x NumPy. Beside graph mode with minigraph's update, the whole step
    (loss, ``mg.gradients``, update) traced into one graph, for comparison.
 
+``minigraph bench --device cuda:0`` runs (c) on the GPU: minigraph's tensors, the anchor
+in CuPy (the same code as the NumPy step) and PyTorch's tensors there, every timing
+synchronised (``common.synchronizer``). (a) and (b) measure Python's overhead on tiny
+arrays and stay on the CPU; the targets are set for the CPU and are not judged on a GPU.
+
 Every method's result is checked *before* it is timed (values and gradients, and in (c)
 the dtypes and the updated weights), so a wrong computation is never timed; times are
 only reported, never asserted (DESIGN.md, "Performance").
@@ -40,9 +45,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, describe, environment, fmt, have_torch,  # noqa: E402
-                    blas_threads, measure, openblas_threads, pin_blas_threads,
-                    print_rounds, print_table, save_results)
+from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
+                    blas_threads, cpu_only, describe, environment, fmt, have_torch, measure,
+                    on_gpu, openblas_threads, pin_blas_threads, print_rounds, print_table,
+                    result_name, save_results, synchronizer, to_host, torch_device)
 
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
@@ -110,13 +116,7 @@ def check_close(name: str, got: Any, want: Any, rtol: float) -> None:
     assert err <= rtol, f"{name}: relative error {err:.2e} > {rtol:.0e}"
 
 
-def as_numpy(v: Any) -> np.ndarray:
-    """A minigraph tensor, torch tensor, NumPy value or float as a NumPy array."""
-    if isinstance(v, mg.Tensor):
-        return v.numpy()
-    if hasattr(v, "detach"):
-        return v.detach().numpy()
-    return np.asarray(v)
+as_numpy = to_host  # a minigraph, PyTorch or CuPy value as a NumPy array
 
 
 # ===============================================================================================
@@ -312,26 +312,27 @@ def train_loss(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, labels: Any) -> Any:
 
 
 def numpy_loss_and_grads(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray,
-                         x: np.ndarray, labels: np.ndarray, rows: np.ndarray
+                         x: np.ndarray, labels: np.ndarray, rows: np.ndarray, xp: Any = np
                          ) -> tuple[Any, tuple[np.ndarray, ...]]:
     """ANCHOR: ReLU MLP forward, softmax cross-entropy and backprop by hand, float32.
 
     Written for speed as a NumPy programmer would: no one-hot matrix (subtract 1 at the
     labels), in-place bias, ReLU, exp and scaling on freshly made arrays, the ReLU mask
     applied by multiplying in place, transposes as views (BLAS reads them transposed),
-    and only Python floats as scalars, so nothing is promoted to float64.
+    and only Python floats as scalars, so nothing is promoted to float64. ``xp`` is
+    NumPy, or CuPy on a GPU.
     """
     n = x.shape[0]
     h = x @ w1                         # (128, 256)
     h += b1
-    np.maximum(h, 0.0, out=h)          # ReLU
+    xp.maximum(h, 0.0, out=h)          # ReLU
     z = h @ w2                         # (128, 10) logits
     z += b2
     z -= z.max(axis=1, keepdims=True)
     picked = z[rows, labels]
-    np.exp(z, out=z)
+    xp.exp(z, out=z)
     s = z.sum(axis=1, keepdims=True)
-    loss = (np.log(s).sum() - picked.sum()) / n
+    loss = (xp.log(s).sum() - picked.sum()) / n
     z /= s                             # softmax
     z[rows, labels] -= 1.0
     z *= 1.0 / n                       # d loss / d logits
@@ -352,14 +353,15 @@ def train_setup() -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
 
 
 class NumpyStep:
-    """The anchor's training step; owns its copy of the weights."""
+    """The anchor's training step; owns its copy of the weights (CuPy's on a GPU)."""
 
     def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray):
-        self.params = [p.copy() for p in params]
-        self.x, self.labels, self.rows = x, labels, np.arange(x.shape[0])
+        self.xp = xp = array_library()
+        self.params = [xp.asarray(p).copy() for p in params]
+        self.x, self.labels, self.rows = xp.asarray(x), xp.asarray(labels), xp.arange(x.shape[0])
 
     def grads(self) -> tuple[Any, tuple[np.ndarray, ...]]:
-        return numpy_loss_and_grads(*self.params, self.x, self.labels, self.rows)
+        return numpy_loss_and_grads(*self.params, self.x, self.labels, self.rows, self.xp)
 
     def __call__(self) -> Any:
         loss, grads = self.grads()
@@ -368,7 +370,7 @@ class NumpyStep:
         return loss
 
     def weights(self) -> list[np.ndarray]:
-        return self.params
+        return [to_host(p) for p in self.params]
 
 
 class MinigraphStep:
@@ -376,8 +378,9 @@ class MinigraphStep:
 
     def __init__(self, params: list[np.ndarray], x: np.ndarray, labels: np.ndarray,
                  mode: str):
-        self.params = [mg.tensor(p) for p in params]
-        self.x, self.labels = mg.tensor(x), mg.tensor(labels)
+        device = bench_device()
+        self.params = [mg.tensor(p, device=device) for p in params]
+        self.x, self.labels = mg.tensor(x, device=device), mg.tensor(labels, device=device)
         self.vg = mg.value_and_grad(train_loss, argnums=(0, 1, 2, 3), mode=mode)
 
     def grads(self) -> tuple[Any, tuple[Any, ...]]:
@@ -416,7 +419,7 @@ class CompiledStep(MinigraphStep):
         return value
 
     def weights(self) -> list[np.ndarray]:
-        return self.arrays
+        return [to_host(p) for p in self.arrays]
 
 
 def train_step(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, labels: Any) -> list[Any]:
@@ -449,8 +452,10 @@ class TorchStep:
         import torch.nn.functional as F
 
         self.torch, self.F = torch, F
-        self.params = [torch.tensor(p, requires_grad=True) for p in params]
-        self.x, self.labels = torch.tensor(x), torch.tensor(labels)
+        device = torch_device()
+        self.params = [torch.tensor(p, device=device, requires_grad=True) for p in params]
+        self.x = torch.tensor(x, device=device)
+        self.labels = torch.tensor(labels, device=device)
 
     def grads(self) -> tuple[Any, tuple[Any, ...]]:
         w1, b1, w2, b2 = self.params
@@ -466,7 +471,7 @@ class TorchStep:
         return loss
 
     def weights(self) -> list[np.ndarray]:
-        return [p.detach().numpy() for p in self.params]
+        return [to_host(p) for p in self.params]
 
 
 def train_methods() -> dict[str, Any]:
@@ -478,7 +483,7 @@ def train_methods() -> dict[str, Any]:
         "  graph mode's compiled function, arrays in/out + update": CompiledStep(params, x, labels),
         TRACED_ROW: TracedStep(params, x, labels),
     }
-    if have_torch():
+    if torch_device() is not None:
         steps["pytorch step"] = TorchStep(params, x, labels)
     return steps
 
@@ -488,6 +493,7 @@ def check_train(steps: dict[str, Any], rtol: float = 1e-4) -> None:
     the same weights after one step; all before anything is timed."""
     anchor = steps[TRAIN_ANCHOR]
     want_loss, want = anchor.grads()
+    want_loss, want = as_numpy(want_loss), [as_numpy(w) for w in want]
     assert all(g.dtype == F32 for g in want), "anchor: gradients are not float32"
     for name, step in steps.items():
         loss, grads = step.grads()
@@ -546,8 +552,8 @@ def plot(tables: list[tuple[str, dict[str, dict[str, Any]], str, list[tuple[str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 3.2 * len(tables)))
-    for ax, (title, results, anchor, lines) in zip(axes, tables):
+    fig, axes = plt.subplots(len(tables), 1, figsize=(10, 3.2 * len(tables)), squeeze=False)
+    for ax, (title, results, anchor, lines) in zip(axes[:, 0], tables):
         names = list(results)[::-1]
         us = [results[n]["seconds"] * US for n in names]
         colors = ["0.6" if n == anchor or "pytorch" in n else
@@ -586,56 +592,72 @@ def run(how: list[str]) -> None:
     print(describe(env))
     print_threads(threads)
     targets: list[dict[str, Any]] = []
+    saved: dict[str, Any] = {}
+    panels: list[tuple[str, dict[str, dict[str, Any]], str, list[tuple[str, float]]]] = []
 
     print("\n== a. z = x*y + sin(x): value and gradient, scalars x=2, y=3, float64 ==")
-    scalar, scalar_rounds = measure(scalar_methods(), SCALAR_ANCHOR)
-    targets += report_scalar(scalar)
-    print_rounds(scalar_rounds)
+    if not cpu_only("Python's overhead on scalars is a CPU matter"):
+        scalar, scalar_rounds = measure(scalar_methods(), SCALAR_ANCHOR)
+        targets += report_scalar(scalar)
+        print_rounds(scalar_rounds)
+        saved["scalar_value_and_grad"] = {"anchor": SCALAR_ANCHOR, "results": scalar,
+                                          "rounds": scalar_rounds}
+        panels.append(("a. x*y + sin(x), value and gradient, scalars (float64)", scalar,
+                       SCALAR_ANCHOR, [("0.15x PyTorch", 0.15)]))
 
     print("\n== b. MLP 64-32-10 (tanh), batch 16, float64: loss and gradients "
           "w.r.t. the 4 weights ==")
-    timed = mlp_methods()
-    check_mlp(timed)
-    mlp, mlp_rounds = measure(timed, MLP_ANCHOR)
-    report_ratio_table(mlp, MLP_ANCHOR, "µs", "pytorch forward+backward")
-    print_rounds(mlp_rounds)
+    if not cpu_only("on arrays this small, Python's overhead per op is a CPU matter"):
+        timed = mlp_methods()
+        check_mlp(timed)
+        mlp, mlp_rounds = measure(timed, MLP_ANCHOR)
+        report_ratio_table(mlp, MLP_ANCHOR, "µs", "pytorch forward+backward")
+        print_rounds(mlp_rounds)
+        saved["mlp_64_32_10_batch16"] = {"anchor": MLP_ANCHOR, "results": mlp,
+                                         "rounds": mlp_rounds}
+        panels.append(("b. MLP 64-32-10 tanh, batch 16, float64: loss and gradients", mlp,
+                       MLP_ANCHOR, []))
 
     print("\n== c. training step 128x784-256-10 (ReLU), float32: forward, backward, "
-          f"SGD update (lr={LR}) ==")
+          f"SGD update (lr={LR}), on {bench_device()} ==")
     steps = train_methods()
     check_train(steps)
-    train, train_rounds = measure(steps, TRAIN_ANCHOR, rounds=41, batch=0.05)
+    train, train_rounds = measure(steps, TRAIN_ANCHOR, rounds=41, batch=0.05,
+                                  sync=synchronizer())
     for name, step in steps.items():  # still float32 after all the timed steps
         check_weights(name, step, None, 0.0)
     report_ratio_table(train, TRAIN_ANCHOR, "ms", "pytorch step")
-    targets.append(target_line("c", "graph mode <= 1.05x hand-written NumPy",
-                               train[GRAPH_ROW], 1.05))
-    traced = train[TRACED_ROW]["ratio"]
-    print(f"  for comparison, the whole step traced into one graph: {traced:.3f}x "
-          f"({'within' if traced <= 1.05 else 'above'} 1.05x)")
-    targets.append(target_line("c", "tape <= 1.15x hand-written NumPy", train[TAPE_ROW], 1.15))
+    if on_gpu():
+        print(f"(the targets are set for the CPU; on {bench_device()} the ratios are "
+              f"shown only; the anchor is {array_library().__name__})")
+    else:
+        targets.append(target_line("c", "graph mode <= 1.05x hand-written NumPy",
+                                   train[GRAPH_ROW], 1.05))
+        traced = train[TRACED_ROW]["ratio"]
+        print(f"  for comparison, the whole step traced into one graph: {traced:.3f}x "
+              f"({'within' if traced <= 1.05 else 'above'} 1.05x)")
+        targets.append(target_line("c", "tape <= 1.15x hand-written NumPy",
+                                   train[TAPE_ROW], 1.15))
     print_rounds(train_rounds)
+    saved["train_step_128x784_256_10_float32"] = {"anchor": TRAIN_ANCHOR, "results": train,
+                                                  "rounds": train_rounds}
+    panels.append((f"c. training step 128x784-256-10 ReLU, float32, {bench_device()}", train,
+                   TRAIN_ANCHOR, [] if on_gpu() else [("graph mode 1.05x NumPy", 1.05),
+                                                      ("tape 1.15x NumPy", 1.15)]))
 
-    path = save_results("graph", {
+    name = result_name("graph")
+    path = save_results(name, {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
+        "device": bench_device(),
         "threads": threads,
         "unit": "seconds per call (median over the clean interleaved rounds); ratio: "
                 "median over those rounds of method / anchor",
-        "scalar_value_and_grad": {"anchor": SCALAR_ANCHOR, "results": scalar,
-                                  "rounds": scalar_rounds},
-        "mlp_64_32_10_batch16": {"anchor": MLP_ANCHOR, "results": mlp, "rounds": mlp_rounds},
-        "train_step_128x784_256_10_float32": {"anchor": TRAIN_ANCHOR, "results": train,
-                                              "rounds": train_rounds},
+        **saved,
         "targets": targets,
     })
-    plot([("a. x*y + sin(x), value and gradient, scalars (float64)", scalar, SCALAR_ANCHOR,
-           [("0.15x PyTorch", 0.15)]),
-          ("b. MLP 64-32-10 tanh, batch 16, float64: loss and gradients", mlp, MLP_ANCHOR, []),
-          ("c. training step 128x784-256-10 ReLU, float32", train, TRAIN_ANCHOR,
-           [("graph mode 1.05x NumPy", 1.05), ("tape 1.15x NumPy", 1.15)])],
-         RESULTS_DIR / "graph.png")
-    print(f"\nwrote {path} and {RESULTS_DIR / 'graph.png'}")
+    plot(panels, RESULTS_DIR / f"{name}.png")
+    print(f"\nwrote {path} and {RESULTS_DIR / f'{name}.png'}")
 
 
 if __name__ == "__main__":

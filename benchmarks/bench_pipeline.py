@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, describe, blas_threads, environment, fmt,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, blas_threads, cpu_only, describe, environment, fmt,  # noqa: E402
                     print_table, save_results)
 
 # One BLAS thread per call, set before NumPy is imported: four device executors share this
@@ -204,6 +204,8 @@ def draw_measured(runs: dict[str, pp.PipelineRun]) -> None:
 
 
 def main() -> None:
+    if cpu_only("the pipeline schedules run on virtual CPU devices"):
+        return
     with blas_threads(1):  # also when an earlier script loaded NumPy (minigraph bench)
         run()
 

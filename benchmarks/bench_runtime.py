@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, describe, blas_threads, environment, fmt,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, blas_threads, cpu_only, describe, environment, fmt,  # noqa: E402
                     measure, openblas_threads, print_table, save_results)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
@@ -495,6 +495,9 @@ def report_memory(r: dict[str, Any]) -> None:
 # ===============================================================================================
 
 def main() -> None:
+    if cpu_only("the scheduler's worker threads share CPU cores, and its memory figures "
+                "are the CPU run's"):
+        return
     try:
         with blas_one_thread() as how:
             run_all(how)

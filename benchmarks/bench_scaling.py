@@ -88,7 +88,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (CLEAN, RESULTS_DIR, describe, environment, fmt, measure,  # noqa: E402
+from common import (CLEAN, RESULTS_DIR, cpu_only, describe, environment, fmt, measure,  # noqa: E402
                     print_rounds, print_table, progress, save_results)
 
 import minigraph as mg  # noqa: E402
@@ -571,6 +571,8 @@ def peak_memory() -> str:
 
 
 def main() -> None:
+    if cpu_only("the cost per node of long chains is Python's, on the CPU"):
+        return
     env = environment()
     print(describe(env))
     by_n, by_m = sweep("n"), sweep("m")

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (describe, environment, fmt, measure, print_rounds,  # noqa: E402
+from common import (cpu_only, describe, environment, fmt, measure, print_rounds,  # noqa: E402
                     print_table, save_results)
 
 import minigraph as mg  # noqa: E402
@@ -93,6 +93,8 @@ def report(results: dict[str, dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    if cpu_only("Python's overhead on scalars is a CPU matter"):
+        return
     env = environment()
     print(describe(env))
     print("\n== z = x*y + sin(x), value and gradient, scalars x=2, y=3 ==")

@@ -3,6 +3,14 @@
 Benchmarks print and save numbers; they never assert on time (DESIGN.md, "Performance").
 PyTorch is an optional anchor: it is imported lazily and its columns are skipped when it
 is not installed.
+
+The suite runs on the CPU by default. ``minigraph bench --device cuda:0`` sets
+``MINIGRAPH_BENCH_DEVICE``; the scripts that compare libraries on arrays (``bench_eager``
+(a), ``bench_graph`` (c)) then put minigraph's tensors, the hand-written anchor (CuPy
+instead of NumPy) and PyTorch's tensors on that device, and every timing waits for the
+device before starting the clock and before stopping it (:func:`synchronizer`). The
+others measure what only a CPU shows (Python overhead per node, worker threads on
+cores, simulated devices) and say so.
 """
 
 from __future__ import annotations
@@ -89,11 +97,93 @@ def blas_threads(n: int) -> Any:
         yield how
 
 
-def _run(fn: Callable[[], Any], number: int) -> float:
-    """Seconds taken by ``number`` calls of ``fn``."""
+DEVICE_VAR = "MINIGRAPH_BENCH_DEVICE"
+
+
+def bench_device() -> str:
+    """The device the suite runs on: ``cpu`` unless ``minigraph bench --device`` says."""
+    return os.environ.get(DEVICE_VAR, "cpu")
+
+
+def on_gpu() -> bool:
+    return bench_device().startswith("cuda")
+
+
+def cpu_only(what: str) -> bool:
+    """For a script that measures the CPU only: on another device, say so and skip."""
+    if not on_gpu():
+        return False
+    print(f"{bench_device()}: skipped; {what}")
+    return True
+
+
+def synchronizer() -> Callable[[], None] | None:
+    """A function that waits for the benchmark device's queued work, or None on a CPU.
+
+    A GPU call returns once its kernel is queued (chapter 01, section 7), so a clock
+    read after it measures the launch only. CuPy's ``Device.synchronize`` (behind
+    ``mg.Device.synchronize``) waits for every stream of the GPU, PyTorch's too.
+    """
+    if not on_gpu():
+        return None
+    import minigraph as mg
+
+    return mg.device(bench_device()).synchronize
+
+
+def array_library() -> Any:
+    """The hand-written anchor's array library on the benchmark device: NumPy, or CuPy
+    on a GPU (whose functions are NumPy's, so the anchor's code is the same)."""
+    if on_gpu():
+        import cupy
+        return cupy
+    import numpy
+    return numpy
+
+
+def torch_device() -> str | None:
+    """PyTorch's name for the benchmark device, or None where PyTorch is not installed
+    or has no CUDA."""
+    if not have_torch():
+        return None
+    if not on_gpu():
+        return "cpu"
+    import torch
+    return bench_device() if torch.cuda.is_available() else None
+
+
+def to_host(value: Any) -> Any:
+    """A NumPy copy of a minigraph tensor, a PyTorch tensor, a CuPy or NumPy array."""
+    import numpy
+
+    import minigraph
+
+    if isinstance(value, minigraph.Tensor):
+        return value.numpy()
+    if hasattr(value, "detach"):  # PyTorch
+        return value.detach().cpu().numpy()
+    if hasattr(value, "get"):  # CuPy
+        return value.get()
+    return numpy.asarray(value)
+
+
+def result_name(base: str) -> str:
+    """``base`` on the CPU, ``base-cuda0`` on cuda:0: a device run's JSON and PNG do not
+    overwrite the CPU run's (``minigraph bench`` names its text output alike)."""
+    device = bench_device()
+    return base if device == "cpu" else f"{base}-{device.replace(':', '')}"
+
+
+def _run(fn: Callable[[], Any], number: int, sync: Callable[[], None] | None = None) -> float:
+    """Seconds taken by ``number`` calls of ``fn`` (with ``sync``: from an idle device
+    until the device has finished them)."""
+    if sync is not None:
+        sync()
     start = time.perf_counter()
     for _ in range(number):
         fn()
+    if sync is not None:
+        sync()
     return time.perf_counter() - start
 
 
@@ -116,18 +206,19 @@ def timeit(fn: Callable[[], Any], repeat: int = 7, number: int | None = None,
 CLEAN = 0.9  # a measurement is clean if the process was on a CPU >= 90% of its wall time
 
 
-def calibrate(fn: Callable[[], Any], seconds: float) -> int:
+def calibrate(fn: Callable[[], Any], seconds: float,
+              sync: Callable[[], None] | None = None) -> int:
     """How many calls of ``fn`` last at least ``seconds`` (a power of two; after a
     warm-up call, since first-call costs are not what we measure)."""
     fn()
     number = 1
-    while _run(fn, number) < seconds:
+    while _run(fn, number, sync) < seconds:
         number *= 2
     return number
 
 
 def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
-            rounds: int = 31, batch: float = 0.02
+            rounds: int = 31, batch: float = 0.02, sync: Callable[[], None] | None = None
             ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Time every method in ``rounds`` finely interleaved rounds.
 
@@ -140,7 +231,9 @@ def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
     Each measurement also records its *CPU share*: process CPU time over wall time. With
     one thread it is about 1 on an idle machine and drops when another process takes the
     CPU away; such a measurement is not *clean*. A method's numbers use the rounds where
-    both it and the anchor were clean (all rounds if fewer than 3).
+    both it and the anchor were clean (all rounds if fewer than 3). With ``sync`` (a
+    GPU, see :func:`synchronizer`) every batch is timed from an idle device to a
+    finished one, and every round counts: time spent waiting for the GPU is not CPU time.
 
     Returns per method ``seconds`` (median over the rounds used), ``rounds`` (every
     round's time), ``cpu_share``, ``rounds_used``, ``ratio`` (median over the rounds used
@@ -148,20 +241,21 @@ def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
     method's fastest round over the anchor's fastest), and a summary of the rounds.
     """
     names = list(methods)
-    numbers = {name: calibrate(methods[name], batch) for name in names}
+    numbers = {name: calibrate(methods[name], batch, sync) for name in names}
+    clean = CLEAN if sync is None else 0.0
     times: dict[str, list[float]] = {name: [] for name in names}
     shares: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         progress(r, rounds)
         for name in names[r % len(names):] + names[:r % len(names)]:
             wall, cpu = time.perf_counter(), time.process_time()
-            times[name].append(_run(methods[name], numbers[name]) / numbers[name])
+            times[name].append(_run(methods[name], numbers[name], sync) / numbers[name])
             shares[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
     progress(rounds, rounds)
     results, used_counts, fell_back = {}, [], 0
     for name in names:
         ref = anchor if anchor in methods else name
-        used = [r for r in range(rounds) if min(shares[name][r], shares[ref][r]) >= CLEAN]
+        used = [r for r in range(rounds) if min(shares[name][r], shares[ref][r]) >= clean]
         if len(used) < 3:
             used, fell_back = list(range(rounds)), fell_back + 1
         used_counts.append(len(used))
@@ -175,7 +269,7 @@ def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
                          "ratio": ratio, "best_ratio": best}
     all_shares = [x for v in shares.values() for x in v]
     summary = {"rounds": rounds, "batch_seconds": batch, "min_cpu_share": min(all_shares),
-               "clean_measurements": sum(x >= CLEAN for x in all_shares),
+               "clean_measurements": sum(x >= clean for x in all_shares),
                "measurements": len(all_shares), "min_rounds_used": min(used_counts),
                "methods_on_all_rounds": fell_back}
     return results, summary

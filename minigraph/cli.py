@@ -67,13 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("demo", help="print the textbook example's traces and gradients")
     run_bench = sub.add_parser("bench", help="run the benchmarks (tables, plots, JSON)")
     run_bench.add_argument("names", nargs="*", help="only benchmarks whose name contains these")
+    run_bench.add_argument("--device", default="cpu",
+                           help="run on this device, e.g. cuda:0 (needs CuPy and a GPU; the "
+                                "targets are set for the CPU)")
     add_grade_parser(sub)    # minigraph grade PATH [--json results.json] [--timeout S]
     add_release_parser(sub)  # minigraph release chapters -o DIR
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "bench":
-        return bench.run(args.names)
+        return bench.run(args.names, args.device)
     return args.run(args)
 
 

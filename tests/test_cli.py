@@ -3,6 +3,9 @@ release in test_grading.py)."""
 
 from __future__ import annotations
 
+import pytest
+
+import minigraph as mg
 from minigraph import bench
 from minigraph.cli import main
 
@@ -29,3 +32,22 @@ def test_bench_leaves_a_page_without_markers_alone(tmp_path):
 def test_bench_names_the_benchmarks_when_none_matches(capsys):
     assert main(["bench", "no-such-benchmark"]) == 2
     assert "bench_eager" in capsys.readouterr().err
+
+
+def test_a_device_run_gets_sections_of_its_own(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{bench.BEGIN}\n{bench.END}\n")
+    outputs = {"bench_x": ["2026-11-22 08:00 12 cpu", "cpu table\n"],
+               "bench_x-cuda0": ["2026-11-22 09:00 30 cuda:0", "gpu table\n"]}
+    assert bench.update_readme(readme, outputs)
+    text = readme.read_text()
+    assert "### `bench_x.py` (2026-11-22 08:00, 12 s)" in text
+    assert "### `bench_x.py` on cuda:0 (2026-11-22 09:00, 30 s)" in text
+
+
+def test_bench_on_a_missing_device_says_what_is_missing_before_running(capsys):
+    if mg.cuda_available():
+        pytest.skip("this machine has CuPy and a GPU")
+    assert main(["bench", "--device", "cuda:0", "bench_eager"]) == 2
+    err = capsys.readouterr().err
+    assert "minigraph bench --device cuda:0" in err and "CuPy" in err
