@@ -222,16 +222,18 @@ def mlp_loss(w1: Any, b1: Any, w2: Any, b2: Any, x: Any, labels: Any) -> Any:
 
 
 def numpy_mlp(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray,
-              x: np.ndarray, labels: np.ndarray) -> tuple[Any, tuple[np.ndarray, ...]]:
-    """ANCHOR: forward, softmax cross-entropy and backprop by hand, float64."""
+              x: np.ndarray, labels: np.ndarray, xp: Any = np
+              ) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """ANCHOR: forward, softmax cross-entropy and backprop by hand, float64 (``xp``:
+    NumPy, or CuPy on a GPU)."""
     n = x.shape[0]
-    rows = np.arange(n)
-    h = np.tanh(x @ w1 + b1)
+    rows = xp.arange(n)
+    h = xp.tanh(x @ w1 + b1)
     z = h @ w2 + b2
     z -= z.max(axis=1, keepdims=True)
-    e = np.exp(z)
+    e = xp.exp(z)
     s = e.sum(axis=1, keepdims=True)
-    loss = (np.log(s).sum() - z[rows, labels].sum()) / n
+    loss = (xp.log(s).sum() - z[rows, labels].sum()) / n
     d = e / s
     d[rows, labels] -= 1.0
     d /= n                             # d loss / d logits

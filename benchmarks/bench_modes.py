@@ -38,6 +38,11 @@ Every method's loss and gradients are checked against the anchor (relative error
 *before* anything is timed; times are only reported, never asserted (DESIGN.md,
 "Performance"). BLAS threads are pinned before NumPy is imported, as in ``bench_graph.py``
 (``OMP_NUM_THREADS=2 python benchmarks/bench_modes.py`` runs with two).
+
+``minigraph bench --device cuda:0`` draws the same figure on a GPU: every method's
+tensors, the anchor's arrays (CuPy) and PyTorch's tensors live there, the Session is fed
+device arrays (it returns NumPy values, as its contract says), and every timing is
+synchronised (``common.synchronizer``). Forward mode is still checked on the CPU.
 """
 
 from __future__ import annotations
@@ -47,9 +52,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, describe, environment, fmt, have_torch,  # noqa: E402
-                    blas_threads, measure, pin_blas_threads, print_rounds,
-                    print_table, save_results)
+from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
+                    blas_threads, describe, environment, fmt, measure, pin_blas_threads,
+                    print_rounds, print_table, result_name, save_results, synchronizer,
+                    torch_device)
 
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
@@ -117,7 +123,7 @@ def parameter_count(width: int) -> int:
 def tape_method(params: list[np.ndarray], x: mg.Tensor, labels: mg.Tensor) -> Method:
     """Leaves made once (``mg.tensor`` copies its array: 8 MB for w1 at w=1024, which is
     not the tape's cost); each call clears their gradients, as ``zero_grad`` would."""
-    ws = [mg.tensor(p, requires_grad=True) for p in params]
+    ws = [mg.tensor(p, device=bench_device(), requires_grad=True) for p in params]
 
     def tape() -> tuple[Any, tuple[Any, ...]]:
         for w in ws:
@@ -128,12 +134,11 @@ def tape_method(params: list[np.ndarray], x: mg.Tensor, labels: mg.Tensor) -> Me
     return tape
 
 
-def graph_methods(params: list[np.ndarray], x: np.ndarray, labels: np.ndarray
-                  ) -> dict[str, Method]:
+def graph_methods(params: list[Any], x: Any, labels: Any) -> dict[str, Method]:
     """Define-and-run: one graph with placeholders and gradient nodes, run by a Session
-    and, compiled, as a Python function on raw arrays."""
+    and, compiled, as a Python function on raw arrays (of the benchmark device)."""
     width = x.shape[1]
-    with mg.Graph() as g:
+    with mg.Graph() as g, mg.device(bench_device()):
         w1 = mg.placeholder((width, width), name="w1")
         b1 = mg.placeholder((width,), name="b1")
         w2 = mg.placeholder((width, CLASSES), name="w2")
@@ -188,8 +193,9 @@ def torch_method(params: list[np.ndarray], x: np.ndarray, labels: np.ndarray) ->
     import torch
     import torch.nn.functional as F
 
-    tw = [torch.tensor(p, requires_grad=True) for p in params]
-    tx, ty = torch.tensor(x), torch.tensor(labels)
+    device = torch_device()
+    tw = [torch.tensor(p, device=device, requires_grad=True) for p in params]
+    tx, ty = torch.tensor(x, device=device), torch.tensor(labels, device=device)
 
     def run() -> tuple[Any, tuple[Any, ...]]:
         loss = F.cross_entropy(torch.tanh(tx @ tw[0] + tw[1]) @ tw[2] + tw[3], ty)
@@ -200,13 +206,15 @@ def torch_method(params: list[np.ndarray], x: np.ndarray, labels: np.ndarray) ->
 def methods_for(width: int) -> tuple[dict[str, Method], dict[str, str]]:
     """Every method for one width, and notes on the ones left out."""
     params, x, labels = problem(width)
-    args = [mg.tensor(a) for a in [*params, x, labels]]
+    args = [mg.tensor(a, device=bench_device()) for a in [*params, x, labels]]
+    xp = array_library()  # NumPy, or CuPy on a GPU
+    arrays = [xp.asarray(a) for a in [*params, x, labels]]
     graph_vg = mg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3), mode="graph")
     graph_vg(*args)  # trace, gradients pass and compile, outside the timing
     methods: dict[str, Method] = {
-        ANCHOR: lambda: numpy_mlp(*params, x, labels),
+        ANCHOR: lambda: numpy_mlp(*arrays, xp=xp),
         TAPE: tape_method(params, args[4], args[5]),
-        **graph_methods(params, x, labels),
+        **graph_methods(arrays[:4], arrays[4], arrays[5]),
         GRAPH: lambda: graph_vg(*args),
         TRACED: traced_method(args),
     }
@@ -216,10 +224,10 @@ def methods_for(width: int) -> tuple[dict[str, Method], dict[str, str]]:
         methods[SOURCE] = source
     else:
         notes[SOURCE] = f"source mode cannot transform the loss: {why}"
-    if have_torch():
+    if torch_device() is not None:
         methods[TORCH] = torch_method(params, x, labels)
     else:
-        notes[TORCH] = "PyTorch not installed"
+        notes[TORCH] = f"PyTorch not installed, or without {bench_device()}"
     return methods, notes
 
 
@@ -236,6 +244,7 @@ def relative_error(got: Any, want: Any) -> float:
 def check(methods: dict[str, Method], width: int) -> float:
     """Every method's loss and gradients against the anchor's; the worst relative error."""
     want_loss, want = methods[ANCHOR]()
+    want_loss, want = as_numpy(want_loss), [as_numpy(w) for w in want]  # (from a GPU too)
     worst = 0.0
     for name, method in methods.items():
         loss, grads = method()
@@ -343,7 +352,8 @@ def plot(sweep: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
     ax_r.minorticks_off()
     handles, labels = ax_t.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
-    fig.suptitle("MLP loss and gradients, float64: one model, every execution style", fontsize=11)
+    fig.suptitle(f"MLP loss and gradients, float64, on {bench_device()}: one model, every "
+                 "execution style", fontsize=11)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -355,7 +365,7 @@ def plot(sweep: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
 
 def pin_torch_threads() -> int | None:
     """PyTorch gets as many threads as BLAS (None without PyTorch)."""
-    if not have_torch():
+    if torch_device() is None:
         return None
     import torch
     torch.set_num_threads(int(THREADS))
@@ -376,7 +386,8 @@ def run(how: list[str]) -> None:
           + (f"; torch.get_num_threads()={torch_threads}" if torch_threads else "")
           + f"; BLAS: {'; '.join(how) or 'not verified'}")
     print(f"\nMLP cross_entropy(tanh(x @ w1 + b1) @ w2 + b2, labels), float64, batch {BATCH}, "
-          f"{CLASSES} classes, x (32, w), w1 (w, w): loss and gradients w.r.t. w1, b1, w2, b2")
+          f"{CLASSES} classes, x (32, w), w1 (w, w): loss and gradients w.r.t. w1, b1, w2, b2, "
+          f"on {bench_device()}")
     err = check_forward_mode(WIDTHS[0])
     print(f"forward mode: checked at w={WIDTHS[0]} (rel. error {err:.1e}), not timed: one pass "
           "per parameter element, " + ", ".join(f"{parameter_count(w):,} at w={w}"
@@ -394,7 +405,8 @@ def run(how: list[str]) -> None:
             if note not in notes_seen:
                 print(f"note: {note}")
                 notes_seen.add(note)
-        results, rounds = measure(methods, anchor=ANCHOR, rounds=ROUNDS, batch=BATCH_SECONDS)
+        results, rounds = measure(methods, anchor=ANCHOR, rounds=ROUNDS, batch=BATCH_SECONDS,
+                                  sync=synchronizer())
         print_size(width, results)
         print_rounds(rounds)
         sweep[width] = results
@@ -408,9 +420,11 @@ def run(how: list[str]) -> None:
         print(line)
     print("no target: DESIGN.md sets none for this figure (chapter 04, section 6)")
 
-    path = save_results("modes", {
+    name = result_name("modes")
+    path = save_results(name, {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
+        "device": bench_device(),
         "threads": {"pinned_to": int(THREADS), "torch_threads": torch_threads},
         "model": f"cross_entropy(tanh(x @ w1 + b1) @ w2 + b2, labels), float64, "
                  f"batch {BATCH}, {CLASSES} classes, x (batch, w), w1 (w, w), w2 (w, 10)",
@@ -420,8 +434,8 @@ def run(how: list[str]) -> None:
         "widths": per_size,
         "conclusion": lines,
     })
-    plot(sweep, RESULTS_DIR / "modes.png")
-    print(f"\nwrote {path} and {RESULTS_DIR / 'modes.png'} "
+    plot(sweep, RESULTS_DIR / f"{name}.png")
+    print(f"\nwrote {path} and {RESULTS_DIR / f'{name}.png'} "
           f"({time.perf_counter() - started:.0f} s)")
 
 
