@@ -26,8 +26,8 @@ def _matmul_shape(x: Any, y: Any) -> tuple:
     return batch + (xs[-2], ys[-1]), S.promote(x, y)
 
 
-MATMUL = primitive(
-    "matmul", lambda xp, x, y: xp.matmul(x, y), _matmul_shape,
+MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python wrapper)
+    "matmul", lambda xp, x, y: x @ y, _matmul_shape,
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
     vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
          lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],

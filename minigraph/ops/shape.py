@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np  # host-side shape arithmetic only (see _index_shape)
+import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
 
 from ..errors import ShapeError
@@ -29,8 +29,14 @@ def _reshape_shape(x: Any, shape: tuple[int, ...]) -> tuple:
     return tuple(shape), S.dtype_of(x)
 
 
+def _reshape_kernel(xp: Any, x: Any, shape: tuple[int, ...]) -> Any:
+    # NumPy's own method: array-api-compat's function wraps the same call in Python
+    # (about 1 µs, paid by every line of a compiled graph that reshapes).
+    return x.reshape(shape) if type(x) is np.ndarray else xp.reshape(x, shape)
+
+
 RESHAPE = primitive(
-    "reshape", lambda xp, x, shape: xp.reshape(x, shape), _reshape_shape,
+    "reshape", _reshape_kernel, _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
     vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True)
 
@@ -47,8 +53,13 @@ def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(range(len(axes)), key=axes.__getitem__))
 
 
+def _transpose_kernel(xp: Any, x: Any, axes: tuple[int, ...]) -> Any:
+    # (as _reshape_kernel: the Array API has only the function, NumPy also the method)
+    return x.transpose(axes) if type(x) is np.ndarray else xp.permute_dims(x, axes)
+
+
 TRANSPOSE = primitive(
-    "transpose", lambda xp, x, axes: xp.permute_dims(x, axes), _transpose_shape,
+    "transpose", _transpose_kernel, _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
     vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True)
 
