@@ -13,11 +13,12 @@ from .autodiff.forward import Dual, jacfwd, jvp
 from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
-from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy,
-                  div, equal, exp, greater, greater_equal, identity, less, less_equal, log,
-                  log_softmax, matmul, matrix_transpose, max, maximum, mean, mul, neg,
-                  not_equal, nll_loss, one_hot, pow, relu, relu_grad, reshape, scatter_add, sigmoid, sin,
-                  softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where)
+from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy, div,
+                  equal, exp, greater, greater_equal, identity, less, less_equal, log, log_softmax,
+                  log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
+                  not_equal, nll_loss, nll_loss_grad, one_hot, pow, relu, relu_grad, reshape,
+                  scatter_add, sigmoid, sin, softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh,
+                  to_device, transpose, where)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
@@ -41,6 +42,7 @@ __all__ = [
     "devices", "get_device", "register_device", "set_virtual_cpus", "PRIMITIVES", "add",
     "astype", "broadcast_to", "concatenate", "cos", "cross_entropy", "div", "equal", "exp",
     "greater", "greater_equal", "identity", "less", "less_equal", "log", "log_softmax",
+    "log_softmax_grad", "nll_loss_grad",
     "matmul", "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal",
     "nll_loss", "one_hot", "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",

@@ -79,6 +79,11 @@ CASES = {
                     lambda x: np.log(softmax_np(x, axis=0))),
     "nll_loss": (lambda x: mg.nll_loss(x, mg.tensor(LABELS)), (r(4, 3),),
                  lambda x: -x[np.arange(4), LABELS].mean()),
+    # the VJPs of log_softmax and nll_loss, as primitives of their own
+    "log_softmax_grad": (lambda g, y: mg.log_softmax_grad(g, y, axis=1), (r(4, 3), r(4, 3)),
+                         lambda g, y: g - np.exp(y) * g.sum(axis=1, keepdims=True)),
+    "nll_loss_grad": (lambda g: mg.nll_loss_grad(g, mg.tensor(LABELS), 3), (np.array(0.7),),
+                      lambda g: -np.eye(3)[LABELS] * g / 4),
     "identity": (mg.identity, (A23,), lambda x: x),
     # float32 in the middle: finite differences need a larger step (see TOLERANCES)
     "astype": (lambda x: mg.astype(x, "float32") * 1.0, (A23,), lambda x: x.astype(np.float32)),

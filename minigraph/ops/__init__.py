@@ -9,7 +9,8 @@ from .elementwise import (add, add_n, cos, div, equal, exp, greater, greater_equ
                           less_equal, log, maximum, mul, neg, not_equal, pow, relu,
                           relu_grad, sigmoid, sin, sqrt, sub, tanh, where)
 from .linalg import matmul
-from .nn import cross_entropy, log_softmax, nll_loss, one_hot, softmax
+from .nn import (cross_entropy, log_softmax, log_softmax_grad, nll_loss, nll_loss_grad, one_hot,
+                 softmax)
 from .primitive import PRIMITIVES, Primitive, bind
 from .reduce import max, mean, sum, sum_to
 from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshape,
@@ -21,6 +22,7 @@ __all__ = [
     "tanh", "sigmoid", "relu", "relu_grad", "sqrt", "where", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
-    "concatenate", "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy", "identity",
+    "concatenate", "softmax", "log_softmax", "log_softmax_grad", "one_hot", "nll_loss",
+    "nll_loss_grad", "cross_entropy", "identity",
     "stop_gradient", "astype", "to_device",
 ]

@@ -7,6 +7,11 @@ stable kernels (subtract the row maximum first) and short derivative rules:
 * log_softmax ``l``:  ``gx = g - exp(l) * sum(g)``
 * nll_loss (mean over the batch of ``-l[label]``):  ``gl = -onehot * g / N``
 
+The last two are primitives of their own, ``log_softmax_grad`` and ``nll_loss_grad``
+(PyTorch's ``_log_softmax_backward_data`` and ``nll_loss_backward``): one kernel each
+instead of five small ones, and on NumPy ``nll_loss_grad`` writes ``-g / N`` at the
+labels of a zero matrix instead of making a one-hot matrix and multiplying.
+
 ``cross_entropy(logits, labels)`` is ``nll_loss(log_softmax(logits), labels)``, as in
 PyTorch: its gradient ``(p - onehot) / N`` comes out of the two rules above, and the
 backward pass reuses the forward pass's log-probabilities (``exp(l)`` is the softmax)
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from array_api_compat import device as array_device
 
 from ..errors import ShapeError
@@ -47,8 +53,36 @@ SOFTMAX = primitive(
 LOG_SOFTMAX = primitive(
     "log_softmax", _log_softmax_kernel, lambda x, axis: S.same(x),
     jvp=[lambda t, out, x, axis: t - R.sum(E.exp(out) * t, axis, True)],
-    vjp=[lambda g, out, x, axis: g - E.exp(out) * R.sum(g, axis, True)],
+    vjp=[lambda g, out, x, axis: log_softmax_grad(g, out, axis)],
     cost="expensive")
+
+
+def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    e = xp.exp(y)
+    e *= R.reduce_kernel("sum", xp, g, axis, True)  # (e is this kernel's own array)
+    return g - e
+
+
+def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
+    e = xp.exp(y)
+    e *= R.reduce_kernel("sum", xp, g, axis, True)  # g and y are read before out is written
+    return xp.subtract(g, e, out=out)
+
+
+def _same_shapes(name: str):
+    def rule(g: Any, y: Any, **params: Any) -> tuple:
+        return S.broadcast_shapes(name, S.shape_of(g), S.shape_of(y)), S.dtype_of(g)
+    return rule
+
+
+# g - exp(y) * sum(g): linear in g; through y only exp(y) changes, elementwise.
+LOG_SOFTMAX_GRAD = primitive(
+    "log_softmax_grad", _log_softmax_grad_kernel, _same_shapes("log_softmax_grad"),
+    jvp=[lambda t, out, g, y, axis: log_softmax_grad(t, y, axis),
+         lambda t, out, g, y, axis: -(t * E.exp(y)) * R.sum(g, axis, True)],
+    vjp=[lambda gg, out, g, y, axis: gg - R.sum(gg * E.exp(y), axis, True),
+         lambda gg, out, g, y, axis: -(gg * E.exp(y)) * R.sum(g, axis, True)],
+    cost="expensive", out=_log_softmax_grad_out)
 
 
 def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
@@ -75,16 +109,38 @@ def _nll_shape(logp: Any, labels: Any) -> tuple:
     return (), S.dtype_of(logp)
 
 
-def _nll_adjoint(g: Any, logp: Any, labels: Any) -> Any:
-    """-onehot * g / N: the derivative of the mean negative log-likelihood by ``logp``."""
-    n, c = S.shape_of(logp)
-    return one_hot(labels, c, S.dtype_of(logp)) * (-g / n)
-
-
-NLL_LOSS = primitive(
+NLL_LOSS = primitive(  # linear in logp: its JVP is itself
     "nll_loss", _nll_kernel, _nll_shape,
-    jvp=[lambda t, out, logp, labels: R.sum(_nll_adjoint(t, logp, labels)), None],
-    vjp=[lambda g, out, logp, labels: _nll_adjoint(g, logp, labels), None],
+    jvp=[lambda t, out, logp, labels: bind(NLL_LOSS, t, labels), None],
+    vjp=[lambda g, out, logp, labels: nll_loss_grad(g, labels, S.shape_of(logp)[1],
+                                                    S.dtype_of(logp)), None],
+    cost="expensive")
+
+
+def _nll_grad_kernel(xp: Any, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
+    """-onehot * g / N. On NumPy: -g / N written at the labels of a zero matrix (integer
+    array assignment, which the Array API does not have)."""
+    n = labels.shape[0]
+    if type(labels) is np.ndarray:
+        out = np.zeros((n, num_classes), dtype)
+        out[np.arange(n), labels] = -g / n
+        return out
+    return _one_hot_kernel(xp, labels, num_classes, dtype) * (-g / n)
+
+
+def _nll_grad_shape(g: Any, labels: Any, num_classes: int, dtype: str) -> tuple:
+    if S.shape_of(g) != ():
+        raise ShapeError(f"nll_loss_grad: the adjoint of the loss is a scalar, got shape "
+                         f"{S.shape_of(g)}")
+    return S.shape_of(labels) + (num_classes,), dtype
+
+
+# Linear in g, and its transpose is nll_loss itself: sum(G * -onehot / N) = nll_loss(G).
+NLL_LOSS_GRAD = primitive(
+    "nll_loss_grad", _nll_grad_kernel, _nll_grad_shape,
+    jvp=[lambda t, out, g, labels, num_classes, dtype:
+         nll_loss_grad(t, labels, num_classes, dtype), None],
+    vjp=[lambda gg, out, g, labels, num_classes, dtype: bind(NLL_LOSS, gg, labels), None],
     cost="expensive")
 
 
@@ -108,6 +164,17 @@ def nll_loss(logp: Any, labels: Any) -> Any:
     integer class labels under log-probabilities ``logp`` of shape (N, C)."""
     _check_labels("nll_loss", labels)
     return bind(NLL_LOSS, logp, labels)
+
+
+def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
+    """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``."""
+    return bind(LOG_SOFTMAX_GRAD, g, y, axis=axis % len(S.shape_of(y)))
+
+
+def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
+    """``-one_hot(labels) * g / N``: nll_loss's VJP for the loss's adjoint ``g`` (a
+    scalar), an (N, num_classes) matrix."""
+    return bind(NLL_LOSS_GRAD, g, labels, num_classes=num_classes, dtype=str(dtype))
 
 
 def cross_entropy(logits: Any, labels: Any) -> Any:

@@ -29,7 +29,8 @@ _PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": ()
            "sigmoid": (), "relu": (), "relu_grad": (), "sqrt": (), "where": (), "sum": (), "mean": (),
            "max": (), "reshape": ("shape",), "transpose": ("axes",),
            "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
-           "log_softmax": (), "one_hot": ("num_classes", "dtype"), "nll_loss": (),
+           "log_softmax": (), "log_softmax_grad": (), "one_hot": ("num_classes", "dtype"),
+           "nll_loss": (), "nll_loss_grad": ("num_classes", "dtype"),
            "identity": (), "stop_gradient": (), "astype": ("dtype",)}
 _LITERALS = (bool, int, float, str, type(None))
 
