@@ -133,6 +133,7 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     if xshape == tuple(shape):
         return x
     lead = len(xshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
-    return SH.reshape(sum(x, axes, keepdims=True), tuple(shape))
+    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
+    if not stretched:  # only new leading axes (a bias's gradient): the sum has the shape
+        return sum(x, tuple(range(lead)))
+    return SH.reshape(sum(x, tuple(range(lead)) + stretched, keepdims=True), tuple(shape))
