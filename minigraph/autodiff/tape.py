@@ -263,7 +263,8 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
     else:
         other = tensor(other, device=x.device)
         value = other.data
-    if not (type(other) is Tensor and other.shape == x.shape and other.dtype == x.dtype):
+    if not (type(other) is Tensor and other.data.shape == x.data.shape
+            and other.data.dtype == x.data.dtype):
         _check_in_place(prim, x, other)  # (the common case, p -= lr * g, needs no rule)
     try:
         if x.device.context is not None:
