@@ -175,3 +175,13 @@ def test_an_update_cannot_turn_integers_into_floats():
     with pytest.raises(DTypeError, match="mul in place.*float64.*keeps the tensor's dtype int64"):
         counts *= 0.5
     np.testing.assert_array_equal(counts.numpy(), [1, 2, 3])
+
+
+def test_a_read_only_array_refuses_the_update_and_is_not_stamped():
+    x = mg.tensor(np.zeros(3))
+    x.data = np.frombuffer(np.arange(3.0).tobytes())  # read-only memory (a bytes object)
+    before = tape._last_write
+    with pytest.raises(ValueError, match="sub.*read-only"):
+        x -= 1.0
+    assert tape._last_write == before and id(x.data.base) not in tape._written
+    np.testing.assert_array_equal(x.numpy(), [0.0, 1.0, 2.0])

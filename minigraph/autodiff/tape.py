@@ -303,7 +303,10 @@ def _stamp(array: Any) -> None:
     if key in _written:
         ref = _written[key][0]
     else:  # forgotten when the array is freed, before its id can be reused
-        ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))
+        try:
+            ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))
+        except TypeError:  # memory owned by an object without weak references (bytes):
+            ref = owner    # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
 
