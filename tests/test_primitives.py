@@ -178,6 +178,25 @@ def test_hessian_by_jacfwd_of_jacfwd_and_jacrev_of_jacrev():
     np.testing.assert_allclose(mg.jacrev(mg.jacrev(f))(x).numpy(), expected, rtol=1e-12)
 
 
+def test_hessians_through_the_gradient_primitives_have_closed_forms():
+    """relu_grad, log_softmax_grad and nll_loss_grad have rules of their own: second
+    derivatives through relu and cross_entropy, by reverse over reverse and forward over
+    reverse, against closed forms."""
+    x = np.array([0.5, -1.0, 2.0])  # sum(relu(x)^3): Hessian diag(6 relu(x))
+    cube = lambda v: (mg.relu(v) ** 3).sum()
+    for outer in (mg.jacrev, mg.jacfwd):
+        np.testing.assert_allclose(outer(mg.grad(cube))(x).numpy(),
+                                   np.diag(6 * np.maximum(x, 0)), rtol=1e-12)
+    z, labels = DISTINCT, mg.tensor(np.array([2, 0]))  # CE's Hessian: (diag(p) - p p^T) / N
+    p = softmax_np(z, axis=1)
+    want = np.zeros((2, 3, 2, 3))
+    for i in range(2):
+        want[i, :, i, :] = (np.diag(p[i]) - np.outer(p[i], p[i])) / 2
+    ce = lambda v: mg.cross_entropy(v, labels)
+    for outer in (mg.jacrev, mg.jacfwd):
+        np.testing.assert_allclose(outer(mg.grad(ce))(z).numpy(), want, rtol=1e-12, atol=1e-15)
+
+
 def test_gradcheck_reports_the_wrong_element():
     """A primitive with a deliberately wrong VJP is caught and the element named."""
     from minigraph.ops.primitive import Primitive, bind
