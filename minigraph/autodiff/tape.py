@@ -1,6 +1,6 @@
 """Reverse mode with a tape: define-by-run (the textbook's (e.*)-(g.*)).
 
-Two halves:
+Two halves, and a guard between them:
 
 **Recording.** :func:`apply` is the eager interpreter behind every operation on tensors.
 It runs the kernel at once and, when an argument requires a gradient, writes the tape
@@ -22,6 +22,10 @@ a chain of 100,000 operations needs no recursion. An adjoint is dropped as soon 
 entry is processed, so memory falls as the sweep goes. The VJP rules are ordinary
 minigraph code: run while recording (``create_graph=True``), the sweep writes its own
 tape, and a second sweep over it gives second derivatives.
+
+**In-place updates** (``x -= y``, :func:`update_in_place`) write into a tensor's array
+outside recording; each write is stamped with a sequence number, and the sweep refuses
+an entry that reads an array written after the entry was made.
 """
 
 from __future__ import annotations
