@@ -88,7 +88,7 @@ class CompiledFunction:
             raise TypeError(f"compiled function takes {len(self.inputs)} inputs "
                             f"({', '.join(n.name for n in self.inputs)}), got {len(args)}")
         arrays = [_array(a, n) for a, n in zip(args, self.inputs)]
-        return tuple(Tensor(v, n.device) for v, n in zip(self.raw(*arrays), self.outputs))
+        return tuple([Tensor(v, n.device) for v, n in zip(self.raw(*arrays), self.outputs)])
 
     def __repr__(self) -> str:
         return f"<CompiledFunction\n{self.source}>"

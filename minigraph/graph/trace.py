@@ -55,6 +55,12 @@ def signature(args: tuple) -> tuple:
     return tuple(sig)
 
 
+def _array_args(args: tuple, key: tuple) -> list:
+    """The arguments that are graph inputs: the array-like ones, as ``key`` (their
+    signature) already says."""
+    return [a for a, (kind, *_) in zip(args, key) if kind == "tensor"]
+
+
 def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs."""
     graph = Graph(name)
@@ -100,7 +106,7 @@ class Traced:
             outputs, single = _outputs(out, self.name)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name), single, graph)
         fn, single, _ = self.cache[key]
-        results = fn(*[a for a in args if _is_array_like(a)])
+        results = fn(*_array_args(args, key))
         return results[0] if single else results
 
     def graph(self, *args: Any) -> Graph:
@@ -142,14 +148,15 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) 
         return _compile(graph, inputs, [out] + grads, f"grad_{name}")
 
     def wrapped(*args: Any) -> tuple:
-        for i in nums:
-            if not _is_array_like(args[i]):
-                raise TypeError(f"grad: argument {i} must be a float, array or tensor to be "
-                                f"differentiated, got {type(args[i]).__name__}")
         key = signature(args)
-        if key not in cache:
-            cache[key] = build(args)
-        value, *grads = cache[key](*[a for a in args if _is_array_like(a)])
+        compiled = cache.get(key)
+        if compiled is None:  # (a signature in the cache has passed these checks)
+            for i in nums:
+                if not _is_array_like(args[i]):
+                    raise TypeError(f"grad: argument {i} must be a float, array or tensor "
+                                    f"to be differentiated, got {type(args[i]).__name__}")
+            compiled = cache[key] = build(args)
+        value, *grads = compiled(*_array_args(args, key))
         return value, grads[0] if isinstance(argnums, int) else tuple(grads)
 
     wrapped.cache = cache  # type: ignore[attr-defined]
