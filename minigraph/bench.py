@@ -81,7 +81,11 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
                 runpy.run_path(str(script), run_name="__main__")
             header = (f"{time.strftime('%Y-%m-%d %H:%M')} {time.perf_counter() - start:.0f} "
                       f"{device}\n")
-            (saved / f"{script.stem}{suffix}.txt").write_text(header + tee.copy.getvalue())
+            kept = saved / f"{script.stem}{suffix}.txt"
+            if tee.copy.getvalue().startswith(f"{device}: skipped"):  # measures CPUs only
+                kept.unlink(missing_ok=True)  # (no section of its own on the page)
+            else:
+                kept.write_text(header + tee.copy.getvalue())
     finally:
         if previous is None:
             os.environ.pop(DEVICE_VAR, None)
