@@ -4,8 +4,10 @@ A tensor holds ``data`` (an array of its device's namespace: NumPy, CuPy, ...), 
 ``device``, and two autodiff fields: ``requires_grad`` and ``grad``. A tensor made by an
 operation while gradients are recorded also keeps ``_entry``, its line of the tape:
 which primitive made it, with which parameters, when, and from which arguments
-(``(primitive, parameters, sequence number, *arguments)``, see ``autodiff/tape.py``). Operators and methods come from ``ArrayOps`` and call the
-primitives, so a Tensor computes eagerly: define-by-run.
+(``(primitive, parameters, sequence number, *arguments)``, see ``autodiff/tape.py``).
+Operators and methods come from ``ArrayOps`` and call the primitives, so a Tensor
+computes eagerly: define-by-run. ``x -= y`` and the other augmented assignments write
+into ``x``'s array outside recording (``tape.update_in_place``).
 """
 
 from __future__ import annotations

@@ -205,7 +205,8 @@ def test_gradcheck_reports_the_wrong_element():
     wrong = Primitive("square_wrong", lambda xp, x: x * x, same,
                       jvp=[lambda t, out, x: 2.0 * x * t],
                       vjp=[lambda g, out, x: 3.0 * x * g])  # should be 2 x g
-    with pytest.raises(mg.errors.GradcheckError, match=r"(?s)input 0 .*d out\[1\] / d input0\[1\]: analytic 6, numerical 4"):
+    with pytest.raises(mg.errors.GradcheckError,
+                       match=r"(?s)input 0 .*d out\[1\] / d input0\[1\]: analytic 6, numerical 4"):
         mg.gradcheck(lambda x: bind(wrong, x), [mg.tensor([1.0, 2.0])])
     assert mg.gradcheck(lambda x: bind(wrong, x), [mg.tensor([1.0, 2.0])], mode="forward")
 

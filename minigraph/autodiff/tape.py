@@ -498,7 +498,8 @@ def _vjp_of_duals(f: Callable[..., Any], primals: tuple) -> tuple[Any, Callable[
         seed = _seed(out_p, g, "vjp_fn(g)")
         record = create_graph and _mode.enabled
         gp = {id(x): a for x, a in sweep([out_p], [seed], stop, record)}
-        gt = {id(x): a for x, a in sweep([out_t], [seed], stop, record)} if out_t is not None else {}
+        gt = ({id(x): a for x, a in sweep([out_t], [seed], stop, record)}
+              if out_t is not None else {})
         return tuple(Dual(gp[id(x)] if id(x) in gp else _zeros_like(x),
                           gt[id(x)] if id(x) in gt else _zeros_like(x), level)
                      for x in tracked)

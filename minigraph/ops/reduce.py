@@ -62,7 +62,8 @@ def reduce_kernel(name: str, xp: Any, x: Any, axis: "int | tuple[int, ...] | Non
     of a row-wise softmax on a batch); Array API arrays have no such methods.
     """
     if type(x) is np.ndarray and name in _NUMPY_REDUCTIONS:
-        return _NUMPY_REDUCTIONS[name](x, axis, None, None, keepdims)  # (x, axis, dtype, out, keepdims)
+        # positional, as the ufunc's reduce takes them: (x, axis, dtype, out, keepdims)
+        return _NUMPY_REDUCTIONS[name](x, axis, None, None, keepdims)
     method = getattr(x, name, None)
     if method is not None:
         return method(axis=axis, keepdims=keepdims)

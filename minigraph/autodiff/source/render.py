@@ -26,7 +26,8 @@ _INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/
           "greater_equal": (">=", _CMP), "equal": ("==", _CMP), "not_equal": ("!=", _CMP)}
 # primitives called as mg.<name>(args, <these params positionally>, <others by keyword>)
 _PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": (),
-           "sigmoid": (), "relu": (), "relu_grad": (), "sqrt": (), "where": (), "sum": (), "mean": (),
+           "sigmoid": (), "relu": (), "relu_grad": (), "sqrt": (), "where": (), "sum": (),
+           "mean": (),
            "max": (), "reshape": ("shape",), "transpose": ("axes",),
            "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
            "log_softmax": (), "log_softmax_grad": (), "one_hot": ("num_classes", "dtype"),
