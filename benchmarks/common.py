@@ -6,8 +6,8 @@ is not installed.
 
 The suite runs on the CPU by default. ``minigraph bench --device cuda:0`` sets
 ``MINIGRAPH_BENCH_DEVICE``; the scripts that compare libraries on arrays (``bench_eager``
-(a), ``bench_graph`` (c)) then put minigraph's tensors, the hand-written anchor (CuPy
-instead of NumPy) and PyTorch's tensors on that device, and every timing waits for the
+(a), ``bench_graph`` (c), ``bench_modes``) then put minigraph's tensors, the hand-written
+anchor (CuPy instead of NumPy) and PyTorch's tensors on that device, and every timing waits for the
 device before starting the clock and before stopping it (:func:`synchronizer`). The
 others measure what only a CPU shows (Python overhead per node, worker threads on
 cores, simulated devices) and say so.
@@ -97,7 +97,8 @@ def blas_threads(n: int) -> Any:
         yield how
 
 
-DEVICE_VAR = "MINIGRAPH_BENCH_DEVICE"
+DEVICE_VAR = "MINIGRAPH_BENCH_DEVICE"  # set by minigraph/bench.py (not imported here: it
+                                       # would load NumPy before pin_blas_threads runs)
 
 
 def bench_device() -> str:

@@ -75,8 +75,7 @@ def _sum_kernel(xp: Any, x: Any, axis: tuple[int, ...] | None, keepdims: bool) -
 
 
 SUM = primitive(
-    "sum", _sum_kernel,
-    _reduce_shape,
+    "sum", _sum_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
     cost="expensive")
