@@ -98,8 +98,8 @@ class Device:
     def full(self, shape: "tuple[int, ...] | int", value: "float | int", dtype: Any) -> Any:
         """An array of ``shape`` filled with ``value``; ``dtype`` is a name or a dtype object."""
         dt = self.dtype(dtype) if isinstance(dtype, str) else dtype
-        if self._numpy:
-            return np.full(shape, value, dtype=dt)
+        if self._numpy:  # (np.array makes a 0-d array in C; np.full is Python, 1 µs)
+            return np.array(value, dtype=dt) if shape == () else np.full(shape, value, dtype=dt)
         if self.native is None:
             return self.xp.full(shape, value, dtype=dt)
         with self.context or nullcontext():
