@@ -1,0 +1,40 @@
+"""The benchmarks' timing helper (benchmarks/common.py): what a GPU timing relies on.
+
+A GPU call returns before its kernel has run, so every timed batch must start from an
+idle device and end with a finished one: ``sync`` before the clock starts and before it
+stops. The events below are the order in which ``measure`` calls things.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "common.py"
+_SPEC = importlib.util.spec_from_file_location("benchmarks_common", _PATH)
+common = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(common)  # (benchmarks/ is not a package)
+
+
+def test_every_timed_batch_is_framed_by_two_synchronisations():
+    events: list[str] = []
+    results, summary = common.measure({"f": lambda: events.append("call")}, anchor="f",
+                                      rounds=3, batch=0.001, sync=lambda: events.append("sync"))
+    assert events[0] == "call"  # calibrate's warm-up call, not timed
+    batches, rest = 0, events[1:]
+    while rest:  # every timed batch: sync, one or more calls, sync
+        assert rest[0] == "sync", rest[:3]
+        calls = next(k for k, e in enumerate(rest[1:], 1) if e == "sync") - 1
+        assert calls >= 1
+        rest, batches = rest[calls + 2:], batches + 1
+    assert batches >= 3 + 1  # the three rounds, after at least one calibration batch
+    assert summary["clean_measurements"] == summary["measurements"] == 3
+    assert results["f"]["ratio"] == 1.0
+
+
+def test_without_a_device_nothing_synchronises(monkeypatch):
+    monkeypatch.delenv(common.DEVICE_VAR, raising=False)
+    assert common.bench_device() == "cpu" and common.synchronizer() is None
+    assert common.result_name("graph") == "graph"
+    monkeypatch.setenv(common.DEVICE_VAR, "cuda:0")
+    assert common.on_gpu() and common.result_name("graph") == "graph-cuda0"
