@@ -206,6 +206,17 @@ def test_a_failed_sgd_step_leaves_every_parameter_and_buffer_as_it_was(bad, erro
     np.testing.assert_allclose(params[0].numpy(), values[0] - 0.5)
 
 
+def test_sgd_writes_in_place_and_a_stale_tape_refuses_backward():
+    model = mlp()
+    arrays = [p.data for p in model.parameters()]
+    loss = nn.CrossEntropyLoss()(model(mg.tensor(X)), mg.tensor(np.array([0, 1, 2, 1, 0])))
+    loss.backward()
+    nn.SGD(model.parameters(), lr=0.1).step()
+    assert all(p.data is a for p, a in zip(model.parameters(), arrays))  # no new arrays
+    with pytest.raises(mg.errors.GradientError, match="changed in place"):
+        loss.backward()  # its tape read the parameters as they were before the step
+
+
 def test_sgd_rejects_bad_arguments():
     with pytest.raises(ValueError, match="empty"):
         nn.SGD([], lr=0.1)

@@ -7,12 +7,14 @@ For each parameter p with gradient g (PyTorch's ``torch.optim.SGD``):
     buf = momentum * buf + g     on later steps
     p = p - lr * (buf if momentum else g)
 
-``step()`` first computes every new value (and every new momentum buffer), checking
-each gradient's shape, dtype and device, and only then writes them all. So a step that
-fails, on the fifth parameter say, leaves all parameters and buffers as they were
-(DESIGN.md: "a failed step leaves parameters as they were"). The new values replace the
-parameters' arrays rather than overwrite them, so a graph that captured a parameter as
-a constant keeps the value it was built with.
+``step()`` first computes every parameter's change (and every new momentum buffer),
+checking each gradient's shape, dtype and device, and only then writes them all. So a
+step that fails, on the fifth parameter say, leaves all parameters and buffers as they
+were (DESIGN.md: "a failed step leaves parameters as they were"). The writes are
+``p -= change`` under ``no_grad``: in place, into the parameters' own arrays, as in
+PyTorch (chapter 01), so no new arrays are made per step, and a tape that recorded a
+parameter before the step refuses a later ``backward()`` (chapter 02). A graph that
+captured a parameter as a constant holds a copy, and keeps the value it was built with.
 """
 
 from __future__ import annotations
@@ -51,13 +53,15 @@ class SGD:
         with no_grad():
             updates = [(i, *self._update(i, p)) for i, p in enumerate(self.params)
                        if p.grad is not None]
-        for i, new_data, buf in updates:  # nothing above failed: now write
-            self.params[i].data = new_data
-            if buf is not None:
-                self.state[i] = buf
+            for i, change, buf in updates:  # nothing above failed: now write, in place
+                p = self.params[i]
+                p -= change
+                if buf is not None:
+                    self.state[i] = buf
 
-    def _update(self, i: int, p: Tensor) -> tuple[Any, Tensor | None]:
-        """The new array of parameter i and its new momentum buffer (None without)."""
+    def _update(self, i: int, p: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The change of parameter i (lr times its step direction) and its new momentum
+        buffer (None without)."""
         g = _checked_grad(i, p)
         if self.weight_decay:
             g = g + self.weight_decay * p.detach()
@@ -66,7 +70,7 @@ class SGD:
             old = self.state.get(i)
             buf = g if old is None else self.momentum * old + g
             g = buf
-        return (p.detach() - self.lr * g).data, buf
+        return self.lr * g, buf
 
 
 def _checked_grad(i: int, p: Tensor) -> Tensor:
