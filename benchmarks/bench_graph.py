@@ -301,7 +301,7 @@ def check_mlp(checks: dict[str, Method]) -> None:
 # c. training step 128x784-256-10, float32: forward, backward, SGD update
 # ===============================================================================================
 
-TRAIN_ANCHOR = "hand-written NumPy step (anchor)"
+TRAIN_ANCHOR = f"hand-written {'CuPy' if on_gpu() else 'NumPy'} step (anchor)"
 GRAPH_ROW = 'minigraph graph mode (mode="graph") + update'
 TAPE_ROW = "minigraph tape (value_and_grad) + update"
 TRACED_ROW = "  the whole step traced (mg.trace: loss, mg.gradients, update)"
@@ -631,7 +631,7 @@ def run(how: list[str]) -> None:
     report_ratio_table(train, TRAIN_ANCHOR, "ms", "pytorch step")
     if on_gpu():
         print(f"(the targets are set for the CPU; on {bench_device()} the ratios are "
-              f"shown only; the anchor is {array_library().__name__})")
+              f"shown only)")
     else:
         targets.append(target_line("c", "graph mode <= 1.05x hand-written NumPy",
                                    train[GRAPH_ROW], 1.05))

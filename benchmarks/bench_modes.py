@@ -53,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
-                    blas_threads, describe, environment, fmt, measure, pin_blas_threads,
+                    blas_threads, describe, environment, fmt, measure, on_gpu, pin_blas_threads,
                     print_rounds, print_table, result_name, save_results, synchronizer,
                     torch_device)
 
@@ -80,7 +80,7 @@ ANCHOR = "numpy"
 TAPE, SESSION, COMPILED = "tape", "session", "compiled"
 GRAPH, TRACED, SOURCE, TORCH = "graph mode", "traced", "source", "pytorch"
 DESCRIPTIONS = {
-    ANCHOR: "hand-written NumPy backprop (anchor)",
+    ANCHOR: f"hand-written {'CuPy' if on_gpu() else 'NumPy'} backprop (anchor)",
     TAPE: "define-by-run: tape, loss.backward()",
     SESSION: "define-and-run: Session(g).run(fetches, feed_dict)",
     COMPILED: "compiled: compile_graph(g, ins, outs).raw, arrays",
@@ -284,7 +284,7 @@ def print_combined(sweep: dict[int, dict[str, dict[str, Any]]]) -> None:
     """Rows: methods; columns: widths; cells: median ratio to NumPy (NumPy row: µs)."""
     names = list(DESCRIPTIONS)
     widths = list(sweep)
-    rows = [["numpy µs (anchor)"] + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
+    rows = [[f"{array_library().__name__} µs (anchor)"] + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
     for name in names[1:]:
         if any(name in sweep[w] for w in widths):
             rows.append([name] + [fmt(sweep[w][name]["ratio"], 2) if name in sweep[w] else "-"
