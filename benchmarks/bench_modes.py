@@ -284,7 +284,8 @@ def print_combined(sweep: dict[int, dict[str, dict[str, Any]]]) -> None:
     """Rows: methods; columns: widths; cells: median ratio to NumPy (NumPy row: µs)."""
     names = list(DESCRIPTIONS)
     widths = list(sweep)
-    rows = [[f"{array_library().__name__} µs (anchor)"] + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
+    anchor_row = [f"{array_library().__name__} µs (anchor)"]
+    rows = [anchor_row + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
     for name in names[1:]:
         if any(name in sweep[w] for w in widths):
             rows.append([name] + [fmt(sweep[w][name]["ratio"], 2) if name in sweep[w] else "-"
