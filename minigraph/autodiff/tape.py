@@ -324,7 +324,8 @@ def _check_writes(recorded: list[Tensor]) -> None:
         for a in (t, *args):
             stamp = _written.get(id(_owner(a.data))) if type(a) is Tensor else None
             if stamp is not None and stamp[1] > seq:
-                what = "its result" if a is t else f"an argument of shape {a.shape}"
+                what = f"its result ({_describe((a,))})" if a is t else \
+                    f"an argument ({_describe((a,))})"
                 raise GradientError(
                     f"backward: {prim.name} recorded {what}, and that tensor was changed "
                     f"in place afterwards (x -= ..., x += ...): the value its derivative "
