@@ -174,8 +174,7 @@ def _positive(xp: Any, y: Any, g: Any) -> Any:
 # are itself; the mask is piecewise constant in y, so its derivative by y is zero almost
 # everywhere, and a None rule contributes nothing.
 RELU_GRAD = primitive(
-    "relu_grad", _relu_grad_kernel,
-    lambda g, y: (S.broadcast_shapes("relu_grad", S.shape_of(g), S.shape_of(y)), S.dtype_of(g)),
+    "relu_grad", _relu_grad_kernel, S.adjoint("relu_grad"),
     jvp=[lambda t, out, g, y: relu_grad(t, y), None],
     vjp=[lambda gg, out, g, y: relu_grad(gg, y), None],
     out=lambda xp, g, y, out: xp.multiply(g, _positive(xp, y, g), out=out))

@@ -69,15 +69,9 @@ def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
     return xp.subtract(g, e, out=out)
 
 
-def _same_shapes(name: str):
-    def rule(g: Any, y: Any, **params: Any) -> tuple:
-        return S.broadcast_shapes(name, S.shape_of(g), S.shape_of(y)), S.dtype_of(g)
-    return rule
-
-
 # g - exp(y) * sum(g): linear in g; through y only exp(y) changes, elementwise.
 LOG_SOFTMAX_GRAD = primitive(
-    "log_softmax_grad", _log_softmax_grad_kernel, _same_shapes("log_softmax_grad"),
+    "log_softmax_grad", _log_softmax_grad_kernel, S.adjoint("log_softmax_grad"),
     jvp=[lambda t, out, g, y, axis: log_softmax_grad(t, y, axis),
          lambda t, out, g, y, axis: -(t * E.exp(y)) * R.sum(g, axis, True)],
     vjp=[lambda gg, out, g, y, axis: gg - R.sum(gg * E.exp(y), axis, True),
@@ -98,14 +92,19 @@ ONE_HOT = primitive(
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
     n = logp.shape[0]
     rows = xp.arange(n, device=array_device(labels))
-    return -xp.sum(logp[rows, labels]) / n  # l[i, label_i]: integer-array indexing
+    picked = logp[rows, labels]  # l[i, label_i]: integer-array indexing
+    return -R.reduce_kernel("sum", xp, picked, None, False) / n
+
+
+def _check_batch(who: str, what: str, ls: tuple, ys: tuple) -> None:
+    """``what`` must be (N, C) and the labels (N,)."""
+    if len(ls) != 2 or ys != ls[:1]:
+        raise ShapeError(f"{who}: expected {what} (N, C) and labels (N,), "
+                         f"got shapes {ls} and {ys}")
 
 
 def _nll_shape(logp: Any, labels: Any) -> tuple:
-    ls, ys = S.shape_of(logp), S.shape_of(labels)
-    if len(ls) != 2 or ys != ls[:1]:
-        raise ShapeError(f"nll_loss: expected log-probabilities (N, C) and labels (N,), "
-                         f"got shapes {ls} and {ys}")
+    _check_batch("nll_loss", "log-probabilities", S.shape_of(logp), S.shape_of(labels))
     return (), S.dtype_of(logp)
 
 
@@ -181,9 +180,8 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
     """Mean over the batch of -log softmax(logits)[label]; labels are integer classes."""
     _check_labels("cross_entropy", labels)
     ls, ys = S.shape_of(logits), S.shape_of(labels)
-    if ls is not None and ys is not None and (len(ls) != 2 or ys != ls[:1]):
-        raise ShapeError(f"cross_entropy: expected logits (N, C) and labels (N,), "
-                         f"got shapes {ls} and {ys}")
+    if ls is not None and ys is not None:  # (checked here: log_softmax would take any shape)
+        _check_batch("cross_entropy", "logits", ls, ys)
     return nll_loss(log_softmax(logits, 1), labels)
 
 

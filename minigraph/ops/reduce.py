@@ -57,9 +57,10 @@ def reduce_kernel(name: str, xp: Any, x: Any, axis: "int | tuple[int, ...] | Non
                   keepdims: bool) -> Any:
     """``xp.<name>(x, axis, keepdims)`` for the reductions sum, mean and max.
 
-    NumPy's and CuPy's arrays have methods (``x.sum(...)``) that do the same without the
-    namespace function's Python wrapper (2-3 µs on a small NumPy array: most of the time
-    of a row-wise softmax on a batch); Array API arrays have no such methods.
+    On NumPy, sum and max call the ufunc reductions above. NumPy's and CuPy's arrays also
+    have methods (``x.mean(...)``) that do what the namespace functions do without their
+    Python wrappers (2-3 µs on a small NumPy array: most of the time of a row-wise
+    softmax on a batch); Array API arrays have only the functions.
     """
     if type(x) is np.ndarray and name in _NUMPY_REDUCTIONS:
         # positional, as the ufunc's reduce takes them: (x, axis, dtype, out, keepdims)
@@ -70,12 +71,9 @@ def reduce_kernel(name: str, xp: Any, x: Any, axis: "int | tuple[int, ...] | Non
     return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
 
 
-def _sum_kernel(xp: Any, x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> Any:
-    return reduce_kernel("sum", xp, x, axis, keepdims)
-
-
 SUM = primitive(
-    "sum", _sum_kernel, _reduce_shape,
+    "sum", lambda xp, x, axis, keepdims: reduce_kernel("sum", xp, x, axis, keepdims),
+    _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
     cost="expensive")

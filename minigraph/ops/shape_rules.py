@@ -79,6 +79,14 @@ def floating(name: str):
     return rule
 
 
+def adjoint(name: str):
+    """The rule of a VJP kernel ``(g, y, ...)`` (``relu_grad``, ``log_softmax_grad``):
+    the adjoint ``g`` and the value ``y`` broadcast together, in ``g``'s dtype."""
+    def rule(g: Any, y: Any, **params: Any) -> tuple:
+        return broadcast_shapes(name, shape_of(g), shape_of(y)), dtype_of(g)
+    return rule
+
+
 def comparison(name: str):
     """The rule of ``<``, ``==``, ...: broadcast shapes, bool result."""
     def rule(*args: Any, **params: Any) -> tuple:
