@@ -37,10 +37,12 @@ def needed(fetches: Iterable[Node], stop: set[int] = frozenset()) -> set[int]:
     return seen
 
 
-def fifo_order(nodes: list[Node], keep: set[int], stop: set[int] = frozenset()) -> list[Node]:
-    """The nodes of ``nodes`` (a graph's creation order) whose id is in ``keep``, in
-    FIFO topological order. Inputs of nodes in ``stop`` are ignored (they are fed)."""
-    members = [n for n in nodes if id(n) in keep]
+def dependencies(members: list[Node], stop: set[int] = frozenset()
+                 ) -> tuple[dict[int, int], dict[int, list[Node]]]:
+    """Kahn's counts for ``members``: each one's number of inputs among them (its
+    in-degree; none for a node in ``stop``, which is fed), and each one's consumers among
+    them, in the order of ``members``."""
+    keep = {id(n) for n in members}
     missing: dict[int, int] = {}
     consumers: dict[int, list[Node]] = {}
     for n in members:
@@ -48,6 +50,14 @@ def fifo_order(nodes: list[Node], keep: set[int], stop: set[int] = frozenset()) 
         missing[id(n)] = len(inputs)
         for i in inputs:
             consumers.setdefault(id(i), []).append(n)
+    return missing, consumers
+
+
+def fifo_order(nodes: list[Node], keep: set[int], stop: set[int] = frozenset()) -> list[Node]:
+    """The nodes of ``nodes`` (a graph's creation order) whose id is in ``keep``, in
+    FIFO topological order. Inputs of nodes in ``stop`` are ignored (they are fed)."""
+    members = [n for n in nodes if id(n) in keep]
+    missing, consumers = dependencies(members, stop)
     ready = deque(n for n in members if missing[id(n)] == 0)
     order = []
     while ready:

@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
+from ..graph.topo import dependencies
 from ..device import get_device
 from .memory import Memory, PlanCounts
 from .rendezvous import Rendezvous
@@ -103,14 +104,7 @@ class Layout:
     per cached plan; every run copies ``missing`` and counts it down."""
 
     def __init__(self, plan: list[Node], fed: set[int]):
-        keep = {id(n) for n in plan}
-        self.missing: dict[int, int] = {}
-        self.consumers: dict[int, list[Node]] = {}
-        for n in plan:
-            inputs = [] if id(n) in fed else [i for i in n.predecessors if id(i) in keep]
-            self.missing[id(n)] = len(inputs)
-            for i in inputs:
-                self.consumers.setdefault(id(i), []).append(n)
+        self.missing, self.consumers = dependencies(plan, fed)  # Kahn's counts (topo.py)
         self.roots = [n for n in plan if self.missing[id(n)] == 0]
         self.counts = PlanCounts(plan)  # what the run's Memory starts from
 
