@@ -293,3 +293,18 @@ def test_control_dependencies_order_nodes_even_across_devices(strict_devices):
         sess.run(after, {y: np.ones(2)})
         order = sess.last_run.order
         assert order.index("w/assign") < order.index("mul_1")
+
+
+def test_a_session_takes_an_array_of_its_device_library_as_it_is(strict_devices):
+    """A feed already on the node's device (a CuPy array for cuda:0; here an
+    array-api-strict array on device1, which refuses to become a NumPy array) is not
+    sent through the host."""
+    import array_api_strict as xps
+
+    with mg.Graph() as g, mg.device("cpu:1"):
+        x = mg.placeholder((2,), name="x")
+        y = x * 2.0
+    value = xps.asarray([1.0, 2.0], device=xps.Device("device1"))
+    np.testing.assert_array_equal(mg.Session(g).run(y, {x: value}), [2.0, 4.0])
+    with pytest.raises(mg.errors.ShapeError, match="feed for 'x'.*shape \\(3,\\)"):
+        mg.Session(g).run(y, {x: xps.asarray([1.0, 2.0, 3.0], device=xps.Device("device1"))})

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..errors import ShapeError
 from ..graph.graph import Graph, GraphError, Node, default_graph, describe_location
@@ -216,16 +217,38 @@ def _capture(execute: Any, run: Run, pool: ThreadPoolExecutor | None) -> None:
 
 
 def _check_feed(node: Node, value: Any) -> Any:
-    """The fed value as an array on the node's device, after checking shape and dtype."""
-    host = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
-    if node.dtype is not None and not np.can_cast(host.dtype, node.dtype, "same_kind"):
-        raise FeedError(f"feed for '{node.name}': a value of dtype {host.dtype} cannot be fed "
+    """The fed value as an array on the node's device, after checking shape and dtype.
+
+    A tensor of the node's device, or an array of its library (a CuPy array for
+    ``cuda:0``), is taken as it is; anything else (Python data, NumPy arrays, tensors of
+    other devices) goes through a NumPy array on the host.
+    """
+    if isinstance(value, Tensor):
+        value = value.data if value.device is node.device else value.numpy()
+    if _native(value, node):
+        array, dtype = value, np.dtype(node.device.dtype_name(value.dtype))
+    else:
+        array = np.asarray(value)
+        dtype = array.dtype
+    if node.dtype is not None and not np.can_cast(dtype, node.dtype, "same_kind"):
+        raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
                         f"to a node of dtype {node.dtype}")
-    if node.shape is not None and tuple(host.shape) != node.shape:
-        raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(host.shape)} cannot "
-                         f"be fed to a node of shape {node.shape} "
+    if node.shape is not None and tuple(array.shape) != node.shape:
+        raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
+                         f"cannot be fed to a node of shape {node.shape} "
                          f"(created at {describe_location(node.location)})")
-    return node.device.asarray(host, dtype=node.dtype)
+    return node.device.asarray(array, dtype=node.dtype)
+
+
+def _native(value: Any, node: Node) -> bool:
+    """Whether ``value`` is an array of the node's device's own library (not NumPy's:
+    NumPy arrays take the host path, which is no copy for a NumPy device)."""
+    if isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+        return False
+    try:
+        return array_namespace(value) is node.device.xp
+    except TypeError:  # not an array of any library array-api-compat knows
+        return False
 
 
 def _to_numpy(node: Node, value: Any) -> Any:
