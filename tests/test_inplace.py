@@ -85,11 +85,31 @@ def augmented(x):
     return y.sum()
 
 
+def updates_its_argument(x):
+    x *= 3.0        # the argument itself: recorded too, in the tape mode
+    x += 1.0
+    return (x * x).sum()  # sum((3x + 1)^2)
+
+
 @pytest.mark.parametrize("mode", mg.MODES)
 def test_augmented_assignment_differentiates_alike_in_every_mode(mode):
     x = rng.normal(size=4)
     np.testing.assert_allclose(mg.grad(augmented, mode=mode)(x).numpy(), 4 * x + 2,
                                rtol=1e-13)
+    np.testing.assert_allclose(mg.grad(updates_its_argument, mode=mode)(x).numpy(),
+                               6 * (3 * x + 1), rtol=1e-13)
+
+
+def test_updating_a_parameter_while_recording_is_refused():
+    """Rebinding would leave the parameter as it was: the loop would silently not train."""
+    p = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (p * p).sum().backward()
+    with pytest.raises(GradientError, match=r"sub in place .*leaf .*mg\.no_grad\(\)"):
+        p -= 0.1 * p.grad
+    np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
+    with mg.no_grad():
+        p -= 0.1 * p.grad
+    np.testing.assert_allclose(p.numpy(), [0.8, 1.6])
 
 
 def test_while_recording_an_update_of_a_recorded_tensor_makes_a_new_tensor():

@@ -239,7 +239,10 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 # * The tape records values, not writes. While recording, ``x -= y`` where x or y
 #   requires a gradient computes ``x - y`` as a new tensor, recorded, and rebinds the
 #   name x to it, as Python does for values that cannot change (and as graph nodes and
-#   dual numbers do): every mode gives the same result.
+#   dual numbers do): every mode gives the same result. Except for a leaf that requires
+#   a gradient (a parameter): rebinding would silently leave the parameter as it was,
+#   so that raises, as in PyTorch. (``mg.grad`` hands ``f`` its arguments through
+#   ``identity``, so ``x += 1`` inside ``f`` is the recorded case.)
 # * A write must not change a value that a tape entry recorded. Each write is stamped
 #   with the next sequence number, on the array that owns the memory (a view's base), so
 #   a write through a view counts for every tensor that shares the memory. Sequence
@@ -257,6 +260,12 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                     other: Any) -> Tensor:
     """``x op= other`` (``write`` is ``operator.isub`` & co.): see the rules above."""
     if _mode.enabled and (x.requires_grad or getattr(other, "requires_grad", False)):
+        if x.requires_grad and x._entry is None:
+            raise GradientError(
+                f"{prim.name} in place ({_describe((x, other))}): the tensor is a leaf that "
+                f"requires a gradient, and gradients are being recorded, so the update would "
+                f"make a new tensor and leave this one as it was. Update parameters inside "
+                f"`with mg.no_grad():`, as an optimizer step does, or write x = x - y")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
     if type(other) is Tensor:
         if other.device is not x.device:
@@ -426,20 +435,25 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False) -> None:
 def track(x: Any, who: str) -> tuple[Tensor, bool]:
     """``x`` as a tensor to differentiate with respect to, and whether we are nested.
 
-    A tensor that is already being recorded (we are inside another ``grad``) gets a new
-    name through ``identity``: the inner derivative is taken with respect to that new
-    variable only, while the outer sweep still sees the path through it. Without this,
-    nested derivatives of the same tensor would be confused with each other.
+    The function sees its argument through ``identity``: a new name, recorded. A tensor
+    that is already being recorded (we are inside another ``grad``) gets one so that the
+    inner derivative is taken with respect to that new variable only, while the outer
+    sweep still sees the path through it; without it, nested derivatives of the same
+    tensor would be confused with each other. Any other argument becomes a fresh leaf,
+    and gets one so that ``f`` may write ``x += 1`` as in every other mode: an update of
+    a recorded value is recorded, of a leaf refused (see :func:`update_in_place`).
     """
-    if isinstance(x, Tensor) and x.requires_grad and _mode.enabled:
-        with enable_grad():
-            return C.identity(x), True
-    t = x.detach() if isinstance(x, Tensor) else tensor(x)
-    if t.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{who}: cannot differentiate with respect to an argument of dtype "
-                         f"{t.dtype}; pass floats (e.g. 2.0 rather than 2)")
-    t.requires_grad = True
-    return t, False
+    nested = isinstance(x, Tensor) and x.requires_grad and _mode.enabled
+    if nested:
+        t = x
+    else:
+        t = x.detach() if isinstance(x, Tensor) else tensor(x)
+        if t.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"{who}: cannot differentiate with respect to an argument of "
+                             f"dtype {t.dtype}; pass floats (e.g. 2.0 rather than 2)")
+        t.requires_grad = True
+    with enable_grad():
+        return C.identity(t), nested
 
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
