@@ -337,9 +337,9 @@ def _check_writes(recorded: list[Tensor]) -> None:
                     f"an argument ({_describe((a,))})"
                 raise GradientError(
                     f"backward: {prim.name} recorded {what}, and that tensor was changed "
-                    f"in place afterwards (x -= ..., x += ...): the value its derivative "
-                    f"needs is gone. Update tensors in place after backward(), or write "
-                    f"x = x - y to keep the old value")
+                    f"in place afterwards (x -= ..., x += ...): the value it recorded, "
+                    f"which its derivative may need, is gone. Update tensors in place after "
+                    f"backward(), or write x = x - y to keep the old value")
 
 
 # -- the reverse sweep ----------------------------------------------------------------------------
