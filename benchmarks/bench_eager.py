@@ -5,6 +5,10 @@ Run: ``python benchmarks/bench_eager.py``. Prints two tables, writes
 ``benchmarks/results/eager.json`` and ``benchmarks/results/eager.png``.
 Every method's result is checked *before* it is timed, so a wrong computation is never
 timed; the times themselves are only reported, never asserted (DESIGN.md, "Performance").
+
+``minigraph bench --device cuda:0`` runs table (a) on the GPU (CuPy as the array anchor,
+PyTorch on CUDA, every timing synchronised) and skips (b); it writes
+``eager-cuda0.json`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -19,10 +23,9 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, array_library, bench_device, cpu_only,  # noqa: E402
-                    describe, environment, fmt, have_torch, measure, on_gpu, print_rounds,
-                    print_table, result_name, save_results, synchronizer, to_host,
-                    torch_device)
+from common import (RESULTS_DIR, array_library, bench_device, cpu_only, describe,  # noqa: E402
+                    environment, fmt, have_torch, measure, on_gpu, print_rounds, print_table,
+                    result_name, save_results, synchronizer, to_float, to_host, torch_device)
 
 import minigraph as mg  # noqa: E402
 
@@ -226,9 +229,6 @@ def scalar_methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
     methods["micrograd-style Value (anchor)"] = micrograd
     return methods
 
-
-def to_float(g: Any) -> float:
-    return g.item() if hasattr(g, "item") else float(g)
 
 
 def bench_scalar() -> dict[str, dict[str, Any]]:

@@ -16,8 +16,9 @@ c. a training step 128x784-256-10, float32 (ReLU, softmax cross-entropy, SGD upd
 
 ``minigraph bench --device cuda:0`` runs (c) on the GPU: minigraph's tensors, the anchor
 in CuPy (the same code as the NumPy step) and PyTorch's tensors there, every timing
-synchronised (``common.synchronizer``). (a) and (b) measure Python's overhead on tiny
-arrays and stay on the CPU; the targets are set for the CPU and are not judged on a GPU.
+synchronised (``common.synchronizer``), and writes ``graph-cuda0.json`` and ``.png``.
+(a) and (b) measure Python's overhead on tiny arrays, a CPU matter, and are skipped
+there; the targets are set for the CPU and are not judged on a GPU.
 
 Every method's result is checked *before* it is timed (values and gradients, and in (c)
 the dtypes and the updated weights), so a wrong computation is never timed; times are
@@ -46,8 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
-                    blas_threads, cpu_only, describe, environment, fmt, have_torch, measure,
-                    on_gpu, openblas_threads, pin_blas_threads, print_rounds, print_table,
+                    blas_threads, check_close, cpu_only, describe, environment, fmt, have_torch,
+                    measure, on_gpu, openblas_threads, pin_blas_threads, print_rounds, print_table,
                     result_name, save_results, synchronizer, to_host, torch_device)
 
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
@@ -103,20 +104,6 @@ def print_threads(report: dict[str, Any]) -> None:
     print(f"BLAS threads: {'; '.join(report['effective']) or 'not verified'}; OpenBLAS "
           f"reports {openblas_threads()}")
 
-
-def relative_error(got: Any, want: Any) -> float:
-    """max |got - want| / max |want|: one number per array, robust to zeros in ``want``."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    scale = max(float(np.max(np.abs(want))), 1e-30)
-    return float(np.max(np.abs(got - want))) / scale
-
-
-def check_close(name: str, got: Any, want: Any, rtol: float) -> None:
-    err = relative_error(got, want)
-    assert err <= rtol, f"{name}: relative error {err:.2e} > {rtol:.0e}"
-
-
-as_numpy = to_host  # a minigraph, PyTorch or CuPy value as a NumPy array
 
 
 # ===============================================================================================
@@ -190,7 +177,7 @@ def scalar_methods() -> dict[str, Method]:
             return z, x.grad, y.grad
         methods[SCALAR_ANCHOR] = checks[SCALAR_ANCHOR] = torch_backward
     for name, check in checks.items():  # check every method before timing any
-        got = tuple(float(as_numpy(v)) for v in check())
+        got = tuple(float(to_host(v)) for v in check())
         assert np.allclose(got, SCALAR_EXPECTED), f"{name}: {got}, expected {SCALAR_EXPECTED}"
     return methods
 
@@ -291,10 +278,10 @@ def check_mlp(checks: dict[str, Method]) -> None:
     want_loss, want = checks[MLP_ANCHOR]()
     for name, method in checks.items():
         loss, grads = method()
-        check_close(f"{name} loss", as_numpy(loss), want_loss, 1e-10)
+        check_close(f"{name} loss", to_host(loss), want_loss, 1e-10)
         for k, (g, w) in enumerate(zip(grads, want)):
-            assert as_numpy(g).shape == w.shape, f"{name} grad {k}: shape"
-            check_close(f"{name} grad {k}", as_numpy(g), w, 1e-10)
+            assert to_host(g).shape == w.shape, f"{name} grad {k}: shape"
+            check_close(f"{name} grad {k}", to_host(g), w, 1e-10)
 
 
 # ===============================================================================================
@@ -495,13 +482,13 @@ def check_train(steps: dict[str, Any], rtol: float = 1e-4) -> None:
     the same weights after one step; all before anything is timed."""
     anchor = steps[TRAIN_ANCHOR]
     want_loss, want = anchor.grads()
-    want_loss, want = as_numpy(want_loss), [as_numpy(w) for w in want]
+    want_loss, want = to_host(want_loss), [to_host(w) for w in want]
     assert all(g.dtype == F32 for g in want), "anchor: gradients are not float32"
     for name, step in steps.items():
         loss, grads = step.grads()
-        check_close(f"{name} loss", as_numpy(loss), want_loss, rtol)
+        check_close(f"{name} loss", to_host(loss), want_loss, rtol)
         for k, (g, w) in enumerate(zip(grads, want)):
-            g = as_numpy(g)
+            g = to_host(g)
             assert g.dtype == F32, f"{name} gradient {k} has dtype {g.dtype}, not float32"
             assert g.shape == w.shape, f"{name} gradient {k} has shape {g.shape}"
             check_close(f"{name} gradient {k}", g, w, rtol)
@@ -583,7 +570,7 @@ def plot(tables: list[tuple[str, dict[str, dict[str, Any]], str, list[tuple[str,
 
 
 def main() -> None:
-    with blas_threads(int(THREADS)) as how:  # also when an earlier script loaded NumPy
+    with blas_threads(int(THREADS)) as how:  # also with NumPy loaded (minigraph bench)
         run(how)
 
 

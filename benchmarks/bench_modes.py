@@ -54,8 +54,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
                     blas_threads, describe, environment, fmt, measure, on_gpu, pin_blas_threads,
-                    print_rounds, print_table, result_name, save_results, synchronizer,
-                    torch_device)
+                    print_rounds, print_table, relative_error, result_name, save_results,
+                    synchronizer, to_host, torch_device)
 
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
@@ -66,7 +66,7 @@ from typing import Any, Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 import minigraph as mg  # noqa: E402
-from bench_graph import as_numpy, mlp_loss, numpy_mlp  # noqa: E402  (bench_graph's table b)
+from bench_graph import mlp_loss, numpy_mlp  # noqa: E402  (bench_graph's table b)
 
 US = 1e6  # seconds -> microseconds
 BATCH = 32
@@ -77,10 +77,11 @@ BATCH_SECONDS = 0.02  # each method's batch of calls per round lasts about this 
 RTOL = 1e-10
 
 ANCHOR = "numpy"
+LIB = "CuPy" if on_gpu() else "NumPy"  # the anchor's library (on a GPU, CuPy)
 TAPE, SESSION, COMPILED = "tape", "session", "compiled"
 GRAPH, TRACED, SOURCE, TORCH = "graph mode", "traced", "source", "pytorch"
 DESCRIPTIONS = {
-    ANCHOR: f"hand-written {'CuPy' if on_gpu() else 'NumPy'} backprop (anchor)",
+    ANCHOR: f"hand-written {LIB} backprop (anchor)",
     TAPE: "define-by-run: tape, loss.backward()",
     SESSION: "define-and-run: Session(g).run(fetches, feed_dict)",
     COMPILED: "compiled: compile_graph(g, ins, outs).raw, arrays",
@@ -235,16 +236,10 @@ def methods_for(width: int) -> tuple[dict[str, Method], dict[str, str]]:
 # checks before timing
 # ===============================================================================================
 
-def relative_error(got: Any, want: Any) -> float:
-    """max |got - want| / max |want|: one number per array, robust to zeros in ``want``."""
-    got, want = as_numpy(got).astype(np.float64), np.asarray(want, dtype=np.float64)
-    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-
-
 def check(methods: dict[str, Method], width: int) -> float:
     """Every method's loss and gradients against the anchor's; the worst relative error."""
     want_loss, want = methods[ANCHOR]()
-    want_loss, want = as_numpy(want_loss), [as_numpy(w) for w in want]  # (from a GPU too)
+    want_loss, want = to_host(want_loss), [to_host(w) for w in want]  # (from a GPU too)
     worst = 0.0
     for name, method in methods.items():
         loss, grads = method()
@@ -252,7 +247,7 @@ def check(methods: dict[str, Method], width: int) -> float:
         pairs = [("loss", loss, want_loss)] + [(f"grad {k}", g, w)
                                                for k, (g, w) in enumerate(zip(grads, want))]
         for what, got, ref in pairs:
-            assert as_numpy(got).shape == np.shape(ref), f"w={width} {name} {what}: shape"
+            assert to_host(got).shape == np.shape(ref), f"w={width} {name} {what}: shape"
             err = relative_error(got, ref)
             assert err <= RTOL, f"w={width} {name} {what}: relative error {err:.1e} > {RTOL:.0e}"
             worst = max(worst, err)
@@ -277,20 +272,20 @@ def check_forward_mode(width: int) -> float:
 def print_size(width: int, results: dict[str, dict[str, Any]]) -> None:
     rows = [[DESCRIPTIONS[name], fmt(r["seconds"] * US, 1), fmt(r["ratio"], 2),
              fmt(r["best_ratio"], 2)] for name, r in results.items()]
-    print_table(rows, ["method", "µs", "x NumPy", "best rounds"])
+    print_table(rows, ["method", "µs", f"x {LIB}", "best rounds"])
 
 
 def print_combined(sweep: dict[int, dict[str, dict[str, Any]]]) -> None:
     """Rows: methods; columns: widths; cells: median ratio to NumPy (NumPy row: µs)."""
     names = list(DESCRIPTIONS)
     widths = list(sweep)
-    anchor_row = [f"{array_library().__name__} µs (anchor)"]
+    anchor_row = [f"{LIB.lower()} µs (anchor)"]
     rows = [anchor_row + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
     for name in names[1:]:
         if any(name in sweep[w] for w in widths):
             rows.append([name] + [fmt(sweep[w][name]["ratio"], 2) if name in sweep[w] else "-"
                                   for w in widths])
-    print_table(rows, ["x NumPy"] + [f"w={w}" for w in widths])
+    print_table(rows, [f"x {LIB}"] + [f"w={w}" for w in widths])
 
 
 def slowest_method(results: dict[str, dict[str, Any]]) -> str:
@@ -306,16 +301,16 @@ def conclusion(sweep: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
         ours = {n: r["ratio"] for n, r in sweep[w].items() if n not in (ANCHOR, TORCH)}
         fastest, slowest = min(ours, key=ours.get), max(ours, key=ours.get)
         lines.append(f"w={w} ({where}): minigraph methods take {ours[fastest]:.2f}x "
-                     f"({fastest}) to {ours[slowest]:.2f}x ({slowest}) NumPy's time; "
+                     f"({fastest}) to {ours[slowest]:.2f}x ({slowest}) {LIB}'s time; "
                      f"tape / compiled = {ours[TAPE] / ours[COMPILED]:.1f}")
     top_small, top_large = slowest_method(sweep[small]), slowest_method(sweep[large])
     r_small, r_large = sweep[small][top_small]["ratio"], sweep[large][top_large]["ratio"]
     if r_large < r_small:
-        lines.append(f"the slowest method falls from {r_small:.1f}x NumPy ({top_small}, w={small}) "
+        lines.append(f"the slowest method falls from {r_small:.1f}x {LIB} ({top_small}, w={small}) "
                      f"to {r_large:.2f}x ({top_large}, w={large}): per-op Python overhead "
                      "dominates small models, the kernels' time large ones")
     else:
-        lines.append(f"the ratios do not converge: the slowest method is {r_small:.1f}x NumPy "
+        lines.append(f"the ratios do not converge: the slowest method is {r_small:.1f}x {LIB} "
                      f"({top_small}) at w={small} and {r_large:.2f}x ({top_large}) at w={large}")
     return lines
 
@@ -338,7 +333,7 @@ def plot(sweep: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
         ax_t.plot(ws, [sweep[w][name]["seconds"] * US for w in ws], **style)
         ax_r.plot(ws, [sweep[w][name]["ratio"] for w in ws], **style)
     ax_r.axhline(1.0, color="0.35", lw=0.8)
-    for ax, label in ((ax_t, "µs per call (loss and 4 gradients)"), (ax_r, "time / NumPy's")):
+    for ax, label in ((ax_t, "µs per call (loss and 4 gradients)"), (ax_r, f"time / {LIB}'s")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(widths, [str(w) for w in widths])
@@ -346,7 +341,7 @@ def plot(sweep: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
         ax.set_ylabel(label)
         ax.grid(True, which="major", alpha=0.3)
     ax_t.set_title("time per call, log-log", fontsize=10)
-    ax_r.set_title("ratio to hand-written NumPy (1 = the kernels' time)", fontsize=10)
+    ax_r.set_title(f"ratio to hand-written {LIB} (1 = the kernels' time)", fontsize=10)
     top = max(sweep[w][n]["ratio"] for w in widths for n in sweep[w])
     ticks = [t for t in (1, 1.5, 2, 3, 5, 10, 20, 50, 100) if t <= top * 1.2]
     ax_r.set_yticks(ticks, [f"{t:g}x" for t in ticks])
@@ -374,7 +369,7 @@ def pin_torch_threads() -> int | None:
 
 
 def main() -> None:
-    with blas_threads(int(THREADS)) as how:  # also when an earlier script loaded NumPy
+    with blas_threads(int(THREADS)) as how:  # also with NumPy loaded (minigraph bench)
         run(how)
 
 
@@ -414,7 +409,7 @@ def run(how: list[str]) -> None:
         per_size[str(width)] = {"parameters": parameter_count(width), "worst_rel_error": worst,
                                 "notes": notes, "results": results, "rounds": rounds}
 
-    print("\n== all sizes: time / hand-written NumPy's (median ratio within rounds) ==")
+    print(f"\n== all sizes: time / hand-written {LIB}'s (median ratio within rounds) ==")
     print_combined(sweep)
     lines = conclusion(sweep)
     for line in lines:

@@ -206,7 +206,7 @@ def draw_measured(runs: dict[str, pp.PipelineRun]) -> None:
 def main() -> None:
     if cpu_only("the pipeline schedules run on virtual CPU devices"):
         return
-    with blas_threads(1):  # also when an earlier script loaded NumPy (minigraph bench)
+    with blas_threads(1):  # also when NumPy is already loaded (minigraph bench)
         run()
 
 

@@ -163,7 +163,7 @@ def threads_report(how: list[str]) -> dict[str, Any]:
 
 def print_threads(report: dict[str, Any]) -> None:
     env = " ".join(f"{k}={v}" for k, v in report["env_set"].items())
-    when = "after NumPy was loaded by an earlier script" if report["numpy_was_loaded_before"] \
+    when = "after NumPy was loaded (by minigraph bench)" if report["numpy_was_loaded_before"] \
         else "before importing NumPy"
     print(f"BLAS pinned: {env} set {when}; NumPy BLAS {report['numpy_blas']}; "
           f"OpenBLAS reports {report['openblas_reports_threads']} thread(s)")
@@ -495,10 +495,10 @@ def report_memory(r: dict[str, Any]) -> None:
 # ===============================================================================================
 
 def main() -> None:
-    if cpu_only("the scheduler's worker threads share CPU cores, and its memory figures "
-                "are the CPU run's"):
-        return
     try:
+        if cpu_only("the scheduler's worker threads share CPU cores, and its memory "
+                    "figures are the CPU run's"):
+            return
         with blas_one_thread() as how:
             run_all(how)
     finally:  # leave the process as we found it (minigraph bench runs scripts in one process)

@@ -89,7 +89,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (CLEAN, RESULTS_DIR, cpu_only, describe, environment, fmt, measure,  # noqa: E402
-                    print_rounds, print_table, progress, save_results)
+                    print_rounds, print_table, progress, save_results, to_float)
 
 import minigraph as mg  # noqa: E402
 
@@ -240,9 +240,6 @@ def by_hand(n: int) -> tuple[float, float]:
         y = math.sin(y)
     return y, d
 
-
-def to_float(v: Any) -> float:
-    return v.item() if hasattr(v, "item") else float(v)
 
 
 def check(name: str, n: int, got: tuple[Any, Any], expected: tuple[float, float]) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (cpu_only, describe, environment, fmt, measure, print_rounds,  # noqa: E402
-                    print_table, save_results)
+                    print_table, save_results, to_float)
 
 import minigraph as mg  # noqa: E402
 from bench_eager import EXPECTED, TORCH_ROW, X, Y, f, scalar_methods  # noqa: E402
@@ -59,9 +59,6 @@ def methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
     table["program.raw(x, y): kernels on arrays"] = lambda: program.raw(xa, ya)[1]
     return table
 
-
-def to_float(g: Any) -> float:
-    return g.item() if hasattr(g, "item") else float(g)
 
 
 def bench() -> dict[str, dict[str, Any]]:
@@ -106,7 +103,8 @@ def main() -> None:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
         "unit": "seconds per call (median over interleaved rounds); ratio: median over "
-                "the rounds of method / PyTorch within a round",
+                "the rounds of method / anchor within a round (PyTorch's forward and "
+                "backward, or the tape where PyTorch is not installed)",
         "scalar_value_and_gradient": results,
     })
     print(f"\nwrote {path}")

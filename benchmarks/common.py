@@ -73,8 +73,8 @@ def openblas_threads() -> int | None:
 def blas_threads(n: int) -> Any:
     """BLAS at ``n`` threads for the block, then as it was; yields how it was done.
 
-    The thread variables only count before NumPy is loaded; under ``minigraph bench`` an
-    earlier script has loaded it, so the pool is resized at run time: with threadpoolctl
+    The thread variables only count before NumPy is loaded; under ``minigraph bench``
+    minigraph has loaded it, so the pool is resized at run time: with threadpoolctl
     where installed, and through NumPy's bundled OpenBLAS (ctypes) otherwise.
     """
     how = []
@@ -134,9 +134,13 @@ def synchronizer() -> Callable[[], None] | None:
 
 def array_library() -> Any:
     """The hand-written anchor's array library on the benchmark device: NumPy, or CuPy
-    on a GPU (whose functions are NumPy's, so the anchor's code is the same)."""
+    on a GPU (whose functions are NumPy's, so the anchor's code is the same). CuPy makes
+    arrays on its *current* GPU: for ``cuda:N`` that is made GPU N here, where
+    minigraph's and PyTorch's tensors live and where the timings synchronise."""
     if on_gpu():
         import cupy
+        index = bench_device().partition(":")[2] or "0"
+        cupy.cuda.Device(int(index)).use()
         return cupy
     import numpy
     return numpy
@@ -168,6 +172,28 @@ def to_host(value: Any) -> Any:
     return numpy.asarray(value)
 
 
+def to_float(value: Any) -> float:
+    """A scalar result (a tensor, an array, a NumPy or Python number) as a Python float."""
+    return value.item() if hasattr(value, "item") else float(value)
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """max |got - want| / max |want|: one number per array, robust to zeros in ``want``
+    (both may be minigraph, PyTorch, CuPy or NumPy values)."""
+    import numpy
+
+    got = numpy.asarray(to_host(got), dtype=numpy.float64)
+    want = numpy.asarray(to_host(want), dtype=numpy.float64)
+    scale = max(float(numpy.max(numpy.abs(want))), 1e-30)
+    return float(numpy.max(numpy.abs(got - want))) / scale
+
+
+def check_close(name: str, got: Any, want: Any, rtol: float) -> None:
+    """Fail, before anything is timed, when ``got`` is not ``want`` to ``rtol``."""
+    err = relative_error(got, want)
+    assert err <= rtol, f"{name}: relative error {err:.2e} > {rtol:.0e}"
+
+
 def result_name(base: str) -> str:
     """``base`` on the CPU, ``base-cuda0`` on cuda:0: a device run's JSON and PNG do not
     overwrite the CPU run's (``minigraph bench`` names its text output alike)."""
@@ -196,11 +222,10 @@ def timeit(fn: Callable[[], Any], repeat: int = 7, number: int | None = None,
     measurement lasts at least ``min_time`` seconds (so 0.1-0.2 s by default), which
     makes the timer's own resolution and the loop's overhead negligible.
     """
-    fn()  # warm-up: first-call costs (imports, caches) are not what we measure
     if number is None:
-        number = 1
-        while _run(fn, number) < min_time:
-            number *= 2
+        number = calibrate(fn, min_time)  # (with its warm-up call)
+    else:
+        fn()  # warm-up: first-call costs (imports, caches) are not what we measure
     return statistics.median(_run(fn, number) / number for _ in range(repeat))
 
 
@@ -272,7 +297,7 @@ def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
     summary = {"rounds": rounds, "batch_seconds": batch, "min_cpu_share": min(all_shares),
                "clean_measurements": sum(x >= clean for x in all_shares),
                "measurements": len(all_shares), "min_rounds_used": min(used_counts),
-               "methods_on_all_rounds": fell_back}
+               "methods_on_all_rounds": fell_back, "cpu_filter": sync is None}
     return results, summary
 
 
@@ -291,6 +316,11 @@ def progress(done: int, total: int, width: int = 30) -> None:
 
 def print_rounds(summary: dict[str, Any]) -> None:
     """One line on how clean the interleaved rounds of :func:`measure` were."""
+    if not summary.get("cpu_filter", True):
+        print(f"rounds: {summary['rounds']} of ~{summary['batch_seconds'] * 1e3:.0f} ms "
+              f"batches, every one used (synchronised with the GPU: time spent waiting "
+              f"for it is not CPU time)")
+        return
     print(f"rounds: {summary['rounds']} of ~{summary['batch_seconds'] * 1e3:.0f} ms batches; "
           f"clean measurements (on a CPU >= {CLEAN:.0%} of the time): "
           f"{summary['clean_measurements']} of {summary['measurements']}, lowest CPU share "
