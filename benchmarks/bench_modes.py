@@ -269,7 +269,7 @@ def check_forward_mode(width: int) -> float:
 # reporting
 # ===============================================================================================
 
-def print_size(width: int, results: dict[str, dict[str, Any]]) -> None:
+def print_size(results: dict[str, dict[str, Any]]) -> None:
     rows = [[DESCRIPTIONS[name], fmt(r["seconds"] * US, 1), fmt(r["ratio"], 2),
              fmt(r["best_ratio"], 2)] for name, r in results.items()]
     print_table(rows, ["method", "µs", f"x {LIB}", "best rounds"])
@@ -281,7 +281,7 @@ def print_combined(sweep: dict[int, dict[str, dict[str, Any]]]) -> None:
     widths = list(sweep)
     anchor_row = [f"{LIB.lower()} µs (anchor)"]
     rows = [anchor_row + [fmt(sweep[w][ANCHOR]["seconds"] * US, 1) for w in widths]]
-    for name in names[1:]:
+    for name in (n for n in names if n != ANCHOR):
         if any(name in sweep[w] for w in widths):
             rows.append([name] + [fmt(sweep[w][name]["ratio"], 2) if name in sweep[w] else "-"
                                   for w in widths])
@@ -403,7 +403,7 @@ def run(how: list[str]) -> None:
                 notes_seen.add(note)
         results, rounds = measure(methods, anchor=ANCHOR, rounds=ROUNDS, batch=BATCH_SECONDS,
                                   sync=synchronizer())
-        print_size(width, results)
+        print_size(results)
         print_rounds(rounds)
         sweep[width] = results
         per_size[str(width)] = {"parameters": parameter_count(width), "worst_rel_error": worst,

@@ -89,7 +89,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (CLEAN, RESULTS_DIR, cpu_only, describe, environment, fmt, measure,  # noqa: E402
-                    print_rounds, print_table, progress, save_results, to_float)
+                    print_rounds, print_table, progress, run_batch, save_results, to_float)
 
 import minigraph as mg  # noqa: E402
 
@@ -298,10 +298,8 @@ def interleaved(calls: dict[str, dict[int, Call]],
         progress(r, rounds)
         batches: dict[Pair, list[float]] = {p: [] for p in pairs}
         for mode, n in round_order(pairs, r, rounds):
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(numbers[mode, n]):
-                calls[mode][n]()
-            elapsed = time.perf_counter() - wall
+            cpu = time.process_time()
+            elapsed = run_batch(calls[mode][n], numbers[mode, n])
             batches[mode, n].append(elapsed / numbers[mode, n])
             shares[mode, n].append((time.process_time() - cpu) / elapsed)
         per_round.append({p: statistics.fmean(t) for p, t in batches.items()})
@@ -582,10 +580,11 @@ def main() -> None:
     report_chains(chains)
 
     jac_png, chain_png = RESULTS_DIR / "scaling_jacobians.png", RESULTS_DIR / "scaling_chains.png"
+    peak = peak_memory()
     path = save_results("scaling", {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env,
-        "peak_memory": peak_memory(),
+        "peak_memory": peak,
         "unit": "seconds; jacobians: per call, median over interleaved rounds (ratio: "
                 "median of jacfwd/jacrev within a round); chains: per call, median over "
                 "interleaved rounds of the lengths (growth: median of the ratio within a "
@@ -595,10 +594,9 @@ def main() -> None:
         "chains": {**chains, "sizes": CHAIN_SIZES, "linear_band": LINEAR_BAND,
                    "target": target_line(chains["modes"])},
     })
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    plot_jacobians(by_n, by_m, jac_png)
+    plot_jacobians(by_n, by_m, jac_png)  # (save_results made RESULTS_DIR)
     plot_chains(chains, chain_png)
-    print(f"peak memory of the process: {peak_memory()}")
+    print(f"peak memory of the process: {peak}")
     print(f"\nwrote {path}, {jac_png} and {chain_png}")
 
 

@@ -201,7 +201,7 @@ def result_name(base: str) -> str:
     return base if device == "cpu" else f"{base}-{device.replace(':', '')}"
 
 
-def _run(fn: Callable[[], Any], number: int, sync: Callable[[], None] | None = None) -> float:
+def run_batch(fn: Callable[[], Any], number: int, sync: Callable[[], None] | None = None) -> float:
     """Seconds taken by ``number`` calls of ``fn`` (with ``sync``: from an idle device
     until the device has finished them)."""
     if sync is not None:
@@ -226,7 +226,7 @@ def timeit(fn: Callable[[], Any], repeat: int = 7, number: int | None = None,
         number = calibrate(fn, min_time)  # (with its warm-up call)
     else:
         fn()  # warm-up: first-call costs (imports, caches) are not what we measure
-    return statistics.median(_run(fn, number) / number for _ in range(repeat))
+    return statistics.median(run_batch(fn, number) / number for _ in range(repeat))
 
 
 CLEAN = 0.9  # a measurement is clean if the process was on a CPU >= 90% of its wall time
@@ -238,7 +238,7 @@ def calibrate(fn: Callable[[], Any], seconds: float,
     warm-up call, since first-call costs are not what we measure)."""
     fn()
     number = 1
-    while _run(fn, number, sync) < seconds:
+    while run_batch(fn, number, sync) < seconds:
         number *= 2
     return number
 
@@ -275,7 +275,7 @@ def measure(methods: dict[str, Callable[[], Any]], anchor: str | None = None,
         progress(r, rounds)
         for name in names[r % len(names):] + names[:r % len(names)]:
             wall, cpu = time.perf_counter(), time.process_time()
-            times[name].append(_run(methods[name], numbers[name], sync) / numbers[name])
+            times[name].append(run_batch(methods[name], numbers[name], sync) / numbers[name])
             shares[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
     progress(rounds, rounds)
     results, used_counts, fell_back = {}, [], 0
