@@ -158,7 +158,8 @@ def torch_device() -> str | None:
 
 
 def to_host(value: Any) -> Any:
-    """A NumPy copy of a minigraph tensor, a PyTorch tensor, a CuPy or NumPy array."""
+    """A minigraph tensor, a PyTorch tensor, a CuPy or NumPy value as a NumPy array (a
+    copy from a GPU; on the CPU it may share the value's memory)."""
     import numpy
 
     import minigraph
