@@ -33,14 +33,14 @@ from .primitive import bind, primitive
 
 
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    e = xp.exp(x - R.reduce_kernel("max", xp, x, axis, True))
-    e /= R.reduce_kernel("sum", xp, e, axis, True)  # (e is this kernel's own array)
+    e = xp.exp(x - R.max_kernel(xp, x, axis, True))
+    e /= R.sum_kernel(xp, e, axis, True)  # (e is this kernel's own array)
     return e
 
 
 def _log_softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    z = x - R.reduce_kernel("max", xp, x, axis, True)
-    z -= xp.log(R.reduce_kernel("sum", xp, xp.exp(z), axis, True))
+    z = x - R.max_kernel(xp, x, axis, True)
+    z -= xp.log(R.sum_kernel(xp, xp.exp(z), axis, True))
     return z
 
 
@@ -59,13 +59,13 @@ LOG_SOFTMAX = primitive(
 
 def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
     e = xp.exp(y)
-    e *= R.reduce_kernel("sum", xp, g, axis, True)  # (e is this kernel's own array)
+    e *= R.sum_kernel(xp, g, axis, True)  # (e is this kernel's own array)
     return g - e
 
 
 def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
     e = xp.exp(y)
-    e *= R.reduce_kernel("sum", xp, g, axis, True)  # g and y are read before out is written
+    e *= R.sum_kernel(xp, g, axis, True)  # g and y are read before out is written
     return xp.subtract(g, e, out=out)
 
 
@@ -93,7 +93,7 @@ def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
     n = logp.shape[0]
     rows = xp.arange(n, device=array_device(labels))
     picked = logp[rows, labels]  # l[i, label_i]: integer-array indexing
-    return -R.reduce_kernel("sum", xp, picked, None, False) / n
+    return -R.sum_kernel(xp, picked, None, False) / n
 
 
 def _check_batch(who: str, what: str, ls: tuple, ys: tuple) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -53,37 +53,46 @@ def _max_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 _NUMPY_REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce}
 
 
-def reduce_kernel(name: str, xp: Any, x: Any, axis: "int | tuple[int, ...] | None",
-                  keepdims: bool) -> Any:
-    """``xp.<name>(x, axis, keepdims)`` for the reductions sum, mean and max.
+def reduction_kernel(name: str) -> Callable[..., Any]:
+    """The kernel ``kernel(xp, x, axis, keepdims)`` of the reduction ``name`` (sum, mean
+    or max): ``xp.<name>(x, axis, keepdims)``.
 
     On NumPy, sum and max call the ufunc reductions above. NumPy's and CuPy's arrays also
     have methods (``x.mean(...)``) that do what the namespace functions do without their
     Python wrappers (2-3 µs on a small NumPy array: most of the time of a row-wise
-    softmax on a batch); Array API arrays have only the functions.
+    softmax on a batch); Array API arrays have only the functions. The kernel is made
+    once per name, so the eager call runs one Python function, not two.
     """
-    if type(x) is np.ndarray and name in _NUMPY_REDUCTIONS:
-        # positional, as the ufunc's reduce takes them: (x, axis, dtype, out, keepdims)
-        return _NUMPY_REDUCTIONS[name](x, axis, None, None, keepdims)
-    method = getattr(x, name, None)
-    if method is not None:
-        return method(axis=axis, keepdims=keepdims)
-    return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
+    ufunc = _NUMPY_REDUCTIONS.get(name)
+
+    def kernel(xp: Any, x: Any, axis: "int | tuple[int, ...] | None", keepdims: bool) -> Any:
+        if ufunc is not None and type(x) is np.ndarray:
+            # positional, as the ufunc's reduce takes them: (x, axis, dtype, out, keepdims)
+            return ufunc(x, axis, None, None, keepdims)
+        method = getattr(x, name, None)
+        if method is not None:
+            return method(axis=axis, keepdims=keepdims)
+        return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
+    return kernel
+
+
+sum_kernel = reduction_kernel("sum")
+mean_kernel = reduction_kernel("mean")
+max_kernel = reduction_kernel("max")
 
 
 SUM = primitive(
-    "sum", lambda xp, x, axis, keepdims: reduce_kernel("sum", xp, x, axis, keepdims),
-    _reduce_shape,
+    "sum", sum_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
     cost="expensive")
 
 MEAN = primitive(
-    "mean", lambda xp, x, axis, keepdims: reduce_kernel("mean", xp, x, axis, keepdims),
-    _reduce_shape,
+    "mean", mean_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: mean(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, axis)],
     cost="expensive")
+
 
 def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
     """The tangent of a max: the mean of the tangents of the elements that attain it."""
@@ -92,8 +101,7 @@ def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 MAX = primitive(
-    "max", lambda xp, x, axis, keepdims: reduce_kernel("max", xp, x, axis, keepdims),
-    _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive")
+    "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive")
 
 
 def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None") -> tuple | None:
