@@ -1,13 +1,14 @@
 """Eager (define-by-run) benchmarks: per-op cost with gradient recording, and a scalar
-forward+backward, against the anchors NumPy, PyTorch CPU and a micrograd-style engine.
+forward+backward, against the anchors NumPy, PyTorch CPU and a micrograd-style engine;
+and where the time of one eager op goes, layer by layer.
 
-Run: ``python benchmarks/bench_eager.py``. Prints two tables, writes
+Run: ``python benchmarks/bench_eager.py``. Prints three tables, writes
 ``benchmarks/results/eager.json`` and ``benchmarks/results/eager.png``.
 Every method's result is checked *before* it is timed, so a wrong computation is never
 timed; the times themselves are only reported, never asserted (DESIGN.md, "Performance").
 
 ``minigraph bench --device cuda:0`` runs table (a) on the GPU (CuPy as the array anchor,
-PyTorch on CUDA, every timing synchronised) and skips (b); it writes
+PyTorch on CUDA, every timing synchronised) and skips (b) and (c); it writes
 ``eager-cuda0.json`` and ``.png``.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime
 import functools
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -230,7 +232,6 @@ def scalar_methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
     return methods
 
 
-
 def bench_scalar() -> dict[str, dict[str, Any]]:
     """Seconds per forward+backward for every method (each checked first), and the
     ratio to PyTorch within interleaved rounds."""
@@ -250,6 +251,80 @@ def report_scalar(results: dict[str, dict[str, Any]]) -> None:
     tape = results["minigraph tape (backward)"]["ratio"]
     now = f"  (now {tape:.2f}x)" if tape else "  (PyTorch not installed)"
     print("target: tape <= 0.5x PyTorch" + now)
+
+
+# -- c. where the time of one eager op goes ------------------------------------------------------
+
+LAYER_OPS = ("sin", "sum")  # an elementwise op, and the reduction that misses in (a)
+
+
+def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
+    """``mg.<op>(x)`` peeled layer by layer, innermost first: each call runs one more
+    layer of minigraph's eager path than the one before it (all through
+    ``functools.partial``, so no row pays for a Python wrapper of the benchmark's own).
+
+    1. NumPy's own call, which the kernel ends in (``np.add.reduce`` for sum);
+    2. the primitive's kernel ``impl(xp, array, **params)``;
+    3. the eager interpreter ``tape.apply``: it checks the arguments, runs the kernel,
+       wraps the result in a ``Tensor`` (with its memory accounting) and records the
+       tape entry; the result is dropped at once, so ``Tensor.__del__`` counts here too;
+    4. ``bind``, which picks the interpreter from the arguments' kinds;
+    5. the public function, ``mg.sin(x)``, which for sum also normalises ``axis``.
+    """
+    from minigraph.autodiff.tape import apply
+    from minigraph.ops.primitive import PRIMITIVES, bind
+
+    prim, a = PRIMITIVES[op], x.data
+    params = {"axis": None, "keepdims": False} if op == "sum" else {}
+    numpy_call = functools.partial(np.add.reduce, a) if op == "sum" else \
+        functools.partial(getattr(np, op), a)
+    return {
+        "1. NumPy's call": numpy_call,
+        "2. + the primitive's kernel": functools.partial(prim.impl, x.device.xp, a, **params),
+        "3. + tape.apply: Tensor, tape entry": functools.partial(apply, prim, (x,), params),
+        "4. + bind: choose the interpreter": functools.partial(bind, prim, x, **params),
+        f"5. + mg.{op}(x)": functools.partial(getattr(mg, op), x),
+    }
+
+
+def bench_layers() -> dict[str, dict[str, Any]]:
+    """Per op of ``LAYER_OPS``: seconds per call of every layer and of PyTorch's op (all
+    checked first), in interleaved rounds, and ``added``: a layer's time minus the time
+    of the layer inside it, within each round (the median over the rounds)."""
+    x = mg.tensor(A, requires_grad=True)
+    results = {}
+    for op in LAYER_OPS:
+        peeled = layers(op, x)
+        expected = op_table(np)[op](A, B)
+        for name, call in peeled.items():
+            np.testing.assert_allclose(to_host(call()), expected, err_msg=f"{op}: {name}")
+        for name in list(peeled)[2:]:  # from tape.apply on, the op is recorded
+            assert peeled[name]().requires_grad, f"{op}: {name} did not record the op"
+        methods = dict(peeled)
+        if have_torch():
+            import torch
+            tx = torch.tensor(A, requires_grad=True)
+            methods["PyTorch's op, recorded"] = functools.partial(getattr(torch, op), tx)
+        timed, _ = measure(methods, rounds=15, batch=0.01)
+        rows, inner = {}, None
+        for name in methods:
+            added = None
+            if inner is not None and name in peeled:
+                added = statistics.median(t - i for t, i in zip(timed[name]["rounds"],
+                                                                timed[inner]["rounds"]))
+            rows[name] = {"seconds": timed[name]["seconds"], "added": added}
+            inner = name
+        results[op] = rows
+    return results
+
+
+def report_layers(results: dict[str, dict[str, Any]]) -> None:
+    for op, rows in results.items():
+        print_table([[name, fmt(r["seconds"] * US),
+                      fmt(r["added"] * US) if r["added"] is not None else ""]
+                     for name, r in rows.items()],
+                    [f"mg.{op}(x), layer by layer", "µs", "+ µs"])
+        print()
 
 
 # -- d. results: JSON and a plot --------------------------------------------------------------
@@ -292,6 +367,12 @@ def main() -> None:
         scalar = bench_scalar()
         report_scalar(scalar)
 
+    print("\n== c. where the time of one eager op goes, shape (4,), float64 ==")
+    anatomy = None
+    if not cpu_only("it takes minigraph's eager path apart on NumPy arrays"):
+        anatomy = bench_layers()
+        report_layers(anatomy)
+
     name = result_name("eager")
     path = save_results(name, {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -301,6 +382,7 @@ def main() -> None:
                 "the rounds of the ratio within a round",
         "per_op": per_op,
         "scalar_forward_backward": scalar,
+        "eager_layers": anatomy,
     })
     plot_per_op(per_op, RESULTS_DIR / f"{name}.png")
     print(f"\nwrote {path} and {RESULTS_DIR / f'{name}.png'}")
