@@ -19,7 +19,7 @@ captured a parameter as a constant holds a copy, and keeps the value it was buil
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..autodiff.tape import no_grad
 from ..errors import DeviceError, DTypeError, ShapeError
