@@ -263,7 +263,7 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
     layer of minigraph's eager path than the one before it (all through
     ``functools.partial``, so no row pays for a Python wrapper of the benchmark's own).
 
-    1. NumPy's own call, which the kernel ends in (``np.add.reduce`` for sum);
+    1. NumPy's own call, the one the kernel ends in (``np.add.reduce`` for sum);
     2. the primitive's kernel ``impl(xp, array, **params)``;
     3. the eager interpreter ``tape.apply``: it checks the arguments, runs the kernel,
        wraps the result in a ``Tensor`` (with its memory accounting) and records the
@@ -276,8 +276,9 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
 
     prim, a = PRIMITIVES[op], x.data
     params = {"axis": None, "keepdims": False} if op == "sum" else {}
-    numpy_call = functools.partial(np.add.reduce, a) if op == "sum" else \
-        functools.partial(getattr(np, op), a)
+    # the same call as the kernel's: np.add.reduce(x, axis, dtype, out, keepdims)
+    numpy_call = functools.partial(np.add.reduce, a, None, None, None, False) \
+        if op == "sum" else functools.partial(getattr(np, op), a)
     return {
         "1. NumPy's call": numpy_call,
         "2. + the primitive's kernel": functools.partial(prim.impl, x.device.xp, a, **params),
@@ -290,28 +291,31 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
 def bench_layers() -> dict[str, dict[str, Any]]:
     """Per op of ``LAYER_OPS``: seconds per call of every layer and of PyTorch's op (all
     checked first), in interleaved rounds, and ``added``: a layer's time minus the time
-    of the layer inside it, within each round (the median over the rounds)."""
+    of the layer inside it within each round, the median over the rounds where both
+    were clean (see ``common.measure``)."""
     x = mg.tensor(A, requires_grad=True)
     results = {}
     for op in LAYER_OPS:
         peeled = layers(op, x)
-        expected = op_table(np)[op](A, B)
-        for name, call in peeled.items():
-            np.testing.assert_allclose(to_host(call()), expected, err_msg=f"{op}: {name}")
-        for name in list(peeled)[2:]:  # from tape.apply on, the op is recorded
-            assert peeled[name]().requires_grad, f"{op}: {name} did not record the op"
         methods = dict(peeled)
         if have_torch():
             import torch
             tx = torch.tensor(A, requires_grad=True)
             methods["PyTorch's op, recorded"] = functools.partial(getattr(torch, op), tx)
+        expected = op_table(np)[op](A, B)
+        for name, call in methods.items():
+            np.testing.assert_allclose(to_host(call()), expected, err_msg=f"{op}: {name}")
+        for name in list(methods)[2:]:  # from tape.apply on (and PyTorch), op recorded
+            assert methods[name]().requires_grad, f"{op}: {name} did not record the op"
         timed, _ = measure(methods, rounds=15, batch=0.01)
         rows, inner = {}, None
         for name in methods:
             added = None
             if inner is not None and name in peeled:
-                added = statistics.median(t - i for t, i in zip(timed[name]["rounds"],
-                                                                timed[inner]["rounds"]))
+                mine, theirs = timed[name], timed[inner]
+                both = set(mine["rounds_used"]) & set(theirs["rounds_used"]) \
+                    or range(len(mine["rounds"]))
+                added = statistics.median(mine["rounds"][r] - theirs["rounds"][r] for r in both)
             rows[name] = {"seconds": timed[name]["seconds"], "added": added}
             inner = name
         results[op] = rows
