@@ -88,7 +88,18 @@ def test_each_device_counts_its_own_memory():
     assert dev.live_bytes == before
 
 
-def test_synchronize_returns_at_once_on_a_cpu():
+def test_synchronize_waits_for_the_device_and_returns_at_once_on_a_cpu():
+    class Queue:  # a native device with a queue to wait for, as cupy.cuda.Device has
+        waited = 0
+
+        def synchronize(self):
+            self.waited += 1
+
+    native = Queue()
+    dev = mg.Device("fake:0", mg.device("cpu").xp, native)
+    dev.synchronize()
+    dev.synchronize()
+    assert native.waited == 2  # handed to the native device, once per call
     t = mg.ones((3,), device="cpu:1") * 2.0
-    assert mg.device("cpu:1").synchronize() is None
+    mg.device("cpu:1").synchronize()  # no native device: nothing to wait for, no error
     assert t.numpy().tolist() == [2.0, 2.0, 2.0]

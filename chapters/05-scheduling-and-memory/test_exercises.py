@@ -234,8 +234,26 @@ def minigraph_dispatch(ready, cost, inline):
     return [n.name for n in queue], run.batches
 
 
+# The rule's cases written out (ready, cost, inline) -> (inline afterwards, batches),
+# the keep-last case first: a worker whose queue is empty keeps the last expensive node.
+DISPATCH_CASES = [
+    ((["a"], {"a": "expensive"}, []), (["a"], [])),
+    ((["a", "b"], {"a": "expensive", "b": "expensive"}, []), (["b"], [["a"]])),
+    ((["c", "a"], {"c": "cheap", "a": "expensive"}, []), (["c"], [["a"]])),  # cheap work first
+    ((["a", "b"], {"a": "expensive", "b": "expensive"}, ["q"]), (["q"], [["a"], ["b"]])),
+    ((["a", "b"], {"a": "expensive", "b": "expensive"}, None), ([], [["a"], ["b"]])),
+    ((["c", "a", "d"], {"c": "cheap", "a": "expensive", "d": "cheap"}, None),
+     (["c", "d"], [["a"]])),
+]
+
+
 @pytest.mark.points(2)
 def test_dispatch_follows_tensorflows_rule(exercises):
+    for (ready, cost, inline), expected in DISPATCH_CASES:
+        got = exercises.dispatch(list(ready), dict(cost), None if inline is None else list(inline))
+        got = (list(got[0]), [list(b) for b in got[1]])
+        assert got == expected, f"ready={ready}, cost={cost}, inline={inline}"
+        assert minigraph_dispatch(ready, cost, inline) == expected  # the library agrees
     rng = np.random.default_rng(5)
     for case in range(60):
         ready = [f"n{k}" for k in range(int(rng.integers(0, 6)))]

@@ -32,8 +32,8 @@ def _unbroadcast(*rules):
 
         def vjp(g, out, *args):
             share = rule(g, out, *args)
-            # (getattr rather than S.shape_of: this runs for every backward step of
-            # every binary op; a Python number has no shape, i.e. shape ().)
+            # (S.shape_of written out: this runs for every backward step of every
+            # binary op; a Python number has no shape, i.e. shape ().)
             shape = getattr(args[i], "shape", ())
             return share if getattr(share, "shape", ()) == shape else R.sum_to(share, shape)
         return vjp

@@ -4,7 +4,8 @@
 
 * ``order``: node names in the order they started;
 * ``events``: one complete event per node (``name``, ``ts`` and ``dur`` in microseconds,
-  ``pid`` = device, ``tid`` = worker thread, ``cost``);
+  ``pid`` = device, ``tid`` = thread: 0 for the one that called ``run()``, then the
+  pool's workers in the order they first finished a node, ``cost``);
 * ``peak_bytes``: per device, the most bytes the run held at once (live values and the
   free buffers kept in the pool); ``lower_bound``: per device, the most bytes of *live*
   values at once, which no allocator can go below for this order; ``total_bytes``: the
@@ -12,7 +13,7 @@
 * ``memory_curve``: (seconds, device, live bytes, held bytes) after every change.
 
 ``to_chrome_trace(path)`` writes the Trace Event Format (open it in https://ui.perfetto.dev
-or chrome://tracing); ``gantt()`` draws the workers as rows with matplotlib.
+or chrome://tracing); ``gantt()`` draws the threads as rows with matplotlib.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class RunStats:
         return path
 
     def gantt(self, ax: Any = None) -> Any:
-        """A Gantt chart: one row per worker, cheap and expensive nodes in two colours."""
+        """A Gantt chart: one row per thread (row 0 the caller's), cheap and expensive nodes
+        in two colours."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -83,7 +85,7 @@ class RunStats:
             ax.broken_barh([(e["ts"], max(e["dur"], 0.5))], (e["tid"] - 0.4, 0.8),
                            facecolors=colors[e["cost"]], edgecolors="black", linewidth=0.3)
         ax.set_xlabel("time (µs)")
-        ax.set_ylabel("worker")
+        ax.set_ylabel("thread")
         ax.set_yticks(sorted({e["tid"] for e in self.events}))
         from matplotlib.patches import Patch
 

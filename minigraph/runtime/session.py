@@ -232,7 +232,8 @@ def _check_feed(node: Node, value: Any) -> Any:
         dtype = array.dtype
     if node.dtype is not None and not np.can_cast(dtype, node.dtype, "same_kind"):
         raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
-                        f"to a node of dtype {node.dtype}")
+                        f"to a node of dtype {node.dtype} "
+                        f"(created at {describe_location(node.location)})")
     if node.shape is not None and tuple(array.shape) != node.shape:
         raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
                          f"cannot be fed to a node of shape {node.shape} "

@@ -27,8 +27,7 @@ _INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/
 # primitives called as mg.<name>(args, <these params positionally>, <others by keyword>)
 _PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": (),
            "sigmoid": (), "relu": (), "relu_grad": (), "sqrt": (), "where": (), "sum": (),
-           "mean": (),
-           "max": (), "reshape": ("shape",), "transpose": ("axes",),
+           "mean": (), "max": (), "reshape": ("shape",), "transpose": ("axes",),
            "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
            "log_softmax": (), "log_softmax_grad": (), "one_hot": ("num_classes", "dtype"),
            "nll_loss": (), "nll_loss_grad": ("num_classes", "dtype"),
