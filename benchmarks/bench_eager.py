@@ -2,7 +2,7 @@
 forward+backward, against the anchors NumPy, PyTorch CPU and a micrograd-style engine;
 and where the time of one eager op goes, layer by layer.
 
-Run: ``python benchmarks/bench_eager.py``. Prints three tables, writes
+Run: ``python benchmarks/bench_eager.py``. Prints tables (a) to (c), writes
 ``benchmarks/results/eager.json`` and ``benchmarks/results/eager.png``.
 Every method's result is checked *before* it is timed, so a wrong computation is never
 timed; the times themselves are only reported, never asserted (DESIGN.md, "Performance").

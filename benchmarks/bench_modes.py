@@ -53,9 +53,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
 from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
-                    blas_threads, describe, environment, fmt, measure, on_gpu, pin_blas_threads,
-                    print_rounds, print_table, relative_error, result_name, save_results,
-                    synchronizer, to_host, torch_device)
+                    blas_threads, check_close, describe, environment, fmt, have_torch, measure,
+                    on_gpu, pin_blas_threads, print_rounds, print_table, result_name,
+                    save_results, synchronizer, to_host, torch_device)
 
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
@@ -228,7 +228,8 @@ def methods_for(width: int) -> tuple[dict[str, Method], dict[str, str]]:
     if torch_device() is not None:
         methods[TORCH] = torch_method(params, x, labels)
     else:
-        notes[TORCH] = f"PyTorch not installed, or without {bench_device()}"
+        notes[TORCH] = ("PyTorch not installed" if not have_torch() else
+                        f"this PyTorch has no {bench_device()}")
     return methods, notes
 
 
@@ -243,14 +244,12 @@ def check(methods: dict[str, Method], width: int) -> float:
     worst = 0.0
     for name, method in methods.items():
         loss, grads = method()
-        assert len(grads) == len(want), f"w={width} {name}: {len(grads)} gradients"
+        assert len(grads) == len(want), \
+            f"w={width} {name}: {len(grads)} gradients, expected {len(want)}"
         pairs = [("loss", loss, want_loss)] + [(f"grad {k}", g, w)
                                                for k, (g, w) in enumerate(zip(grads, want))]
         for what, got, ref in pairs:
-            assert to_host(got).shape == np.shape(ref), f"w={width} {name} {what}: shape"
-            err = relative_error(got, ref)
-            assert err <= RTOL, f"w={width} {name} {what}: relative error {err:.1e} > {RTOL:.0e}"
-            worst = max(worst, err)
+            worst = max(worst, check_close(f"w={width} {name} {what}", got, ref, RTOL))
     return worst
 
 
@@ -260,8 +259,9 @@ def check_forward_mode(width: int) -> float:
     args = [mg.tensor(a) for a in [*params, x, labels]]
     loss, grads = mg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3), mode="forward")(*args)
     want_loss, want = numpy_mlp(*params, x, labels)
-    errs = [relative_error(loss, want_loss)] + [relative_error(g, w) for g, w in zip(grads, want)]
-    assert max(errs) <= RTOL, f"forward mode, w={width}: relative error {max(errs):.1e}"
+    errs = [check_close(f"forward mode, w={width}, loss", loss, want_loss, RTOL)]
+    errs += [check_close(f"forward mode, w={width}, grad {k}", g, w, RTOL)
+             for k, (g, w) in enumerate(zip(grads, want))]
     return max(errs)
 
 

@@ -1,7 +1,7 @@
 """Scaling: how the cost of differentiation grows with the number of inputs and outputs,
 and with the length of the computation.
 
-Run: ``python benchmarks/bench_scaling.py`` (70-100 seconds on a 2-core machine). Prints
+Run: ``python benchmarks/bench_scaling.py`` (about a minute on a 2-core machine). Prints
 four tables, writes ``benchmarks/results/scaling.json`` (every timing, the CPU share of
 every measurement, the environment) and two plots, ``scaling_jacobians.png`` and
 ``scaling_chains.png``, in ``benchmarks/results/``. Every Jacobian, value and derivative

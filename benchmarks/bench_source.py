@@ -1,7 +1,7 @@
 """Source transformation: the gradient of z = x*y + sin(x) from a generated program,
 against PyTorch's forward+backward and minigraph's tape.
 
-Run: ``python benchmarks/bench_source.py`` (about half a minute). Prints a table (µs per
+Run: ``python benchmarks/bench_source.py`` (about 10 seconds). Prints a table (µs per
 call and ratios) and writes ``benchmarks/results/source.json``. Every method's gradient is
 checked *before* it is timed; times are reported, never asserted (DESIGN.md,
 "Performance"). The methods are timed in finely interleaved rounds (``common.measure``)

@@ -83,17 +83,17 @@ def blas_threads(n: int) -> Any:
             from threadpoolctl import threadpool_limits
         except ImportError:
             threadpool_limits = None
+        before, setter = openblas_threads(), _openblas("set_num_threads")
         if threadpool_limits is not None:
             stack.enter_context(threadpool_limits(n))
             how.append(f"threadpoolctl.threadpool_limits({n})")
-        before, setter = openblas_threads(), _openblas("set_num_threads")
-        if before not in (None, n) and setter is not None:
+        elif before not in (None, n) and setter is not None:
             setter.argtypes = [ctypes.c_int]
             setter(n)
             stack.callback(setter, before)
             how.append(f"ctypes openblas_set_num_threads({n}), from {before}")
         elif before == n:
-            how.append(f"OpenBLAS already at {n} thread(s) (the environment variables)")
+            how.append(f"OpenBLAS already at {n} thread(s)")
         yield how
 
 
@@ -189,10 +189,16 @@ def relative_error(got: Any, want: Any) -> float:
     return float(numpy.max(numpy.abs(got - want))) / scale
 
 
-def check_close(name: str, got: Any, want: Any, rtol: float) -> None:
-    """Fail, before anything is timed, when ``got`` is not ``want`` to ``rtol``."""
+def check_close(name: str, got: Any, want: Any, rtol: float) -> float:
+    """Fail, before anything is timed, when ``got`` has not ``want``'s shape or is not
+    ``want`` to ``rtol``; return the relative error."""
+    import numpy
+
+    shapes = numpy.shape(to_host(got)), numpy.shape(to_host(want))
+    assert shapes[0] == shapes[1], f"{name}: shape {shapes[0]}, expected {shapes[1]}"
     err = relative_error(got, want)
     assert err <= rtol, f"{name}: relative error {err:.2e} > {rtol:.0e}"
+    return err
 
 
 def result_name(base: str) -> str:

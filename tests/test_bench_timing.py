@@ -8,6 +8,7 @@ stops. The events below are the order in which ``measure`` calls things.
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 _PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "common.py"
@@ -18,8 +19,13 @@ _SPEC.loader.exec_module(common)  # (benchmarks/ is not a package)
 
 def test_every_timed_batch_is_framed_by_two_synchronisations():
     events: list[str] = []
+
+    def sync() -> None:  # waiting for a device: wall time that is not this process's CPU time
+        events.append("sync")
+        time.sleep(0.002)
+
     results, summary = common.measure({"f": lambda: events.append("call")}, anchor="f",
-                                      rounds=3, batch=0.001, sync=lambda: events.append("sync"))
+                                      rounds=3, batch=0.001, sync=sync)
     assert events[0] == "call"  # calibrate's warm-up call, not timed
     batches, rest = 0, events[1:]
     while rest:  # every timed batch: sync, one or more calls, sync
@@ -28,8 +34,9 @@ def test_every_timed_batch_is_framed_by_two_synchronisations():
         assert calls >= 1
         rest, batches = rest[calls + 2:], batches + 1
     assert batches >= 3 + 1  # the three rounds, after at least one calibration batch
+    # waiting for the GPU is not a busy machine: no round is dropped for its low CPU share
     assert summary["clean_measurements"] == summary["measurements"] == 3
-    assert results["f"]["ratio"] == 1.0
+    assert results["f"]["rounds_used"] == [0, 1, 2] and not summary["cpu_filter"]
 
 
 def test_without_a_device_nothing_synchronises(monkeypatch):
@@ -38,3 +45,16 @@ def test_without_a_device_nothing_synchronises(monkeypatch):
     assert common.result_name("graph") == "graph"
     monkeypatch.setenv(common.DEVICE_VAR, "cuda:0")
     assert common.on_gpu() and common.result_name("graph") == "graph-cuda0"
+
+
+def test_minigraph_bench_and_the_scripts_agree_on_the_device_and_the_skip_line(monkeypatch,
+                                                                               capsys):
+    from minigraph import bench
+
+    assert bench.DEVICE_VAR == common.DEVICE_VAR  # bench sets what the scripts read
+    monkeypatch.setenv(common.DEVICE_VAR, "cuda:0")
+    assert common.cpu_only("it measures CPU cores")
+    # bench.py drops a skipped script's output by this first line (no section on the page)
+    assert capsys.readouterr().out.startswith("cuda:0: skipped; it measures CPU cores")
+    monkeypatch.setenv(common.DEVICE_VAR, "cpu")
+    assert not common.cpu_only("it measures CPU cores")
