@@ -16,9 +16,9 @@ from .device import (Device, cuda_available, device, devices, get_device, regist
 from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy, div,
                   equal, exp, greater, greater_equal, identity, less, less_equal, log, log_softmax,
                   log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
-                  not_equal, nll_loss, nll_loss_grad, one_hot, pow, relu, relu_grad, reshape,
+                  not_equal, nll_loss, nll_loss_grad, one_hot, ones_like, pow, relu, relu_grad, reshape,
                   scatter_add, sigmoid, sin, softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh,
-                  to_device, transpose, where)
+                  to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
@@ -27,7 +27,7 @@ from .graph.graph import (Graph, Node, constant, control_dependencies, name_scop
                           variable)
 from .graph.trace import trace
 from .graph import passes
-from . import nn, parallel
+from . import distributed, nn, parallel
 from .runtime.partition import partition
 from .runtime.placement import auto_place
 from .runtime.session import Session
@@ -45,7 +45,8 @@ __all__ = [
     "less_equal", "log", "log_softmax", "log_softmax_grad", "nll_loss_grad", "matmul",
     "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal", "nll_loss", "one_hot",
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
-    "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where", "Tensor",
+    "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where", "zeros_like",
+    "ones_like", "Tensor",
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",

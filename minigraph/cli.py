@@ -72,11 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "targets are set for the CPU)")
     add_grade_parser(sub)    # minigraph grade PATH [--json results.json] [--timeout S]
     add_release_parser(sub)  # minigraph release chapters -o DIR
+    run_book = sub.add_parser("book", help="build the course as a static web site in OUT")
+    run_book.add_argument("out", help="the folder to write the site into (OUT/index.html)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "bench":
         return bench.run(args.names, args.device)
+    if args.command == "book":
+        from minigraph import book  # Sphinx is imported only when the book is built
+
+        return book.build(args.out)
     return args.run(args)
 
 

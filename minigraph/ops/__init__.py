@@ -4,7 +4,7 @@ One module per family of operations; ``PRIMITIVES`` maps every primitive's name 
 single definition (kernel, shape rule, JVP and VJP rules, cost class).
 """
 
-from .copy import astype, identity, stop_gradient, to_device
+from .copy import astype, identity, ones_like, stop_gradient, to_device, zeros_like
 from .elementwise import (add, add_n, cos, div, equal, exp, greater, greater_equal, less,
                           less_equal, log, maximum, mul, neg, not_equal, pow, relu,
                           relu_grad, sigmoid, sin, sqrt, sub, tanh, where)
@@ -24,5 +24,5 @@ __all__ = [
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
     "concatenate", "softmax", "log_softmax", "log_softmax_grad", "one_hot", "nll_loss",
     "nll_loss_grad", "cross_entropy", "identity",
-    "stop_gradient", "astype", "to_device",
+    "stop_gradient", "astype", "to_device", "zeros_like", "ones_like",
 ]

@@ -1,4 +1,4 @@
-"""Copies and casts: identity, stop_gradient, astype, to_device.
+"""Copies and casts: identity, stop_gradient, astype, to_device; zeros_like, ones_like.
 
 ``to_device`` is the one primitive whose result lives on another device than its
 argument: its kernel is a real copy into the destination's memory (NumPy to NumPy for
@@ -31,6 +31,24 @@ TO_DEVICE = primitive(
     jvp=[lambda t, out, x, device, source: to_device(t, device)],
     vjp=[lambda g, out, x, device, source: to_device(g, source)],
     view=True)  # between array libraries the copy may go through shared host memory
+
+
+# Constants shaped like a value, of any kind: a transformation that must start from ones
+# (the seed gz = 1 of (g.1)) or answer zeros (an input the output does not depend on)
+# makes them with these, so that they are graph nodes in a graph, lines in a source
+# program, and batched under vmap. Their result does not depend on x's value: no rules.
+ZEROS_LIKE = primitive("zeros_like", lambda xp, x: xp.zeros_like(x), S.same)
+ONES_LIKE = primitive("ones_like", lambda xp, x: xp.ones_like(x), S.same)
+
+
+def zeros_like(x: Any) -> Any:
+    """Zeros of ``x``'s shape, dtype and device (PyTorch's and NumPy's name)."""
+    return bind(ZEROS_LIKE, x)
+
+
+def ones_like(x: Any) -> Any:
+    """Ones of ``x``'s shape, dtype and device."""
+    return bind(ONES_LIKE, x)
 
 
 def identity(x: Any) -> Any:
