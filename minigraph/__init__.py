@@ -7,6 +7,7 @@ mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``j
 
 from . import errors
 from .autodiff.api import MODES, grad, value_and_grad
+from .autodiff.batching import vmap
 from .autodiff.check import gradcheck
 from .autodiff.source import SourceTransformError, source_grad
 from .autodiff.forward import Dual, jacfwd, jvp
@@ -17,8 +18,8 @@ from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross
                   equal, exp, greater, greater_equal, identity, less, less_equal, log, log_softmax,
                   log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
                   not_equal, nll_loss, nll_loss_grad, one_hot, ones_like, pow, relu, relu_grad, reshape,
-                  scatter_add, sigmoid, sin, softmax, sqrt, stop_gradient, sub, sum, sum_to, tanh,
-                  to_device, transpose, where, zeros_like)
+                  scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub, sum, sum_to,
+                  tanh, to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
@@ -46,7 +47,7 @@ __all__ = [
     "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal", "nll_loss", "one_hot",
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where", "zeros_like",
-    "ones_like", "Tensor",
+    "ones_like", "Tensor", "vmap", "stack",
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",

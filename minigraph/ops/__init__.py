@@ -14,7 +14,7 @@ from .nn import (cross_entropy, log_softmax, log_softmax_grad, nll_loss, nll_los
 from .primitive import PRIMITIVES, Primitive, bind
 from .reduce import max, mean, sum, sum_to
 from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshape,
-                    scatter_add, transpose)
+                    scatter_add, stack, transpose)
 
 __all__ = [
     "PRIMITIVES", "Primitive", "bind",
@@ -22,7 +22,7 @@ __all__ = [
     "tanh", "sigmoid", "relu", "relu_grad", "sqrt", "where", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
-    "concatenate", "softmax", "log_softmax", "log_softmax_grad", "one_hot", "nll_loss",
+    "concatenate", "stack", "softmax", "log_softmax", "log_softmax_grad", "one_hot", "nll_loss",
     "nll_loss_grad", "cross_entropy", "identity",
     "stop_gradient", "astype", "to_device", "zeros_like", "ones_like",
 ]

@@ -10,35 +10,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import batch_rules as B
 from . import shape_rules as S
 from .primitive import bind, primitive
 
 IDENTITY = primitive(
     "identity", lambda xp, x: x, S.same,
     jvp=[lambda t, out, x: t],
-    vjp=[lambda g, out, x: g], view=True)
+    vjp=[lambda g, out, x: g], view=True, batch=B.elementwise("identity"))
 
-STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True)
+STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
+                          batch=B.elementwise("stop_gradient"))
 
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
     lambda x, dtype: (S.shape_of(x), dtype),
     jvp=[lambda t, out, x, dtype: astype(t, dtype)],
-    vjp=[lambda g, out, x, dtype: astype(g, x.dtype)])
+    vjp=[lambda g, out, x, dtype: astype(g, x.dtype)],
+    batch=B.elementwise("astype"))
 
 TO_DEVICE = primitive(
     "to_device", lambda xp, x, device, source: device.copy_from(x, source), S.same,
     jvp=[lambda t, out, x, device, source: to_device(t, device)],
     vjp=[lambda g, out, x, device, source: to_device(g, source)],
-    view=True)  # between array libraries the copy may go through shared host memory
+    view=True,  # between array libraries the copy may go through shared host memory
+    batch=B.elementwise("to_device"))
 
 
 # Constants shaped like a value, of any kind: a transformation that must start from ones
 # (the seed gz = 1 of (g.1)) or answer zeros (an input the output does not depend on)
 # makes them with these, so that they are graph nodes in a graph, lines in a source
 # program, and batched under vmap. Their result does not depend on x's value: no rules.
-ZEROS_LIKE = primitive("zeros_like", lambda xp, x: xp.zeros_like(x), S.same)
-ONES_LIKE = primitive("ones_like", lambda xp, x: xp.ones_like(x), S.same)
+ZEROS_LIKE = primitive("zeros_like", lambda xp, x: xp.zeros_like(x), S.same,
+                       batch=B.elementwise("zeros_like"))
+ONES_LIKE = primitive("ones_like", lambda xp, x: xp.ones_like(x), S.same,
+                      batch=B.elementwise("ones_like"))
 
 
 def zeros_like(x: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import batch_rules as B
 from . import copy as C
 from . import reduce as R
 from . import shape_rules as S
@@ -48,31 +49,31 @@ ADD = primitive(
     "add", lambda xp, x, y: x + y, S.elementwise("add"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g),
-    out=ufunc_out("add"))
+    out=ufunc_out("add"), batch=B.elementwise("add"))
 
 SUB = primitive(
     "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g),
-    out=ufunc_out("subtract"))
+    out=ufunc_out("subtract"), batch=B.elementwise("sub"))
 
 MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
     "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
     jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
     vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
-    out=ufunc_out("multiply"))
+    out=ufunc_out("multiply"), batch=B.elementwise("mul"))
 
 DIV = primitive(
     "div", lambda xp, x, y: x / y, S.floating("div"),
     jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
     vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
-    out=ufunc_out("divide"))
+    out=ufunc_out("divide"), batch=B.elementwise("div"))
 
 NEG = primitive(
     "neg", lambda xp, x: -x, S.same,
     jvp=[lambda t, out, x: -t],
     vjp=[lambda g, out, x: -g],
-    out=ufunc_out("negative"))
+    out=ufunc_out("negative"), batch=B.elementwise("neg"))
 
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
@@ -80,7 +81,7 @@ POW = primitive(
     jvp=[lambda t, out, x, y: t * (y * x ** (y - 1)), lambda t, out, x, y: t * (log(x) * out)],
     vjp=_unbroadcast(lambda g, out, x, y: g * (y * x ** (y - 1)),
                      lambda g, out, x, y: g * (log(x) * out)),
-    out=ufunc_out("pow"))
+    out=ufunc_out("pow"), batch=B.elementwise("pow"))
 
 def _mask(condition: Any, like: Any) -> Any:
     """A 0/1 mask of ``like``'s dtype. Multiplying by it keeps g where the condition
@@ -94,7 +95,7 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
     jvp=[lambda t, out, x, y: t * _mask(x >= y, t), lambda t, out, x, y: t * _mask(x < y, t)],
     vjp=_unbroadcast(lambda g, out, x, y: g * _mask(x >= y, g),
                      lambda g, out, x, y: g * _mask(x < y, g)),
-    out=ufunc_out("maximum"))
+    out=ufunc_out("maximum"), batch=B.elementwise("maximum"))
 
 # -- functions ---------------------------------------------------------------------------
 
@@ -102,31 +103,31 @@ EXP = primitive(
     "exp", lambda xp, x: xp.exp(x), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
     vjp=[lambda g, out, x: g * out],
-    out=ufunc_out("exp"))
+    out=ufunc_out("exp"), batch=B.elementwise("exp"))
 
 LOG = primitive(
     "log", lambda xp, x: xp.log(x), S.floating("log"),
     jvp=[lambda t, out, x: t / x],
     vjp=[lambda g, out, x: g / x],
-    out=ufunc_out("log"))
+    out=ufunc_out("log"), batch=B.elementwise("log"))
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
     "sin", lambda xp, x: xp.sin(x), S.floating("sin"),
     jvp=[lambda t, out, x: t * cos(x)],
     vjp=[lambda g, out, x: g * cos(x)],
-    out=ufunc_out("sin"))
+    out=ufunc_out("sin"), batch=B.elementwise("sin"))
 
 COS = primitive(
     "cos", lambda xp, x: xp.cos(x), S.floating("cos"),
     jvp=[lambda t, out, x: -(t * sin(x))],
     vjp=[lambda g, out, x: -(g * sin(x))],
-    out=ufunc_out("cos"))
+    out=ufunc_out("cos"), batch=B.elementwise("cos"))
 
 TANH = primitive(
     "tanh", lambda xp, x: xp.tanh(x), S.floating("tanh"),
     jvp=[lambda t, out, x: t * (1.0 - out * out)],
     vjp=[lambda g, out, x: g * (1.0 - out * out)],
-    out=ufunc_out("tanh"))
+    out=ufunc_out("tanh"), batch=B.elementwise("tanh"))
 
 
 def _sigmoid_kernel(xp: Any, x: Any) -> Any:
@@ -137,7 +138,8 @@ def _sigmoid_kernel(xp: Any, x: Any) -> Any:
 SIGMOID = primitive(
     "sigmoid", _sigmoid_kernel, S.floating("sigmoid"),
     jvp=[lambda t, out, x: t * (out * (1.0 - out))],
-    vjp=[lambda g, out, x: g * (out * (1.0 - out))])
+    vjp=[lambda g, out, x: g * (out * (1.0 - out))],
+    batch=B.elementwise("sigmoid"))
 
 _NUMPY_ZEROS: dict[Any, Any] = {}  # dtype -> a 0-d NumPy zero of that dtype
 
@@ -177,7 +179,8 @@ RELU_GRAD = primitive(
     "relu_grad", _relu_grad_kernel, S.adjoint("relu_grad"),
     jvp=[lambda t, out, g, y: relu_grad(t, y), None],
     vjp=[lambda gg, out, g, y: relu_grad(gg, y), None],
-    out=lambda xp, g, y, out: xp.multiply(g, _positive(xp, y, g), out=out))
+    out=lambda xp, g, y, out: xp.multiply(g, _positive(xp, y, g), out=out),
+    batch=B.elementwise("relu_grad"))
 
 
 # The derivative at 0 is taken as 0, as in PyTorch. The rules read the output (out > 0
@@ -187,13 +190,13 @@ RELU = primitive(
     "relu", lambda xp, x: xp.maximum(x, _zero(x)), S.same,
     jvp=[lambda t, out, x: relu_grad(t, out)],
     vjp=[lambda g, out, x: relu_grad(g, out)],
-    out=lambda xp, x, out: xp.maximum(x, _zero(x), out=out))
+    out=lambda xp, x, out: xp.maximum(x, _zero(x), out=out), batch=B.elementwise("relu"))
 
 SQRT = primitive(
     "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
     jvp=[lambda t, out, x: t / (2.0 * out)],
     vjp=[lambda g, out, x: g / (2.0 * out)],
-    out=ufunc_out("sqrt"))
+    out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"))
 
 
 def _where_shape(c: Any, x: Any, y: Any) -> tuple:
@@ -204,7 +207,7 @@ WHERE = primitive(
     "where", lambda xp, c, x, y: xp.where(c, x, y), _where_shape,
     jvp=[None, lambda t, out, c, x, y: where(c, t, 0.0), lambda t, out, c, x, y: where(c, 0.0, t)],
     vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
-                     lambda g, out, c, x, y: where(c, 0.0, g)))
+                     lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"))
 
 def _add_n_shape(*xs: Any) -> tuple:
     shapes = {S.shape_of(x) for x in xs}
@@ -226,17 +229,23 @@ ADD_N = primitive(
     "AddN", _add_arrays, _add_n_shape,
     jvp=Each(lambda i: lambda t, out, *xs: t),
     vjp=Each(lambda i: lambda g, out, *xs: g),
+    batch=B.all_batched("AddN"),  # (AddN does not broadcast: every term gets the batch axis)
     view=True)  # one term is returned as it is
 
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 
-LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"))
-LESS_EQUAL = primitive("less_equal", lambda xp, x, y: x <= y, S.comparison("less_equal"))
-GREATER = primitive("greater", lambda xp, x, y: x > y, S.comparison("greater"))
+LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"),
+                 batch=B.elementwise("less"))
+LESS_EQUAL = primitive("less_equal", lambda xp, x, y: x <= y, S.comparison("less_equal"),
+                       batch=B.elementwise("less_equal"))
+GREATER = primitive("greater", lambda xp, x, y: x > y, S.comparison("greater"),
+                    batch=B.elementwise("greater"))
 GREATER_EQUAL = primitive("greater_equal", lambda xp, x, y: x >= y,
-                          S.comparison("greater_equal"))
-EQUAL = primitive("equal", lambda xp, x, y: x == y, S.comparison("equal"))
-NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_equal"))
+                          S.comparison("greater_equal"), batch=B.elementwise("greater_equal"))
+EQUAL = primitive("equal", lambda xp, x, y: x == y, S.comparison("equal"),
+                  batch=B.elementwise("equal"))
+NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_equal"),
+                      batch=B.elementwise("not_equal"))
 
 
 # -- the public functions ----------------------------------------------------------------

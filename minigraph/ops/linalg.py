@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ShapeError
+from . import batch_rules as B
 from . import reduce as R
 from . import shape as SH
 from . import shape_rules as S
@@ -31,7 +32,10 @@ MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python w
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
     vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
          lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],
-    cost="expensive", out=ufunc_out("matmul"), in_place=False)
+    cost="expensive", out=ufunc_out("matmul"), in_place=False,
+    # matmul broadcasts its stack axes like an elementwise op: align the ranks so that
+    # the batch axis meets the other side's stack axes (or nothing), never a matrix axis
+    batch=B.elementwise("matmul"))
 
 
 def matmul(x: Any, y: Any) -> Any:

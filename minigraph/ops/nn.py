@@ -16,6 +16,10 @@ labels of a zero matrix instead of making a one-hot matrix and multiplying.
 PyTorch: its gradient ``(p - onehot) / N`` comes out of the two rules above, and the
 backward pass reuses the forward pass's log-probabilities (``exp(l)`` is the softmax)
 instead of computing the softmax again.
+
+Under ``mg.vmap`` softmax and its kin work along the same axis, one further right; the
+two losses, which average over the batch of one example, are batched as the masked
+mean ``-mean(sum(where(one_hot, logp, 0)))`` written with other primitives.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from ..errors import ShapeError
+from . import batch_rules as B
 from . import elementwise as E
+from . import copy as C
 from . import reduce as R
+from . import shape as SH
 from . import shape_rules as S
 from .primitive import bind, primitive
 
@@ -48,13 +55,13 @@ SOFTMAX = primitive(
     "softmax", _softmax_kernel, lambda x, axis: S.same(x),
     jvp=[lambda t, out, x, axis: out * (t - R.sum(t * out, axis, True))],
     vjp=[lambda g, out, x, axis: out * (g - R.sum(g * out, axis, True))],
-    cost="expensive")
+    cost="expensive", batch=B.along_axis("softmax"))
 
 LOG_SOFTMAX = primitive(
     "log_softmax", _log_softmax_kernel, lambda x, axis: S.same(x),
     jvp=[lambda t, out, x, axis: t - R.sum(E.exp(out) * t, axis, True)],
     vjp=[lambda g, out, x, axis: log_softmax_grad(g, out, axis)],
-    cost="expensive")
+    cost="expensive", batch=B.along_axis("log_softmax"))
 
 
 def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
@@ -69,6 +76,18 @@ def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
     return xp.subtract(g, e, out=out)
 
 
+def _log_softmax_grad_batched(dims: tuple, g: Any, y: Any, axis: int) -> Any:
+    """Both arguments batched, ``axis`` one further right. The kernel sums ``g`` along
+    ``axis`` of ``g``'s own shape, so one example's ``g`` and ``y`` must have one rank."""
+    if B.rank(g, dims[0]) != B.rank(y, dims[1]):
+        raise ShapeError(f"log_softmax_grad under vmap: g and y must have the same rank for "
+                         f"one example, got shapes {S.shape_of(g)} and {S.shape_of(y)} "
+                         f"(batched: {dims})")
+    size = B.size_of(dims, (g, y))
+    return bind(LOG_SOFTMAX_GRAD, B.materialize(g, dims[0], size),
+                B.materialize(y, dims[1], size), axis=axis + 1)
+
+
 # g - exp(y) * sum(g): linear in g; through y only exp(y) changes, elementwise.
 LOG_SOFTMAX_GRAD = primitive(
     "log_softmax_grad", _log_softmax_grad_kernel, S.adjoint("log_softmax_grad"),
@@ -76,7 +95,7 @@ LOG_SOFTMAX_GRAD = primitive(
          lambda t, out, g, y, axis: -(t * E.exp(y)) * R.sum(g, axis, True)],
     vjp=[lambda gg, out, g, y, axis: gg - R.sum(gg * E.exp(y), axis, True),
          lambda gg, out, g, y, axis: -(gg * E.exp(y)) * R.sum(g, axis, True)],
-    cost="expensive", out=_log_softmax_grad_out)
+    cost="expensive", out=_log_softmax_grad_out, batch=_log_softmax_grad_batched)
 
 
 def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
@@ -86,7 +105,8 @@ def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
 
 ONE_HOT = primitive(
     "one_hot", _one_hot_kernel,
-    lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype))
+    lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype),
+    batch=B.elementwise("one_hot"))  # the new axis is the last: batched labels just work
 
 
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
@@ -108,12 +128,21 @@ def _nll_shape(logp: Any, labels: Any) -> tuple:
     return (), S.dtype_of(logp)
 
 
+def _nll_batched(dims: tuple, logp: Any, labels: Any) -> Any:
+    """nll_loss of each example: ``-mean over N of logp[n, labels[n]]``. The kernel picks
+    with integer-array indexing, which cannot take a batch of labels; a mask can.
+    (``where``, not ``logp * one_hot``: 0 * -inf would be nan.)"""
+    _nll_shape(B.example(logp, dims[0]), B.example(labels, dims[1]))  # its checks
+    mask = one_hot(labels, S.shape_of(logp)[-1], "bool")
+    return -R.mean(R.sum(E.where(mask, logp, 0.0), -1), -1)
+
+
 NLL_LOSS = primitive(  # linear in logp: its JVP is itself
     "nll_loss", _nll_kernel, _nll_shape,
     jvp=[lambda t, out, logp, labels: bind(NLL_LOSS, t, labels), None],
     vjp=[lambda g, out, logp, labels: nll_loss_grad(g, labels, S.shape_of(logp)[1],
                                                     S.dtype_of(logp)), None],
-    cost="expensive")
+    cost="expensive", batch=_nll_batched)
 
 
 def _nll_grad_kernel(xp: Any, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
@@ -134,13 +163,23 @@ def _nll_grad_shape(g: Any, labels: Any, num_classes: int, dtype: str) -> tuple:
     return S.shape_of(labels) + (num_classes,), dtype
 
 
+def _nll_grad_batched(dims: tuple, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
+    """``-one_hot(labels) * g / N`` for each example: g's batch axis (if any) becomes a
+    (B, 1, 1) column that scales every example's one-hot matrix."""
+    _nll_grad_shape(B.example(g, dims[0]), B.example(labels, dims[1]), num_classes, dtype)
+    if dims[0] is not None:
+        g = SH.reshape(g, S.shape_of(g) + (1, 1))
+    n = S.shape_of(labels)[-1]
+    return C.astype(one_hot(labels, num_classes, dtype) * (-g / n), dtype)
+
+
 # Linear in g, and its transpose is nll_loss itself: sum(G * -onehot / N) = nll_loss(G).
 NLL_LOSS_GRAD = primitive(
     "nll_loss_grad", _nll_grad_kernel, _nll_grad_shape,
     jvp=[lambda t, out, g, labels, num_classes, dtype:
          nll_loss_grad(t, labels, num_classes, dtype), None],
     vjp=[lambda gg, out, g, labels, num_classes, dtype: bind(NLL_LOSS, gg, labels), None],
-    cost="expensive")
+    cost="expensive", batch=_nll_grad_batched)
 
 
 def softmax(x: Any, axis: int = -1) -> Any:

@@ -26,7 +26,12 @@ one operation:
 ``view``
     whether the kernel may return its argument, or a view sharing its memory
     (``reshape``, ``transpose``, basic indexing ...): such a value's buffer is never
-    written in place while the view may still be read.
+    written in place while the view may still be read;
+``batch(dims, *args, **params)`` (``mg.vmap``)
+    the batching rule: the op applied to a whole batch at once. ``dims[i]`` is ``0``
+    when argument ``i`` carries the batch axis in front, ``None`` when it is the same for
+    every example; the rule returns the result with the batch axis in front. ``None``
+    means "no rule": vmap then refuses the op by name (see ``batch_rules.py``).
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -45,6 +50,7 @@ plain values (floats ...)  none        become tensors on the default device
 graph ``Node``             10          add a node to the current graph
 source variable, ``Sym``   20          write the expression down (and compute it)
 ``Dual`` at level L        100 + L     compute primal and tangent together
+``BatchTracer``, level L   L           apply the op's batching rule (``mg.vmap``)
 =========================  ==========  =================================================
 
 A dual number sits above everything so that ``jvp`` works over any other mode; a dual
@@ -63,12 +69,12 @@ class Primitive:
     """One operation: kernel, shape rule, derivative rules and cost class."""
 
     __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "out", "in_place", "view",
-                 "differentiable")
+                 "batch", "differentiable")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
                  cost: str = "cheap", out: Callable[..., Any] | None = None,
-                 in_place: bool = True, view: bool = False):
+                 in_place: bool = True, view: bool = False, batch: Rule | None = None):
         self.name = name
         self.impl = impl
         self.shape = shape
@@ -78,6 +84,7 @@ class Primitive:
         self.out = out
         self.in_place = out is not None and in_place
         self.view = view
+        self.batch = batch
         # Looked up on every eager call, so computed once here.
         self.differentiable = any(rule is not None for rule in vjp)
 
@@ -113,14 +120,16 @@ PRIMITIVES: dict[str, Primitive] = {}
 def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], *,
               jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
               cost: str = "cheap", out: Callable[..., Any] | None = None,
-              in_place: bool = True, view: bool = False) -> Primitive:
+              in_place: bool = True, view: bool = False,
+              batch: Rule | None = None) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("cheap", "expensive"):
         raise ValueError(f"primitive {name!r}: cost must be 'cheap' or 'expensive'")
     prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
-                     vjp if isinstance(vjp, Each) else tuple(vjp), cost, out, in_place, view)
+                     vjp if isinstance(vjp, Each) else tuple(vjp), cost, out, in_place, view,
+                     batch)
     PRIMITIVES[name] = prim
     return prim
 

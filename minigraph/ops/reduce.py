@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import batch_rules as B
 from . import copy as C
 from . import shape as SH
 from . import shape_rules as S
@@ -85,13 +86,13 @@ SUM = primitive(
     "sum", sum_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
-    cost="expensive")
+    cost="expensive", batch=B.reduction("sum"))
 
 MEAN = primitive(
     "mean", mean_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: mean(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, axis)],
-    cost="expensive")
+    cost="expensive", batch=B.reduction("mean"))
 
 
 def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
@@ -101,7 +102,8 @@ def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 MAX = primitive(
-    "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive")
+    "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive",
+    batch=B.reduction("max"))
 
 
 def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None") -> tuple | None:

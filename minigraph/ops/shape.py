@@ -1,10 +1,13 @@
-"""Shape primitives: reshape, transpose, broadcast_to, indexing, concatenate.
+"""Shape primitives: reshape, transpose, broadcast_to, indexing, concatenate; stack.
 
 They move or select elements without arithmetic, so their derivative rules move the
 adjoint back the other way: a reshape's VJP reshapes back, a transpose's applies the
 inverse permutation, ``broadcast_to``'s sums the copies (``sum_to``), indexing's adds
 the adjoint into zeros at the indexed places (``scatter_add``), and ``concatenate``'s
 cuts the adjoint into the pieces that were joined.
+
+Their batching rules (``mg.vmap``) put the batch axis in front of the shape or index
+they were given and shift every axis they name by one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transp
 from array_api_compat import device as array_device
 
 from ..errors import ShapeError
+from . import batch_rules as B
 from . import reduce as R
 from . import shape_rules as S
 from .primitive import Each, bind, primitive
@@ -38,7 +42,8 @@ def _reshape_kernel(xp: Any, x: Any, shape: tuple[int, ...]) -> Any:
 RESHAPE = primitive(
     "reshape", _reshape_kernel, _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
-    vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True)
+    vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True,
+    batch=lambda dims, x, shape: bind(RESHAPE, x, shape=S.shape_of(x)[:1] + shape))
 
 
 def _transpose_shape(x: Any, axes: tuple[int, ...]) -> tuple:
@@ -61,7 +66,8 @@ def _transpose_kernel(xp: Any, x: Any, axes: tuple[int, ...]) -> Any:
 TRANSPOSE = primitive(
     "transpose", _transpose_kernel, _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
-    vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True)
+    vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True,
+    batch=lambda dims, x, axes: bind(TRANSPOSE, x, axes=(0,) + tuple(a + 1 for a in axes)))
 
 
 def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
@@ -73,7 +79,15 @@ def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
 BROADCAST_TO = primitive(
     "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), _broadcast_shape,
     jvp=[lambda t, out, x, shape: broadcast_to(t, shape)],
-    vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))], view=True)
+    vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))], view=True,
+    batch=lambda dims, x, shape: _broadcast_batched(x, shape))
+
+
+def _broadcast_batched(x: Any, shape: tuple[int, ...]) -> Any:
+    """broadcast_to's batching rule: new axes go after the batch axis, not before it."""
+    own = S.shape_of(x)  # (B,) + the shape of one example
+    x = reshape(x, own[:1] + (1,) * (len(shape) - len(own) + 1) + own[1:])
+    return bind(BROADCAST_TO, x, shape=own[:1] + tuple(shape))
 
 
 # -- indexing ------------------------------------------------------------------------------
@@ -109,17 +123,48 @@ def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
     return out
 
 
+def _batched_index(index: tuple) -> tuple[tuple, int]:
+    """The index of one example, for a batch: ``(slice(None),) + index``, and the axis at
+    which NumPy puts the batch axis in the result.
+
+    That axis is 0, except when the index has integer arrays (or ints alongside them)
+    that are not next to each other: NumPy then puts the axes those indices make first
+    ("combining advanced and basic indexing" in NumPy's manual), before the batch axis.
+    """
+    batched = (slice(None),) + index
+    arrays = [np.asarray(i) for i in index if not _is_basic((i,))]
+    if not arrays:
+        return batched, 0
+    advanced = [k for k, i in enumerate(batched) if not _is_basic((i,)) or isinstance(i, int)]
+    if advanced == list(range(advanced[0], advanced[-1] + 1)):
+        return batched, 0  # next to each other: their axes stay where they were
+    shapes = [np.nonzero(a)[0].shape if a.dtype == bool else a.shape for a in arrays]
+    return batched, len(np.broadcast_shapes(*shapes))
+
+
+def _getitem_batched(dims: tuple, x: Any, index: tuple) -> Any:
+    batched, at = _batched_index(index)
+    return B.moveaxis(bind(GETITEM, x, index=batched), at, 0)
+
+
+def _scatter_add_batched(dims: tuple, g: Any, index: tuple, shape: tuple) -> Any:
+    batched, at = _batched_index(index)  # g is shaped like x[index]: the batch axis to ``at``
+    return bind(SCATTER_ADD, B.moveaxis(g, 0, at), index=batched,
+                shape=S.shape_of(g)[:1] + tuple(shape))
+
+
 GETITEM = primitive(
     "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
     jvp=[lambda t, out, x, index: getitem(t, index)],
-    vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True)
+    vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True,
+    batch=_getitem_batched)
 
 SCATTER_ADD = primitive(  # the adjoint of getitem: add g into zeros of ``shape`` at ``index``
     "scatter_add", _scatter_add_kernel,
     lambda g, index, shape: (tuple(shape), S.dtype_of(g)),
     jvp=[lambda t, out, g, index, shape: scatter_add(t, index, shape)],
     vjp=[lambda g, out, x, index, shape: getitem(g, index)],
-    cost="expensive")
+    cost="expensive", batch=_scatter_add_batched)
 
 
 # -- concatenate ------------------------------------------------------------------------------
@@ -145,7 +190,8 @@ def _piece(i: int):
 CONCATENATE = primitive(
     "concatenate", lambda xp, *xs, axis: xp.concat(list(xs), axis=axis), _concat_shape,
     jvp=Each(lambda i: lambda t, out, *xs, axis: _piece_tangent(i, t, xs, axis)),
-    vjp=Each(_piece))
+    vjp=Each(_piece),
+    batch=lambda dims, *xs, axis: B.all_batched("concatenate")(dims, *xs, axis=axis + 1))
 
 
 def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
@@ -220,3 +266,24 @@ def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     if not xs:
         raise ValueError("concatenate: needs at least one tensor")
     return bind(CONCATENATE, *xs, axis=axis % max(len(S.shape_of(xs[0])), 1))
+
+
+def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
+    """Join tensors of one shape along a new axis, like ``numpy.stack``.
+
+    Not a primitive: each tensor gets a size-1 axis at ``axis`` (``reshape``) and the
+    pieces are concatenated, so its derivatives in every mode and its batching rule are
+    those of ``reshape`` and ``concatenate``, and the tape records those two steps.
+    """
+    xs = list(xs)
+    if not xs:
+        raise ValueError("stack: needs at least one tensor")
+    shapes = [S.shape_of(x) for x in xs]
+    if any(s != shapes[0] for s in shapes):
+        raise ShapeError(f"stack: all tensors must have the same shape, got {shapes}")
+    shape = tuple(shapes[0])
+    if not -len(shape) - 1 <= axis <= len(shape):
+        raise ShapeError(f"stack: axis {axis} is out of range for {len(shape) + 1} axes "
+                         f"(tensors of shape {shape})")
+    axis %= len(shape) + 1
+    return concatenate([reshape(x, shape[:axis] + (1,) + shape[axis:]) for x in xs], axis)

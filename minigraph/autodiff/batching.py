@@ -1,0 +1,212 @@
+"""Batching: ``mg.vmap``, a function of one example run on a whole batch at once.
+
+``mg.vmap(f)(xs)`` computes ``stack([f(x) for x in xs])`` without the loop: every
+operation inside ``f`` runs once, on the whole batch. It is JAX's ``vmap``, built as in
+JAX (``jax/_src/interpreters/batching.py``, and the ``vmap`` section of Autodidax):
+
+* each batched argument is wrapped in a :class:`BatchTracer`, which carries the whole
+  batch (``value``, batch axis in front) but *looks* like one example: its ``shape``
+  leaves the batch axis out, so ``f`` sees the shapes it was written for;
+* an operation on a tracer reaches :meth:`BatchTracer._bind` (``bind`` picks it by its
+  level, as it picks a dual number's), which calls the primitive's batching rule on the
+  unwrapped values (``ops/batch_rules.py`` explains the convention): the rule applies
+  the op to the batch, one level down, and the result is wrapped again;
+* at the end, the batch axis is moved to where ``out_axes`` asks.
+
+Every vmap call takes a fresh level (``levels.new_level``), so nested transformations
+keep their values apart: in ``vmap(vmap(f))`` the inner tracers hold the outer ones,
+and under ``jvp`` a tracer may hold dual numbers, or a dual number tracers. A value of
+another level is a constant here: the same for every example, ``dims[i] = None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import MinigraphError, ShapeError
+from ..ops import shape as SH
+from ..ops.batch_rules import moveaxis
+from ..ops.operators import ArrayOps
+from ..ops.primitive import KINDS, Primitive, register_kind
+from ..ops.shape_rules import shape_of
+from ..tensor import Tensor, tensor
+from .levels import new_level
+
+Axes = "int | None | Sequence[int | None]"
+
+
+class BatchingError(MinigraphError, ValueError):
+    """vmap cannot do what was asked: a malformed ``in_axes``/``out_axes``, an operation
+    without a batching rule, a Python decision on a batched value."""
+
+
+class BatchTracer(ArrayOps):
+    """A batch of values that presents itself as one example (``shape`` omits axis 0)."""
+
+    __slots__ = ("value", "level", "_priority")
+
+    def __init__(self, value: Any, level: int):
+        self.value = value  # the whole batch, batch axis first
+        self.level = level
+        self._priority = level  # primitive.bind hands an op to the highest level present
+
+    shape = property(lambda self: tuple(shape_of(self.value))[1:])
+    dtype = property(lambda self: self.value.dtype)
+    device = property(lambda self: self.value.device)
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> "BatchTracer":
+        """Apply ``prim`` to the whole batch with its batching rule."""
+        if prim.batch is None:
+            raise BatchingError(f"vmap: the primitive {prim.name!r} has no batching rule, so "
+                                f"it cannot run under vmap (argument shapes "
+                                f"{[shape_of(a) for a in args]})")
+        dims, values = [], []
+        for a in args:
+            mine = type(a) is BatchTracer and a.level == self.level
+            values.append(a.value if mine else a)
+            dims.append(0 if mine else None)
+        out = prim.batch(tuple(dims), *values, **params)
+        _check_rule(prim, dims, values, out)
+        return BatchTracer(out, self.level)
+
+    def __bool__(self) -> bool:
+        raise BatchingError("vmap: a batched value has no single truth value (it may differ "
+                            "from example to example); use mg.where instead of if/else")
+
+    def __repr__(self) -> str:
+        return f"BatchTracer(level={self.level}, value={self.value!r})"
+
+
+register_kind(BatchTracer)
+
+
+def _check_rule(prim: Primitive, dims: list, values: list, out: Any) -> None:
+    """A rule must give the batch axis in front, of the batch's size: a wrong rule is
+    stopped here rather than let through as a wrong value."""
+    size = next(shape_of(v)[0] for v, d in zip(values, dims) if d is not None)
+    shape = shape_of(out)
+    if shape is not None and (not shape or shape[0] != size):
+        raise BatchingError(f"vmap: the batching rule of {prim.name!r} returned shape "
+                            f"{shape}, which does not start with the batch size {size}")
+
+
+def _check_level(a: Any, i: int, level: int) -> None:
+    """An unbatched argument of an enclosing transformation must have a lower level than
+    this vmap, or ``bind`` would hand it the operations that mix it with batched values.
+    (It always does when every transformation takes its level from ``new_level``.)"""
+    if type(a) in KINDS and a._priority >= level:
+        raise BatchingError(f"vmap: argument {i} ({type(a).__name__}, level {a._priority}) "
+                            f"comes from a transformation whose level is not below this "
+                            f"vmap's ({level}); the two could not be told apart")
+
+
+def _as_value(x: Any) -> Any:
+    """Tensors and the values of other transformations as they are; the rest (Python
+    numbers, NumPy arrays, lists) becomes a tensor."""
+    return x if isinstance(x, Tensor) or type(x) in KINDS else tensor(x)
+
+
+def _per_argument(in_axes: Axes, n: int) -> list:
+    """``in_axes`` as one entry (an int or None) per positional argument."""
+    if in_axes is None or (isinstance(in_axes, int) and not isinstance(in_axes, bool)):
+        axes = [in_axes] * n
+    elif isinstance(in_axes, (tuple, list)):
+        if len(in_axes) != n:
+            raise BatchingError(f"vmap: in_axes has {len(in_axes)} entries but the function "
+                                f"was called with {n} positional arguments")
+        axes = list(in_axes)
+    else:
+        raise BatchingError(f"vmap: in_axes must be an int, None, or a tuple of them, "
+                            f"got {in_axes!r}")
+    for i, a in enumerate(axes):
+        if not (a is None or (isinstance(a, int) and not isinstance(a, bool))):
+            raise BatchingError(f"vmap: in_axes[{i}] must be an int or None, got {a!r}")
+    if all(a is None for a in axes):
+        raise BatchingError("vmap: at least one argument must be batched (in_axes is all None"
+                            + (")" if n else ", and there are no arguments)"))
+    return axes
+
+
+def vmap(f: Callable[..., Any], in_axes: Axes = 0,
+         out_axes: "int | None | Sequence[int | None]" = 0) -> Callable[..., Any]:
+    """Vectorize ``f`` over a batch axis of its arguments, with JAX's semantics.
+
+    ``in_axes``: the batch axis of every positional argument (an int), or one entry per
+    argument: an int (negative counts from the end) or ``None`` for an argument that is
+    the same for every example. ``out_axes``: where the batch axis goes in the result,
+    one entry per output if ``f`` returns a tuple; an output that does not depend on the
+    batch is repeated along it (``None`` instead returns it unbatched).
+    """
+    def batched(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise BatchingError(f"vmap: pass the arguments of a vmapped function by position "
+                                f"(got keywords {sorted(kwargs)}); use in_axes to say which "
+                                f"are batched")
+        axes = _per_argument(in_axes, len(args))
+        level = new_level()
+        inputs, sizes = [], []
+        for i, (a, axis) in enumerate(zip(args, axes)):
+            if axis is None:  # a constant: NumPy arrays become tensors, the rest stays
+                _check_level(a, i, level)
+                inputs.append(tensor(a) if isinstance(a, np.ndarray) else a)
+                continue
+            a = _as_value(a)
+            shape = shape_of(a)
+            if shape is None:
+                raise ShapeError(f"vmap: argument {i} has an unknown shape; vmap needs it")
+            if not -len(shape) <= axis < len(shape):
+                raise ShapeError(f"vmap: in_axes[{i}] = {axis} is out of range for argument "
+                                 f"{i} of rank {len(shape)} (shape {tuple(shape)})")
+            axis %= len(shape)
+            sizes.append((i, axis, shape[axis]))
+            inputs.append(BatchTracer(moveaxis(a, axis, 0), level))
+        if len({n for _, _, n in sizes}) > 1:
+            raise ShapeError("vmap: the batched arguments have different sizes: " + ", ".join(
+                f"argument {i} has size {n} along axis {axis}" for i, axis, n in sizes))
+        size = sizes[0][2]
+        out = f(*inputs)
+        if isinstance(out, (tuple, list)):
+            outs = _per_output(out_axes, len(out))
+            return type(out)(_unbatch(o, ax, level, size, k) for k, (o, ax) in
+                             enumerate(zip(out, outs)))
+        if isinstance(out_axes, (tuple, list)):
+            raise BatchingError(f"vmap: out_axes {out_axes!r} has one entry per output, but "
+                                f"the function returned one value, not a tuple")
+        return _unbatch(out, out_axes, level, size, 0)
+
+    batched.__name__ = f"vmap({getattr(f, '__name__', 'f')})"
+    batched.__doc__ = f.__doc__
+    return batched
+
+
+def _per_output(out_axes: Any, n: int) -> list:
+    if isinstance(out_axes, (tuple, list)):
+        if len(out_axes) != n:
+            raise BatchingError(f"vmap: out_axes has {len(out_axes)} entries but the function "
+                                f"returned {n} outputs")
+        return list(out_axes)
+    return [out_axes] * n
+
+
+def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any:
+    """Output ``k`` with its batch axis moved from the front to ``axis``."""
+    batched = type(out) is BatchTracer and out.level == level
+    if axis is None:
+        if batched:
+            raise BatchingError(f"vmap: out_axes[{k}] is None, but output {k} differs from "
+                                f"example to example")
+        return out
+    if not (isinstance(axis, int) and not isinstance(axis, bool)):
+        raise BatchingError(f"vmap: out_axes[{k}] must be an int or None, got {axis!r}")
+    if batched:
+        value = out.value
+    else:  # the same for every example: repeated along the batch axis, as in JAX
+        out = _as_value(out)
+        value = SH.broadcast_to(out, (size,) + tuple(shape_of(out)))
+    rank = len(shape_of(value))
+    if not -rank <= axis < rank:
+        raise ShapeError(f"vmap: out_axes[{k}] = {axis} is out of range for output {k} of "
+                         f"rank {rank} with its batch axis (shape {tuple(shape_of(value))})")
+    return moveaxis(value, 0, axis % rank)
