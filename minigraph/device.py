@@ -14,6 +14,13 @@ fake devices (which the test suite uses to prove that no code mixes devices).
   run on a laptop. N defaults to 3 (``MINIGRAPH_VIRTUAL_CPUS`` or
   :func:`set_virtual_cpus` changes it).
 * ``cuda:N`` is CuPy on GPU N, available where CuPy imports and sees a GPU.
+* ``rank:R/cpu``, ``rank:R/cpu:1``, ``rank:R/cuda:0`` are devices of MPI rank R, for
+  graphs that span processes (``mg.distributed``, chapter 06 section 6). Every rank
+  builds the same graph, so every rank knows every device by the same name; on rank R
+  the device ``rank:R/x`` computes here (a device of its own, like a virtual CPU, with
+  ``x``'s array library), on the other ranks it is *remote*: it can hold graph nodes,
+  but no eager tensor is made on it, because its memory is in another process. An
+  unprefixed name (``"cpu"``) is always this process's device.
 
 The memory counters are honest but simple: bytes of live eager tensors that own their
 memory (counted when such a tensor is made, uncounted when Python frees it) and the
@@ -44,10 +51,15 @@ class Device:
     """
 
     __slots__ = ("name", "xp", "native", "context", "supports_out", "live_bytes", "peak_bytes",
-                 "_dtypes", "_names", "_numpy")
+                 "_dtypes", "_names", "_numpy", "rank", "remote")
 
-    def __init__(self, name: str, xp: Any, native: Any = None):
+    def __init__(self, name: str, xp: Any, native: Any = None, rank: int | None = None,
+                 remote: bool = False):
         self.name = name
+        # The MPI rank of a ``rank:R/...`` device (None for an unprefixed name), and
+        # whether that rank is another process (then this object only names it).
+        self.rank = rank
+        self.remote = remote
         self.xp = xp
         self.native = native
         # CuPy allocates and launches kernels on the *current* GPU, so work for cuda:N
@@ -87,6 +99,8 @@ class Device:
 
     def asarray(self, value: Any, dtype: str | None = None, copy: bool | None = None) -> Any:
         """Make an array on this device from Python data, a NumPy array or a scalar."""
+        if self.remote:
+            self._check_remote_use()
         dt = None if dtype is None else self.dtype(dtype)
         if self._numpy and copy is not False:  # (np.array copies; np.asarray when it must)
             return np.array(value, dtype=dt) if copy else np.asarray(value, dtype=dt)
@@ -97,6 +111,8 @@ class Device:
 
     def full(self, shape: "tuple[int, ...] | int", value: "float | int", dtype: Any) -> Any:
         """An array of ``shape`` filled with ``value``; ``dtype`` is a name or a dtype object."""
+        if self.remote:
+            self._check_remote_use()
         dt = self.dtype(dtype) if isinstance(dtype, str) else dtype
         if self._numpy:  # (np.array makes a 0-d array in C; np.full is Python, 1 µs)
             return np.array(value, dtype=dt) if shape == () else np.full(shape, value, dtype=dt)
@@ -118,6 +134,24 @@ class Device:
         with self.context or nullcontext():
             moved = to_device(array, self.native)
             return self.xp.asarray(moved, copy=True) if moved is array else moved
+
+    def _check_remote_use(self) -> None:
+        """An array on another rank's device is only a value a graph holds (a constant
+        built inside ``with mg.Graph():``); an eager tensor there would compute here while
+        claiming to be there, so it is refused."""
+        from .graph.graph import _defaults
+
+        if not _defaults.graphs:
+            raise self._remote_error("make an eager tensor")
+
+    def _remote_error(self, what: str) -> DeviceError:
+        from . import distributed
+
+        return DeviceError(
+            f"cannot {what} on {self.name}: that device belongs to rank {self.rank}, and "
+            f"this process is rank {distributed.rank_for_names()}. Eager tensors live in "
+            f"the process that computes them; build a graph with `with mg.device("
+            f"{self.name!r}):` and run it with mg.Session(g).run(...) on every rank")
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """Copy an array of this device to a host NumPy array."""
@@ -259,7 +293,30 @@ def get_device(spec: "str | Device | None" = None) -> Device:
         dev = _cuda_device(spec)
         _registry[dev.name] = dev
         return dev
+    if isinstance(spec, str) and spec.startswith("rank:"):
+        dev = _rank_device(spec)
+        _registry[dev.name] = dev
+        return dev
     raise DeviceError(f"unknown device {spec!r}; known devices: {', '.join(devices())}")
+
+
+def _rank_device(spec: str) -> Device:
+    """``rank:R/x``: a device of this process (R is this rank) or a remote one's name."""
+    head, _, local = spec.partition("/")
+    number = head[len("rank:"):]
+    kind, _, index = local.partition(":")
+    if not number.isdigit() or kind not in ("cpu", "cuda") or not (index == "" or index.isdigit()):
+        raise DeviceError(f"bad device name {spec!r}: expected 'rank:R/cpu', 'rank:R/cpu:N' "
+                          f"or 'rank:R/cuda:N' with R an MPI rank (0, 1, ...)")
+    from . import distributed
+
+    rank, name = int(number), f"rank:{int(number)}/{local}"
+    if rank == distributed.rank_for_names():
+        base = get_device(local)  # this rank's own device: it must exist here
+        return Device(name, base.xp, base.native, rank=rank)
+    # Another process's device: only its name is known here. Its array namespace is
+    # NumPy's, which is all graph building needs (dtype names, host copies of constants).
+    return Device(name, _numpy_namespace(), None, rank=rank, remote=True)
 
 
 def scoped_device() -> Device | None:

@@ -1,1 +1,197 @@
-"""Several processes on MPI: ``mg.distributed`` (being written; see issue [5/6])."""
+"""Several processes on MPI: ``mg.distributed`` [3.1.4, beyond one process].
+
+Run a script under ``mpiexec -n 2 python script.py``: MPI starts two copies of it, the
+*ranks* 0 and 1, in one *world*. Each rank is an ordinary minigraph process with its own
+devices; what crosses between ranks goes through MPI, the library HPC programs use to
+exchange messages (SINGA and Horovod use it too). minigraph writes no transport of its
+own: mpi4py gives Python access to MPI, and the ``[mpi]`` extra installs it with the
+MPICH wheels (``pip install 'minigraph[mpi]'`` brings a working ``mpiexec``).
+
+* ``init()`` joins the world (``MPI.COMM_WORLD``; a world of one when started without
+  ``mpiexec``); the other functions call it, so calling it is optional. It is
+  idempotent, and importing minigraph never starts MPI: mpi4py is imported here, on
+  first use.
+* ``rank()``, ``world_size()``, ``barrier()``;
+* ``all_reduce(t, op="sum" | "mean")``: a new tensor, on ``t``'s device, holding the sum
+  (or mean) of every rank's ``t``; ``broadcast(t, root=0)``: a new tensor on ``t``'s
+  device holding ``root``'s ``t``. Both are *collectives*: every rank must call them,
+  in the same order. Before moving the data they compare every rank's shape and dtype,
+  and all ranks raise together if they differ, instead of MPI reading garbage.
+* ``set_timeout(seconds)``: how long a graph run waits for news from another rank before
+  it gives up (see ``runtime/mpi_run.py``).
+
+Graphs that span ranks (``with mg.device("rank:1/cpu"):``) are run by ``mg.Session``,
+which sends their cross-rank tensors with MPI point-to-point messages
+(``runtime/mpi_run.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .errors import MinigraphError
+
+_comm: Any = None    # MPI.COMM_WORLD once init() has run
+_MPI: Any = None     # the mpi4py.MPI module
+_timeout = float(os.environ.get("MINIGRAPH_MPI_TIMEOUT", "30"))
+
+# Variables that MPI launchers set in the processes they start (MPICH's hydra, Open MPI,
+# PMIx): under one of them, a device name with a rank prefix needs MPI to know our rank.
+_LAUNCHER_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+class DistributedError(MinigraphError, RuntimeError):
+    """MPI is missing, or ranks disagree (shapes of a collective, graphs of a run)."""
+
+
+def _mpi() -> Any:
+    """The ``mpi4py.MPI`` module, imported on first use (importing it starts MPI)."""
+    global _MPI
+    if _MPI is None:
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:
+            raise DistributedError(
+                f"mg.distributed needs mpi4py and an MPI library, which are missing here "
+                f"({exc}): install them with `pip install 'minigraph[mpi]'` (mpi4py and the "
+                f"MPICH wheels, which bring mpiexec), then run `mpiexec -n 2 python "
+                f"script.py`") from None
+        _MPI = MPI
+    return _MPI
+
+
+def init() -> None:
+    """Join the MPI world (idempotent). Alone, without ``mpiexec``, it is a world of one."""
+    global _comm
+    if _comm is None:
+        _comm = _mpi().COMM_WORLD
+        if _comm.Get_size() > 1:
+            _abort_on_uncaught_errors()
+
+
+def _abort_on_uncaught_errors() -> None:
+    """An exception that ends one rank's program must end the others too: they could be
+    waiting in a collective for it forever. So, as ``python -m mpi4py`` does, an uncaught
+    exception prints its traceback and then aborts the whole MPI job."""
+    import sys
+
+    previous = sys.excepthook
+
+    def hook(kind: Any, value: Any, traceback: Any) -> None:
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        _comm.Abort(1)
+
+    sys.excepthook = hook
+
+
+def comm() -> Any:
+    """The communicator every rank shares (``MPI.COMM_WORLD``)."""
+    init()
+    return _comm
+
+
+def rank() -> int:
+    """This process's rank: 0 ... world_size() - 1."""
+    return comm().Get_rank()
+
+
+def world_size() -> int:
+    """How many processes the world has."""
+    return comm().Get_size()
+
+
+def barrier() -> None:
+    """Wait until every rank has called ``barrier()``."""
+    comm().Barrier()
+
+
+def initialized() -> bool:
+    return _comm is not None
+
+
+def rank_for_names() -> int:
+    """This process's rank, for deciding whether ``rank:R/cpu`` is local; 0 when no MPI
+    launcher started the process (so a lone process never needs mpi4py for names)."""
+    if _comm is None and not any(v in os.environ for v in _LAUNCHER_VARIABLES):
+        return 0
+    return rank()
+
+
+def world_for_names() -> int:
+    """The world's size, 1 when no MPI launcher started this process."""
+    if _comm is None and not any(v in os.environ for v in _LAUNCHER_VARIABLES):
+        return 1
+    return world_size()
+
+
+def set_timeout(seconds: float) -> None:
+    """How long a graph run waits without news from another rank before it raises."""
+    global _timeout
+    if seconds <= 0:
+        raise ValueError(f"set_timeout: seconds must be > 0, got {seconds}")
+    _timeout = float(seconds)
+
+
+def timeout() -> float:
+    return _timeout
+
+
+# -- collectives on tensors -----------------------------------------------------------------
+
+_REDUCE_DTYPES = ("float64", "float32", "int64", "int32")
+
+
+def _host(t: Any) -> tuple[Any, np.ndarray]:
+    """The tensor and a contiguous host copy of its values."""
+    from .tensor import Tensor, tensor
+
+    t = t if isinstance(t, Tensor) else tensor(t)
+    return t, np.asarray(t.device.to_numpy(t.data), order="C")
+
+
+def _agree(what: str, mine: tuple) -> None:
+    """Every rank's (shape, dtype) must be the same; if not, every rank raises."""
+    everyone = comm().allgather(mine)
+    if any(m != everyone[0] for m in everyone):
+        listing = "; ".join(f"rank {r}: shape {s}, dtype {d}" for r, (s, d) in enumerate(everyone))
+        raise DistributedError(f"{what}: every rank must give a tensor of the same shape and "
+                               f"dtype, got {listing}")
+
+
+def all_reduce(t: Any, op: str = "sum") -> Any:
+    """A new tensor on ``t``'s device with the sum (``op="sum"``) or mean (``"mean"``) of
+    every rank's ``t``. A collective: every rank calls it. The mean of integers is a
+    float64 tensor, as NumPy's is."""
+    from .tensor import tensor
+
+    if op not in ("sum", "mean"):
+        raise ValueError(f"all_reduce: op is 'sum' or 'mean', got {op!r}")
+    t, array = _host(t)
+    if str(array.dtype) not in _REDUCE_DTYPES:
+        raise DistributedError(f"all_reduce: cannot add tensors of dtype {array.dtype}; "
+                               f"use one of {', '.join(_REDUCE_DTYPES)}")
+    _agree("all_reduce", (tuple(array.shape), str(array.dtype)))
+    out = np.empty_like(array)
+    comm().Allreduce(array, out, op=_mpi().SUM)
+    if op == "mean":
+        out = out / world_size()
+    return tensor(out, device=t.device)
+
+
+def broadcast(t: Any, root: int = 0) -> Any:
+    """A new tensor on ``t``'s device with rank ``root``'s ``t``. A collective: every rank
+    calls it with a tensor of the same shape and dtype."""
+    from .tensor import tensor
+
+    size = world_size()
+    if not isinstance(root, int) or not 0 <= root < size:
+        raise ValueError(f"broadcast: root must be a rank in 0..{size - 1}, got {root!r}")
+    t, array = _host(t)
+    _agree("broadcast", (tuple(array.shape), str(array.dtype)))
+    out = array.copy()  # the root's copy: the result is a new tensor on every rank
+    comm().Bcast(out, root=root)
+    return tensor(out, device=t.device)

@@ -10,7 +10,14 @@
   free buffers kept in the pool); ``lower_bound``: per device, the most bytes of *live*
   values at once, which no allocator can go below for this order; ``total_bytes``: the
   bytes of everything the run produced, what keeping every value would need;
-* ``memory_curve``: (seconds, device, live bytes, held bytes) after every change.
+* ``memory_curve``: (seconds, device, live bytes, held bytes) after every change;
+* ``bytes_moved``: ``{(from device, to device): bytes}`` that Send/Recv pairs copied;
+  across MPI ranks the device names carry their rank (``"rank:0/cpu"``), and
+  ``bytes_across_ranks`` adds up the pairs whose ranks differ.
+
+In a run across MPI ranks (``mpi_run.py``) every rank's ``last_run`` holds every rank's
+events (each with its ``rank``, on one clock) and bytes, and the Chrome trace shows one
+process per rank (pid = rank) and one row per device and thread.
 
 ``to_chrome_trace(path)`` writes the Trace Event Format (open it in https://ui.perfetto.dev
 or chrome://tracing); ``gantt()`` draws the threads as rows with matplotlib.
@@ -25,8 +32,10 @@ from typing import Any
 class RunStats:
     def __init__(self, order: list[str], events: list[dict], peak_bytes: dict[str, int],
                  lower_bound: dict[str, int], total: dict[str, int],
-                 memory_curve: list[tuple[float, str, int, int]]):
+                 memory_curve: list[tuple[float, str, int, int]],
+                 bytes_moved: dict[tuple[str, str], int] | None = None):
         self.order = order
+        self.bytes_moved = dict(bytes_moved or {})
         self.events = events
         self.peak_bytes = peak_bytes
         self.lower_bound = lower_bound
@@ -39,33 +48,59 @@ class RunStats:
         """The statistics of one step made of several device executors' runs."""
         events = sorted((e for r in runs for e in r.events), key=lambda e: e["ts"])
         order = [e["name"] for e in events] if len(runs) > 1 else list(runs[0].order)
-        peak, low, total, curve = {}, {}, {}, []
+        peak, low, total, curve, moved = {}, {}, {}, [], {}
         for r in runs:
             peak.update(r.memory.peak_held)
             low.update(r.memory.peak_live)
             total.update(r.memory.total)
             curve += r.memory.curve
-        return cls(order, events, peak, low, total, sorted(curve))
+            for link, n in getattr(r, "moved", {}).items():
+                moved[link] = moved.get(link, 0) + n
+        return cls(order, events, peak, low, total, sorted(curve), moved)
+
+    @property
+    def bytes_across_ranks(self) -> int:
+        """Bytes that Send/Recv pairs moved from one MPI rank to another."""
+        return sum(n for (a, b), n in self.bytes_moved.items() if _rank_of(a) != _rank_of(b))
 
     def __repr__(self) -> str:
         return (f"<RunStats: {len(self.order)} nodes, peak {self.peak_bytes} bytes, "
                 f"total {self.total_bytes} bytes>")
 
     def chrome_trace(self) -> dict:
-        """The run as a Trace Event Format object: one process per device."""
+        """The run as a Trace Event Format object: one process per device, or, for a run
+        across MPI ranks, one process per rank (pid = rank) and a row per device and
+        thread."""
+        if any("rank" in e for e in self.events):
+            return self._chrome_trace_ranks()
         pids = {d: k for k, d in enumerate(sorted({e["pid"] for e in self.events}))}
         meta = [{"name": "process_name", "ph": "M", "pid": k, "args": {"name": d}}
                 for d, k in pids.items()]
+        where = {id(e): (pids[e["pid"]], e["tid"]) for e in self.events}
+        return {"traceEvents": meta + self._slices(where), "displayTimeUnit": "ms"}
+
+    def _chrome_trace_ranks(self) -> dict:
+        rows = sorted({(e["rank"], e["pid"], e["tid"]) for e in self.events})
+        tids = {row: k for k, row in enumerate(rows)}
+        meta = [{"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}}
+                for r in sorted({e["rank"] for e in self.events})]
+        meta += [{"name": "thread_name", "ph": "M", "pid": r, "tid": tids[(r, d, t)],
+                  "args": {"name": f"{d} thread {t}"}} for r, d, t in rows]
+        where = {id(e): (e["rank"], tids[(e["rank"], e["pid"], e["tid"])]) for e in self.events}
+        return {"traceEvents": meta + self._slices(where), "displayTimeUnit": "ms"}
+
+    def _slices(self, where: dict[int, tuple[int, int]]) -> list[dict]:
+        """A complete event per node, and an arrow from each Send to its Recv."""
         events = [{"name": e["name"], "cat": e["cost"], "ph": "X", "ts": e["ts"],
-                   "dur": e["dur"], "pid": pids[e["pid"]], "tid": e["tid"],
+                   "dur": e["dur"], "pid": where[id(e)][0], "tid": where[id(e)][1],
                    "args": {"op": e["op"]}} for e in self.events]
-        flows = []  # an arrow from each Send to its Recv
-        for k, e in enumerate(x for x in self.events if "key" in x):
+        flows = []
+        for e in (x for x in self.events if "key" in x):
             phase = {"Send": "s", "Recv": "f"}[e["op"]]
             flows.append({"name": "transfer", "cat": "rendezvous", "ph": phase, "bp": "e",
                           "id": e["key"], "ts": e["ts"] + (e["dur"] if phase == "s" else 0),
-                          "pid": pids[e["pid"]], "tid": e["tid"]})
-        return {"traceEvents": meta + events + flows, "displayTimeUnit": "ms"}
+                          "pid": where[id(e)][0], "tid": where[id(e)][1]})
+        return events + flows
 
     def to_chrome_trace(self, path: str) -> str:
         """Write ``chrome_trace()`` as JSON to ``path``; returns the path."""
@@ -108,3 +143,8 @@ class RunStats:
         ax.set_ylabel("bytes")
         ax.legend()
         return ax
+
+
+def _rank_of(device: str) -> str:
+    """``"rank:1"`` for ``"rank:1/cpu"``; ``""`` (this process) for an unprefixed name."""
+    return device.split("/", 1)[0] if device.startswith("rank:") else ""

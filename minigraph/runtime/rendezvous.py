@@ -9,6 +9,10 @@ deadlock as soon as two devices wait on each other.
 
 ``abort(error)`` wakes everybody with the error: when one device's executor fails, the
 others stop instead of waiting forever for a tensor that will never come.
+
+Across MPI ranks the same table has a subclass, ``mpi_run.MPIRendezvous``, whose
+``send`` of a key bound for another rank posts an MPI message instead, and whose
+arrivals come from MPI; the executors do not see the difference.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ class Rendezvous:
         self.sent_bytes = 0  # what crossed devices in this run
 
     def send(self, key: str, value: Any) -> None:
+        self._put(key, value)
+
+    def _put(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` and hand it to whoever waits for it."""
         with self._lock:
             if key in self._values:
                 raise RuntimeError(f"rendezvous: {key!r} was sent twice in one run")

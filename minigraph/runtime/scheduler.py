@@ -39,6 +39,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
@@ -136,6 +138,7 @@ class Run:
         self.rendezvous = rendezvous
         self.received: dict[int, Any] = {}   # Recv node id -> the tensor that arrived
         self.arrivals: queue.SimpleQueue = queue.SimpleQueue()  # Recvs to finish (serial)
+        self.moved: dict[tuple[str, str], int] = {}  # (from, to) device -> bytes sent
         self.pool: ThreadPoolExecutor | None = None
 
     def execute(self, node: Node) -> list[Node] | None:
@@ -154,13 +157,22 @@ class Run:
             value = self.values[id(node.args[0])]
             dst = get_device(node.recv_device)
             if node.params["control"]:  # a control edge: an empty tensor says "it ran"
-                self.rendezvous.send(node.key, dst.xp.zeros((0,)))
+                empty = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
+                self.rendezvous.send(node.key, empty)
             else:
-                self.rendezvous.send(node.key, dst.copy_from(value, node.device))  # a real copy
+                copy = dst.copy_from(value, node.device)  # a real copy
+                link = (node.send_device, node.recv_device)
+                with self.lock:
+                    self.moved[link] = self.moved.get(link, 0) + int(getattr(copy, "nbytes", 0))
+                self.rendezvous.send(node.key, copy)
             self.values[id(node)] = value
         elif id(node) not in self.feeds:
-            self.values[id(node)] = compute(node, self.values, self.assigns, self.fetches,
-                                            buffer)
+            try:
+                self.values[id(node)] = compute(node, self.values, self.assigns,
+                                                self.fetches, buffer)
+            except Exception as exc:  # which node failed travels to other ranks (mpi_run)
+                exc.node, exc.op = node.name, node.op
+                raise
         end = time.perf_counter()
         if self.record is not None:
             self.record(node.name, end - start)

@@ -65,16 +65,23 @@ class Session:
         self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
+        self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
+        self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
         flat = [self._node(f) for f in _flatten(fetches)]
-        feeds = self._feeds(feed_dict or {})
-        plan = self._plan(flat, feeds)
-        if len({n.device.name for n in plan}) > 1:
-            values, assigns = self._run_partitioned(flat, feeds)
+        if self._spans_ranks():  # every rank runs its part; MPI carries the rest
+            from .mpi_run import run_across_ranks
+
+            values, assigns = run_across_ranks(self, flat, feed_dict or {})
         else:
-            values, assigns = self._run_on_one_device(plan, flat, feeds)
+            feeds = self._feeds(feed_dict or {})
+            plan = self._plan(flat, feeds)
+            if len({n.device.name for n in plan}) > 1:
+                values, assigns = self._run_partitioned(flat, feeds)
+            else:
+                values, assigns = self._run_on_one_device(plan, flat, feeds)
         for var, value in assigns:  # only now: a failed run changes no variable
             var.value = value
         results = iter([_to_numpy(n, values[id(n)]) for n in flat])
@@ -109,25 +116,41 @@ class Session:
     def _run_partitioned(self, fetches: list[Node], feeds: dict) -> tuple[dict, list]:
         """One executor per device, in its own thread, meeting at a rendezvous."""
         parts = self._partition(fetches, feeds)
-        rendezvous, start = Rendezvous(), time.perf_counter()
+        runs = self._partition_runs(parts, list(parts), fetches, feeds, Rendezvous(),
+                                    time.perf_counter())
+        threads = self._start_executors(runs)
+        for t in threads:
+            t.join()
+        self.last_run = RunStats.merge([run for _, run in runs])
+        return self._collect(parts, [run for _, run in runs])
+
+    def _partition_runs(self, parts: Partition, names: list[str], fetches: list[Node],
+                        feeds: dict, rendezvous: Rendezvous, start: float) -> list[tuple[str, Run]]:
+        """A run for each partition in ``names``, all meeting at ``rendezvous``."""
         runs = []
-        for graph in parts.values():
+        for name in names:
+            graph = parts[name]
             origin = {id(n): parts.origins.get(id(n)) for n in graph.nodes}
             own_feeds = {id(n): feeds[id(o)] for n in graph.nodes
                          if (o := origin[id(n)]) is not None and id(o) in feeds}
             own_fetches = [parts.copies[id(f)] for f in fetches
                            if parts.copies[id(f)].graph is graph]
             plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds))
-            runs.append(self._new_run(plan, own_feeds, own_fetches, start, rendezvous))
+            runs.append((name, self._new_run(plan, own_feeds, own_fetches, start, rendezvous)))
+        return runs
+
+    def _start_executors(self, runs: list[tuple[str, Run]]) -> list[threading.Thread]:
+        """One thread per device executor (each with its own pool when workers > 1)."""
         threads = [threading.Thread(target=_capture, args=(self._execute, run,
                                                            self._pool_for(name)),
-                                    name=f"minigraph-{name}")
-                   for name, run in zip(parts, runs)]
+                                    name=f"minigraph-{name}", daemon=True)
+                   for name, run in runs]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
-        self.last_run = RunStats.merge(runs)
+        return threads
+
+    def _collect(self, parts: Partition, runs: list[Run]) -> tuple[dict, list]:
+        """Raise the first executor's error, or gather the values and the assignments."""
         errors = [r.error for r in runs if r.error is not None]
         if errors:
             raise errors[0]
@@ -139,6 +162,20 @@ class Session:
                     values[id(original)] = run.values[id(n)]
         assigns = [(parts.origins[id(var)], v) for run in runs for var, v in run.assigns]
         return values, assigns
+
+    def _spans_ranks(self) -> bool:
+        """Whether the graph places nodes on ``rank:R/...`` devices that make a run a
+        collective of several processes (cached until the graph grows)."""
+        count = len(self.graph.nodes)
+        if self._ranks[0] != count:
+            self._ranks = (count, {n.device.rank for n in self.graph.nodes
+                                   if n.device.rank is not None})
+        ranks = self._ranks[1]
+        if not ranks:
+            return False
+        from .. import distributed
+
+        return distributed.world_for_names() > 1 or ranks != {0}
 
     def _partition(self, fetches: list[Node], feeds: dict) -> Partition:
         key = ("partition", len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
@@ -188,7 +225,11 @@ class Session:
         feeds = {}
         for key, value in feed_dict.items():
             node = self._node(key)
-            feeds[id(node)] = _check_feed(node, value)
+            try:
+                feeds[id(node)] = _check_feed(node, value)
+            except Exception as exc:  # the node and op travel to the other ranks
+                exc.node, exc.op = node.name, node.op
+                raise
         return feeds
 
     def _plan(self, fetches: list[Node], feeds: dict[int, Any]) -> list[Node]:
@@ -238,6 +279,8 @@ def _check_feed(node: Node, value: Any) -> Any:
         raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
                          f"cannot be fed to a node of shape {node.shape} "
                          f"(created at {describe_location(node.location)})")
+    if node.device.remote:  # another rank's placeholder: checked, but fed there
+        return array
     return node.device.asarray(array, dtype=node.dtype)
 
 
