@@ -30,7 +30,15 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     except KeyError:
         raise ValueError(f"grad: unknown mode {mode!r}; available here: "
                          f"{', '.join(MODES)}") from None
-    return make(f, argnums)
+    return transformation(make(f, argnums), f"value_and_grad(mode={mode!r})")
+
+
+def transformation(fn: Callable, name: str) -> Callable:
+    """Mark ``fn`` as made by a transformation (``fn.transformation`` names it): source
+    transformation lets such a function see the values of its program, since every
+    transformation runs on any kind of value (nesting, ``levels.py``)."""
+    fn.transformation = name  # type: ignore[attr-defined]
+    return fn
 
 
 def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
@@ -47,4 +55,4 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
         return vg(*args)[1]
 
     gradient.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
-    return gradient
+    return transformation(gradient, f"grad(mode={mode!r})")

@@ -23,6 +23,7 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..tensor import Tensor, tensor
 from . import tape
+from .backward import reverse_sweep
 
 # How each primitive prints, and how tightly it binds (higher binds tighter).
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "pow": ("**", 4)}
@@ -148,40 +149,31 @@ def forward_trace(f: Callable[..., Any], seed: dict[str, float], label: str,
 def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> list[str]:
     """The reverse-mode adjoint trace (g.*): ``gz = 1``, then each adjoint once complete.
 
-    The sweep walks the tape backwards; a variable's adjoint is complete once all of
-    its consumers have been visited, and is printed as the sum of their shares
-    (in evaluation order of the consumers, as the textbook writes (f.5)).
+    This is the one reverse sweep (``backward.reverse_sweep``) over the tape, run on
+    symbols: a variable's adjoint is complete once all of its consumers have been
+    visited, and is printed as the sum of their shares, in the consumers' evaluation
+    order, as the textbook writes (f.5).
     """
     xs, recorded, names = _trace(f, inputs)
     z = recorded[-1]
-    shares: dict[int, list[tuple[int, Sym]]] = {id(z): []}
-    adjoint = {id(z): Sym("g" + names[id(z)], tensor(1.0))}
     lines = [f"g{names[id(z)]} = 1"]
-    for t in reversed(recorded):
-        if id(t) != id(z):
-            adjoint[id(t)] = _complete(shares.pop(id(t)))
-            lines.append(f"g{names[id(t)]} = {adjoint[id(t)].expr} = {_number(adjoint[id(t)])}")
-        prim, params, seq, *args = t._entry
-        g = Sym("g" + names[id(t)], adjoint[id(t)].value)
-        out = Sym(names[id(t)], t.detach())
-        for i, a in enumerate(args):
-            if isinstance(a, Tensor) and prim.vjp[i] is not None:
-                share = prim.vjp[i](g, out, *_sym_args(args, names), **params)
-                shares.setdefault(id(a), []).append((seq, share))
+
+    def symbol(a: Any) -> Any:
+        return Sym(names[id(a)], a.detach()) if isinstance(a, Tensor) else a
+
+    def completed(t: Tensor, g: Sym) -> Sym:
+        if t is not z:
+            lines.append(f"g{names[id(t)]} = {g.expr} = {_number(g)}")
+        return Sym("g" + names[id(t)], g.value)
+
+    entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in recorded]
+    adjoint = reverse_sweep(entries, [(z, Sym("1", tensor(1.0)))],
+                            lambda a: isinstance(a, Tensor) and a.requires_grad, symbol,
+                            completed=completed)
     for n, x in reversed(list(xs.items())):
-        g = _complete(shares.get(id(x), []))
+        g = adjoint.get(id(x))
         lines.append(f"g{n} = {g.expr} = {_number(g)}" if g is not None else f"g{n} = 0")
     return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]
-
-
-def _complete(shares: list[tuple[int, Sym]]) -> Sym | None:
-    ordered = [s for _, s in sorted(shares, key=lambda p: p[0])]
-    if not ordered:
-        return None
-    total = ordered[0]
-    for s in ordered[1:]:
-        total = total + s
-    return total
 
 
 def explain(f: Callable[..., Any], **inputs: Any) -> str:

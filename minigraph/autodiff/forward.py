@@ -8,15 +8,18 @@ program computes (c.1)-(c.5), with ``dx = 0, dy = 1`` it computes (d.1)-(d.5). O
 gives one directional derivative; a full gradient over n inputs needs n passes, which
 is why forward mode costs O(n) and ``jacfwd`` is cheap only for few inputs.
 
-Levels keep nested uses apart (``jacfwd(jacfwd(f))``): every ``jvp`` call makes duals of
-a new, higher level, and an operation is handled by the highest level among its
-arguments; a dual of another level counts there as a constant with zero tangent.
+Levels keep nested uses apart (``jacfwd(jacfwd(f))``, ``jvp`` of ``grad``): every ``jvp``
+call makes duals of a new, higher level (``levels.py``), and an operation is handled by
+the highest level among its arguments; a dual of another level counts there as a
+constant with zero tangent. The primal and tangent may be any value (a tensor, a box of
+``grad``, a graph node ...): the JVP rules are minigraph code and run on whatever they are.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable
+
+import numpy as np
 
 from ..errors import GradientError
 from ..ops import shape as SH
@@ -24,8 +27,8 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
-
-_levels = itertools.count(1)
+from .argnums import Argnums, normalize_argnums, single
+from .levels import new_level
 
 
 class Dual(ArrayOps):
@@ -37,7 +40,7 @@ class Dual(ArrayOps):
         self.primal = primal
         self.tangent = tangent
         self.level = level
-        self._priority = 100 + level  # above tensors and graph nodes (primitive.bind)
+        self._priority = level  # above tensors, graph nodes, source variables (levels.py)
 
     shape = property(lambda self: shape_of(self.primal))
     dtype = property(lambda self: self.primal.dtype)
@@ -84,7 +87,7 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    level = next(_levels)
+    level = new_level()
     duals = []
     for p, t in zip(primals, tangents):
         p = _as_tensor(p)
@@ -102,11 +105,13 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     return out, zeros(shape_of(out), out.dtype, out.device)
 
 
-def basis(x: Any, k: int) -> Tensor:
-    """The k-th unit vector of x's shape: zeros with a one at flat position k."""
-    e = zeros(x.size, x.dtype, x.device)
-    e.data[k] = 1
-    return Tensor(x.device.xp.reshape(e.data, shape_of(x)), x.device)
+def basis_vectors(x: Any) -> list[Tensor]:
+    """The unit vectors of x's shape, dtype and device: zeros with a one at flat position
+    k, for k = 0, 1, ... (constants, whatever kind of value x is)."""
+    shape = shape_of(x)
+    n = int(np.prod(shape, dtype=np.int64))
+    eye = np.eye(n).reshape((n, *shape))
+    return [tensor(eye[k], dtype=x.dtype, device=x.device) for k in range(n)]
 
 
 def assemble_jacobian(pieces: list, out_shape: tuple, rows_are: str,
@@ -125,11 +130,11 @@ def assemble_jacobian(pieces: list, out_shape: tuple, rows_are: str,
     return SH.reshape(m, out_shape + in_shape)
 
 
-def jacfwd(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
-    """The Jacobian by forward mode: one pass per *input* element (cost O(n))."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def jacfwd(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
+    """The Jacobian by forward mode: one pass per *input* element (n passes of f)."""
 
     def jac(*args: Any) -> Any:
+        nums = normalize_argnums(argnums, len(args), "jacfwd")
         args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
         jacs = []
         for i in nums:
@@ -140,39 +145,42 @@ def jacfwd(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Calla
 
             columns = []
             out_shape: tuple = ()
-            for k in range(x.size):
-                out, t = jvp(along, (x,), (basis(x, k),))
+            for e in basis_vectors(x):
+                out, t = jvp(along, (x,), (e,))
                 out_shape = shape_of(out)
                 columns.append(t)
             if not columns:  # an empty input: run once for the output's shape
                 out_shape = shape_of(along(x))
             jacs.append(assemble_jacobian(columns, out_shape, "inputs", shape_of(x)))
-        return jacs[0] if isinstance(argnums, int) else tuple(jacs)
+        return jacs[0] if single(argnums) else tuple(jacs)
 
     return jac
 
 
-def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Forward mode behind ``mg.value_and_grad(f, mode="forward")``: n passes for n inputs."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def wrapped(*args: Any) -> tuple:
+        nums = normalize_argnums(argnums, len(args), "grad")
         args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
         value = None
         grads = []
         for i in nums:
             x = args[i]
+            if x.dtype not in FLOAT_DTYPES:
+                raise GradientError(f"grad: cannot differentiate with respect to argument {i} "
+                                    f"of dtype {x.dtype}; pass floats (e.g. 2.0 rather than 2)")
             parts = []
-            for k in range(x.size):
-                value, t = jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (basis(x, k),))
-                if value.size != 1:
+            for e in basis_vectors(x):
+                value, t = jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,))
+                if shape_of(value) not in ((), (1,)):
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
-                                        f"{value.shape}; use mg.jacfwd for a vector output")
+                                        f"{shape_of(value)}; use mg.jacfwd for a vector output")
                 parts.append(SH.reshape(t, (1,)))
             grads.append(SH.reshape(SH.concatenate(parts), shape_of(x)) if parts else
                          zeros(shape_of(x), x.dtype, x.device))
         if value is None:
             value = f(*args)
-        return value, grads[0] if isinstance(argnums, int) else tuple(grads)
+        return value, grads[0] if single(argnums) else tuple(grads)
 
     return wrapped

@@ -38,7 +38,12 @@ from typing import Any, Callable, Iterable
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.primitive import Primitive, register_eager
+from ..ops.operators import ArrayOps
+from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
+from ..ops.shape_rules import shape_of
+from .argnums import Argnums, normalize_argnums, single
+from .backward import reverse_sweep
+from .levels import new_level
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -376,29 +381,23 @@ def _sequence_number(t: Tensor) -> int:
 
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset(),
           create_graph: bool = False) -> list[tuple[Tensor, Tensor]]:
-    """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``."""
+    """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``.
+
+    The tape's entries, oldest first, go to the one reverse sweep
+    (``backward.reverse_sweep``); the rules run on the tensors themselves, and record
+    their own work when ``create_graph`` is on.
+    """
     recorded, leaves = _entries(outputs, stop)
     if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
         _check_writes(recorded)
-    adjoint: dict[int, Any] = {}
-    for out, seed in zip(outputs, seeds):
-        adjoint[id(out)] = seed if id(out) not in adjoint else adjoint[id(out)] + seed
+    entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in reversed(recorded)]
     with _SetGradMode(create_graph):
-        for t in recorded:
-            g = adjoint.pop(id(t), None)  # freed once used: the adjoint is no longer needed
-            if g is None:
-                continue
-            prim, params, _, *args = t._entry
-            for i, a in enumerate(args):
-                if type(a) is not Tensor or not a.requires_grad or prim.vjp[i] is None:
-                    continue
-                if params:
-                    share = prim.vjp[i](g, t, *args, **params)
-                else:  # (no empty **params: the call is the sweep's most frequent step)
-                    share = prim.vjp[i](g, t, *args)
-                k = id(a)
-                adjoint[k] = adjoint[k] + share if k in adjoint else share
+        adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
     return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
+
+
+def _tracked(a: Any) -> bool:
+    return type(a) is Tensor and a.requires_grad
 
 
 def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
@@ -430,113 +429,183 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False) -> None:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
-# -- the functional interface: vjp, grad, jacrev ----------------------------------------------
+# -- reverse mode as a transformation: vjp, grad, jacrev -------------------------------------
+#
+# ``mg.vjp(f, x, y)`` records f at a level of its own (``levels.py``): each argument is put
+# in a :class:`Box`, and every operation that reaches a box is run on the values inside
+# (``bind`` one level down) and written on this call's own tape as an entry of
+# ``backward.reverse_sweep``. Whatever the values inside are (tensors, dual numbers of a
+# ``jvp`` around this call, boxes of an outer ``grad``, graph nodes, source variables,
+# batched values of ``vmap``), the operations on them are their own interpreter's
+# business, and so are the VJP rules the sweep runs on them: that is why ``grad`` of
+# ``grad``, ``jvp`` of ``grad`` and ``grad`` inside a graph all come out right. It is the
+# design of HIPS autograd's boxes and of JAX's tracers, and PyTorch's ``create_graph``
+# without a flag: an outer transformation sees the inner sweep's operations because they
+# are operations on its values.
 
-def track(x: Any, who: str) -> tuple[Tensor, bool]:
-    """``x`` as a tensor to differentiate with respect to, and whether we are nested.
 
-    The function sees its argument through ``identity``: a new name, recorded. A tensor
-    that is already being recorded (we are inside another ``grad``) gets one so that the
-    inner derivative is taken with respect to that new variable only, while the outer
-    sweep still sees the path through it; without it, nested derivatives of the same
-    tensor would be confused with each other. Any other argument becomes a fresh leaf,
-    and gets one so that ``f`` may write ``x += 1`` as in every other mode: an update of
-    a recorded value is recorded, of a leaf refused (see :func:`update_in_place`).
-    """
-    nested = isinstance(x, Tensor) and x.requires_grad and _mode.enabled
-    if nested:
-        t = x
-    else:
-        t = x.detach() if isinstance(x, Tensor) else tensor(x)
-        if t.dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"{who}: cannot differentiate with respect to an argument of "
-                             f"dtype {t.dtype}; pass floats (e.g. 2.0 rather than 2)")
-        t.requires_grad = True
-    with enable_grad():
-        return C.identity(t), nested
+class _Recording:
+    """The tape of one ``vjp`` call: its level and its entries in evaluation order."""
+
+    __slots__ = ("level", "entries")
+
+    def __init__(self) -> None:
+        self.level = new_level()
+        self.entries: list[tuple] = []
+
+
+class Box(ArrayOps):
+    """A value being differentiated by one ``vjp`` call (the call's ``_Recording``)."""
+
+    __slots__ = ("value", "tape", "_priority")
+
+    def __init__(self, value: Any, tape: _Recording):
+        self.value = value
+        self.tape = tape
+        self._priority = tape.level
+
+    shape = property(lambda self: shape_of(self.value))
+    dtype = property(lambda self: self.value.dtype)
+    device = property(lambda self: self.value.device)
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
+        rec = self.tape
+        values = [a.value if type(a) is Box and a.tape is rec else a for a in args]
+        out = bind(prim, *values, **params)
+        if not (prim.differentiable and _mode.enabled):
+            return out  # a constant at this level (mg.no_grad() inside f, comparisons ...)
+        box = Box(out, rec)
+        rec.entries.append((prim, params, box, args))
+        return box
+
+    # Python asking for the value: the value inside answers, as a tensor does in
+    # define-by-run (``if x > 0:``), or refuses where it has none (a graph node).
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def item(self) -> Any:
+        return self.value.item()
+
+    def detach(self) -> Any:
+        return C.stop_gradient(self)
+
+    def numpy(self) -> Any:
+        raise GradientError(
+            "numpy(): this value is being differentiated (inside mg.grad/mg.vjp), and a "
+            "NumPy array would silently drop its derivative. Use minigraph functions on "
+            "it, or x.detach().numpy() if a constant is really meant")
+
+    def __repr__(self) -> str:
+        return f"Box(level={self.tape.level}, {self.value!r})"
+
+
+register_kind(Box)
+
+
+def _differentiable(x: Any, who: str) -> Any:
+    """``x`` as a value to differentiate: tensors and values of other transformations
+    as they are, numbers and arrays as tensors; only floating dtypes."""
+    if not (isinstance(x, Tensor) or type(x) in KINDS):
+        x = tensor(x)
+    dtype = x.dtype
+    if dtype not in FLOAT_DTYPES:
+        raise DTypeError(f"{who}: cannot differentiate with respect to an argument of "
+                         f"dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
+    return x
+
+
+def _cotangent(out: Any, g: Any, who: str) -> Any:
+    """The adjoint the sweep starts from: 1 for a scalar output, else the caller's ``g``."""
+    shape = shape_of(out)
+    if g is None:
+        if _size(shape) != 1:
+            raise GradientError(
+                f"{who}: the output has shape {shape}; a gradient is defined for a scalar "
+                f"output only. Reduce it first (e.g. out.sum()) or pass the output's "
+                f"gradient explicitly")
+        return C.ones_like(out)
+    if not (isinstance(g, Tensor) or type(g) in KINDS):
+        g = tensor(g, dtype=out.dtype, device=out.device)
+    if shape_of(g) != shape:
+        raise ShapeError(f"{who}: the gradient has shape {shape_of(g)}, the output {shape}")
+    if isinstance(g, Tensor) and isinstance(out, Tensor) and g.device is not out.device:
+        raise DeviceError(f"{who}: the gradient lives on {g.device.name}, the output on "
+                          f"{out.device.name}")
+    return g
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
     """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y)."""
     if not primals:
         raise TypeError("vjp: give at least one primal to differentiate with respect to")
-    from .forward import Dual
-
-    if any(type(p) is Dual for p in primals):
-        return _vjp_of_duals(f, primals)
-    inputs, nested = zip(*(track(p, "vjp") for p in primals))
-    with enable_grad():
-        out = _result(f(*inputs), "vjp")
-    create_graph = any(nested)
-    stop = {id(x) for x in inputs}
-
-    def vjp_fn(g: Any = None) -> tuple:
-        seed = _seed(out, g, "vjp_fn(g)")
-        adj = {id(x): a for x, a in sweep([out], [seed], stop, create_graph and _mode.enabled)}
-        return tuple(adj[id(x)] if id(x) in adj else _zeros_like(x) for x in inputs)
-
-    return (out if create_graph else out.detach()), vjp_fn
-
-
-def _result(out: Any, who: str) -> Tensor:
-    if isinstance(out, Tensor):
-        return out
+    rec = _Recording()
+    boxes = [Box(_differentiable(p, "vjp"), rec) for p in primals]
+    with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's rule)
+        out = f(*boxes)
     if isinstance(out, (int, float)):  # f ignored its inputs: a constant
-        return tensor(float(out))
-    raise TypeError(f"{who}: f must return a Tensor, got {type(out).__name__}")
+        out = tensor(float(out))
+    if type(out) is Box and out.tape is rec:
+        out_box, value = out, out.value
+    elif isinstance(out, Tensor) or type(out) in KINDS:
+        out_box, value = None, out  # computed without the inputs: every gradient is zero
+    else:
+        raise TypeError(f"vjp: f must return a tensor, got {type(out).__name__}")
 
+    def is_ours(a: Any) -> bool:
+        return type(a) is Box and a.tape is rec
 
-def _vjp_of_duals(f: Callable[..., Any], primals: tuple) -> tuple[Any, Callable[..., tuple]]:
-    """Reverse mode over forward mode inputs (``mg.grad`` inside ``mg.jvp``).
-
-    With inputs ``p + t eps`` the function returns ``out_p + out_t eps``. The derivative
-    along ``t`` of the VJP ``g . d out_p / dp`` is ``d (g . out_t) / dp`` (the Hessian
-    is symmetric), so a second sweep, from ``out_t``, gives the tangent of the gradient.
-    """
-    from .forward import Dual
-
-    level = max(p.level for p in primals if type(p) is Dual)
-    pairs = [(p.primal, p.tangent) if type(p) is Dual and p.level == level else (p, None)
-             for p in primals]
-    if any(type(pp) is Dual for pp, _ in pairs):
-        raise NotImplementedError("vjp: reverse mode over two nested levels of forward mode "
-                                  "is not supported; nest grad inside jvp only once")
-    tracked, nested = zip(*(track(pp, "vjp") for pp, _ in pairs))
-    create_graph = any(nested)
-    inputs = [x if t is None else Dual(x, t, level) for x, (_, t) in zip(tracked, pairs)]
-    with enable_grad():
-        out = f(*inputs)
-    out_p, out_t = (out.primal, out.tangent) if type(out) is Dual else (_result(out, "vjp"), None)
-    stop = {id(x) for x in tracked}
+    def unbox(a: Any) -> Any:
+        return a.value if type(a) is Box and a.tape is rec else a
 
     def vjp_fn(g: Any = None) -> tuple:
-        seed = _seed(out_p, g, "vjp_fn(g)")
-        record = create_graph and _mode.enabled
-        gp = {id(x): a for x, a in sweep([out_p], [seed], stop, record)}
-        gt = ({id(x): a for x, a in sweep([out_t], [seed], stop, record)}
-              if out_t is not None else {})
-        return tuple(Dual(gp[id(x)] if id(x) in gp else _zeros_like(x),
-                          gt[id(x)] if id(x) in gt else _zeros_like(x), level)
-                     for x in tracked)
+        seed = _cotangent(value, g, "vjp_fn(g)")
+        if out_box is None:
+            return tuple(C.zeros_like(b.value) for b in boxes)
+        adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
+        return tuple(_as_gradient(adjoint.get(id(b)), b.value) for b in boxes)
 
-    return out, vjp_fn
+    return value, vjp_fn
 
 
-def _zeros_like(x: Tensor) -> Tensor:
-    return zeros(x.shape, x.dtype, x.device)
+def _as_gradient(g: Any, x: Any) -> Any:
+    """An input's adjoint as its gradient: zeros where no path led, x's dtype (a float32
+    parameter used in float64 arithmetic still gets a float32 gradient)."""
+    if g is None:
+        return C.zeros_like(x)
+    if isinstance(g, (int, float)):  # a rule's share can be a Python number (x * 2.0)
+        return C.ones_like(x) * g
+    if g.dtype != x.dtype:
+        g = C.astype(g, x.dtype)
+    return g
 
 
-def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Tape mode behind ``mg.value_and_grad(f, mode="tape")``."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def wrapped(*args: Any) -> tuple:
+        nums = normalize_argnums(argnums, len(args), "grad")
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
-        if out.size != 1:
-            raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
-                                f"use mg.jacrev for a vector output")
+        if _size(shape_of(out)) != 1:
+            raise GradientError(f"grad: f must return a scalar, it returned shape "
+                                f"{shape_of(out)}; use mg.jacrev for a vector output")
         grads = vjp_fn()
-        return out, grads[0] if isinstance(argnums, int) else grads
+        return out, grads[0] if single(argnums) else grads
 
     return wrapped
 
@@ -548,22 +617,17 @@ def _put(args: tuple, nums: tuple[int, ...], values: tuple) -> list:
     return args
 
 
-def jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
-    """The Jacobian by reverse mode: one sweep per *output* element (cost O(m))."""
-    from .forward import assemble_jacobian, basis
-
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def jacrev(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
+    """The Jacobian by reverse mode: one sweep per *output* element (cost O(m) sweeps)."""
+    from .forward import assemble_jacobian, basis_vectors
 
     def jac(*args: Any) -> Any:
+        nums = normalize_argnums(argnums, len(args), "jacrev")
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
-        rows = [vjp_fn(basis(out, k)) for k in range(out.size)]
-        jacs = tuple(assemble_jacobian([r[j] for r in rows], out.shape, rows_are="outputs",
-                                       in_shape=_shape(args[i]))
+        rows = [vjp_fn(e) for e in basis_vectors(out)]
+        jacs = tuple(assemble_jacobian([r[j] for r in rows], shape_of(out), rows_are="outputs",
+                                       in_shape=shape_of(args[i]))
                      for j, i in enumerate(nums))
-        return jacs[0] if isinstance(argnums, int) else jacs
+        return jacs[0] if single(argnums) else jacs
 
     return jac
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(getattr(x, "shape", ()))

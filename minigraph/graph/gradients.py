@@ -9,12 +9,15 @@ them when the graph runs, following TensorFlow's ``gradients`` algorithm:
 3. Start from the ``ys``, each with its seed (``grad_ys``, or ones: a non-scalar ``y``
    is seeded with ones, TensorFlow's convention).
 4. Take a node whose consumers have all been expanded (pending count 0, kept in a
-   queue), add up the adjoint contributions it received (one ``AddN`` node when there
-   are several), and run its primitive's VJP rules *on graph nodes*: the rules build
-   the gradient nodes. Each contribution lowers the pending count of its target.
+   queue); expanding it lowers the pending count of each of its inputs. This gives the
+   order of the sweep: every node comes after all of its consumers.
+5. Run the one reverse sweep (``autodiff/backward.py``, the loop the tape runs too) in
+   that order: each node's contributions are added up (one ``AddN`` node when there
+   are several), and its primitive's VJP rules run *on graph nodes*: the rules build
+   the gradient nodes.
 
-So the same VJP rules that run on tensors in the tape build the reverse graph here:
-there is no second set of derivative rules. The gradient nodes sit under the name
+So the same VJP rules, and the same loop, that run on tensors in the tape build the
+reverse graph here: there is no second set of derivative rules. The gradient nodes sit under the name
 scope ``gradients/`` and on the device of the forward node they differentiate.
 Because the result is an ordinary graph, running the pass again on it gives gradients
 of gradients.
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from ..autodiff.backward import reverse_sweep
 from ..errors import GradientError
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS
@@ -74,51 +78,49 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
     grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
     graph = _check(ys, xs, grad_ys)
     relevant = _between(ys, xs)
+    order = _sweep_order(graph, ys, relevant)
+    wanted = {id(x) for x in xs}
+    found: dict[int, Any] = {}  # an x that is also an intermediate node: its adjoint
+
+    def keep(node: Node, g: Any) -> Any:
+        if id(node) in wanted:
+            found[id(node)] = g
+        return g
+
+    def takes_adjoint(a: Any) -> bool:
+        return isinstance(a, Node) and id(a) in relevant and a.dtype in FLOATS
+
+    with graph.name_scope(_scope_name(graph)):
+        seeds = []
+        for y, g in zip(ys, grad_ys):
+            if id(y) in relevant:
+                with y.device:
+                    seeds.append((y, _seed(y, g)))
+        entries = [(n.prim, n.params, n, n.args) for n in reversed(order)
+                   if n.prim is not None and n.prim.differentiable]
+        found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
+                                   completed=keep, scope=lambda n: n.device))
+    return [found.get(id(x)) for x in xs]
+
+
+def _sweep_order(graph: Graph, ys: list[Node], relevant: set[int]) -> list[Node]:
+    """The relevant nodes, each after all of its consumers: pending counts (steps 2-4)."""
     pending: dict[int, int] = {}
     for n in graph.nodes:
         if id(n) in relevant:
             for i in n.inputs:
                 pending[id(i)] = pending.get(id(i), 0) + 1
-    contributions: dict[int, list[Any]] = {}
-    with graph.name_scope(_scope_name(graph)):
-        for y, g in zip(ys, grad_ys):
-            if id(y) in relevant:
-                with y.device:
-                    contributions.setdefault(id(y), []).append(_seed(y, g))
-        ready = deque(y for y in _unique(ys) if id(y) in relevant and pending.get(id(y), 0) == 0)
-        while ready:
-            _expand(ready.popleft(), contributions, relevant, pending, ready)
-        results = []
-        for x in xs:
-            parts = contributions.get(id(x))
-            if not parts:
-                results.append(None)
-                continue
-            with x.device:
-                results.append(add_n(parts))
-    return results
-
-
-def _expand(node: Node, contributions: dict, relevant: set, pending: dict,
-            ready: deque) -> None:
-    """Sum the adjoint of ``node`` and hand its shares to its inputs (VJP rules)."""
-    parts = contributions.get(id(node), [])
-    rules = node.prim.vjp if node.prim is not None and node.prim.differentiable else None
-    with node.device:
-        g = None
-        if parts and rules is not None:
-            g = add_n(parts)
-            contributions[id(node)] = [g]  # summed once, even if node is also an x
-        for i, a in enumerate(node.args):
-            if not isinstance(a, Node) or id(a) not in relevant:
-                continue
-            rule = rules[i] if rules is not None else None
-            if g is not None and rule is not None and a.dtype in FLOATS:
-                share = rule(g, node, *node.args, **node.params)
-                contributions.setdefault(id(a), []).append(share)
-            pending[id(a)] -= 1
-            if pending[id(a)] == 0:
-                ready.append(a)
+    ready = deque(y for y in _unique(ys) if id(y) in relevant and pending.get(id(y), 0) == 0)
+    order = []
+    while ready:
+        node = ready.popleft()
+        order.append(node)
+        for a in node.inputs:
+            if id(a) in relevant:
+                pending[id(a)] -= 1
+                if pending[id(a)] == 0:
+                    ready.append(a)
+    return order
 
 
 def _scope_name(graph: Graph) -> str:

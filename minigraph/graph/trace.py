@@ -19,6 +19,13 @@ What tracing sees and what it cannot see:
 Arguments that are tensors, NumPy arrays or Python floats become placeholders; other
 arguments (ints, strings, None, tuples) are baked into the graph and are part of the
 signature, so ``f(x, n=3)`` and ``f(x, n=4)`` record two graphs.
+
+Called on values of another transformation (a tensor the tape records, a box of
+``mg.grad``, a dual number of ``mg.jvp``, a node of an outer graph, a source variable,
+a batched value of ``mg.vmap``), a traced function does not run its compiled code, which
+only knows arrays: it *replays* its graph node by node through ``bind``
+(:func:`replay`), so the outer transformation sees every primitive, exactly as JAX
+differentiates through ``jit`` by interpreting its jaxpr.
 """
 
 from __future__ import annotations
@@ -27,31 +34,37 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..autodiff import tape
+from ..autodiff.argnums import Argnums, normalize_argnums, single
+from ..device import get_device
 from ..errors import GradientError
-from ..tensor import Tensor, tensor, zeros
+from ..ops.primitive import KINDS, bind
+from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph
+from .topo import fifo_order, needed
 from .gradients import gradients
 from .graph import Graph, GraphError, Node, placeholder
 from .passes import optimize
 
 
 def _is_array_like(a: Any) -> bool:
-    return isinstance(a, (Tensor, np.ndarray, float))
+    return isinstance(a, (Tensor, np.ndarray, float)) or type(a) in KINDS
 
 
 def signature(args: tuple) -> tuple:
     """What a recorded graph is specialised for: (shape, dtype, device) per array-like
-    argument, the value itself for any other argument."""
+    argument, the value itself for any other argument. A float or a NumPy array becomes a
+    tensor on the default device, so the default device is part of its signature."""
     sig = []
     for a in args:
-        if isinstance(a, Tensor):
-            sig.append(("tensor", a.shape, a.dtype, a.device.name))
+        if isinstance(a, Tensor) or type(a) in KINDS:
+            sig.append(("tensor", tuple(a.shape), str(a.dtype), a.device.name))
         elif isinstance(a, np.ndarray):
-            sig.append(("tensor", a.shape, a.dtype.name, "cpu"))
+            sig.append(("tensor", a.shape, a.dtype.name, get_device(None).name))
         elif isinstance(a, float):
-            sig.append(("tensor", (), "float64", "cpu"))
+            sig.append(("tensor", (), "float64", get_device(None).name))
         else:
-            sig.append(("static", a))
+            sig.append(("static", type(a), a))
     return tuple(sig)
 
 
@@ -61,6 +74,41 @@ def _array_args(args: tuple, key: tuple) -> list:
     return [a for a, (kind, *_) in zip(args, key) if kind == "tensor"]
 
 
+def _interpreted(args: list) -> bool:
+    """Whether a value needs its own interpreter: one of another transformation, or a
+    tensor the tape records (a gradient of this function's result is wanted)."""
+    for a in args:
+        if type(a) in KINDS:
+            return True
+        if isinstance(a, Tensor) and a.requires_grad and tape.is_grad_enabled():
+            return True
+    return False
+
+
+def replay(fn: CompiledFunction, args: list) -> tuple:
+    """Run a compiled graph node by node through ``bind``, on values of any kind."""
+    env: dict[int, Any] = {id(n): a for n, a in zip(fn.inputs, args)}
+    graph = (fn.outputs or fn.inputs)[0].graph
+    for node in fifo_order(graph.nodes, needed(fn.outputs, set(env)), set(env)):
+        if id(node) in env:
+            continue
+        if node.op in ("Const", "Variable"):  # a constant of the outer computation
+            env[id(node)] = Tensor(node.value, node.device)
+        elif node.prim is not None:
+            values = [env[id(a)] if isinstance(a, Node) else a for a in node.args]
+            with node.device:
+                env[id(node)] = bind(node.prim, *values, **node.params)
+        else:
+            raise GraphError(f"{node.op} node '{node.name}' cannot run on the values of "
+                             f"another transformation (only primitives and constants can)")
+    return tuple(env[id(n)] for n in fn.outputs)
+
+
+def _call(fn: CompiledFunction, args: list) -> tuple:
+    """The compiled code on arrays, or the replay where a value needs its interpreter."""
+    return replay(fn, args) if _interpreted(args) else fn(*args)
+
+
 def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs."""
     graph = Graph(name)
@@ -68,9 +116,9 @@ def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[N
     with graph:
         for k, a in enumerate(args):
             if _is_array_like(a):
-                t = a if isinstance(a, Tensor) else tensor(a)
+                t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
                 with t.device:
-                    node = placeholder(t.shape, t.dtype, name=f"arg{k}")
+                    node = placeholder(tuple(t.shape), str(t.dtype), name=f"arg{k}")
                 inputs.append(node)
                 call_args.append(node)
             else:
@@ -105,9 +153,9 @@ class Traced:
             self.recordings += 1
             outputs, single = _outputs(out, self.name)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name), single, graph)
-        fn, single, _ = self.cache[key]
-        results = fn(*_array_args(args, key))
-        return results[0] if single else results
+        fn, one, _ = self.cache[key]
+        results = _call(fn, _array_args(args, key))
+        return results[0] if one else results
 
     def graph(self, *args: Any) -> Graph:
         """The graph recorded for these arguments' signature."""
@@ -125,15 +173,14 @@ def trace(f: Callable[..., Any]) -> Traced:
     return Traced(f)
 
 
-def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable:
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Graph mode behind ``mg.value_and_grad(f, mode="graph")``: trace f, add the
     reverse-graph pass, compile value and gradients into one function, cache it per
     signature."""
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     cache: dict[tuple, CompiledFunction] = {}
     name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
 
-    def build(args: tuple) -> CompiledFunction:
+    def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
         graph, inputs, out = record(f, args, f"grad_{name}")
         positions = _input_positions(args)
         if not isinstance(out, Node):
@@ -148,16 +195,20 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) 
         return _compile(graph, inputs, [out] + grads, f"grad_{name}")
 
     def wrapped(*args: Any) -> tuple:
-        key = signature(args)
+        nums = normalize_argnums(argnums, len(args), "grad")
+        key = (nums, signature(args))
         compiled = cache.get(key)
         if compiled is None:  # (a signature in the cache has passed these checks)
             for i in nums:
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
                                     f"to be differentiated, got {type(args[i]).__name__}")
-            compiled = cache[key] = build(args)
-        value, *grads = compiled(*_array_args(args, key))
-        return value, grads[0] if isinstance(argnums, int) else tuple(grads)
+                if key[1][i][2] not in FLOAT_DTYPES:
+                    raise GradientError(f"grad: cannot differentiate with respect to argument "
+                                        f"{i} of dtype {key[1][i][2]}; pass floats")
+            compiled = cache[key] = build(args, nums)
+        value, *grads = _call(compiled, _array_args(args, key[1]))
+        return value, grads[0] if single(argnums) else tuple(grads)
 
     wrapped.cache = cache  # type: ignore[attr-defined]
     return wrapped

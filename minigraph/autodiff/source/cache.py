@@ -18,9 +18,9 @@ import numpy as np
 
 from ...device import get_device
 from ...errors import MinigraphError
+from ...ops.primitive import KINDS
 from ...tensor import Tensor, tensor
 from .. import tape
-from ..forward import Dual
 from .compiled import Program, _transform
 from .reading import _read
 
@@ -38,16 +38,19 @@ def _signature(args: tuple, nums: tuple) -> tuple:
     """What a program is specialised to: (device, shape, dtype) of run-time arguments,
     the value of the others. Devices are compared as objects, first: a device registered
     again under the same name (another array library) gets its own program, and dtypes
-    of two array libraries are never compared."""
+    of two array libraries are never compared. A float is data, not a constant of the
+    program: ``f(x, 2.0)`` and ``f(x, 3.0)`` share one program (its signature is the
+    default device it lands on); ints, bools and other Python values are its constants
+    (``range(n)``), unless they are differentiated."""
     key = []
     for k, a in enumerate(args):
         t = type(a)
         if t is Tensor:  # (the hot path: the array's own dtype object, no name lookup)
             key.append((a.device, a.data.shape, a.data.dtype))
-        elif t in (float, int, bool) and k in nums:  # becomes a tensor, default device
+        elif t is float or (t in (int, bool) and k in nums):  # a tensor, default device
             key.append((t, get_device(None)))
-        elif t is Dual:
-            key.append(("dual", a.primal.shape, a.primal.dtype, a.primal.device))
+        elif t in KINDS:  # a value of another transformation: its shape, dtype, device
+            key.append(("value", a.device, tuple(a.shape), str(a.dtype)))
         elif isinstance(a, np.ndarray):
             key.append(("ndarray", a.shape, a.dtype.name, get_device(None)))
         else:
@@ -166,7 +169,7 @@ def _arrays(args: tuple, nums: tuple) -> list | None:
             if a.requires_grad and recording:
                 return None
             arrays.append(a.data)
-        elif t is Dual:
+        elif t in KINDS:
             return None
         else:
             arrays.append(_array(a, k in nums))
@@ -175,7 +178,7 @@ def _arrays(args: tuple, nums: tuple) -> list | None:
 
 def _array(a: Any, differentiated: bool) -> Any:
     """An argument as the kernels take it (other Python values are the program's own)."""
-    if differentiated and type(a) is float:
+    if type(a) is float:
         return get_device(None).asarray(a)
     if isinstance(a, np.ndarray) or (differentiated and type(a) in (int, bool)):
         return tensor(a).data
@@ -185,7 +188,8 @@ def _array(a: Any, differentiated: bool) -> Any:
 def _value(a: Any, differentiated: bool) -> Any:
     """An argument as the mg. program takes it: arrays and numbers to differentiate
     become tensors; other Python values are the program's own (built in)."""
-    if isinstance(a, np.ndarray) or (differentiated and type(a) in (float, int, bool)):
+    if isinstance(a, np.ndarray) or type(a) is float or \
+            (differentiated and type(a) in (int, bool)):
         return tensor(a)
     return a
 

@@ -21,7 +21,6 @@ from ...errors import DTypeError, GradientError
 from ...graph.compile import define
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
-from ..forward import Dual
 from .adjoint import _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk
@@ -102,18 +101,12 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
 
 def _as_runtime(a: Any, differentiated: bool) -> tuple | None:
     """(shape, dtype, device) of an argument passed at run time, None for a static one."""
-    if isinstance(a, Tensor):
-        return a.shape, a.dtype, a.device
-    if type(a) is Dual:
-        return _as_runtime(a.primal, True)
-    if isinstance(a, np.ndarray):
+    if isinstance(a, Tensor) or type(a) in KINDS:  # a tensor, or another transformation's
+        return tuple(a.shape), str(a.dtype), a.device
+    if isinstance(a, np.ndarray) or type(a) is float or \
+            (differentiated and type(a) in (int, bool)):
         t = tensor(a)
         return t.shape, t.dtype, t.device
-    if differentiated and type(a) in (float, int, bool):
-        t = tensor(a)
-        return t.shape, t.dtype, t.device
-    if type(a) in KINDS:
-        raise TypeError(f"source_grad: cannot take a {type(a).__name__} argument")
     return None
 
 

@@ -235,6 +235,8 @@ class _Expressions:
                 f"calling {name} on a value of the program",
                 "only minigraph functions (mg.sin, mg.sum, ...), tensor methods and plain "
                 "Python functions defined with def can take values being differentiated")
+        if getattr(fn, "transformation", None) is not None:
+            return  # mg.grad(g), mg.jvp ...: they run on source variables, writing lines
         if module.startswith(("minigraph.autodiff", "minigraph.graph", "minigraph.runtime")) \
                 or getattr(fn, "__name__", "") in _FORBIDDEN:
             raise self.w.refuse(

@@ -1,0 +1,42 @@
+"""``argnums``: which arguments a transformation differentiates, one rule for every mode.
+
+``argnums=0`` and ``argnums=(0,)`` name the same argument; the first gives one gradient,
+the second a tuple of one (JAX's convention). A negative number counts from the end, as
+an index does. Out of range, repeated, or not an integer: an error that names the
+transformation, the argnums and how many arguments there are.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Union
+
+Argnums = Union[int, "tuple[int, ...]"]
+
+
+def normalize_argnums(argnums: Argnums, nargs: int, who: str) -> tuple[int, ...]:
+    """``argnums`` as a tuple of indices in ``range(nargs)``."""
+    single = not isinstance(argnums, (tuple, list))
+    given = (argnums,) if single else tuple(argnums)
+    if not given:
+        raise ValueError(f"{who}: argnums is empty; name at least one argument to "
+                         f"differentiate with respect to")
+    nums = []
+    for n in given:
+        try:
+            k = operator.index(n)
+        except TypeError:
+            raise TypeError(f"{who}: argnums must be integers, got {n!r}") from None
+        if not -nargs <= k < nargs:
+            raise IndexError(f"{who}: argnums={argnums!r} names argument {k}, but the "
+                             f"function was called with {nargs} argument"
+                             f"{'s' if nargs != 1 else ''}")
+        nums.append(k % nargs)
+    if len(set(nums)) != len(nums):
+        raise ValueError(f"{who}: argnums={argnums!r} names an argument twice")
+    return tuple(nums)
+
+
+def single(argnums: Argnums) -> bool:
+    """Whether the gradient is one value (``argnums`` an int) rather than a tuple."""
+    return not isinstance(argnums, (tuple, list))

@@ -1,0 +1,110 @@
+"""The reverse sweep: one loop behind every reverse mode (the textbook's (f.*) and (g.*)).
+
+Every reverse mode of minigraph records the same thing while the function runs: a list
+of *entries*, one per primitive applied, in evaluation order (a.1)-(a.5)::
+
+    (primitive, parameters, output, arguments)
+
+and then runs this one loop over it, backwards. Each entry's output has received its
+adjoint from the entries that read it (they come later, so they were visited first);
+the loop adds those shares up and hands the total to the primitive's VJP rules, which
+return each argument's share::
+
+    gz = 1;  gb = gz;  ga = gz;  gy = ga * x;  gx = ga * y + gb * cos(x)      (g.1)-(g.5)
+
+What the record holds and what a value is differs from mode to mode; the loop does not:
+
+=====================  ==========================  ======================================
+who                    the record                  the rules run on
+=====================  ==========================  ======================================
+``z.backward()``       tensors' tape entries       tensors (recorded again with
+                                                   ``create_graph=True``)
+``mg.vjp``/``mg.grad``  boxes of one level          the values inside the boxes: tensors,
+                       (``tape.py``)               dual numbers, graph nodes, source
+                                                   variables, batched values ...
+``mg.gradients``       graph nodes, topological    graph nodes: the loop *writes* the
+                       order                       reverse graph
+``explain``            the tape of one run         symbols that print what they compute
+=====================  ==========================  ======================================
+
+Because the rules are written with minigraph's own functions, what a rule computes on a
+graph node is a new node, on a source variable a new line of the adjoint program, on a
+value of an outer transformation a value of that transformation: nesting needs no code
+here. The shares of a value are added in its readers' evaluation order, as the textbook
+writes (f.5) (``gx = ga * y + gb * cos(x)``, not ``gb * cos(x) + ga * y``), and each
+adjoint is dropped as soon as its entry has used it, so memory falls as the sweep goes.
+The loop is iterative: a chain of 100,000 entries needs no recursion.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ContextManager, Iterable, Sequence
+
+Entry = tuple  # (primitive, params, output, args): see the module's docstring
+
+
+def _add_all(parts: list[Any]) -> Any:
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
+                  active: Callable[[Any], bool],
+                  value: Callable[[Any], Any] | None = None,
+                  total: Callable[[list[Any]], Any] = _add_all,
+                  completed: Callable[[Any, Any], Any] | None = None,
+                  scope: Callable[[Any], ContextManager[Any]] | None = None,
+                  ) -> dict[int, Any]:
+    """Run the VJP rules of ``entries`` backwards, from ``seeds`` (``[(output, adjoint)]``).
+
+    ``active(a)`` says whether argument ``a`` takes an adjoint (it depends on the inputs
+    being differentiated); ``value(a)`` is what the rules receive for a recorded value
+    (the box's content, say; by default the value itself); ``total(shares)`` adds a
+    value's shares (``add_n`` makes one AddN node in a graph); ``completed(output, g)``
+    sees each entry's adjoint once it is complete and may return what the rules should
+    use instead (``explain`` names it); ``scope(v)`` is a context in which v's adjoint is
+    added up and its rules run (a graph node's device).
+
+    Returns ``{id(v): adjoint}`` for the values that are not outputs of an entry (the
+    leaves, the inputs of ``mg.grad``), their shares added up.
+    """
+    shares: dict[int, list[Any]] = {}
+    owner: dict[int, Any] = {}  # id -> the value itself, for scope()
+    for out, g in seeds:
+        shares.setdefault(id(out), []).append(g)
+        owner[id(out)] = out
+    for entry in reversed(entries):
+        prim, params, out, args = entry
+        parts = shares.pop(id(out), None)
+        if parts is None:  # nothing the seeds depend on reads this value
+            continue
+        with scope(out) if scope is not None else _NO_SCOPE:
+            g = total(parts[::-1]) if len(parts) > 1 else parts[0]  # readers' order
+            if completed is not None:
+                g = completed(out, g)
+            rules = prim.vjp
+            primals = args if value is None else [value(x) for x in args]
+            primal_out = out if value is None else value(out)
+            for i, a in enumerate(args):
+                if rules[i] is not None and active(a):
+                    share = rules[i](g, primal_out, *primals, **params)
+                    shares.setdefault(id(a), []).append(share)
+                    owner[id(a)] = a
+    adjoints = {}
+    for k, parts in shares.items():
+        with scope(owner[k]) if scope is not None else _NO_SCOPE:
+            adjoints[k] = total(parts[::-1]) if len(parts) > 1 else parts[0]
+    return adjoints
+
+
+class _NoScope:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
