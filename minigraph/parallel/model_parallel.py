@@ -86,3 +86,63 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
         total = sumexp.to(home) if total is None else total + sumexp.to(home)
         picked = mine.to(home) if picked is None else picked + mine.to(home)
     return R.mean(E.log(total) + m - picked)
+
+
+class LayerSplitMLP:
+    """An MLP split *by layer* across devices, trained in graph mode.
+
+    ``devices`` lists where the layers go: with ``["rank:0/cpu", "rank:1/cpu"]`` and four
+    layers, layers 0-1 run on rank 0 and layers 2-3 on rank 1 (``"cpu"``, ``"cpu:1"`` split
+    them across the devices of one process instead). The class builds one graph: the
+    forward pass, the mean cross-entropy, and ``mg.gradients`` of it; partitioning turns
+    the activation that crosses the split into a Send/Recv pair, and its gradient into
+    another one going back. Parameters are fed as placeholders, so every rank feeds the
+    same values and every rank gets every gradient back from ``Session.run``: each rank
+    then takes the same SGD step on its host copy, and the copies stay equal.
+
+    Every rank builds it with the same arguments (the seed makes the same weights).
+    """
+
+    def __init__(self, sizes: Sequence[int], devices: Sequence[str], batch: int,
+                 dtype: str = "float64", seed: int = 0):
+        from ..device import device as device_scope
+        from ..graph.gradients import gradients
+        from ..graph.graph import Graph, placeholder
+        from ..ops import linalg as L
+        from ..runtime.session import Session
+
+        rng = np.random.default_rng(seed)
+        layers = len(sizes) - 1
+        self.params = []  # host arrays: W0, b0, W1, b1, ...
+        for i in range(layers):
+            self.params.append(rng.normal(0, 1 / np.sqrt(sizes[i]), (sizes[i], sizes[i + 1]))
+                               .astype(dtype))
+            self.params.append(np.zeros(sizes[i + 1], dtype=dtype))
+        self.placement = [devices[i * len(devices) // layers] for i in range(layers)]
+        with Graph("layer-split-mlp") as g:
+            with device_scope(self.placement[0]):
+                self.x = placeholder((batch, sizes[0]), dtype, name="x")
+            self.slots = []
+            h = self.x
+            for i, dev in enumerate(self.placement):
+                with device_scope(dev):
+                    w = placeholder((sizes[i], sizes[i + 1]), dtype, name=f"w{i}")
+                    b = placeholder((sizes[i + 1],), dtype, name=f"b{i}")
+                    self.slots += [w, b]
+                    h = L.matmul(h, w) + b
+                    if i < layers - 1:
+                        h = E.tanh(h)
+            with device_scope(self.placement[-1]):
+                self.labels = placeholder((batch,), "int64", name="labels")
+                self.loss = NN.cross_entropy(h, self.labels)
+            self.grads = gradients(self.loss, self.slots)
+        self.graph = g
+        self.session = Session(g)
+
+    def step(self, x: Any, labels: Any, lr: float) -> float:
+        """One SGD step on the batch; returns the loss before the step."""
+        feeds = {self.x: x, self.labels: labels, **dict(zip(self.slots, self.params))}
+        loss, grads = self.session.run([self.loss, self.grads], feeds)
+        for p, g in zip(self.params, grads):
+            p -= lr * g
+        return float(loss)

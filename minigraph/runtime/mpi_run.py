@@ -266,6 +266,8 @@ class MPIRendezvous(Rendezvous):
 
 def run_across_ranks(session: Any, fetches: list[Node], feed_dict: dict) -> tuple[dict, list]:
     """``Session.run`` for a graph that spans ranks: see the module's docstring."""
+    if distributed.world_for_names() == 1:  # say so before starting MPI for nothing
+        _check_placement(session._plan(fetches, session._feeds(feed_dict)), 1)
     w = world()
     w.run_id += 1
     talk = _Conversation(w, w.run_id)

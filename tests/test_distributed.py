@@ -1,0 +1,331 @@
+"""mg.distributed and graphs across MPI ranks.
+
+The tests start ``mpiexec -n 2 python tests/test_distributed.py SCENARIO OUTDIR``: this
+file is also the program every rank runs (the ``scenario_*`` functions below). Each rank
+writes what it saw to ``OUTDIR/rank-R.json``, and the test asserts on both files here, in
+pytest's process. Oracles: NumPy for the collectives; the same program in one process
+(unprefixed devices), in float64, to 1e-12; the textbook's z = x*y + sin(x) with x on rank
+0 and y, z on rank 1 (z = 6 + sin 2, dz/dx = 3 + cos 2, dz/dy = 2).
+
+Machines without mpi4py or mpiexec skip the MPI tests with the reason; ``pip install -e
+'.[dev]'`` brings both (the ``[mpi]`` extra: mpi4py and the MPICH wheels).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parent.parent
+MPIEXEC = (shutil.which("mpiexec", path=os.path.join(sys.prefix, "bin"))
+           or shutil.which("mpiexec"))
+HAS_MPI4PY = importlib.util.find_spec("mpi4py") is not None
+needs_mpi = pytest.mark.skipif(
+    not (HAS_MPI4PY and MPIEXEC),
+    reason="needs mpi4py and mpiexec: pip install 'minigraph[mpi]' (or -e '.[dev]')")
+
+# One BLAS thread per rank: two ranks on two cores, no oversubscription.
+ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+       "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def launch(scenario: str, tmp_path: Path, n: int = 2, limit: float = 45.0) -> list[dict]:
+    """Run ``scenario`` on ``n`` ranks; return each rank's results. Fails (and kills the
+    whole process group) if mpiexec does not end within ``limit`` seconds."""
+    out = tmp_path / scenario
+    out.mkdir()
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, str(HERE), scenario, str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail(f"mpiexec did not end within {limit} s:\n{log.decode()[-3000:]}")
+    text = log.decode()
+    assert proc.returncode == 0, text[-3000:]
+    results = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(n)]
+    for r in results:  # no rank's process is left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(r["pid"], 0)
+    return results
+
+
+# -- tests in this process (no MPI needed) --------------------------------------------------
+
+def test_importing_minigraph_starts_no_mpi_and_works_without_mpi4py():
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"  # as if mpi4py were not installed
+        "import minigraph as mg\n"
+        "assert float((mg.tensor(2.0) * 3.0).item()) == 6.0\n"
+        "try:\n"
+        "    mg.distributed.rank()\n"
+        "except mg.distributed.DistributedError as e:\n"
+        "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=ENV, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'minigraph[mpi]'" in out.stdout
+
+
+def test_a_lone_process_knows_rank_names_but_refuses_what_needs_other_ranks():
+    import minigraph as mg
+
+    assert "mpi4py" not in sys.modules or True  # (pytest plugins may import it; see above)
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(), name="x")
+        with mg.device("rank:1/cpu"):
+            z = x * 2.0
+    parts = mg.partition(g)
+    assert set(parts) == {"rank:0/cpu", "rank:1/cpu"}
+    assert [s.key for s in parts.sends()] == ["rank:0/cpu;rank:1/cpu;x"]
+    with pytest.raises(mg.distributed.DistributedError, match=r"mpiexec -n 2"):
+        mg.Session(g).run(z, {x: 1.0})
+    with pytest.raises(mg.DeviceError if hasattr(mg, "DeviceError") else Exception,
+                       match="belongs to rank 1"):
+        mg.tensor(1.0, device="rank:1/cpu")
+    with pytest.raises(Exception, match="bad device name"):
+        mg.device("rank:x/cpu")
+
+
+def test_a_graph_on_rank_zero_alone_runs_in_one_process():
+    import minigraph as mg
+
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(), name="x")
+        with mg.device("rank:0/cpu:1"):
+            z = x * x + mg.sin(x)
+    assert mg.Session(g).run(z, {x: 2.0}) == pytest.approx(4 + np.sin(2.0), rel=1e-12)
+
+
+# -- tests on two ranks -----------------------------------------------------------------------
+
+@needs_mpi
+def test_two_ranks_agree_with_numpy_and_with_one_process(tmp_path):
+    r0, r1 = launch("basics", tmp_path)
+    for r, res in enumerate((r0, r1)):
+        assert (res["rank"], res["world"]) == (r, 2)
+        # collectives against NumPy
+        a = [np.random.default_rng(k).normal(size=(3, 4)) for k in range(2)]
+        np.testing.assert_allclose(res["sum"], a[0] + a[1], rtol=1e-12)
+        np.testing.assert_allclose(res["mean"], (a[0] + a[1]) / 2, rtol=1e-12)
+        np.testing.assert_array_equal(res["bcast"], a[1])
+        assert res["isum"] == [1, 3]
+        assert "rank 0: shape (2,)" in res["mismatch"] and "rank 1: shape (3,)" in res["mismatch"]
+        # the textbook, x on rank 0 and y, z on rank 1, on both ranks
+        z, gx, gy = res["textbook"]
+        assert z == pytest.approx(6 + np.sin(2.0), abs=1e-12)
+        assert gx == pytest.approx(3 + np.cos(2.0), abs=1e-12)
+        assert gy == pytest.approx(2.0, abs=1e-12)
+        assert res["textbook_moved"]["rank:0/cpu->rank:1/cpu"] == 8
+        assert res["across_ranks"] > 0
+        assert res["trace_pids"] == [0, 1]  # one timeline, pid = rank
+        assert res["trace_names"] == ["rank 0", "rank 1"]
+        # a random graph over four devices of two ranks = the same graph in one process
+        for workers in ("1", "2"):
+            np.testing.assert_allclose(res[f"dag_{workers}"], res["dag_oracle"], rtol=1e-12)
+        np.testing.assert_allclose(res["dag_again"], res["dag_oracle"], rtol=1e-12)
+        # data parallelism with all_reduce: the one-process gradient
+        for got, want in zip(res["dp_grads"], res["dp_oracle"]):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        # a model-parallel MLP split by layer across the ranks trains as in one process
+        np.testing.assert_allclose(res["mp_losses"], res["mp_oracle"], rtol=1e-12)
+        assert res["mp_losses"][-1] < res["mp_losses"][0]
+        assert res["mp_params_diff"] < 1e-12
+    assert r0["mp_losses"] == r1["mp_losses"]
+
+
+@needs_mpi
+def test_a_failure_on_one_rank_raises_on_every_rank_and_the_session_recovers(tmp_path):
+    results = launch("failures", tmp_path)
+    for res in results:
+        kernel = res["kernel"]
+        assert "rank 1" in kernel["message"] and "fail" in kernel["message"], kernel
+        assert kernel["seconds"] < 30
+        feed = res["feed"]
+        assert "rank 0" in feed["message"] and "Placeholder" in feed["message"] or \
+            (res["rank"] == 0 and "shape" in feed["message"]), feed
+        assert feed["seconds"] < 30
+        assert "different graphs" in res["mismatch"]["message"]
+        assert res["after"] == pytest.approx(4.0)  # the session still works afterwards
+    assert results[0]["kernel"]["type"] == "RemoteRankError"
+    assert results[1]["kernel"]["type"] == "NodeError"
+    assert results[0]["feed"]["type"] == "ShapeError"
+    assert results[1]["feed"]["type"] == "RemoteRankError"
+
+
+@needs_mpi
+def test_a_recv_whose_send_never_comes_times_out_naming_its_key(tmp_path):
+    r0, r1 = launch("timeout", tmp_path)
+    assert r1["type"] == "RankTimeout"
+    assert "'rank:0/cpu;rank:1/cpu;x'" in r1["message"]
+    assert 1.5 < r1["seconds"] < 10
+    assert r0["first"] == r1["first"] == [2.0, 2.0]
+
+
+# -- what each rank runs ------------------------------------------------------------------------
+
+def scenario_basics(out: dict) -> None:
+    import minigraph as mg
+    from minigraph.parallel import LayerSplitMLP, data_parallel_grads_across_ranks
+
+    dist = mg.distributed
+    me = dist.rank()
+    out["world"] = dist.world_size()
+    a = mg.tensor(np.random.default_rng(me).normal(size=(3, 4)))
+    out["sum"] = dist.all_reduce(a).numpy().tolist()
+    out["mean"] = dist.all_reduce(a, op="mean").numpy().tolist()
+    out["bcast"] = dist.broadcast(a, root=1).numpy().tolist()
+    out["isum"] = dist.all_reduce(mg.tensor([me, me + 1])).numpy().tolist()
+    try:
+        dist.all_reduce(mg.tensor(np.zeros(2 + me)))
+    except dist.DistributedError as e:
+        out["mismatch"] = str(e)
+
+    # the textbook example across two processes
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(), name="x")
+        with mg.device("rank:1/cpu"):
+            y = mg.placeholder(shape=(), name="y")
+            z = x * y + mg.sin(x)
+        gx, gy = mg.gradients(z, [x, y])
+    sess = mg.Session(g)
+    out["textbook"] = [float(v) for v in sess.run([z, gx, gy], {x: 2.0, y: 3.0})]
+    out["textbook_moved"] = {f"{a}->{b}": n for (a, b), n in sess.last_run.bytes_moved.items()}
+    out["across_ranks"] = sess.last_run.bytes_across_ranks
+    trace = sess.last_run.chrome_trace()["traceEvents"]
+    out["trace_pids"] = sorted({e["pid"] for e in trace if e["ph"] == "X"})
+    out["trace_names"] = sorted(e["args"]["name"] for e in trace if e["name"] == "process_name")
+
+    # a random graph over four devices of two ranks, against the one-process run
+    rng = np.random.default_rng(7)
+    devices = ["rank:0/cpu", "rank:1/cpu", "rank:0/cpu:1", "rank:1/cpu:1"]
+    dag = [(rng.choice(["add", "mul", "tanh", "matmul"]), int(rng.integers(0, k + 1)),
+            int(rng.integers(0, k + 1)), devices[int(rng.integers(0, 4))]) for k in range(30)]
+    A = np.random.default_rng(3).normal(size=(4, 4)) * 0.5
+    g1, x1, last1 = _build_dag(dag, lambda d: d)
+    g2, x2, last2 = _build_dag(dag, lambda d: d.split("/")[1])  # one process: cpu, cpu:1
+    out["dag_oracle"] = mg.Session(g2).run(last2, {x2: A}).tolist()
+    for workers in (1, 2):
+        with mg.Session(g1, workers=workers) as s:
+            out[f"dag_{workers}"] = s.run(last1, {x1: A}).tolist()
+            out["dag_again"] = s.run(last1, {x1: A}).tolist()
+
+    # data parallelism across ranks: each rank its half of the batch, all_reduce adds
+    X = np.random.default_rng(11).normal(size=(10, 5))
+    Y = np.random.default_rng(12).normal(size=(10, 2))
+    W = np.random.default_rng(13).normal(size=(5, 2))
+    B = np.zeros(2)
+
+    def loss(ps, xs, ys):
+        return ((mg.tanh(xs @ ps[0] + ps[1]) - ys) ** 2).mean()
+
+    params = [mg.tensor(W), mg.tensor(B)]
+    out["dp_grads"] = [t.numpy().tolist() for t in
+                       data_parallel_grads_across_ranks(loss, params, mg.tensor(X), mg.tensor(Y))]
+    one = mg.grad(lambda w, b: loss([w, b], mg.tensor(X), mg.tensor(Y)), argnums=(0, 1))(*params)
+    out["dp_oracle"] = [t.numpy().tolist() for t in one]
+
+    # model parallelism: an MLP split by layer across the ranks, trained in graph mode
+    Xm = np.random.default_rng(1).normal(size=(16, 6))
+    Ym = np.random.default_rng(2).integers(0, 3, 16)
+    split = LayerSplitMLP([6, 12, 12, 3], ["rank:0/cpu", "rank:1/cpu"], 16)
+    whole = LayerSplitMLP([6, 12, 12, 3], ["cpu"], 16)
+    out["mp_losses"] = [split.step(Xm, Ym, 0.5) for _ in range(4)]
+    out["mp_oracle"] = [whole.step(Xm, Ym, 0.5) for _ in range(4)]
+    out["mp_params_diff"] = max(float(abs(p - q).max()) for p, q in zip(split.params, whole.params))
+
+
+def _build_dag(dag, place):
+    import minigraph as mg
+
+    with mg.Graph() as g:
+        with mg.device(place("rank:0/cpu")):
+            x = mg.placeholder(shape=(4, 4), name="x")
+        nodes = [x]
+        for op, i, j, dev in dag:
+            with mg.device(place(dev)):
+                a, b = nodes[i], nodes[j]
+                nodes.append({"tanh": lambda: mg.tanh(a), "matmul": lambda: (a @ b) * 0.25,
+                              "add": lambda: a + b, "mul": lambda: a * b}[op]())
+    return g, x, nodes[-1]
+
+
+def _attempt(fn) -> dict:
+    start = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
+        return {"type": type(e).__name__, "message": str(e),
+                "seconds": time.monotonic() - start}
+    return {"type": None, "message": "", "seconds": time.monotonic() - start}
+
+
+def scenario_failures(out: dict) -> None:
+    import minigraph as mg
+    from minigraph.ops.primitive import Primitive
+    from minigraph.ops.shape_rules import same
+
+    def impl(xp, a):
+        raise RuntimeError("injected failure")
+
+    fail = Primitive("fail", impl, same, vjp=[None])
+    me = mg.distributed.rank()
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(2,), name="x")
+            ok = (x * x).sum()
+        with mg.device("rank:1/cpu"):
+            bad = g.add(fail, (mg.sin(x),), {})
+            y = bad + 1.0
+    sess = mg.Session(g)
+    # 1. a kernel fails on rank 1: both ranks raise, naming rank 1 and the op
+    out["kernel"] = _attempt(lambda: sess.run(y, {x: np.ones(2)}))
+    # 2. rank 0 is fed a value of the wrong shape; rank 1 a good one
+    feed = np.ones(3) if me == 0 else np.ones(2)
+    out["feed"] = _attempt(lambda: sess.run(ok, {x: feed}))
+    # 3. the ranks fetch different things: they are told, they do not wait
+    out["mismatch"] = _attempt(lambda: sess.run(ok if me == 0 else [ok, x], {x: np.ones(2)}))
+    # 4. the same session still runs
+    out["after"] = float(sess.run(ok, {x: np.array([2.0, 0.0])}))
+
+
+def scenario_timeout(out: dict) -> None:
+    import minigraph as mg
+
+    mg.distributed.set_timeout(2.0)
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(2,), name="x")
+        with mg.device("rank:1/cpu"):
+            y = x * 2.0
+    sess = mg.Session(g)
+    out["first"] = sess.run(y, {x: np.ones(2)}).tolist()  # both ranks: the plans agree
+    if mg.distributed.rank() == 1:  # rank 0 does not run it again: its Send never comes
+        out.update(_attempt(lambda: sess.run(y, {x: np.ones(2)})))
+    mg.distributed.barrier()
+
+
+if __name__ == "__main__":
+    scenario, outdir = sys.argv[1], Path(sys.argv[2])
+    import minigraph as mg
+
+    mg.distributed.init()
+    result = {"rank": mg.distributed.rank(), "pid": os.getpid()}
+    globals()[f"scenario_{scenario}"](result)
+    (outdir / f"rank-{result['rank']}.json").write_text(json.dumps(result))
