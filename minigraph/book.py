@@ -352,7 +352,7 @@ def build(out: str | os.PathLike, *, cache: str | os.PathLike | None = None,
                     "book_notebooks = %r\n" % (str(src), nb_docs))
         print(f"minigraph book: {len(chapters(repo))} chapters, {len(nb_docs)} notebooks "
               f"(executed now), {len(modules(repo))} source pages -> {out}", flush=True)
-        args = ["-b", "html", "-q", "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]
+        args = ["-b", "html", "-q", "-T", "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]
         if jobs > 1:
             args[:0] = ["-j", str(jobs)]
         status = build_main(args)

@@ -180,9 +180,11 @@ class Hybrid:
     ``mg.placeholder`` (shape, dtype) in place of each array-like argument (a tensor, a
     NumPy array or a float) and the other arguments as they are, so that f's operations
     become graph nodes, then compiles the graph with ``mg.compile_graph`` and caches the
-    compiled function under the signature. Every call, the first included, then runs
-    the cached compiled function on the array-like arguments, *without running f's
-    Python body*.
+    compiled function under the signature. So f's Python body runs exactly once per
+    new signature, on placeholders, never on the values themselves. Every call, the
+    first included, then computes its result by running the cached compiled function on
+    its array-like arguments; a later call with a signature already seen runs only the
+    compiled function, *without running f's Python body*.
 
     Return NumPy arrays: one array if f returns one value, a tuple if f returns a tuple
     or list. ``self.recordings`` counts how many times f's body ran.
