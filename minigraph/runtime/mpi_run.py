@@ -119,7 +119,12 @@ _world: _World | None = None
 def world() -> _World:
     global _world
     if _world is None:
+        import atexit
+
         _world = _World()
+        # The last control messages must leave before MPI finalizes (mpi4py finalizes
+        # at exit too; handlers run last-registered first, so this one runs before).
+        atexit.register(_world.flush, 2.0)
     return _world
 
 
