@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture
+from minigraph.grading import exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
@@ -127,7 +127,7 @@ def test_dual_add_and_mul_match_jvp(exercises):
         for f in cases:
             value, tangent = mg.jvp(f, (u, v), (du, dv))
             out = f(D(u, du), D(v, dv))
-            assert isinstance(out, D)
+            assert isinstance(out, D), f"got {out!r}, not a Dual"
             assert close(out.value, value.item()) and close(out.tangent, tangent.item()), (
                 f"got Dual({out.value}, {out.tangent}), expected ({value.item()}, "
                 f"{tangent.item()})")
@@ -249,40 +249,49 @@ def test_reverse_sweep_random_tapes(exercises):
 # 4. Jacobians
 # ---------------------------------------------------------------------------------------
 
+def tanh_layer(x, *, W, b):
+    """f: R^n -> R^m, a small tanh layer followed by an elementwise product. It runs in
+    the sandbox (in_sandbox), where mg.jvp and mg.vjp can trace it."""
+    h = mg.tanh(W @ x + b)
+    return h * mg.sin(h)
+
+
 def random_map(seed, n, m):
-    """f: R^n -> R^m, a small tanh layer followed by an elementwise product."""
+    """The layer's weights and a point x, drawn from ``seed``."""
     rng = np.random.default_rng(seed)
     W, b = mg.tensor(rng.normal(size=(m, n))), mg.tensor(rng.normal(size=m))
-    x = rng.normal(size=n)
-    calls = []
+    return {"W": W, "b": b}, rng.normal(size=n)
 
-    def f(x):
-        calls.append(1)
-        h = mg.tanh(W @ x + b)
-        return h * mg.sin(h)
 
-    return f, x, calls
+def assert_same_array(got, expected, what=""):
+    """Shapes and dtypes exactly (assert_allclose alone broadcasts), then the values."""
+    got = np.asarray(got)
+    assert got.shape == expected.shape, f"{what}shape {got.shape}, expected {expected.shape}"
+    assert got.dtype == expected.dtype, f"{what}dtype {got.dtype}, expected {expected.dtype}"
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("n, m", [(1, 3), (4, 2), (5, 5)])
+@pytest.mark.forbid("minigraph.jacfwd", "minigraph.jacrev", why="build the Jacobian column by column")
 def test_jacobian_fwd_by_columns(exercises, n, m):
-    f, x, calls = random_map(220 + n, n, m)
-    expected = mg.jacfwd(f)(mg.tensor(x)).numpy()
-    calls.clear()
+    weights, x = random_map(220 + n, n, m)
+    expected = mg.jacfwd(lambda v: tanh_layer(v, **weights))(mg.tensor(x)).numpy()
+    f = in_sandbox(exercises, tanh_layer, **weights)
     got = np.asarray(exercises.jacobian_fwd(f, x.copy()))
     assert got.shape == (m, n), f"shape {got.shape}, expected {(m, n)}"
-    assert len(calls) == n, f"f ran {len(calls)} times; forward mode needs n = {n} passes"
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert f.calls == n, f"f ran {f.calls} times; forward mode needs n = {n} passes"
+    assert_same_array(got, expected)
 
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("n, m", [(3, 1), (2, 4), (5, 5)])
+@pytest.mark.forbid("minigraph.jacfwd", "minigraph.jacrev", why="build the Jacobian row by row")
 def test_jacobian_rev_by_rows(exercises, n, m):
-    f, x, calls = random_map(230 + n, n, m)
-    expected = mg.jacrev(f)(mg.tensor(x)).numpy()
-    calls.clear()
+    weights, x = random_map(230 + n, n, m)
+    expected = mg.jacrev(lambda v: tanh_layer(v, **weights))(mg.tensor(x)).numpy()
+    f = in_sandbox(exercises, tanh_layer, **weights)
     got = np.asarray(exercises.jacobian_rev(f, x.copy()))
     assert got.shape == (m, n), f"shape {got.shape}, expected {(m, n)}"
-    assert len(calls) == 1, f"f ran {len(calls)} times; reverse mode runs it once and sweeps m times"
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert f.calls == 1, f"f ran {f.calls} times; reverse mode runs it once and sweeps m times"
+    assert_same_array(got, expected)

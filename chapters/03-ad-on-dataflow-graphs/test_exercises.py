@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture
+from minigraph.grading import exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
@@ -159,40 +159,56 @@ def test_vjp_mul_broadcasting(exercises):
 
 # -- 3 and 4. Jacobians by rows and by columns --------------------------------------------
 
+def sin_times_linear(x, *, a, b):
+    return mg.sin(mg.matmul(a, x)) * mg.matmul(b, x)
+
+
+def tanh_of_squares(x, *, c):
+    return mg.tanh(mg.matmul(c, x * x)) + 1.0
+
+
 def _functions():
+    """(function, its data, a point): the functions run in the sandbox (in_sandbox),
+    where mg.vjp and mg.jvp can trace them; the grader runs them too, for the answer."""
     rng = np.random.default_rng(2)
     a, b = mg.tensor(rng.normal(size=(3, 4))), mg.tensor(rng.normal(size=(3, 4)))
     c = mg.tensor(rng.normal(size=(5, 2)))
     return [
-        (lambda x: mg.sin(mg.matmul(a, x)) * mg.matmul(b, x), rng.normal(size=4)),
-        (lambda x: mg.tanh(mg.matmul(c, x * x)) + 1.0, rng.normal(size=2)),
+        (sin_times_linear, {"a": a, "b": b}, rng.normal(size=4)),
+        (tanh_of_squares, {"c": c}, rng.normal(size=2)),
     ]
 
 
+def assert_same_array(got, want, what):
+    """Shape and dtype exactly (assert_allclose alone broadcasts a scalar), then values."""
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=what)
+
+
 @pytest.mark.points(2)
+@pytest.mark.forbid("minigraph.jacrev", "minigraph.jacfwd", why="build the Jacobian row by row")
 def test_jacobian_by_rows(exercises):
-    for k, (f, x) in enumerate(_functions()):
-        calls = []
-
-        def counted(v, f=f):
-            calls.append(1)
-            return f(v)
-
-        got = np.asarray(exercises.jacobian_by_rows(counted, x))
-        want = mg.jacrev(f)(x).numpy()
-        assert got.shape == want.shape, f"function {k}: shape {got.shape}, expected {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"function {k}")
-        assert len(calls) == 1, (f"function {k}: f ran {len(calls)} times; one forward pass "
-                                 f"(mg.vjp) serves all the rows")
+    for k, (function, data, x) in enumerate(_functions()):
+        f = in_sandbox(exercises, function, **data)
+        got = np.asarray(exercises.jacobian_by_rows(f, x))
+        want = mg.jacrev(lambda v: function(v, **data))(x).numpy()
+        assert_same_array(got, want, f"function {k}")
+        assert f.calls == 1, (f"function {k}: f ran {f.calls} times; one forward pass "
+                              f"(mg.vjp) serves all the rows")
 
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("minigraph.jacrev", "minigraph.jacfwd", why="build the Jacobian column by column")
 def test_jacobian_by_columns(exercises):
-    for k, (f, x) in enumerate(_functions()):
+    for k, (function, data, x) in enumerate(_functions()):
+        f = in_sandbox(exercises, function, **data)
         got = np.asarray(exercises.jacobian_by_columns(f, x))
-        want = mg.jacfwd(f)(x).numpy()
-        assert got.shape == want.shape, f"function {k}: shape {got.shape}, expected {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"function {k}")
+        want = mg.jacfwd(lambda v: function(v, **data))(x).numpy()
+        assert_same_array(got, want, f"function {k}")
+        assert f.calls == x.size, (f"function {k}: f ran {f.calls} times; by columns, forward "
+                                   f"mode takes one pass (mg.jvp) per input, {x.size} here")
 
 
 # -- 5. reverse_sweep ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from minigraph.grading.gradescope import results_json, write_results_json
 from minigraph.grading.grade import (GradingError, add_grade_parser, grade, grade_main,
                                      locate)
 from minigraph.grading.loader import ExercisesImportError, exercises_fixture, load_exercises
+from minigraph.grading.proxy import in_sandbox
 from minigraph.grading.release import (ReleaseError, add_release_parser, release,
                                        release_main, strip_solutions)
 from minigraph.grading.report import Report, TestResult
@@ -66,6 +67,6 @@ from minigraph.grading.report import Report, TestResult
 __all__ = [
     "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
     "add_grade_parser", "add_release_parser", "check_chapter", "exercises_fixture", "grade",
-    "grade_main", "load_exercises", "locate", "release", "release_main", "results_json",
+    "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main", "results_json",
     "strip_solutions", "write_results_json",
 ]

@@ -1,20 +1,18 @@
 """``minigraph grade PATH``: a chapter's graded tests against the exercises.py in PATH.
 
-Where the tests come from, first match wins:
+The tests come from the course, never from the submission, first match wins:
 
-1. ``--tests DIR_OR_FILE``: a chapter folder (its ``test_exercises.py``) or a test file.
-   This is how an instructor grades a submission: the student's folder holds only
-   ``exercises.py`` and the tests come from the course's own copy.
-2. ``PATH/test_exercises.py``: a chapter folder as ``minigraph release`` writes it, or a
-   chapter of the course itself.
-3. ``chapters/<name of PATH>/test_exercises.py`` of the course, the ``chapters`` folder
-   beside the ``minigraph`` package (a source checkout installed with ``pip install -e``),
-   or ``$MINIGRAPH_CHAPTERS/<name of PATH>/``.
+1. ``--tests DIR_OR_FILE``: a chapter folder (its ``test_exercises.py``) or a test file
+   (for instructors: a test file being written, or a course kept elsewhere);
+2. ``--course DIR``: the chapter of that course named like PATH's folder,
+   ``DIR/<name of PATH>/test_exercises.py``;
+3. the installed project's course: ``$MINIGRAPH_CHAPTERS`` or the ``chapters`` folder
+   beside the ``minigraph`` package, the chapter named like PATH's folder.
 
-The grading happens in a fresh scratch folder holding exactly two files: the test file and
-the student's ``exercises.py`` (nothing else from PATH: no ``conftest.py`` or stray module of
-the student's can change how the tests run). See :mod:`minigraph.grading.runner` for how the
-tests are run so that crashes and endless loops cost only the test they happen in.
+Nothing in PATH but ``exercises.py`` is ever read, imported or run: a ``test_exercises.py``
+or ``conftest.py`` beside it is ignored. The student's file runs in the sandbox
+(:mod:`minigraph.grading.proxy`), the tests in the grader's process
+(:mod:`minigraph.grading.harness`); see :mod:`minigraph.grading` for the security model.
 """
 
 from __future__ import annotations
@@ -22,19 +20,20 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from minigraph.grading import isolation
 from minigraph.grading.gradescope import write_error_json, write_results_json
 from minigraph.grading.messages import STUDENT_FILE
 from minigraph.grading.report import Report, TestResult
-from minigraph.grading.runner import GRACE, run_tests
+from minigraph.grading.runner import run_tests
 
 TEST_FILE = "test_exercises.py"
 DEFAULT_TIMEOUT = 10.0
+DEFAULT_TOTAL_TIMEOUT = 180.0
+DEFAULT_MEMORY_MB = 2048
 
 
 class GradingError(Exception):
@@ -50,8 +49,9 @@ def course_chapters_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "chapters"
 
 
-def locate(path: str | Path, tests: str | Path | None = None) -> tuple[Path, Path]:
-    """(the student's exercises.py, the graded test file) for ``minigraph grade PATH``."""
+def locate(path: str | Path, tests: str | Path | None = None,
+           course: str | Path | None = None) -> tuple[Path, Path]:
+    """(the student's exercises.py, the course's graded test file) for ``grade PATH``."""
     path = Path(path)
     if path.is_file():
         exercises, folder = path, path.parent
@@ -68,44 +68,62 @@ def locate(path: str | Path, tests: str | Path | None = None) -> tuple[Path, Pat
         if not test_file.is_file():
             raise GradingError(f"--tests {tests}: no such test file")
         return exercises, test_file
-    for candidate in (folder / TEST_FILE, course_chapters_dir() / folder.resolve().name / TEST_FILE):
-        if candidate.is_file():
-            return exercises, candidate
+    chapters = Path(course) if course is not None else course_chapters_dir()
+    candidate = chapters / folder.resolve().name / TEST_FILE
+    if candidate.is_file():
+        return exercises, candidate
     raise GradingError(
-        f"no graded tests for {folder}: it has no {TEST_FILE}, and the course has no chapter "
-        f"{folder.resolve().name!r} in {course_chapters_dir()}; name them with --tests")
+        f"no graded tests for {folder}: the course in {chapters} has no chapter "
+        f"{folder.resolve().name!r}; name the chapter's tests with --tests (the tests always "
+        "come from the course, never from the submission)")
 
 
-def grade(path: str | Path, *, tests: str | Path | None = None,
-          timeout: float = DEFAULT_TIMEOUT, python: str = sys.executable,
-          grace: float = GRACE, use_pytest_timeout: bool | None = None) -> Report:
+def _protect_course(test_file: Path, course: Path | None) -> list[str]:
+    """As root: make the course unreadable to the sandbox's account (and say so)."""
+    if not isolation.is_root():
+        return []
+    changed = []
+    for folder in {test_file.resolve().parent} | ({course.resolve()} if course else set()):
+        if folder.is_dir() and isolation.close_to_others(folder):
+            changed.append(str(folder))
+    return changed
+
+
+def grade(path: str | Path, *, tests: str | Path | None = None, course: str | Path | None = None,
+          timeout: float = DEFAULT_TIMEOUT, total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
+          memory_mb: int = DEFAULT_MEMORY_MB, isolate: bool = True) -> Report:
     """Grade the exercises.py in ``path`` (a chapter folder or the file itself).
 
-    ``python`` runs the tests; ``grace``: seconds past the timeout before a test's process
-    is killed; ``use_pytest_timeout``: None uses it when installed (False: only kills)."""
-    if not timeout > 0:
-        raise GradingError(f"the timeout must be positive, not {timeout}")
-    exercises, test_file = locate(path, tests)
-    if python == sys.executable and importlib.util.find_spec("pytest") is None:
+    ``timeout``: seconds per call into the student's code; ``total_timeout``: seconds for
+    the whole submission; ``memory_mb``: the sandbox's address space; ``isolate=False``
+    runs the sandbox without an account or limits (only for debugging the grader)."""
+    if not timeout > 0 or not total_timeout > 0:
+        raise GradingError(f"the timeouts must be positive, not {timeout}, {total_timeout}")
+    exercises, test_file = locate(path, tests, course)
+    if importlib.util.find_spec("pytest") is None:
         raise GradingError("minigraph grade runs the tests with pytest, which is not installed: "
-                           "python -m pip install pytest pytest-timeout")
+                           "python -m pip install pytest")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="minigraph-grade-") as scratch:
-        workdir = Path(scratch)
-        shutil.copyfile(test_file, workdir / TEST_FILE)
-        shutil.copyfile(exercises, workdir / STUDENT_FILE)
-        run = run_tests(workdir, TEST_FILE, timeout=timeout, python=python, grace=grace,
-                        use_pytest_timeout=use_pytest_timeout)
+    default_course = course_chapters_dir() if tests is None and course is None else None
+    closed = _protect_course(test_file, Path(course) if course else default_course) if isolate else []
+    run = run_tests(test_file, exercises, timeout=timeout, total_timeout=total_timeout,
+                    memory_mb=memory_mb, isolate=isolate)
     results = [TestResult(name=_display_name(o.nodeid), nodeid=o.nodeid, max_score=o.points,
-                          status=o.status, output=o.output, problem=o.problem)
+                          status=o.status, output=o.output, problem=o.problem, hidden=o.hidden)
                for o in run.outcomes]
     notes = list(run.notes)
     if not results:
         notes.append(f"{test_file} declares no graded tests")
     folder = exercises.parent.resolve()
-    return Report(chapter=folder.name, exercises=exercises, tests_file=test_file,
-                  timeout=timeout, results=results, notes=notes,
-                  seconds=time.monotonic() - started, processes=run.processes)
+    report = Report(chapter=folder.name, exercises=exercises, tests_file=test_file,
+                    timeout=timeout, results=results, notes=notes,
+                    seconds=time.monotonic() - started, processes=run.processes)
+    report.protection = isolation.missing_protection() if isolate else \
+        "sandbox: isolation turned off (isolate=False): no account switch and no limits"
+    if closed:
+        report.protection = (report.protection + "; " if report.protection else "") + \
+            "removed others' access to " + ", ".join(closed) + " (the sandbox must not read it)"
+    return report
 
 
 def _display_name(nodeid: str) -> str:
@@ -133,9 +151,17 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write Gradescope's results.json there")
     parser.add_argument("--timeout", metavar="S", type=_positive, default=DEFAULT_TIMEOUT,
                         help=f"seconds each test may run (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--total-timeout", metavar="S", type=_positive,
+                        default=DEFAULT_TOTAL_TIMEOUT, dest="total_timeout",
+                        help=f"seconds the whole submission may run (default {DEFAULT_TOTAL_TIMEOUT:g})")
+    parser.add_argument("--memory", metavar="MB", type=int, default=DEFAULT_MEMORY_MB,
+                        dest="memory_mb",
+                        help=f"address space of the sandbox in MB (default {DEFAULT_MEMORY_MB})")
+    parser.add_argument("--course", metavar="DIR", default=None,
+                        help="the course's chapters folder (default: the installed project's)")
     parser.add_argument("--tests", metavar="DIR_OR_FILE", default=None,
-                        help="where the graded tests are: a chapter folder or its test_exercises.py "
-                             "(default: PATH/test_exercises.py, else the course's chapter of the same name)")
+                        help="for instructors: the graded tests, a chapter folder or its "
+                             "test_exercises.py (default: the course's chapter named like PATH)")
 
 
 GRADE_HELP = "grade a chapter's exercises.py with its graded tests"
@@ -154,12 +180,15 @@ def add_grade_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_grade(args: argparse.Namespace) -> int:
     try:
-        report = grade(args.path, tests=args.tests, timeout=args.timeout)
+        report = grade(args.path, tests=args.tests, course=args.course, timeout=args.timeout,
+                       total_timeout=args.total_timeout, memory_mb=args.memory_mb)
     except GradingError as exc:
         print(f"minigraph grade: error: {exc}", file=sys.stderr)
         if args.json_path:  # Gradescope then shows the student why nothing was graded
             write_error_json(f"Nothing could be graded: {exc}", args.json_path)
         return 2
+    if report.protection:
+        print(f"minigraph grade: {report.protection}", file=sys.stderr)
     print(report.table())
     if args.json_path:
         written = write_results_json(report, args.json_path)

@@ -46,17 +46,15 @@ class ExercisesImportError(Exception):
 _loaded: dict[Path, ModuleType | ExercisesImportError] = {}
 
 
-def load_exercises(path: str | Path, *, config=None, module_name: str = "exercises") -> ModuleType:
-    """Import the student's file ``path`` (``exercises.py``, or a folder holding it).
+def load_exercises(path: str | Path, *, module_name: str = "exercises") -> ModuleType:
+    """Import the student's file ``path`` (``exercises.py``, or a folder holding it) into
+    *this* process: for a reader's own experiments, never for grading (the grader runs
+    the student's code in the sandbox, :mod:`minigraph.grading.sandbox`).
 
-    The module is registered in ``sys.modules`` as ``exercises``, so helper code may
-    still write ``import exercises``. Any failure while importing (a syntax error, an
-    ImportError, an exception or ``sys.exit`` at module level, a timeout) becomes an
-    :class:`ExercisesImportError` whose message names the cause and the line.
-
-    ``config`` is the pytest config when the grading plugin runs the tests: the loader
-    then tells the grader when an import starts and ends (so a crash during the import
-    is recognised as such) and honours an import failure the grader already knows about.
+    The module is registered in ``sys.modules`` as ``exercises``. Any failure while
+    importing (a syntax error, an ImportError, an exception or ``sys.exit`` at module
+    level) becomes an :class:`ExercisesImportError` whose message names the cause and the
+    line; it is remembered and raised again at once for the next caller.
     """
     path = Path(path)
     if path.is_dir():
@@ -67,13 +65,6 @@ def load_exercises(path: str | Path, *, config=None, module_name: str = "exercis
         raise ExercisesImportError(str(cached)) from None
     if cached is not None:
         return cached
-
-    from minigraph.grading import plugin  # pytest is only needed once tests run
-
-    known = plugin.known_import_failure(config)
-    if known:
-        _loaded[key] = ExercisesImportError(known)
-        raise ExercisesImportError(known)
     if not path.is_file():
         error = ExercisesImportError(f"{path.name} was not found in {path.parent}")
         _loaded[key] = error
@@ -83,46 +74,87 @@ def load_exercises(path: str | Path, *, config=None, module_name: str = "exercis
     module = importlib.util.module_from_spec(spec)
     previous = sys.modules.get(module_name)
     sys.modules[module_name] = module
-    plugin.emit(config, "import-start", path=str(path))
     try:
         spec.loader.exec_module(module)
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and timeouts included
+    except BaseException as exc:  # noqa: BLE001 - SystemExit included
         if previous is None:
             sys.modules.pop(module_name, None)
         else:
             sys.modules[module_name] = previous
-        error = ExercisesImportError(_import_message(exc, path, plugin.timeout_of(config)))
+        error = ExercisesImportError(import_message(exc, path.name, None))
         _loaded[key] = error
-        plugin.emit(config, "import-end", ok=False, message=str(error))
         raise error from exc
     _loaded[key] = module
-    plugin.emit(config, "import-end", ok=True)
     return module
 
 
-def _import_message(exc: BaseException, path: Path, timeout: float | None) -> str:
-    if is_timeout(exc):
+def import_message(exc: BaseException, name: str, timeout: float | None) -> str:
+    """What a student reads when their module could not be imported."""
+    if is_timeout(exc) or type(exc).__name__ == "SandboxTimeout":
         limit = f"the {timeout:g} s timeout" if timeout else "the timeout"
-        return (f"{path.name} could not be imported: importing it took longer than {limit} "
+        return (f"{name} could not be imported: importing it took longer than {limit} "
                 "(a loop at module level?)")
     if isinstance(exc, SystemExit):
-        return f"{path.name} could not be imported: it called sys.exit({exc.code!r}) at module level"
-    return f"{path.name} could not be imported: {describe_exception(exc)}"
+        return f"{name} could not be imported: it called sys.exit({exc.code!r}) at module level"
+    return f"{name} could not be imported: {describe_exception(exc)}"
 
 
 def exercises_fixture(name: str = "exercises", filename: str = STUDENT_FILE):
-    """A pytest fixture (called ``name``) returning the ``exercises.py`` that sits beside
-    the test file, imported on first use. Assign it at module level of the test file::
+    """A pytest fixture (called ``name``) giving the student's ``exercises.py`` as an
+    :class:`~minigraph.grading.proxy.ExercisesProxy`: the module runs in the sandbox
+    process, and every call is a request to it. Under the grader the sandbox is the
+    grader's (isolated, limited, the submission's file); under a plain ``pytest`` run it is
+    a sandbox for the ``exercises.py`` beside the test file. Assign it at module level::
 
         exercises = exercises_fixture()
+
+    During each test the sandbox refuses the library functions its
+    ``@pytest.mark.forbid(...)`` markers name.
     """
     import pytest
 
     @pytest.fixture(name=name)
     def _exercises(request):
-        """The student's exercises.py (beside this test file), imported on first use."""
-        return load_exercises(Path(request.path).parent / filename, config=request.config)
+        """The student's exercises.py, run in the sandbox."""
+        from minigraph.grading.plugin import forbidden_of
+        from minigraph.grading.proxy import ExercisesProxy
+        sandbox = _sandbox_for(request, filename)
+        sandbox.forbidden, sandbox.forbid_why = forbidden_of(request.node)
+        try:
+            yield ExercisesProxy(sandbox)
+        finally:
+            sandbox.forbidden, sandbox.forbid_why = [], ""
 
     return _exercises
+
+
+#: the grading harness registers itself under this name, with its sandbox
+HARNESS = "minigraph-harness"
+
+
+def _sandbox_for(request, filename: str):
+    for plugin in request.config.pluginmanager.get_plugins():
+        if getattr(plugin, "name", None) == HARNESS:
+            return plugin.sandbox
+    # a plain pytest run: one sandbox per exercises.py, for the whole session
+    from minigraph.grading.plugin import forbidden_of
+    from minigraph.grading.proxy import Sandbox, SandboxSettings
+    path = (Path(request.path).parent / filename).resolve()
+    cache = request.config.stash.setdefault(_PLAIN_KEY, {})
+    if path not in cache:
+        guard = sorted({n for item in request.session.items for n in forbidden_of(item)[0]})
+        sandbox = Sandbox(SandboxSettings(exercises=path, isolate=False, timeout=60.0,
+                                          total_timeout=3600.0), guard=guard)
+        request.config.add_cleanup(sandbox.close)
+        cache[path] = sandbox
+    return cache[path]
+
+
+def _plain_key():
+    import pytest
+    return pytest.StashKey[dict]()
+
+
+_PLAIN_KEY = _plain_key()

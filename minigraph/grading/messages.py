@@ -79,6 +79,9 @@ def describe_exception(exc: BaseException, *, timeout: float | None = None,
     """
     if type(exc).__name__ == "ExercisesImportError":  # already written for students
         return str(exc)
+    text = getattr(exc, "_minigraph_text", None)  # described in the sandbox, or the proxy's
+    if isinstance(text, str) and text:
+        return shorten(tidy(text))
     name = missing_name(exc)
     if name is not None:
         return f"{STUDENT_FILE} has no function or name {name!r} (was it renamed or deleted?)"

@@ -1,55 +1,36 @@
-"""The pytest plugin of the grader: the ``points`` marker, and a record of each test.
+"""The pytest plugin of the grader: its markers, and the record of each test's outcome.
 
-Loaded with ``-p minigraph.grading.plugin`` (the grader does this). It
+Loaded with ``-p minigraph.grading.plugin`` (a student running ``pytest`` in a released
+chapter) or by :mod:`minigraph.grading.harness` (the grader), it registers the markers
 
-- registers the marker ``@pytest.mark.points(n)``, so ``--strict-markers`` accepts it;
-- when given ``--minigraph-events FILE``, appends one JSON object per line to FILE as the
-  session goes: ``collected`` (every test id with its points), ``start`` and ``result``
-  for each test, ``import-start``/``import-end`` around the import of exercises.py (from
-  :mod:`minigraph.grading.loader`) and ``finished``. Each line is written with a single
-  ``os.write``, so it has reached the operating system before the next line of student
-  code runs: when the process dies (``os._exit``, a segfault, a kill after a timeout),
-  the grader still knows which test was running and which had finished;
-- with ``--minigraph-skip FILE``, leaves out the tests listed in FILE (those already
-  graded before a crash) so that the grader can resume after a crash;
-- with ``--minigraph-import-failed MESSAGE``, makes the ``exercises`` fixture fail at once
-  with MESSAGE (the grader already saw the import crash the process).
+- ``@pytest.mark.points(n)``: what a graded test is worth;
+- ``@pytest.mark.hidden``: graded, reported with Gradescope's ``"visibility":
+  "after_published"``, left out of the release;
+- ``@pytest.mark.forbid("minigraph.softmax", ..., why="...")``: library functions the
+  exercise's solution may not call; the sandbox refuses them during the test.
 
-The outcome of a test is "passed" only when its setup, call and teardown all passed; a
-skipped test scores 0 like a failed one (graded tests should not skip).
+:class:`Collector` keeps, in the grader's memory, every collected test with its points
+and the outcome of each: "passed" only when setup, call and teardown all passed; a
+skipped test scores 0 like a failed one.
 """
 
 from __future__ import annotations
 
-import json
 import numbers
-import os
-import time
 
 import pytest
 
 from minigraph.grading.messages import describe_exception, shorten
 
 POINTS_MARKER = "points(n): the number of points a graded test is worth (minigraph grade)"
-
-_RECORDER = "minigraph-grading-recorder"
-
-
-def pytest_addoption(parser):
-    group = parser.getgroup("minigraph-grading", "minigraph grading")
-    group.addoption("--minigraph-events", metavar="FILE", default=None,
-                    help="append a JSON line per collection, test start and test result to FILE")
-    group.addoption("--minigraph-skip", metavar="FILE", default=None,
-                    help="do not run the test ids listed in FILE (one a line)")
-    group.addoption("--minigraph-import-failed", metavar="MESSAGE", default=None,
-                    help="the exercises fixture fails at once with MESSAGE")
+HIDDEN_MARKER = "hidden: a graded test the student sees only after the grades are published"
+FORBID_MARKER = ("forbid(*names, why=''): library functions (minigraph.softmax, "
+                 "numpy.broadcast_shapes) the exercise's solution may not call")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", POINTS_MARKER)
-    events = config.getoption("minigraph_events", None)
-    if events:
-        config.pluginmanager.register(Recorder(config, events), _RECORDER)
+    for line in (POINTS_MARKER, HIDDEN_MARKER, FORBID_MARKER):
+        config.addinivalue_line("markers", line)
 
 
 def points_of(item) -> tuple[float, str]:
@@ -66,51 +47,27 @@ def points_of(item) -> tuple[float, str]:
     return (int(value) if float(value).is_integer() else float(value)), ""
 
 
-# -- used by the loader of exercises.py ---------------------------------------------------
-
-def emit(config, event: str, **fields) -> None:
-    """Record ``event`` if the grader is listening (no-op under a plain pytest run)."""
-    recorder = config.pluginmanager.get_plugin(_RECORDER) if config is not None else None
-    if recorder is not None:
-        recorder.emit(event, **fields)
-
-
-def known_import_failure(config) -> str | None:
-    return config.getoption("minigraph_import_failed", None) if config is not None else None
+def forbidden_of(item) -> tuple[list[str], str]:
+    """The library functions ``item``'s ``forbid`` markers name, and why."""
+    names, why = [], ""
+    for marker in item.iter_markers("forbid"):
+        names += [str(n) for n in marker.args]
+        why = why or str(marker.kwargs.get("why", ""))
+    return names, why
 
 
-def timeout_of(config) -> float | None:
-    if config is None:
-        return None
-    try:
-        value = config.getoption("timeout", None)
-    except ValueError:  # pytest-timeout not loaded
-        return None
-    try:
-        return float(value) if value else None
-    except (TypeError, ValueError):
-        return None
+def is_hidden(item) -> bool:
+    return item.get_closest_marker("hidden") is not None
 
 
-class Recorder:
-    """Writes the events file (see the module docstring)."""
+class Collector:
+    """Records, in memory, the tests and their outcomes (the grader's own process)."""
 
-    def __init__(self, config, path):
-        self.config = config
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        skip = config.getoption("minigraph_skip", None)
-        self.skip: set[str] = set()
-        if skip and os.path.exists(skip):
-            with open(skip, encoding="utf-8") as f:
-                self.skip = {line.rstrip("\n") for line in f if line.strip()}
+    def __init__(self):
+        self.tests: list[dict] = []
         self.collect_errors: list[dict] = []
         self.outcomes: dict[str, tuple[str, str]] = {}
-
-    def emit(self, event: str, **fields) -> None:
-        line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
-        os.write(self.fd, line.encode("utf-8"))
-
-    # collection -------------------------------------------------------------------------
+        self.guard: list[str] = []     # every name any test forbids
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -121,27 +78,14 @@ class Recorder:
             self.collect_errors.append({"nodeid": report.nodeid,
                                         "message": shorten(message, max_lines=8)})
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
-        if not self.skip:
-            return
-        keep = [item for item in items if item.nodeid not in self.skip]
-        dropped = [item for item in items if item.nodeid in self.skip]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
-
     def pytest_collection_finish(self, session):
-        tests = []
         for item in session.items:
             points, problem = points_of(item)
-            tests.append({"nodeid": item.nodeid, "points": points, "problem": problem})
-        self.emit("collected", tests=tests, errors=self.collect_errors)
-
-    # running ----------------------------------------------------------------------------
-
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.emit("start", nodeid=nodeid)
+            self.tests.append({"nodeid": item.nodeid, "points": points, "problem": problem,
+                               "hidden": is_hidden(item)})
+            for name in forbidden_of(item)[0]:
+                if name not in self.guard:
+                    self.guard.append(name)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -152,7 +96,7 @@ class Recorder:
         if report.failed:
             try:
                 message = self._message(call, report)
-            except Exception:  # noqa: BLE001 - a message must never crash the test process
+            except Exception:  # noqa: BLE001 - a message must never stop the grading
                 message = shorten(str(report.longrepr))
             self.outcomes[item.nodeid] = ("failed", message)
         elif report.skipped:
@@ -162,23 +106,10 @@ class Recorder:
             self.outcomes[item.nodeid] = ("passed", "")
         return report
 
-    def _message(self, call, report) -> str:
+    @staticmethod
+    def _message(call, report) -> str:
         excinfo = call.excinfo
         phase = {"setup": "", "call": "", "teardown": " (in the test's teardown)"}[report.when]
         if excinfo is None:
             return shorten(str(report.longrepr)) + phase
-        return describe_exception(excinfo.value, timeout=timeout_of(self.config),
-                                  exconly=excinfo.exconly()) + phase
-
-    def pytest_runtest_logfinish(self, nodeid, location):
-        status, message = self.outcomes.pop(nodeid, ("failed", "the test did not report a result"))
-        self.emit("result", nodeid=nodeid, status=status, output=message)
-
-    def pytest_sessionfinish(self, session, exitstatus):
-        self.emit("finished", exitstatus=int(exitstatus))
-
-    def pytest_unconfigure(self, config):
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        return describe_exception(excinfo.value, exconly=excinfo.exconly()) + phase

@@ -24,6 +24,7 @@ class TestResult:
     status: str          # "passed" or "failed"
     output: str = ""     # why it failed (short); "" when it passed
     problem: str = ""    # a problem with the test itself, for the chapter author
+    hidden: bool = False # shown to the student only after the grades are published
 
     @property
     def score(self) -> float:
@@ -40,6 +41,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     processes: int = 1
+    protection: str | None = None   # the protection the sandbox lacked, if any
 
     @property
     def score(self) -> float:

@@ -1,0 +1,78 @@
+"""The grader's own process: runs the course's tests and writes the verdicts.
+
+``python -m minigraph.grading.harness CONFIG_JSON`` is started by :func:`.runner.run_tests`.
+It runs pytest *in this process* on the course's test file (copied into the grader's
+private folder), so the tests, their oracles and their assertions run here, where the
+student's code never does; the ``exercises`` fixture reaches the student's code through
+the sandbox (:mod:`.proxy`). When pytest is done, the sandbox and every process it
+started are ended, and only then are the outcomes written to the results file, in the
+private folder that the sandbox's account cannot write.
+
+The process makes itself undumpable (``PR_SET_DUMPABLE`` 0: no ptrace or /proc/PID/mem
+by a process of the same user) and a child subreaper (orphans of the sandbox come back
+to it, to be ended).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from minigraph.grading import isolation
+from minigraph.grading.loader import HARNESS
+from minigraph.grading.plugin import Collector
+from minigraph.grading.proxy import Sandbox, SandboxSettings
+
+
+class Harness:
+    """Registered as a pytest plugin named ``HARNESS``: the fixture finds the sandbox here."""
+
+    name = HARNESS
+
+    def __init__(self, sandbox: Sandbox, collector: Collector):
+        self.sandbox, self.collector = sandbox, collector
+
+    def pytest_collection_finish(self, session):
+        self.sandbox.guard = list(self.collector.guard)
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+    isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
+    limits = isolation.Limits(memory_mb=int(config["memory_mb"]),
+                              cpu_seconds=int(config["total_timeout"]) + 5)
+    settings = SandboxSettings(exercises=Path(config["exercises"]), timeout=config["timeout"],
+                               total_timeout=config["total_timeout"], limits=limits,
+                               isolate=config.get("isolate", True),
+                               workdir=Path(config["workdir"]))
+    sandbox = Sandbox(settings)
+    sandbox.spawn()  # its interpreter starts while pytest collects the tests
+    collector = Collector()
+    import pytest
+    folder = Path(config["test_file"]).parent
+    ini = folder / "pytest.ini"
+    ini.write_text("[pytest]\n", encoding="utf-8")
+    args = [config["test_file"], "-q", "-c", str(ini), "--rootdir", str(folder),
+            "--confcutdir", str(folder), "-p", "no:cacheprovider", "-p", "no:randomly",
+            "--continue-on-collection-errors", "-p", "minigraph.grading.plugin",
+            "--import-mode=importlib", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    try:
+        exit_code = pytest.main(args, plugins=[collector, Harness(sandbox, collector)])
+    finally:
+        sandbox.close()
+        isolation.kill_descendants()
+    results = {"tests": collector.tests, "errors": collector.collect_errors,
+               "outcomes": collector.outcomes, "processes": sandbox.processes,
+               "exit_code": int(exit_code), "used": sandbox.used}
+    target = Path(config["results"])
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(json.dumps(results), encoding="utf-8")
+    os.replace(temporary, target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

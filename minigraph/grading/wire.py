@@ -1,0 +1,189 @@
+"""How values cross the trust boundary between the grader and the sandbox: plain data only.
+
+Both sides send each other JSON messages, each framed by its length (8 bytes, big endian).
+A value is encoded as JSON where JSON suffices, and as a tagged object otherwise::
+
+    (1, 2)             {"$tuple": [1, 2]}
+    {"a": 1}           {"$dict": [["a", 1]]}          (any hashable plain key)
+    {1, 2}             {"$set": [1, 2], "frozen": false}
+    np.array(...)      {"$array": "<base64 of the .npy bytes>"}   (np.load(allow_pickle=False))
+    np.float32(1.5)    {"$scalar": "<base64 .npy>"}
+    mg.tensor(...)     {"$tensor": "<base64 .npy>", "device": "cpu:1"}
+    np.dtype("f4")     {"$dtype": "float32"}
+    ValueError("m")    {"$exception": "ValueError", "message": "m"}
+    anything else      {"$ref": 7, "owner": "sandbox", "type": "Dual", "callable": true}
+
+Why not pickle: unpickling runs code chosen by whoever wrote the bytes, so one pickle from
+the student's side would run the student's code inside the grader. NumPy's .npy format
+with ``allow_pickle=False`` carries dtype, shape and bytes and nothing executable; object
+arrays are refused. A ``$ref`` is a *handle*: the object stays in the process that owns it,
+and the other side can only ask that process to act on it (call it, read an attribute,
+apply ``+``); see :mod:`minigraph.grading.proxy`. Decoding never imports or calls anything
+named by the message; exception types are rebuilt only from a fixed list of built-ins.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import io
+import json
+import os
+import select
+import struct
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+#: the largest message either side accepts (a bigger one is an error, not a hang)
+MAX_MESSAGE = 256 * 1024 * 1024
+_HEADER = struct.Struct(">Q")
+
+#: exception types rebuilt as themselves; any other arrives as RuntimeError
+SAFE_EXCEPTIONS = {name: getattr(builtins, name) for name in (
+    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError",
+    "Exception", "FloatingPointError", "IndexError", "KeyError", "LookupError",
+    "MemoryError", "NameError", "NotImplementedError", "OSError", "OverflowError",
+    "RecursionError", "RuntimeError", "StopIteration", "TimeoutError", "TypeError",
+    "UnboundLocalError", "ValueError", "ZeroDivisionError", "PermissionError",
+    "FileNotFoundError", "ImportError", "ModuleNotFoundError", "SyntaxError",
+    "UnicodeError", "IndentationError")}
+
+
+class WireError(Exception):
+    """A message that breaks the protocol (too big, not JSON, a bad tag)."""
+
+
+class ChannelClosed(WireError):
+    """The other side closed its end (it exited or was killed)."""
+
+
+class ChannelTimeout(WireError):
+    """No message arrived before the deadline."""
+
+
+# -- values ---------------------------------------------------------------------------------
+
+def _npy(array: np.ndarray) -> str:
+    if array.dtype.hasobject:
+        raise TypeError("arrays of Python objects cannot cross the sandbox boundary")
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _from_npy(text: str) -> np.ndarray:
+    return np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False)
+
+
+def encode(value: Any, export: Callable[[Any], dict]) -> Any:
+    """``value`` as JSON-ready data; ``export(obj)`` makes the ``$ref`` of anything else."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int) and type(value) in (int, bool):
+        return value
+    if type(value) is float:
+        return value
+    if isinstance(value, np.ndarray):
+        return {"$array": _npy(value)}
+    if isinstance(value, np.generic):
+        return {"$scalar": _npy(np.asarray(value))}
+    if isinstance(value, np.dtype):
+        return {"$dtype": value.str if value.names else value.name}
+    if type(value) is list:
+        return [encode(v, export) for v in value]
+    if type(value) is tuple:
+        return {"$tuple": [encode(v, export) for v in value]}
+    if type(value) is dict:
+        return {"$dict": [[encode(k, export), encode(v, export)] for k, v in value.items()]}
+    if type(value) in (set, frozenset):
+        return {"$set": [encode(v, export) for v in value], "frozen": type(value) is frozenset}
+    if type(value).__name__ == "Tensor" and type(value).__module__.startswith("minigraph"):
+        return {"$tensor": _npy(np.asarray(value.numpy())), "device": str(value.device.name)}
+    if isinstance(value, BaseException) and type(value).__module__ == "builtins":
+        return {"$exception": type(value).__name__, "message": str(value)}
+    return export(value)
+
+
+def decode(data: Any, resolve: Callable[[dict], Any]) -> Any:
+    """The value ``data`` encodes; ``resolve(ref)`` turns a ``$ref`` into an object."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [decode(v, resolve) for v in data]
+    if not isinstance(data, dict) or len(data) == 0:
+        raise WireError(f"unexpected value in a message: {type(data).__name__}")
+    if "$array" in data:
+        return _from_npy(data["$array"])
+    if "$scalar" in data:
+        return _from_npy(data["$scalar"])[()]
+    if "$tuple" in data:
+        return tuple(decode(v, resolve) for v in data["$tuple"])
+    if "$dict" in data:
+        return {_hashable(decode(k, resolve)): decode(v, resolve) for k, v in data["$dict"]}
+    if "$set" in data:
+        items = {_hashable(decode(v, resolve)) for v in data["$set"]}
+        return frozenset(items) if data.get("frozen") else items
+    if "$dtype" in data:
+        return np.dtype(str(data["$dtype"]))
+    if "$tensor" in data:
+        import minigraph as mg
+        return mg.tensor(_from_npy(data["$tensor"]), device=str(data["device"]))
+    if "$exception" in data:
+        kind = SAFE_EXCEPTIONS.get(str(data["$exception"]), RuntimeError)
+        return kind(str(data.get("message", "")))
+    if "$ref" in data:
+        return resolve(data)
+    raise WireError(f"unknown tag in a message: {sorted(data)[:3]}")
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        raise WireError(f"a dict key or set item of type {type(value).__name__} "
+                        "is not hashable") from None
+    return value
+
+
+# -- messages -------------------------------------------------------------------------------
+
+def send(fd: int, message: dict) -> None:
+    body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(body) > MAX_MESSAGE:
+        raise WireError(f"a message of {len(body)} bytes is over the {MAX_MESSAGE} byte limit")
+    data = _HEADER.pack(len(body)) + body
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_exactly(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise ChannelTimeout("no answer before the deadline")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise ChannelClosed("the other side closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(fd: int, deadline: float | None = None) -> dict:
+    """The next message on ``fd``; ChannelTimeout once ``deadline`` (monotonic) passes."""
+    (length,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+    if length > MAX_MESSAGE:
+        raise WireError(f"a message of {length} bytes is over the {MAX_MESSAGE} byte limit")
+    try:
+        message = json.loads(_read_exactly(fd, length, deadline))
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"a message that is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise WireError("a message that is not a JSON object")
+    return message
