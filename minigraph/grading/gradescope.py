@@ -3,7 +3,9 @@
 The autograder specification (https://gradescope-autograders.readthedocs.io, "Autograder
 Specifications") reads a JSON object with the total ``score`` and a list ``tests``, each
 with ``name``, ``score``, ``max_score``, ``status`` ("passed" or "failed") and ``output``
-(shown to the student). A typical ``run_autograder`` script::
+(shown to the student), and per test and for the whole a ``visibility``
+("visible", "hidden", "after_due_date", "after_published"); ``stdout_visibility`` says
+whether the autograder's own output is shown. A typical ``run_autograder`` script::
 
     minigraph grade /autograder/submission \\
         --tests /autograder/source/chapters/02-automatic-differentiation \\
@@ -25,6 +27,8 @@ def results_json(report: Report) -> dict:
         "score": report.score,
         "execution_time": int(round(report.seconds)),
         "output": output,
+        # what the student's code printed is never shown: it is not part of any verdict
+        "stdout_visibility": "hidden",
         "tests": [
             {
                 "name": r.name,
@@ -32,6 +36,8 @@ def results_json(report: Report) -> dict:
                 "max_score": _number(r.max_score),
                 "status": r.status,
                 "output": r.output,
+                # a hidden test's name, score and message appear once grades are published
+                "visibility": "after_published" if r.hidden else "visible",
             }
             for r in report.results
         ],

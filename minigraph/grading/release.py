@@ -143,6 +143,33 @@ def strip_solutions(source: str, filename: str = "<string>") -> str:
     return _release(source, filename)[0]
 
 
+def _is_hidden(node: ast.stmt) -> bool:
+    for decorator in getattr(node, "decorator_list", []):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Attribute) and target.attr == "hidden":
+            return True
+    return False
+
+
+def strip_hidden(source: str, filename: str = "<string>") -> str:
+    """``source`` (a test file) without its ``@pytest.mark.hidden`` tests: graded by the
+    grader, never shown in the student's copy."""
+    tree = ast.parse(source, filename=filename)
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if _is_hidden(node):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                drop.update(range(first, node.end_lineno + 1))
+            elif isinstance(node, ast.ClassDef):
+                for member in node.body:
+                    if _is_hidden(member):
+                        first = min([member.lineno] + [d.lineno for d in member.decorator_list])
+                        drop.update(range(first, member.end_lineno + 1))
+    return "".join(line for number, line in enumerate(lines, 1) if number not in drop)
+
+
 def _files(chapters: Path):
     for path in sorted(chapters.rglob("*")):
         parts = path.relative_to(chapters).parts
@@ -173,6 +200,8 @@ def release(chapters: str | Path, out: str | Path, *, force: bool = False) -> li
             with open(path, encoding="utf-8", newline="") as f:
                 source = f.read()
             released, regions = _release(source, str(path))
+            if path.name.startswith("test_"):
+                released = strip_hidden(released, str(path))
             plan.append((path, out / rel, released, len(regions)))
         else:
             plan.append((path, out / rel, None, 0))

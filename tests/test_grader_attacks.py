@@ -1,0 +1,307 @@
+"""Submissions that try to fool the grader instead of solving the exercises.
+
+Each attack is an ``exercises.py`` that solves nothing (the honest stub scores 0) and tries
+to raise its score some other way: forging the results, reading the reference solution,
+patching the grader or NumPy, crashing or outliving the grader, exhausting its resources.
+Every one must score what the stub scores (0 of 11 on the example chapter), finish within
+the limits, and leave no process behind. They run once, concurrently, on the example
+chapter of tests/grading_fixtures (copied into a course folder of their own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from minigraph.grading import grade
+from minigraph.grading import isolation
+from minigraph.grading.gradescope import write_results_json
+
+FIXTURES = Path(__file__).resolve().parent / "grading_fixtures"
+EXAMPLE = FIXTURES / "chapters" / "99-example"
+TOKEN = "minigraph-attack-token-7f3a"   # in the command line of every process an attack starts
+TIMEOUT, TOTAL = 1.5, 8.0
+
+# what every attack needs to try to win: where things are
+PRELUDE = f"""
+import os, sys, signal, subprocess, time, glob, json
+TOKEN = {TOKEN!r}
+def solve_nothing(*args, **kwargs):
+    raise NotImplementedError("stub")
+add = mean = dual_mul = sign = solve_nothing
+class Counter:
+    def step(self, n=1):
+        raise NotImplementedError("stub")
+"""
+
+ATTACKS = {
+    # (1) forge the results: find the grader's files through its command line
+    "forge-results-file": """
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            for arg in cmd:
+                folder = os.path.dirname(arg.decode(errors="replace"))
+                for name in ("results.json", "results.tmp"):
+                    try:
+                        with open(os.path.join(folder, name), "w") as f:
+                            json.dump({"tests": [], "outcomes": {}}, f)
+                    except OSError:
+                        pass
+    """,
+    # (2) patch the grader's recorder, in the process the student's code runs in
+    "patch-the-plugin": """
+        import minigraph.grading.plugin as plugin
+        plugin.Collector.pytest_runtest_makereport = lambda *a, **k: None
+        plugin.points_of = lambda item: (100, "")
+        import minigraph.grading.proxy as proxy
+        proxy.student_error = lambda info: None
+    """,
+    # (3) find the reference solution and run it instead
+    "import-the-reference": f"""
+        import minigraph, importlib.util
+        candidates = glob.glob("/work/**/99-example/exercises.py", recursive=True)
+        candidates += [{str(EXAMPLE / "exercises.py")!r}]
+        for pid in os.listdir("/proc"):
+            try:
+                for arg in open(f"/proc/{{pid}}/cmdline", "rb").read().split(b"\\0"):
+                    if arg.endswith(b".json") or arg.endswith(b".py"):
+                        candidates.append(os.path.join(os.path.dirname(arg.decode()), "exercises.py"))
+            except OSError:
+                pass
+        for path in candidates:
+            try:
+                source = open(path).read()
+            except OSError:
+                continue
+            if "BEGIN SOLUTION" in source:
+                exec(source, globals())
+                break
+    """,
+    # (4) outlive the grader and rewrite results.json afterwards
+    "setsid-rewriter": """
+        code = (
+            "import glob, json, time\\n"
+            "for _ in range(200):\\n"
+            "    for path in glob.glob('/tmp/**/results.json', recursive=True):\\n"
+            "        try:\\n"
+            "            open(path, 'w').write(json.dumps({'score': 11, 'tests': []}))\\n"
+            "        except OSError: pass\\n"
+            "    time.sleep(0.05)\\n")
+        subprocess.Popen([sys.executable, "-c", code, TOKEN], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if os.fork() == 0:  # and a double fork, the classic daemon
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, [sys.executable, "-c", code, TOKEN])
+            os._exit(0)
+    """,
+    # (6) make every comparison succeed
+    "patch-numpy": """
+        import numpy as np
+        np.allclose = lambda *a, **k: True
+        np.isclose = lambda *a, **k: True
+        np.testing.assert_allclose = lambda *a, **k: None
+        np.ndarray.__eq__ = lambda *a: True
+        def add(a, b):
+            class Anything:
+                def __eq__(self, other): return True
+                __hash__ = object.__hash__
+            return Anything()
+    """,
+    "sys-exit-at-import": """
+        sys.exit(0)
+    """,
+    "fake-report-on-stdout": """
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__):
+            print('{"score": 11, "tests": []}\\n  total  11 / 11\\n1 passed', file=stream, flush=True)
+        for fd in (0, 1, 2):
+            try:
+                os.write(fd, b'{"re": 1, "ok": 5}')
+            except OSError:
+                pass
+    """,
+    "kill-the-parent": """
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            for pid in (os.getppid(), os.getpgid(0)):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+    """,
+    "inherited-fds": """
+        for fd in range(3, 64):
+            try:
+                os.write(fd, b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x20{"re": 1, "ok": {"$tuple": [11]}}')
+            except OSError:
+                pass
+    """,
+    "environment": """
+        found = {k: v for k, v in os.environ.items() if "MINIGRAPH" in k or "PYTEST" in k}
+        for value in found.values():
+            for path in glob.glob(os.path.join(value, "**", "exercises.py"), recursive=True):
+                try:
+                    exec(open(path).read(), globals())
+                except Exception:
+                    pass
+    """,
+    "bounded-fork-storm": """
+        children = []
+        for _ in range(300):
+            try:
+                children.append(subprocess.Popen([sys.executable, "-c",
+                    "import time; time.sleep(600)", TOKEN]))
+            except OSError:
+                break
+    """,
+    "huge-allocation": """
+        import numpy as np
+        def mean(xs):
+            big = np.ones(10**11)       # 800 GB
+            return float(big[0])
+        def add(a, b):
+            blocks = []
+            while True:
+                blocks.append(bytearray(10**8))
+    """,
+    "sleep-forever": """
+        def add(a, b):
+            while True:
+                try:
+                    time.sleep(1000)
+                except BaseException:
+                    pass
+        mean = dual_mul = sign = add
+    """,
+    "symlinks": f"""
+        for i, target in enumerate([{str(EXAMPLE / "exercises.py")!r}, "/etc/shadow", "/root"]):
+            try:
+                os.symlink(target, f"link{{i}}")
+                exec(open(f"link{{i}}").read(), globals())
+            except Exception:
+                pass
+    """,
+    "write-the-installed-package": """
+        import minigraph, minigraph.grading.plugin as plugin
+        for path in (plugin.__file__, minigraph.__file__):
+            try:
+                with open(path, "a") as f:
+                    f.write("\\n# tampered\\n")
+            except OSError:
+                pass
+    """,
+    "planted-conftest": """
+        pass  # the submission folder also holds conftest.py and test_exercises.py
+    """,
+}
+
+
+def _write(folder: Path, name: str, text: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def attacks(tmp_path_factory):
+    if not isolation.is_root():
+        ATTACKS.pop("write-the-installed-package")  # without root it would really write
+    course = tmp_path_factory.mktemp("course")
+    shutil.copytree(EXAMPLE, course / EXAMPLE.name)
+    work = tmp_path_factory.mktemp("submissions")
+    package_files = {p: p.read_bytes() for p in (Path(isolation.__file__).parent).glob("*.py")}
+    jobs = {}
+    for name, code in [("stub", "pass")] + list(ATTACKS.items()):
+        folder = work / name / EXAMPLE.name
+        _write(folder, "exercises.py", PRELUDE + textwrap.dedent(code))
+        if name == "planted-conftest":
+            _write(folder, "conftest.py", "import pytest\n@pytest.hookimpl(wrapper=True)\n"
+                   "def pytest_runtest_makereport(item, call):\n    r = yield\n"
+                   "    r.outcome = 'passed'\n    return r\n")
+            _write(folder, "test_exercises.py", "import pytest\n@pytest.mark.points(100)\n"
+                   "def test_free():\n    pass\n")
+        jobs[name] = folder
+
+    def run(name):
+        started = time.monotonic()
+        report = grade(jobs[name], course=course, timeout=TIMEOUT, total_timeout=TOTAL)
+        seconds = time.monotonic() - started
+        out = work / name / "results" / "results.json"
+        write_results_json(report, out)
+        return report, seconds, out
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(run, name) for name in jobs}
+        results = {name: future.result() for name, future in futures.items()}
+    time.sleep(1.0)  # a process left behind would rewrite results.json now
+    changed = [str(p) for p, data in package_files.items() if p.read_bytes() != data]
+    return results, changed
+
+
+def _leftovers() -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if TOKEN.encode() in cmd:
+            found.append(pid)
+    if isolation.is_root():
+        for n in range(isolation.ACCOUNTS):
+            try:
+                uid = pwd.getpwnam(f"{isolation.ACCOUNT_PREFIX}{n}").pw_uid
+            except KeyError:
+                continue
+            if isolation.processes_of_user(uid):
+                found.append(f"processes of {isolation.ACCOUNT_PREFIX}{n}")
+    return found
+
+
+def test_the_stub_scores_zero(attacks):
+    results, _ = attacks
+    report = results["stub"][0]
+    assert report.score == 0 and report.max_score == 11
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_an_attack_scores_what_the_stub_scores(attacks, name):
+    results, _ = attacks
+    report, seconds, out = results[name]
+    assert report.score == results["stub"][0].score, report.table(width=200)
+    assert report.max_score == 11 and len(report.results) == 7   # the course's tests, all
+    assert seconds < TOTAL + 30, f"{name} took {seconds:.1f} s"
+    data = json.loads(out.read_text())
+    assert data["score"] == 0 and len(data["tests"]) == 7, "results.json was rewritten"
+
+
+def test_no_process_is_left_behind(attacks):
+    assert _leftovers() == []
+
+
+def test_the_installed_package_is_unchanged(attacks):
+    _, changed = attacks
+    assert changed == []
+
+
+def test_a_fork_storm_and_a_crash_leave_the_other_tests_graded(attacks):
+    results, _ = attacks
+    report = results["huge-allocation"][0]
+    messages = {r.name: r.output for r in report.results}
+    assert "MemoryError" in messages["test_mean"] or "crashed" in messages["test_mean"]
+
+
+def test_sleeping_forever_is_bounded_by_the_total_timeout(attacks):
+    results, _ = attacks
+    report, seconds, _ = results["sleep-forever"]
+    assert seconds < TOTAL + 20
+    assert any("timed out" in r.output for r in report.results)
