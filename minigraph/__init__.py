@@ -6,7 +6,7 @@ mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``j
 """
 
 from . import errors
-from .autodiff.api import MODES, grad, value_and_grad
+from .autodiff.api import MODES, grad, hessian, value_and_grad
 from .autodiff.batching import vmap
 from .autodiff.check import gradcheck
 from .autodiff.source import SourceTransformError, source_grad
@@ -47,7 +47,7 @@ __all__ = [
     "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal", "nll_loss", "one_hot",
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where", "zeros_like",
-    "ones_like", "Tensor", "vmap", "stack",
+    "ones_like", "Tensor", "vmap", "stack", "hessian",
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",

@@ -56,3 +56,12 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
 
     gradient.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
     return transformation(gradient, f"grad(mode={mode!r})")
+
+
+def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable[..., Any]:
+    """The Hessian of a scalar function: ``jacfwd(jacrev(f))``, forward over reverse, as
+    in JAX (the reverse sweep makes the gradient, n tangents differentiate it)."""
+    from .forward import jacfwd
+    from .tape import jacrev
+
+    return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")

@@ -127,14 +127,25 @@ def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[N
     return graph, inputs, out
 
 
-def _outputs(out: Any, fname: str) -> tuple[list[Node], bool]:
-    single = not isinstance(out, (tuple, list))
-    nodes = [out] if single else list(out)
+def _constant_output(graph: Graph, out: Any) -> Any:
+    """An output that does not depend on the inputs (a number, a tensor) as a constant
+    node of the graph: its derivative is zero, not an error."""
+    if isinstance(out, (int, float)):
+        out = tensor(float(out))
+    if isinstance(out, Tensor):
+        with graph:
+            return graph.constant(out)
+    return out
+
+
+def _outputs(out: Any, fname: str, graph: Graph) -> tuple[list[Node], bool]:
+    one = not isinstance(out, (tuple, list))
+    nodes = [_constant_output(graph, o) for o in ([out] if one else out)]
     for n in nodes:
         if not isinstance(n, Node):
             raise GraphError(f"trace({fname}): the function must return graph values "
                              f"computed from its inputs, got {type(n).__name__}")
-    return nodes, single
+    return nodes, one
 
 
 class Traced:
@@ -151,8 +162,8 @@ class Traced:
         if key not in self.cache:
             graph, inputs, out = record(self.f, args, self.name)
             self.recordings += 1
-            outputs, single = _outputs(out, self.name)
-            self.cache[key] = (_compile(graph, inputs, outputs, self.name), single, graph)
+            outputs, one = _outputs(out, self.name, graph)
+            self.cache[key] = (_compile(graph, inputs, outputs, self.name), one, graph)
         fn, one, _ = self.cache[key]
         results = _call(fn, _array_args(args, key))
         return results[0] if one else results
@@ -183,6 +194,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
         graph, inputs, out = record(f, args, f"grad_{name}")
         positions = _input_positions(args)
+        out = _constant_output(graph, out)
         if not isinstance(out, Node):
             raise GraphError(f"grad: f must return a graph value, got {type(out).__name__}")
         if out.shape is not None and out.shape not in ((), (1,)):

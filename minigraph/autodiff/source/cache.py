@@ -19,6 +19,7 @@ import numpy as np
 from ...device import get_device
 from ...errors import MinigraphError
 from ...ops.primitive import KINDS
+from ..argnums import normalize_argnums, single
 from ...tensor import Tensor, tensor
 from .. import tape
 from .compiled import Program, _transform
@@ -75,7 +76,8 @@ class SourceGrad:
     def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
         self.f = f
         self.argnums = argnums
-        self.nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        # (source mode reads f's parameters, so argnums is checked against them at once)
+        self.nums = normalize_argnums(argnums, f.__code__.co_argcount, "grad")
         self.with_value = with_value
         self._src = _read(f)  # refusals happen here, before anything runs
         self.transforms = 0  # how many programs were written (the cache's misses)
@@ -84,7 +86,9 @@ class SourceGrad:
         self._defaults = f.__defaults__ or ()
         self._n = f.__code__.co_argcount
         with _LOCK:  # shared by every gradient of f with these argnums
-            self._programs = _PROGRAMS.setdefault(f, {}).setdefault(self.nums, {})
+            # (argnums=0 and argnums=(0,) differ in what they return: two programs)
+            self._programs = _PROGRAMS.setdefault(f, {}).setdefault(
+                (self.nums, single(argnums)), {})
 
     @property
     def programs(self) -> dict:
@@ -104,7 +108,7 @@ class SourceGrad:
         key = _signature(args, self.nums)
         prog = self._programs.get(key)
         if prog is None:
-            prog = _transform(self._src, args, self.nums, isinstance(self.argnums, int), key)
+            prog = _transform(self._src, args, self.nums, single(self.argnums), key)
             self.transforms += 1
             self._programs[key] = prog
         self.last = prog

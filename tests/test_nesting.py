@@ -1,0 +1,279 @@
+"""Transformations nested in each other, checked against PyTorch (torch.func, float64).
+
+Every pairing of the four ways to differentiate {tape, forward, graph, source}, outer x
+inner, two and three levels deep, on random programs that hypothesis writes as Python
+source (source transformation reads a function's text, so each program is a real file),
+and the wrappers that build on them (jvp, jacfwd, jacrev, vjp, value_and_grad, hessian).
+The oracle is always PyTorch, never another minigraph mode.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("torch.func")
+
+MODES = ("tape", "forward", "graph", "source")
+PAIRS = list(itertools.product(MODES, MODES))
+
+# -- random programs, written as source files ----------------------------------------------
+
+UNARY = {"sin": "{ns}.sin({a})", "cos": "{ns}.cos({a})", "tanh": "{ns}.tanh({a})",
+         "exp": "{ns}.exp(0.3 * {a})", "square": "{a} * {a}"}
+BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}",
+          "div": "{a} / (1.5 + {b} * {b})"}
+
+step = st.one_of(
+    st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 50), st.just(0)),
+    st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 50), st.integers(0, 50)))
+programs = st.lists(step, min_size=1, max_size=6)
+
+
+def source_of(prog: list, ns: str, name: str) -> str:
+    """``def name(x, y): ...`` computing the program with namespace ``ns`` (mg or torch)."""
+    names = ["x", "y"]
+    lines = [f"def {name}(x, y):"]
+    for k, (op, i, j) in enumerate(prog):
+        a, b = names[i % len(names)], names[j % len(names)]
+        template = UNARY.get(op) or BINARY[op]
+        v = f"v{k}"
+        lines.append(f"    {v} = " + template.format(ns=ns, a=a, b=b))
+        names.append(v)
+    # the last value plus a term in both inputs, so every derivative has something to do
+    lines.append(f"    return {names[-1]} + x * y * 0.5")
+    return "\n".join(lines) + "\n"
+
+
+_counter = itertools.count()
+
+
+def load(prog: list, tmp_path_factory) -> tuple:
+    """The program as an mg function and a torch function, each defined in a real file."""
+    k = next(_counter)
+    folder = tmp_path_factory.mktemp("programs")
+    path = folder / f"prog{k}.py"
+    path.write_text("import minigraph as mg\nimport torch\n\n" + source_of(prog, "mg", "f")
+                    + "\n\n" + source_of(prog, "torch", "f_torch"))
+    spec = importlib.util.spec_from_file_location(f"prog{k}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.f, module.f_torch
+
+
+def as_float(v) -> float:
+    return float(v.item() if hasattr(v, "item") else v)
+
+
+def torch_second(f_torch, first: int, second: int, x: float, y: float) -> float:
+    """d/d(arg second) of d f/d(arg first), by torch.func, in float64."""
+    g = tf.grad(tf.grad(f_torch, argnums=first), argnums=second)
+    return float(g(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)))
+
+
+SETTINGS = settings(max_examples=6, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.parametrize("outer,inner", PAIRS)
+@SETTINGS
+@given(prog=programs, x=st.floats(-1.5, 1.5), y=st.floats(-1.5, 1.5))
+def test_every_pairing_gives_torchs_second_derivatives(outer, inner, prog, x, y,
+                                                       tmp_path_factory):
+    f, f_torch = load(prog, tmp_path_factory)
+    g_inner = mg.grad(f, argnums=0, mode=inner)  # df/dx
+
+    def mixed(y):  # d/dy of df/dx: the inner gradient must carry the outer perturbation
+        return g_inner(x, y)
+
+    def pure(x):
+        return g_inner(x, y)
+
+    namespace = {"g_inner": g_inner}
+    # (source mode reads a function's text: define these two in a file too)
+    want_mixed = torch_second(f_torch, 0, 1, x, y)
+    want_pure = torch_second(f_torch, 0, 0, x, y)
+    got_mixed = as_float(mg.grad(_in_file(mixed, "mixed", tmp_path_factory, namespace, x=x),
+                                 mode=outer)(y))
+    got_pure = as_float(mg.grad(_in_file(pure, "pure", tmp_path_factory, namespace, y=y),
+                                mode=outer)(x))
+    assert got_mixed == pytest.approx(want_mixed, rel=1e-9, abs=1e-9)
+    assert got_pure == pytest.approx(want_pure, rel=1e-9, abs=1e-9)
+
+
+def _in_file(fn, name: str, tmp_path_factory, namespace: dict, **constants):
+    """``fn`` written as ``def name(arg): return g_inner(...)`` in a file (source mode reads
+    text), with the other argument a constant of the file."""
+    k = next(_counter)
+    path = tmp_path_factory.mktemp("outer") / f"outer{k}.py"
+    if name == "mixed":
+        body = f"def mixed(y):\n    return g_inner({constants['x']!r}, y)\n"
+    else:
+        body = f"def pure(x):\n    return g_inner(x, {constants['y']!r})\n"
+    path.write_text(body)
+    spec = importlib.util.spec_from_file_location(f"outer{k}", path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+# -- three levels deep ------------------------------------------------------------------------
+
+def cube(x, y):
+    return x * x * x * y + mg.sin(x) * y * y
+
+
+def cube_torch(x, y):
+    return x * x * x * y + torch.sin(x) * y * y
+
+
+@pytest.mark.parametrize("modes", list(itertools.product(MODES, repeat=3)))
+def test_three_levels_deep(modes):
+    """d/dy d/dx d/dx of cube at (0.7, 1.3), each level in its own mode."""
+    m1, m2, m3 = modes
+    g1 = mg.grad(cube, argnums=0, mode=m3)
+    g2 = mg.grad(_g1_of_x(g1), argnums=0, mode=m2)
+    g3 = mg.grad(_g2_of_y(g2), argnums=0, mode=m1)
+    want = tf.grad(lambda y: tf.grad(tf.grad(cube_torch, argnums=0), argnums=0)(
+        torch.tensor(0.7, dtype=torch.float64), y))(torch.tensor(1.3, dtype=torch.float64))
+    assert as_float(g3(1.3)) == pytest.approx(float(want), rel=1e-10)
+
+
+def _g1_of_x(g1):
+    def second(x, y):
+        return g1(x, y)
+    return second
+
+
+def _g2_of_y(g2):
+    def third(y):
+        return g2(0.7, y)
+    return third
+
+
+# -- the wrappers: jvp, jacfwd, jacrev, vjp, value_and_grad, hessian over every mode ------------
+
+def loss(w):
+    return mg.sum(mg.tanh(w) * w) + mg.sum(w * w * w) * 0.1
+
+
+def loss_torch(w):
+    return torch.sum(torch.tanh(w) * w) + torch.sum(w * w * w) * 0.1
+
+
+W = np.array([0.3, -0.8, 1.1])
+
+
+def torch_hessian() -> np.ndarray:
+    return tf.hessian(loss_torch)(torch.tensor(W)).numpy()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hessian_vector_product_forward_over_reverse(mode):
+    v = np.array([1.0, -2.0, 0.5])
+    _, hvp = mg.jvp(mg.grad(loss, mode=mode), (mg.tensor(W),), (mg.tensor(v),))
+    np.testing.assert_allclose(hvp.numpy(), torch_hessian() @ v, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("jac", ["jacfwd", "jacrev"])
+def test_jacobian_of_gradient_is_the_hessian(mode, jac):
+    H = getattr(mg, jac)(mg.grad(loss, mode=mode))(mg.tensor(W))
+    assert H.shape == (3, 3)
+    np.testing.assert_allclose(H.numpy(), torch_hessian(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_vjp_and_value_and_grad_of_a_gradient(mode):
+    u = np.array([0.5, 1.0, -1.0])
+    out, vjp_fn = mg.vjp(mg.grad(loss, mode=mode), mg.tensor(W))
+    (gu,) = vjp_fn(mg.tensor(u))
+    np.testing.assert_allclose(gu.numpy(), torch_hessian().T @ u, rtol=1e-10)
+
+    def u_dot_grad(w):
+        return mg.sum(mg.grad(loss, mode=mode)(w) * mg.tensor(u))
+
+    value, g = mg.value_and_grad(u_dot_grad)(mg.tensor(W))
+    gw = tf.grad(loss_torch)(torch.tensor(W)).numpy()
+    assert as_float(value) == pytest.approx(float(gw @ u), rel=1e-12)
+    np.testing.assert_allclose(g.numpy(), torch_hessian() @ u, rtol=1e-10)
+
+
+def test_hessian():
+    np.testing.assert_allclose(mg.hessian(loss)(mg.tensor(W)).numpy(), torch_hessian(),
+                               rtol=1e-10)
+
+
+# -- the issue's examples, each a regression test -----------------------------------------------
+
+def f(x, y):
+    return x * y + mg.sin(x)
+
+
+def test_mixed_partial_of_the_textbook_function():
+    assert as_float(mg.grad(lambda y: mg.grad(f)(2.0, y))(3.0)) == 1.0
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_tape_gradient_through_a_compiled_function(mode):
+    x = mg.tensor(2.0, requires_grad=True)
+    gx = mg.grad(f, mode=mode)(x, 3.0)  # 3 + cos x, recorded on the tape
+    gx.backward()
+    assert x.grad.item() == pytest.approx(-math.sin(2.0), rel=1e-12)
+
+
+def test_tape_gradient_through_trace():
+    traced = mg.trace(f)
+    x = mg.tensor(2.0, requires_grad=True)
+    traced(x, mg.tensor(3.0)).backward()
+    assert x.grad.item() == pytest.approx(3 + math.cos(2.0), rel=1e-12)
+    assert mg.grad(traced)(2.0, 3.0).item() == pytest.approx(3 + math.cos(2.0), rel=1e-12)
+
+
+def test_jacfwd_of_grad():
+    H = mg.jacfwd(mg.grad(f))(2.0, 3.0)
+    assert as_float(H) == pytest.approx(-math.sin(2.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gradient_lands_on_the_default_device(mode):
+    gf = mg.grad(f, mode=mode)
+    assert gf(1.0, 2.0).device.name == "cpu"
+    with mg.device("cpu:1"):
+        g = gf(1.0, 2.0)
+    assert g.device.name == "cpu:1"
+
+
+def test_printed_adjoint_keeps_a_equals_x_times_y_and_one_program_serves_all_y():
+    gf = mg.source_grad(f)
+    assert "a = x * y" in gf.source  # before any call: y is data, not folded into a constant
+    gf(2.0, 0.0)
+    written = gf.transforms
+    for y in np.linspace(-3.0, 3.0, 25):
+        assert as_float(gf(2.0, float(y))) == pytest.approx(y + math.cos(2.0), rel=1e-12)
+    assert gf.transforms == written  # (programs are shared by every source_grad of f)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("argnums", [3, -3, (0, 0), (0, 5)])
+def test_bad_argnums_get_one_error_in_every_mode(mode, argnums):
+    with pytest.raises((IndexError, ValueError), match="argnums"):
+        mg.grad(f, argnums=argnums, mode=mode)(2.0, 3.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_argnums_int_and_negative_and_tuple_agree(mode):
+    a = mg.grad(f, argnums=1, mode=mode)(2.0, 3.0)
+    b = mg.grad(f, argnums=-1, mode=mode)(2.0, 3.0)
+    (c,) = mg.grad(f, argnums=(1,), mode=mode)(2.0, 3.0)
+    assert as_float(a) == as_float(b) == as_float(c) == 2.0
