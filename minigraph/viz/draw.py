@@ -2,7 +2,10 @@
 
 Nodes are laid out in layers by depth (the longest path from an input), left to right
 in creation order within a layer; forward nodes are blue, the nodes the reverse-graph
-pass added (under ``gradients/``) are salmon, inputs and constants grey.
+pass added (under ``gradients/``) are salmon, those of a second pass (``gradients_1/``,
+gradients of gradients) plum, inputs and constants grey. Each node shows its full name,
+scope included, so a forward ``mul`` and a ``gradients/mul`` cannot be confused, and a
+legend names the colours.
 """
 
 from __future__ import annotations
@@ -28,15 +31,37 @@ def layout(nodes: list[Node]) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def _color(node: Node) -> str:  # the same colours as the DOT text
+COLORS = {"input or constant": "lightgrey", "forward": "lightblue",
+          "reverse graph (gradients/)": "lightsalmon",
+          "second pass (gradients_1/, ...)": "plum"}
+
+
+def _kind(node: Node) -> str:
     if _is_gradient(node):
-        return "lightsalmon"
-    return "lightgrey" if node.op in SHAPES else "lightblue"
+        first = node.name.split("/", 1)[0]
+        return "reverse graph (gradients/)" if first == "gradients" else "second pass (gradients_1/, ...)"
+    return "input or constant" if node.op in SHAPES else "forward"
+
+
+def _color(node: Node) -> str:  # the DOT text's colours, plus one for later passes
+    return COLORS[_kind(node)]
+
+
+def legend(ax: Any, nodes: list[Node]) -> None:
+    """A legend of the node colours that occur in ``nodes``."""
+    from matplotlib.patches import Patch
+
+    kinds = [k for k in COLORS if any(_kind(n) == k for n in nodes)]
+    ax.legend(handles=[Patch(facecolor=COLORS[k], edgecolor="black", label=k) for k in kinds],
+              loc="upper left", bbox_to_anchor=(0.0, 0.0), ncol=2, fontsize=8, frameon=False)
 
 
 def draw_nodes(ax: Any, nodes: list[Node], title: str) -> None:
     """Draw ``nodes`` and the edges among them on a matplotlib Axes."""
-    pos = layout(nodes)
+    # full names are long (gradients_1/mul_2): spread the layers so that labels do not overlap
+    widest = max((len(n.name) for n in nodes), default=1)
+    spread = max(1.0, widest / 9)
+    pos = {k: (x * spread, y) for k, (x, y) in layout(nodes).items()}
     members = {id(n) for n in nodes}
     for n in nodes:
         for i in n.inputs:
@@ -46,8 +71,7 @@ def draw_nodes(ax: Any, nodes: list[Node], title: str) -> None:
                             arrowprops=dict(arrowstyle="->", color="grey", lw=1))
     for n in nodes:
         x, y = pos[id(n)]
-        label = n.name.rsplit("/", 1)[-1] if n.op in SHAPES else f"{n.name.rsplit('/', 1)[-1]}"
-        ax.text(x, y, label, ha="center", va="center", fontsize=8,
+        ax.text(x, y, n.name, ha="center", va="center", fontsize=8,
                 bbox=dict(boxstyle="round,pad=0.3", fc=_color(n), ec="black", lw=0.5))
     xs = [p[0] for p in pos.values()] or [0]
     ys = [p[1] for p in pos.values()] or [0]
@@ -57,14 +81,24 @@ def draw_nodes(ax: Any, nodes: list[Node], title: str) -> None:
     ax.axis("off")
 
 
-def draw_forward_and_gradient(graph: Graph, figsize: tuple[float, float] = (10, 5)) -> Any:
-    """A figure: the forward graph on the left, the whole graph with its gradient
-    nodes (in another colour) on the right. Returns the matplotlib Figure."""
+def draw_forward_and_gradient(graph: Graph, figsize: tuple[float, float] = (10, 5),
+                              before: int | None = None) -> Any:
+    """A figure of two panels with a colour legend. By default: the forward graph on the
+    left, the whole graph with its gradient nodes on the right. With ``before`` (the
+    number of nodes the graph had before a later pass, e.g. a second ``mg.gradients``):
+    the graph as it was on the left, the whole graph on the right, so that the figure
+    shows what that pass added. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
-    forward = [n for n in graph.nodes if not _is_gradient(n)]
+    if before is None:
+        first, titles = [n for n in graph.nodes if not _is_gradient(n)], (
+            "forward graph", "with the reverse graph (gradients/)")
+    else:
+        first, titles = graph.nodes[:before], (
+            f"before: {before} nodes", f"after the pass: {len(graph.nodes)} nodes")
     fig, (left, right) = plt.subplots(1, 2, figsize=figsize)
-    draw_nodes(left, forward, "forward graph")
-    draw_nodes(right, graph.nodes, "with the reverse graph (gradients/)")
+    draw_nodes(left, first, titles[0])
+    draw_nodes(right, graph.nodes, titles[1])
+    legend(right, graph.nodes)
     fig.tight_layout()
     return fig
