@@ -40,6 +40,7 @@ def minigraph_broadcast(a, b):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.points(2)
+@pytest.mark.forbid("numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_to", "minigraph.broadcast_shapes", why="apply the broadcasting rule yourself")
 def test_broadcast_shape_matches_minigraph(exercises):
     # 200 random pairs of shapes that broadcast; the result is minigraph's (and NumPy's)
     rng = np.random.default_rng(101)
@@ -52,6 +53,7 @@ def test_broadcast_shape_matches_minigraph(exercises):
 
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_to", "minigraph.broadcast_shapes", why="apply the broadcasting rule yourself")
 def test_broadcast_shape_rejects_mismatches(exercises):
     # shapes whose sizes clash on some axis raise ValueError, as minigraph does
     rng = np.random.default_rng(102)
@@ -89,6 +91,7 @@ def random_broadcast(rng):
 
 
 @pytest.mark.points(3)
+@pytest.mark.forbid("minigraph.sum_to", "minigraph.grad", "minigraph.vjp", why="sum the broadcast axes yourself")
 def test_sum_to_matches_minigraph(exercises):
     # mg.sum_to on 100 random (gradient, target shape) pairs
     rng = np.random.default_rng(103)
@@ -102,6 +105,7 @@ def test_sum_to_matches_minigraph(exercises):
 
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("minigraph.sum_to", "minigraph.grad", "minigraph.vjp", why="sum the broadcast axes yourself")
 def test_sum_to_is_the_gradient_of_broadcast_to(exercises):
     # d/dx sum(broadcast_to(x, big) * w) is sum_to(w, x.shape): minigraph's VJP of broadcast_to
     rng = np.random.default_rng(104)
@@ -125,6 +129,7 @@ def minigraph_dtype(a, b):
 
 
 @pytest.mark.points(2)
+@pytest.mark.forbid("numpy.result_type", "numpy.promote_types", "minigraph.result_type", why="apply the promotion rules yourself")
 def test_result_dtype_of_two_tensors(exercises):
     for a, b in itertools.product(DTYPES, DTYPES):
         expected = minigraph_dtype(a, b)
@@ -133,6 +138,7 @@ def test_result_dtype_of_two_tensors(exercises):
 
 
 @pytest.mark.points(2)
+@pytest.mark.forbid("numpy.result_type", "numpy.promote_types", "minigraph.result_type", why="apply the promotion rules yourself")
 def test_result_dtype_with_weak_python_numbers(exercises):
     for dtype, number in itertools.product(DTYPES, [True, False, 3, -1, 2.5, 0.0]):
         for a, b in [(dtype, number), (number, dtype)]:

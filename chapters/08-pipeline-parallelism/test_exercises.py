@@ -47,6 +47,7 @@ def random_schedule(rng, p, m):
 # -- 1. schedules --------------------------------------------------------------------------
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("minigraph.parallel.pipeline.schedule", why="write the schedule yourself")
 def test_gpipe_schedule(exercises):
     for p, m in sizes(0):
         expected = list(pp.schedule("gpipe", stages=p, microbatches=m))
@@ -56,6 +57,7 @@ def test_gpipe_schedule(exercises):
 
 
 @pytest.mark.points(3)
+@pytest.mark.forbid("minigraph.parallel.pipeline.schedule", why="write the schedule yourself")
 def test_one_f_one_b_schedule(exercises):
     for p, m in [(4, 8), (1, 3), (3, 1), (5, 2)] + sizes(1):
         expected = list(pp.schedule("1f1b", stages=p, microbatches=m))
@@ -91,6 +93,7 @@ def test_bubble_fraction(exercises):
 
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("minigraph.parallel.pipeline.simulate", "minigraph.parallel.pipeline.schedule", why="simulate the timeline yourself")
 def test_makespan_and_bubble(exercises):
     rng = np.random.default_rng(4)
     for p, m in sizes(4):
@@ -109,6 +112,7 @@ def same_timeline(got, expected):
 
 
 @pytest.mark.points(1)
+@pytest.mark.forbid("minigraph.parallel.pipeline.simulate", "minigraph.parallel.pipeline.schedule", why="simulate the timeline yourself")
 def test_simulate_uniform_stages(exercises):
     for p, m in sizes(5):
         for kind in pp.KINDS:
@@ -119,6 +123,7 @@ def test_simulate_uniform_stages(exercises):
 
 
 @pytest.mark.points(3)
+@pytest.mark.forbid("minigraph.parallel.pipeline.simulate", "minigraph.parallel.pipeline.schedule", why="simulate the timeline yourself")
 def test_simulate_matches_pp_simulate(exercises):
     rng = np.random.default_rng(6)
     for p, m in sizes(6, count=30):
@@ -138,6 +143,7 @@ def test_simulate_matches_pp_simulate(exercises):
 # -- 3. partitioning -----------------------------------------------------------------------
 
 @pytest.mark.points(3)
+@pytest.mark.forbid("minigraph.parallel.pipeline.partition", why="search the partition yourself")
 def test_partition_minimises_the_slowest_stage(exercises):
     rng = np.random.default_rng(7)
     for trial in range(40):

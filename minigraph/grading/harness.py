@@ -35,7 +35,10 @@ class Harness:
         self.sandbox, self.collector = sandbox, collector
 
     def pytest_collection_finish(self, session):
-        self.sandbox.guard = list(self.collector.guard)
+        from minigraph.grading.plugin import forbidden_of
+        # wrapped before exercises.py is imported: `from minigraph import softmax` then
+        # binds the guarded function
+        self.sandbox.guard = sorted({n for item in session.items for n in forbidden_of(item)[0]})
 
 
 def main(argv: list[str]) -> int:

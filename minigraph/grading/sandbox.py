@@ -161,7 +161,11 @@ class SandboxPeer(Peer):
         of exercises.py, so that ``from minigraph import softmax`` gets the wrapper)."""
         missing = []
         for name in message["names"]:
-            if name not in self.guarded and not self._guard(str(name)):
+            try:
+                ok = name in self.guarded or self._guard(str(name))
+            except Exception:  # noqa: BLE001 - a name that cannot be guarded is reported
+                ok = False
+            if not ok:
                 missing.append(name)
         return missing
 
@@ -196,8 +200,11 @@ class SandboxPeer(Peer):
             def guarded_init(self, *args, **kwargs):
                 check()
                 return init(self, *args, **kwargs)
-            original.__init__ = guarded_init
-            return True
+            try:
+                original.__init__ = guarded_init
+                return True
+            except TypeError:  # a built-in type (numpy.broadcast): wrap its name instead
+                pass
 
         @functools.wraps(original, assigned=("__module__", "__name__", "__qualname__", "__doc__"),
                          updated=())
