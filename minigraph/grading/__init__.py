@@ -17,6 +17,36 @@ Modules, one concept each:
 - :mod:`~minigraph.grading.release`: the student version of the chapters;
 - :mod:`~minigraph.grading.check`: the authors' contract below, checked.
 
+The security model
+------------------
+A student's ``exercises.py`` is untrusted code; the verdicts must not depend on anything it
+can touch.
+
+- *Tests come from the course* (:mod:`.grade`): ``--tests``, ``--course`` or the installed
+  project's chapters; nothing in the submission but ``exercises.py`` is read.
+- *A trust boundary* (:mod:`.harness`, :mod:`.proxy`, :mod:`.sandbox`, :mod:`.wire`):
+  pytest, the tests, their oracles and assertions run in the grader's process; the
+  student's module runs in a sandbox process reached through the ``exercises`` proxy.
+  Values cross as JSON with .npy arrays (``allow_pickle=False``), never pickle; objects
+  that are not data stay where they live, as handles whose equality is identity.
+- *Isolation and limits* (:mod:`.isolation`): as root, the sandbox drops to an account of
+  its own (created with ``useradd --system``) before the student's file is read; the
+  course is closed to others, the results live in a 0700 folder; rlimits bound CPU,
+  memory, file size, open files and processes; ``PR_SET_NO_NEW_PRIVS``, a death signal;
+  a per-call timeout (SIGUSR1, then a kill) and a whole-submission budget. Every process
+  of the account is killed (``kill(-1)`` as that account) before results are written;
+  without root, the grader is a child subreaper and kills its descendants, and one line
+  says which protections are missing (the account, hence reading the course).
+- *Results are the grader's*: the harness writes them after the sandbox is gone; what
+  the student's code prints goes to a log nobody grades.
+- *Hidden tests* (``@pytest.mark.hidden``): Gradescope's ``after_published``, left out of
+  the release. *No delegation* (``@pytest.mark.forbid(...)``): the named functions are
+  wrapped in every module that binds them, before the import of exercises.py, and refuse
+  calls during the tests that forbid them. Limits of this: the wrapper lives in the
+  student's process, so a determined student can unwrap it, and call counts of
+  :func:`in_sandbox` helpers are counted there; both catch honest shortcuts and wrong
+  algorithms, the values are always checked in the grader.
+
 The contract for chapter authors
 --------------------------------
 A chapter folder ``chapters/NN-topic/`` holds ``exercises.py`` and ``test_exercises.py``.
@@ -44,8 +74,9 @@ the released module still imports). Imports it needs go outside the regions.
 
 - every graded test takes the ``exercises`` fixture and has ``@pytest.mark.points(n)``
   (a parametrized test is worth n for each case); test names are what students see;
-- the test file is self-contained: the grader copies it and the student's exercises.py
-  alone into a scratch folder (no conftest.py, data files or helper modules beside them);
+- the test file is self-contained: the grader copies it alone into a private folder (no
+  conftest.py, data files or helper modules beside it); a function the student's code
+  must trace with minigraph (``mg.jvp(f, ...)``) is shipped with ``in_sandbox``;
   random inputs come from fixed seeds;
 - tests check the student's functions against minigraph's own implementation, never
   against another chapter's exercises: chapter N's tests then need only the exercises of
