@@ -178,6 +178,9 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0,
 
     batched.__name__ = f"vmap({getattr(f, '__name__', 'f')})"
     batched.__doc__ = f.__doc__
+    # Marks a transformation (levels.py): source transformation may then call it on the
+    # values of the program it writes, since vmap runs on any value kind.
+    batched.transformation = "vmap"  # type: ignore[attr-defined]
     return batched
 
 
