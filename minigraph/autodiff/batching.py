@@ -21,7 +21,7 @@ another level is a constant here: the same for every example, ``dims[i] = None``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .levels import new_level
 
-Axes = "int | None | Sequence[int | None]"
+Axes = int | None | Sequence[int | None]  # in_axes, out_axes
 
 
 class BatchingError(MinigraphError, ValueError):
@@ -85,9 +85,12 @@ register_kind(BatchTracer)
 def _check_rule(prim: Primitive, dims: list, values: list, out: Any) -> None:
     """A rule must give the batch axis in front, of the batch's size: a wrong rule is
     stopped here rather than let through as a wrong value."""
-    size = next(shape_of(v)[0] for v, d in zip(values, dims) if d is not None)
+    first = next(shape_of(v) for v, d in zip(values, dims) if d is not None)
     shape = shape_of(out)
-    if shape is not None and (not shape or shape[0] != size):
+    if first is None or shape is None:  # a graph node of unknown shape: nothing to check
+        return
+    size = first[0]
+    if not shape or shape[0] != size:
         raise BatchingError(f"vmap: the batching rule of {prim.name!r} returned shape "
                             f"{shape}, which does not start with the batch size {size}")
 
@@ -129,8 +132,7 @@ def _per_argument(in_axes: Axes, n: int) -> list:
     return axes
 
 
-def vmap(f: Callable[..., Any], in_axes: Axes = 0,
-         out_axes: "int | None | Sequence[int | None]" = 0) -> Callable[..., Any]:
+def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callable[..., Any]:
     """Vectorize ``f`` over a batch axis of its arguments, with JAX's semantics.
 
     ``in_axes``: the batch axis of every positional argument (an int), or one entry per
@@ -174,7 +176,7 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0,
         if isinstance(out_axes, (tuple, list)):
             raise BatchingError(f"vmap: out_axes {out_axes!r} has one entry per output, but "
                                 f"the function returned one value, not a tuple")
-        return _unbatch(out, out_axes, level, size, 0)
+        return _unbatch(out, cast("int | None", out_axes), level, size, 0)
 
     batched.__name__ = f"vmap({getattr(f, '__name__', 'f')})"
     batched.__doc__ = f.__doc__

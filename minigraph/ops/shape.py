@@ -43,7 +43,7 @@ RESHAPE = primitive(
     "reshape", _reshape_kernel, _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
     vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True,
-    batch=lambda dims, x, shape: bind(RESHAPE, x, shape=S.shape_of(x)[:1] + shape))
+    batch=lambda dims, x, shape: reshape(x, S.shape_of(x)[:1] + shape))
 
 
 def _transpose_shape(x: Any, axes: tuple[int, ...]) -> tuple:
@@ -67,7 +67,7 @@ TRANSPOSE = primitive(
     "transpose", _transpose_kernel, _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
     vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True,
-    batch=lambda dims, x, axes: bind(TRANSPOSE, x, axes=(0,) + tuple(a + 1 for a in axes)))
+    batch=lambda dims, x, axes: transpose(x, (0,) + tuple(a + 1 for a in axes)))
 
 
 def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
