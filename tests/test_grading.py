@@ -255,7 +255,24 @@ def test_results_json_has_gradescope_schema(reports):
     assert [t["name"] for t in data["tests"]] == ALL_TESTS
     mean = data["tests"][1]
     assert mean == {"name": "test_mean", "score": 0, "max_score": 2, "status": "failed",
-                    "output": "exercises.py has no function or name 'mean' (was it renamed or deleted?)"}
+                    "output": "exercises.py has no function or name 'mean' (was it renamed or deleted?)",
+                    "visibility": "visible"}
+    assert data["stdout_visibility"] == "hidden"
+
+
+def test_hidden_tests_are_graded_after_published_and_left_out_of_the_release(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(EXAMPLE, course / EXAMPLE.name)
+    tests = course / EXAMPLE.name / "test_exercises.py"
+    tests.write_text(tests.read_text() + "\n\n@pytest.mark.hidden\n@pytest.mark.points(4)\n"
+                     "def test_add_secretly(exercises):\n    assert exercises.add(-1, 1) == 0\n")
+    report = grade(course / EXAMPLE.name, course=course, timeout=TIMEOUT)
+    data = results_json(report)
+    secret = next(t for t in data["tests"] if t["name"] == "test_add_secretly")
+    assert secret["status"] == "passed" and secret["visibility"] == "after_published"
+    release(course, tmp_path / "student")
+    released = (tmp_path / "student" / EXAMPLE.name / "test_exercises.py").read_text()
+    assert "test_add_secretly" not in released and "test_add(" in released
 
 
 def cli(argv):
