@@ -537,3 +537,17 @@ def test_stack_errors():
         mg.stack([mg.tensor([1.0, 2.0])], axis=2)
     with pytest.raises(ValueError, match="at least one"):
         mg.stack([])
+
+
+def test_vmap_on_graph_nodes_matches_numpy():
+    """The rules call minigraph functions, so under a Graph they add nodes."""
+    rng = np.random.default_rng(9)
+    x_val, w_val = rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, 3)
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(4, 3), name="x")
+        w = mg.placeholder(shape=(3,), name="w")
+        y = mg.vmap(lambda a, b: mg.sin(a) * b + a.sum(), in_axes=(0, None), out_axes=1)(x, w)
+        gx, = mg.gradients(y.sum(), [x])
+    out, grad = mg.Session(g).run([y, gx], feed_dict={x: x_val, w: w_val})
+    np.testing.assert_allclose(out, (np.sin(x_val) * w_val + x_val.sum(1, keepdims=True)).T)
+    np.testing.assert_allclose(grad, np.cos(x_val) * w_val + 3.0)
