@@ -16,7 +16,7 @@ import operator
 from typing import Any
 
 from .device import Device, get_device
-from .errors import DTypeError
+from .errors import DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
 
@@ -93,9 +93,11 @@ class Tensor(ArrayOps):
         self.requires_grad = flag
         return self
 
-    def backward(self, grad: Any = None, create_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it."""
-        _tape.backward(self, grad, create_graph)
+    def backward(self, grad: Any = None, create_graph: bool = False,
+                 retain_graph: bool | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it
+        (PyTorch's ``retain_graph``: without it, a second backward() raises)."""
+        _tape.backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
     def __iadd__(self, other: Any) -> "Tensor":
@@ -173,6 +175,8 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     array keeps its dtype. ``device`` defaults to the innermost ``mg.device`` scope.
     """
     dev = get_device(device)
+    if isinstance(data, (list, tuple)):
+        _refuse_tracked_elements(data)
     if isinstance(data, Tensor):
         data = data.device.to_numpy(data.data) if data.device is not dev else data.data
     copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
@@ -190,6 +194,25 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
 
 
 _SUPPORTED = FLOAT_DTYPES + ("int64", "int32", "bool")
+
+
+def _refuse_tracked_elements(data: "list | tuple") -> None:
+    """``mg.tensor([a, b])`` copies numbers: an element that is being differentiated (a
+    tensor on the tape, a value of a transformation) would silently lose its derivative
+    (a gradient of 0). Refuse, and point at ``mg.stack``, which records."""
+    from .ops.primitive import KINDS
+
+    stack: list = [data]
+    while stack:
+        for k, item in enumerate(stack.pop()):
+            if isinstance(item, (list, tuple)):
+                stack.append(item)
+            elif (isinstance(item, Tensor) and item.requires_grad) or type(item) in KINDS:
+                raise GradientError(
+                    f"tensor(): element {k} of the list is a value being differentiated "
+                    f"({type(item).__name__} of shape {tuple(item.shape)}); tensor() copies "
+                    f"numbers and would drop it from the derivative (a silent gradient of "
+                    f"0). Use mg.stack([...]) to combine tensors and keep their derivatives")
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:

@@ -277,3 +277,72 @@ def test_argnums_int_and_negative_and_tuple_agree(mode):
     b = mg.grad(f, argnums=-1, mode=mode)(2.0, 3.0)
     (c,) = mg.grad(f, argnums=(1,), mode=mode)(2.0, 3.0)
     assert as_float(a) == as_float(b) == as_float(c) == 2.0
+
+
+# -- Jacobians in one batched pass, nested both ways; vmap with every mode ---------------------
+
+@pytest.mark.parametrize("outer", ["jacfwd", "jacrev"])
+@pytest.mark.parametrize("inner", ["jacfwd", "jacrev"])
+def test_jacobian_of_jacobian_is_the_hessian(outer, inner):
+    def g(w):  # R^3 -> R^3, so the inner Jacobian is a matrix and the outer a 3-tensor
+        return mg.tanh(w) * mg.sum(w * w)
+
+    def g_torch(w):
+        return torch.tanh(w) * torch.sum(w * w)
+
+    got = getattr(mg, outer)(getattr(mg, inner)(g))(mg.tensor(W))
+    want = tf.jacfwd(tf.jacrev(g_torch))(torch.tensor(W)).numpy()
+    assert got.shape == (3, 3, 3)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-14)
+
+
+def test_vmap_of_vmap_with_two_batched_values():
+    E = np.eye(3)
+    got = mg.vmap(lambda v: mg.vmap(lambda t: t * v)(mg.tensor(E)))(mg.tensor(2 * E))
+    want = tf.vmap(lambda v: tf.vmap(lambda t: t * v)(torch.tensor(E)))(torch.tensor(2 * E))
+    assert got.shape == (3, 3, 3)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def per_example_loss(w, x, y):
+    return (mg.sum(mg.tanh(x * w)) - y) ** 2
+
+
+def per_example_loss_torch(w, x, y):
+    return (torch.sum(torch.tanh(x * w)) - y) ** 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_per_example_gradients_by_vmap_of_grad(mode):
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(5, 3)), rng.normal(size=5)
+    got = mg.vmap(mg.grad(per_example_loss, mode=mode), in_axes=(None, 0, 0))(
+        mg.tensor(W), mg.tensor(X), mg.tensor(Y))
+    want = tf.vmap(tf.grad(per_example_loss_torch), in_dims=(None, 0, 0))(
+        torch.tensor(W), torch.tensor(X), torch.tensor(Y))
+    assert got.shape == (5, 3)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grad_of_a_vmapped_function(mode):
+    rng = np.random.default_rng(1)
+    X, Y = rng.normal(size=(5, 3)), rng.normal(size=5)
+
+    def total(w):
+        return mg.sum(mg.vmap(per_example_loss, in_axes=(None, 0, 0))(w, mg.tensor(X),
+                                                                     mg.tensor(Y)))
+
+    def total_torch(w):
+        return torch.sum(tf.vmap(per_example_loss_torch, in_dims=(None, 0, 0))(
+            w, torch.tensor(X), torch.tensor(Y)))
+
+    got = mg.grad(_in_file_total(total), mode=mode)(mg.tensor(W))
+    np.testing.assert_allclose(got.numpy(), tf.grad(total_torch)(torch.tensor(W)).numpy(),
+                               rtol=1e-10)
+
+
+def _in_file_total(total):
+    def loss_of_w(w):
+        return total(w)
+    return loss_of_w

@@ -210,7 +210,7 @@ def test_sgd_writes_in_place_and_a_stale_tape_refuses_backward():
     model = mlp()
     arrays = [p.data for p in model.parameters()]
     loss = nn.CrossEntropyLoss()(model(mg.tensor(X)), mg.tensor(np.array([0, 1, 2, 1, 0])))
-    loss.backward()
+    loss.backward(retain_graph=True)  # kept, so that the second backward reaches the check
     nn.SGD(model.parameters(), lr=0.1).step()
     assert all(p.data is a for p, a in zip(model.parameters(), arrays))  # no new arrays
     with pytest.raises(mg.errors.GradientError, match="changed in place"):

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..graph import trace
 from . import forward, source, tape
+from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep
@@ -31,14 +32,6 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
         raise ValueError(f"grad: unknown mode {mode!r}; available here: "
                          f"{', '.join(MODES)}") from None
     return transformation(make(f, argnums), f"value_and_grad(mode={mode!r})")
-
-
-def transformation(fn: Callable, name: str) -> Callable:
-    """Mark ``fn`` as made by a transformation (``fn.transformation`` names it): source
-    transformation lets such a function see the values of its program, since every
-    transformation runs on any kind of value (nesting, ``levels.py``)."""
-    fn.transformation = name  # type: ignore[attr-defined]
-    return fn
 
 
 def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,

@@ -9,15 +9,14 @@ transformation, the argnums and how many arguments there are.
 from __future__ import annotations
 
 import operator
-from typing import Union
+from typing import Sequence, Union
 
-Argnums = Union[int, "tuple[int, ...]"]
+Argnums = Union[int, Sequence[int]]
 
 
 def normalize_argnums(argnums: Argnums, nargs: int, who: str) -> tuple[int, ...]:
     """``argnums`` as a tuple of indices in ``range(nargs)``."""
-    single = not isinstance(argnums, (tuple, list))
-    given = (argnums,) if single else tuple(argnums)
+    given: tuple = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     if not given:
         raise ValueError(f"{who}: argnums is empty; name at least one argument to "
                          f"differentiate with respect to")

@@ -28,7 +28,7 @@ from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .argnums import Argnums, normalize_argnums, single
-from .levels import new_level
+from .levels import new_level, transformation
 
 
 class Dual(ArrayOps):
@@ -114,24 +114,37 @@ def basis_vectors(x: Any) -> list[Tensor]:
     return [tensor(eye[k], dtype=x.dtype, device=x.device) for k in range(n)]
 
 
-def assemble_jacobian(pieces: list, out_shape: tuple, rows_are: str,
-                      in_shape: tuple) -> Any:
-    """Stack per-element derivatives into a Jacobian of shape ``out_shape + in_shape``.
-
-    ``rows_are="outputs"``: piece k is d(out[k])/d(in) (reverse mode, one per output);
-    ``rows_are="inputs"``: piece k is d(out)/d(in[k]) (forward mode, one per input).
-    """
-    flat = [SH.reshape(p, (1, -1)) for p in pieces]
-    m = SH.concatenate(flat, axis=0) if flat else None
-    if m is None:
-        return zeros(out_shape + in_shape)
-    if rows_are == "inputs":
-        m = SH.transpose(m)
-    return SH.reshape(m, out_shape + in_shape)
+def identity_rows(x: Any) -> Tensor | None:
+    """The identity over x's elements as a batch: row k, of x's shape, has a one at flat
+    position k. None for an empty x (a batch of nothing)."""
+    shape = shape_of(x)
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return None
+    return tensor(np.eye(n).reshape((n, *shape)), dtype=x.dtype, device=x.device)
 
 
-def jacfwd(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
-    """The Jacobian by forward mode: one pass per *input* element (n passes of f)."""
+def jacobian_from_rows(rows: Any, out: Any, x: Any, outputs_first: bool) -> Any:
+    """The Jacobian d out / d x, of shape ``out.shape + x.shape``, from a batch of rows:
+    one per output element (reverse mode, ``outputs_first``) or one per input element
+    (forward mode, then transposed)."""
+    out_shape, in_shape = shape_of(out), shape_of(x)
+    m = int(np.prod(out_shape, dtype=np.int64))
+    n = int(np.prod(in_shape, dtype=np.int64))
+    if rows is None or m == 0 or n == 0:
+        return zeros(out_shape + in_shape, x.dtype, x.device)
+    if outputs_first:
+        return SH.reshape(rows, out_shape + in_shape)
+    return SH.reshape(SH.transpose(SH.reshape(rows, (n, m))), out_shape + in_shape)
+
+
+def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) -> Callable:
+    """The Jacobian by forward mode: one tangent per *input* element. With ``vectorize``
+    (the default) all n of them go through f in one batched pass (``vmap`` of ``jvp``
+    over the identity's rows, as JAX does); ``vectorize=False`` makes n passes, one per
+    input element, as chapter 02 counts them."""
+    from ..ops.shape import stack
+    from .batching import vmap
 
     def jac(*args: Any) -> Any:
         nums = normalize_argnums(argnums, len(args), "jacfwd")
@@ -143,18 +156,18 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             def along(xi: Any) -> Any:
                 return f(*args[:i], xi, *args[i + 1:])
 
-            columns = []
-            out_shape: tuple = ()
-            for e in basis_vectors(x):
-                out, t = jvp(along, (x,), (e,))
-                out_shape = shape_of(out)
-                columns.append(t)
-            if not columns:  # an empty input: run once for the output's shape
-                out_shape = shape_of(along(x))
-            jacs.append(assemble_jacobian(columns, out_shape, "inputs", shape_of(x)))
+            rows = identity_rows(x)
+            if rows is None:
+                columns, out = None, along(x)
+            elif vectorize:  # the output once (unbatched), its tangents as a batch
+                out, columns = vmap(lambda t: jvp(along, (x,), (t,)), out_axes=(None, 0))(rows)
+            else:
+                passes = [jvp(along, (x,), (e,)) for e in basis_vectors(x)]
+                out, columns = passes[0][0], stack([t for _, t in passes])
+            jacs.append(jacobian_from_rows(columns, out, x, outputs_first=False))
         return jacs[0] if single(argnums) else tuple(jacs)
 
-    return jac
+    return transformation(jac, "jacfwd")
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:

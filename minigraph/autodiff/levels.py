@@ -16,6 +16,7 @@ and source variables (20), which are always the innermost, concrete-most interpr
 from __future__ import annotations
 
 import itertools
+from typing import Any, Callable
 
 _counter = itertools.count(100)
 
@@ -23,3 +24,11 @@ _counter = itertools.count(100)
 def new_level() -> int:
     """A level above every level handed out before."""
     return next(_counter)
+
+
+def transformation(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Mark ``fn`` as made by a transformation (``fn.transformation`` names it): source
+    transformation lets such a function see the values of its program, since every
+    transformation runs on any kind of value."""
+    fn.transformation = name  # type: ignore[attr-defined]
+    return fn

@@ -43,7 +43,7 @@ from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kin
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
 from .backward import reverse_sweep
-from .levels import new_level
+from .levels import new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -367,6 +367,12 @@ def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], l
         if t._entry is None or k in stop:
             leaves.append(t)
             continue
+        if t._entry[0] is RELEASED:
+            raise GradientError(
+                f"backward: the tape behind this tensor ({_describe((t,))}) was used by an "
+                f"earlier backward() and released, as PyTorch does (its saved values are "
+                f"gone). Pass retain_graph=True to the first backward() to go through it "
+                f"again; the gradients then add up in .grad")
         recorded.append(t)
         for a in t._entry[3:]:
             if type(a) is Tensor and a.requires_grad:
@@ -379,13 +385,24 @@ def _sequence_number(t: Tensor) -> int:
     return t._entry[2]
 
 
+class _Released:
+    """What a released tape entry holds instead of its primitive (see ``sweep``)."""
+
+    name = "released"
+
+
+RELEASED = _Released()
+
+
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset(),
-          create_graph: bool = False) -> list[tuple[Tensor, Tensor]]:
+          create_graph: bool = False, retain: bool = True) -> list[tuple[Tensor, Tensor]]:
     """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``.
 
     The tape's entries, oldest first, go to the one reverse sweep
     (``backward.reverse_sweep``); the rules run on the tensors themselves, and record
-    their own work when ``create_graph`` is on.
+    their own work when ``create_graph`` is on. Without ``retain`` the entries are
+    released afterwards: their saved values are dropped, and a second sweep through them
+    raises instead of silently adding the same gradient twice.
     """
     recorded, leaves = _entries(outputs, stop)
     if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
@@ -393,6 +410,9 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset
     entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in reversed(recorded)]
     with _SetGradMode(create_graph):
         adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
+    if not retain:
+        for t in recorded:
+            t._entry = (RELEASED, {}, t._entry[2])
     return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
 
 
@@ -418,14 +438,25 @@ def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
     return g
 
 
-def backward(out: Tensor, grad: Any = None, create_graph: bool = False) -> None:
-    """``out.backward()``: add d(out)/d(leaf) to ``leaf.grad`` for every leaf behind it."""
+def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
+             retain_graph: bool | None = None) -> None:
+    """``out.backward()``: add d(out)/d(leaf) to ``leaf.grad`` for every leaf behind it.
+
+    PyTorch's rules: the tape is released afterwards unless ``retain_graph=True``
+    (``create_graph=True`` retains it too), so a second ``backward()`` through it raises;
+    a gradient has its leaf's dtype, and is the leaf's own (never the caller's ``grad``).
+    """
     if not out.requires_grad:
         raise GradientError(
             "backward(): this tensor does not require a gradient: no input of its "
             "computation had requires_grad=True (or it was computed under mg.no_grad())")
     seed = _seed(out, grad, "backward()")
-    for leaf, g in sweep([out], [seed], create_graph=create_graph):
+    retain = create_graph if retain_graph is None else retain_graph
+    for leaf, g in sweep([out], [seed], create_graph=create_graph, retain=retain):
+        if g is grad or g.data is getattr(grad, "data", None):
+            g = Tensor(g.data.copy(), g.device)  # the caller's tensor stays the caller's
+        if g.dtype != leaf.dtype:
+            g = C.astype(g, leaf.dtype)
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
@@ -617,17 +648,29 @@ def _put(args: tuple, nums: tuple[int, ...], values: tuple) -> list:
     return args
 
 
-def jacrev(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
-    """The Jacobian by reverse mode: one sweep per *output* element (cost O(m) sweeps)."""
-    from .forward import assemble_jacobian, basis_vectors
+def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) -> Callable:
+    """The Jacobian by reverse mode: one sweep per *output* element. With ``vectorize``
+    (the default) the m sweeps run as one batched sweep, ``vmap`` of the VJP over the
+    rows of the identity, as JAX does; ``vectorize=False`` runs them one by one, as
+    ``torch.autograd.functional.jacobian`` does by default (chapter 02 counts them)."""
+    from ..ops.shape import stack
+    from .batching import vmap
+    from .forward import basis_vectors, identity_rows, jacobian_from_rows
 
     def jac(*args: Any) -> Any:
         nums = normalize_argnums(argnums, len(args), "jacrev")
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
-        rows = [vjp_fn(e) for e in basis_vectors(out)]
-        jacs = tuple(assemble_jacobian([r[j] for r in rows], shape_of(out), rows_are="outputs",
-                                       in_shape=shape_of(args[i]))
+        rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
+        if rows is None:
+            per_input = None
+        elif vectorize:
+            per_input = vmap(vjp_fn)(rows)
+        else:
+            sweeps = [vjp_fn(e) for e in basis_vectors(out)]
+            per_input = tuple(stack([s[j] for s in sweeps]) for j in range(len(nums)))
+        jacs = tuple(jacobian_from_rows(None if per_input is None else per_input[j], out,
+                                        args[i], outputs_first=True)
                      for j, i in enumerate(nums))
         return jacs[0] if single(argnums) else jacs
 
-    return jac
+    return transformation(jac, "jacrev")

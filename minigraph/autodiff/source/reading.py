@@ -38,7 +38,9 @@ class _Source:
 
     @property
     def fn(self) -> types.FunctionType:
-        return self._fn()
+        fn = self._fn()
+        assert fn is not None, "the function was freed while its program was written"
+        return fn
 
     def where(self, node: ast.AST | None = None) -> Where:
         lineno = getattr(node, "lineno", None) or self.node.lineno

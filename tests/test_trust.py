@@ -1,0 +1,84 @@
+"""No silent wrong answers (issue [2/6]): each class of defect that returned a plausible
+wrong value now gives the right one or a clear error. Oracles: PyTorch's autograd (its
+rules for backward twice, gradient dtypes) and closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph.errors import GradientError
+
+torch = pytest.importorskip("torch")
+
+
+# -- backward() twice: PyTorch's retain_graph ------------------------------------------------
+
+def test_second_backward_without_retain_graph_raises_as_in_pytorch():
+    x = mg.tensor(2.0, requires_grad=True)
+    z = x * x + mg.sin(x)
+    z.backward()
+    first = x.grad.item()
+    with pytest.raises(GradientError, match="retain_graph=True"):
+        z.backward()
+    assert x.grad.item() == first  # the failed call changed nothing
+
+
+@given(times=st.integers(1, 4), v=st.floats(-3, 3))
+@settings(max_examples=20, deadline=None)
+def test_retain_graph_accumulates_like_pytorch(times, v):
+    x = mg.tensor(v, requires_grad=True)
+    xt = torch.tensor(v, dtype=torch.float64, requires_grad=True)
+    z, zt = x * x + mg.sin(x), xt * xt + torch.sin(xt)
+    for _ in range(times):
+        z.backward(retain_graph=True)
+        zt.backward(retain_graph=True)
+    assert x.grad.item() == pytest.approx(xt.grad.item(), rel=1e-12)
+
+
+# -- gradients have their tensor's dtype --------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_float32_parameter_in_float64_arithmetic_gets_a_float32_gradient(how):
+    w = np.array([1.0, -2.0], dtype=np.float32)
+    c = np.array([0.5, 0.25])  # float64
+    wt = torch.tensor(w, requires_grad=True)
+    (wt.double() * torch.tensor(c)).sum().backward()
+    if how == "backward":
+        p = mg.tensor(w, requires_grad=True)
+        (p * mg.tensor(c)).sum().backward()
+        g = p.grad
+    else:
+        g = mg.grad(lambda p: (p * mg.tensor(c)).sum())(mg.tensor(w))
+    assert g.dtype == "float32" == str(wt.grad.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(g.numpy(), wt.grad.numpy())
+
+
+def test_a_gradient_never_aliases_the_callers_seed():
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    seed = mg.tensor([1.0, 1.0])
+    (x * 1.0).backward(seed)
+    x.grad.data[0] = 99.0
+    assert seed.numpy()[0] == 1.0
+
+
+# -- lists of recorded tensors: record with mg.stack, or refuse ---------------------------------
+
+@pytest.mark.parametrize("make", [lambda xs: mg.tensor(xs), lambda xs: mg.sum(xs)])
+def test_a_list_of_recorded_tensors_is_refused_not_detached(make):
+    x = mg.tensor(2.0, requires_grad=True)
+    with pytest.raises(GradientError, match="mg.stack"):
+        make([x, x * 3.0])
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_stack_records_in_every_mode(mode):
+    def f(x):
+        return mg.sum(mg.stack([x, x * 3.0, mg.sin(x)]))
+
+    xt = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    torch.sum(torch.stack([xt, xt * 3.0, torch.sin(xt)])).backward()
+    assert mg.grad(f, mode=mode)(0.7).item() == pytest.approx(xt.grad.item(), rel=1e-12)
