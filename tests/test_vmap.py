@@ -372,6 +372,11 @@ def test_python_control_flow_on_a_batched_value_is_refused():
         mg.vmap(f)(np.ones((2, 3)))
 
 
+def test_a_batched_index_is_refused():
+    with pytest.raises(ShapeError, match="getitem: an index must be .* not a BatchTracer"):
+        mg.vmap(lambda x, i: x[i])(np.ones((4, 3)), np.array([0, 1, 2, 0]))
+
+
 def test_errors_are_minigraph_errors():
     assert issubclass(BatchingError, MinigraphError)
 

@@ -21,7 +21,7 @@ from ..errors import ShapeError
 from . import batch_rules as B
 from . import reduce as R
 from . import shape_rules as S
-from .primitive import Each, bind, primitive
+from .primitive import KINDS, Each, bind, primitive
 
 
 # -- reshape, transpose, broadcast_to ----------------------------------------------------
@@ -243,6 +243,11 @@ def _host_index(i: Any) -> Any:
         return i
     if hasattr(i, "numpy"):
         return i.numpy()
+    if type(i) in KINDS:  # an index is a parameter, fixed when the op runs: not a value
+        raise ShapeError(f"getitem: an index must be ints, slices or integer arrays/tensors, "
+                         f"not a {type(i).__name__} (a value of a transformation: under "
+                         f"vmap, an index that differs per example); use mg.one_hot or "
+                         f"mg.where to select")
     return np.asarray(i)
 
 
