@@ -355,7 +355,17 @@ def build(out: str | os.PathLike, *, cache: str | os.PathLike | None = None,
         args = ["-b", "html", "-q", "-T", "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]
         if jobs > 1:
             args[:0] = ["-j", str(jobs)]
-        status = build_main(args)
+        # The kernels inherit our environment; MPLBACKEND=Agg (common in scripts and CI)
+        # would turn plt.show() into a no-op and leave the notebooks without figures.
+        saved = os.environ.get("MPLBACKEND")
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        try:
+            status = build_main(args)
+        finally:
+            if saved is None:
+                os.environ.pop("MPLBACKEND", None)
+            else:
+                os.environ["MPLBACKEND"] = saved
     if status != 0:
         print(f"minigraph book: Sphinx failed (exit status {status}); see the messages above",
               file=sys.stderr)
