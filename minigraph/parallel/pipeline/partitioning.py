@@ -71,9 +71,10 @@ def stage_times(costs: Any, stages: Sequence[Sequence[int]]) -> list[float]:
     return [sum(t[i] for i in stage) for stage in stages]
 
 
-# Bytes a worker of a stage replicated m times moves per minibatch to synchronise w bytes of
-# weights (PipeDream's estimates): through a parameter server 4 (m - 1) w / m; with an
-# allreduce it sends (m - 1) w / m and receives as much, 2 (m - 1) w / m in all.
+# Bytes a worker of a stage replicated m times sends per minibatch to synchronise w bytes of
+# weights: through a parameter server 4 (m - 1) w / m (PipeDream's estimate); with a ring
+# allreduce 2 (m - 1) w / m, a reduce-scatter and an all-gather of (m - 1) w / m each, as
+# chapter 07 derives (the PipeDream text charges (m - 1) w / m, which chapter 08 flags).
 SYNC_FACTORS: dict[str, Callable[[int], float]] = {
     "parameter_server": lambda m: 4 * (m - 1) / m,
     "allreduce": lambda m: 2 * (m - 1) / m,
