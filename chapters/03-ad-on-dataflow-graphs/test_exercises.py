@@ -119,8 +119,15 @@ def assert_same_gradients(got, expected, what):
             assert got[x] is None, f"{what}: y does not depend on {x!r}; expected None"
         else:
             assert got[x] is not None, f"{what}: the gradient for {x!r} is missing (None)"
-            np.testing.assert_allclose(np.asarray(got[x], dtype=np.float64), want,
-                                       rtol=1e-8, atol=1e-10, err_msg=f"{what}: input {x!r}")
+            # shape and dtype exactly: assert_allclose alone would broadcast a scalar
+            # gradient against the input's shape and pass it
+            mine, want = np.asarray(got[x]), np.asarray(want)
+            assert mine.shape == want.shape, \
+                f"{what}: the gradient for {x!r} has shape {mine.shape}, the input's is {want.shape}"
+            assert mine.dtype == want.dtype, \
+                f"{what}: the gradient for {x!r} has dtype {mine.dtype}, expected {want.dtype}"
+            np.testing.assert_allclose(mine, want, rtol=1e-8, atol=1e-10,
+                                       err_msg=f"{what}: input {x!r}")
 
 
 # -- 1. sum_to ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ contract. The test suite runs it on every chapter.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -29,6 +30,39 @@ def _imports_exercises(node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         return node.level == 0 and (node.module or "").split(".")[0] == "exercises"
     return False
+
+
+def _forbidden_names(tree: ast.Module) -> list[tuple[str, int]]:
+    """(name, line) for every name a ``@pytest.mark.forbid(...)`` of the test file gives,
+    directly or through a module-level tuple (``*NO_RUNTIME``)."""
+    constants: dict[str, list[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List)):
+            values = [e.value for e in node.value.elts
+                      if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    constants[target.id] = values
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "forbid":
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.append((arg.value, node.lineno))
+                elif isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+                    found += [(name, node.lineno) for name in constants.get(arg.value.id, [])]
+    return found
+
+
+def resolves(name: str) -> bool:
+    """Whether ``name`` (``"numpy.broadcast_shapes"``) names an object the sandbox can
+    guard: a module's attribute."""
+    module, _, attr = name.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except (ImportError, ValueError):
+        return False
 
 
 def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list[str]:
@@ -69,6 +103,12 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
                             "with a number")
     if len(declared) < min_tests:
         problems.append(f"{tests}: {len(declared)} graded tests; a chapter has at least {min_tests}")
+
+    # a forbidden name that names nothing would guard nothing, silently
+    for name, lineno in sorted(set(_forbidden_names(tree)), key=lambda item: item[1]):
+        if not resolves(name):
+            problems.append(f"{tests}:{lineno}: @pytest.mark.forbid names {name!r}, which is "
+                            "not a module's attribute: nothing would be forbidden")
 
     # chapter N's tests may rely on chapters up to N only: no later chapter is named
     number = chapter_number(folder)
