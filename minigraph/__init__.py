@@ -15,11 +15,11 @@ from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
 from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy, div,
-                  equal, exp, greater, greater_equal, identity, less, less_equal, log, log_softmax,
-                  log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
-                  not_equal, nll_loss, nll_loss_grad, one_hot, ones_like, pow, relu, relu_grad, reshape,
-                  scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub, sum, sum_to,
-                  tanh, to_device, transpose, where, zeros_like)
+                  equal, exp, getitem, greater, greater_equal, identity, less, less_equal, log,
+                  log_softmax, log_softmax_grad, matmul, matrix_transpose, max, maximum, mean,
+                  mul, neg, nll_loss, nll_loss_grad, not_equal, one_hot, ones_like, pow, relu,
+                  relu_grad, reshape, scatter_add, sigmoid, sin, softmax, sqrt, stack,
+                  stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
@@ -41,12 +41,14 @@ __all__ = [
     "errors", "MODES", "grad", "source_grad", "SourceTransformError", "value_and_grad", "gradcheck",
     "Dual", "jacfwd", "jvp", "enable_grad", "is_grad_enabled", "cuda_available", "jacrev",
     "no_grad", "vjp", "Device", "device", "devices", "get_device", "register_device",
-    "set_virtual_cpus", "PRIMITIVES", "add", "astype", "broadcast_to", "concatenate", "cos",
+    "set_virtual_cpus", "PRIMITIVES", "add", "astype", "broadcast_to", "concatenate", "getitem",
+    "cos",
     "cross_entropy", "div", "equal", "exp", "greater", "greater_equal", "identity", "less",
     "less_equal", "log", "log_softmax", "log_softmax_grad", "nll_loss_grad", "matmul",
     "matrix_transpose", "max", "maximum", "mean", "mul", "neg", "not_equal", "nll_loss", "one_hot",
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
-    "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where", "zeros_like",
+    "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
+    "zeros_like",
     "ones_like", "Tensor", "vmap", "stack", "hessian",
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",

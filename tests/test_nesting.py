@@ -346,3 +346,10 @@ def _in_file_total(total):
     def loss_of_w(w):
         return total(w)
     return loss_of_w
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients_come_in_argnums_order(mode):
+    """argnums=(1, 0) gives (dz/dy, dz/dx), as in JAX, in every mode."""
+    gy, gx = mg.grad(f, argnums=(1, 0), mode=mode)(2.0, 3.0)
+    assert (as_float(gy), as_float(gx)) == pytest.approx((2.0, 3 + math.cos(2.0)), rel=1e-12)

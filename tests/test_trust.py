@@ -82,3 +82,12 @@ def test_stack_records_in_every_mode(mode):
     xt = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
     torch.sum(torch.stack([xt, xt * 3.0, torch.sin(xt)])).backward()
     assert mg.grad(f, mode=mode)(0.7).item() == pytest.approx(xt.grad.item(), rel=1e-12)
+
+
+# -- one table: how an op is written lives in its entry ----------------------------------------
+
+def test_every_primitive_says_how_it_is_written_and_its_name_exists():
+    for name, prim in mg.PRIMITIVES.items():
+        assert prim.symbol or prim.public or prim.write, name
+        if prim.public is not None:
+            assert callable(getattr(mg, prim.public, None)), (name, prim.public)

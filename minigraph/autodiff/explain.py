@@ -20,14 +20,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ops.operators import ArrayOps
-from ..ops.primitive import Primitive, bind, register_kind
+from ..ops.primitive import ATOM, PRECEDENCE, UNARY, Primitive, bind, register_kind
 from ..tensor import Tensor, tensor
 from . import tape
 from .backward import reverse_sweep
 
-# How each primitive prints, and how tightly it binds (higher binds tighter).
-_INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "pow": ("**", 4)}
-_ATOM = 5
+_ATOM = ATOM  # how tightly a name or a call binds (the table's precedences: PRECEDENCE)
 
 
 class Sym(ArrayOps):
@@ -65,14 +63,16 @@ def _text(a: Any, prec: int, strict: bool = False) -> str:
 
 
 def _make(prim: Primitive, args: tuple, params: dict, value: Any) -> Sym:
-    if prim.name in _INFIX and len(args) == 2:
-        op, prec = _INFIX[prim.name]
-        right_strict = prim.name in ("sub", "div", "pow")
-        text = f"{_text(args[0], prec + (prim.name == 'pow'))} {op} " \
+    """The expression of ``prim`` applied to ``args``, written as the table says."""
+    sym = prim.symbol
+    if sym in PRECEDENCE and len(args) == 2:
+        prec = PRECEDENCE[sym]
+        right_strict = sym in ("-", "/", "**")
+        text = f"{_text(args[0], prec + (sym == '**'))} {sym} " \
                f"{_text(args[1], prec, strict=right_strict)}"
         return Sym(text, value, prec)
-    if prim.name == "neg":
-        return Sym(f"-{_text(args[0], 3)}", value, 3)
+    if sym == "-" and len(args) == 1:
+        return Sym(f"-{_text(args[0], UNARY)}", value, UNARY)
     shown = [_text(a, 0) for a in args] + [f"{k}={v!r}" for k, v in params.items()]
     return Sym(f"{prim.name}({', '.join(shown)})", value)
 

@@ -17,24 +17,32 @@ from .primitive import bind, primitive
 IDENTITY = primitive(
     "identity", lambda xp, x: x, S.same,
     jvp=[lambda t, out, x: t],
-    vjp=[lambda g, out, x: g], view=True, batch=B.elementwise("identity"))
+    vjp=[lambda g, out, x: g], view=True, batch=B.elementwise("identity"),
+    public="identity", cost="free")
 
 STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
-                          batch=B.elementwise("stop_gradient"))
+                          batch=B.elementwise("stop_gradient"),
+    public="stop_gradient", cost="free")
 
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
     lambda x, dtype: (S.shape_of(x), dtype),
     jvp=[lambda t, out, x, dtype: astype(t, dtype)],
     vjp=[lambda g, out, x, dtype: astype(g, x.dtype)],
-    batch=B.elementwise("astype"))
+    batch=B.elementwise("astype"),
+    public="astype", positional=("dtype",))
+
+def _write_to_device(prim: Any, args: list[str], params: dict, literal: Any) -> str:
+    return f"mg.to_device({args[0]}, {params['device'].name!r})"
+
 
 TO_DEVICE = primitive(
     "to_device", lambda xp, x, device, source: device.copy_from(x, source), S.same,
     jvp=[lambda t, out, x, device, source: to_device(t, device)],
     vjp=[lambda g, out, x, device, source: to_device(g, source)],
     view=True,  # between array libraries the copy may go through shared host memory
-    batch=B.elementwise("to_device"))
+    batch=B.elementwise("to_device"),
+    public="to_device", write=_write_to_device, transfer=True)
 
 
 # Constants shaped like a value, of any kind: a transformation that must start from ones
@@ -42,9 +50,11 @@ TO_DEVICE = primitive(
 # makes them with these, so that they are graph nodes in a graph, lines in a source
 # program, and batched under vmap. Their result does not depend on x's value: no rules.
 ZEROS_LIKE = primitive("zeros_like", lambda xp, x: xp.zeros_like(x), S.same,
-                       batch=B.elementwise("zeros_like"))
+                       batch=B.elementwise("zeros_like"),
+    public="zeros_like")
 ONES_LIKE = primitive("ones_like", lambda xp, x: xp.ones_like(x), S.same,
-                      batch=B.elementwise("ones_like"))
+                      batch=B.elementwise("ones_like"),
+    public="ones_like")
 
 
 def zeros_like(x: Any) -> Any:

@@ -49,31 +49,36 @@ ADD = primitive(
     "add", lambda xp, x, y: x + y, S.elementwise("add"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g),
-    out=ufunc_out("add"), batch=B.elementwise("add"))
+    out=ufunc_out("add"), batch=B.elementwise("add"),
+    symbol="+")
 
 SUB = primitive(
     "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g),
-    out=ufunc_out("subtract"), batch=B.elementwise("sub"))
+    out=ufunc_out("subtract"), batch=B.elementwise("sub"),
+    symbol="-")
 
 MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
     "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
     jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
     vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
-    out=ufunc_out("multiply"), batch=B.elementwise("mul"))
+    out=ufunc_out("multiply"), batch=B.elementwise("mul"),
+    symbol="*")
 
 DIV = primitive(
     "div", lambda xp, x, y: x / y, S.floating("div"),
     jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
     vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
-    out=ufunc_out("divide"), batch=B.elementwise("div"))
+    out=ufunc_out("divide"), batch=B.elementwise("div"),
+    symbol="/")
 
 NEG = primitive(
     "neg", lambda xp, x: -x, S.same,
     jvp=[lambda t, out, x: -t],
     vjp=[lambda g, out, x: -g],
-    out=ufunc_out("negative"), batch=B.elementwise("neg"))
+    out=ufunc_out("negative"), batch=B.elementwise("neg"),
+    symbol="-")
 
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
@@ -81,7 +86,8 @@ POW = primitive(
     jvp=[lambda t, out, x, y: t * (y * x ** (y - 1)), lambda t, out, x, y: t * (log(x) * out)],
     vjp=_unbroadcast(lambda g, out, x, y: g * (y * x ** (y - 1)),
                      lambda g, out, x, y: g * (log(x) * out)),
-    out=ufunc_out("pow"), batch=B.elementwise("pow"))
+    out=ufunc_out("pow"), batch=B.elementwise("pow"),
+    symbol="**")
 
 def _mask(condition: Any, like: Any) -> Any:
     """A 0/1 mask of ``like``'s dtype. Multiplying by it keeps g where the condition
@@ -95,7 +101,8 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
     jvp=[lambda t, out, x, y: t * _mask(x >= y, t), lambda t, out, x, y: t * _mask(x < y, t)],
     vjp=_unbroadcast(lambda g, out, x, y: g * _mask(x >= y, g),
                      lambda g, out, x, y: g * _mask(x < y, g)),
-    out=ufunc_out("maximum"), batch=B.elementwise("maximum"))
+    out=ufunc_out("maximum"), batch=B.elementwise("maximum"),
+    public="maximum")
 
 # -- functions ---------------------------------------------------------------------------
 
@@ -103,31 +110,36 @@ EXP = primitive(
     "exp", lambda xp, x: xp.exp(x), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
     vjp=[lambda g, out, x: g * out],
-    out=ufunc_out("exp"), batch=B.elementwise("exp"))
+    out=ufunc_out("exp"), batch=B.elementwise("exp"),
+    public="exp")
 
 LOG = primitive(
     "log", lambda xp, x: xp.log(x), S.floating("log"),
     jvp=[lambda t, out, x: t / x],
     vjp=[lambda g, out, x: g / x],
-    out=ufunc_out("log"), batch=B.elementwise("log"))
+    out=ufunc_out("log"), batch=B.elementwise("log"),
+    public="log")
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
     "sin", lambda xp, x: xp.sin(x), S.floating("sin"),
     jvp=[lambda t, out, x: t * cos(x)],
     vjp=[lambda g, out, x: g * cos(x)],
-    out=ufunc_out("sin"), batch=B.elementwise("sin"))
+    out=ufunc_out("sin"), batch=B.elementwise("sin"),
+    public="sin")
 
 COS = primitive(
     "cos", lambda xp, x: xp.cos(x), S.floating("cos"),
     jvp=[lambda t, out, x: -(t * sin(x))],
     vjp=[lambda g, out, x: -(g * sin(x))],
-    out=ufunc_out("cos"), batch=B.elementwise("cos"))
+    out=ufunc_out("cos"), batch=B.elementwise("cos"),
+    public="cos")
 
 TANH = primitive(
     "tanh", lambda xp, x: xp.tanh(x), S.floating("tanh"),
     jvp=[lambda t, out, x: t * (1.0 - out * out)],
     vjp=[lambda g, out, x: g * (1.0 - out * out)],
-    out=ufunc_out("tanh"), batch=B.elementwise("tanh"))
+    out=ufunc_out("tanh"), batch=B.elementwise("tanh"),
+    public="tanh")
 
 
 def _sigmoid_kernel(xp: Any, x: Any) -> Any:
@@ -139,7 +151,8 @@ SIGMOID = primitive(
     "sigmoid", _sigmoid_kernel, S.floating("sigmoid"),
     jvp=[lambda t, out, x: t * (out * (1.0 - out))],
     vjp=[lambda g, out, x: g * (out * (1.0 - out))],
-    batch=B.elementwise("sigmoid"))
+    batch=B.elementwise("sigmoid"),
+    public="sigmoid")
 
 _NUMPY_ZEROS: dict[Any, Any] = {}  # dtype -> a 0-d NumPy zero of that dtype
 
@@ -180,7 +193,8 @@ RELU_GRAD = primitive(
     jvp=[lambda t, out, g, y: relu_grad(t, y), None],
     vjp=[lambda gg, out, g, y: relu_grad(gg, y), None],
     out=lambda xp, g, y, out: xp.multiply(g, _positive(xp, y, g), out=out),
-    batch=B.elementwise("relu_grad"))
+    batch=B.elementwise("relu_grad"),
+    public="relu_grad")
 
 
 # The derivative at 0 is taken as 0, as in PyTorch. The rules read the output (out > 0
@@ -190,13 +204,15 @@ RELU = primitive(
     "relu", lambda xp, x: xp.maximum(x, _zero(x)), S.same,
     jvp=[lambda t, out, x: relu_grad(t, out)],
     vjp=[lambda g, out, x: relu_grad(g, out)],
-    out=lambda xp, x, out: xp.maximum(x, _zero(x), out=out), batch=B.elementwise("relu"))
+    out=lambda xp, x, out: xp.maximum(x, _zero(x), out=out), batch=B.elementwise("relu"),
+    public="relu")
 
 SQRT = primitive(
     "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
     jvp=[lambda t, out, x: t / (2.0 * out)],
     vjp=[lambda g, out, x: g / (2.0 * out)],
-    out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"))
+    out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"),
+    public="sqrt")
 
 
 def _where_shape(c: Any, x: Any, y: Any) -> tuple:
@@ -207,7 +223,8 @@ WHERE = primitive(
     "where", lambda xp, c, x, y: xp.where(c, x, y), _where_shape,
     jvp=[None, lambda t, out, c, x, y: where(c, t, 0.0), lambda t, out, c, x, y: where(c, 0.0, t)],
     vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
-                     lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"))
+                     lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"),
+    public="where")
 
 def _add_n_shape(*xs: Any) -> tuple:
     shapes = {S.shape_of(x) for x in xs}
@@ -225,27 +242,38 @@ def _add_arrays(xp: Any, *xs: Any) -> Any:
 
 # AddN adds up several terms of one shape; the reverse-graph pass uses it to sum the
 # contributions to an adjoint, as TensorFlow does (hence TensorFlow's name for it).
+def _write_add_n(prim: Any, args: list[str], params: dict, literal: Any) -> str:
+    return f"mg.add_n([{', '.join(args)}])"
+
+
 ADD_N = primitive(
     "AddN", _add_arrays, _add_n_shape,
     jvp=Each(lambda i: lambda t, out, *xs: t),
     vjp=Each(lambda i: lambda g, out, *xs: g),
     batch=B.all_batched("AddN"),  # (AddN does not broadcast: every term gets the batch axis)
-    view=True)  # one term is returned as it is
+    view=True,
+    public="add_n", write=_write_add_n)  # one term is returned as it is
 
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 
 LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"),
-                 batch=B.elementwise("less"))
+                 batch=B.elementwise("less"),
+    symbol="<")
 LESS_EQUAL = primitive("less_equal", lambda xp, x, y: x <= y, S.comparison("less_equal"),
-                       batch=B.elementwise("less_equal"))
+                       batch=B.elementwise("less_equal"),
+    symbol="<=")
 GREATER = primitive("greater", lambda xp, x, y: x > y, S.comparison("greater"),
-                    batch=B.elementwise("greater"))
+                    batch=B.elementwise("greater"),
+    symbol=">")
 GREATER_EQUAL = primitive("greater_equal", lambda xp, x, y: x >= y,
-                          S.comparison("greater_equal"), batch=B.elementwise("greater_equal"))
+                          S.comparison("greater_equal"), batch=B.elementwise("greater_equal"),
+    symbol=">=")
 EQUAL = primitive("equal", lambda xp, x, y: x == y, S.comparison("equal"),
-                  batch=B.elementwise("equal"))
+                  batch=B.elementwise("equal"),
+    symbol="==")
 NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_equal"),
-                      batch=B.elementwise("not_equal"))
+                      batch=B.elementwise("not_equal"),
+    symbol="!=")
 
 
 # -- the public functions ----------------------------------------------------------------

@@ -8,6 +8,7 @@ a new axis, multiplied, and the new axis is removed again.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import ShapeError
@@ -27,6 +28,12 @@ def _matmul_shape(x: Any, y: Any) -> tuple:
     return batch + (xs[-2], ys[-1]), S.promote(x, y)
 
 
+def _matmul_flops(out_shape: tuple, a: tuple, b: tuple) -> float:
+    """Multiply-adds of a matmul: every element of the result is a dot product of length
+    k (the last axis of a)."""
+    return math.prod(out_shape) * (a[-1] if a else 1)
+
+
 MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python wrapper)
     "matmul", lambda xp, x, y: x @ y, _matmul_shape,
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
@@ -35,7 +42,8 @@ MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python w
     cost="expensive", out=ufunc_out("matmul"), in_place=False,
     # matmul broadcasts its stack axes like an elementwise op: align the ranks so that
     # the batch axis meets the other side's stack axes (or nothing), never a matrix axis
-    batch=B.elementwise("matmul"))
+    batch=B.elementwise("matmul"),
+    symbol="@", flops=_matmul_flops)
 
 
 def matmul(x: Any, y: Any) -> Any:

@@ -55,13 +55,15 @@ SOFTMAX = primitive(
     "softmax", _softmax_kernel, lambda x, axis: S.same(x),
     jvp=[lambda t, out, x, axis: out * (t - R.sum(t * out, axis, True))],
     vjp=[lambda g, out, x, axis: out * (g - R.sum(g * out, axis, True))],
-    cost="expensive", batch=B.along_axis("softmax"))
+    cost="expensive", batch=B.along_axis("softmax"),
+    public="softmax")
 
 LOG_SOFTMAX = primitive(
     "log_softmax", _log_softmax_kernel, lambda x, axis: S.same(x),
     jvp=[lambda t, out, x, axis: t - R.sum(E.exp(out) * t, axis, True)],
     vjp=[lambda g, out, x, axis: log_softmax_grad(g, out, axis)],
-    cost="expensive", batch=B.along_axis("log_softmax"))
+    cost="expensive", batch=B.along_axis("log_softmax"),
+    public="log_softmax")
 
 
 def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
@@ -95,7 +97,8 @@ LOG_SOFTMAX_GRAD = primitive(
          lambda t, out, g, y, axis: -(t * E.exp(y)) * R.sum(g, axis, True)],
     vjp=[lambda gg, out, g, y, axis: gg - R.sum(gg * E.exp(y), axis, True),
          lambda gg, out, g, y, axis: -(gg * E.exp(y)) * R.sum(g, axis, True)],
-    cost="expensive", out=_log_softmax_grad_out, batch=_log_softmax_grad_batched)
+    cost="expensive", out=_log_softmax_grad_out, batch=_log_softmax_grad_batched,
+    public="log_softmax_grad")
 
 
 def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
@@ -106,7 +109,8 @@ def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
 ONE_HOT = primitive(
     "one_hot", _one_hot_kernel,
     lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype),
-    batch=B.elementwise("one_hot"))  # the new axis is the last: batched labels just work
+    batch=B.elementwise("one_hot"),
+    public="one_hot", positional=("num_classes", "dtype"))  # the new axis is the last: batched labels just work
 
 
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
@@ -142,7 +146,8 @@ NLL_LOSS = primitive(  # linear in logp: its JVP is itself
     jvp=[lambda t, out, logp, labels: bind(NLL_LOSS, t, labels), None],
     vjp=[lambda g, out, logp, labels: nll_loss_grad(g, labels, S.shape_of(logp)[1],
                                                     S.dtype_of(logp)), None],
-    cost="expensive", batch=_nll_batched)
+    cost="expensive", batch=_nll_batched,
+    public="nll_loss")
 
 
 def _nll_grad_kernel(xp: Any, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
@@ -179,7 +184,8 @@ NLL_LOSS_GRAD = primitive(
     jvp=[lambda t, out, g, labels, num_classes, dtype:
          nll_loss_grad(t, labels, num_classes, dtype), None],
     vjp=[lambda gg, out, g, labels, num_classes, dtype: bind(NLL_LOSS, gg, labels), None],
-    cost="expensive", batch=_nll_grad_batched)
+    cost="expensive", batch=_nll_grad_batched,
+    public="nll_loss_grad", positional=("num_classes", "dtype"))
 
 
 def softmax(x: Any, axis: int = -1) -> Any:

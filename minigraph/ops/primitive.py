@@ -15,7 +15,8 @@ one operation:
     reverse mode: argument ``i``'s share of the output's adjoint ``g``, the terms of the
     textbook's (f.2)-(f.5): ``gx = ga * y + gb * cos(x)``;
 ``cost``
-    ``"cheap"`` or ``"expensive"``, read by the scheduler;
+    ``"cheap"`` or ``"expensive"``, read by the scheduler (a cheap op on a large result
+    is expensive), or ``"free"``: no arithmetic whatever the size (reshape, indexing);
 ``out(xp, *arrays, out, **params)`` (optional)
     the kernel writing its result into a given buffer, for namespaces whose functions
     take ``out=`` (NumPy, CuPy): the runtime uses it to recycle freed memory;
@@ -32,6 +33,23 @@ one operation:
     when argument ``i`` carries the batch axis in front, ``None`` when it is the same for
     every example; the rule returns the result with the batch axis in front. ``None``
     means "no rule": vmap then refuses the op by name (see ``batch_rules.py``).
+
+How an op is written, and what the runtime needs beyond its rules, also sit in its entry:
+
+``symbol``
+    the Python operator that writes it (``"*"`` for mul, ``"-"`` for sub and for neg,
+    ``"[]"`` for indexing), read by the source renderer and ``explain``; precedences
+    are Python's (:data:`PRECEDENCE`);
+``public``, ``positional``
+    the ``mg.`` function generated code calls, and the parameters it takes by position
+    (``mg.reshape(x, (2, 3))``); ``write(args, params, literal)`` for an op whose call
+    is written otherwise (``mg.concatenate([a, b], axis=0)``);
+``flops(out_shape, *arg_shapes)``
+    the arithmetic it does, for placement's time estimate (one per result element if
+    not given; m*n*k for matmul);
+``transfer``
+    whether it copies between devices (``to_device``): partitioning turns it into a
+    Send/Recv pair.
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -65,17 +83,29 @@ from typing import Any, Callable, Sequence
 Rule = Callable[..., Any]
 
 
+# Python's operator precedences, loosest first, for whoever writes ops as text.
+CMP, ADD, MUL, UNARY, POW, ATOM = 1, 2, 3, 4, 5, 6
+PRECEDENCE = {"<": CMP, "<=": CMP, ">": CMP, ">=": CMP, "==": CMP, "!=": CMP, "+": ADD,
+              "-": ADD, "*": MUL, "/": MUL, "@": MUL, "**": POW}
+
+
 class Primitive:
     """One operation: kernel, shape rule, derivative rules and cost class."""
 
     __slots__ = ("name", "impl", "shape", "jvp", "vjp", "cost", "out", "in_place", "view",
-                 "batch", "differentiable")
+                 "batch", "differentiable", "symbol", "public", "positional", "write",
+                 "flops", "transfer")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
                  cost: str = "cheap", out: Callable[..., Any] | None = None,
-                 in_place: bool = True, view: bool = False, batch: Rule | None = None):
+                 in_place: bool = True, view: bool = False, batch: Rule | None = None,
+                 symbol: str | None = None, public: str | None = None,
+                 positional: tuple[str, ...] = (), write: Callable[..., str] | None = None,
+                 flops: Callable[..., float] | None = None, transfer: bool = False):
         self.name = name
+        self.symbol, self.public, self.positional, self.write = symbol, public, positional, write
+        self.flops, self.transfer = flops, transfer
         self.impl = impl
         self.shape = shape
         self.jvp = jvp
@@ -121,15 +151,16 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
               cost: str = "cheap", out: Callable[..., Any] | None = None,
               in_place: bool = True, view: bool = False,
-              batch: Rule | None = None) -> Primitive:
-    """Define a primitive and enter it in the table ``PRIMITIVES``."""
+              batch: Rule | None = None, **written: Any) -> Primitive:
+    """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
+    optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
-    if cost not in ("cheap", "expensive"):
-        raise ValueError(f"primitive {name!r}: cost must be 'cheap' or 'expensive'")
+    if cost not in ("free", "cheap", "expensive"):
+        raise ValueError(f"primitive {name!r}: cost must be 'free', 'cheap' or 'expensive'")
     prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
                      vjp if isinstance(vjp, Each) else tuple(vjp), cost, out, in_place, view,
-                     batch)
+                     batch, **written)
     PRIMITIVES[name] = prim
     return prim
 

@@ -82,17 +82,31 @@ mean_kernel = reduction_kernel("mean")
 max_kernel = reduction_kernel("max")
 
 
+def write_reduction(prim: Any, args: list[str], params: dict,
+                    literal: Callable[[Any], str]) -> str:
+    """``mg.sum(x, axis=1)`` as a user writes it: one axis as an int, no default keepdims."""
+    words = list(args)
+    axis = params["axis"]
+    if axis is not None:
+        words.append(f"axis={literal(axis[0] if len(axis) == 1 else axis)}")
+    if params["keepdims"]:
+        words.append("keepdims=True")
+    return f"mg.{prim.public}({', '.join(words)})"
+
+
 SUM = primitive(
     "sum", sum_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
-    cost="expensive", batch=B.reduction("sum"))
+    cost="expensive", batch=B.reduction("sum"),
+    public="sum", write=write_reduction)
 
 MEAN = primitive(
     "mean", mean_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: mean(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, axis)],
-    cost="expensive", batch=B.reduction("mean"))
+    cost="expensive", batch=B.reduction("mean"),
+    public="mean", write=write_reduction)
 
 
 def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
@@ -103,7 +117,8 @@ def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 MAX = primitive(
     "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive",
-    batch=B.reduction("max"))
+    batch=B.reduction("max"),
+    public="max", write=write_reduction)
 
 
 def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None") -> tuple | None:

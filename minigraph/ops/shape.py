@@ -43,7 +43,8 @@ RESHAPE = primitive(
     "reshape", _reshape_kernel, _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
     vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True,
-    batch=lambda dims, x, shape: reshape(x, S.shape_of(x)[:1] + shape))
+    batch=lambda dims, x, shape: reshape(x, S.shape_of(x)[:1] + shape),
+    public="reshape", positional=("shape",), cost="free")
 
 
 def _transpose_shape(x: Any, axes: tuple[int, ...]) -> tuple:
@@ -67,7 +68,8 @@ TRANSPOSE = primitive(
     "transpose", _transpose_kernel, _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
     vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True,
-    batch=lambda dims, x, axes: transpose(x, (0,) + tuple(a + 1 for a in axes)))
+    batch=lambda dims, x, axes: transpose(x, (0,) + tuple(a + 1 for a in axes)),
+    public="transpose", positional=("axes",), cost="free")
 
 
 def _broadcast_shape(x: Any, shape: tuple[int, ...]) -> tuple:
@@ -80,7 +82,8 @@ BROADCAST_TO = primitive(
     "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), _broadcast_shape,
     jvp=[lambda t, out, x, shape: broadcast_to(t, shape)],
     vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))], view=True,
-    batch=lambda dims, x, shape: _broadcast_batched(x, shape))
+    batch=lambda dims, x, shape: _broadcast_batched(x, shape),
+    public="broadcast_to", positional=("shape",), cost="free")
 
 
 def _broadcast_batched(x: Any, shape: tuple[int, ...]) -> Any:
@@ -157,14 +160,16 @@ GETITEM = primitive(
     "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
     jvp=[lambda t, out, x, index: getitem(t, index)],
     vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True,
-    batch=_getitem_batched)
+    batch=_getitem_batched,
+    symbol="[]", public="getitem", positional=("index",), cost="free")
 
 SCATTER_ADD = primitive(  # the adjoint of getitem: add g into zeros of ``shape`` at ``index``
     "scatter_add", _scatter_add_kernel,
     lambda g, index, shape: (tuple(shape), S.dtype_of(g)),
     jvp=[lambda t, out, g, index, shape: scatter_add(t, index, shape)],
     vjp=[lambda g, out, x, index, shape: getitem(g, index)],
-    cost="expensive", batch=_scatter_add_batched)
+    cost="expensive", batch=_scatter_add_batched,
+    public="scatter_add", positional=("index", "shape"))
 
 
 # -- concatenate ------------------------------------------------------------------------------
@@ -187,11 +192,16 @@ def _piece(i: int):
     return rule
 
 
+def _write_concatenate(prim: Any, args: list[str], params: dict, literal: Any) -> str:
+    return f"mg.concatenate([{', '.join(args)}], axis={literal(params['axis'])})"
+
+
 CONCATENATE = primitive(
     "concatenate", lambda xp, *xs, axis: xp.concat(list(xs), axis=axis), _concat_shape,
     jvp=Each(lambda i: lambda t, out, *xs, axis: _piece_tangent(i, t, xs, axis)),
     vjp=Each(_piece),
-    batch=lambda dims, *xs, axis: B.all_batched("concatenate")(dims, *xs, axis=axis + 1))
+    batch=lambda dims, *xs, axis: B.all_batched("concatenate")(dims, *xs, axis=axis + 1),
+    public="concatenate", write=_write_concatenate)
 
 
 def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:

@@ -26,13 +26,13 @@ CHEAP_SECONDS = 20e-6             # measured: a node faster than 20 µs is cheap
 SMOOTHING = 0.2                   # weight of the newest measurement in the moving average
 WARMUP = 1                        # first measurements of a node, left out of its average
 
-ALWAYS_CHEAP = {"Placeholder", "Const", "Variable", "Assign", "reshape", "transpose",
-                "broadcast_to", "getitem", "identity", "stop_gradient", "Send", "Recv"}
-
-
 def static_cost(node: Any) -> str:
-    """"cheap" or "expensive" from the op and the size of the result."""
-    if node.op in ALWAYS_CHEAP or node.prim is None:
+    """"cheap" or "expensive" from the op's cost class and the size of the result.
+
+    Nodes without a primitive (Placeholder, Const, Variable, Assign, Send, Recv) and
+    primitives whose table entry says ``cost="free"`` (reshape, indexing ...: no
+    arithmetic) are cheap whatever their size."""
+    if node.prim is None or node.prim.cost == "free":
         return "cheap"
     if node.prim.cost == "expensive":
         return "expensive"

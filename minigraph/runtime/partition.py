@@ -92,7 +92,8 @@ class _Partitioner:
 
     def run(self, order: list[Node], fed: set[int]) -> Partition:
         for n in order:
-            source = n.inputs[0] if n.op == "to_device" and n.inputs else None
+            copies = n.prim is not None and n.prim.transfer  # (to_device: a table flag)
+            source = n.inputs[0] if copies and n.inputs else None
             if source is not None and id(n) not in fed and source.device is not n.device:
                 self.copies[id(n)] = self.recv(source, n.device)  # the transfer is the Recv
                 self.origins[id(self.copies[id(n)])] = n

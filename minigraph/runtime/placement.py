@@ -36,12 +36,13 @@ OVERHEAD = 5e-6    # seconds every node costs, however small
 
 
 def estimate(node: Node) -> float:
-    """Estimated seconds to run ``node``: matmul m*n*k, otherwise one per element."""
+    """Estimated seconds to run ``node``: the flops its table entry counts (m*n*k for a
+    matmul), otherwise one per element of the result."""
     if node.prim is None or node.shape is None:
         return 0.0
-    if node.op == "matmul":
-        a, b = node.inputs[0].shape, node.inputs[1].shape
-        return OVERHEAD + math.prod(a) * b[-1] / FLOPS
+    shapes = [getattr(a, "shape", ()) for a in node.args]
+    if node.prim.flops is not None and all(s is not None for s in shapes):
+        return OVERHEAD + node.prim.flops(node.shape, *shapes) / FLOPS
     return OVERHEAD + math.prod(node.shape) / FLOPS
 
 

@@ -80,7 +80,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
             writer: _Writer) -> tuple[list[SrcVar], tuple]:
     """Source variables for the run-time arguments; other arguments stay Python values."""
-    inputs, call_args = [], []
+    call_args: list = []
     for k, a in enumerate(args):
         value = _as_runtime(a, k in nums)
         if value is None:
@@ -93,10 +93,9 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
         var = SrcVar(shape, dtype, device, k in nums, "input")
         var.name = params[k]
         call_args.append(var)
-        if k in nums:
-            inputs.append(var)
     writer.where = src.where()
-    return inputs, tuple(call_args)
+    # the gradients come in argnums' order: argnums=(1, 0) gives (d/dy, d/dx)
+    return [call_args[k] for k in nums], tuple(call_args)
 
 
 def _as_runtime(a: Any, differentiated: bool) -> tuple | None:

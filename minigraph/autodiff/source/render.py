@@ -17,28 +17,18 @@ from typing import Any
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
 from .tidy import _program_vars
-from .values import _ADD, _ATOM, _CMP, _MUL, _POW, _UNARY, Cond, Index, SrcVar
+from ...ops.primitive import CMP as _CMP
+from ...ops.primitive import PRECEDENCE
+from .values import _ATOM, _UNARY, Cond, Index, SrcVar
 
 
-_INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
-          "matmul": ("@", _MUL), "pow": ("**", _POW), "less": ("<", _CMP),
-          "less_equal": ("<=", _CMP), "greater": (">", _CMP),
-          "greater_equal": (">=", _CMP), "equal": ("==", _CMP), "not_equal": ("!=", _CMP)}
-# primitives called as mg.<name>(args, <these params positionally>, <others by keyword>)
-_PUBLIC = {"maximum": (), "exp": (), "log": (), "sin": (), "cos": (), "tanh": (),
-           "sigmoid": (), "relu": (), "relu_grad": (), "sqrt": (), "where": (), "sum": (),
-           "mean": (), "max": (), "reshape": ("shape",), "transpose": ("axes",),
-           "broadcast_to": ("shape",), "scatter_add": ("index", "shape"), "softmax": (),
-           "log_softmax": (), "log_softmax_grad": (), "one_hot": ("num_classes", "dtype"),
-           "nll_loss": (), "nll_loss_grad": ("num_classes", "dtype"),
-           "identity": (), "stop_gradient": (), "astype": ("dtype",)}
 _LITERALS = (bool, int, float, str, type(None))
 
 
-def _infix(name: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str, int]:
-    """``left op right`` with the parentheses Python's precedence needs."""
-    sym, prec = _INFIX[name]
-    if name == "pow":  # right-associative, and tighter than a unary minus on its left
+def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str, int]:
+    """``left sym right`` with the parentheses Python's precedence needs."""
+    prec = PRECEDENCE[sym]
+    if sym == "**":  # right-associative, and tighter than a unary minus on its left
         need_left, need_right = left[1] > prec, right[1] >= _UNARY
     elif prec == _CMP:  # comparisons chain: parenthesise both sides
         need_left, need_right = left[1] > prec, right[1] > prec
@@ -99,12 +89,12 @@ class _Text:
         args = [self.value(a, subst) for a in e.args]
         if self.raw:
             return self.kernel_call(e, args), _ATOM
-        name = e.prim.name
-        if name in _INFIX and len(args) == 2:
-            return _infix(name, args[0], args[1])
-        if name == "neg":
+        sym = e.prim.symbol  # the table says how the op is written
+        if sym in PRECEDENCE and len(args) == 2:
+            return _infix(sym, args[0], args[1])
+        if sym == "-" and len(args) == 1:
             return "-" + (args[0][0] if args[0][1] >= _UNARY else f"({args[0][0]})"), _UNARY
-        if name == "getitem":
+        if sym == "[]":
             return self.getitem(args[0], e.params["index"]), _ATOM
         return self.call(e, [a[0] for a in args]), _ATOM
 
@@ -127,23 +117,17 @@ class _Text:
         return f"{base}[{', '.join(parts) if parts else '()'}]"
 
     def call(self, e: Op, args: list[str]) -> str:
-        name, params = e.prim.name, dict(e.params)
-        if name == "concatenate":
-            return f"mg.concatenate([{', '.join(args)}], axis={params['axis']})"
-        if name == "to_device":
-            return f"mg.to_device({args[0]}, {params['device'].name!r})"
-        if name not in _PUBLIC:
+        """``mg.<public>(args, <positional params>, <other params>=...)``, as the op's
+        table entry says (its ``public`` name, ``positional`` params or ``write``)."""
+        prim, params = e.prim, dict(e.params)
+        if prim.write is not None:
+            return prim.write(prim, args, params, self.literal)
+        if prim.public is None:
             words = args + [f"{k}={self.literal(v)}" for k, v in params.items()]
-            return f"mg.PRIMITIVES[{name!r}]({', '.join(words)})"
-        if name in ("sum", "mean", "max"):
-            axis = params.pop("axis")
-            if axis is not None:
-                params["axis"] = axis[0] if len(axis) == 1 else axis
-            if params.pop("keepdims"):
-                params["keepdims"] = True
-        words = args + [self.literal(params.pop(k)) for k in _PUBLIC[name]]
+            return f"mg.PRIMITIVES[{prim.name!r}]({', '.join(words)})"
+        words = args + [self.literal(params.pop(k)) for k in prim.positional]
         words += [f"{k}={self.literal(v)}" for k, v in params.items()]
-        return f"mg.{name}({', '.join(words)})"
+        return f"mg.{prim.public}({', '.join(words)})"
 
     def kernel_call(self, e: Op, args: list[tuple[str, int]]) -> str:
         """``_k_sin(_xp, x)``: the primitive's kernel on arrays, as graph compilation does."""

@@ -18,7 +18,7 @@ from ...device import Device
 from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.operators import ArrayOps
-from ...ops.primitive import Primitive, register_kind
+from ...ops.primitive import ADD, ATOM, CMP, MUL, POW, UNARY, Primitive, register_kind
 from .errors import SourceTransformError
 
 if TYPE_CHECKING:  # for annotations only: writer.py imports this module
@@ -105,7 +105,8 @@ class SrcVar(ArrayOps):
 
 register_kind(SrcVar)
 
-_ATOM, _POW, _UNARY, _MUL, _ADD, _CMP = 6, 5, 4, 3, 2, 1
+# Python's precedences, as the primitive table defines them for whoever writes text
+_ATOM, _POW, _UNARY, _MUL, _ADD, _CMP = ATOM, POW, UNARY, MUL, ADD, CMP
 
 
 class Index:
