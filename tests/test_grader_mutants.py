@@ -1,64 +1,485 @@
 """Wrong solutions (mutants) that the chapters' tests must fail, while the reference passes.
 
-Each mutant is the released chapter (stubs) plus one plausible wrong or delegating answer;
-the test named beside it must fail it, and the message says why.
+Every exercise of every chapter has at least one mutant: a plausible wrong answer (the
+gradient of the whole batch copied to every device, a scalar gradient for a vector
+input, a Jacobian by rows posing as columns) or a one-line delegation to the library or
+NumPy that the exercise forbids. A mutant is the released chapter (stubs) with the
+mutant's definitions appended; the tests named beside it must fail it, with the words
+given in their message.
+
+To stay cheap, the mutants of one chapter go into one submission, graded once (a
+"set"): each mutant replaces a different exercise, and each exercise's tests call only
+that exercise, so they do not disturb each other. A second set holds the second mutant
+of an exercise that has two. Every test of a set must fail (score 0): a test that
+passes there would pass without a right answer. That the reference solutions keep full
+marks is proven in tests/test_grading.py (test_chapter_solutions_score_full_marks_on_their_own).
 """
 
 from __future__ import annotations
 
+import ast
+import re
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from minigraph.grading import grade, strip_solutions
+from minigraph.grading.release import solution_regions
 
 CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
+FORBIDDEN = "ForbiddenCall"
 
-MUTANTS = {
-    # delegation: one line calling the library (or NumPy) instead of the algorithm
-    "broadcast-by-numpy": ("01-tensors-and-devices", "test_broadcast_shape_matches_minigraph",
-                           "import numpy as np\ndef broadcast_shape(a, b):\n"
-                           "    return tuple(np.broadcast_shapes(a, b))\n", "ForbiddenCall"),
-    "rendezvous-from-the-library": ("06-multi-device-execution",
-                                    "test_rendezvous_behaves_like_minigraphs",
-                                    "from minigraph.runtime.rendezvous import Rendezvous\n",
-                                    "ForbiddenCall"),
-    # by rows with mg.jacrev where the exercise asks for columns by forward mode
-    "columns-by-jacrev": ("03-ad-on-dataflow-graphs", "test_jacobian_by_columns",
-                          "import minigraph as mg\ndef jacobian_by_columns(f, x):\n"
-                          "    return mg.jacrev(f)(x).numpy()\n", "ForbiddenCall"),
+# (chapter, set, name, the tests (names or prefixes of parametrized ones), code, why)
+MUTANTS = [
+    # -- 01 -----------------------------------------------------------------------------
+    ("01-tensors-and-devices", 1, "broadcast-by-numpy",
+     ["test_broadcast_shape_matches_minigraph"], """
+        def broadcast_shape(a, b):
+            return tuple(np.broadcast_shapes(a, b))
+     """, FORBIDDEN),
+    ("01-tensors-and-devices", 1, "sum-to-by-minigraph", ["test_sum_to_matches_minigraph"], """
+        def sum_to(g, shape):
+            return mg.sum_to(mg.tensor(g), shape).numpy()
+     """, FORBIDDEN),
+    ("01-tensors-and-devices", 1, "promotion-by-numpy", ["test_result_dtype_of_two_tensors"], """
+        def result_dtype(a, b):
+            return str(np.result_type(a, b))
+     """, FORBIDDEN),
+    ("01-tensors-and-devices", 1, "nbytes-of-a-numpy-array",
+     ["test_tensor_nbytes_matches_device_accounting"], """
+        def tensor_nbytes(shape, dtype):
+            return np.zeros(shape, dtype).nbytes
+     """, FORBIDDEN),
+    ("01-tensors-and-devices", 1, "elements-not-bytes", ["test_bytes_per_device_matches_live_bytes"], """
+        def bytes_per_device(tensors):
+            total = {}
+            for t in tensors:
+                total[t.device.name] = total.get(t.device.name, 0) + int(np.prod(t.shape))
+            return total
+     """, "AssertionError"),
+    ("01-tensors-and-devices", 1, "timer-without-synchronize", ["test_gpu_time_waits_for_the_queue"], """
+        def gpu_time(work, synchronize, clock=time.perf_counter):
+            start = clock()
+            work()
+            return clock() - start
+     """, "AssertionError"),
+    # -- 02 -----------------------------------------------------------------------------
+    ("02-automatic-differentiation", 1, "product-rule-forgotten", ["test_dual_add_and_mul_match_jvp"], """
+        class Dual:
+            def __init__(self, value, tangent=0.0):
+                self.value, self.tangent = float(value), float(tangent)
+            def __add__(self, other):
+                other = other if isinstance(other, Dual) else Dual(other)
+                return Dual(self.value + other.value, self.tangent + other.tangent)
+            def __mul__(self, other):
+                other = other if isinstance(other, Dual) else Dual(other)
+                return Dual(self.value * other.value, self.tangent * other.tangent)
+            __radd__, __rmul__ = __add__, __mul__
+            def __neg__(self):
+                return Dual(-self.value, -self.tangent)
+            def __sub__(self, other):
+                return self + (-other if isinstance(other, Dual) else Dual(-other))
+            def __rsub__(self, other):
+                return Dual(other) - self
+     """, "AssertionError"),
+    ("02-automatic-differentiation", 1, "sin-by-jvp", ["test_dual_functions_match_jvp[sin]"], """
+        def sin(x):
+            out, tangent = mg.jvp(mg.sin, (x.value,), (x.tangent,))
+            return Dual(out.item(), tangent.item())
+     """, FORBIDDEN),
+    ("02-automatic-differentiation", 1, "cos-with-the-wrong-sign", ["test_dual_functions_match_jvp[cos]"], """
+        import math
+        def cos(x):
+            return Dual(math.cos(x.value), math.sin(x.value) * x.tangent)
+     """, "AssertionError"),
+    ("02-automatic-differentiation", 1, "exp-by-jvp", ["test_dual_functions_match_jvp[exp]"], """
+        def exp(x):
+            out, tangent = mg.jvp(mg.exp, (x.value,), (x.tangent,))
+            return Dual(out.item(), tangent.item())
+     """, FORBIDDEN),
+    ("02-automatic-differentiation", 1, "forward-gradient-by-grad",
+     ["test_forward_gradient_textbook", "test_forward_gradient_random_programs_n_passes"], """
+        def forward_gradient(f, xs):
+            grads = mg.grad(f, argnums=tuple(range(len(xs))))(*xs)
+            return [float(g) for g in grads]
+     """, ""),
+    ("02-automatic-differentiation", 1, "adjoints-overwritten-not-added",
+     ["test_reverse_sweep_textbook", "test_reverse_sweep_random_tapes"], """
+        import math
+        def reverse_sweep(tape, values, output):
+            g = {output: 1.0}
+            for op, inputs, out in reversed(tape):
+                a = g.get(out, 0.0)
+                v = [values[i] for i in inputs]
+                shares = {"add": lambda: [a, a], "sub": lambda: [a, -a],
+                          "mul": lambda: [a * v[1], a * v[0]],
+                          "sin": lambda: [a * math.cos(v[0])],
+                          "cos": lambda: [-a * math.sin(v[0])],
+                          "exp": lambda: [a * math.exp(v[0])]}[op]()
+                for i, share in zip(inputs, shares):
+                    g[i] = share          # should be g[i] = g.get(i, 0) + share
+            return g
+     """, "AssertionError"),
+    ("02-automatic-differentiation", 1, "jacfwd-from-the-library", ["test_jacobian_fwd_by_columns"], """
+        def jacobian_fwd(f, x):
+            return mg.jacfwd(f)(x).numpy()
+     """, FORBIDDEN),
+    ("02-automatic-differentiation", 1, "jacrev-from-the-library", ["test_jacobian_rev_by_rows"], """
+        def jacobian_rev(f, x):
+            return mg.jacrev(f)(x).numpy()
+     """, FORBIDDEN),
+    # -- 03 -----------------------------------------------------------------------------
+    ("03-ad-on-dataflow-graphs", 1, "sum-to-by-minigraph", ["test_sum_to"], """
+        def sum_to(g, shape):
+            return mg.sum_to(mg.tensor(g), tuple(shape)).numpy()
+     """, FORBIDDEN),
+    ("03-ad-on-dataflow-graphs", 1, "vjp-without-summing", ["test_vjp_mul_broadcasting"], """
+        def vjp_mul(g, x, y):
+            return g * y, g * x           # the broadcast axes are not summed
+     """, "got shapes"),
+    ("03-ad-on-dataflow-graphs", 1, "rows-by-forward-mode", ["test_jacobian_by_rows"], """
+        def jacobian_by_rows(f, x):
+            n = x.shape[0]
+            columns = [mg.jvp(f, (x,), (np.eye(n)[j],))[1].numpy() for j in range(n)]
+            return np.stack(columns, axis=1)
+     """, "f ran"),
     # by columns, computed from rows of mg.vjp: right values, wrong number of passes
-    "columns-by-vjp-rows": ("03-ad-on-dataflow-graphs", "test_jacobian_by_columns",
-                            "import numpy as np, minigraph as mg\n"
-                            "def jacobian_by_columns(f, x):\n"
-                            "    out, vjp = mg.vjp(f, x)\n"
-                            "    rows = [vjp(mg.tensor(np.eye(out.size)[i]))[0].numpy()"
-                            " for i in range(out.size)]\n"
-                            "    return np.stack(rows)\n", "f ran 1 times"),
-}
+    ("03-ad-on-dataflow-graphs", 1, "columns-by-vjp-rows", ["test_jacobian_by_columns"], """
+        def jacobian_by_columns(f, x):
+            out, vjp = mg.vjp(f, x)
+            rows = [vjp(mg.tensor(np.eye(out.size)[i]))[0].numpy() for i in range(out.size)]
+            return np.stack(rows)
+     """, "f ran 1 times"),
+    # the right gradients, summed to one number each: assert_allclose alone would pass it
+    ("03-ad-on-dataflow-graphs", 1, "scalar-gradient", ["test_reverse_sweep_random_graphs"], """
+        # reference: reverse_sweep as reverse_sweep_solution
+        def reverse_sweep(nodes, feeds, y):
+            got = reverse_sweep_solution(nodes, feeds, y)
+            return {x: None if g is None else np.float64(np.mean(g)) for x, g in got.items()}
+     """, "has shape ()"),
+    ("03-ad-on-dataflow-graphs", 1, "no-gradient-nodes",
+     ["test_gradient_graph_textbook", "test_gradient_graph_random_graphs"], """
+        def gradient_graph(nodes, y, xs):
+            return [], list(xs)           # "the gradient of x is x"
+     """, "AssertionError"),
+    ("03-ad-on-dataflow-graphs", 1, "second-derivative-by-mg-grad", ["test_second_derivative"], """
+        def second_derivative(nodes, y, x):
+            mg.grad(mg.grad(mg.sin))(1.0)
+            return [], None
+     """, FORBIDDEN),
+    # by rows with mg.jacrev where the exercise asks for columns by forward mode
+    ("03-ad-on-dataflow-graphs", 2, "columns-by-jacrev", ["test_jacobian_by_columns"], """
+        def jacobian_by_columns(f, x):
+            return mg.jacrev(f)(x).numpy()
+     """, FORBIDDEN),
+    # -- 04 -----------------------------------------------------------------------------
+    ("04-define-and-run-vs-define-by-run", 1, "source-by-the-library",
+     ["test_graph_to_source_computes_the_graph", "test_graph_to_source_is_straight_line_and_pruned"], """
+        from minigraph.graph.compile import compile_graph
+        def graph_to_source(nodes, inputs, outputs, name="f"):
+            return compile_graph(nodes).source
+     """, FORBIDDEN),
+    ("04-define-and-run-vs-define-by-run", 1, "define-from-the-library", ["test_compile_source"], """
+        from minigraph.graph.compile import define
+        def compile_source(source, name):
+            return define(source, name)
+     """, FORBIDDEN),
+    ("04-define-and-run-vs-define-by-run", 1, "signature-from-the-library", ["test_signature_matches_minigraph"], """
+        from minigraph.graph.trace import signature as _signature
+        def signature(args):
+            return _signature(args)
+     """, FORBIDDEN),
+    ("04-define-and-run-vs-define-by-run", 1, "hybrid-without-a-cache", ["test_hybrid_records_once_per_signature"], """
+        class Hybrid:
+            def __init__(self, f):
+                self.f = f
+            def __call__(self, *args):
+                return self.f(*args)      # runs eagerly every time: nothing is recorded
+     """, ""),
+    ("04-define-and-run-vs-define-by-run", 1, "cse-by-the-library", ["test_cse_matches_minigraph"], """
+        from minigraph.graph.passes import cse as _cse
+        def cse(nodes, outputs):
+            return _cse(nodes, outputs)
+     """, FORBIDDEN),
+    # -- 05 -----------------------------------------------------------------------------
+    # Kahn's algorithm with a stack: a topological order, not the FIFO one
+    ("05-scheduling-and-memory", 1, "lifo-not-fifo",
+     ["test_fifo_order_of_the_textbook_example", "test_fifo_order_of_random_graphs"], """
+        def fifo_order(names, inputs):
+            missing = {n: len(inputs[n]) for n in names}
+            ready, order = [n for n in names if missing[n] == 0], []
+            while ready:
+                n = ready.pop()
+                order.append(n)
+                for c in names:
+                    for i in inputs[c]:
+                        if i == n:
+                            missing[c] -= 1
+                            if missing[c] == 0:
+                                ready.append(c)
+            if len(order) != len(names):
+                raise ValueError("cycle")
+            return order
+     """, "AssertionError"),
+    ("05-scheduling-and-memory", 1, "x-times-x-read-twice", ["test_free_after_matches_reference_counting"], """
+        def free_after(order, inputs, fetches, external):
+            readers = {n: 0 for n in order}
+            for n in order:
+                for i in inputs[n]:       # not set(inputs[n]): x * x counts x twice
+                    readers[i] += 1
+            freed, keep = {n: None for n in order}, set(fetches) | set(external)
+            for n in order:
+                for i in set(inputs[n]):
+                    readers[i] -= 1
+                    if readers[i] == 0 and i not in keep:
+                        freed[i] = n
+                if readers[n] == 0 and n not in keep:
+                    freed[n] = n
+            return freed
+     """, "AssertionError"),
+    ("05-scheduling-and-memory", 1, "nothing-is-ever-freed", ["test_liveness_lower_bound_matches_the_session"], """
+        def liveness_lower_bound(order, inputs, nbytes, fetches, external):
+            return sum(nbytes[n] for n in order if n not in external)
+     """, "AssertionError"),
+    ("05-scheduling-and-memory", 1, "size-before-the-table", ["test_cost_class_matches_static_cost"], """
+        def cost_class(op, shape, table_cost):
+            if shape is not None and int(np.prod(shape)) >= LARGE_ELEMENTS:
+                return "expensive"
+            return table_cost or "cheap"
+     """, "AssertionError"),
+    ("05-scheduling-and-memory", 1, "everything-expensive-to-the-pool", ["test_dispatch_follows_tensorflows_rule"], """
+        def dispatch(ready, cost, inline):
+            queue = list(inline or []) + [n for n in ready if cost[n] == "cheap"]
+            return queue, [[n] for n in ready if cost[n] != "cheap"]
+     """, "AssertionError"),
+    # -- 06 -----------------------------------------------------------------------------
+    ("06-multi-device-execution", 1, "key-from-the-library", ["test_make_key_and_transfers"], """
+        from minigraph.runtime.rendezvous import make_key as _make_key
+        def make_key(send_device, recv_device, tensor_name):
+            return _make_key(send_device, recv_device, tensor_name)
+     """, FORBIDDEN),
+    ("06-multi-device-execution", 1, "no-send-and-recv",
+     ["test_partition_of_a_two_device_graph", "test_partition_matches_mg_partition"], """
+        def partition(order, inputs, device):
+            parts = {}
+            for n in order:
+                parts.setdefault(device[n], []).append((n, list(inputs[n])))
+            return parts
+     """, ""),
+    # a value read by two nodes of a device crosses twice, and the keys are not sorted
+    ("06-multi-device-execution", 2, "one-transfer-per-edge", ["test_make_key_and_transfers"], """
+        # reference: make_key
+        def transfers(inputs, device):
+            return [make_key(device[p], device[c], p) for c, names in inputs.items()
+                    for p in names if device[p] != device[c]]
+     """, "AssertionError"),
+    ("06-multi-device-execution", 1, "everything-on-one-device", ["test_greedy_place_matches_auto_place"], """
+        def greedy_place(order, inputs, placed, seconds, nbytes, devices, bandwidth):
+            return {n: placed.get(n, devices[0]) for n in order}
+     """, ""),
+    ("06-multi-device-execution", 1, "rendezvous-from-the-library", ["test_rendezvous_behaves_like_minigraphs"], """
+        from minigraph.runtime.rendezvous import Rendezvous
+     """, FORBIDDEN),
+    # -- 07 -----------------------------------------------------------------------------
+    ("07-data-and-model-parallelism", 1, "bounds-by-array-split", ["test_scatter_bounds_match_scatter"], """
+        def scatter_bounds(n, parts):
+            sizes = [len(p) for p in np.array_split(np.arange(n), parts)]
+            return [int(b) for b in np.cumsum([0] + sizes)]
+     """, FORBIDDEN),
+    # the right sums, but every device sends its whole array to every other one
+    ("07-data-and-model-parallelism", 1, "all-to-all-bytes", ["test_naive_allreduce_matches_minigraph"], """
+        def naive_allreduce(arrays):
+            n, total = len(arrays), sum(np.asarray(a) for a in arrays)
+            size = np.asarray(arrays[0]).nbytes
+            return [total.copy() for _ in range(n)], [(n - 1) * size] * n
+     """, "AssertionError"),
+    ("07-data-and-model-parallelism", 1, "whole-arrays-around-the-ring",
+     ["test_ring_reduce_scatter_leaves_one_complete_chunk_per_device"], """
+        def ring_reduce_scatter(chunks):
+            n = len(chunks)
+            total = [sum(chunks[d][c] for d in range(n)) for c in range(n)]
+            sent = [sum(c.nbytes for c in chunks[d]) for d in range(n)]   # everything, not n - 1 chunks
+            return [[t.copy() for t in total] for _ in range(n)], sent
+     """, "bytes sent per device"),
+    ("07-data-and-model-parallelism", 1, "gather-without-the-ring", ["test_ring_all_gather_spreads_the_complete_chunks"], """
+        def ring_all_gather(chunks):
+            n = len(chunks)
+            done = [[chunks[(c - 1) % n][c].copy() for c in range(n)] for _ in range(n)]
+            return done, [chunks[i][(i + 1) % n].nbytes for i in range(n)]
+     """, "AssertionError"),
+    ("07-data-and-model-parallelism", 1, "naive-posing-as-ring", ["test_ring_allreduce_matches_allreduce_with_stats"], """
+        def ring_allreduce(arrays):
+            n, total = len(arrays), sum(np.asarray(a) for a in arrays)
+            size = np.asarray(arrays[0]).nbytes
+            return [total.copy() for _ in range(n)], [(n - 1) * size] + [size] * (n - 1)
+     """, "bytes"),
+    # the gradient of the whole batch copied to every device: the right numbers
+    ("07-data-and-model-parallelism", 1, "whole-batch-on-every-device",
+     ["test_data_parallel_gradient_matches_data_parallel_grads"], """
+        def data_parallel_gradient(grad_fn, params, x, y, parts):
+            grads = grad_fn(params, x, y)
+            return [[np.array(g, copy=True) for g in grads] for _ in range(parts)]
+     """, "grad_fn saw batches"),
+    # the N x C matrix the exercise forbids, built by joining the shards
+    ("07-data-and-model-parallelism", 1, "shards-joined-into-n-by-c",
+     ["test_parallel_cross_entropy_loss", "test_parallel_cross_entropy_gradients",
+      "test_parallel_cross_entropy_is_stable_for_large_logits"], """
+        def parallel_cross_entropy(shards, labels):
+            z = np.concatenate(shards, axis=1)
+            n = z.shape[0]
+            z = z - z.max(axis=1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            loss = float(np.mean(-np.log(p[np.arange(n), labels])))
+            p[np.arange(n), labels] -= 1.0
+            cuts = np.cumsum([0] + [s.shape[1] for s in shards])
+            return loss, [p[:, a:b] / n for a, b in zip(cuts, cuts[1:])]
+     """, FORBIDDEN),
+    # -- 08 -----------------------------------------------------------------------------
+    ("08-pipeline-parallelism", 1, "gpipe-from-the-library", ["test_gpipe_schedule"], """
+        from minigraph.parallel import pipeline as pp
+        def gpipe_schedule(stages, microbatches):
+            return pp.schedule("gpipe", stages, microbatches)
+     """, FORBIDDEN),
+    ("08-pipeline-parallelism", 1, "1f1b-that-is-gpipe", ["test_one_f_one_b_schedule"], """
+        def one_f_one_b_schedule(stages, microbatches):
+            return [[("F", k) for k in range(microbatches)] + [("B", k) for k in range(microbatches)]
+                    for _ in range(stages)]
+     """, "AssertionError"),
+    ("08-pipeline-parallelism", 1, "forwards-only", ["test_peak_activations"], """
+        def peak_activations(ops):
+            return sum(1 for op in ops if op[0] == "F")     # activations never freed
+     """, "AssertionError"),
+    ("08-pipeline-parallelism", 1, "bubble-over-microbatches-only", ["test_bubble_fraction"], """
+        def bubble_fraction(stages, microbatches):
+            return (stages - 1) / microbatches
+     """, "AssertionError"),
+    ("08-pipeline-parallelism", 1, "simulate-from-the-library",
+     ["test_simulate_uniform_stages", "test_simulate_matches_pp_simulate"], """
+        from minigraph.parallel import pipeline as pp
+        def simulate(schedule, forward, backward):
+            return pp.simulate(schedule, forward, backward)
+     """, FORBIDDEN),
+    ("08-pipeline-parallelism", 1, "makespan-as-a-sum", ["test_makespan_and_bubble"], """
+        def makespan_and_bubble(timeline, stages):
+            busy = sum(end - start for _, _, _, start, end in timeline)
+            return busy, 0.0
+     """, "AssertionError"),
+    ("08-pipeline-parallelism", 1, "partition-from-the-library", ["test_partition_minimises_the_slowest_stage"], """
+        from minigraph.parallel import pipeline as pp
+        def partition(costs, stages):
+            return pp.partition(costs, stages)
+     """, FORBIDDEN),
+    # -- 09 -----------------------------------------------------------------------------
+    ("09-composing-transformations", 1, "mixed-partial-from-the-hessian",
+     ["test_mixed_partial_textbook", "test_mixed_partial_closed_forms"], """
+        def mixed_partial(f, x, y):
+            return mg.hessian(f, argnums=(0, 1))(x, y)[0][1]
+     """, FORBIDDEN),
+    ("09-composing-transformations", 1, "hvp-from-the-hessian", ["test_hvp_closed_forms_one_pass", "test_hvp_keeps_float32"], """
+        def hvp(f, x, v):
+            return mg.hessian(f)(x) @ v
+     """, FORBIDDEN),
+    ("09-composing-transformations", 1, "mean-gradient-for-every-example",
+     ["test_per_example_gradients_closed_forms[7-4]", "test_per_example_gradients_closed_forms[32-2]"], """
+        def per_example_gradients(loss, w, X, Y):
+            g = mg.grad(lambda w: sum(loss(w, X[b], Y[b]) for b in range(len(X))) / len(X))(w)
+            return np.stack([np.asarray(g)] * len(X))
+     """, ""),
+    ("09-composing-transformations", 1, "jacobian-by-jacfwd", ["test_jacobian_batched_one_pass"], """
+        def jacobian_batched(f, x):
+            return mg.jacfwd(f)(x)
+     """, FORBIDDEN),
+    ("09-composing-transformations", 1, "mul-by-the-batch-rules", ["test_mul_batch_matches_a_loop"], """
+        from minigraph.ops import batch_rules
+        def mul_batch(dims, x, y):
+            return batch_rules.elementwise(dims, x, y)
+     """, FORBIDDEN),
+]
+
+# tests a mutant passes because it is right on their inputs (the mutants' own tests
+# are the others): a scalar gradient is right for the textbook's scalar inputs, and the
+# mean gradient of one example is that example's gradient, a LIFO Kahn's algorithm finds
+# cycles as well as a FIFO one
+RIGHT_ON = {("03-ad-on-dataflow-graphs", "test_reverse_sweep_textbook"),
+            ("05-scheduling-and-memory", "test_fifo_order_detects_a_cycle"),
+            ("09-composing-transformations", "test_per_example_gradients_closed_forms[1-3]")}
+
+SETS = sorted({(chapter, number) for chapter, number, *_ in MUTANTS})
+
+
+def submission(chapter: str, number: int) -> str:
+    """The released chapter with the set's mutants appended. A line ``# reference: f``
+    (or ``# reference: f as g``) in a mutant appends the reference solution of ``f``
+    (named ``g``): a mutant may build on a right answer, or need one beside it."""
+    source = (CHAPTERS / chapter / "exercises.py").read_text()
+    codes = [textwrap.dedent(code) for c, n, _, _, code, _ in MUTANTS if (c, n) == (chapter, number)]
+    parts = [strip_solutions(source), "\n\n# -- mutants --\nimport time\nimport numpy as np\n"
+             "import minigraph as mg\n"]
+    for code in codes:
+        for match in re.finditer(r"^# reference: (\w+)(?: as (\w+))?$", code, re.M):
+            parts.append(_renamed(source, match.group(1), match.group(2) or match.group(1)))
+        parts.append(code)
+    return "".join(parts)
+
+
+def _renamed(source: str, name: str, new: str) -> str:
+    """The function ``name`` of ``source`` (solution included), renamed ``new``."""
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = source.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    return "\n\n" + "".join(lines).replace(f"def {name}(", f"def {new}(", 1) + "\n"
 
 
 @pytest.fixture(scope="module")
 def mutant_reports(tmp_path_factory):
     work = tmp_path_factory.mktemp("mutants")
 
-    def run(name):
-        chapter, _, code, _ = MUTANTS[name]
-        folder = work / name / chapter
+    def run(key):
+        chapter, number = key
+        folder = work / f"set{number}" / chapter
         folder.mkdir(parents=True)
-        stub = strip_solutions((CHAPTERS / chapter / "exercises.py").read_text())
-        (folder / "exercises.py").write_text(stub + "\n\n" + code)
+        (folder / "exercises.py").write_text(submission(chapter, number))
         return grade(folder, timeout=30.0)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(run, name) for name in MUTANTS}
-        return {name: f.result() for name, f in futures.items()}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {key: pool.submit(run, key) for key in SETS}
+        return {key: f.result() for key, f in futures.items()}
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_the_exercise_fails_the_mutant(mutant_reports, name):
-    _, test, _, why = MUTANTS[name]
-    result = next(r for r in mutant_reports[name].results if r.name == test)
-    assert result.status == "failed", mutant_reports[name].table(width=200)
-    assert why in result.output
+def test_every_exercise_has_a_mutant():
+    for chapter in sorted(p.parent.name for p in CHAPTERS.glob("*/exercises.py")):
+        owners = {r.owner.split(".")[0] for r in
+                  solution_regions((CHAPTERS / chapter / "exercises.py").read_text())}
+        mutated = set()
+        for c, _, _, _, code, _ in MUTANTS:
+            if c == chapter:
+                mutated |= {line.split()[1].split("(")[0].rstrip(":") for line in
+                            textwrap.dedent(code).splitlines()
+                            if line.startswith(("def ", "class "))}
+                mutated |= {w.strip(",") for line in textwrap.dedent(code).splitlines()
+                            if line.startswith("from ") for w in line.split()[3:]}
+        assert owners <= mutated, f"{chapter}: no mutant for {sorted(owners - mutated)}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[f"{m[0][:2]}-{m[2]}" for m in MUTANTS])
+def test_the_exercise_fails_the_mutant(mutant_reports, mutant):
+    chapter, number, _, tests, _, why = mutant
+    report = mutant_reports[chapter, number]
+    results = [r for r in report.results
+               if any(r.name == t or r.name.startswith(t + "[") for t in tests)]
+    assert results, f"no test named {tests} in {chapter}"
+    for result in results:
+        assert result.status == "failed", report.table(width=200)
+        assert why in result.output, f"{result.name}: {result.output}"
+
+
+@pytest.mark.parametrize("key", SETS, ids=[f"{c[:2]}-set{n}" for c, n in SETS])
+def test_a_set_of_mutants_scores_zero(mutant_reports, key):
+    """No test passes without a right answer (the stubs and mutants are all wrong, but
+    for RIGHT_ON), and every test ran: nothing in the submission broke the grader."""
+    report = mutant_reports[key]
+    passed = {(key[0], r.name) for r in report.results if r.status == "passed"}
+    assert report.results and passed <= RIGHT_ON, report.table(width=200)
+    assert not report.notes, report.table(width=200)

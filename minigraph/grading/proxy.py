@@ -193,7 +193,7 @@ class Sandbox:
         self._depth = 0
         self.forbidden: list[str] = []      # library functions the running test forbids
         self.forbid_why = ""
-        self.sent_forbidden: list[str] = []
+        self.sent_forbidden: tuple[list[str], str] = ([], "")   # what the sandbox knows
         self._deadline = 0.0
         self._signalled = False
         self._root = isolation.is_root() and settings.isolate
@@ -261,7 +261,7 @@ class Sandbox:
             self._stop()
             raise SandboxFailure("the sandbox process could not start (is minigraph importable "
                                  "by the sandbox account?)") from None
-        self.sent_forbidden: list[str] = []
+        self.sent_forbidden: tuple[list[str], str] = ([], "")   # what the sandbox knows
         if self.guard:
             self.request("guard", names=self.guard)
         try:
@@ -329,9 +329,10 @@ class Sandbox:
         if outermost:
             if op not in ("import", "guard"):
                 self.ensure()
-                if self.forbidden != self.sent_forbidden and op != "forbid":
+                # the reason too: two tests may forbid the same names for different reasons
+                if (self.forbidden, self.forbid_why) != self.sent_forbidden and op != "forbid":
                     self.request("forbid", names=self.forbidden, why=self.forbid_why)
-                    self.sent_forbidden = list(self.forbidden)
+                    self.sent_forbidden = (list(self.forbidden), self.forbid_why)
             now = time.monotonic()
             left = self.settings.total_timeout - self.used
             self._deadline = now + min(self.settings.timeout, max(left, 0.0))
