@@ -91,3 +91,40 @@ def test_every_primitive_says_how_it_is_written_and_its_name_exists():
         assert prim.symbol or prim.public or prim.write, name
         if prim.public is not None:
             assert callable(getattr(mg, prim.public, None)), (name, prim.public)
+
+
+# -- the one signature: every key that must keep two programs apart ----------------------------
+
+def scale_by(x, k):
+    return mg.sum(x * k)
+
+
+def scale_by_first(x, ks):
+    return mg.sum(x * ks[0])
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_static_constants_keep_their_bits_and_types(mode):
+    """-0.0 and 0.0 inside a constant, 1 and True, and (1,) and [1] are different
+    programs; a float argument is data, one program for all its values."""
+    from minigraph.autodiff.signature import signature
+    assert signature(((0.0,),)) != signature(((-0.0,),))
+    assert signature((1,)) != signature((True,))
+    assert signature(((1,),)) != signature(([1],))
+    assert signature((2.0,)) == signature((3.0,))
+    g = mg.grad(scale_by, mode=mode)
+    x = np.array([1.0, 2.0])
+    np.testing.assert_array_equal(g(x, 2.0).numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(g(x, -3.0).numpy(), [-3.0, -3.0])
+    h = mg.grad(scale_by_first, mode=mode)
+    np.testing.assert_array_equal(h(x, (0.0,)).numpy(), [0.0, 0.0])
+    assert str(h(x, (-0.0,)).numpy()[0]) == "-0.0"  # not the 0.0 program's answer
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_the_default_device_is_part_of_the_signature(mode):
+    g = mg.grad(scale_by, mode=mode)
+    x = np.array([1.0, 2.0])
+    assert g(x, 2.0).device.name == "cpu"
+    with mg.device("cpu:2"):
+        assert g(x, 2.0).device.name == "cpu:2"

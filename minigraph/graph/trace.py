@@ -36,7 +36,7 @@ import numpy as np
 
 from ..autodiff import tape
 from ..autodiff.argnums import Argnums, normalize_argnums, single
-from ..device import get_device
+from ..autodiff.signature import is_data, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -51,27 +51,10 @@ def _is_array_like(a: Any) -> bool:
     return isinstance(a, (Tensor, np.ndarray, float)) or type(a) in KINDS
 
 
-def signature(args: tuple) -> tuple:
-    """What a recorded graph is specialised for: (shape, dtype, device) per array-like
-    argument, the value itself for any other argument. A float or a NumPy array becomes a
-    tensor on the default device, so the default device is part of its signature."""
-    sig = []
-    for a in args:
-        if isinstance(a, Tensor) or type(a) in KINDS:
-            sig.append(("tensor", tuple(a.shape), str(a.dtype), a.device.name))
-        elif isinstance(a, np.ndarray):
-            sig.append(("tensor", a.shape, a.dtype.name, get_device(None).name))
-        elif isinstance(a, float):
-            sig.append(("tensor", (), "float64", get_device(None).name))
-        else:
-            sig.append(("static", type(a), a))
-    return tuple(sig)
-
-
 def _array_args(args: tuple, key: tuple) -> list:
-    """The arguments that are graph inputs: the array-like ones, as ``key`` (their
-    signature) already says."""
-    return [a for a, (kind, *_) in zip(args, key) if kind == "tensor"]
+    """The arguments that are graph inputs: the data ones, as ``key`` (their signature,
+    ``autodiff/signature.py``) already says."""
+    return [a for a, entry in zip(args, key) if is_data(entry)]
 
 
 def _interpreted(args: list) -> bool:
@@ -154,7 +137,8 @@ class Traced:
     def __init__(self, f: Callable[..., Any]):
         self.f = f
         self.name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
-        self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = {}
+        # signature -> (compiled function, single output?, graph): the one cache
+        self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = programs(f, "trace")
         self.recordings = 0  # how many times the Python body ran
 
     def __call__(self, *args: Any) -> Any:
@@ -188,7 +172,6 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Graph mode behind ``mg.value_and_grad(f, mode="graph")``: trace f, add the
     reverse-graph pass, compile value and gradients into one function, cache it per
     signature."""
-    cache: dict[tuple, CompiledFunction] = {}
     name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
 
     def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
@@ -208,21 +191,22 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
 
     def wrapped(*args: Any) -> tuple:
         nums = normalize_argnums(argnums, len(args), "grad")
-        key = (nums, signature(args))
+        cache = programs(f, "graph", (nums,))
+        key = signature(args)
         compiled = cache.get(key)
         if compiled is None:  # (a signature in the cache has passed these checks)
             for i in nums:
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
                                     f"to be differentiated, got {type(args[i]).__name__}")
-                if key[1][i][2] not in FLOAT_DTYPES:
+                dtype = str(getattr(args[i], "dtype", "float64"))
+                if dtype not in FLOAT_DTYPES:
                     raise GradientError(f"grad: cannot differentiate with respect to argument "
-                                        f"{i} of dtype {key[1][i][2]}; pass floats")
+                                        f"{i} of dtype {dtype}; pass floats")
             compiled = cache[key] = build(args, nums)
-        value, *grads = _call(compiled, _array_args(args, key[1]))
+        value, *grads = _call(compiled, _array_args(args, key))
         return value, grads[0] if single(argnums) else tuple(grads)
 
-    wrapped.cache = cache  # type: ignore[attr-defined]
     return wrapped
 
 

@@ -1,7 +1,8 @@
 """The cache and the public functions: ``SourceGrad``, ``source_grad``, ``value_and_grad``.
 
-A program is built once per function, argnums and input signature (:func:`_signature`:
-shapes, dtypes, devices, and the values of static arguments), kept in ``_PROGRAMS``, and
+A program is built once per function, argnums and input signature (shapes, dtypes,
+devices, and the values of static arguments), kept in the one cache of compiled programs
+(``autodiff/signature.py``, shared with graph mode and ``mg.trace``), and
 replayed: on arrays, calling kernels, when nothing needs recording, else on values
 (:func:`_run`). ``mg.source_grad(f)`` and ``mg.value_and_grad(f, mode="source")`` return
 a :class:`SourceGrad`.
@@ -10,8 +11,6 @@ a :class:`SourceGrad`.
 from __future__ import annotations
 
 import inspect
-import threading
-import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -19,9 +18,10 @@ import numpy as np
 from ...device import get_device
 from ...errors import MinigraphError
 from ...ops.primitive import KINDS
-from ..argnums import normalize_argnums, single
 from ...tensor import Tensor, tensor
 from .. import tape
+from ..argnums import normalize_argnums, single
+from ..signature import programs, signature
 from .compiled import Program, _transform
 from .reading import _read
 
@@ -30,39 +30,7 @@ Argnums = "int | tuple[int, ...]"
 
 # -- the cache: per function, per argnums and input signature --------------------------------
 
-_PROGRAMS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 _grad_mode = tape._mode  # read on every call: is the tape recording?
-_LOCK = threading.Lock()
-
-
-def _signature(args: tuple, nums: tuple) -> tuple:
-    """What a program is specialised to: (device, shape, dtype) of run-time arguments,
-    the value of the others. Devices are compared as objects, first: a device registered
-    again under the same name (another array library) gets its own program, and dtypes
-    of two array libraries are never compared. A float is data, not a constant of the
-    program: ``f(x, 2.0)`` and ``f(x, 3.0)`` share one program (its signature is the
-    default device it lands on); ints, bools and other Python values are its constants
-    (``range(n)``), unless they are differentiated."""
-    key = []
-    for k, a in enumerate(args):
-        t = type(a)
-        if t is Tensor:  # (the hot path: the array's own dtype object, no name lookup)
-            key.append((a.device, a.data.shape, a.data.dtype))
-        elif t is float or (t in (int, bool) and k in nums):  # a tensor, default device
-            key.append((t, get_device(None)))
-        elif t in KINDS:  # a value of another transformation: its shape, dtype, device
-            key.append(("value", a.device, tuple(a.shape), str(a.dtype)))
-        elif isinstance(a, np.ndarray):
-            key.append(("ndarray", a.shape, a.dtype.name, get_device(None)))
-        else:
-            try:
-                hash(a)
-            except TypeError:
-                raise TypeError(f"source_grad: argument {k} ({type(a).__name__}) is neither "
-                                f"a tensor nor a hashable Python value; programs are built "
-                                f"per value of such arguments") from None
-            key.append(("static", t, a))
-    return tuple(key)
 
 
 class SourceGrad:
@@ -85,10 +53,9 @@ class SourceGrad:
         self.__name__ = f"grad_{f.__name__}"
         self._defaults = f.__defaults__ or ()
         self._n = f.__code__.co_argcount
-        with _LOCK:  # shared by every gradient of f with these argnums
-            # (argnums=0 and argnums=(0,) differ in what they return: two programs)
-            self._programs = _PROGRAMS.setdefault(f, {}).setdefault(
-                (self.nums, single(argnums)), {})
+        # the one cache, shared by every source gradient of f with these argnums
+        # (argnums=0 and argnums=(0,) differ in what they return: two programs)
+        self._programs = programs(f, "source", (self.nums, single(argnums)))
 
     @property
     def programs(self) -> dict:
@@ -105,7 +72,7 @@ class SourceGrad:
     def program_for(self, *args: Any) -> Program:
         """The program for these arguments' signature (built if needed)."""
         args = self._complete(args)
-        key = _signature(args, self.nums)
+        key = signature(args, self.nums)
         prog = self._programs.get(key)
         if prog is None:
             prog = _transform(self._src, args, self.nums, single(self.argnums), key)
@@ -117,7 +84,7 @@ class SourceGrad:
     def __call__(self, *args: Any) -> Any:
         if len(args) < self._n:
             args = self._complete(args)
-        prog = self._programs.get(_signature(args, self.nums))  # the cache: no rewriting
+        prog = self._programs.get(signature(args, self.nums))  # the cache: no rewriting
         if prog is None:
             prog = self.program_for(*args)
         self.last = prog
@@ -182,7 +149,7 @@ def _arrays(args: tuple, nums: tuple) -> list | None:
 
 def _array(a: Any, differentiated: bool) -> Any:
     """An argument as the kernels take it (other Python values are the program's own)."""
-    if type(a) is float:
+    if isinstance(a, float):
         return get_device(None).asarray(a)
     if isinstance(a, np.ndarray) or (differentiated and type(a) in (int, bool)):
         return tensor(a).data
@@ -192,8 +159,7 @@ def _array(a: Any, differentiated: bool) -> Any:
 def _value(a: Any, differentiated: bool) -> Any:
     """An argument as the mg. program takes it: arrays and numbers to differentiate
     become tensors; other Python values are the program's own (built in)."""
-    if isinstance(a, np.ndarray) or type(a) is float or \
-            (differentiated and type(a) in (int, bool)):
+    if isinstance(a, (np.ndarray, float)) or (differentiated and type(a) in (int, bool)):
         return tensor(a)
     return a
 

@@ -102,8 +102,7 @@ def _as_runtime(a: Any, differentiated: bool) -> tuple | None:
     """(shape, dtype, device) of an argument passed at run time, None for a static one."""
     if isinstance(a, Tensor) or type(a) in KINDS:  # a tensor, or another transformation's
         return tuple(a.shape), str(a.dtype), a.device
-    if isinstance(a, np.ndarray) or type(a) is float or \
-            (differentiated and type(a) in (int, bool)):
+    if isinstance(a, (np.ndarray, float)) or (differentiated and type(a) in (int, bool)):
         t = tensor(a)
         return t.shape, t.dtype, t.device
     return None

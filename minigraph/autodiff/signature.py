@@ -1,0 +1,90 @@
+"""One signature and one cache for every compiled program: graph mode, source mode, trace.
+
+A compiled program (a traced graph, a graph-mode gradient, a source-transformed adjoint)
+is specialised to its arguments: it is built on the first call and replayed by every
+later call whose arguments have the same *signature*:
+
+* an argument that is data (a tensor, a NumPy array, a Python float, a value of another
+  transformation, or a number being differentiated) by its device, shape and dtype: its
+  value does not matter, the program reads it when it runs. A float or an array becomes
+  a tensor on the default device (``mg.device``), so the default device is part of it;
+* any other argument (an int, a string, None, a tuple ...) is a constant of the program,
+  by its type and value: ``range(n)`` is unrolled or looped over for that n. The type
+  keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
+  0.0 and -0.0 (whose ``1 / x`` differ) never share a program.
+
+:func:`programs` is the one cache: per function, per transformation (``"graph"``,
+``"source"``, ``"trace"``) and its options (the normalised argnums), a dict from
+signature to program. It holds functions weakly: a program dies with its function.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from ..device import get_device
+from ..ops.primitive import KINDS
+from ..tensor import Tensor
+
+DATA = "data"  # the first item of an argument's signature when the program reads it
+# Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
+# 0-d float64 tensor on the default device share one program.
+_PYTHON_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np.dtype(bool)}
+
+
+def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
+    """The signature of ``args``; ``nums`` are the arguments being differentiated (a
+    number there is data even if it is an int, so that the dtype error can name it)."""
+    key = []
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is Tensor:  # (the hot path: the array's own objects, no name lookups)
+            key.append((DATA, a.device, a.data.shape, a.data.dtype))
+        elif isinstance(a, float) or (t in (int, bool) and k in nums):  # (np.float64 too)
+            key.append((DATA, get_device(None), (), _PYTHON_DTYPES[t if t in
+                                                                   _PYTHON_DTYPES else float]))
+        elif t in KINDS:
+            key.append((DATA, a.device, tuple(a.shape), np.dtype(str(a.dtype))))
+        elif isinstance(a, np.ndarray):
+            key.append((DATA, get_device(None), a.shape, a.dtype))
+        else:
+            key.append(("static", _constant_key(a, k)))
+    return tuple(key)
+
+
+def is_data(entry: tuple) -> bool:
+    """Whether an argument with this signature entry is read when the program runs."""
+    return entry[0] == DATA
+
+
+def _constant_key(a: Any, k: int) -> Any:
+    """A constant argument's key: its type and value, floats by their bits."""
+    if isinstance(a, float):
+        return float, a.hex()
+    if isinstance(a, (tuple, list)):
+        return type(a), tuple(_constant_key(x, k) for x in a)
+    try:
+        hash(a)
+    except TypeError:
+        raise TypeError(f"argument {k} ({type(a).__name__}) is neither data (a tensor, an "
+                        f"array, a float) nor a hashable Python value; a compiled program is "
+                        f"built per value of such arguments") from None
+    return type(a), a
+
+
+_CACHE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def programs(f: Callable[..., Any], transformation: str, options: tuple = ()) -> dict:
+    """The programs of ``f`` under ``transformation`` with ``options``: signature ->
+    program. Shared by every transformed function of ``f`` with the same options."""
+    with _LOCK:
+        try:
+            return _CACHE.setdefault(f, {}).setdefault((transformation, options), {})
+        except TypeError:  # no weak reference to f (a C function): its caller keeps them
+            return {}
