@@ -24,6 +24,7 @@ from ..ops.primitive import ATOM, PRECEDENCE, UNARY, Primitive, bind, register_k
 from ..tensor import Tensor, tensor
 from . import tape
 from .backward import reverse_sweep
+from .forward import push_tangents
 
 _ATOM = ATOM  # how tightly a name or a call binds (the table's precedences: PRECEDENCE)
 
@@ -132,15 +133,12 @@ def forward_trace(f: Callable[..., Any], seed: dict[str, float], label: str,
     xs, recorded, names = _trace(f, inputs)
     tangent = {id(x): Sym("d" + n, tensor(float(seed[n]))) for n, x in xs.items()}
     lines = [f"d{n} = {_number(seed[n])}" for n in xs]
-    for t in recorded:
+    for t in recorded:  # the forward-tangent step of dual numbers, run on symbols
         prim, params, _, *args = t._entry
-        sargs = _sym_args(args, names)
-        out = Sym(names[id(t)], t.detach())
-        terms = [prim.jvp[i](Sym("d" + names[id(a)], tangent[id(a)].value), out, *sargs,
-                             **params)
-                 for i, a in enumerate(args) if isinstance(a, Tensor) and id(a) in tangent
-                 and prim.jvp[i] is not None]
-        total = terms[0] if len(terms) == 1 else sum(terms[1:], terms[0])
+        dargs = [Sym("d" + names[id(a)], tangent[id(a)].value)
+                 if isinstance(a, Tensor) and id(a) in tangent else None for a in args]
+        total = push_tangents(prim, params, Sym(names[id(t)], t.detach()),
+                              _sym_args(args, names), dargs)
         tangent[id(t)] = total
         lines.append(f"d{names[id(t)]} = {total.expr} = {_number(total)}")
     return [f"({label}.{k}) {line}" for k, line in enumerate(lines, 1)]

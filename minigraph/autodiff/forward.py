@@ -57,16 +57,9 @@ class Dual(ArrayOps):
                 primals.append(a)
                 tangents.append(None)
         out = bind(prim, *primals, **params)
-        tangent = None
-        for i, t in enumerate(tangents):
-            rule = prim.jvp[i] if t is not None and prim.differentiable else None
-            if rule is not None:
-                term = rule(t, out, *primals, **params)
-                tangent = term if tangent is None else tangent + term
+        tangent = push_tangents(prim, params, out, primals, tangents)
         if tangent is None:
             return out  # a zero tangent: the result is a constant at this level
-        if shape_of(tangent) != shape_of(out):  # a broadcast argument's tangent
-            tangent = SH.broadcast_to(tangent, shape_of(out))
         return Dual(out, tangent, self.level)
 
     def __repr__(self) -> str:
@@ -74,6 +67,25 @@ class Dual(ArrayOps):
 
 
 register_kind(Dual)
+
+
+def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
+                  tangents: list) -> Any:
+    """The one forward-tangent step: ``out``'s tangent from its arguments' tangents, the
+    sum of the primitive's JVP terms, (b.3)-(b.5): ``da = dx * y + x * dy``. ``None`` in
+    ``tangents`` is a zero tangent; the result is ``None`` when every term is zero. Dual
+    numbers run it for every operation, ``explain`` runs it on symbols to print (c.*)."""
+    tangent = None
+    if not prim.differentiable:
+        return None
+    for i, t in enumerate(tangents):
+        rule = prim.jvp[i] if t is not None else None
+        if rule is not None:
+            term = rule(t, out, *primals, **params)
+            tangent = term if tangent is None else tangent + term
+    if tangent is not None and shape_of(tangent) != shape_of(out):
+        tangent = SH.broadcast_to(tangent, shape_of(out))  # a broadcast argument's tangent
+    return tangent
 
 
 def _as_tensor(x: Any) -> Any:

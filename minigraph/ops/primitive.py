@@ -67,13 +67,15 @@ plain values (floats ...)  none        become tensors on the default device
 ``Tensor``                 0           compute now; record on the tape if needed
 graph ``Node``             10          add a node to the current graph
 source variable, ``Sym``   20          write the expression down (and compute it)
-``Dual`` at level L        100 + L     compute primal and tangent together
-``BatchTracer``, level L   L           apply the op's batching rule (``mg.vmap``)
+``Box`` of ``mg.vjp``      its level   record the op for this call's reverse sweep
+``Dual`` of ``mg.jvp``     its level   compute primal and tangent together
+``BatchTracer``            its level   apply the op's batching rule (``mg.vmap``)
 =========================  ==========  =================================================
 
-A dual number sits above everything so that ``jvp`` works over any other mode; a dual
-whose primal is itself a dual (``jacfwd(jacfwd(f))``) has a higher level, so the two
-perturbations are never confused.
+A transformation's values sit above the rest, at a level taken from one counter when the
+transformation starts (``autodiff/levels.py``): the transformation started last, the
+innermost, handles an operation first, unwraps its own values and binds again one level
+down, so nested transformations never confuse their perturbations.
 """
 
 from __future__ import annotations
