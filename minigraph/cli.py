@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "targets are set for the CPU)")
     add_grade_parser(sub)    # minigraph grade PATH [--json results.json] [--timeout S]
     add_release_parser(sub)  # minigraph release chapters -o DIR
+    mg.grading.add_autograder_parser(sub)  # minigraph autograder CHAPTER -o DIR
     run_book = sub.add_parser("book", help="build the course as a static web site in OUT")
     run_book.add_argument("out", help="the folder to write the site into (OUT/index.html)")
     args = parser.parse_args(argv)

@@ -19,10 +19,12 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,12 +32,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import minigraph.grading as grading_package
 from minigraph.grading import (ExercisesImportError, GradingError, ReleaseError,
-                               add_grade_parser, add_release_parser, check_chapter, grade,
+                               add_autograder_parser, add_grade_parser, add_release_parser, check_chapter, grade,
                                load_exercises, locate, release, results_json, strip_solutions)
 from minigraph.grading import loader
 from minigraph.grading.collect import declared_tests
-from minigraph.grading.release import BEGIN, END, solution_regions
+from minigraph.grading.release import BEGIN, END, _is_hidden, solution_regions
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "grading_fixtures"
@@ -281,6 +284,7 @@ def cli(argv):
     sub = parser.add_subparsers(dest="command", required=True)
     add_grade_parser(sub)
     add_release_parser(sub)
+    add_autograder_parser(sub)
     args = parser.parse_args(argv)
     return args.run(args)
 
@@ -435,7 +439,8 @@ def test_release_strips_exactly_the_solution_regions(tmp_path):
     written = release(CHAPTERS, tmp_path / "out")
     out = tmp_path / "out" / EXAMPLE.name
     assert sorted(p.name for p in out.iterdir()) == ["exercises.py", "test_exercises.py"]
-    assert {p.name: n for p, n in written} == {"exercises.py": 5, "test_exercises.py": 0}
+    assert {str(p.relative_to(tmp_path / "out")): n for p, n in written} == {
+        "99-example/exercises.py": 5, "99-example/test_exercises.py": 0, "README.md": 0}
     original = (EXAMPLE / "exercises.py").read_bytes().decode()
     released = (out / "exercises.py").read_bytes().decode()
     assert_stripped_exactly(original, released)
@@ -565,35 +570,19 @@ PROOF_TIMEOUT = 30.0  # generous: these prove correctness, on a CI machine that 
 
 
 @pytest.fixture(scope="module")
-def chapter_reports(tmp_path_factory):
-    """Every real chapter graded twice, concurrently: its solutions, and its released
-    version. Chapters that cannot be released or graded give the exception instead."""
-    student = tmp_path_factory.mktemp("released") / "chapters"
-    try:
-        release(REPO / "chapters", student)
-    except ReleaseError as exc:
-        released_error = exc
-    else:
-        released_error = None
-
-    def grade_released(chapter):
-        if released_error is not None:
-            raise released_error
-        return grade(student / chapter.name, timeout=PROOF_TIMEOUT)
-
-    def grade_solution(chapter):
-        return grade(chapter, timeout=PROOF_TIMEOUT)
-
-    def attempt(function, chapter):
+def chapter_reports():
+    """Every real chapter's solutions graded, concurrently. (The released stubs are
+    graded in tests/test_grader_mutants.py, with a wrong answer for every exercise, and
+    through the release's README in test_the_release_is_self_contained.)"""
+    def attempt(chapter):
         try:
-            return function(chapter)
-        except (GradingError, ReleaseError) as exc:
+            return grade(chapter, timeout=PROOF_TIMEOUT)
+        except GradingError as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)) as pool:
-        jobs = {(kind, chapter.name): pool.submit(attempt, function, chapter)
-                for chapter in REAL_CHAPTERS
-                for kind, function in (("solution", grade_solution), ("released", grade_released))}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = {("solution", chapter.name): pool.submit(attempt, chapter)
+                for chapter in REAL_CHAPTERS}
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -617,8 +606,147 @@ def test_chapter_solutions_score_full_marks_on_their_own(chapter, chapter_report
     assert report.full_marks, report.table(width=200)
 
 
-@pytest.mark.parametrize("chapter", REAL_CHAPTERS, ids=lambda p: p.name)
-def test_released_chapter_scores_zero(chapter, chapter_reports):
-    report = chapter_report(chapter_reports, "released", chapter)
-    assert report.results and report.score == 0, report.table(width=200)
-    assert not report.notes, report.table(width=200)  # every test ran; nothing broke the grader
+# -- the student edition of the real course, and Gradescope's bundle ----------------------
+
+def solution_lines(source: str) -> list[str]:
+    """The lines inside the solution regions that say something (not blank, not a bare
+    ``return x`` that a docstring might also hold)."""
+    lines, inside = [], False
+    for line in source.splitlines():
+        if line.strip() == BEGIN:
+            inside = True
+        elif line.strip() == END:
+            inside = False
+        elif inside and len(line.strip()) > 24:
+            lines.append(line.strip())
+    return lines
+
+
+@pytest.fixture(scope="module")
+def student_edition(tmp_path_factory):
+    out = tmp_path_factory.mktemp("edition") / "course"
+    release(REPO / "chapters", out)
+    return out
+
+
+def test_every_link_of_the_release_resolves_inside_it(student_edition):
+    from minigraph.grading.links import find_links
+    checked = 0
+    for page in student_edition.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for link in find_links(text):
+            if link.is_relative:
+                target = (page.parent / link.path).resolve()
+                assert target.exists(), f"{page.relative_to(student_edition)}: {link.target}"
+                assert student_edition.resolve() in [target, *target.parents], \
+                    f"{page.relative_to(student_edition)}: {link.target} leads out of the release"
+                checked += 1
+    assert checked > 100   # the chapters link to the library's modules and notebooks
+    assert (student_edition / "project" / "minigraph" / "ops" / "primitive.py").is_file()
+    assert "minigraph grade chapters/" not in "".join(
+        p.read_text() for p in student_edition.glob("*/README.md"))
+
+
+def test_the_release_holds_no_solution_and_no_hidden_test(student_edition):
+    for chapter in REAL_CHAPTERS:
+        released = (student_edition / chapter.name / "exercises.py").read_text()
+        assert BEGIN not in released and END not in released
+        source = (chapter / "exercises.py").read_text()
+        outside = {line.strip() for line in strip_solutions(source).splitlines()}
+        for line in set(solution_lines(source)) - outside:   # lines only a solution has
+            assert line not in released, f"{chapter.name}: solution text {line!r} released"
+        tree = ast.parse((chapter / "test_exercises.py").read_text())
+        hidden = [node.name for node in ast.walk(tree)
+                  if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and _is_hidden(node)]
+        tests = (student_edition / chapter.name / "test_exercises.py").read_text()
+        for name in hidden:
+            assert f" {name}(" not in tests and f" {name}:" not in tests, f"{chapter.name}: {name}"
+    for path in student_edition.rglob("*.py"):
+        assert "@pytest.mark.hidden" not in path.read_text(), path
+
+
+def test_the_readme_command_grades_the_students_copy(student_edition, monkeypatch, capsys):
+    """The command the release's README gives, run where it says (the release's folder),
+    grades the released stubs: 0 points, not the reference's full marks."""
+    readme = (student_edition / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.startswith("minigraph grade "))
+    argv = shlex.split(command)[1:]
+    monkeypatch.chdir(student_edition)
+    assert cli(argv + ["--timeout", str(PROOF_TIMEOUT)]) == 1   # 1: some tests failed
+    printed = capsys.readouterr().out
+    total = re.search(r"total\s+(\d+) / (\d+)", printed)
+    assert total and total.group(1) == "0" and int(total.group(2)) > 0, printed
+    assert str(student_edition.resolve() / argv[1]) in printed or argv[1] in printed
+
+
+def test_release_links_to_project_files_and_rejects_broken_links(tmp_path):
+    project = tmp_path / "project-root"
+    chapters = project / "chapters"
+    shutil.copytree(EXAMPLE, chapters / EXAMPLE.name)
+    (project / "lib").mkdir()
+    (project / "lib" / "module.py").write_text("def f():\n    return 1\n")
+    (project / "lib" / "NOTES.md").write_text("See [the module](module.py#L1).\n")
+    (chapters / EXAMPLE.name / "README.md").write_text(
+        "Read [`lib/module.py`](../../lib/module.py), [notes](../../lib/NOTES.md), "
+        "[the tests](test_exercises.py) and [the web](https://example.org/x.py).\n\n"
+        "```python\nf[0](not_a_link.py)\n```\n"
+        "Grade with `minigraph grade chapters/99-example`.\n")
+    release(chapters, tmp_path / "out")
+    text = (tmp_path / "out" / EXAMPLE.name / "README.md").read_text()
+    assert "(../project/lib/module.py)" in text and "(../project/lib/NOTES.md)" in text
+    assert "(test_exercises.py)" in text and "(https://example.org/x.py)" in text
+    assert "f[0](not_a_link.py)" in text            # code is not a link
+    assert "`minigraph grade 99-example --course .`" in text
+    notes = (tmp_path / "out" / "project" / "lib" / "NOTES.md").read_text()
+    assert "(module.py#L1)" in notes                 # linked Markdown: its links followed too
+    assert (tmp_path / "out" / "project" / "lib" / "module.py").is_file()
+    (chapters / EXAMPLE.name / "README.md").write_text("A [broken](../../lib/gone.py) link.\n")
+    with pytest.raises(ReleaseError, match=r"README.md:1: the link '../../lib/gone.py' leads nowhere"):
+        release(chapters, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
+
+
+def test_autograder_bundle_grades_a_submission_like_gradescope(tmp_path):
+    """The bundle, unzipped where Gradescope puts it, graded by its run_autograder against
+    a fake /autograder (AUTOGRADER_ROOT): full marks for the reference, 0 for the stub."""
+    bundle = tmp_path / "bundle"
+    assert cli(["autograder", str(EXAMPLE), "-o", str(bundle), "--timeout", "10"]) == 0
+    archive = bundle / "autograder.zip"
+    with zipfile.ZipFile(archive) as z:
+        names = set(z.namelist())
+    assert {"setup.sh", "run_autograder", f"tests/{EXAMPLE.name}/test_exercises.py",
+            "minigraph-src/pyproject.toml", "minigraph-src/minigraph/grading/harness.py"} <= names
+    assert not any(n.endswith("/exercises.py") and "tests/" in n for n in names)  # no solution
+    package = Path(grading_package.__file__).resolve().parents[1]
+    assert {f"minigraph-src/minigraph/{p.relative_to(package).as_posix()}"
+            for p in package.rglob("*.py") if "__pycache__" not in p.parts} <= names
+    assert subprocess.run(["bash", "-n", str(bundle / "setup.sh")]).returncode == 0
+    # the bundled copy imports on its own (what setup.sh installs)
+    check = subprocess.run([sys.executable, "-c", "import minigraph.grading, sys; "
+                            "print(minigraph.grading.__file__)"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(bundle / "minigraph-src")},
+                           cwd=tmp_path)
+    assert check.returncode == 0 and str(bundle / "minigraph-src") in check.stdout, check.stderr
+
+    def run_autograder(name: str, exercises: str) -> dict:
+        root = tmp_path / name / "autograder"
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(root / "source")
+        shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+        (root / "submission").mkdir()
+        (root / "submission" / "exercises.py").write_text(exercises)
+        env = {**os.environ, "AUTOGRADER_ROOT": str(root), "MINIGRAPH_PYTHON": sys.executable}
+        run = subprocess.run(["bash", str(root / "run_autograder")], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return json.loads((root / "results" / "results.json").read_text())
+
+    reference = (EXAMPLE / "exercises.py").read_text()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        full = pool.submit(run_autograder, "reference", reference)
+        stub = pool.submit(run_autograder, "stub", strip_solutions(reference))
+        full, stub = full.result(), stub.result()
+    check_gradescope_schema(full)
+    check_gradescope_schema(stub)
+    assert full["score"] == TOTAL and all(t["status"] == "passed" for t in full["tests"])
+    assert stub["score"] == 0 and len(stub["tests"]) == len(ALL_TESTS)

@@ -1,4 +1,4 @@
-"""Grading the chapters' exercises: ``minigraph grade`` and ``minigraph release``.
+"""Grading the chapters' exercises: ``minigraph grade``, ``release`` and ``autograder``.
 
 Modules, one concept each:
 
@@ -14,7 +14,9 @@ Modules, one concept each:
 - :mod:`~minigraph.grading.grade`: finds the tests for PATH, grades, the ``grade`` command;
 - :mod:`~minigraph.grading.report` and :mod:`~minigraph.grading.gradescope`: the table,
   and Gradescope's ``results.json``;
-- :mod:`~minigraph.grading.release`: the student version of the chapters;
+- :mod:`~minigraph.grading.release` (with :mod:`~minigraph.grading.links`): the student
+  version of the chapters, self-contained;
+- :mod:`~minigraph.grading.autograder`: Gradescope's autograder bundle for a chapter;
 - :mod:`~minigraph.grading.check`: the authors' contract below, checked.
 
 The security model
@@ -85,6 +87,7 @@ the released module still imports). Imports it needs go outside the regions.
 - graded tests do not skip (a skipped test scores 0) and stay well below the timeout.
 """
 
+from minigraph.grading.autograder import AutograderError, add_autograder_parser, autograder
 from minigraph.grading.check import check_chapter
 from minigraph.grading.gradescope import results_json, write_results_json
 from minigraph.grading.grade import (GradingError, add_grade_parser, grade, grade_main,
@@ -96,7 +99,7 @@ from minigraph.grading.release import (ReleaseError, add_release_parser, release
 from minigraph.grading.report import Report, TestResult
 
 __all__ = [
-    "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
+    "AutograderError", "add_autograder_parser", "autograder", "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
     "add_grade_parser", "add_release_parser", "check_chapter", "exercises_fixture", "grade",
     "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main", "results_json",
     "strip_solutions", "write_results_json",

@@ -1,10 +1,11 @@
-"""``python -m minigraph.grading grade|release|check ...``: the grading commands on their own."""
+"""``python -m minigraph.grading grade|release|autograder|check ...``: the grading commands on their own."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from minigraph.grading.autograder import add_autograder_parser
 from minigraph.grading.check import check_chapter
 from minigraph.grading.grade import add_grade_parser
 from minigraph.grading.release import add_release_parser
@@ -26,6 +27,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_grade_parser(sub)
     add_release_parser(sub)
+    add_autograder_parser(sub)
     check = sub.add_parser("check", help="check chapter folders against the authors' contract")
     check.add_argument("chapters", nargs="+", metavar="CHAPTER_DIR")
     check.set_defaults(run=_run_check)

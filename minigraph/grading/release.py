@@ -20,16 +20,36 @@ files are left out. A region must lie inside a function, so that the released mo
 still imports and each unsolved exercise fails on its own; a region that does not, an
 unclosed or nested region, or a released file that does not compile is an error that
 names the file and the line, and nothing is written.
+
+The release is self-contained:
+
+- test files lose their ``@pytest.mark.hidden`` tests (graded, never shown);
+- every relative link of the chapters' Markdown must resolve. A link inside the chapters
+  is kept; a link to a file of the project around them (``../../minigraph/ops/
+  primitive.py``, a notebook, a benchmark) is pointed at a copy of that file under
+  ``DIR/project/`` (Markdown files copied there have their own links followed the same
+  way). A copy, not a web address: the course may be used without network and without a
+  public repository, and a copy is the very source the text describes, which a student
+  can open in any editor or browser, even with a minigraph installed from a wheel (which
+  holds neither the notebooks nor the benchmarks). A link that resolves nowhere is an
+  error naming the file and the line;
+- the text's ``minigraph grade chapters/NN-topic`` (which, run in the project, grades the
+  reference solution) becomes ``minigraph grade NN-topic --course .``, and ``DIR/README.md``
+  says how a student checks their own copy against the course's public tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from minigraph.grading.links import rewrite_links
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -179,9 +199,122 @@ def _files(chapters: Path):
             yield path
 
 
-def release(chapters: str | Path, out: str | Path, *, force: bool = False) -> list[tuple[Path, int]]:
+#: where files of the project that the chapters link to are copied, inside the release
+PROJECT_DIR = "project"
+#: ``minigraph grade chapters/NN-topic`` in the chapters' text
+_GRADE_IN_PROJECT = re.compile(r"minigraph grade chapters/(?P<chapter>[\w.-]+)/?")
+
+STUDENT_README = """\
+# {title}
+
+Your copy of the course: one folder per chapter, each with its text (`README.md`), the
+exercises to write (`exercises.py`, where every `raise NotImplementedError(...)` line
+waits for your solution) and the public tests (`test_exercises.py`).{project}
+
+## Checking your own work
+
+Write your solutions into the chapter's `exercises.py`, then, from this folder:
+
+```
+minigraph grade {example} --course .
+```
+
+This grades *your* `{example}/exercises.py` against this course's tests for that chapter
+(`--course .` names this folder as the course): a table of the tests, the points of each,
+and why the failed ones failed. Untouched, the exercises score 0. Kept elsewhere, a
+chapter folder is graded the same way, as long as it keeps the chapter's name:
+
+```
+minigraph grade path/to/your/{example} --course path/to/this/folder
+```
+
+Only your `exercises.py` is read: the tests always come from the course. Your submission
+is graded the same way, perhaps with a few more tests that you see once the grades are published.
+
+Chapters:
+
+{chapters}
+"""
+
+
+def _rel(target: Path, start: Path) -> str:
+    """``target`` relative to the folder ``start``, with forward slashes."""
+    return Path(os.path.relpath(target, start)).as_posix()
+
+
+class _Plan:
+    """Everything to write, computed (and checked) before anything is written."""
+
+    def __init__(self, chapters: Path, out: Path, project: Path):
+        self.chapters, self.out, self.project = chapters.resolve(), out, project.resolve()
+        self.items: dict[Path, tuple[Path | None, str | None, int]] = {}  # target -> (source, text, regions)
+        self.pending: list[tuple[Path, Path]] = []                       # (source, target)
+
+    def source_file(self, path: Path, target: Path) -> None:
+        """Plan ``path`` (a file of the chapters or of the project) to go to ``target``."""
+        if target in self.items:
+            return
+        if path.suffix == ".py":
+            with open(path, encoding="utf-8", newline="") as f:
+                source = f.read()
+            released, regions = _release(source, str(path))
+            if path.name.startswith("test_"):
+                released = strip_hidden(released, str(path))
+            self.items[target] = (path, released, len(regions))
+        elif path.suffix == ".md":
+            self.items[target] = (path, None, 0)
+            self.pending.append((path, target))   # its links, once every chapter is planned
+        else:
+            self.items[target] = (path, None, 0)
+
+    def resolve_links(self) -> None:
+        while self.pending:
+            path, target = self.pending.pop(0)
+            with open(path, encoding="utf-8", newline="") as f:
+                text = f.read()
+            text = rewrite_links(text, lambda link: self._relink(path, target, text, link))
+            text = _GRADE_IN_PROJECT.sub(self._grade_command, text)
+            self.items[target] = (path, text, 0)
+
+    def _grade_command(self, match: re.Match) -> str:
+        chapter = match.group("chapter")
+        if not (self.chapters / chapter).is_dir():
+            return match.group(0)
+        return f"minigraph grade {chapter} --course ."
+
+    def _relink(self, path: Path, target: Path, text: str, link) -> str | None:
+        if not link.is_relative:
+            return None
+        linked = (path.parent / link.path).resolve()
+        where = f"{path}:{text.count(chr(10), 0, link.start) + 1}"
+        if not linked.exists():
+            raise ReleaseError(f"{where}: the link {link.target!r} leads nowhere "
+                               f"({linked} does not exist)")
+        if linked == self.chapters or self.chapters in linked.parents:
+            copy = self.out / linked.relative_to(self.chapters)
+            if linked.is_file() and copy not in self.items:
+                raise ReleaseError(f"{where}: the link {link.target!r} leads to a file the "
+                                   "release leaves out (a cache or a hidden file)")
+        elif self.project in linked.parents:
+            copy = self.out / PROJECT_DIR / linked.relative_to(self.project)
+            if linked.is_dir():
+                for file in _files(linked):
+                    self.source_file(file, copy / file.relative_to(linked))
+            else:
+                self.source_file(linked, copy)
+        else:
+            raise ReleaseError(f"{where}: the link {link.target!r} leads out of the project "
+                               f"({self.project}): the release cannot include it")
+        return _rel(copy, target.parent) + ("/" if link.path.endswith("/") else "") + link.suffix
+
+
+def release(chapters: str | Path, out: str | Path, *, force: bool = False,
+            project: str | Path | None = None) -> list[tuple[Path, int]]:
     """Write the student version of ``chapters`` into ``out``; return (file written,
-    number of solution regions stripped) for every file."""
+    number of solution regions stripped) for every file.
+
+    ``project``: the folder whose files the chapters' links may reach (default: the one
+    holding ``chapters``); those files are copied into ``out/project/``."""
     chapters, out = Path(chapters), Path(out)
     if not chapters.is_dir():
         raise ReleaseError(f"{chapters} is not a folder")
@@ -192,21 +325,18 @@ def release(chapters: str | Path, out: str | Path, *, force: bool = False) -> li
         raise ReleaseError(f"{out} exists and is not a folder")
     if dst.exists() and any(dst.iterdir()) and not force:
         raise ReleaseError(f"{out} is not empty (pass --force to write into it anyway)")
+    if (chapters / PROJECT_DIR).exists():
+        raise ReleaseError(f"{chapters / PROJECT_DIR}: the release keeps that name for the "
+                           "project's files the chapters link to; rename the folder")
     # everything is stripped and checked before anything is written
-    plan: list[tuple[Path, Path, str | None, int]] = []
+    plan = _Plan(chapters, out, Path(project) if project is not None else src.parent)
     for path in _files(chapters):
-        rel = path.relative_to(chapters)
-        if path.suffix == ".py":
-            with open(path, encoding="utf-8", newline="") as f:
-                source = f.read()
-            released, regions = _release(source, str(path))
-            if path.name.startswith("test_"):
-                released = strip_hidden(released, str(path))
-            plan.append((path, out / rel, released, len(regions)))
-        else:
-            plan.append((path, out / rel, None, 0))
+        if path.relative_to(chapters) != Path("README.md"):
+            plan.source_file(path, out / path.relative_to(chapters))
+    plan.resolve_links()
+    plan.items[out / "README.md"] = (None, _student_readme(chapters, plan), 0)
     written = []
-    for path, target, text, count in plan:
+    for target, (path, text, count) in plan.items.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         if text is None:
             shutil.copyfile(path, target)
@@ -215,6 +345,29 @@ def release(chapters: str | Path, out: str | Path, *, force: bool = False) -> li
                 f.write(text)
         written.append((target, count))
     return written
+
+
+def _student_readme(chapters: Path, plan: _Plan) -> str:
+    """The release's README.md: how to check one's own work (after the chapters' own
+    README.md, when they have one)."""
+    names = sorted(p.name for p in chapters.iterdir()
+                   if p.is_dir() and (p / "exercises.py").is_file())
+    listing = "\n".join(f"- [`{name}`]({name}/" + ("README.md" if (chapters / name / "README.md").is_file()
+                        else "exercises.py") + ")" for name in names) or "(none)"
+    copied = any(t.relative_to(plan.out).parts[0] == PROJECT_DIR for t in plan.items)
+    project = "" if not copied else (
+        "\nThe files of the minigraph project that the chapters link to are in "
+        f"[`{PROJECT_DIR}/`]({PROJECT_DIR}/): copies to read (the library you run is the "
+        "`minigraph` you installed).")
+    text = STUDENT_README.format(title="The course", project=project,
+                                 example=names[0] if names else "01-chapter", chapters=listing)
+    own = chapters / "README.md"
+    if own.is_file():
+        plan.source_file(own, plan.out / "README.md")
+        plan.resolve_links()
+        intro = plan.items.pop(plan.out / "README.md")[1] or ""
+        text = intro.rstrip("\n") + "\n\n" + text.split("\n", 2)[2]   # without the title
+    return text
 
 
 # -- command line ------------------------------------------------------------------------

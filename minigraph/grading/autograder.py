@@ -1,0 +1,227 @@
+"""``minigraph autograder CHAPTER -o DIR``: Gradescope's autograder for one chapter.
+
+Gradescope unpacks the uploaded zip into ``/autograder/source``, runs ``setup.sh`` once
+when it builds the image, then ``/autograder/run_autograder`` for every submission, which
+must leave ``/autograder/results/results.json``. The bundle written here::
+
+    DIR/
+      setup.sh            installs Python and minigraph (from the copy below) into a venv
+      run_autograder      grades /autograder/submission/exercises.py, writes results.json
+      minigraph-src/      the minigraph package this grader runs, with a pyproject.toml
+      tests/NN-topic/test_exercises.py   the course's tests, hidden ones included
+      autograder.zip      all of the above, to upload
+
+The package travels in the bundle (rather than ``pip install`` from a repository) because
+Gradescope's image may not reach the course's repository, and so that the grader and the
+tests the instructor checked are exactly the ones that run. Its dependencies (NumPy,
+pytest ...) come from PyPI when the image is built. The reference solution never goes into
+the bundle: only the chapter's ``test_exercises.py``.
+
+``run_autograder`` reads its paths from the environment, so that it can be tried outside
+Gradescope: ``AUTOGRADER_ROOT`` (default ``/autograder``; the submission, results and
+source folders are under it) and ``MINIGRAPH_PYTHON`` (default the venv ``setup.sh``
+makes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import stat
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+from minigraph.grading.grade import (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT,
+                                     TEST_FILE, _positive)
+from minigraph.grading.release import SKIPPED_DIRS
+
+ZIP_NAME = "autograder.zip"
+VENV = "/opt/minigraph-venv"   # outside /autograder: the sandbox's account must read it
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder's image.
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! python3 -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
+    apt-get update
+    apt-get install -y python3 python3-venv python3-pip
+fi
+python3 -m venv --without-pip {venv} 2>/dev/null || python3 -m venv {venv}
+{venv}/bin/python -m ensurepip --upgrade 2>/dev/null || true
+{venv}/bin/python -m pip install --upgrade pip
+# minigraph from the copy in this bundle, with what the grader needs (pytest ...)
+{venv}/bin/python -m pip install "./minigraph-src[grading]"
+# the sandbox's unprivileged account must be able to read the interpreter and the package
+chmod -R a+rX {venv}
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Gradescope runs this for every submission: grade the student's exercises.py with the
+# course's tests for {chapter}, write results.json (the grader writes it, never the
+# student's code). Paths come from the environment so the bundle can be tried locally.
+set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{MINIGRAPH_PYTHON:-{venv}/bin/python}}"
+SUBMISSION="$ROOT/submission"
+RESULTS="$ROOT/results/results.json"
+TESTS="$ROOT/source/tests/{chapter}/{test_file}"
+mkdir -p "$ROOT/results"
+
+# the student's file: at the top of the submission, else the only exercises.py in it
+EXERCISES="$SUBMISSION/exercises.py"
+if [ ! -f "$EXERCISES" ]; then
+    mapfile -t FOUND < <(find "$SUBMISSION" -name exercises.py -type f 2>/dev/null)
+    if [ "${{#FOUND[@]}}" -eq 1 ]; then
+        EXERCISES="${{FOUND[0]}}"
+    fi
+fi
+
+"$PYTHON" -m minigraph.grading grade "$EXERCISES" --tests "$TESTS" --json "$RESULTS" \\
+    --timeout {timeout:g} --total-timeout {total_timeout:g} --memory {memory_mb}
+status=$?
+# 0: full marks, 1: some tests failed, 2: nothing graded (results.json then says why)
+if [ "$status" -le 2 ] && [ -f "$RESULTS" ]; then
+    exit 0
+fi
+echo "run_autograder: the grader failed (exit status $status) and wrote no results" >&2
+exit 1
+"""
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "minigraph"
+version = "{version}"
+description = "minigraph, as bundled by `minigraph autograder` for Gradescope"
+requires-python = ">=3.10"
+dependencies = {dependencies}
+
+[project.optional-dependencies]
+grading = {grading}
+
+[tool.setuptools.packages.find]
+include = ["minigraph*"]
+"""
+
+
+class AutograderError(Exception):
+    """The bundle cannot be written as asked; nothing was written."""
+
+
+def _requirements() -> tuple[str, list[str], list[str]]:
+    """(version, dependencies, the ``grading`` extra's) of the installed minigraph."""
+    try:
+        meta = metadata.metadata("minigraph")
+        requires = metadata.requires("minigraph") or []
+        version = meta["Version"]
+    except metadata.PackageNotFoundError:   # run from a source tree without installing
+        return "0", ["numpy>=2.0", "array-api-compat>=1.9"], ["pytest>=8", "pytest-timeout>=2.3"]
+    plain = [r for r in requires if "extra ==" not in r]
+    grading = [r.split(";")[0].strip() for r in requires
+               if "extra ==" in r and r.split("extra ==")[1].strip().strip("'\"") == "grading"]
+    return version, plain, grading or ["pytest>=8", "pytest-timeout>=2.3"]
+
+
+def _copy_package(target: Path) -> None:
+    """The installed minigraph package (the one running this) into ``target/minigraph``."""
+    package = Path(__file__).resolve().parents[1]
+    ignore = shutil.ignore_patterns(*SKIPPED_DIRS, "*.pyc", ".*")
+    shutil.copytree(package, target / "minigraph", ignore=ignore)
+    version, dependencies, grading = _requirements()
+    as_toml = lambda items: "[" + ", ".join(f'"{i}"' for i in items) + "]"  # noqa: E731
+    (target / "pyproject.toml").write_text(
+        PYPROJECT.format(version=version, dependencies=as_toml(dependencies),
+                         grading=as_toml(grading)), encoding="utf-8")
+
+
+def _write_script(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8", newline="\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def autograder(chapter: str | Path, out: str | Path, *, force: bool = False,
+               timeout: float = DEFAULT_TIMEOUT, total_timeout: float = DEFAULT_TOTAL_TIMEOUT,
+               memory_mb: int = DEFAULT_MEMORY_MB) -> Path:
+    """Write the Gradescope bundle for ``chapter`` (a chapter folder of the course, or its
+    test file) into ``out``; return the zip to upload."""
+    chapter, out = Path(chapter), Path(out)
+    tests = chapter / TEST_FILE if chapter.is_dir() else chapter
+    if not tests.is_file():
+        raise AutograderError(f"{chapter}: no {TEST_FILE} (CHAPTER is a chapter folder of the course)")
+    name = tests.resolve().parent.name
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
+        raise AutograderError(f"{out} is not an empty folder (pass --force to write into it anyway)")
+    if out.resolve() == tests.resolve().parent or tests.resolve().parent in out.resolve().parents:
+        raise AutograderError(f"the output folder {out} must not be inside {tests.parent}")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("minigraph-src", "tests"):
+        shutil.rmtree(out / old, ignore_errors=True)
+    _copy_package(out / "minigraph-src")
+    (out / "tests" / name).mkdir(parents=True)
+    shutil.copyfile(tests, out / "tests" / name / TEST_FILE)
+    _write_script(out / "setup.sh", SETUP_SH.format(venv=VENV))
+    _write_script(out / "run_autograder", RUN_AUTOGRADER.format(
+        chapter=name, test_file=TEST_FILE, venv=VENV, timeout=timeout,
+        total_timeout=total_timeout, memory_mb=memory_mb))
+    bundle = out / ZIP_NAME
+    temporary = out / (ZIP_NAME + ".tmp")
+    with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(out.rglob("*")):
+            if path.is_file() and path not in (bundle, temporary):
+                info = zipfile.ZipInfo.from_file(path, path.relative_to(out).as_posix())
+                with open(path, "rb") as f:
+                    archive.writestr(info, f.read(), zipfile.ZIP_DEFLATED)
+    os.replace(temporary, bundle)
+    return bundle
+
+
+# -- command line ------------------------------------------------------------------------
+
+AUTOGRADER_HELP = "write Gradescope's autograder (setup.sh, run_autograder, the tests) for a chapter"
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("chapter", metavar="CHAPTER",
+                        help="the course's chapter folder (its test_exercises.py is graded)")
+    parser.add_argument("-o", "--output", metavar="DIR", required=True,
+                        help=f"where the bundle goes; DIR/{ZIP_NAME} is what to upload")
+    parser.add_argument("--force", action="store_true", help="write into DIR even if it is not empty")
+    parser.add_argument("--timeout", metavar="S", type=_positive, default=DEFAULT_TIMEOUT,
+                        help=f"seconds each test may run (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--total-timeout", metavar="S", type=_positive, default=DEFAULT_TOTAL_TIMEOUT,
+                        dest="total_timeout",
+                        help=f"seconds a whole submission may run (default {DEFAULT_TOTAL_TIMEOUT:g})")
+    parser.add_argument("--memory", metavar="MB", type=int, default=DEFAULT_MEMORY_MB,
+                        dest="memory_mb", help=f"the sandbox's memory in MB (default {DEFAULT_MEMORY_MB})")
+
+
+def add_autograder_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``autograder`` to an ``argparse`` subparsers object; ``args.run(args)`` writes it."""
+    parser = subparsers.add_parser("autograder", help=AUTOGRADER_HELP,
+                                   description=AUTOGRADER_HELP + ".")
+    _add_arguments(parser)
+    parser.set_defaults(run=run_autograder)
+    return parser
+
+
+def run_autograder(args: argparse.Namespace) -> int:
+    try:
+        bundle = autograder(args.chapter, args.output, force=args.force, timeout=args.timeout,
+                            total_timeout=args.total_timeout, memory_mb=args.memory_mb)
+    except AutograderError as exc:
+        print(f"minigraph autograder: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the autograder for {Path(args.chapter).resolve().name} into {args.output}; "
+          f"upload {bundle} to Gradescope (Autograder: zip file upload)")
+    return 0
+
+
+__all__ = ["AutograderError", "add_autograder_parser", "autograder", "run_autograder"]
