@@ -84,7 +84,17 @@ the released module still imports). Imports it needs go outside the regions.
   against another chapter's exercises: chapter N's tests then need only the exercises of
   chapters up to N (its own). The grader enforces this by running each chapter in
   isolation, and :func:`check_chapter` flags a test file that names a later chapter;
-- graded tests do not skip (a skipped test scores 0) and stay well below the timeout.
+- graded tests do not skip (a skipped test scores 0) and stay well below the timeout;
+- every exercise's tests name, with ``@pytest.mark.forbid(...)``, the library (or NumPy)
+  functions that would solve it in one line; :func:`check_chapter` flags a name that
+  names nothing (it would guard nothing), and tests/test_grader_mutants.py keeps, for
+  every exercise, a wrong answer its tests must fail;
+- the chapters' Markdown links to files of the project with relative links; the release
+  copies those files into ``DIR/project/`` and a link that leads nowhere stops it.
+
+Gradescope: ``minigraph autograder CHAPTER -o DIR`` writes ``DIR/autograder.zip``
+(``setup.sh`` installs the minigraph bundled in it, ``run_autograder`` grades
+``/autograder/submission`` with the chapter's tests, hidden ones included).
 """
 
 from minigraph.grading.autograder import AutograderError, add_autograder_parser, autograder
