@@ -14,12 +14,13 @@ from .autodiff.forward import Dual, jacfwd, jvp
 from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
-from .ops import (PRIMITIVES, add, astype, broadcast_to, concatenate, cos, cross_entropy, div,
-                  equal, exp, getitem, greater, greater_equal, identity, less, less_equal, log,
-                  log_softmax, log_softmax_grad, matmul, matrix_transpose, max, maximum, mean,
-                  mul, neg, nll_loss, nll_loss_grad, not_equal, one_hot, ones_like, pow, relu,
-                  relu_grad, reshape, scatter_add, sigmoid, sin, softmax, sqrt, stack,
-                  stop_gradient, sub, sum, sum_to, tanh, to_device, transpose, where, zeros_like)
+from .ops import (PRIMITIVES, add, astype, binary_cross_entropy_with_logits, broadcast_to,
+                  concatenate, cos, cross_entropy, div, equal, exp, getitem, greater,
+                  greater_equal, identity, less, less_equal, log, log_sigmoid, log_softmax,
+                  log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
+                  nll_loss, nll_loss_grad, not_equal, one_hot, ones_like, pow, relu, relu_grad,
+                  reshape, scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub,
+                  sum, sum_to, tanh, to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
@@ -49,7 +50,8 @@ __all__ = [
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "zeros_like",
-    "ones_like", "Tensor", "vmap", "stack", "hessian",
+    "ones_like", "Tensor", "vmap", "stack", "hessian", "log_sigmoid",
+    "binary_cross_entropy_with_logits",
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",

@@ -14,6 +14,10 @@ class ShapeError(MinigraphError, ValueError):
     """Shapes that do not fit an operation (broadcasting, matmul, reshape, ...)."""
 
 
+class AxisError(ShapeError, IndexError):
+    """An axis out of range for a tensor's rank (NumPy's ``AxisError`` is both too)."""
+
+
 class DTypeError(MinigraphError, TypeError):
     """A dtype an operation cannot take (for example the gradient of an integer)."""
 

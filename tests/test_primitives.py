@@ -55,6 +55,7 @@ CASES = {
     "cos": (mg.cos, (A23,), np.cos),
     "tanh": (mg.tanh, (A23,), np.tanh),
     "sigmoid": (mg.sigmoid, (A23,), lambda x: 1 / (1 + np.exp(-x))),
+    "log_sigmoid": (mg.log_sigmoid, (A23,), lambda x: -np.log1p(np.exp(-x))),
     "relu": (mg.relu, (DISTINCT,), lambda x: np.maximum(x, 0)),
     # relu's VJP; its derivative by y is 0 away from y = 0 (the rule is None)
     "relu_grad": (mg.relu_grad, (B23, DISTINCT), lambda g, y: g * (y > 0)),

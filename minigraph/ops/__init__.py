@@ -6,11 +6,11 @@ single definition (kernel, shape rule, JVP and VJP rules, cost class).
 
 from .copy import astype, identity, ones_like, stop_gradient, to_device, zeros_like
 from .elementwise import (add, add_n, cos, div, equal, exp, greater, greater_equal, less,
-                          less_equal, log, maximum, mul, neg, not_equal, pow, relu,
+                          less_equal, log, log_sigmoid, maximum, mul, neg, not_equal, pow, relu,
                           relu_grad, sigmoid, sin, sqrt, sub, tanh, where)
 from .linalg import matmul
-from .nn import (cross_entropy, log_softmax, log_softmax_grad, nll_loss, nll_loss_grad, one_hot,
-                 softmax)
+from .nn import (binary_cross_entropy_with_logits, cross_entropy, log_softmax, log_softmax_grad,
+                 nll_loss, nll_loss_grad, one_hot, softmax)
 from .primitive import PRIMITIVES, Primitive, bind
 from .reduce import max, mean, sum, sum_to
 from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshape,
@@ -19,7 +19,7 @@ from .shape import (broadcast_to, concatenate, getitem, matrix_transpose, reshap
 __all__ = [
     "PRIMITIVES", "Primitive", "bind",
     "add", "add_n", "sub", "mul", "div", "neg", "pow", "maximum", "exp", "log", "sin", "cos",
-    "tanh", "sigmoid", "relu", "relu_grad", "sqrt", "where", "less", "less_equal", "greater",
+    "tanh", "sigmoid", "log_sigmoid", "binary_cross_entropy_with_logits", "relu", "relu_grad", "sqrt", "where", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "sum", "mean", "max", "sum_to", "matmul",
     "reshape", "transpose", "matrix_transpose", "broadcast_to", "getitem", "scatter_add",
     "concatenate", "stack", "softmax", "log_softmax", "log_softmax_grad", "one_hot", "nll_loss",

@@ -13,7 +13,8 @@ of shape (32, 10) and ``b`` of shape (10,) gives ``b`` a gradient of shape (10,)
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, cast
 
 import numpy as np
 
@@ -80,12 +81,32 @@ NEG = primitive(
     out=ufunc_out("negative"), batch=B.elementwise("neg"),
     symbol="-")
 
+def _pow_dx(g: Any, out: Any, x: Any, y: Any) -> Any:
+    """g * y * x ** (y - 1), and 0 where y == 0: d(x ** 0)/dx is 0 even at x = 0, where the
+    formula reads 0 * inf (PyTorch's value)."""
+    if isinstance(y, (int, float)):
+        return g * 0.0 if y == 0 else g * (y * x ** (y - 1))
+    return g * where(y == 0, 0.0, y * x ** (y - 1))
+
+
+def _pow_dy(g: Any, out: Any, x: Any, y: Any) -> Any:
+    """g * log(x) * x ** y, and 0 where x == 0 and y >= 0: there 0 ** y is constant in y
+    (0 or 1), while the formula reads -inf * 0 (PyTorch's value)."""
+    if isinstance(x, (int, float)):  # 2.0 ** y
+        if x > 0:
+            return g * (math.log(x) * out)
+        return g * (where(y >= 0, 0.0, -math.inf * out) if x == 0 else math.nan * out)
+    share = log(x) * out
+    if isinstance(y, (int, float)):
+        return g * (where(x == 0, 0.0, share) if y >= 0 else share)
+    return g * where(x == 0, where(y >= 0, 0.0, share), share)
+
+
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
     "pow", lambda xp, x, y: x ** y, S.elementwise("pow"),
-    jvp=[lambda t, out, x, y: t * (y * x ** (y - 1)), lambda t, out, x, y: t * (log(x) * out)],
-    vjp=_unbroadcast(lambda g, out, x, y: g * (y * x ** (y - 1)),
-                     lambda g, out, x, y: g * (log(x) * out)),
+    jvp=[_pow_dx, _pow_dy],
+    vjp=_unbroadcast(_pow_dx, _pow_dy),
     out=ufunc_out("pow"), batch=B.elementwise("pow"),
     symbol="**")
 
@@ -93,7 +114,9 @@ def _mask(condition: Any, like: Any) -> Any:
     """A 0/1 mask of ``like``'s dtype. Multiplying by it keeps g where the condition
     holds; on NumPy it is 5x faster than ``where(condition, g, 0.0)``, and differs from it
     only where g is inf or nan (0 * inf is nan)."""
-    return C.astype(condition, S.dtype_of(like))
+    # like is a tangent or an adjoint, which has a dtype (dtype_of is None only for a
+    # Python number)
+    return C.astype(condition, cast(str, S.dtype_of(like)))
 
 
 MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
@@ -143,8 +166,16 @@ TANH = primitive(
 
 
 def _sigmoid_kernel(xp: Any, x: Any) -> Any:
-    # 1 / (1 + exp(-x)) overflows for very negative x; the tanh form never does.
-    return 0.5 * (xp.tanh(0.5 * x) + 1.0)
+    """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: exp of -|x| never overflows,
+    and the second form keeps the tiny values (float32 sigmoid(-20) = 2.06e-9, where
+    1 - 1/(1 + e^20) and the tanh form round to 0)."""
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _log_sigmoid_kernel(xp: Any, x: Any) -> Any:
+    """log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|): finite for every finite x."""
+    return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
 
 
 SIGMOID = primitive(
@@ -153,6 +184,13 @@ SIGMOID = primitive(
     vjp=[lambda g, out, x: g * (out * (1.0 - out))],
     batch=B.elementwise("sigmoid"),
     public="sigmoid")
+
+LOG_SIGMOID = primitive(  # d log(sigmoid(x)) = (1 - sigmoid(x)) dx = sigmoid(-x) dx
+    "log_sigmoid", _log_sigmoid_kernel, S.floating("log_sigmoid"),
+    jvp=[lambda t, out, x: t * sigmoid(-x)],
+    vjp=[lambda g, out, x: g * sigmoid(-x)],
+    batch=B.elementwise("log_sigmoid"),
+    public="log_sigmoid")
 
 _NUMPY_ZEROS: dict[Any, Any] = {}  # dtype -> a 0-d NumPy zero of that dtype
 
@@ -341,6 +379,11 @@ def tanh(x: Any) -> Any:
 def sigmoid(x: Any) -> Any:
     """The logistic function 1 / (1 + e ** -x)."""
     return bind(SIGMOID, x)
+
+
+def log_sigmoid(x: Any) -> Any:
+    """log(sigmoid(x)), computed without forming sigmoid(x) (finite for large |x|)."""
+    return bind(LOG_SIGMOID, x)
 
 
 def relu(x: Any) -> Any:

@@ -24,7 +24,7 @@ mean ``-mean(sum(where(one_hot, logp, 0)))`` written with other primitives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from array_api_compat import device as array_device
@@ -36,7 +36,7 @@ from . import copy as C
 from . import reduce as R
 from . import shape as SH
 from . import shape_rules as S
-from .primitive import bind, primitive
+from .primitive import Primitive, bind, primitive
 
 
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
@@ -113,7 +113,21 @@ ONE_HOT = primitive(
     public="one_hot", positional=("num_classes", "dtype"))  # the new axis is the last: batched labels just work
 
 
+def _check_label_range(xp: Any, labels: Any, classes: int) -> None:
+    """Every label in 0 .. classes - 1: NumPy would wrap -1 to the last class and fail on
+    an index past the end with a message about arrays, not labels."""
+    if labels.shape[0] == 0:
+        return
+    low, high = int(xp.min(labels)), int(xp.max(labels))
+    if low < 0 or high >= classes:
+        bad = low if low < 0 else high
+        row = int(xp.argmax(xp.astype(labels == bad, xp.int64)))
+        raise IndexError(f"nll_loss: label {bad} (row {row}) is out of range for {classes} "
+                         f"classes: labels must lie in 0..{classes - 1}")
+
+
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
+    _check_label_range(xp, labels, logp.shape[1])
     n = logp.shape[0]
     rows = xp.arange(n, device=array_device(labels))
     picked = logp[rows, labels]  # l[i, label_i]: integer-array indexing
@@ -141,11 +155,13 @@ def _nll_batched(dims: tuple, logp: Any, labels: Any) -> Any:
     return -R.mean(R.sum(E.where(mask, logp, 0.0), -1), -1)
 
 
-NLL_LOSS = primitive(  # linear in logp: its JVP is itself
+# (annotated: its own rules name it, and mypy cannot infer a name from itself. logp is
+# an array, so dtype_of(logp) is a name, never None)
+NLL_LOSS: Primitive = primitive(  # linear in logp: its JVP is itself
     "nll_loss", _nll_kernel, _nll_shape,
     jvp=[lambda t, out, logp, labels: bind(NLL_LOSS, t, labels), None],
     vjp=[lambda g, out, logp, labels: nll_loss_grad(g, labels, S.shape_of(logp)[1],
-                                                    S.dtype_of(logp)), None],
+                                                    cast(str, S.dtype_of(logp))), None],
     cost="expensive", batch=_nll_batched,
     public="nll_loss")
 
@@ -190,12 +206,12 @@ NLL_LOSS_GRAD = primitive(
 
 def softmax(x: Any, axis: int = -1) -> Any:
     """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
-    return bind(SOFTMAX, x, axis=axis % len(S.shape_of(x)))
+    return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, S.shape_of(x)))
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """log(softmax(x)) along ``axis``, computed stably."""
-    return bind(LOG_SOFTMAX, x, axis=axis % len(S.shape_of(x)))
+    return bind(LOG_SOFTMAX, x, axis=S.check_axis("log_softmax", axis, S.shape_of(x)))
 
 
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
@@ -212,13 +228,21 @@ def nll_loss(logp: Any, labels: Any) -> Any:
 
 def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
     """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``."""
-    return bind(LOG_SOFTMAX_GRAD, g, y, axis=axis % len(S.shape_of(y)))
+    return bind(LOG_SOFTMAX_GRAD, g, y,
+                axis=S.check_axis("log_softmax_grad", axis, S.shape_of(y)))
 
 
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """``-one_hot(labels) * g / N``: nll_loss's VJP for the loss's adjoint ``g`` (a
     scalar), an (N, num_classes) matrix."""
     return bind(NLL_LOSS_GRAD, g, labels, num_classes=num_classes, dtype=str(dtype))
+
+
+def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
+    """Mean of -(t log sigmoid(x) + (1 - t) log sigmoid(-x)), PyTorch's
+    ``binary_cross_entropy_with_logits``: from the logits, so it stays finite (and its
+    gradient sigmoid(x) - t exact) however large |x| is."""
+    return R.mean(-(targets * E.log_sigmoid(logits) + (1.0 - targets) * E.log_sigmoid(-logits)))
 
 
 def cross_entropy(logits: Any, labels: Any) -> Any:

@@ -99,7 +99,7 @@ class Primitive:
                  "flops", "transfer")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
-                 jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
+                 jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
                  cost: str = "cheap", out: Callable[..., Any] | None = None,
                  in_place: bool = True, view: bool = False, batch: Rule | None = None,
                  symbol: str | None = None, public: str | None = None,
@@ -150,7 +150,7 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 
 def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], *,
-              jvp: Sequence[Rule | None] = (), vjp: Sequence[Rule | None] = (),
+              jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
               cost: str = "cheap", out: Callable[..., Any] | None = None,
               in_place: bool = True, view: bool = False,
               batch: Rule | None = None, **written: Any) -> Primitive:

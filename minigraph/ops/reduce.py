@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 import numpy as np
 
@@ -18,9 +18,10 @@ from . import batch_rules as B
 from . import copy as C
 from . import shape as SH
 from . import shape_rules as S
+from ..errors import ShapeError
 from .primitive import bind, primitive
 
-Axis = "int | tuple[int, ...] | None"
+Axis: TypeAlias = "int | tuple[int, ...] | None"
 
 
 def _reduce_shape(x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> tuple:
@@ -50,8 +51,10 @@ def _max_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 # NumPy's ``x.sum()`` and ``x.max()`` are Python wrappers around these ufunc reductions
 # (same dtypes, same errors); calling the ufunc saves the wrapper, a third of the time of
-# a small sum.
-_NUMPY_REDUCTIONS = {"sum": np.add.reduce, "max": np.maximum.reduce}
+# a small sum. (Typed as plain callables: NumPy's stubs make ``keepdims`` keyword-only,
+# but ``reduce`` takes it by position, as the kernel below passes it.)
+_NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.add.reduce,
+                                                    "max": np.maximum.reduce}
 
 
 def reduction_kernel(name: str) -> Callable[..., Any]:
@@ -121,33 +124,34 @@ MAX = primitive(
     public="max", write=write_reduction)
 
 
-def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None") -> tuple | None:
+def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
+                   who: str = "reduction") -> tuple | None:
     """``axis`` as a sorted tuple of non-negative ints (``None``: all axes)."""
     if axis is None:
         return None
     ndim = len(S.shape_of(x))
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -ndim <= a < builtins.max(ndim, 1):
-            raise IndexError(f"axis {a} is out of range for a tensor of shape {S.shape_of(x)}")
-        out.append(a % ndim if ndim else 0)
-    return tuple(sorted(set(out)))
+    if ndim == 0 and all(a in (0, -1) for a in axes):
+        return (0,) if axes else ()  # (a 0-d tensor reduces over "its" axis 0, as before)
+    out = [S.check_axis(who, a, S.shape_of(x)) for a in axes]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{who}: axis {axis} names an axis twice (tensor of rank {ndim})")
+    return tuple(sorted(out))
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
     """Sum over ``axis`` (all axes by default), like ``numpy.sum``."""
-    return bind(SUM, x, axis=normalize_axis(x, axis), keepdims=keepdims)
+    return bind(SUM, x, axis=normalize_axis(x, axis, "sum"), keepdims=keepdims)
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
     """Mean over ``axis`` (all axes by default), like ``numpy.mean``."""
-    return bind(MEAN, x, axis=normalize_axis(x, axis), keepdims=keepdims)
+    return bind(MEAN, x, axis=normalize_axis(x, axis, "mean"), keepdims=keepdims)
 
 
 def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
     """Maximum over ``axis``; the gradient is split evenly between tied maxima."""
-    return bind(MAX, x, axis=normalize_axis(x, axis), keepdims=keepdims)
+    return bind(MAX, x, axis=normalize_axis(x, axis, "max"), keepdims=keepdims)
 
 
 def sum_to(x: Any, shape: tuple[int, ...]) -> Any:

@@ -229,7 +229,13 @@ def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
 def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
     """Permute the axes (reverse them by default, like ``numpy.transpose``)."""
     ndim = len(S.shape_of(x))
-    axes = tuple(reversed(range(ndim))) if axes is None else tuple(a % ndim for a in axes)
+    if axes is None:
+        axes = tuple(reversed(range(ndim)))
+    else:
+        axes = tuple(S.check_axis("transpose", a, S.shape_of(x)) for a in axes)
+        if sorted(axes) != list(range(ndim)):
+            raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
+                             f"{ndim} axes of a tensor of shape {S.shape_of(x)}")
     return bind(TRANSPOSE, x, axes=axes)
 
 
@@ -280,7 +286,11 @@ def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     xs = list(xs)
     if not xs:
         raise ValueError("concatenate: needs at least one tensor")
-    return bind(CONCATENATE, *xs, axis=axis % max(len(S.shape_of(xs[0])), 1))
+    ndim = len(S.shape_of(xs[0]))
+    if ndim == 0:
+        raise ShapeError("concatenate: zero-dimensional tensors cannot be concatenated; "
+                         "use mg.stack to give them an axis")
+    return bind(CONCATENATE, *xs, axis=S.check_axis("concatenate", axis, S.shape_of(xs[0])))
 
 
 def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
@@ -297,8 +307,5 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     if any(s != shapes[0] for s in shapes):
         raise ShapeError(f"stack: all tensors must have the same shape, got {shapes}")
     shape = tuple(shapes[0])
-    if not -len(shape) - 1 <= axis <= len(shape):
-        raise ShapeError(f"stack: axis {axis} is out of range for {len(shape) + 1} axes "
-                         f"(tensors of shape {shape})")
-    axis %= len(shape) + 1
+    axis = S.check_axis("stack", axis, shape, new=1)  # (a new axis: one more than x has)
     return concatenate([reshape(x, shape[:axis] + (1,) + shape[axis:]) for x in xs], axis)

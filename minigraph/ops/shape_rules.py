@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ShapeError
+from ..errors import AxisError, ShapeError
 
 FLOATS = ("float32", "float64")
 _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
@@ -31,6 +31,18 @@ def dtype_of(v: Any) -> str | None:
         return None
     dtype = v.dtype  # a name for minigraph's values, a dtype object for NumPy arrays
     return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
+
+
+def check_axis(op: str, axis: int, shape: tuple, new: int = 0) -> int:
+    """``axis`` as an index among the axes of ``shape`` (plus ``new`` axes the op adds,
+    as stack does); negative counts from the end, as in NumPy. Out of range, an
+    :class:`AxisError` that names the op, the axis, the shape and the rank, never a
+    silent wrap-around to another axis."""
+    ndim = len(shape) + new
+    if not -ndim <= axis < ndim:
+        raise AxisError(f"{op}: axis {axis} is out of range for a tensor of shape "
+                        f"{tuple(shape)} (rank {ndim}; valid axes {-ndim} to {ndim - 1})")
+    return axis % ndim
 
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
