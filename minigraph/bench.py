@@ -26,7 +26,7 @@ import runpy
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 BEGIN, END = "<!-- results: begin -->", "<!-- results: end -->"
@@ -35,7 +35,7 @@ BEGIN, END = "<!-- results: begin -->", "<!-- results: end -->"
 class _Tee(io.TextIOBase):
     """Writes to the terminal and keeps a copy."""
 
-    def __init__(self, terminal: io.TextIOBase):
+    def __init__(self, terminal: TextIO):
         self.terminal, self.copy = terminal, io.StringIO()
 
     def write(self, text: str) -> int:

@@ -56,8 +56,10 @@ class Tensor(ArrayOps):
         self.device.live_bytes -= self._nbytes
 
     # -- what a tensor is -------------------------------------------------------------------
+    # (ArrayOps declares ``shape`` as an attribute for its methods to read, and never
+    # assigns it: a read-only property provides it, which mypy cannot know)
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:  # type: ignore[override]
         return self.data.shape  # a tuple in NumPy, CuPy and the Array API
 
     @property

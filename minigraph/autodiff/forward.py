@@ -160,7 +160,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
 
     def jac(*args: Any) -> Any:
         nums = normalize_argnums(argnums, len(args), "jacfwd")
-        args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
+        args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
         for i in nums:
             x = args[i]
@@ -187,7 +187,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
 
     def wrapped(*args: Any) -> tuple:
         nums = normalize_argnums(argnums, len(args), "grad")
-        args = [_as_tensor(a) if i in nums else a for i, a in enumerate(args)]
+        args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         value = None
         grads = []
         for i in nums:

@@ -39,7 +39,7 @@ _PYTHON_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np
 def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
     """The signature of ``args``; ``nums`` are the arguments being differentiated (a
     number there is data even if it is an int, so that the dtype error can name it)."""
-    key = []
+    key: list[tuple] = []
     for k, a in enumerate(args):
         t = type(a)
         if t is Tensor:  # (the hot path: the array's own objects, no name lookups)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
@@ -322,7 +322,9 @@ def _stamp(array: Any) -> None:
         ref = _written[key][0]
     else:  # forgotten when the array is freed, before its id can be reused
         try:
-            ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))
+            # (mypy cannot infer a lambda with a default argument; weakref calls it with
+            # the reference alone)
+            ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))  # type: ignore[misc]
         except TypeError:  # memory owned by an object without weak references (bytes):
             ref = owner    # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
@@ -332,6 +334,7 @@ def _stamp(array: Any) -> None:
 def _check_writes(recorded: list[Tensor]) -> None:
     """Refuse a sweep over an entry whose result or arguments were written after it."""
     for t in recorded:
+        assert t._entry is not None  # a recorded tensor has its entry
         prim, _, seq, *args = t._entry
         if seq > _last_write:
             continue
@@ -349,8 +352,10 @@ def _check_writes(recorded: list[Tensor]) -> None:
 
 # -- the reverse sweep ----------------------------------------------------------------------------
 
-def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], list[Tensor]]:
+def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
+             ) -> tuple[list[Any], list[Tensor]]:
     """The recorded tensors behind ``outputs``, latest first, and the leaves reached.
+    (The recorded ones are typed Any: mypy cannot say "a Tensor whose _entry is set".)
 
     A tensor in ``stop`` is treated as a leaf even if it was computed: ``grad`` asks for
     the derivative with respect to it, not beyond it.
@@ -382,6 +387,7 @@ def _entries(outputs: Iterable[Tensor], stop: set[int]) -> tuple[list[Tensor], l
 
 
 def _sequence_number(t: Tensor) -> int:
+    assert t._entry is not None  # only recorded tensors are sorted
     return t._entry[2]
 
 
@@ -394,7 +400,7 @@ class _Released:
 RELEASED = _Released()
 
 
-def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: set[int] = frozenset(),
+def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = frozenset(),
           create_graph: bool = False, retain: bool = True) -> list[tuple[Tensor, Tensor]]:
     """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``.
 
@@ -641,7 +647,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     return wrapped
 
 
-def _put(args: tuple, nums: tuple[int, ...], values: tuple) -> list:
+def _put(args: tuple | list, nums: tuple[int, ...], values: tuple) -> list:
     args = list(args)
     for i, v in zip(nums, values):
         args[i] = v

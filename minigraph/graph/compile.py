@@ -112,7 +112,8 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
     namespace: dict[str, Any] = {}
     namer = _Namer(set(_builtins()))
-    lines, assigns = [], []
+    lines: list[str] = []
+    assigns: list[tuple[str, str]] = []  # (variable's holder, value) of each Assign
     params = [namer(n) for n in inputs]
     into = in_place_plan(order, fed, outputs)
     for node in order:
@@ -173,7 +174,8 @@ def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict
                 aliased.add(id(a))
     plan: dict[int, Node] = {}
     for n in order:
-        if id(n) in fed or not can_write_into(n) or not n.prim.in_place or n.shape == ():
+        # (can_write_into(n) checks that n.prim is not None; mypy cannot see into it)
+        if id(n) in fed or not can_write_into(n) or not n.prim.in_place or n.shape == ():  # type: ignore[union-attr]
             continue
         for a in n.inputs:
             if (id(a) not in aliased and a.prim is not None and not a.prim.view
@@ -200,6 +202,7 @@ def _line(node: Node, namer: _Namer, namespace: dict, assigns: list,
         namespace[holder] = var
         assigns.append((holder, namer(value)))
         return f"    {target} = {namer(value)}  # Assign to {var.name}"
+    assert node.prim is not None  # an operation (the special nodes returned above)
     kernel = f"k{'' if into is None else 'o'}_{node.prim.name}"
     namespace[kernel] = node.prim.impl if into is None else node.prim.out
     args = [namer(a) if isinstance(a, Node) else repr(a) for a in node.args]

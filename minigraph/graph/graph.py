@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any, Iterator
 
 import numpy as np  # host-side checks of fed values
@@ -58,7 +59,7 @@ class TracedValueError(MinigraphError, TypeError):
 
 def user_location() -> tuple[str, int] | None:
     """The innermost stack frame outside minigraph: the user's file and line."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
     if frame is None:
@@ -95,7 +96,9 @@ class Node(ArrayOps):
         self.args = args
         self.params = params
         self.inputs = tuple(a for a in args if isinstance(a, Node))
-        self.shape = shape
+        # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
+        # declares tuple[int, ...] for its methods, which only such nodes cannot run
+        self.shape = shape  # type: ignore[assignment]
         self.dtype = dtype
         self.device = device
         self.location = location
@@ -172,7 +175,8 @@ register_kind(Node)
 
 def _type_text(node: Node) -> str:
     """``f64[2,3]`` as in a jaxpr; ``?`` where the shape is not known before running."""
-    short = {"float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32", "bool": "bool"}
+    short: dict[str | None, str] = {  # (node.dtype is None where it is not known yet)
+        "float64": "f64", "float32": "f32", "int64": "i64", "int32": "i32", "bool": "bool"}
     dtype = short.get(node.dtype, node.dtype or "?")
     shape = "?" if node.shape is None else ",".join(map(str, node.shape))
     return f"{dtype}[{shape}]"

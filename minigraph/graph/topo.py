@@ -17,12 +17,12 @@ nodes is no problem.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from typing import AbstractSet, Iterable
 
 from .graph import GraphError, Node, describe_location
 
 
-def needed(fetches: Iterable[Node], stop: set[int] = frozenset()) -> set[int]:
+def needed(fetches: Iterable[Node], stop: AbstractSet[int] = frozenset()) -> set[int]:
     """ids of the nodes the fetches depend on; the search stops at nodes in ``stop``
     (fed values: what they would have been computed from is not needed)."""
     seen: set[int] = set()
@@ -37,7 +37,7 @@ def needed(fetches: Iterable[Node], stop: set[int] = frozenset()) -> set[int]:
     return seen
 
 
-def dependencies(members: list[Node], stop: set[int] = frozenset()
+def dependencies(members: list[Node], stop: AbstractSet[int] = frozenset()
                  ) -> tuple[dict[int, int], dict[int, list[Node]]]:
     """Kahn's counts for ``members``: each one's number of inputs among them (its
     in-degree; none for a node in ``stop``, which is fed), and each one's consumers among
@@ -53,7 +53,8 @@ def dependencies(members: list[Node], stop: set[int] = frozenset()
     return missing, consumers
 
 
-def fifo_order(nodes: list[Node], keep: set[int], stop: set[int] = frozenset()) -> list[Node]:
+def fifo_order(nodes: list[Node], keep: set[int],
+               stop: AbstractSet[int] = frozenset()) -> list[Node]:
     """The nodes of ``nodes`` (a graph's creation order) whose id is in ``keep``, in
     FIFO topological order. Inputs of nodes in ``stop`` are ignored (they are fed)."""
     members = [n for n in nodes if id(n) in keep]

@@ -30,7 +30,7 @@ differentiates through ``jit`` by interpreting its jaxpr.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -184,8 +184,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
                                 f"use mg.gradients in a graph for several outputs")
         xs = [inputs[positions[i]] for i in nums]
-        with graph:
-            grads = [g if g is not None else graph.constant(zeros(x.shape, x.dtype, x.device))
+        with graph:  # (xs are record's placeholders, made with their arguments' dtypes)
+            grads = [g if g is not None else
+                     graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
                      for g, x in zip(gradients(out, xs), xs)]
         return _compile(graph, inputs, [out] + grads, f"grad_{name}")
 

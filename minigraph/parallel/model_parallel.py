@@ -77,6 +77,7 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
         m = local if m is None else E.maximum(m, local)
     # 2. each device: sum of exp(z - M) over its classes, and its part of z[label]
     total, picked = None, None
+    assert m is not None  # shards is not empty (shards[0] above)
     for s, offset in zip(shards, offsets):
         m_here = m.to(s.device)
         sumexp = R.sum(E.exp(s - m_here.reshape(-1, 1)), axis=1)

@@ -146,13 +146,14 @@ class Memory:
         entry[1] -= 1
         if entry[1] > 0:
             return
+        assert key is not None  # (the entry was found under it)
         base, _, dev, size = self.storage.pop(key)
         if self.poison:
             _poison(base)
         if self.recycle and getattr(base, "ndim", 0) > 0:
-            key = (dev, tuple(base.shape), _dtype_name(node, base))
-            free = self.pool.setdefault(key, [])
-            if len(free) < self.demand.get(key, 0):
+            pool_key = (dev, tuple(base.shape), _dtype_name(node, base))
+            free = self.pool.setdefault(pool_key, [])
+            if len(free) < self.demand.get(pool_key, 0):
                 free.append(base)  # a node still to run will write into it
                 self._count(dev, live=-size, held=0)
                 return

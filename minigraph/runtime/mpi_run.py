@@ -44,7 +44,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -422,7 +422,8 @@ def _routes(parts: Partition, w: _World) -> tuple[dict[str, Route], dict[str, Ro
 
 
 def _rank(device: str) -> int:
-    return get_device(device).rank
+    # (never None here: _check_placement refused the devices without a rank prefix)
+    return cast(int, get_device(device).rank)
 
 
 def _done_payload(rank: int, fetches: list[Node], values: dict, stats: RunStats | None,
@@ -447,6 +448,7 @@ def _merge_stats(everyone: dict[int, dict]) -> RunStats:
     zero = min(p["wall"] for p in everyone.values()) * 1e6
     events = sorted(({**e, "ts": e["ts"] - zero} for p in everyone.values()
                      for e in p["events"]), key=lambda e: e["ts"])
+    moved: dict[tuple[str, str], int]  # (from device, to device) -> bytes
     peak, low, total, moved = {}, {}, {}, {}
     for p in everyone.values():
         peak.update(p["peak"])

@@ -18,7 +18,7 @@ graphs on its own device executor (``session.py``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import AbstractSet, Any, Sequence
 
 from ..device import Device
 from ..graph.graph import Graph, Node
@@ -71,7 +71,7 @@ class Partition(dict):
 
 
 def partition(graph: Graph, fetches: Sequence[Node] | None = None,
-              fed: set[int] = frozenset()) -> Partition:
+              fed: AbstractSet[int] = frozenset()) -> Partition:
     """Cut ``graph`` (or the part of it ``fetches`` need) into one graph per device."""
     keep = needed(fetches, set(fed)) if fetches is not None else {id(n) for n in graph.nodes}
     return _Partitioner(graph).run(fifo_order(graph.nodes, keep, set(fed)), fed)
@@ -83,14 +83,14 @@ class _Partitioner:
         self.parts: dict[str, Graph] = {}
         self.copies: dict[int, Node] = {}
         self.origins: dict[int, Node] = {}
-        self.recvs: dict[tuple[int, str], Node] = {}
+        self.recvs: dict[tuple[int, str, bool], Node] = {}  # (node, device, control)
 
     def part(self, device: Device) -> Graph:
         if device.name not in self.parts:
             self.parts[device.name] = Graph(f"{self.graph.name}@{device.name}")
         return self.parts[device.name]
 
-    def run(self, order: list[Node], fed: set[int]) -> Partition:
+    def run(self, order: list[Node], fed: AbstractSet[int]) -> Partition:
         for n in order:
             copies = n.prim is not None and n.prim.transfer  # (to_device: a table flag)
             source = n.inputs[0] if copies and n.inputs else None

@@ -48,6 +48,7 @@ class RunStats:
         """The statistics of one step made of several device executors' runs."""
         events = sorted((e for r in runs for e in r.events), key=lambda e: e["ts"])
         order = [e["name"] for e in events] if len(runs) > 1 else list(runs[0].order)
+        moved: dict[tuple[str, str], int]  # (from device, to device) -> bytes
         peak, low, total, curve, moved = {}, {}, {}, [], {}
         for r in runs:
             peak.update(r.memory.peak_held)

@@ -46,6 +46,7 @@ from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
 from .memory import Memory, PlanCounts
+from .partition import CommNode
 from .rendezvous import Rendezvous
 
 
@@ -95,7 +96,9 @@ def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Nod
 
 
 def _kernel(node: Node, arrays: list, out: Any) -> Any:
+    assert node.prim is not None  # an operation node (compute runs the special ones)
     if out is not None:
+        assert node.prim.out is not None  # a buffer is given only to an op with an out kernel
         return node.prim.out(node.device.xp, *arrays, out=out, **node.params)
     return node.prim.impl(node.device.xp, *arrays, **node.params)
 
@@ -145,7 +148,10 @@ class Run:
         """Run one node; return the consumers it made ready (in creation order), or None
         for a Recv whose tensor has not arrived yet (it is run again when it does)."""
         if node.op == "Recv" and id(node) not in self.received:
-            self.rendezvous.recv(node.key, lambda v, e, n=node: self._arrived(n, v, e))
+            # (a partitioned graph's Recv, run with the partition's rendezvous)
+            assert isinstance(node, CommNode) and self.rendezvous is not None
+            # (mypy cannot infer a lambda with a default argument)
+            self.rendezvous.recv(node.key, lambda v, e, n=node: self._arrived(n, v, e))  # type: ignore[misc]
             return None
         with self.lock:
             self.order.append(node.name)
@@ -154,6 +160,7 @@ class Run:
         if node.op == "Recv":
             self.values[id(node)] = self.received.pop(id(node))
         elif node.op == "Send":
+            assert isinstance(node, CommNode) and self.rendezvous is not None  # (as a Recv)
             value = self.values[id(node.args[0])]
             dst = get_device(node.recv_device)
             if node.params["control"]:  # a control edge: an empty tensor says "it ran"
@@ -171,7 +178,8 @@ class Run:
                 self.values[id(node)] = compute(node, self.values, self.assigns,
                                                 self.fetches, buffer)
             except Exception as exc:  # which node failed travels to other ranks (mpi_run)
-                exc.node, exc.op = node.name, node.op
+                # (an exception object takes new attributes; mypy knows only the declared)
+                exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
                 raise
         end = time.perf_counter()
         if self.record is not None:
@@ -198,6 +206,7 @@ class Run:
                  "ts": (start - self.memory.start) * 1e6, "dur": (end - start) * 1e6,
                  "pid": node.device.name, "tid": tid}
         if node.op in ("Send", "Recv"):
+            assert isinstance(node, CommNode)  # (Send and Recv nodes are made by partition)
             event["key"] = node.key
         return event
 
@@ -294,6 +303,7 @@ class Run:
     def _submit(self, batch: list[Node]) -> None:
         with self.lock:
             self.active += 1
+        assert self.pool is not None  # only threaded runs submit (run_threaded sets it)
         self.pool.submit(self._process, batch)
 
     def _dispatch(self, ready: list[Node], inline: deque, worker: bool = True) -> None:

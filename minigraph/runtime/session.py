@@ -61,7 +61,8 @@ class Session:
         self.debug = debug
         self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
-        self._plans: dict[tuple, list[Node]] = {}
+        # FIFO plans (node lists), and Partitions under keys that start with "partition"
+        self._plans: dict[tuple, Any] = {}
         self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
@@ -228,7 +229,8 @@ class Session:
             try:
                 feeds[id(node)] = _check_feed(node, value)
             except Exception as exc:  # the node and op travel to the other ranks
-                exc.node, exc.op = node.name, node.op
+                # (an exception object takes new attributes; mypy knows only the declared)
+                exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
                 raise
         return feeds
 

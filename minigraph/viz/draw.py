@@ -24,7 +24,7 @@ def layout(nodes: list[Node]) -> dict[int, tuple[float, float]]:
     layers: dict[int, list[Node]] = {}
     for n in nodes:
         layers.setdefault(depth[id(n)], []).append(n)
-    pos = {}
+    pos: dict[int, tuple[float, float]] = {}
     for d, layer in layers.items():
         for k, n in enumerate(layer):
             pos[id(n)] = (k - (len(layer) - 1) / 2, -d)

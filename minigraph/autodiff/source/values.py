@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ...device import Device
 from ...ops import copy as C
@@ -119,7 +119,7 @@ class Index:
     __slots__ = ("text", "values", "prec")
     _priority = 20  # ``tensor * i`` is written down too
 
-    def __init__(self, text: str, values: tuple, prec: int = _ATOM):
+    def __init__(self, text: str, values: Sequence[int], prec: int = _ATOM):
         self.text, self.values, self.prec = text, tuple(values), prec
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:

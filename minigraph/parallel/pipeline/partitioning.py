@@ -152,10 +152,11 @@ class _StageCost:
 
 def _pipedream_table(cost: _StageCost, n: int, workers: int) -> list[list[tuple]]:
     """table[j][m] = (A[j][m], choice): choice None for one stage, else (i, m')."""
-    table = [[(math.inf, None)] * (workers + 1) for _ in range(n + 1)]
+    table: list[list[tuple[float, tuple[int, int] | None]]] = [
+        [(math.inf, None)] * (workers + 1) for _ in range(n + 1)]
     for j in range(1, n + 1):
         for m in range(1, workers + 1):
-            best = (cost.stage(0, j, m), None)
+            best: tuple[float, tuple[int, int] | None] = (cost.stage(0, j, m), None)
             for i in range(1, j):
                 for m2 in range(1, m):
                     v = max(table[i][m - m2][0], cost.cut(i), cost.stage(i, j, m2))
