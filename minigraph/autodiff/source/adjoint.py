@@ -166,6 +166,8 @@ class _Reverse:
               if lv.active}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
+        body: list  # the reverse loop's statements
+        inner: dict[int, list]  # the adjoint shares inside the body (as ``shares``)
         body, inner = [], {}
         with self.w.into(body):
             for lv, end in fwd.carry:
@@ -200,6 +202,7 @@ class _Reverse:
             g = self.complete(j, shares) if j.active else None
             if g is not None:
                 seeds[id(j)], self.vars[id(j)] = g, j
+        blocks: tuple[list, list]  # the reverse branches' statements
         blocks, lefts = ([], []), []
         for stmts, block in zip((fwd.then, fwd.orelse), blocks):
             local = {k: [(math.inf, g)] for k, g in seeds.items()}

@@ -11,7 +11,7 @@ a :class:`SourceGrad`.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from ..signature import programs, signature
 from .compiled import Program, _transform
 from .reading import _read
 
-Argnums = "int | tuple[int, ...]"
+Argnums: TypeAlias = "int | tuple[int, ...]"
 
 
 # -- the cache: per function, per argnums and input signature --------------------------------
@@ -100,6 +100,7 @@ class SourceGrad:
                 raise type(exc)(f"{exc}\n(.source shows the program of the last call; "
                                 f"none was made yet and float scalars do not fit: call "
                                 f"the gradient, or program_for(*args), first)") from None
+        assert self.last is not None  # (program_for set it)
         return self.last
 
     @property
@@ -122,6 +123,7 @@ def _run(prog: Program, args: tuple, nums: tuple) -> tuple[Any, Any]:
     arrays = _arrays(args, nums) if prog.raw is not None else None
     if arrays is None:
         return prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
+    assert prog.raw is not None  # (arrays is None when the program has no raw variant)
     value, grads = prog.raw(*arrays)
     if prog.single:
         return Tensor(value, prog.out_device), Tensor(grads, prog.grad_devices[0])

@@ -12,7 +12,7 @@ import inspect
 import math
 import sys
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -183,10 +183,11 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     plan.planning = True
     plan.block(backward, 1, inline=True)
     for v in _program_vars(backward):  # final names of the reverse temporaries left
+        assert v.name is not None  # (_name_all named every variable of the program)
         if v.role == "rtemp" and v.name.startswith("_t") and id(v) not in plan.used:
             v.name = namer.fresh(None)
     stack = "_stack" if "stack" in namer.reserved else "stack"
-    names = [g.name for g in grads]
+    names = cast("list[str]", [g.name for g in grads])  # (named by _name_all too)
     ret = f"{out.name}, " + (names[0] if single else
                              f"({', '.join(names)}{',' if len(names) == 1 else ''})")
     texts: dict[Any, Any] = {}
@@ -256,7 +257,7 @@ def _constants_comment(consts: dict) -> str:
 
 def _copy(block: list) -> list:
     """A copy of a block's structure (lines are shared, loops and ifs copied)."""
-    out = []
+    out: list[For | If | Line] = []
     for s in block:
         if isinstance(s, For):
             c = For(s.index, s.range, _copy(s.body), s.reverse, s.carry)

@@ -15,7 +15,7 @@ import ast
 import builtins
 import operator
 import types
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -62,7 +62,12 @@ class _Expressions:
     """
 
     w: _Writer  # set by _Normaliser.__init__
-    src: _Source  # a property of _Normaliser: the function being run
+
+    if TYPE_CHECKING:  # what _Normaliser defines, declared here for the type checker
+        @property
+        def src(self) -> _Source: ...  # the function being run
+        def call(self, src: _Source, args: tuple, kwargs: dict) -> Any: ...
+        def const(self, t: Tensor) -> SrcVar: ...
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, node: ast.expr, env: dict) -> Any:
@@ -93,8 +98,10 @@ class _Expressions:
             except ValueError:
                 raise NameError(f"free variable {name!r} has no value yet "
                                 f"[source_grad: {self.w.where}]") from None
-        if name in src.fn.__globals__:
-            return self.outside(name, src.fn.__globals__[name], "reads the global")
+        # (mypy reads a property that returns a types.FunctionType as a bound method,
+        # which has no __globals__; the function has them)
+        if name in src.fn.__globals__:  # type: ignore[attr-defined]
+            return self.outside(name, src.fn.__globals__[name], "reads the global")  # type: ignore[attr-defined]
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise NameError(f"name {name!r} is not defined [source_grad: {self.w.where}]")
@@ -195,7 +202,7 @@ class _Expressions:
         return self.expr(node.body if test else node.orelse, env)
 
     def e_JoinedStr(self, node: ast.JoinedStr, env: dict) -> str:
-        parts = []
+        parts: list[Any] = []  # str pieces
         for v in node.values:
             if isinstance(v, ast.FormattedValue):
                 x = self.expr(v.value, env)
@@ -204,14 +211,15 @@ class _Expressions:
                 x = {-1: x, 115: str(x), 114: repr(x), 97: ascii(x)}[v.conversion]
                 spec = self.expr(v.format_spec, env) if v.format_spec else ""
                 parts.append(format(x, spec))
-            else:
-                parts.append(v.value)
+            else:  # (the other parts of an f-string are its text, in Constants)
+                parts.append(cast(ast.Constant, v).value)
         return "".join(parts)
 
     def e_Call(self, node: ast.Call, env: dict) -> Any:
         fn = self.expr(node.func, env)
         args = tuple(self.expr(a, env) for a in node.args)
-        kwargs = {k.arg: self.expr(k.value, env) for k in node.keywords}
+        # (every keyword has a name: reading refused **kwargs in a call)
+        kwargs = {cast(str, k.arg): self.expr(k.value, env) for k in node.keywords}
         if _dynamic(args) or _dynamic(tuple(kwargs.values())):
             inlined = _user_function(fn)
             if inlined is not None:

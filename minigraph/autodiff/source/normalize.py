@@ -114,6 +114,7 @@ class _Normaliser(_Expressions):
             self.assign(node.target, self.expr(node.value, env), env)
 
     def s_AugAssign(self, node: ast.AugAssign, env: dict) -> None:
+        assert isinstance(node.target, ast.Name)  # (reading refused the other targets)
         current = self.load(node.target.id, env)
         self.assign(node.target, self.binop(node.op, current, self.expr(node.value, env)), env)
 
@@ -171,6 +172,7 @@ class _Normaliser(_Expressions):
             raise self.w.refuse(f"an if on a value of shape {cond.shape}",
                                 "an if needs one value; use mg.where to choose elementwise")
         where = self.w.where
+        assert where is not None  # (block set it for this if statement)
         envs = [dict(env), dict(env)]
         self.dynamic += 1
         try:
@@ -183,6 +185,7 @@ class _Normaliser(_Expressions):
                                 "return in both branches, or assign and return after the if")
         names = _assigned(then + orelse)
         if r1 is not None:
+            assert r2 is not None  # (returns in one branch only were refused above)
             envs[0]["<return>"], envs[1]["<return>"] = r1.value, r2.value
             names.append("<return>")
         joins = [self.join(n, envs, (b1, b2), env, where) for n in names]
@@ -245,6 +248,7 @@ class _Normaliser(_Expressions):
         if not isinstance(rng, range):
             raise self.w.refuse(f"a for loop over a {type(rng).__name__}",
                                 "loop with for i in range(n), n known when the program is built")
+        assert isinstance(node.target, ast.Name)  # (reading refused the other targets)
         name = node.target.id
         if isinstance(env.get(name), Index):
             raise self.w.refuse(f"a nested loop reusing the index name {name}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from typing import Any
+from typing import AbstractSet, Any, cast
 
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
@@ -114,7 +114,8 @@ class _Text:
         if any(p is None for p in parts):
             return f"mg.getitem({x[0]}, {self.literal(index)})"
         base = x[0] if x[1] >= _ATOM else f"({x[0]})"
-        return f"{base}[{', '.join(parts) if parts else '()'}]"
+        # (no None among the parts: that case returned above)
+        return f"{base}[{', '.join(cast('list[str]', parts)) if parts else '()'}]"
 
     def call(self, e: Op, args: list[str]) -> str:
         """``mg.<public>(args, <positional params>, <other params>=...)``, as the op's
@@ -219,7 +220,7 @@ class _Text:
         return [text, prec, reads, self.line(stmt, subst), False]
 
     @staticmethod
-    def kill(pending: dict, names: set[str], keep: Any = None) -> None:
+    def kill(pending: dict, names: AbstractSet[str | None], keep: Any = None) -> None:
         for k, entry in list(pending.items()):
             if entry is not keep and entry[2] & names:
                 del pending[k]
