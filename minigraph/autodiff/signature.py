@@ -29,6 +29,7 @@ import numpy as np
 from ..device import get_device
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
+from . import tape
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 # Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
@@ -74,6 +75,30 @@ def _constant_key(a: Any, k: int) -> Any:
                         f"array, a float) nor a hashable Python value; a compiled program is "
                         f"built per value of such arguments") from None
     return type(a), a
+
+
+class Captured:
+    """The tensors a compiled program read from outside its arguments (a global, a
+    closure's variable), with the write stamps they had when it was built.
+
+    Such a tensor is a constant of the program, as in ``jax.jit``; but an in-place update
+    of it (``w -= lr * g``) would leave the program computing with the old value while the
+    tape, which reads tensors when it runs, uses the new one. So the program is *stale*
+    once one of them has been written, and its cache builds it again: every mode agrees.
+    The check costs one comparison per call while no tensor anywhere is written.
+    """
+
+    __slots__ = ("tensors", "stamps", "built_at")
+
+    def __init__(self, tensors: Any):
+        self.tensors = [t for t in tensors if isinstance(t, Tensor)]
+        self.built_at = tape.last_write()
+        self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
+
+    def stale(self) -> bool:
+        if not self.tensors or tape.last_write() <= self.built_at:
+            return False
+        return any(tape.write_stamp(t.data) != s for t, s in zip(self.tensors, self.stamps))
 
 
 _CACHE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()

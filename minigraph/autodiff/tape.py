@@ -35,6 +35,8 @@ import threading
 import weakref
 from typing import AbstractSet, Any, Callable, Iterable
 
+import numpy as np
+
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
@@ -317,6 +319,8 @@ def _owner(array: Any) -> Any:
 def _stamp(array: Any) -> None:
     global _last_write
     owner = _owner(array)
+    if isinstance(owner, np.generic):  # a NumPy scalar (the 0-d result of a kernel) cannot
+        return  # be written: x -= y made a new one, and the tape's entries keep the old
     key = id(owner)
     if key in _written:
         ref = _written[key][0]
@@ -329,6 +333,17 @@ def _stamp(array: Any) -> None:
             ref = owner    # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
+
+
+def write_stamp(array: Any) -> int:
+    """The stamp of the last in-place write into ``array``'s memory (-1: never written)."""
+    entry = _written.get(id(_owner(array)))
+    return -1 if entry is None else entry[1]
+
+
+def last_write() -> int:
+    """The stamp of the latest in-place write into any tensor."""
+    return _last_write
 
 
 def _check_writes(recorded: list[Tensor]) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..autodiff import tape
 from ..autodiff.argnums import Argnums, normalize_argnums, single
-from ..autodiff.signature import is_data, programs, signature
+from ..autodiff.signature import Captured, is_data, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -143,7 +143,8 @@ class Traced:
 
     def __call__(self, *args: Any) -> Any:
         key = signature(args)
-        if key not in self.cache:
+        entry = self.cache.get(key)
+        if entry is None or entry[0].captured.stale():  # (a global tensor written: again)
             graph, inputs, out = record(self.f, args, self.name)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
@@ -195,7 +196,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         cache = programs(f, "graph", (nums,))
         key = signature(args)
         compiled = cache.get(key)
-        if compiled is None:  # (a signature in the cache has passed these checks)
+        if compiled is None or compiled.captured.stale():  # (checked when first built)
             for i in nums:
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
@@ -213,9 +214,12 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
 
 def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str) -> CompiledFunction:
     """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python."""
+    captured = Captured(t for t, _ in graph._consts.values())  # before optimising folds them
     result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
-    return compile_graph(result.graph, [result[n] for n in inputs],
-                         [result[n] for n in outputs], name)
+    fn = compile_graph(result.graph, [result[n] for n in inputs],
+                       [result[n] for n in outputs], name)
+    fn.captured = captured  # type: ignore[attr-defined]
+    return fn
 
 
 def _input_positions(args: tuple) -> dict[int, int]:

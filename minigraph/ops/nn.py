@@ -206,12 +206,12 @@ NLL_LOSS_GRAD = primitive(
 
 def softmax(x: Any, axis: int = -1) -> Any:
     """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
-    return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, S.shape_of(x)))
+    return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, x))
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """log(softmax(x)) along ``axis``, computed stably."""
-    return bind(LOG_SOFTMAX, x, axis=S.check_axis("log_softmax", axis, S.shape_of(x)))
+    return bind(LOG_SOFTMAX, x, axis=S.check_axis("log_softmax", axis, x))
 
 
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
@@ -229,7 +229,7 @@ def nll_loss(logp: Any, labels: Any) -> Any:
 def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
     """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``."""
     return bind(LOG_SOFTMAX_GRAD, g, y,
-                axis=S.check_axis("log_softmax_grad", axis, S.shape_of(y)))
+                axis=S.check_axis("log_softmax_grad", axis, y))
 
 
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:

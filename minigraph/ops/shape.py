@@ -218,6 +218,7 @@ def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
     """The same elements in a new shape; one size may be -1 (inferred)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if -1 in shape:
+        S.rank("reshape to a shape with -1", x)  # (the size to divide must be known)
         known = int(np.prod([n for n in shape if n != -1]))
         size = int(np.prod(S.shape_of(x)))
         if known == 0 or size % known:
@@ -228,11 +229,11 @@ def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
 
 def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
     """Permute the axes (reverse them by default, like ``numpy.transpose``)."""
-    ndim = len(S.shape_of(x))
+    ndim = S.rank("transpose", x)
     if axes is None:
         axes = tuple(reversed(range(ndim)))
     else:
-        axes = tuple(S.check_axis("transpose", a, S.shape_of(x)) for a in axes)
+        axes = tuple(S.check_axis("transpose", a, x) for a in axes)
         if sorted(axes) != list(range(ndim)):
             raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
                              f"{ndim} axes of a tensor of shape {S.shape_of(x)}")
@@ -241,7 +242,7 @@ def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
 
 def matrix_transpose(x: Any) -> Any:
     """Swap the last two axes (``x.mT``)."""
-    ndim = len(S.shape_of(x))
+    ndim = S.rank("matrix_transpose", x)
     return transpose(x, tuple(range(ndim - 2)) + (ndim - 1, ndim - 2))
 
 
@@ -271,7 +272,7 @@ def getitem(x: Any, index: Any) -> Any:
     """``x[index]``: ints, slices, ``None``, ``...`` and integer arrays; differentiable."""
     index = index if isinstance(index, tuple) else (index,)
     if not any(i is Ellipsis for i in index) and \
-            sum(i is not None for i in index) < len(S.shape_of(x)):
+            sum(i is not None for i in index) < S.rank("getitem", x):
         index = index + (Ellipsis,)  # NumPy's implicit trailing ':'s, spelled out
     return bind(GETITEM, x, index=tuple(_host_index(i) for i in index))
 
@@ -286,11 +287,11 @@ def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     xs = list(xs)
     if not xs:
         raise ValueError("concatenate: needs at least one tensor")
-    ndim = len(S.shape_of(xs[0]))
+    ndim = S.rank("concatenate", xs[0])
     if ndim == 0:
         raise ShapeError("concatenate: zero-dimensional tensors cannot be concatenated; "
                          "use mg.stack to give them an axis")
-    return bind(CONCATENATE, *xs, axis=S.check_axis("concatenate", axis, S.shape_of(xs[0])))
+    return bind(CONCATENATE, *xs, axis=S.check_axis("concatenate", axis, xs[0]))
 
 
 def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
@@ -306,6 +307,6 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     shapes = [S.shape_of(x) for x in xs]
     if any(s != shapes[0] for s in shapes):
         raise ShapeError(f"stack: all tensors must have the same shape, got {shapes}")
+    axis = S.check_axis("stack", axis, xs[0], new=1)  # (a new axis: one more than x has)
     shape = tuple(shapes[0])
-    axis = S.check_axis("stack", axis, shape, new=1)  # (a new axis: one more than x has)
     return concatenate([reshape(x, shape[:axis] + (1,) + shape[axis:]) for x in xs], axis)

@@ -33,15 +33,28 @@ def dtype_of(v: Any) -> str | None:
     return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
 
 
-def check_axis(op: str, axis: int, shape: tuple, new: int = 0) -> int:
-    """``axis`` as an index among the axes of ``shape`` (plus ``new`` axes the op adds,
-    as stack does); negative counts from the end, as in NumPy. Out of range, an
+def rank(op: str, x: Any) -> int:
+    """The number of axes of ``x``; for a graph value of unknown shape (a placeholder made
+    with ``shape=None``), a :class:`ShapeError` that names it: an op that needs the rank
+    cannot guess it."""
+    shape = shape_of(x)
+    if shape is None:
+        name = getattr(x, "name", None)
+        raise ShapeError(f"{op}: needs the rank of its argument{f' {name!r}' if name else ''}, "
+                         f"whose shape is unknown until the graph runs; give the placeholder a "
+                         f"shape (mg.placeholder(shape=(...)))")
+    return len(shape)
+
+
+def check_axis(op: str, axis: int, x: Any, new: int = 0) -> int:
+    """``axis`` as an index among the axes of ``x`` (plus ``new`` axes the op adds, as
+    stack does); negative counts from the end, as in NumPy. Out of range, an
     :class:`AxisError` that names the op, the axis, the shape and the rank, never a
     silent wrap-around to another axis."""
-    ndim = len(shape) + new
+    ndim = rank(op, x) + new
     if not -ndim <= axis < ndim:
         raise AxisError(f"{op}: axis {axis} is out of range for a tensor of shape "
-                        f"{tuple(shape)} (rank {ndim}; valid axes {-ndim} to {ndim - 1})")
+                        f"{tuple(shape_of(x))} (rank {ndim}; valid axes {-ndim} to {ndim - 1})")
     return axis % ndim
 
 

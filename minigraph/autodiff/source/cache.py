@@ -74,7 +74,7 @@ class SourceGrad:
         args = self._complete(args)
         key = signature(args, self.nums)
         prog = self._programs.get(key)
-        if prog is None:
+        if prog is None or prog.captured.stale():
             prog = _transform(self._src, args, self.nums, single(self.argnums), key)
             self.transforms += 1
             self._programs[key] = prog
@@ -85,7 +85,7 @@ class SourceGrad:
         if len(args) < self._n:
             args = self._complete(args)
         prog = self._programs.get(signature(args, self.nums))  # the cache: no rewriting
-        if prog is None:
+        if prog is None or prog.captured.stale():  # (a global tensor it read was written)
             prog = self.program_for(*args)
         self.last = prog
         value, grads = _run(prog, args, self.nums)

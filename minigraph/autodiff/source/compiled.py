@@ -21,6 +21,7 @@ from ...errors import DTypeError, GradientError
 from ...graph.compile import define
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
+from ..signature import Captured
 from .adjoint import _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk
@@ -44,6 +45,7 @@ class Program:
                  grads: list[SrcVar], single: bool):
         self.signature, self.source, self.forward_source = signature, source, forward_source
         self.fn, self.raw_source, self.raw = fn, raw_source, raw
+        self.captured = Captured(())  # the tensors it read from outside (set when built)
         self.out_device = out.device
         self.grad_devices = [g.device for g in grads]
         self.single = single
@@ -294,8 +296,10 @@ def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
         ns.update({cname: (value.data if isinstance(value, Tensor) else value)
                    for value, cname in consts.values()})
         raw = _compile(raw_source, f"grad_{name}", ns)
-    return Program(signature, source, texts["forward"], fn, raw_source if raw else None,
+    prog = Program(signature, source, texts["forward"], fn, raw_source if raw else None,
                    raw, out, grads, single)
+    prog.captured = Captured(value for value, _ in consts.values())
+    return prog
 
 
 def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool:
