@@ -22,6 +22,7 @@ from .ops import (PRIMITIVES, add, astype, binary_cross_entropy_with_logits, bro
                   reshape, scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub,
                   sum, sum_to, tanh, to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
+from .interchange import from_dlpack, load, save
 from .graph.compile import compile_graph
 from .graph.gradients import gradients
 from .ops import add_n
@@ -55,4 +56,5 @@ __all__ = [
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",
+    "from_dlpack", "save", "load",
 ]

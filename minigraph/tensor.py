@@ -8,15 +8,22 @@ which primitive made it, with which parameters, when, and from which arguments
 Operators and methods come from ``ArrayOps`` and call the primitives, so a Tensor
 computes eagerly: define-by-run. ``x -= y`` and the other augmented assignments write
 into ``x``'s array outside recording (``tape.update_in_place``).
+
+Copies and interchange (PyTorch's conventions, see "Copies, pickles, DLPack" below):
+``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new tensor with its own copy of
+the values (a device travels by its name); ``__dlpack__`` hands the array to NumPy,
+PyTorch or CuPy without a copy; ``tolist()`` gives Python numbers.
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
 import operator
 from typing import Any
 
 from .device import Device, get_device
-from .errors import DTypeError, GradientError
+from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
 
@@ -53,7 +60,15 @@ class Tensor(ArrayOps):
             device.peak_bytes = live
 
     def __del__(self) -> None:
-        self.device.live_bytes -= self._nbytes
+        # Give the bytes back to the device's counter. A finaliser must never raise:
+        # nobody can catch its exception (Python prints it to stderr), and it runs on
+        # tensors that __init__ never finished (an exception before ``_nbytes`` was set,
+        # a ``Tensor.__new__`` that a failed unpickle left behind) and during interpreter
+        # shutdown, when attributes and modules may already be gone.
+        try:
+            self.device.live_bytes -= self._nbytes
+        except Exception:
+            pass
 
     # -- what a tensor is -------------------------------------------------------------------
     # (ArrayOps declares ``shape`` as an attribute for its methods to read, and never
@@ -82,6 +97,14 @@ class Tensor(ArrayOps):
             raise ValueError(f"item(): the tensor has {self.size} elements (shape "
                              f"{self.shape}); only a one-element tensor converts to a number")
         return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        """The values as (nested lists of) Python numbers, as NumPy's ``tolist``.
+
+        A 0-d tensor gives a number, not a list. The numbers are Python's ``float``,
+        ``int`` and ``bool``, copied: changing them changes nothing in the tensor.
+        """
+        return self.numpy().tolist()
 
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it)."""
@@ -133,6 +156,73 @@ class Tensor(ArrayOps):
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype)
 
+    # -- copies, pickles, DLPack -----------------------------------------------------------------
+    # PyTorch's rules, with one difference said below. A copy is a new *leaf* with its own
+    # copy of the values, the same dtype, shape, device and requires_grad:
+    #
+    # * ``copy.copy(t)`` and ``pickle``: no ``grad`` (PyTorch pickles none either), and a
+    #   tensor made by a recorded operation comes back as a leaf: its tape line (which
+    #   holds the primitive and its arguments) is history, not a value. PyTorch's
+    #   ``copy.copy`` shares the storage; minigraph copies the values, as NumPy's
+    #   ``copy.copy`` of an array does, so that ``c -= 1`` never changes ``t``.
+    # * ``copy.deepcopy(t)``: also a deep copy of ``t.grad``; refused for a tensor on the
+    #   tape, as PyTorch refuses it (a copy cut from the tape would silently give no
+    #   gradient to what made ``t``).
+    #
+    # A device is pickled by its name and found again with ``mg.get_device(name)`` where
+    # the pickle is loaded (see ``_device_by_name``); a copy in the same process keeps
+    # the same Device object.
+
+    def __copy__(self) -> "Tensor":
+        return _rebuild(self.device.copy_from(self.data, self.device), self.device,
+                        self.requires_grad)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "Tensor":
+        if self._entry is not None:
+            raise GradientError(
+                f"copy.deepcopy: this tensor (shape {self.shape}, {self.dtype} on "
+                f"{self.device.name}) was made by a recorded operation "
+                f"({self._entry[0].name}); only leaves (tensors the user made) can be "
+                f"deep-copied, as in PyTorch. Copy t.detach() for its values, or deep-copy "
+                f"the leaves it was computed from")
+        new = self.__copy__()
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        return new
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        # (rebuild function, its arguments): the values as a host NumPy array, which
+        # pickles by value, and the device as its name (a Device holds a module, xp,
+        # which cannot be pickled, and is one object per process anyway).
+        return (_unpickle, (self.numpy(), self.device.name, self.requires_grad))
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: "bool | None" = None) -> Any:
+        """Hand the values to another library: ``np.from_dlpack(t)``, ``torch.from_dlpack(t)``.
+
+        This is the array's own ``__dlpack__`` (NumPy >= 2, CuPy), so **the memory is
+        shared, not copied** (unless the consumer asks ``copy=True``): the consumer's
+        array and this tensor are one buffer, as with ``t.numpy()`` on the CPU. A write on
+        either side (``t -= 1``, an optimizer step, ``torch_view.add_(1)``) is seen by
+        both. Copy on the consumer's side (``np.from_dlpack(t).copy()``) to get values of
+        your own. The consumer only gets values: no gradient flows back through them.
+        """
+        data = self.data
+        if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
+            data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact
+        # Pass on only what the consumer gave: older producers accept only ``stream``.
+        given = {"stream": stream, "max_version": max_version, "dl_device": dl_device,
+                 "copy": copy}
+        return data.__dlpack__(**{k: v for k, v in given.items() if v is not None})
+
+    def __dlpack_device__(self) -> tuple[Any, int]:
+        """(DLPack device type, index) of the memory: (1, 0) for the CPU, (2, N) for cuda:N."""
+        data = self.data
+        if not hasattr(data, "__dlpack_device__"):
+            data = self.device.xp.asarray(data)
+        return data.__dlpack_device__()
+
     def __repr__(self) -> str:
         body = repr(self.numpy()).replace("array(", "tensor(", 1)
         if body.endswith(")"):
@@ -156,6 +246,37 @@ def shared(data: Any, device: Device) -> Tensor:
     t.data, t.device, t.requires_grad, t.grad, t._entry, t._nbytes = data, device, False, \
         None, None, 0
     return t
+
+
+def _rebuild(data: Any, device: Device, requires_grad: bool) -> Tensor:
+    """A leaf tensor over ``data``, an array of ``device`` that nobody else holds."""
+    t = Tensor(data, device)
+    t.requires_grad = requires_grad
+    return t
+
+
+def _device_by_name(name: str, what: str = "a device") -> Device:
+    """The device called ``name`` in this process, for an object being unpickled."""
+    try:
+        return get_device(name)
+    except DeviceError as exc:
+        raise DeviceError(
+            f"cannot unpickle {what} on device {name!r}: that device does not exist in "
+            f"this process ({exc}). Load it where the device exists, or make "
+            f"it exist first (mg.set_virtual_cpus(n) for cpu:n)") from None
+
+
+def _unpickle(values: Any, device_name: str, requires_grad: bool) -> Tensor:
+    """Rebuild a pickled tensor: its values copied onto the device of that name here."""
+    dev = _device_by_name(device_name, "a tensor")
+    host = get_device("cpu")
+    return _rebuild(dev.copy_from(values, host), dev, requires_grad)
+
+
+# A Device (in a module's attributes, say) pickles as its name, like a tensor's device.
+# (Registered with copyreg because a Device's __slots__ hold its array module, which no
+# pickle can hold; ``copy.deepcopy`` uses the same rule, and gets the same object back.)
+copyreg.pickle(Device, lambda d: (_device_by_name, (d.name,)))
 
 
 def _nbytes(data: Any) -> int:

@@ -8,9 +8,10 @@
 
 from .layers import Linear, ReLU, Tanh, manual_seed
 from .loss import CrossEntropyLoss, MSELoss
-from .module import Module, Sequential
+from .module import IncompatibleKeys, Module, Sequential, StateDictError
 from .optim import SGD
 from .stateless import functional_call, parameter_placeholders
 
 __all__ = ["Module", "Sequential", "Linear", "ReLU", "Tanh", "manual_seed",
-           "CrossEntropyLoss", "MSELoss", "SGD", "functional_call", "parameter_placeholders"]
+           "CrossEntropyLoss", "MSELoss", "SGD", "functional_call", "parameter_placeholders",
+           "StateDictError", "IncompatibleKeys"]

@@ -12,13 +12,36 @@ Calling a module calls its ``forward``. A forward is written with minigraph func
 only, so the same layer computes on eager tensors (and records on the tape), and builds
 nodes when it is given graph nodes (see ``stateless.py`` for graphs whose parameters
 are placeholders instead of constants).
+
+``state_dict()`` and ``load_state_dict(sd)`` move the parameters' values out and back in,
+with PyTorch's keys (``"0.weight"``, ``"encoder.fc.bias"``); ``mg.save`` and ``mg.load``
+put such a dict in a file. ``copy.deepcopy(model)`` and ``pickle`` copy a whole model
+(its parameters through ``Tensor``'s own copy rules); ``copy.copy(model)`` is a new
+module object over the same parameters and submodules.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections import OrderedDict
+from contextlib import nullcontext
+from typing import Any, Iterator, Mapping, NamedTuple
 
+import numpy as np  # load_state_dict reads values through the host format
+
+from ..errors import MinigraphError
 from ..tensor import Tensor
+
+
+class StateDictError(MinigraphError, RuntimeError):
+    """A state dict that does not fit the model (keys, shapes or dtypes); PyTorch raises a
+    RuntimeError for the same mistakes, so ``except RuntimeError`` catches it too."""
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict`` returns: the keys that did not match (PyTorch's tuple)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 class Module:
@@ -79,6 +102,103 @@ class Module:
         """The direct submodules, in assignment order."""
         return list(self._modules.values())
 
+    # -- state dicts: the parameters' values by name ------------------------------------------
+    def _named_tensors(self) -> list[tuple[str, Tensor]]:
+        """(key, parameter) for ``state_dict``, PyTorch's way: every path to a parameter.
+
+        Unlike ``named_parameters`` this does not drop repeats: a tensor (or a layer)
+        shared by two places gets a key for each, as PyTorch's state_dict does, so the
+        keys are the same as the PyTorch model's and loading fills both places.
+        """
+        out: list[tuple[str, Tensor]] = []
+        stack: list[tuple[str, Module]] = [("", self)]
+        while stack:
+            prefix, module = stack.pop()
+            out.extend((prefix + name, p) for name, p in module._parameters.items())
+            children = list(module._modules.items())
+            stack.extend((f"{prefix}{name}.", m) for name, m in reversed(children))
+        return out
+
+    def state_dict(self) -> "OrderedDict[str, Tensor]":
+        """The parameters' values by name: ``OrderedDict([("0.weight", ...), ...])``.
+
+        Keys are PyTorch's (own parameters first, then each submodule's under its name and
+        a dot, in assignment order). The values are *copies* (tensors that do not require
+        a gradient), never the parameters' own arrays: training the model afterwards does
+        not change a state dict you took, and changing it does not change the model.
+        """
+        sd: OrderedDict[str, Tensor] = OrderedDict()
+        for key, p in self._named_tensors():
+            sd[key] = Tensor(p.device.copy_from(p.data, p.device), p.device)
+        return sd
+
+    def load_state_dict(self, state_dict: Mapping[str, Any],
+                        strict: bool = True) -> IncompatibleKeys:
+        """Copy the values of ``state_dict`` into the parameters, in place.
+
+        The parameters stay the same tensor objects (an optimizer holding them keeps
+        working); each gets the value of its key, converted to its dtype and moved to
+        its device. Values may be tensors, NumPy arrays, or anything ``np.asarray`` reads
+        (a PyTorch CPU tensor included). Everything is checked before anything is
+        written, so an error leaves the model exactly as it was:
+
+        * a missing key (a parameter the dict has no value for) or an unexpected key (a
+          value no parameter has): with ``strict=True`` one :class:`StateDictError`
+          lists both; with ``strict=False`` they are returned instead;
+        * a value whose shape differs from the parameter's (named, with both shapes), or
+          whose dtype cannot become the parameter's without changing kind (a float into
+          an int parameter): always an error. Float64 values load into float32
+          parameters (and back), as PyTorch's ``copy_`` converts them.
+
+        Returns ``IncompatibleKeys(missing_keys, unexpected_keys)``, as PyTorch does. A
+        tape that recorded a parameter before the load refuses a later ``backward()``
+        (the values it saw have changed, chapter 02).
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"load_state_dict: expected a dict of name -> value, got a "
+                            f"{type(state_dict).__name__}")
+        own = self._named_tensors()
+        own_keys = {key for key, _ in own}
+        missing = [key for key, _ in own if key not in state_dict]
+        unexpected = [key for key in state_dict if key not in own_keys]
+        problems = []
+        if strict and missing:
+            problems.append("missing key(s) in state_dict: " + ", ".join(map(repr, missing)))
+        if strict and unexpected:
+            problems.append("unexpected key(s) in state_dict: "
+                            + ", ".join(map(repr, unexpected)))
+        # Check and convert every value first; write only when all of them are good.
+        ready: list[tuple[Tensor, Any]] = []
+        for key, p in own:
+            if key not in state_dict:
+                continue
+            value, problem = _value_for(key, state_dict[key], p)
+            if problem:
+                problems.append(problem)
+            else:
+                ready.append((p, value))
+        if problems:
+            raise StateDictError(f"error(s) in loading state_dict for {type(self).__name__}:"
+                                 + "".join("\n  " + line for line in problems)
+                                 + "\nNothing was loaded: the model is as it was.")
+        for p, value in ready:
+            _write_in_place(p, value)
+        return IncompatibleKeys(missing, unexpected)
+
+    # -- copies -----------------------------------------------------------------------------
+    def __copy__(self) -> "Module":
+        """A shallow copy: a new module object over the *same* parameters and submodules.
+
+        The tables are new dicts, so assigning ``copy.weight = ...`` does not change the
+        original (PyTorch's shallow copy shares the tables too, which surprises). For
+        independent parameters, use ``copy.deepcopy(model)``.
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        object.__setattr__(new, "_parameters", dict(self._parameters))
+        object.__setattr__(new, "_modules", dict(self._modules))
+        return new
+
     def zero_grad(self) -> None:
         """Forget the gradients of all parameters (``p.grad = None``, PyTorch's default)."""
         for p in self.parameters():
@@ -104,6 +224,47 @@ class Module:
             body = repr(child).replace("\n", "\n  ")
             lines.append(f"  ({name}): {body}")
         return "\n".join(lines) + "\n)"
+
+
+def _value_for(key: str, value: Any, p: Tensor) -> tuple[Any, str]:
+    """``value`` as an array of ``p``'s device, dtype and shape, or ("", why not)."""
+    if isinstance(value, Tensor):
+        host = value.numpy()
+    else:
+        try:
+            host = np.asarray(value)
+        except Exception as exc:
+            return None, f"the value for {key!r} is not an array ({type(value).__name__}: {exc})"
+    if tuple(host.shape) != p.shape:
+        return None, (f"size mismatch for {key!r}: the value has shape {tuple(host.shape)}, "
+                      f"the parameter in the model has shape {p.shape}")
+    if host.dtype.kind not in "biuf" or not np.can_cast(host.dtype, np.dtype(p.dtype),
+                                                        casting="same_kind"):
+        return None, (f"dtype mismatch for {key!r}: a {host.dtype} value cannot become the "
+                      f"{p.dtype} parameter without changing its kind")
+    try:  # onto the parameter's device now, so that writing later cannot fail halfway
+        return p.device.asarray(host, dtype=p.dtype, copy=True), ""
+    except Exception as exc:
+        return None, f"cannot put the value for {key!r} on {p.device.name}: {exc}"
+
+
+def _write_in_place(p: Tensor, value: Any) -> None:
+    """Write ``value`` into ``p``'s own array and stamp it (the tape's in-place guard)."""
+    from ..autodiff.tape import _stamp
+
+    data = p.data
+    writable = (not isinstance(data, np.generic)
+                and getattr(getattr(data, "flags", None), "writeable", True))
+    with p.device.context or nullcontext():
+        if writable:
+            data[...] = value
+        else:  # a NumPy scalar or a read-only view cannot be written: the tensor gets a
+            p.data = value  # new array of its own (still the same Tensor object), counted
+            nbytes = int(getattr(value, "nbytes", 0))
+            p.device.live_bytes += nbytes - p._nbytes
+            p.device.peak_bytes = max(p.device.peak_bytes, p.device.live_bytes)
+            p._nbytes = nbytes
+    _stamp(p.data)
 
 
 class Sequential(Module):

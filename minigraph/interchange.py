@@ -1,0 +1,201 @@
+"""Interchange: values in from other libraries (DLPack), and state dicts to files and back.
+
+* ``mg.from_dlpack(x)`` makes a tensor from any array that speaks DLPack, the protocol
+  NumPy (>= 2), PyTorch, CuPy and JAX share: ``mg.from_dlpack(torch_tensor)``. The other
+  direction is ``Tensor.__dlpack__`` (tensor.py): ``np.from_dlpack(t)``,
+  ``torch.from_dlpack(t)``.
+* ``mg.save(model.state_dict(), "model.npz")`` and ``mg.load("model.npz")`` keep a state
+  dict in a NumPy ``.npz`` archive: a zip of ``.npy`` files, one per key. Loading never
+  unpickles (``allow_pickle=False``), so a file from someone else cannot run code here,
+  which a pickle (and hence ``torch.load`` without ``weights_only``) can.
+
+Who owns the memory is said in each docstring. In short: DLPack *shares* memory (that is
+its purpose), so ``Tensor.__dlpack__`` hands out the tensor's own buffer, as ``t.numpy()``
+does; ``mg.from_dlpack`` *copies* by default, so that an in-place update in minigraph
+(``x -= y``, an optimizer step) never silently writes into another library's array;
+``copy=False`` shares, when you want that and know it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections import OrderedDict
+from typing import Any, Mapping
+
+import numpy as np  # the archive format is NumPy's
+
+from .device import Device, get_device
+from .errors import DeviceError, DTypeError, MinigraphError
+from .tensor import _SUPPORTED, Tensor
+
+# DLPack's device types (dlpack.h, DLDeviceType) that minigraph has devices for.
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+class ArchiveError(MinigraphError, ValueError):
+    """A file ``mg.load`` refuses, or a state dict ``mg.save`` cannot store."""
+
+
+# -- DLPack ----------------------------------------------------------------------------------
+
+def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True) -> Tensor:
+    """A tensor with the values of ``x``, any object with ``__dlpack__`` (a PyTorch
+    tensor, a NumPy or CuPy array, a minigraph tensor).
+
+    The tensor is made on the device where ``x``'s memory is (CPU memory on ``"cpu"``,
+    GPU N on ``"cuda:N"``), or on ``device`` if given (then the values are moved there,
+    which is always a copy). Its dtype is ``x``'s; float32, float64, int64, int32 and bool
+    are supported. It is a leaf that does not require a gradient.
+
+    Memory: with ``copy=True`` (the default) the tensor gets its own copy of the values,
+    so ``x`` and the tensor are independent afterwards: ``t -= 1`` leaves ``x`` as it was.
+    (PyTorch's ``torch.from_dlpack`` shares instead.) With ``copy=False`` the tensor
+    shares ``x``'s memory, without a copy: writing into either changes both, and the
+    bytes are not counted in the device's memory counters (``x``'s library owns them).
+    """
+    if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack: a {type(x).__name__} has no __dlpack__ method; use "
+                        f"mg.tensor(...) for Python data, or pass an array of a library "
+                        f"that supports DLPack (NumPy >= 2, PyTorch, CuPy)")
+    kind, index = x.__dlpack_device__()
+    source = _device_of(int(kind), int(index), type(x).__name__)
+    try:
+        data = source.xp.from_dlpack(x)  # shares x's memory (DLPack's contract)
+    except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+        raise TypeError(f"from_dlpack: cannot read the {type(x).__name__} through DLPack: "
+                        f"{exc}") from exc
+    name = source.dtype_name(data.dtype)
+    if name not in _SUPPORTED:
+        raise DTypeError(f"from_dlpack: dtype {name} is not supported; convert the "
+                         f"{type(x).__name__} to one of {', '.join(_SUPPORTED)} first")
+    target = source if device is None else get_device(device)
+    if target is source and not copy:
+        return Tensor(data, source)  # a view of x's memory: its .base is x's owner
+    if target is not source and not copy:
+        raise DeviceError(f"from_dlpack: copy=False shares memory, but the values are on "
+                          f"{source.name} and device={target.name!r} was asked for; moving "
+                          f"them is a copy (use copy=True)")
+    return Tensor(target.copy_from(data, source), target)
+
+
+def _device_of(kind: int, index: int, what: str) -> Device:
+    """The minigraph device for DLPack's (device type, index)."""
+    if kind in (_DL_CPU, _DL_CUDA_HOST):  # host memory (pinned host memory too)
+        return get_device("cpu")
+    if kind in (_DL_CUDA, _DL_CUDA_MANAGED):
+        return get_device(f"cuda:{index}")  # explains what is missing if CuPy is absent
+    raise DeviceError(f"from_dlpack: the {what} lives on DLPack device type {kind} "
+                      f"(index {index}), which minigraph has no device for; minigraph "
+                      f"reads CPU and CUDA memory. Move it to the CPU first")
+
+
+# -- files -----------------------------------------------------------------------------------
+
+def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
+    """Write a dict of name -> tensor (or NumPy array) to ``path``, a NumPy ``.npz`` archive.
+
+    The file is exactly ``path`` (no ``.npz`` is added). Keys are kept in order, values
+    with their dtype and shape (tensors are copied to the host). Everything is checked
+    first: a value that is not a tensor or an array, a dtype minigraph cannot load back
+    (float16, object, ...), or a key that cannot be a name in the archive raises, and
+    nothing is written. The archive is written to a temporary file in the same folder
+    and then moved over ``path`` in one step (``os.replace``), so a failure (a full disk,
+    an interrupt) leaves an existing file as it was, never half-written.
+
+    ``np.load(path)`` reads the file too; PyTorch users get ``torch.from_numpy`` of each.
+    """
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"save: expected a dict of name -> tensor (model.state_dict()), got "
+                        f"a {type(state_dict).__name__}")
+    arrays = [(_entry_name(key), _host_array(key, value)) for key, value in state_dict.items()]
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # What np.savez does, written out: np.savez(file, **dict) would take a key
+            # named "file" or "allow_pickle" for its own argument.
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+                for entry, array in arrays:
+                    with z.open(entry, "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, array, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file readable by its owner only; give it an ordinary file's
+        # mode (the old file's, if there is one).
+        os.chmod(tmp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _entry_name(key: Any) -> str:
+    """The archive member for ``key`` (``key + ".npy"``), checked to come back as ``key``."""
+    if not isinstance(key, str):
+        raise TypeError(f"save: keys must be strings, got {key!r} ({type(key).__name__})")
+    entry = key + ".npy"
+    # zipfile rewrites some names (it cuts at a NUL, turns the OS separator into "/"):
+    # such a key would come back as another key, so it is refused.
+    if not key or zipfile.ZipInfo(entry).filename != entry:
+        raise ArchiveError(f"save: the key {key!r} cannot be stored in an .npz archive "
+                           f"(empty, or with a character a zip name cannot hold, such as NUL); "
+                           f"rename it")
+    return entry
+
+
+def _host_array(key: str, value: Any) -> np.ndarray:
+    """``value`` as a host NumPy array that ``load`` will give back unchanged."""
+    if isinstance(value, Tensor):
+        array = np.asarray(value.numpy())
+    elif isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+    else:
+        raise TypeError(f"save: the value for {key!r} is a {type(value).__name__}; only "
+                        f"tensors and NumPy arrays are stored (mg.tensor(value) first)")
+    if array.dtype.hasobject or array.dtype.name not in _SUPPORTED:
+        raise DTypeError(f"save: the value for {key!r} has dtype {array.dtype}, which "
+                         f"mg.load cannot give back; use one of {', '.join(_SUPPORTED)}")
+    return array
+
+
+def load(path: "str | os.PathLike[str]",
+         device: "str | Device | None" = "cpu") -> "OrderedDict[str, Tensor]":
+    """Read an archive written by ``mg.save`` (or ``np.savez``): an ordered dict of tensors.
+
+    Keys come in the order they were saved; each tensor is a new leaf on ``device``
+    (``"cpu"`` unless given; ``None`` means the current default device), with its own
+    memory. Nothing is ever unpickled: an archive holding an object array (which only a
+    pickle can give back, and a pickle can run any code) is refused, naming the key,
+    and so is a file that is not an ``.npz`` archive.
+    """
+    dev = get_device(device)
+    out: OrderedDict[str, Tensor] = OrderedDict()
+    try:
+        archive = np.load(os.fspath(path), allow_pickle=False)
+    except ValueError as exc:  # a pickle, or a file NumPy does not recognise
+        raise ArchiveError(f"load: {os.fspath(path)!r} is not an .npz archive that can be "
+                           f"read without unpickling ({exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ArchiveError(f"load: {os.fspath(path)!r} holds a single array (.npy), not an "
+                           f".npz archive of named arrays; use np.load for it")
+    with archive:
+        for key in archive.files:
+            try:
+                array = archive[key]
+            except ValueError as exc:  # "Object arrays cannot be loaded when allow_pickle=False"
+                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is an "
+                                   f"object array, which only unpickling could read; "
+                                   f"refused ({exc})") from None
+            if not isinstance(array, np.ndarray):  # a member that is not a .npy file
+                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is not a "
+                                   f"NumPy array (.npy) but {type(array).__name__}")
+            if not array.dtype.isnative:  # a big-endian file, on a little-endian machine
+                array = array.astype(array.dtype.newbyteorder("="))
+            if array.dtype.name not in _SUPPORTED:
+                raise DTypeError(f"load: {os.fspath(path)!r}: the entry {key!r} has dtype "
+                                 f"{array.dtype}; minigraph supports {', '.join(_SUPPORTED)}")
+            out[key] = Tensor(dev.copy_from(array, get_device("cpu")), dev)
+    return out
