@@ -197,5 +197,5 @@ def load(path: "str | os.PathLike[str]",
             if array.dtype.name not in _SUPPORTED:
                 raise DTypeError(f"load: {os.fspath(path)!r}: the entry {key!r} has dtype "
                                  f"{array.dtype}; minigraph supports {', '.join(_SUPPORTED)}")
-            out[key] = Tensor(dev.copy_from(array, get_device("cpu")), dev)
+            out[key] = Tensor(dev.asarray(array, copy=True), dev)
     return out

@@ -269,8 +269,7 @@ def _device_by_name(name: str, what: str = "a device") -> Device:
 def _unpickle(values: Any, device_name: str, requires_grad: bool) -> Tensor:
     """Rebuild a pickled tensor: its values copied onto the device of that name here."""
     dev = _device_by_name(device_name, "a tensor")
-    host = get_device("cpu")
-    return _rebuild(dev.copy_from(values, host), dev, requires_grad)
+    return _rebuild(dev.asarray(values, copy=True), dev, requires_grad)
 
 
 # A Device (in a module's attributes, say) pickles as its name, like a tensor's device.

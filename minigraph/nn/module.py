@@ -57,12 +57,19 @@ class Module:
         if params is None:
             raise AttributeError(f"{type(self).__name__}: cannot assign {name!r} before "
                                  f"Module.__init__() has run; call super().__init__() first")
-        params.pop(name, None)
-        self._modules.pop(name, None)
+        # A name lives in one table. Re-assigning a parameter (or a submodule) keeps its
+        # place in its table, as in PyTorch, so the order of parameters() and of the
+        # state dict's keys stays the order the layers were built in.
+        is_param = isinstance(value, Tensor) and value.requires_grad
+        is_module = isinstance(value, Module)
+        if not is_param:
+            params.pop(name, None)
+        if not is_module:
+            self._modules.pop(name, None)
         self.__dict__.pop(name, None)
-        if isinstance(value, Tensor) and value.requires_grad:
+        if is_param:
             params[name] = value
-        elif isinstance(value, Module):
+        elif is_module:
             self._modules[name] = value
         else:
             object.__setattr__(self, name, value)
