@@ -166,8 +166,8 @@ class Tensor(ArrayOps):
     #   ``copy.copy`` shares the storage; minigraph copies the values, as NumPy's
     #   ``copy.copy`` of an array does, so that ``c -= 1`` never changes ``t``.
     # * ``copy.deepcopy(t)``: also a deep copy of ``t.grad``; refused for a tensor on the
-    #   tape, as PyTorch refuses it (a copy cut from the tape would silently give no
-    #   gradient to what made ``t``).
+    #   tape, as PyTorch refuses it: a deep copy promises an equal object, and the
+    #   tape line (what made ``t``, from which arguments) is not something to copy.
     #
     # A device is pickled by its name and found again with ``mg.get_device(name)`` where
     # the pickle is loaded (see ``_device_by_name``); a copy in the same process keeps
@@ -206,7 +206,9 @@ class Tensor(ArrayOps):
         array and this tensor are one buffer, as with ``t.numpy()`` on the CPU. A write on
         either side (``t -= 1``, an optimizer step, ``torch_view.add_(1)``) is seen by
         both. Copy on the consumer's side (``np.from_dlpack(t).copy()``) to get values of
-        your own. The consumer only gets values: no gradient flows back through them.
+        your own. The consumer only gets values: no gradient flows back through them
+        (PyTorch refuses to export a tensor that requires a gradient; minigraph exports
+        its values, as ``t.numpy()`` gives them).
         """
         data = self.data
         if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):

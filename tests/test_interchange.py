@@ -190,7 +190,8 @@ def test_no_exception_on_stderr_from_del_at_exit_or_after_failed_loads():
         x = mg.tensor(np.ones((100, 100)), requires_grad=True)
         y = (x * 2).sum()
         y.backward()
-        keep = [x, y, copy.deepcopy(x), pickle.loads(pickle.dumps(y)), mg.tensor(1.0, device="cpu:1")]
+        keep = [x, y, copy.deepcopy(x), pickle.loads(pickle.dumps(y)),
+                mg.tensor(1.0, device="cpu:1")]
         model = copy.deepcopy(mg.nn.Sequential(mg.nn.Linear(3, 4), mg.nn.ReLU()))
         half = mg.Tensor.__new__(mg.Tensor)
         bad = pickle.dumps(mg.tensor([1.0], device="cpu:1")).replace(b"cpu:1", b"cpu:9")
