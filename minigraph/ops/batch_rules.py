@@ -13,7 +13,9 @@ one argument is batched. A rule only calls minigraph functions, so it runs on ev
 value kind: tensors, dual numbers, graph nodes, and the batched values of an outer vmap
 (which is how ``vmap(vmap(f))`` works).
 
-The families below cover most of the table; the other rules sit in their entries.
+The families below cover most of the table; the other rules sit in their entries. The
+rules here reach reshape, transpose and broadcast_to through the table (``PRIMITIVES``),
+not through ``shape.py``, whose entries use these rules: no import goes both ways.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def example(x: Any, d: "int | None") -> Example:
 def materialize(x: Any, d: "int | None", size: int) -> Any:
     """``x`` with a batch axis in front: an unbatched value is repeated ``size`` times
     (a broadcast, no copy on NumPy). For ops that need every argument batched."""
-    return x if d is not None else SH.broadcast_to(x, (size,) + tuple(S.shape_of(x)))
+    return x if d is not None else bind(PRIMITIVES["broadcast_to"], x,
+                                       shape=(size,) + tuple(S.shape_of(x)))
 
 
 def align(dims: Dims, args: Sequence[Any]) -> list:
@@ -71,7 +74,8 @@ def align(dims: Dims, args: Sequence[Any]) -> list:
     for a, d in zip(args, dims):
         if d is not None and rank(a, d) < top:
             shape = S.shape_of(a)
-            a = SH.reshape(a, shape[:1] + (1,) * (top - rank(a, d)) + shape[1:])
+            a = bind(PRIMITIVES["reshape"], a,
+                     shape=shape[:1] + (1,) * (top - rank(a, d)) + shape[1:])
         out.append(a)
     return out
 
@@ -82,7 +86,7 @@ def moveaxis(x: Any, source: int, destination: int) -> Any:
         return x
     order = [i for i in range(len(S.shape_of(x))) if i != source]
     order.insert(destination, source)
-    return SH.transpose(x, tuple(order))
+    return bind(PRIMITIVES["transpose"], x, axes=tuple(order))
 
 
 def elementwise(name: str) -> Callable[..., Any]:
@@ -117,8 +121,3 @@ def along_axis(name: str) -> Callable[..., Any]:
     def rule(dims: Dims, x: Any, axis: int) -> Any:
         return bind(PRIMITIVES[name], x, axis=axis + 1)
     return rule
-
-
-# Last, because shape.py's own entries use the rules above: the modules import each
-# other, and this order lets each find what it needs when it first runs.
-from . import shape as SH  # noqa: E402

@@ -16,10 +16,9 @@ import numpy as np
 
 from . import batch_rules as B
 from . import copy as C
-from . import shape as SH
 from . import shape_rules as S
 from ..errors import ShapeError
-from .primitive import bind, primitive
+from .primitive import PRIMITIVES, bind, primitive
 
 Axis: TypeAlias = "int | tuple[int, ...] | None"
 
@@ -35,8 +34,14 @@ def _expand(g: Any, x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> Any
     reached as ``builtins.sum`` and ``builtins.max``.)
     """
     if not keepdims:
-        g = SH.reshape(g, S.reduced(x, axis, keepdims=True))
-    return SH.broadcast_to(g, S.shape_of(x))
+        g = _reshape(g, S.reduced(x, axis, keepdims=True))
+    return g if S.shape_of(g) == S.shape_of(x) else bind(PRIMITIVES["broadcast_to"], g,
+                                                         shape=S.shape_of(x))
+
+
+def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
+    """reshape through the table: shape.py uses sum_to, so this module does not import it."""
+    return bind(PRIMITIVES["reshape"], x, shape=tuple(shape))
 
 
 def _count(x: Any, axis: tuple[int, ...] | None) -> int:
@@ -163,4 +168,4 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
     if not stretched:  # only new leading axes (a bias's gradient): the sum has the shape
         return sum(x, tuple(range(lead)))
-    return SH.reshape(sum(x, tuple(range(lead)) + stretched, keepdims=True), tuple(shape))
+    return _reshape(sum(x, tuple(range(lead)) + stretched, keepdims=True), tuple(shape))
