@@ -1,0 +1,75 @@
+"""The fuzzer (``python -m minigraph.fuzz``): a short seeded run, and a check that it can fail.
+
+The seeded run draws a fixed number of cases of each kind (not a time budget), so CI sees
+the same cases every time. Longer runs are for the command line:
+``python -m minigraph.fuzz --seconds 600``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import minigraph as mg  # noqa: E402
+from minigraph import fuzz  # noqa: E402
+
+
+def known_findings(kind: str, check: str) -> bool:
+    """Checks that fail for reasons already reported (issue 18), left out of the CI run so
+    that it stays green and honest; remove an entry when its fix lands.
+
+    * issue 18 item 13, "determinism": with ``recycle=True`` a run is not always
+      bit-identical to the serial run without recycling, even with ``workers=1`` on one
+      device (a sum over a result written into a recycled buffer differs in the last
+      bit). Found by this fuzzer: ``fuzz.run(seed=0, cases={"dags": 12})``.
+    * reductions with ``axis=0`` of a 0-d tensor: NumPy and PyTorch return the value,
+      minigraph raises a plain ``IndexError`` (not ``mg.errors.AxisError``) from the kernel.
+    """
+    if kind == "dags":
+        return "recycle=True" in check
+    if kind == "adversarial":
+        return "_axis" in check and "[]" in check.split(",")[0]
+    return False
+
+
+def test_seeded_run_finds_nothing_new():
+    out = io.StringIO()
+    report = fuzz.run(seed=0, cases={"programs": 12, "dags": 12, "adversarial": 120},
+                      exclude=known_findings, shrink_seconds=5, out=out)
+    assert report.cases == {"programs": 12, "dags": 12, "adversarial": 120}
+    assert report.checks["programs"] > 0 and report.checks["dags"] > 0
+    assert not report.findings, out.getvalue()
+
+
+def test_a_wrong_gradient_is_found_and_shrunk(monkeypatch):
+    """Break one op and the fuzzer must say so, with a reproducer that still fails."""
+    real_sin = mg.sin
+    monkeypatch.setattr(mg, "sin", lambda x: real_sin(x) * 1.001)  # the programs read mg.sin
+    out = io.StringIO()
+    report = fuzz.run(seed=1, cases={"programs": 2}, shrink_seconds=5, out=out)
+    assert report.findings, "a 0.1% error in sin went unnoticed"
+    finding = report.findings[0]
+    assert finding.kind == "programs" and "FINDING" in out.getvalue()
+    namespace: dict = {}
+    exec(finding.snippet.replace("print(", "(lambda *a: None)("), namespace)  # runs alone
+    assert namespace["why"] is not None
+
+
+def test_verdict_scales_tolerances_and_compares_nan():
+    ns = fuzz._namespace()
+    verdict = ns["verdict"]
+    assert verdict(np.array([1e8 + 1e-3]), np.array([1e8])) is None  # relative
+    assert verdict(np.array([1e-12]), np.array([0.0])) is None  # absolute near zero
+    assert verdict(np.array([1.01]), np.array([1.0])) is not None
+    assert verdict(np.array([np.nan]), np.array([1.0])) is not None
+    assert verdict(np.array([np.nan]), np.array([np.nan])) is None
+    assert verdict(np.zeros((2, 1)), np.zeros((2,))) is not None  # shapes must match
+
+
+def test_command_line_exit_status(capsys):
+    assert fuzz.main(["--seconds", "0", "--seed", "3"]) == 0
+    assert "0 cases" in capsys.readouterr().out
