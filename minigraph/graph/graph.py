@@ -135,8 +135,10 @@ class Node(ArrayOps):
         return self.graph.add_special("Assign", (self, value), name=f"{self.name}/assign")
 
     def numpy(self) -> Any:
+        """A Const's or a Variable's value, as a NumPy array of the caller's own (a copy:
+        writing into it must not change the graph, nor a later assign change it)."""
         if self.op in ("Const", "Variable"):
-            return self.device.to_numpy(self.value)
+            return np.array(self.device.to_numpy(self.value), copy=True)
         raise self._no_value("numpy()")
 
     def item(self) -> Any:

@@ -19,8 +19,11 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
+import numpy as np
+
+from ..device import Device
 from .graph import Graph, Node
 from .topo import fifo_order, needed
 
@@ -72,9 +75,38 @@ def _key(n: Node, args: tuple) -> tuple | None:
     """What makes two nodes compute the same value; None for nodes never merged."""
     if n.prim is None:
         return None  # placeholders, constants, variables and assignments stay distinct
-    params = tuple(sorted((k, repr(v)) for k, v in n.params.items()))
+    params = tuple(sorted((k, value_key(v)) for k, v in n.params.items()))
     return (n.op, n.device.name, params,
-            tuple(id(a) if isinstance(a, Node) else ("number", a) for a in args))
+            tuple(("node", id(a)) if isinstance(a, Node) else value_key(a) for a in args))
+
+
+def value_key(v: object) -> Hashable:
+    """A key equal for two parameters exactly when they are the same value of the same type.
+
+    Neither ``repr`` nor ``==`` will do: NumPy elides a large array's ``repr`` to "...",
+    so two different arrays print alike; and ``1 == 1.0 == True`` and ``0.0 == -0.0``,
+    yet ``x ** 1`` and ``x ** 1.0`` have different dtypes and ``1 / -0.0`` is ``-inf``.
+    So a float is keyed by its bits (``float.hex`` keeps the sign of zero and tells NaNs
+    apart from numbers), an array by its dtype, shape and bytes, and a value of a type
+    this function does not know by its identity: such nodes merge only if they share
+    the very object, which is never wrong.
+    """
+    if v is None or isinstance(v, (bool, int, str, bytes)):
+        return type(v), v  # (bool before int would not matter: the type is in the key)
+    if isinstance(v, float):
+        return float, v.hex()
+    if isinstance(v, (np.ndarray, np.generic)):
+        a = np.ascontiguousarray(v)
+        return type(v), a.dtype.str, a.shape, a.tobytes()
+    if isinstance(v, (tuple, list)):
+        return type(v), tuple(value_key(x) for x in v)
+    if isinstance(v, dict):
+        return dict, tuple(sorted((repr(k), value_key(x)) for k, x in v.items()))
+    if isinstance(v, slice):
+        return slice, value_key(v.start), value_key(v.stop), value_key(v.step)
+    if isinstance(v, Device):
+        return Device, v.name
+    return "object", id(v)
 
 
 def cse(graph: Graph, fetches: Sequence[Node]) -> PassResult:

@@ -8,9 +8,10 @@ For each parameter p with gradient g (PyTorch's ``torch.optim.SGD``):
     p = p - lr * (buf if momentum else g)
 
 ``step()`` first computes every parameter's change (and every new momentum buffer),
-checking each gradient's shape, dtype and device, and only then writes them all. So a
-step that fails, on the fifth parameter say, leaves all parameters and buffers as they
-were (DESIGN.md: "a failed step leaves parameters as they were"). The writes are
+checking each gradient's shape, dtype and device, and that each parameter's memory can
+be written (a read-only array would fail half-way through the writes), and only then
+writes them all. So a step that fails, on the fifth parameter say, leaves all
+parameters and buffers as they were (DESIGN.md: "a failed step leaves parameters as they were"). The writes are
 ``p -= change`` under ``no_grad``: in place, into the parameters' own arrays, as in
 PyTorch (chapter 01), so no new arrays are made per step, and a tape that recorded a
 parameter before the step refuses a later ``backward()`` (chapter 02). A graph that
@@ -37,6 +38,12 @@ class SGD:
         for i, p in enumerate(self.params):
             if not isinstance(p, Tensor):
                 raise TypeError(f"SGD: parameter {i} is a {type(p).__name__}, not a Tensor")
+        first: dict[int, int] = {}
+        for i, p in enumerate(self.params):  # a repeated parameter would be stepped twice
+            j = first.setdefault(id(p), i)
+            if j != i:
+                raise ValueError(f"SGD: parameter {i} is parameter {j} again; give each "
+                                 f"parameter once")
         for what, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
             if not v >= 0.0:
                 raise ValueError(f"SGD: {what} must be >= 0, got {v}")
@@ -65,12 +72,24 @@ class SGD:
         g = _checked_grad(i, p)
         if self.weight_decay:
             g = g + self.weight_decay * p.detach()
+        _check_writable(i, p)
         buf = None
         if self.momentum:
             old = self.state.get(i)
-            buf = g if old is None else self.momentum * old + g
+            # the first buffer is a copy (PyTorch's clone): g may be the gradient's own
+            # memory, which a later backward accumulates into in place
+            buf = (Tensor(g.device.copy_from(g.data, g.device), g.device) if old is None
+                   else self.momentum * old + g)
             g = buf
         return self.lr * g, buf
+
+
+def _check_writable(i: int, p: Tensor) -> None:
+    """Refuse, before anything is written, a parameter whose array is read-only."""
+    flags = getattr(p.data, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        raise ValueError(f"SGD.step: parameter {i} (shape {p.shape}) lives in a read-only "
+                         f"array, so it cannot be updated in place; no parameter was changed")
 
 
 def _checked_grad(i: int, p: Tensor) -> Tensor:

@@ -6,7 +6,9 @@ The optimisations of SINGA's computational graph, made observable:
 * **reference-count recycling**: every value counts the consumers that still have to
   read it; after the last one it is freed, unless it is fetched (the caller wants it);
 * **a per-device pool**: a freed buffer goes to a pool, keyed by device, shape and dtype,
-  *if a node still to run will want one of that key*; that node then writes into it (its
+  *if a node still to run will want one of that key* (and if it is laid out in C
+  order, as a fresh result is: a kernel gives bit-identical results whether it writes
+  into a recycled buffer or a new one, so recycling never changes a value); that node then writes into it (its
   primitive's ``out`` kernel) instead of allocating new memory. A buffer nobody will
   want is given back at once, so the pool never holds memory for nothing: the plan is
   known before the run starts, which is the advantage a static graph gives (SINGA plans
@@ -150,7 +152,7 @@ class Memory:
         base, _, dev, size = self.storage.pop(key)
         if self.poison:
             _poison(base)
-        if self.recycle and getattr(base, "ndim", 0) > 0:
+        if self.recycle and getattr(base, "ndim", 0) > 0 and _c_contiguous(base):
             pool_key = (dev, tuple(base.shape), _dtype_name(node, base))
             free = self.pool.setdefault(pool_key, [])
             if len(free) < self.demand.get(pool_key, 0):
@@ -184,6 +186,17 @@ def can_write_into(node: Node) -> bool:
     return (node.prim is not None and node.prim.out is not None and node.shape is not None
             and node.device.supports_out
             and all(a.dtype == node.dtype for a in node.inputs))
+
+
+def _c_contiguous(array: Any) -> bool:
+    """Whether ``array`` is laid out in C order, as every kernel's fresh result of a
+    pooled key is. Only such buffers are pooled: a kernel writing into a buffer of
+    another layout (a ufunc on a transposed input returns Fortran order) may compute
+    differently, ``matmul`` into a Fortran-ordered ``out`` differs in the last bit, and
+    whether a node gets a recycled buffer depends on the timing of the other threads:
+    results would differ between ``workers=1`` and ``workers=2``."""
+    flags = getattr(array, "flags", None)
+    return bool(getattr(flags, "c_contiguous", False))
 
 
 def _dtype_name(node: Node, array: Any) -> str:

@@ -27,7 +27,13 @@ each other.
 The first failure stops the run: nothing that depends on the failed node runs, the
 other threads finish the node they are running and stop, and ``run()`` raises the
 error, which names the node, its op and the line of user code that created it.
-Ctrl-C stops a run the same way.
+Ctrl-C stops a run the same way, and the run returns only once no thread of the
+pool still works on it.
+
+NumPy's floating-point error settings (``np.errstate``, ``np.seterr``) belong to a
+thread; a ``Run`` carries the caller's (``errors``), and every thread that executes
+its nodes applies them, so ``with np.errstate(over="raise"):`` around ``sess.run``
+raises wherever the overflowing kernel runs.
 """
 
 from __future__ import annotations
@@ -69,8 +75,12 @@ def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Nod
                         f" needs a value: the fetches {users} depend on it; pass it in "
                         f"feed_dict={{{node.name}: ...}}")
     if node.op == "Assign":
+        # The variable keeps a copy of its own, taken now: the value read here may be a
+        # fed array (the caller may change it later), another variable's buffer, or an
+        # intermediate whose buffer the run recycles as soon as this node has read it.
+        # (The Assign node's own value stays the input: the run's memory counts that.)
         value = values[id(node.args[1])]
-        assigns.append((node.args[0], value))
+        assigns.append((node.args[0], node.device.copy_from(value, node.device)))
         return value
     arrays = []
     for a in node.args:
@@ -120,8 +130,11 @@ class Run:
     def __init__(self, plan: list[Node], feeds: dict[int, Any], fetches: list[Node],
                  memory: Memory, cost_of: Callable[[Node], str],
                  record: Callable[[str, float], None] | None = None,
-                 rendezvous: Rendezvous | None = None, layout: "Layout | None" = None):
+                 rendezvous: Rendezvous | None = None, layout: "Layout | None" = None,
+                 errors: Any = None):
         self.plan = plan
+        # the caller's np.geterr(), applied on every thread that runs this plan's kernels
+        self.errors = errors if errors is not None else np.geterr()
         self.values: dict[int, Any] = dict(feeds)
         self.feeds = feeds
         self.fetches = fetches
@@ -236,6 +249,10 @@ class Run:
 
     # -- workers = 1: one FIFO queue on the calling thread ------------------------------------
     def run_serial(self) -> None:
+        with np.errstate(**self.errors):  # (a device executor runs on a thread of its own)
+            self._run_serial()
+
+    def _run_serial(self) -> None:
         ready = deque(self.roots)
         remaining = len(self.plan)
         try:
@@ -260,6 +277,10 @@ class Run:
 
     # -- workers > 1: inline cheap nodes, expensive nodes to the pool ---------------------
     def run_threaded(self, pool: ThreadPoolExecutor) -> None:
+        with np.errstate(**self.errors):  # the cheap roots run on this thread
+            self._run_threaded(pool)
+
+    def _run_threaded(self, pool: ThreadPoolExecutor) -> None:
         self.remaining = len(self.plan)
         self.active = 0
         self.changed = threading.Condition(self.lock)
@@ -324,15 +345,16 @@ class Run:
         """A worker's task: run ``batch`` and the cheap nodes they make ready."""
         todo = deque(batch)
         try:
-            while todo and self.error is None:
-                node = todo.popleft()
-                ready = self.execute(node)
-                if ready is None:
-                    continue  # a Recv waiting for its tensor: resubmitted when it comes
-                with self.changed:
-                    self.remaining -= 1
-                    self.changed.notify_all()
-                self._dispatch(ready, todo)
+            with np.errstate(**self.errors):  # a pool thread keeps its own settings
+                while todo and self.error is None:
+                    node = todo.popleft()
+                    ready = self.execute(node)
+                    if ready is None:
+                        continue  # a Recv waiting for its tensor: resubmitted when it comes
+                    with self.changed:
+                        self.remaining -= 1
+                        self.changed.notify_all()
+                    self._dispatch(ready, todo)
         except BaseException as exc:  # noqa: BLE001 - handed to run(), which raises it
             self._stop(exc)
         finally:

@@ -16,12 +16,31 @@ that created it. Nothing is left half-done: variables are assigned only after th
 run has succeeded, so a failed run leaves them as they were and the session usable.
 ``sess.last_run`` tells what the run did (``profile.py``); ``run_async`` returns a future
 at once and runs in the background, as a GPU runs the work a program has queued.
+
+What a run hands back is the caller's own (a value that shares no memory with anything
+the library keeps or reuses), and what a run keeps is its own:
+
+* a fetched value that is a variable's or a constant's buffer, a fed array (or a view
+  of one of these), or the same buffer as an earlier fetch of the same run, is copied;
+  every other fetched value was made by this run and is handed over as it is (the
+  recycling pool of a run dies with the run, so nothing writes into it later);
+* an ``Assign`` stores a copy (``scheduler.compute``): never the caller's fed array,
+  another variable's buffer, or an intermediate the pool is about to reuse.
+
+Runs may come from several threads at once. A run that reads or writes variables holds
+its graph's state lock from start to commit (variables live on the graph, shared by its
+sessions), so concurrent runs give the results of some serial order: no lost update, no
+run that sees half of another's assignments. Runs of pure functions run side by side.
+NumPy's floating-point error settings of the calling thread (``np.errstate``) apply to
+the run's kernels on whatever thread they execute (``scheduler.Run``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
+from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -33,7 +52,7 @@ from ..graph.graph import Graph, GraphError, Node, default_graph, describe_locat
 from ..graph.topo import fifo_order, needed
 from ..tensor import Tensor
 from .cost import CostModel
-from .memory import Memory
+from .memory import Memory, root
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
@@ -68,6 +87,10 @@ class Session:
         self._background: ThreadPoolExecutor | None = None
         self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
         self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
+        self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
+        # guards the caches above when several threads run at once: a plan made twice
+        # would leave a layout under the id of a plan that died (ids are reused)
+        self._cache_lock = threading.RLock()
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
@@ -75,18 +98,25 @@ class Session:
         if self._spans_ranks():  # every rank runs its part; MPI carries the rest
             from .mpi_run import run_across_ranks
 
-            values, assigns = run_across_ranks(self, flat, feed_dict or {})
-        else:
-            feeds = self._feeds(feed_dict or {})
-            plan = self._plan(flat, feeds)
+            with _state_lock(self.graph):
+                values, assigns = run_across_ranks(self, flat, feed_dict or {})
+                kept = [n.value for n in self.graph.nodes if n.op in ("Const", "Variable")]
+                kept += [np.asarray(v) for v in (feed_dict or {}).values()]
+                results = _handed_over(flat, values, kept)
+                _commit(assigns)
+            return _rebuild(fetches, iter(results))
+        feeds = self._feeds(feed_dict or {})
+        plan = self._plan(flat, feeds)
+        with _state_lock(self.graph) if self._stateful[id(plan)] else nullcontext():
             if len({n.device.name for n in plan}) > 1:
                 values, assigns = self._run_partitioned(flat, feeds)
             else:
                 values, assigns = self._run_on_one_device(plan, flat, feeds)
-        for var, value in assigns:  # only now: a failed run changes no variable
-            var.value = value
-        results = iter([_to_numpy(n, values[id(n)]) for n in flat])
-        return _rebuild(fetches, results)
+            kept = list(feeds.values()) + [n.value for n in plan
+                                           if n.op in ("Const", "Variable")]
+            results = _handed_over(flat, values, kept)
+            _commit(assigns)
+        return _rebuild(fetches, iter(results))
 
     def _new_run(self, plan: list[Node], feeds: dict, fetches: list[Node], start: float,
                  rendezvous: Rendezvous | None = None, layout: Layout | None = None) -> Run:
@@ -120,8 +150,7 @@ class Session:
         runs = self._partition_runs(parts, list(parts), fetches, feeds, Rendezvous(),
                                     time.perf_counter())
         threads = self._start_executors(runs)
-        for t in threads:
-            t.join()
+        _join(runs, threads)
         self.last_run = RunStats.merge([run for _, run in runs])
         return self._collect(parts, [run for _, run in runs])
 
@@ -180,24 +209,33 @@ class Session:
 
     def _partition(self, fetches: list[Node], feeds: dict) -> Partition:
         key = ("partition", len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
-        if key not in self._plans:
-            self._plans[key] = partition(self.graph, fetches, set(feeds))
-        return self._plans[key]
+        with self._cache_lock:
+            if key not in self._plans:
+                self._plans[key] = partition(self.graph, fetches, set(feeds))
+            return self._plans[key]
 
     def _pool_for(self, device: str) -> ThreadPoolExecutor | None:
         """Each device has its own workers, like a stream of its own."""
         if self.workers == 1:
             return None
-        if device not in self._pools:
-            self._pools[device] = ThreadPoolExecutor(
-                self.workers, thread_name_prefix=f"minigraph-{device}")
-        return self._pools[device]
+        with self._cache_lock:  # (two threads must not both make the device's pool)
+            if device not in self._pools:
+                self._pools[device] = ThreadPoolExecutor(
+                    self.workers, thread_name_prefix=f"minigraph-{device}")
+            return self._pools[device]
 
     def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
-        """Start ``run`` in the background; the returned future's ``result()`` waits."""
-        if self._background is None:
-            self._background = ThreadPoolExecutor(1, thread_name_prefix="minigraph-async")
-        return self._background.submit(self.run, fetches, feed_dict)
+        """Start ``run`` in the background; the returned future's ``result()`` waits.
+        The caller's NumPy error settings, taken now, hold for that run."""
+        with self._cache_lock:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(1, thread_name_prefix="minigraph-async")
+        return self._background.submit(self._run_with_errors, np.geterr(), fetches, feed_dict)
+
+    def _run_with_errors(self, errors: Any, fetches: Any, feed_dict: dict | None) -> Any:
+        """``run`` on the background thread, under ``errors`` (``np.geterr()``'s dict)."""
+        with np.errstate(**errors):
+            return self.run(fetches, feed_dict)
 
     def close(self) -> None:
         """Stop the session's threads (also done when the session is garbage-collected)."""
@@ -238,16 +276,75 @@ class Session:
         """The nodes to run, in FIFO order, cached with their dependency counts (the
         plan stays in the cache, so its id keys its layout)."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
-        if key not in self._plans:
-            keep = needed(fetches, set(feeds))
-            plan = fifo_order(self.graph.nodes, keep, set(feeds))
-            self._plans[key] = plan
-            self._layouts[id(plan)] = Layout(plan, set(feeds))
-        return self._plans[key]
+        with self._cache_lock:
+            if key not in self._plans:
+                keep = needed(fetches, set(feeds))
+                plan = fifo_order(self.graph.nodes, keep, set(feeds))
+                self._plans[key] = plan
+                self._layouts[id(plan)] = Layout(plan, set(feeds))
+                self._stateful[id(plan)] = any(n.op in ("Variable", "Assign") for n in plan)
+            return self._plans[key]
 
 
 def _static(node: Node) -> str:
     return node.cost
+
+
+# One lock per graph for the runs that read or write its variables (a variable's value
+# lives on its node, so every session of the graph shares it). Reentrant, so that a
+# kernel that runs the graph again (a callback, a test) does not deadlock itself.
+_STATE_LOCKS: "weakref.WeakKeyDictionary[Graph, threading.RLock]" = weakref.WeakKeyDictionary()
+_STATE_LOCKS_LOCK = threading.Lock()
+
+
+def _state_lock(graph: Graph) -> threading.RLock:
+    with _STATE_LOCKS_LOCK:
+        lock = _STATE_LOCKS.get(graph)
+        if lock is None:
+            lock = _STATE_LOCKS[graph] = threading.RLock()
+        return lock
+
+
+def _commit(assigns: list[tuple[Node, Any]]) -> None:
+    """Store the run's assignments (private copies: ``scheduler.compute``); called only
+    after the whole run succeeded, so a failed run changes no variable."""
+    for var, value in assigns:
+        var.value = value
+
+
+def _handed_over(fetches: list[Node], values: dict[int, Any], kept: list[Any]) -> list[Any]:
+    """The fetched values as NumPy values the caller owns.
+
+    ``kept`` are the arrays the library keeps or the caller still holds (feeds, constants,
+    variables): a fetched value whose memory is one of them is copied, and so is a value
+    whose memory an earlier fetch of this run already handed over (``run([y, y])``, or a
+    view and its base). Anything else the run made and nobody else holds: no copy.
+    """
+    owned = {id(root(a)) for a in kept}
+    results = []
+    for n in fetches:
+        value = _to_numpy(n, values[id(n)])
+        if isinstance(value, np.ndarray):  # (a 0-d result is a NumPy scalar, a copy)
+            if id(root(value)) in owned:
+                value = value.copy()
+            owned.add(id(root(value)))
+        results.append(value)
+    return results
+
+
+def _join(runs: list[tuple[str, Run]], threads: list[threading.Thread]) -> None:
+    """Wait for the device executors. Interrupted (Ctrl-C, or any exception raised in
+    this thread), stop every executor and wait for them still, so that no thread of the
+    run outlives it and goes on computing, or writing into the session's state."""
+    try:
+        for t in threads:
+            t.join()
+    except BaseException as exc:
+        for _, run in runs:
+            run._stop(exc)
+        for t in threads:
+            t.join()
+        raise
 
 
 def _capture(execute: Any, run: Run, pool: ThreadPoolExecutor | None) -> None:
