@@ -145,6 +145,7 @@ def write_project(src: Path, repo: Path = REPO) -> list[str]:
     chaps, nbs, mods = chapters(repo), notebooks(repo), modules(repo)
     rels = [p.relative_to(repo).as_posix() for p in mods]
     rels += [p.relative_to(repo).as_posix() for p in sorted((repo / "benchmarks").glob("*.py"))]
+    chap: Path | None  # each chapter in the loops; a notebook's chapter (if any) further down
     for chap in chaps:
         for name in ("exercises.py", "test_exercises.py"):
             if (chap / name).exists():
@@ -206,7 +207,7 @@ def write_project(src: Path, repo: Path = REPO) -> list[str]:
         for cell in data["cells"]:
             if cell["cell_type"] == "markdown":
                 text = "".join(cell["source"])
-                found: list[str] = []
+                found = []  # (a list[str], as above)
                 text = rewrite_links(text, rel, repo, pages, found)
                 cell["source"] = text
                 for f in dict.fromkeys(found):

@@ -34,6 +34,7 @@ def gradients_by_every_mode(x: float = 2.0, y: float = 3.0) -> dict[str, tuple[f
         results[f'grad(mode="{mode}")'] = (gx.item(), gy.item())
     tx, ty = mg.tensor(x, requires_grad=True), mg.tensor(y, requires_grad=True)
     textbook_f(tx, ty).backward()
+    assert tx.grad is not None and ty.grad is not None  # (backward() set them)
     results["z.backward()"] = (tx.grad.item(), ty.grad.item())
     _, vjp_fn = mg.vjp(textbook_f, x, y)
     gx, gy = vjp_fn(1.0)

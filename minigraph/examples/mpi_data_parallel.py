@@ -108,6 +108,7 @@ def main() -> None:
     alone_losses = [alone.step(xm, labels, lr=0.5) for _ in range(20)]
     if me == 0:
         stats = model.session.last_run
+        assert stats is not None  # (set by the steps above)
         print(f"\nmodel parallelism: layers on {model.placement}")
         print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f} in 20 graph-mode steps; one process: "
               f"{alone_losses[0]:.4f} -> {alone_losses[-1]:.4f} "

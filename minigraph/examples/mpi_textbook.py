@@ -85,6 +85,7 @@ def main() -> None:
     print(f"rank {me}: z = {z:.12f} (6 + sin 2 = {6 + np.sin(2):.12f}), "
           f"dz/dx = {gx:.12f} (3 + cos 2 = {3 + np.cos(2):.12f}), dz/dy = {gy:.1f}", flush=True)
     mg.distributed.barrier()
+    assert sess.last_run is not None  # (set by the run above)
     if me == 0:
         moved = sess.last_run.bytes_moved
         print("bytes moved by Send/Recv:", {f"{a} -> {b}": n for (a, b), n in moved.items()})
@@ -101,6 +102,7 @@ def main() -> None:
     v1, v2 = s1.run(one[2], one[1]), s2.run(two[2], two[1])
     t1 = time_runs(s1, one[2], one[1], args.repeat)
     t2 = time_runs(s2, two[2], two[1], args.repeat)
+    assert s2.last_run is not None  # (set by the runs above)
     if me == 0:
         print(f"\ntwo branches of 4 matmuls 512x512 float64 (same values: "
               f"{np.array_equal(v1, v2)})")

@@ -151,11 +151,11 @@ _make_schedule = schedule  # Pipeline's argument of the same name hides the func
 
 
 def _check_stages(stages: Sequence[Sequence[int]], n: int) -> list[list[int]]:
-    stages = [list(s) for s in stages]
-    if not stages or any(not s for s in stages) or sum(stages, []) != list(range(n)):
+    runs = [list(s) for s in stages]
+    if not runs or any(not s for s in runs) or sum(runs, []) != list(range(n)):
         raise PipelineError(f"Pipeline: the stages must be non-empty runs of consecutive "
-                            f"layers covering layers 0..{n - 1} in order, got {stages}")
-    return stages
+                            f"layers covering layers 0..{n - 1} in order, got {runs}")
+    return runs
 
 
 def _stage_devices(devices: Sequence[str] | None, p: int) -> list[str]:
@@ -211,12 +211,14 @@ class _GraphBuilder:
         self.graph = Graph("pipeline")
         self.devs = [get_device(d) for d in pipe.devices]
         p, m = len(pipe.stages), len(sizes)
-        self.outputs = [[None] * m for _ in range(p)]   # F(s, k)'s result
-        self.inputs = [[None] * m for _ in range(p)]    # F(s, k)'s input, on stage s
-        self.input_grads = [[None] * m for _ in range(p)]
+        # (Nodes, None until the op that makes them is built: the build order puts
+        # F(s - 1, k) before F(s, k), and B(s + 1, k) before B(s, k))
+        self.outputs: list[list[Any]] = [[None] * m for _ in range(p)]   # F(s, k)'s result
+        self.inputs: list[list[Any]] = [[None] * m for _ in range(p)]  # F(s, k)'s input, on stage s
+        self.input_grads: list[list[Any]] = [[None] * m for _ in range(p)]
         self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
         self.accumulated: dict[int, Node] = {}
-        self.losses: list[Node] = [None] * m
+        self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
         reduction = getattr(pipe.loss, "reduction", "mean")
         self.scales = [n / sum(sizes) if reduction == "mean" else 1.0 for n in sizes]
         with self.graph:
@@ -294,6 +296,7 @@ class _GraphBuilder:
 
 def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     stats = plan.session.last_run
+    assert stats is not None  # (the plan's session has just run)
     params = pipe.model.parameters()
     fetched = iter(values["grads"])
     grads = [np.zeros(p.shape, dtype=p.numpy().dtype) if g is None else np.asarray(next(fetched))
