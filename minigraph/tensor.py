@@ -122,20 +122,27 @@ class Tensor(ArrayOps):
                  retain_graph: bool | None = None) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it
         (PyTorch's ``retain_graph``: without it, a second backward() raises)."""
-        _tape.backward(self, grad, create_graph, retain_graph)
+        from .autodiff import tape  # (the tape builds on Tensor: imported when first used)
+
+        tape.backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
+    def _update(self, prim: Any, write: Any, other: Any) -> "Tensor":
+        from .autodiff import tape  # (as in backward: no import circle with the tape)
+
+        return tape.update_in_place(self, prim, write, other)
+
     def __iadd__(self, other: Any) -> "Tensor":
-        return _tape.update_in_place(self, E.ADD, operator.iadd, other)
+        return self._update(E.ADD, operator.iadd, other)
 
     def __isub__(self, other: Any) -> "Tensor":
-        return _tape.update_in_place(self, E.SUB, operator.isub, other)
+        return self._update(E.SUB, operator.isub, other)
 
     def __imul__(self, other: Any) -> "Tensor":
-        return _tape.update_in_place(self, E.MUL, operator.imul, other)
+        return self._update(E.MUL, operator.imul, other)
 
     def __itruediv__(self, other: Any) -> "Tensor":
-        return _tape.update_in_place(self, E.DIV, operator.itruediv, other)
+        return self._update(E.DIV, operator.itruediv, other)
 
     # -- Python conversions -------------------------------------------------------------------
     def __float__(self) -> float:
@@ -363,8 +370,3 @@ def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: str = "flo
     """A tensor of ``shape`` filled with ``value``."""
     dev = get_device(device)
     return Tensor(dev.full(shape, value, dtype), dev)
-
-
-# The tape (autodiff/tape.py) builds on Tensor, so it is imported after Tensor exists;
-# ``backward`` finds it here instead of importing it on every call.
-from .autodiff import tape as _tape  # noqa: E402
