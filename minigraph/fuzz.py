@@ -124,7 +124,7 @@ class Finding:
     kind: str       # "programs", "dags" or "adversarial"
     check: str      # e.g. "grad[graph]", "workers=2 partitioned recycle run 2", "sum"
     why: str        # what the comparison said
-    seed: int       # the case's seed: run(seed=...) draws the same case again
+    seed: int       # the case's seed: KINDS[kind][0](random.Random(seed)) redraws the case
     snippet: str    # self-contained Python that shows the disagreement
 
     def render(self) -> str:
