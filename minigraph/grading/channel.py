@@ -88,7 +88,7 @@ class Peer:
     def serve(self, message: dict) -> None:
         """Answer one request of the other side."""
         try:
-            handler: Callable = getattr(self, "op_" + str(message.get("op")), None)
+            handler: Callable | None = getattr(self, "op_" + str(message.get("op")), None)
             if handler is None:
                 raise wire.WireError(f"unknown request {message.get('op')!r}")
             answer = {"re": message.get("id"), "ok": self.encode(handler(message))}

@@ -36,11 +36,11 @@ def _forbidden_names(tree: ast.Module) -> list[tuple[str, int]]:
     """(name, line) for every name a ``@pytest.mark.forbid(...)`` of the test file gives,
     directly or through a module-level tuple (``*NO_RUNTIME``)."""
     constants: dict[str, list[str]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List)):
-            values = [e.value for e in node.value.elts
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Tuple, ast.List)):
+            values = [e.value for e in stmt.value.elts
                       if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-            for target in node.targets:
+            for target in stmt.targets:
                 if isinstance(target, ast.Name):
                     constants[target.id] = values
     found = []
@@ -89,9 +89,9 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
         declared = declared_tests(tests)
     except SyntaxError as exc:
         return problems + [f"{tests}:{exc.lineno}: does not parse: {exc.msg}"]
-    for node in tree.body:  # module level only: inside a fixture or test is the rule
-        if _imports_exercises(node):
-            problems.append(f"{tests}:{node.lineno}: imports exercises at module level; take "
+    for stmt in tree.body:  # module level only: inside a fixture or test is the rule
+        if _imports_exercises(stmt):
+            problems.append(f"{tests}:{stmt.lineno}: imports exercises at module level; take "
                             "the `exercises` fixture instead (exercises = exercises_fixture())")
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
         {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}

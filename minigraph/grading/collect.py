@@ -25,7 +25,7 @@ class DeclaredTest:
     lineno: int
 
 
-def _marker(decorator: ast.expr, name: str) -> ast.Call | ast.Attribute | None:
+def _marker(decorator: ast.expr, name: str) -> ast.expr | None:
     """``decorator`` if it is ``[pytest.]mark.<name>`` or ``[pytest.]mark.<name>(...)``."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     if isinstance(target, ast.Attribute) and target.attr == name:

@@ -38,6 +38,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import AbstractSet
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -180,7 +181,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def kill_descendants(exclude: set[int] = frozenset(), patience: float = 5.0) -> int:
+def kill_descendants(exclude: AbstractSet[int] = frozenset(), patience: float = 5.0) -> int:
     """SIGKILL every descendant of this process (a subreaper: orphans come back to it)."""
     deadline = time.monotonic() + patience
     me = os.getpid()

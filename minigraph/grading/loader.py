@@ -71,6 +71,7 @@ def load_exercises(path: str | Path, *, module_name: str = "exercises") -> Modul
         raise error
 
     spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a loader
     module = importlib.util.module_from_spec(spec)
     previous = sys.modules.get(module_name)
     sys.modules[module_name] = module

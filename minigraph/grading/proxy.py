@@ -74,7 +74,8 @@ def student_error(info: dict) -> BaseException:
     text = str(info.get("text") or f"{info.get('type')}: {info.get('message')}")
     if info.get("type") == "ImportFailed":
         text = str(info.get("message"))
-    exc._minigraph_text = text[:4000]
+    # an attribute of the grader's own on a built-in exception (messages.py reads it)
+    exc._minigraph_text = text[:4000]  # type: ignore[attr-defined]
     return exc
 
 
@@ -139,8 +140,8 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
     setattr(RemoteRef, f"__r{_name}__", _binary(_name, reflected=True))
 for _name in ("neg", "pos", "abs"):
     setattr(RemoteRef, f"__{_name}__", lambda self, _n=_name: self._operator(_n, self))
-RemoteRef.__getitem__ = lambda self, key: self._operator("getitem", self, key)
-RemoteRef.__len__ = lambda self: int(self._operator("len", self))
+setattr(RemoteRef, "__getitem__", lambda self, key: self._operator("getitem", self, key))
+setattr(RemoteRef, "__len__", lambda self: int(self._operator("len", self)))
 
 
 class GraderPeer(Peer):
@@ -255,13 +256,14 @@ class Sandbox:
         if self._ready:
             return
         self._ready = True
+        assert self.peer is not None  # _start spawned the process: proc and peer go together
         try:
             wire.receive(self.peer.read_fd, time.monotonic() + STARTUP_LIMIT)
         except wire.WireError:
             self._stop()
             raise SandboxFailure("the sandbox process could not start (is minigraph importable "
                                  "by the sandbox account?)") from None
-        self.sent_forbidden: tuple[list[str], str] = ([], "")   # what the sandbox knows
+        self.sent_forbidden = ([], "")   # what the sandbox knows
         if self.guard:
             self.request("guard", names=self.guard)
         try:
@@ -339,6 +341,8 @@ class Sandbox:
             self._signalled, self._call_started = False, now
         self._depth += 1
         try:
+            # ensure() (or, for import and guard, the handshake) started the process
+            assert self.peer is not None
             return self.peer.request(op, **fields)
         except RemoteError as exc:
             info = exc.info
@@ -369,6 +373,7 @@ class Sandbox:
     def receive_next(self) -> dict:
         """The next message; at the deadline, interrupt the student's code (SIGUSR1), and
         after ``GRACE`` more seconds give up (ChannelTimeout)."""
+        assert self.peer is not None  # called by the peer, while it waits for an answer
         while True:
             try:
                 return wire.receive(self.peer.read_fd, self._deadline)
@@ -434,5 +439,6 @@ def in_sandbox(exercises: ExercisesProxy, function, **data) -> RemoteRef:
     sandbox: Sandbox = object.__getattribute__(exercises, "_sandbox")
     source = inspect.getsource(function)
     sandbox.ensure()
+    assert sandbox.peer is not None  # ensure() started the process
     return sandbox.request("define", source=source, name=function.__name__,
                            data=sandbox.peer.encode(data))

@@ -181,11 +181,15 @@ def strip_hidden(source: str, filename: str = "<string>") -> str:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if _is_hidden(node):
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                assert node.end_lineno is not None  # ast.parse sets positions
                 drop.update(range(first, node.end_lineno + 1))
             elif isinstance(node, ast.ClassDef):
                 for member in node.body:
-                    if _is_hidden(member):
+                    # only a def or a class has decorators (_is_hidden is False for the rest)
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                            and _is_hidden(member):
                         first = min([member.lineno] + [d.lineno for d in member.decorator_list])
+                        assert member.end_lineno is not None  # ast.parse sets positions
                         drop.update(range(first, member.end_lineno + 1))
     return "".join(line for number, line in enumerate(lines, 1) if number not in drop)
 
@@ -339,6 +343,7 @@ def release(chapters: str | Path, out: str | Path, *, force: bool = False,
     for target, (path, text, count) in plan.items.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         if text is None:
+            assert path is not None  # only the README has no source, and it has a text
             shutil.copyfile(path, target)
         else:
             with open(target, "w", encoding="utf-8", newline="") as f:

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import textwrap
+from types import ModuleType
 from typing import Any
 
 from minigraph.grading import wire
@@ -82,7 +83,7 @@ class SandboxPeer(Peer):
 
     def __init__(self, read_fd: int, write_fd: int):
         super().__init__(read_fd, write_fd)
-        self.module = None
+        self.module: ModuleType | None = None
         self.forbidden: dict[str, str] = {}   # name -> why, for the test now running
         self.guarded: dict[str, Any] = {}     # name -> original object, wrapped everywhere
 
@@ -93,7 +94,7 @@ class SandboxPeer(Peer):
 
     def error_info(self, exc: BaseException) -> dict:
         where = student_location(exc)
-        info = {"type": type(exc).__name__, "message": str(exc), "where": where}
+        info: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "where": where}
         info["text"] = describe_exception(exc)
         if isinstance(exc, AttributeError) and getattr(exc, "obj", None) is self.module:
             info["missing"] = getattr(exc, "name", None)
@@ -113,6 +114,7 @@ class SandboxPeer(Peer):
     def op_import(self, message: dict) -> Any:
         path = os.path.abspath(STUDENT_FILE)
         spec = importlib.util.spec_from_file_location("exercises", path)
+        assert spec is not None and spec.loader is not None  # a .py path always has a loader
         module = importlib.util.module_from_spec(spec)
         sys.modules["exercises"] = module
         try:
@@ -201,7 +203,8 @@ class SandboxPeer(Peer):
                 check()
                 return init(self, *args, **kwargs)
             try:
-                original.__init__ = guarded_init
+                # replacing the method is the point: a class is guarded through its __init__
+                original.__init__ = guarded_init  # type: ignore[method-assign]
                 return True
             except TypeError:  # a built-in type (numpy.broadcast): wrap its name instead
                 pass
