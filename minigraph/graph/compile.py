@@ -33,12 +33,15 @@ from __future__ import annotations
 import keyword
 import linecache
 import weakref
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..device import Device
 from ..tensor import Tensor
 from .graph import Graph, GraphError, Node
 from .topo import fifo_order, needed
+
+if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
+    from ..autodiff.signature import Captured
 
 _LITERALS = (int, float, bool, str, type(None))
 
@@ -76,6 +79,8 @@ class _Namer:
 
 class CompiledFunction:
     """A graph compiled to Python. Call it with tensors, arrays or numbers."""
+
+    captured: Captured  # the tensors it read from outside (set by mg.trace's _compile)
 
     def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node]):
         self.source = source
