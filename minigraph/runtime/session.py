@@ -149,8 +149,7 @@ class Session:
         parts = self._partition(fetches, feeds)
         runs = self._partition_runs(parts, list(parts), fetches, feeds, Rendezvous(),
                                     time.perf_counter())
-        threads = self._start_executors(runs)
-        _join(runs, threads)
+        self._run_executors(runs)
         self.last_run = RunStats.merge([run for _, run in runs])
         return self._collect(parts, [run for _, run in runs])
 
@@ -169,15 +168,38 @@ class Session:
             runs.append((name, self._new_run(plan, own_feeds, own_fetches, start, rendezvous)))
         return runs
 
-    def _start_executors(self, runs: list[tuple[str, Run]]) -> list[threading.Thread]:
-        """One thread per device executor (each with its own pool when workers > 1)."""
+    def _start_executors(self, runs: list[tuple[str, Run]],
+                         started: list[threading.Thread] | None = None) -> list[threading.Thread]:
+        """One thread per device executor (each with its own pool when workers > 1),
+        each added to ``started`` before it starts (so that an interrupted start still
+        knows which threads to stop)."""
         threads = [threading.Thread(target=_capture, args=(self._execute, run,
                                                            self._pool_for(name)),
                                     name=f"minigraph-{name}", daemon=True)
                    for name, run in runs]
+        started = started if started is not None else []
         for t in threads:
+            started.append(t)
             t.start()
         return threads
+
+    def _run_executors(self, runs: list[tuple[str, Run]]) -> None:
+        """Start the device executors and wait for them. Interrupted (Ctrl-C, or any
+        exception raised in this thread, while starting or waiting), stop every executor
+        and wait for them still, so that no thread of the run outlives it and goes on
+        computing, or writing into the session's state."""
+        threads: list[threading.Thread] = []
+        try:
+            self._start_executors(runs, threads)
+            for t in threads:
+                t.join()
+        except BaseException as exc:
+            for _, run in runs:
+                run._stop(exc)
+            for t in threads:
+                if t.ident is not None:  # (a start that was interrupted may not have begun)
+                    t.join()
+            raise
 
     def _collect(self, parts: Partition, runs: list[Run]) -> tuple[dict, list]:
         """Raise the first executor's error, or gather the values and the assignments."""
@@ -331,20 +353,6 @@ def _handed_over(fetches: list[Node], values: dict[int, Any], kept: list[Any]) -
         results.append(value)
     return results
 
-
-def _join(runs: list[tuple[str, Run]], threads: list[threading.Thread]) -> None:
-    """Wait for the device executors. Interrupted (Ctrl-C, or any exception raised in
-    this thread), stop every executor and wait for them still, so that no thread of the
-    run outlives it and goes on computing, or writing into the session's state."""
-    try:
-        for t in threads:
-            t.join()
-    except BaseException as exc:
-        for _, run in runs:
-            run._stop(exc)
-        for t in threads:
-            t.join()
-        raise
 
 
 def _capture(execute: Any, run: Run, pool: ThreadPoolExecutor | None) -> None:

@@ -1,0 +1,533 @@
+"""Values a user can trust from the runtime (issue 18, items 1, 2, 11, 13, 16).
+
+Each class of silent wrong value has a property test that generates it (hypothesis) and
+a regression test per example of the issue. The oracles: the serial ``workers=1`` run
+(bit for bit), NumPy computed by hand, and counts of threads. No test asserts on time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph.graph.passes import cse, value_key
+from minigraph.ops.primitive import Primitive
+from minigraph.ops.shape_rules import same
+from minigraph.runtime.session import NodeError
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- 1. aliasing: what a run hands over is the caller's, what it keeps is its own ----------
+
+def test_a_fetched_variable_is_a_copy():
+    with mg.Graph() as g:
+        v = mg.variable(np.zeros(3))
+    sess = mg.Session(g)
+    out = sess.run(v)
+    out[0] = 99.0
+    np.testing.assert_array_equal(sess.run(v), np.zeros(3))
+    view = v.numpy()
+    view[1] = 5.0
+    np.testing.assert_array_equal(sess.run(v), np.zeros(3))
+
+
+def test_an_assign_does_not_keep_the_fed_array():
+    with mg.Graph() as g:
+        v = mg.variable(np.zeros(3))
+        p = mg.placeholder((3,))
+        a = v.assign(p)
+    sess = mg.Session(g)
+    fed = np.ones(3)
+    sess.run(a, {p: fed})
+    fed[0] = 42.0  # the caller reuses its array
+    np.testing.assert_array_equal(sess.run(v), np.ones(3))
+
+
+def test_a_fetched_placeholder_or_repeated_fetch_is_a_copy():
+    with mg.Graph() as g:
+        p = mg.placeholder((3,))
+        y = p * 2.0
+    fed = np.ones(3)
+    got_p, y1, y2 = mg.Session(g).run([p, y, y], {p: fed})
+    assert not np.shares_memory(got_p, fed)
+    assert not np.shares_memory(y1, y2)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_variable_assigned_from_an_intermediate_is_not_recycled(workers):
+    with mg.Graph() as g:
+        v = mg.variable(np.zeros(4))
+        p = mg.placeholder((4,))
+        t = p * 2.0                      # an intermediate: its buffer dies after the Assign
+        a = v.assign(t)
+        with g.control_dependencies([a]):
+            u = mg.sin(p) + 1.0          # runs after, and may reuse t's buffer
+    sess = mg.Session(g, workers=workers)
+    xs = np.arange(4.0)
+    sess.run([a, u], {p: xs})
+    np.testing.assert_array_equal(sess.run(v), xs * 2.0)
+
+
+def test_a_zero_gradient_per_parameter_is_its_own():
+    """A tape step gives each parameter its own zero gradient (no ``w.grad is b.grad``),
+    and SGD's momentum buffer is not the gradient's memory."""
+    w = mg.tensor(np.ones(3), requires_grad=True)
+    b = mg.tensor(np.ones(3), requires_grad=True)
+    ((w * 0.0).sum() + (b * 0.0).sum()).backward()
+    assert w.grad is not b.grad and not np.shares_memory(w.grad.numpy(), b.grad.numpy())
+    opt = mg.nn.SGD([w, b], lr=0.1, momentum=0.9)
+    opt.step()
+    assert not np.shares_memory(opt.state[0].numpy(), w.grad.numpy())
+
+
+_UNARY = ["sin", "tanh", "neg", "transpose", "reshape", "identity"]
+_BINARY = ["add", "mul", "sub", "matmul"]
+
+
+def _apply(op: str, a, b=None):
+    if op == "transpose":
+        return mg.transpose(a)
+    if op == "reshape":
+        return mg.reshape(mg.reshape(a, (-1,)), (3, 3))
+    if op == "identity":
+        return mg.identity(a)
+    if op == "neg":
+        return -a
+    if op in ("sin", "tanh"):
+        return getattr(mg, op)(a)
+    return {"add": a + b, "mul": a * b, "sub": a - b, "matmul": mg.matmul(a, b)}[op]
+
+
+@st.composite
+def stateful_programs(draw):
+    """A random graph over a placeholder, a constant and two variables, with assigns of
+    random nodes (fed arrays, variables, intermediates, views), and random fetches."""
+    steps = draw(st.lists(st.tuples(st.sampled_from(_UNARY + _BINARY),
+                                    st.integers(0, 100), st.integers(0, 100)),
+                          min_size=1, max_size=12))
+    assigns = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 100)),
+                            min_size=1, max_size=2, unique_by=lambda t: t[0]))
+    fetches = draw(st.lists(st.integers(0, 100), min_size=1, max_size=5))
+    workers = draw(st.sampled_from([1, 2]))
+    return steps, assigns, fetches, workers
+
+
+def _build(program):
+    steps, assigns, fetches, _ = program
+    with mg.Graph() as g:
+        p = mg.placeholder((3, 3), name="p")
+        c = mg.constant(np.arange(9.0).reshape(3, 3) / 10)
+        vs = [mg.variable(np.eye(3) * (k + 1), name=f"v{k}") for k in range(2)]
+        nodes = [p, c, *vs]
+        for op, i, j in steps:
+            a, b = nodes[i % len(nodes)], nodes[j % len(nodes)]
+            nodes.append(_apply(op, a, b) if op in _BINARY else _apply(op, a))
+        ops = [vs[k].assign(nodes[i % len(nodes)]) for k, i in assigns]
+        fetched = [nodes[i % len(nodes)] for i in fetches]
+    return g, p, vs, ops, fetched
+
+
+@SETTINGS
+@given(stateful_programs())
+def test_values_handed_over_share_nothing_with_the_library(program):
+    """Scribbling over every fetched array and every fed array after a run changes
+    neither the variables nor the next run's results."""
+    g, p, vs, ops, fetched = _build(program)
+    sess = mg.Session(g, workers=program[3])
+    fed = np.linspace(-1, 1, 9).reshape(3, 3)
+    out = sess.run(fetched + ops, {p: fed})
+    state = [sess.run(v).copy() for v in vs]
+    expected = sess.run(fetched, {p: fed.copy()})
+    for arr in out:
+        if isinstance(arr, np.ndarray):
+            arr[...] = 777.0
+    fed[...] = -555.0
+    for v, before in zip(vs, state):
+        np.testing.assert_array_equal(sess.run(v), before)
+    again = sess.run(fetched, {p: np.linspace(-1, 1, 9).reshape(3, 3)})
+    for e, a in zip(expected, again):
+        np.testing.assert_array_equal(e, a)
+
+
+# -- 2. CSE merges only what is equal by type and value --------------------------------------
+
+def _cse_agrees(g, fetches, feeds):
+    result = cse(g, fetches)
+    new_feeds = {result[k]: v for k, v in feeds.items() if id(k) in result.mapping}
+    want = mg.Session(g).run(fetches, feeds)
+    got = mg.Session(result.graph).run([result[f] for f in fetches], new_feeds)
+    for w, o in zip(want, got):
+        assert np.asarray(w).dtype == np.asarray(o).dtype
+        np.testing.assert_array_equal(w, o)
+    return result
+
+
+def test_cse_keeps_numbers_that_only_compare_equal_apart():
+    with mg.Graph() as g:
+        x = mg.placeholder((3,), dtype="float32")
+        one_int, one_float = x ** 1, x ** 1.0       # 1 == 1.0 == True
+        plus, minus = 1.0 / (x * 0.0), 1.0 / (x * -0.0)  # 0.0 == -0.0
+    result = _cse_agrees(g, [one_int, one_float, plus, minus],
+                         {x: np.ones(3, dtype=np.float32)})
+    assert result[plus] is not result[minus]
+
+
+def test_cse_keeps_large_arrays_that_print_alike_apart():
+    a = np.zeros(5000, dtype=np.int64)
+    b = a.copy()
+    b[2500] = 1  # repr() of both elides the middle: "array([0, 0, 0, ..., 0, 0, 0])"
+    assert repr(a) == repr(b)
+    with mg.Graph() as g:
+        x = mg.placeholder((2,))
+        ya, yb = x[a], x[b]
+    result = _cse_agrees(g, [ya, yb], {x: np.array([1.0, 2.0])})
+    assert result[ya] is not result[yb]
+
+
+def test_cse_still_merges_equal_values():
+    with mg.Graph() as g:
+        x = mg.placeholder((3,))
+        y1, y2 = x * 2.0, x * 2.0
+        z1, z2 = x[np.arange(3)], x[np.arange(3)]
+    result = cse(g, [y1, y2, z1, z2])
+    assert result[y1] is result[y2] and result[z1] is result[z2]
+
+
+_SCALARS = st.one_of(st.booleans(), st.integers(-3, 3),
+                     st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, float("inf"),
+                                      float("nan")]))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["mul", "add", "pow", "div"]), _SCALARS),
+                min_size=2, max_size=8))
+def test_cse_never_changes_a_value(terms):
+    """Any mix of numbers that compare equal (1, 1.0, True; 0.0, -0.0; NaN): the
+    optimised graph gives the same dtypes and the same bits."""
+    with mg.Graph() as g:
+        x = mg.placeholder((4,), dtype="float32")
+        outs = []
+        for op, c in terms:
+            outs.append({"mul": lambda: x * c, "add": lambda: x + c,
+                         "pow": lambda: x ** c, "div": lambda: x / c}[op]())
+    with np.errstate(all="ignore"):
+        _cse_agrees(g, outs, {x: np.array([0.0, -1.5, 2.0, 3.0], dtype=np.float32)})
+
+
+@given(st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3).map(tuple)),
+       st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3).map(tuple)))
+def test_value_key_is_type_and_bits(a, b):
+    same_value = type(a) is type(b) and repr(a) == repr(b)  # (repr is exact for these)
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        same_value = all(type(x) is type(y) and repr(x) == repr(y) for x, y in zip(a, b))
+    assert (value_key(a) == value_key(b)) == same_value
+
+
+# -- 3. threads ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_concurrent_increments_lose_no_update(workers):
+    with mg.Graph() as g:
+        v = mg.variable(0.0)
+        step = v.assign(v + 1.0)
+    sess = mg.Session(g, workers=workers)
+    threads, per_thread = 4, 50
+
+    def work():
+        for _ in range(per_thread):
+            sess.run(step)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert sess.run(v) == threads * per_thread  # what the serial runs give
+    sess.close()
+
+
+@SETTINGS
+@given(st.integers(2, 4), st.integers(5, 20), st.sampled_from([1, 2]))
+def test_concurrent_runs_see_whole_assignments(readers, rounds, workers):
+    """A run that writes two variables together, and runs that read both: every read
+    sees both or neither (the serial results), never half of an assignment."""
+    with mg.Graph() as g:
+        a, b = mg.variable(np.zeros(8)), mg.variable(np.zeros(8))
+        p = mg.placeholder(())
+        both = [a.assign(a + p), b.assign(b + p)]
+        total = a - b
+    sess = mg.Session(g, workers=workers)
+    seen: list = []
+
+    def write():
+        for k in range(rounds):
+            sess.run(both, {p: float(k + 1)})
+
+    def read():
+        for _ in range(rounds):
+            seen.append(sess.run(total))
+
+    pool = [threading.Thread(target=write)] + [threading.Thread(target=read)
+                                               for _ in range(readers)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert all(np.array_equal(d, np.zeros(8)) for d in seen)
+    np.testing.assert_array_equal(sess.run(a), np.full(8, rounds * (rounds + 1) / 2))
+    sess.close()
+
+
+def _overflowing_graph(devices):
+    with mg.Graph() as g:
+        x = mg.placeholder((300, 300), name="x")
+        with mg.device(devices[-1]):
+            y = mg.exp(mg.matmul(x.to(devices[-1]), x.to(devices[-1])))
+        with mg.device(devices[0]):
+            out = y.to(devices[0]) + 1.0
+    return g, x, out
+
+
+@pytest.mark.parametrize("devices", [["cpu"], ["cpu", "cpu:1"]])
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_the_callers_errstate_reaches_the_worker_threads(devices, workers):
+    g, x, out = _overflowing_graph(devices)
+    sess = mg.Session(g, workers=workers)
+    big = np.full((300, 300), 10.0)
+    with np.errstate(over="raise"):
+        with pytest.raises(NodeError, match="overflow"):
+            sess.run(out, {x: big})
+        with pytest.raises(NodeError, match="overflow"):
+            sess.run_async(out, {x: big}).result()
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning from any thread would fail the run
+        assert np.isinf(sess.run(out, {x: big})).all()
+    sess.close()
+
+
+# -- 4. determinism: bit-identical for any workers, partition and recycling ------------------
+
+def test_recycling_a_fortran_ordered_buffer_changes_no_bit():
+    """``sin(x.T)`` is laid out in Fortran order; a matmul into such a recycled buffer
+    differed from a fresh one in the last bit (at 33 x 33)."""
+    with mg.Graph() as g:
+        x, y = mg.placeholder((33, 33)), mg.placeholder((33, 33))
+        u = mg.cos(mg.sin(mg.transpose(x)))
+        out = mg.matmul(u, y) + u
+    rng = np.random.RandomState(0)
+    feeds = {x: rng.randn(33, 33), y: rng.randn(33, 33)}
+    fresh = mg.Session(g, recycle=False).run(out, feeds)
+    by_hand = np.cos(np.sin(feeds[x].T)) @ feeds[y] + np.cos(np.sin(feeds[x].T))
+    np.testing.assert_array_equal(fresh, by_hand)
+    for workers in (1, 2):
+        np.testing.assert_array_equal(mg.Session(g, workers=workers).run(out, feeds), fresh)
+
+
+@st.composite
+def dags(draw):
+    n = draw(st.integers(3, 14))
+    steps = [(draw(st.sampled_from(["add", "mul", "matmul", "sin", "transpose", "addn",
+                                    "sum"])),
+              draw(st.integers(0, 100)), draw(st.integers(0, 100)), draw(st.integers(0, 100)),
+              draw(st.integers(0, 2)))
+             for _ in range(n)]
+    return steps, draw(st.integers(0, 2**16))
+
+
+def _dag(steps, devices):
+    with mg.Graph() as g:
+        x = mg.placeholder((33, 33), name="x")
+        nodes = [x]
+
+        def on(node, dev):
+            return node if node.device.name == dev else node.to(dev)
+
+        for op, i, j, k, d in steps:
+            dev = devices[d % len(devices)]
+            with mg.device(dev):
+                a, b, c = (on(nodes[m % len(nodes)], dev) for m in (i, j, k))
+                if op == "add":
+                    n = a + b
+                elif op == "mul":
+                    n = a * b * 0.25
+                elif op == "matmul":
+                    n = mg.matmul(a, b) * 0.03
+                elif op == "sin":
+                    n = mg.sin(a)
+                elif op == "transpose":
+                    n = mg.tanh(mg.transpose(a))
+                elif op == "sum":
+                    n = mg.sum(a, axis=0, keepdims=True) * 0.1 + b
+                else:
+                    n = mg.add_n([a, b, c])
+            nodes.append(n)
+        with mg.device(devices[0]):
+            loss = mg.add_n([on(n, devices[0]) for n in nodes[-3:]]).sum()
+            grad = mg.gradients(loss, [x])[0]
+    return g, x, [loss, grad, nodes[-1]]
+
+
+@SETTINGS
+@given(dags())
+def test_any_workers_partition_and_recycling_give_the_serial_bits(dag):
+    """The oracle is the serial run of the same graph without recycling. (A graph placed
+    on other devices is another graph: its ``to`` nodes change the order of the terms of
+    a gradient's AddN, so it is compared with its own serial run.)"""
+    steps, seed = dag
+    feed = np.random.RandomState(seed).randn(33, 33)
+    for devices in (["cpu"], ["cpu", "cpu:1", "cpu:2"]):
+        g, x, fetches = _dag(steps, devices)
+        reference = mg.Session(g, workers=1, recycle=False).run(fetches, {x: feed})
+        for workers in (1, 2, 4):
+            for recycle in (True, False):
+                with mg.Session(g, workers=workers, recycle=recycle) as sess:
+                    for _ in range(2):
+                        got = sess.run(fetches, {x: feed})
+                        for r, o in zip(reference, got):
+                            np.testing.assert_array_equal(o, r)
+
+
+# -- 5. atomicity: all or nothing, no thread left behind --------------------------------------
+
+def _trained(n):
+    params = [mg.tensor(np.full(3, float(k + 1)), requires_grad=True) for k in range(n)]
+    sum(((p * p).sum() for p in params), mg.tensor(0.0)).backward()
+    return params
+
+
+def test_sgd_with_a_read_only_parameter_changes_nothing():
+    params = _trained(3)
+    params[1].data.flags.writeable = False
+    before = [p.numpy().copy() for p in params]
+    with pytest.raises(ValueError, match="parameter 1.*read-only.*no parameter was changed"):
+        mg.nn.SGD(params, lr=0.1).step()
+    for p, b in zip(params, before):
+        np.testing.assert_array_equal(p.numpy(), b)
+
+
+def test_sgd_refuses_a_repeated_parameter():
+    params = _trained(2)
+    with pytest.raises(ValueError, match="parameter 2 is parameter 0 again"):
+        mg.nn.SGD([params[0], params[1], params[0]], lr=0.1)
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.data(), st.sampled_from(["shape", "dtype", "read-only",
+                                                      "missing type"]),
+       st.floats(0.0, 0.9), st.floats(0.0, 0.1))
+def test_a_failing_sgd_step_is_all_or_nothing(n, data, fault, momentum, weight_decay):
+    params = _trained(n)
+    bad = data.draw(st.integers(0, n - 1))
+    if fault == "shape":
+        params[bad].grad = mg.tensor(np.ones(4))
+    elif fault == "dtype":
+        params[bad].grad = mg.tensor(np.ones(3, dtype=np.float32))
+    elif fault == "read-only":
+        params[bad].data.flags.writeable = False
+    else:
+        params[bad].grad = np.ones(3)  # an array, not a Tensor
+    opt = mg.nn.SGD(params, lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    before = [p.numpy().copy() for p in params]
+    with pytest.raises((ValueError, TypeError)):
+        opt.step()
+    for p, b in zip(params, before):
+        np.testing.assert_array_equal(p.numpy(), b)
+    assert opt.state == {}
+
+
+def _interrupt(message):
+    def impl(xp, x):
+        raise KeyboardInterrupt(message)
+    return Primitive("interrupt", impl, same, vjp=[None])
+
+
+def _executor_threads():
+    """The device executors' threads (``minigraph-<device>``; pool threads add ``_k``)."""
+    return [t for t in threading.enumerate()
+            if t.name.startswith("minigraph-") and "_" not in t.name and t.is_alive()]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_ctrl_c_in_a_kernel_of_a_multi_device_run_leaves_no_thread(workers):
+    with mg.Graph() as g:
+        x = mg.placeholder((64, 64), name="x")
+        with mg.device("cpu:1"):
+            stop = g.add(_interrupt("Ctrl-C"), (x.to("cpu:1"),), dict())
+        with mg.device("cpu:2"):
+            busy = x.to("cpu:2")
+            for _ in range(200):  # work that would go on after the interrupt
+                busy = mg.sin(busy)
+        out = stop.to("cpu") + busy.to("cpu")
+        fine = mg.cos(x)
+    before = set(threading.enumerate())
+    sess = mg.Session(g, workers=workers)
+    with pytest.raises(KeyboardInterrupt):
+        sess.run(out, {x: np.ones((64, 64))})
+    assert _executor_threads() == []
+    np.testing.assert_array_equal(sess.run(fine, {x: np.zeros((64, 64))}), np.ones((64, 64)))
+    sess.close()
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
+
+
+_SIGNAL_SCRIPT = textwrap.dedent("""
+    import signal, threading, time
+    import numpy as np
+    import minigraph as mg
+    from minigraph.ops.primitive import Primitive
+    from minigraph.ops.shape_rules import same
+
+    def ctrl_c(xp, x):  # a kernel on an executor thread presses Ctrl-C in the main one
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(0.05)
+        return x
+
+    with mg.Graph() as g:
+        x = mg.placeholder((64, 64), name="x")
+        with mg.device("cpu:1"):
+            stop = g.add(Primitive("ctrl_c", ctrl_c, same, vjp=[None]), (x.to("cpu:1"),), dict())
+            busy = stop
+            for _ in range(300):
+                busy = mg.sin(busy)
+        with mg.device("cpu:2"):
+            other = x.to("cpu:2")
+            for _ in range(300):
+                other = mg.cos(other)
+        out = busy.to("cpu") + other.to("cpu")
+        fine = mg.tanh(x)
+    before = set(threading.enumerate())
+    sess = mg.Session(g, workers={workers})
+    try:
+        sess.run(out, {{x: np.ones((64, 64))}})
+        print("no interrupt")
+    except KeyboardInterrupt:
+        print("interrupted")
+    executors = [t.name for t in threading.enumerate()
+                 if t.name.startswith("minigraph-") and "_" not in t.name and t.is_alive()]
+    print("executors", executors)
+    ok = np.array_equal(sess.run(fine, {{x: np.zeros((64, 64))}}), np.zeros((64, 64)))
+    sess.close()
+    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    print("usable", ok, "left", left)
+""")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sigint_during_a_multi_device_run_leaves_no_thread(workers):
+    """A real SIGINT in the main thread while it waits for the device executors (run in
+    a process of its own: the signal must reach that process's main thread)."""
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_SCRIPT.format(workers=workers)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "executors []",
+                                           "usable True left []"], done.stdout
