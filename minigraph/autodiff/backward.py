@@ -71,7 +71,7 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
     leaves, the inputs of ``mg.grad``), their shares added up.
     """
     shares: dict[int, list[Any]] = {}
-    owner: dict[int, Any] = {}  # id -> the value itself, for scope()
+    owner: dict[int, Any] = {}  # id -> the value itself, for scope() (graphs only)
     for out, g in seeds:
         shares.setdefault(id(out), []).append(g)
         owner[id(out)] = out
@@ -80,7 +80,11 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         parts = shares.pop(id(out), None)
         if parts is None:  # nothing the seeds depend on reads this value
             continue
-        with scope(out) if scope is not None else _NO_SCOPE:
+        # (a context only where one is asked for: this loop runs once per recorded op)
+        context = scope(out) if scope is not None else None
+        if context is not None:
+            context.__enter__()
+        try:
             g = total(parts[::-1]) if len(parts) > 1 else parts[0]  # readers' order
             if completed is not None:
                 g = completed(out, g)
@@ -91,20 +95,17 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
                 if rules[i] is not None and active(a):
                     share = rules[i](g, primal_out, *primals, **params)
                     shares.setdefault(id(a), []).append(share)
-                    owner[id(a)] = a
+                    if scope is not None:
+                        owner[id(a)] = a
+        finally:
+            if context is not None:
+                context.__exit__(None, None, None)
     adjoints = {}
     for k, parts in shares.items():
-        with scope(owner[k]) if scope is not None else _NO_SCOPE:
+        context = scope(owner[k]) if scope is not None else None
+        if context is not None:
+            with context:
+                adjoints[k] = total(parts[::-1]) if len(parts) > 1 else parts[0]
+        else:
             adjoints[k] = total(parts[::-1]) if len(parts) > 1 else parts[0]
     return adjoints
-
-
-class _NoScope:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SCOPE = _NoScope()
