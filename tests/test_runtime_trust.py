@@ -75,7 +75,7 @@ def test_a_variable_assigned_from_an_intermediate_is_not_recycled(workers):
             u = mg.sin(p) + 1.0          # runs after, and may reuse t's buffer
     sess = mg.Session(g, workers=workers)
     xs = np.arange(4.0)
-    sess.run([a, u], {p: xs})
+    sess.run(u, {p: xs})  # (a fetched Assign would keep the buffer alive)
     np.testing.assert_array_equal(sess.run(v), xs * 2.0)
 
 
@@ -240,7 +240,10 @@ def test_value_key_is_type_and_bits(a, b):
 def test_concurrent_increments_lose_no_update(workers):
     with mg.Graph() as g:
         v = mg.variable(0.0)
-        step = v.assign(v + 1.0)
+        new = v + 1.0
+        for _ in range(30):  # a longer run: another thread's run has time to cut in
+            new = new * 1.0
+        step = v.assign(new)
     sess = mg.Session(g, workers=workers)
     threads, per_thread = 4, 50
 
