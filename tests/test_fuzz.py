@@ -19,20 +19,11 @@ from minigraph import fuzz  # noqa: E402
 
 
 def known_findings(kind: str, check: str) -> bool:
-    """Checks that fail for reasons already reported (issue 18), left out of the CI run so
-    that it stays green and honest; remove an entry when its fix lands.
-
-    * issue 18 item 13, "determinism": with ``recycle=True`` a run is not always
-      bit-identical to the serial run without recycling, even with ``workers=1`` on one
-      device (a sum over a result written into a recycled buffer differs in the last
-      bit). Found by this fuzzer: ``fuzz.run(seed=0, cases={"dags": 12})``.
-    * reductions with ``axis=0`` of a 0-d tensor: NumPy and PyTorch return the value,
-      minigraph raises a plain ``IndexError`` (not ``mg.errors.AxisError``) from the kernel.
-    """
-    if kind == "dags":
-        return "recycle=True" in check
-    if kind == "adversarial":
-        return "_axis" in check and "[]" in check.split(",")[0]
+    """Checks that fail for reasons already reported, left out of the CI run so that it
+    stays green and honest; remove an entry when its fix lands. None at present: the
+    fuzzer's findings of this round (recycled buffers changing the last bit, reductions
+    over axis 0 of a 0-d tensor, softmax of integers) are fixed, and each has a
+    regression test (tests/test_runtime_trust.py, tests/test_trust.py)."""
     return False
 
 

@@ -295,3 +295,56 @@ def test_a_placeholder_of_unknown_shape_works_or_is_named(name):
             return
     got = mg.Session(g).run(out, {p: feed})
     np.testing.assert_allclose(got, UNKNOWN[name](mg.tensor(feed)).numpy(), rtol=1e-12)
+
+
+# -- the fuzzer's findings (python -m minigraph.fuzz), each a regression test -----------------
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_reducing_a_0d_tensor_over_axis_0_returns_it_as_pytorch_does(reduce):
+    """NumPy refuses axis 0 of a 0-d array; PyTorch (and minigraph, as before) takes it
+    to mean "its only element". What matters is that no plain IndexError escapes."""
+    got = getattr(mg, reduce)(mg.tensor(3.0), axis=0)
+    want = {"sum": torch.sum, "mean": torch.mean,
+            "max": lambda t, dim: torch.amax(t, dim)}[reduce](torch.tensor(3.0), dim=0)
+    assert got.shape == () and got.item() == want.item() == 3.0
+
+
+def test_recycling_keeps_the_bits_of_a_run_without_it():
+    """The fuzzer's reproducer: a transposed view's consumers must not write into a
+    C-ordered recycled buffer where the kernel alone returns Fortran order."""
+    x = np.array([[0.06813262533427285, -0.5407433319402124, 0.385261306132718],
+                  [-0.17595561825629594, -0.04382200581970861, -0.012374355093159622],
+                  [-0.10103209545368516, -0.13038574537678133, 1.0004462873731175]])
+
+    def run(recycle: bool) -> bytes:
+        with mg.Graph() as g:
+            p0 = mg.placeholder(shape=(3, 3), name="p0")
+            n1 = mg.transpose((p0 @ p0) * 0.25)
+            n2 = mg.sum(n1, axis=1, keepdims=True) * 0.1 + n1
+            n3 = mg.sum(n2) * 0.01 + n2
+        return mg.Session(g, workers=1, recycle=recycle).run(n3, {p0: x}).tobytes()
+
+    assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_softmax_of_integers_is_computed_in_float64(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([[info.min, 0, info.max], [3, -2, 1]], dtype=dtype)
+    for mine, theirs in [(mg.softmax, torch.softmax), (mg.log_softmax, torch.log_softmax)]:
+        got = mine(mg.tensor(x), axis=-1)
+        want = theirs(torch.tensor(x.astype(np.float64)), dim=-1).numpy()
+        assert got.dtype == "float64"
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    with mg.Graph():  # the shape rule says what the kernel computes
+        assert mg.softmax(mg.placeholder((2, 3), dtype="int64")).dtype == "float64"
+
+
+def test_a_graph_mode_zero_gradient_is_the_callers_own():
+    def ignores_y(x, y):
+        return mg.sum(x * 2.0)
+
+    g = mg.grad(ignores_y, argnums=(0, 1), mode="graph")
+    first = g(np.ones(2), np.ones(2))[1]
+    first.data[0] = 5.0  # the caller writes into what it got ...
+    np.testing.assert_array_equal(g(np.ones(2), np.ones(2))[1].numpy(), [0.0, 0.0])  # ... alone

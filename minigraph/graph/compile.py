@@ -93,10 +93,17 @@ class CompiledFunction:
             raise TypeError(f"compiled function takes {len(self.inputs)} inputs "
                             f"({', '.join(n.name for n in self.inputs)}), got {len(args)}")
         arrays = [_array(a, n) for a, n in zip(args, self.inputs)]
-        return tuple([Tensor(v, n.device) for v, n in zip(self.raw(*arrays), self.outputs)])
+        # A constant's or variable's output is the graph's own buffer (a zero gradient,
+        # say), returned by every call: the caller gets a copy, never that buffer.
+        return tuple([Tensor(n.device.xp.asarray(v, copy=True) if n.op in _OWN else v,
+                             n.device)
+                      for v, n in zip(self.raw(*arrays), self.outputs)])
 
     def __repr__(self) -> str:
         return f"<CompiledFunction\n{self.source}>"
+
+
+_OWN = ("Const", "Variable")  # nodes whose value lives on the graph itself
 
 
 def _array(value: Any, node: Node) -> Any:

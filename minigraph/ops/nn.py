@@ -39,27 +39,35 @@ from . import shape_rules as S
 from .primitive import Primitive, bind, primitive
 
 
+def _as_floating(xp: Any, x: Any) -> Any:
+    """Integers as float64 before the max is subtracted: in integer arithmetic x - max(x)
+    wraps around (int64: 3 - (-2**63) is negative) and softmax comes out silently wrong."""
+    return x if xp.isdtype(x.dtype, "real floating") else xp.astype(x, xp.float64)
+
+
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
+    x = _as_floating(xp, x)
     e = xp.exp(x - R.max_kernel(xp, x, axis, True))
     e /= R.sum_kernel(xp, e, axis, True)  # (e is this kernel's own array)
     return e
 
 
 def _log_softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
+    x = _as_floating(xp, x)
     z = x - R.max_kernel(xp, x, axis, True)
     z -= xp.log(R.sum_kernel(xp, xp.exp(z), axis, True))
     return z
 
 
 SOFTMAX = primitive(
-    "softmax", _softmax_kernel, lambda x, axis: S.same(x),
+    "softmax", _softmax_kernel, lambda x, axis: S.floating("softmax")(x),
     jvp=[lambda t, out, x, axis: out * (t - R.sum(t * out, axis, True))],
     vjp=[lambda g, out, x, axis: out * (g - R.sum(g * out, axis, True))],
     cost="expensive", batch=B.along_axis("softmax"),
     public="softmax")
 
 LOG_SOFTMAX = primitive(
-    "log_softmax", _log_softmax_kernel, lambda x, axis: S.same(x),
+    "log_softmax", _log_softmax_kernel, lambda x, axis: S.floating("log_softmax")(x),
     jvp=[lambda t, out, x, axis: t - R.sum(E.exp(out) * t, axis, True)],
     vjp=[lambda g, out, x, axis: log_softmax_grad(g, out, axis)],
     cost="expensive", batch=B.along_axis("log_softmax"),

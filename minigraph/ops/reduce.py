@@ -137,7 +137,7 @@ def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
     ndim = S.rank(who, x)
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     if ndim == 0 and all(a in (0, -1) for a in axes):
-        return (0,) if axes else ()  # (a 0-d tensor reduces over "its" axis 0, as before)
+        return ()  # a 0-d tensor over "its" axis 0: over no axis at all, as NumPy does
     out = [S.check_axis(who, a, x) for a in axes]
     if len(set(out)) != len(out):
         raise ShapeError(f"{who}: axis {axis} names an axis twice (tensor of rank {ndim})")

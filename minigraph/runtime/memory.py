@@ -97,12 +97,16 @@ class Memory:
             self.peak_live[dev] = self.total[dev] = 0
 
     # -- allocation -----------------------------------------------------------------------
-    def buffer_for(self, node: Node) -> Any:
+    def buffer_for(self, node: Node, inputs_c_ordered: bool = True) -> Any:
         """A pooled buffer of the node's shape and dtype, or None (call only for nodes
-        that ``can_write_into``)."""
+        that ``can_write_into``). Pooled buffers are C-ordered, which is the layout of
+        the kernel's own result only when its inputs are C-ordered too (a ufunc on a
+        transposed view returns Fortran order, and a reduction over it then adds in
+        another order): otherwise the node allocates, so that a run with recycling is
+        bit-identical to one without."""
         key = (node.device.name, node.shape, node.dtype)
         self.demand[key] -= 1  # this node's request is served now, one way or the other
-        if not self.recycle:
+        if not self.recycle or not inputs_c_ordered:
             return None
         free = self.pool.get(key)
         return free.pop() if free else None
@@ -186,6 +190,12 @@ def can_write_into(node: Node) -> bool:
     return (node.prim is not None and node.prim.out is not None and node.shape is not None
             and node.device.supports_out
             and all(a.dtype == node.dtype for a in node.inputs))
+
+
+def c_ordered(value: Any) -> bool:
+    """Whether a value is laid out in C order (a number, a NumPy scalar: trivially)."""
+    flags = getattr(value, "flags", None)
+    return flags is None or bool(getattr(flags, "c_contiguous", True))
 
 
 def _c_contiguous(array: Any) -> bool:

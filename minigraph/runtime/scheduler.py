@@ -51,7 +51,7 @@ from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
-from .memory import Memory, PlanCounts
+from .memory import Memory, PlanCounts, c_ordered
 from .partition import CommNode
 from .rendezvous import Rendezvous
 
@@ -168,7 +168,10 @@ class Run:
             return None
         with self.lock:
             self.order.append(node.name)
-            buffer = self.memory.buffer_for(node) if id(node) in self.memory.writable else None
+            buffer = None
+            if id(node) in self.memory.writable:
+                buffer = self.memory.buffer_for(node, all(
+                    c_ordered(self.values.get(id(a))) for a in node.inputs))
         start = time.perf_counter()
         if node.op == "Recv":
             self.values[id(node)] = self.received.pop(id(node))
