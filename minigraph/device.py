@@ -121,6 +121,16 @@ class Device:
         with self.context or nullcontext():
             return self.xp.full(shape, value, dtype=dt, device=self.native)
 
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised C-ordered array of ``shape`` (for a kernel's ``out=``)."""
+        dt = self.dtype(dtype) if isinstance(dtype, str) else dtype
+        if self._numpy:
+            return np.empty(shape, dtype=dt)
+        if self.native is None:
+            return self.xp.empty(shape, dtype=dt)
+        with self.context or nullcontext():
+            return self.xp.empty(shape, dtype=dt, device=self.native)
+
     def copy_from(self, array: Any, source: "Device") -> Any:
         """A real copy of ``array`` (living on ``source``) into this device's memory.
 

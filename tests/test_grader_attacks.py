@@ -217,6 +217,13 @@ def attacks(tmp_path_factory):
         ATTACKS.pop("write-the-installed-package")  # without root it would really write
     course = tmp_path_factory.mktemp("course")
     shutil.copytree(EXAMPLE, course / EXAMPLE.name)
+    # The course this copy comes from (with its reference solution) lies on the machine
+    # too, as an instructor's would; like any course the grader grades from, it is closed
+    # to others. (Without this the attack's success would depend on whether an earlier
+    # test, grading from that folder, had closed it: on a fresh clone it had not.)
+    if isolation.is_root():
+        for folder in (EXAMPLE.parent, EXAMPLE):
+            isolation.close_to_others(folder)
     work = tmp_path_factory.mktemp("submissions")
     package_files = {p: p.read_bytes() for p in (Path(isolation.__file__).parent).glob("*.py")}
     jobs = {}

@@ -26,7 +26,16 @@ from minigraph.ops.primitive import PRIMITIVES, Primitive, bind
 
 torch = pytest.importorskip("torch")
 tf = torch.func
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _torch_in_float64():
+    """The oracles compute in float64; the setting is put back after each test, so that
+    no other test file inherits it."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 # ----------------------------------------------------------------------------------------

@@ -50,6 +50,12 @@ def _add_all(parts: list[Any]) -> Any:
     return total
 
 
+def _in_readers_order(parts: list[Any], total: Callable[[list[Any]], Any]) -> Any:
+    """A value's adjoint from its shares. They arrive latest reader first (the sweep runs
+    backwards); added in the readers' evaluation order, as (f.5) writes them."""
+    return total(parts[::-1]) if len(parts) > 1 else parts[0]
+
+
 def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
                   active: Callable[[Any], bool],
                   value: Callable[[Any], Any] | None = None,
@@ -85,7 +91,7 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         if context is not None:
             context.__enter__()
         try:
-            g = total(parts[::-1]) if len(parts) > 1 else parts[0]  # readers' order
+            g = _in_readers_order(parts, total)
             if completed is not None:
                 g = completed(out, g)
             rules = prim.vjp
@@ -105,7 +111,7 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         context = scope(owner[k]) if scope is not None else None
         if context is not None:
             with context:
-                adjoints[k] = total(parts[::-1]) if len(parts) > 1 else parts[0]
+                adjoints[k] = _in_readers_order(parts, total)
         else:
-            adjoints[k] = total(parts[::-1]) if len(parts) > 1 else parts[0]
+            adjoints[k] = _in_readers_order(parts, total)
     return adjoints

@@ -97,19 +97,22 @@ class Memory:
             self.peak_live[dev] = self.total[dev] = 0
 
     # -- allocation -----------------------------------------------------------------------
-    def buffer_for(self, node: Node, inputs_c_ordered: bool = True) -> Any:
-        """A pooled buffer of the node's shape and dtype, or None (call only for nodes
-        that ``can_write_into``). Pooled buffers are C-ordered, which is the layout of
-        the kernel's own result only when its inputs are C-ordered too (a ufunc on a
-        transposed view returns Fortran order, and a reduction over it then adds in
-        another order): otherwise the node allocates, so that a run with recycling is
-        bit-identical to one without."""
+    def buffer_for(self, node: Node) -> tuple[Any, bool]:
+        """The buffer a node that ``can_write_into`` computes into, and whether it came
+        from the pool: a pooled one of its shape and dtype, else a new one.
+
+        Always a C-ordered buffer, never the kernel's own allocation: a kernel's own
+        result can be Fortran-ordered (a ufunc on a transposed view), and a reduction
+        over it then adds in another order. Which of the two a node got would depend on
+        the pool and on the other threads' timing, and results would differ in the last
+        bit between runs with and without recycling, or with 1 and 2 workers."""
         key = (node.device.name, node.shape, node.dtype)
         self.demand[key] -= 1  # this node's request is served now, one way or the other
-        if not self.recycle or not inputs_c_ordered:
-            return None
-        free = self.pool.get(key)
-        return free.pop() if free else None
+        free = self.pool.get(key) if self.recycle else None
+        if free:
+            return free.pop(), True
+        assert node.shape is not None and node.dtype is not None  # (can_write_into)
+        return node.device.empty(node.shape, node.dtype), False
 
     def produced(self, node: Node, value: Any, reused: bool) -> None:
         """``node`` has computed ``value`` (into a pooled buffer if ``reused``)."""
@@ -190,12 +193,6 @@ def can_write_into(node: Node) -> bool:
     return (node.prim is not None and node.prim.out is not None and node.shape is not None
             and node.device.supports_out
             and all(a.dtype == node.dtype for a in node.inputs))
-
-
-def c_ordered(value: Any) -> bool:
-    """Whether a value is laid out in C order (a number, a NumPy scalar: trivially)."""
-    flags = getattr(value, "flags", None)
-    return flags is None or bool(getattr(flags, "c_contiguous", True))
 
 
 def _c_contiguous(array: Any) -> bool:

@@ -51,7 +51,7 @@ from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
-from .memory import Memory, PlanCounts, c_ordered
+from .memory import Memory, PlanCounts
 from .partition import CommNode
 from .rendezvous import Rendezvous
 
@@ -168,10 +168,9 @@ class Run:
             return None
         with self.lock:
             self.order.append(node.name)
-            buffer = None
+            buffer, pooled = None, False
             if id(node) in self.memory.writable:
-                buffer = self.memory.buffer_for(node, all(
-                    c_ordered(self.values.get(id(a))) for a in node.inputs))
+                buffer, pooled = self.memory.buffer_for(node)
         start = time.perf_counter()
         if node.op == "Recv":
             self.values[id(node)] = self.received.pop(id(node))
@@ -205,7 +204,7 @@ class Run:
             if buffer is not None and self.values[id(node)] is not buffer:
                 buffer = None  # the kernel returned something else: keep both honest
             if id(node) not in self.feeds:
-                self.memory.produced(node, self.values[id(node)], buffer is not None)
+                self.memory.produced(node, self.values[id(node)], pooled)
             for dead in self.memory.consumed(node):  # the run holds no freed value
                 if id(dead) not in self.feeds:
                     self.values.pop(id(dead), None)
