@@ -436,15 +436,18 @@ def _renamed(source: str, name: str, new: str) -> str:
 def mutant_reports(tmp_path_factory):
     work = tmp_path_factory.mktemp("mutants")
 
-    def run(key):
+    def run(key, text):
         chapter, number = key
         folder = work / f"set{number}" / chapter
         folder.mkdir(parents=True)
-        (folder / "exercises.py").write_text(submission(chapter, number))
+        (folder / "exercises.py").write_text(text)
         return grade(folder, timeout=30.0)
 
+    # (the submissions are written here, in one thread: their text is read with ast,
+    # which CPython 3.11 cannot run in two threads at once; the gradings overlap)
+    submissions = {key: submission(*key) for key in SETS}
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {key: pool.submit(run, key) for key in SETS}
+        futures = {key: pool.submit(run, key, submissions[key]) for key in SETS}
         return {key: f.result() for key, f in futures.items()}
 
 

@@ -12,7 +12,7 @@ import importlib
 import re
 from pathlib import Path
 
-from minigraph.grading.collect import declared_tests
+from minigraph.grading.collect import declared_tests, parse
 from minigraph.grading.release import ReleaseError, strip_solutions
 
 MIN_EXERCISES = 3
@@ -85,7 +85,7 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
         problems.append(str(exc))
 
     try:
-        tree = ast.parse(tests.read_text(encoding="utf-8"), filename=str(tests))
+        tree = parse(tests.read_text(encoding="utf-8"), filename=str(tests))
         declared = declared_tests(tests)
     except SyntaxError as exc:
         return problems + [f"{tests}:{exc.lineno}: does not parse: {exc.msg}"]

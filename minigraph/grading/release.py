@@ -49,6 +49,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from minigraph.grading.collect import parse
 from minigraph.grading.links import rewrite_links
 
 BEGIN = "### BEGIN SOLUTION"
@@ -136,7 +137,7 @@ def _release(source: str, filename: str) -> tuple[str, list[Region]]:
         position = region.end  # skip through the END marker
     out.extend(lines[position:])
     try:
-        tree = ast.parse("".join(out), filename=filename)
+        tree = parse("".join(out), filename=filename)
     except SyntaxError as exc:
         raise ReleaseError(f"{filename}: the released file does not compile: {exc.msg} "
                            f"(line {exc.lineno} of the released file)") from None
@@ -174,7 +175,7 @@ def _is_hidden(node: ast.stmt) -> bool:
 def strip_hidden(source: str, filename: str = "<string>") -> str:
     """``source`` (a test file) without its ``@pytest.mark.hidden`` tests: graded by the
     grader, never shown in the student's copy."""
-    tree = ast.parse(source, filename=filename)
+    tree = parse(source, filename=filename)
     lines = source.splitlines(keepends=True)
     drop: set[int] = set()
     for node in tree.body:
