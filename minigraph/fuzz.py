@@ -706,6 +706,18 @@ def shrink_dag(dag: Dag, name: str, deadline: float) -> Dag:
 
 # == 3. adversarial inputs ==================================================================
 
+# Where minigraph documents a choice of its own, the NumPy reference says it too:
+# softmax and log_softmax of integers and bools compute in float64 (as exp does; NumPy
+# has no softmax, and the max subtracted in integer arithmetic would wrap around), and
+# a 0-d tensor reduced over axis 0 or -1 is reduced over no axis (PyTorch's reading;
+# NumPy raises AxisError).
+_AS_FLOAT = "(a if a.dtype.kind == 'f' else a.astype(np.float64))"
+_SOFTMAX = ("np.exp({f} - np.max({f}, axis=-1, keepdims=True)) / np.sum(np.exp({f} - "
+            "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True)")
+_LOG_SOFTMAX = ("{f} - np.max({f}, axis=-1, keepdims=True) - np.log(np.sum(np.exp({f} - "
+                "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True))")
+_OVER_AXIS = "(np.{0}(a, axis={1}) if a.ndim else np.{0}(a, axis=()))"
+
 # name -> (arity, minigraph, torch, NumPy). NumPy decides the dtype (and whether to refuse);
 # torch, run on the inputs cast to NumPy's working dtype, gives the values.
 ADV_OPS: dict[str, tuple[int, str, str, str]] = {
@@ -721,15 +733,16 @@ ADV_OPS: dict[str, tuple[int, str, str, str]] = {
     "relu": (1, "mg.relu(a)", "torch.relu(a)", "np.maximum(a, np.zeros((), a.dtype))"),
     "neg": (1, "-a", "-a", "-a"),
     "sum": (1, "mg.sum(a)", "torch.sum(a)", "np.sum(a)"),
-    "sum_axis0": (1, "mg.sum(a, axis=0)", "torch.sum(a, dim=0)", "np.sum(a, axis=0)"),
+    "sum_axis0": (1, "mg.sum(a, axis=0)", "torch.sum(a, dim=0)", _OVER_AXIS.format("sum", 0)),
     "mean": (1, "mg.mean(a)", "torch.mean(a)", "np.mean(a)"),
-    "mean_axis-1": (1, "mg.mean(a, axis=-1)", "torch.mean(a, dim=-1)", "np.mean(a, axis=-1)"),
+    "mean_axis-1": (1, "mg.mean(a, axis=-1)", "torch.mean(a, dim=-1)",
+                    _OVER_AXIS.format("mean", -1)),
     "max": (1, "mg.max(a)", "torch.amax(a)", "np.max(a)"),
-    "max_axis0": (1, "mg.max(a, axis=0)", "torch.amax(a, dim=0)", "np.max(a, axis=0)"),
+    "max_axis0": (1, "mg.max(a, axis=0)", "torch.amax(a, dim=0)", _OVER_AXIS.format("max", 0)),
     "softmax": (1, "mg.softmax(a, axis=-1)", "torch.softmax(a, dim=-1)",
-                "np.exp(a - np.max(a, axis=-1, keepdims=True)) / np.sum(np.exp(a - np.max(a, axis=-1, keepdims=True)), axis=-1, keepdims=True)"),
+                _SOFTMAX.format(f=_AS_FLOAT)),
     "log_softmax": (1, "mg.log_softmax(a, axis=-1)", "torch.log_softmax(a, dim=-1)",
-                    "a - np.max(a, axis=-1, keepdims=True) - np.log(np.sum(np.exp(a - np.max(a, axis=-1, keepdims=True)), axis=-1, keepdims=True))"),
+                    _LOG_SOFTMAX.format(f=_AS_FLOAT)),
     "transpose": (1, "mg.transpose(a)", "torch.permute(a, tuple(range(a.dim()))[::-1])",
                   "np.transpose(a)"),
     "add_float": (1, "a + 2.5", "a + 2.5", "a + 2.5"),
