@@ -6,7 +6,8 @@ the primal as usual and the tangent from the primitive's JVP rules, in the *same
 as the evaluation itself, so nothing needs to be stored: with ``dx = 1, dy = 0`` the
 program computes (c.1)-(c.5), with ``dx = 0, dy = 1`` it computes (d.1)-(d.5). One pass
 gives one directional derivative; a full gradient over n inputs needs n passes, which
-is why forward mode costs O(n) and ``jacfwd`` is cheap only for few inputs.
+is why a Jacobian costs n passes of f's cost forward, and ``jacfwd`` is cheap only
+for few inputs (batched into one pass by ``vmap``, the arithmetic stays n times f's).
 
 Levels keep nested uses apart (``jacfwd(jacfwd(f))``, ``jvp`` of ``grad``): every ``jvp``
 call makes duals of a new, higher level (``levels.py``), and an operation is handled by

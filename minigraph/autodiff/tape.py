@@ -10,10 +10,10 @@ collector to walk, whose full passes over a long tape would otherwise cost more 
 the longer the tape. The sequence numbers count up, so they *are* the tape's order: the
 forward evaluation order (a.1)-(a.5).
 
-**The reverse sweep.** :func:`sweep` walks the entries that lead to the output in
-*decreasing* sequence number, the reverse of the evaluation order, and hands each
-entry's adjoint to its primitive's VJP rules, which add their shares into the adjoints
-of the arguments, exactly (f.1)-(f.5)::
+**The reverse sweep.** :func:`sweep` hands the entries that lead to the output, in
+sequence order, to the one reverse sweep of the library (``backward.reverse_sweep``),
+which walks them backwards and gives each entry's adjoint to its primitive's VJP rules;
+they add their shares into the adjoints of the arguments, exactly (f.1)-(f.5)::
 
     gz = 1;  ga += gz;  gb += gz;  gy += ga * x;  gx += ga * y;  gx += gb * cos(x)
 
@@ -21,7 +21,12 @@ Finding the entries is an explicit-stack traversal and sorting by sequence numbe
 a chain of 100,000 operations needs no recursion. An adjoint is dropped as soon as its
 entry is processed, so memory falls as the sweep goes. The VJP rules are ordinary
 minigraph code: run while recording (``create_graph=True``), the sweep writes its own
-tape, and a second sweep over it gives second derivatives.
+tape, and a second sweep over it gives second derivatives. Without ``retain_graph`` the
+entries are released after the sweep, as in PyTorch, so a second ``backward()`` raises.
+
+**Reverse mode as a transformation** (``mg.vjp``, ``mg.grad``, ``mg.jacrev``, the last
+section) records the same entries on boxes of a level of its own instead of on tensors,
+so that it runs on any value kind and nests in every other transformation.
 
 **In-place updates** (``x -= y``, :func:`update_in_place`) write into a tensor's array
 outside recording; each write is stamped with a sequence number, and the sweep refuses
@@ -248,8 +253,8 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 #   name x to it, as Python does for values that cannot change (and as graph nodes and
 #   dual numbers do): every mode gives the same result. Except for a leaf that requires
 #   a gradient (a parameter): rebinding would silently leave the parameter as it was,
-#   so that raises, as in PyTorch. (``mg.grad`` hands ``f`` its arguments through
-#   ``identity``, so ``x += 1`` inside ``f`` is the recorded case.)
+#   so that raises, as in PyTorch. (Inside ``mg.grad``, ``f`` sees boxes, which have no
+#   in-place operators: ``x += 1`` rebinds x to ``x + 1``, recorded.)
 # * A write must not change a value that a tape entry recorded. Each write is stamped
 #   with the next sequence number, on the array that owns the memory (a view's base), so
 #   a write through a view counts for every tensor that shares the memory. Sequence
