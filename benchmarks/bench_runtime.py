@@ -233,7 +233,11 @@ def bench_branches() -> dict[str, Any]:
         times = rounds_of(methods, rounds=15)
         faults = {name: page_faults(method) for name, method in methods.items()}
 
-        # one more run of each session for the trace, the Gantt chart and the kernel times
+    # one more run of each, traced, for the trace, the Gantt chart and the kernel times
+    # (the timed sessions are untraced, as a session is unless asked)
+    with mg.Session(g, workers=1, trace=True) as s1, mg.Session(g, workers=2, trace=True) as s2:
+        for s in (s1, s2):
+            s.run(out, feed)  # (a first run warms the threads up)
         s1.run(out, feed)
         serial_events = s1.last_run.events
         s2.run(out, feed)
@@ -420,7 +424,7 @@ def bench_memory() -> dict[str, Any]:
     runs = {}
     for name, kwargs in (("recycle", {"recycle": True}), ("no pool", {"recycle": False}),
                          ("recycle, poisoned", {"recycle": True, "debug": True})):
-        with mg.Session(g, workers=1, **kwargs) as sess:
+        with mg.Session(g, workers=1, trace=True, **kwargs) as sess:  # trace: the curve
             for _ in range(2):  # twice: a second run must not see the first one's buffers
                 got = sess.run(fetches, feed)
                 for k, (u, v) in enumerate(zip(got, expected)):

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import minigraph as mg
+from minigraph.errors import MinigraphError
 from minigraph.ops.primitive import Primitive
 from minigraph.ops.shape_rules import same
 from minigraph.runtime.cost import LARGE_ELEMENTS, static_cost
@@ -97,6 +98,58 @@ def test_serial_order_is_fifo():
     assert sess.last_run.order == ["x", "y", "sin", "mul", "add"]
 
 
+def _kahn_fifo(g, fetches, fed):
+    """The oracle: Kahn's algorithm written out here, on the nodes the fetches need."""
+    need, stack = set(), list(fetches)
+    while stack:
+        n = stack.pop()
+        if n.name not in need:
+            need.add(n.name)
+            stack.extend(() if n.name in fed else n.inputs)
+    members = [n for n in g.nodes if n.name in need]
+    missing = {n.name: 0 if n.name in fed else len({i.name for i in n.inputs}) for n in members}
+    queue, order = [n for n in members if missing[n.name] == 0], []
+    while queue:
+        n = queue.pop(0)
+        order.append(n.name)
+        for c in members:
+            if c.name not in fed and any(i is n for i in c.inputs):
+                missing[c.name] -= 1
+                if missing[c.name] == 0:
+                    queue.append(c)
+    return order
+
+
+@given(dags())
+def test_the_serial_run_walks_kahns_fifo_order(dag):
+    # workers=1 walks the plan made once by topo.fifo_order instead of counting inputs
+    # down on every run: the order must still be the one Kahn's FIFO queue gives
+    g, x, y, nodes = build(dag)
+    fetches = nodes[2:][-2:]
+    with mg.Session(g, workers=1) as sess:
+        sess.run(fetches, {x: X, y: Y})
+        sess.run(fetches, {x: X, y: Y})  # (the second run reuses the cached plan)
+        assert sess.last_run.order == _kahn_fifo(g, fetches, {"x", "y"})
+
+
+def test_an_untraced_run_says_how_to_get_its_events():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        z = mg.sin(x)
+    sess = mg.Session(g)
+    sess.run(z, {x: 1.0})
+    assert not sess.last_run.traced and sess.last_run.order == ["x", "sin"]
+    assert sess.last_run.peak_bytes["cpu"] > 0  # kept for every run
+    for what in ("events", "memory_curve"):
+        with pytest.raises(MinigraphError, match=r"not traced.*trace=True"):
+            getattr(sess.last_run, what)
+    with pytest.raises(MinigraphError, match="trace=True"):
+        sess.last_run.gantt()
+    traced = mg.Session(g, trace=True)
+    traced.run(z, {x: 1.0})
+    assert [e["name"] for e in traced.last_run.events] == ["x", "sin"]
+
+
 def test_recycling_reuses_buffers_and_lowers_the_peak():
     with mg.Graph() as g:
         x = mg.placeholder(shape=(256, 256), name="x")
@@ -157,7 +210,7 @@ def test_cheap_successors_run_inline_on_the_same_thread():
         chain = a
         for _ in range(5):
             chain = chain.reshape(4096).reshape(64, 64)  # cheap: inline after a
-    sess = mg.Session(g, workers=4)
+    sess = mg.Session(g, workers=4, trace=True)
     sess.run(chain, {m: np.eye(64)})
     tids = {e["name"]: e["tid"] for e in sess.last_run.events}
     cheap = [e for e in sess.last_run.events if e["op"] == "reshape"]
@@ -228,7 +281,7 @@ def test_events_chrome_trace_and_gantt(tmp_path):
     with mg.Graph() as g:
         x = mg.placeholder(shape=(32, 32), name="x")
         z = mg.tanh(x @ x) + mg.sin(x)
-    sess = mg.Session(g, workers=2)
+    sess = mg.Session(g, workers=2, trace=True)
     sess.run(z, {x: np.ones((32, 32))})
     stats = sess.last_run
     assert {e["name"] for e in stats.events} == set(stats.order)
@@ -291,7 +344,7 @@ def test_the_calling_thread_runs_cheap_roots_and_hands_out_expensive_nodes():
         a = mg.placeholder((64, 64), name="a")
         w1, w2 = mg.constant(np.eye(64), name="w1"), mg.constant(np.eye(64), name="w2")
         out = (a @ w1) + (a @ w2)  # two expensive matmuls, made ready by cheap roots
-    with mg.Session(g, workers=2) as sess:
+    with mg.Session(g, workers=2, trace=True) as sess:
         sess.run(out, {a: np.ones((64, 64))})
         events = sess.last_run.events
     caller = next(e["tid"] for e in events if e["name"] == "w1")

@@ -131,7 +131,7 @@ def cse(graph: Graph, fetches: Sequence[Node]) -> PassResult:
 
 def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     """Compute now every node whose inputs are all constants; it becomes a Const."""
-    from ..runtime.scheduler import compute
+    from ..runtime.scheduler import Step, compute
 
     changes: list[str] = []
 
@@ -141,7 +141,7 @@ def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
             return _copy(new, n, args, control)
         probe = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, n.device,
                      n.location)
-        value = compute(probe, {id(a): a.value for a in nodes}, [], [])
+        value = compute(Step(probe), {id(a): a.value for a in nodes}, [], [])
         shown = repr(n.device.to_numpy(value).tolist())
         changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
                        f"{shown if len(shown) < 60 else shown[:57] + '...'}")

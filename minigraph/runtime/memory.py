@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from ..graph.graph import Node
 
 
@@ -54,10 +56,12 @@ class PlanCounts:
     def __init__(self, order: list[Node]):
         keep = {id(n) for n in order}
         self.readers: dict[int, int] = {}
+        # each node's inputs whose readers are counted: those of the plan, once each
+        self.reads: dict[int, tuple[Node, ...]] = {}
         for n in order:
-            for i in _distinct(n.inputs):
-                if id(i) in keep:
-                    self.readers[id(i)] = self.readers.get(id(i), 0) + 1
+            self.reads[id(n)] = tuple(i for i in _distinct(n.inputs) if id(i) in keep)
+            for i in self.reads[id(n)]:
+                self.readers[id(i)] = self.readers.get(id(i), 0) + 1
         self.demand: dict[tuple, int] = {}
         self.writable: set[int] = set()
         for n in order:
@@ -72,8 +76,9 @@ class Memory:
 
     def __init__(self, order: list[Node], fetches: list[Node], external: list[Any],
                  recycle: bool = True, poison: bool = False, start: float | None = None,
-                 counts: "PlanCounts | None" = None):
+                 counts: "PlanCounts | None" = None, curve: bool = True):
         self.recycle = recycle
+        self.keep_curve = curve  # the curve costs a clock read per change: traced runs only
         self.poison = poison
         self.lock = threading.Lock()
         self.start = time.perf_counter() if start is None else start
@@ -81,6 +86,7 @@ class Memory:
         self.readers = dict(counts.readers)  # node id -> consumers still to run
         self.demand = dict(counts.demand)    # buffer key -> nodes still to run wanting one
         self.writable = counts.writable      # ids of the nodes that can use a pooled buffer
+        self.reads = counts.reads            # node id -> its counted inputs
         self.fetched = {id(f) for f in fetches}
         self.external = {id(root(a)) for a in external}
         self.value_storage: dict[int, int] = {}   # node id -> id of its buffer
@@ -126,23 +132,28 @@ class Memory:
             return
         dev, size = node.device.name, nbytes(base)
         self.storage[key] = [base, 1, dev, size]
-        self._count(dev, live=size, held=0 if reused else size)
-        self.total[dev] = self.total.get(dev, 0) + size
+        now_live = self.live[dev] = self.live[dev] + size
+        now_held = self.held[dev] if reused else self.held[dev] + size
+        self.held[dev] = now_held
+        if now_live > self.peak_live[dev]:  # (only a new value can raise the peaks)
+            self.peak_live[dev] = now_live
+        if now_held > self.peak_held[dev]:
+            self.peak_held[dev] = now_held
+        self.total[dev] += size
+        if self.keep_curve:
+            self._curve(dev)
 
     def consumed(self, node: Node) -> list[Node]:
         """``node`` has run: its inputs have one reader fewer. Returns the nodes whose
         values nobody will read again: the caller drops its references to them, so
         their memory really goes (to the pool, or back to the allocator)."""
         dead = []
-        for i in _distinct(node.inputs):
-            left = self.readers.get(id(i))
-            if left is None:
-                continue
-            self.readers[id(i)] = left - 1
-            if left == 1 and id(i) not in self.fetched:
+        for i in self.reads[id(node)]:
+            left = self.readers[id(i)] = self.readers[id(i)] - 1
+            if left == 0 and id(i) not in self.fetched:
                 self._release(i)
                 dead.append(i)
-        if self.readers.get(id(node)) is None and id(node) not in self.fetched:
+        if id(node) not in self.readers and id(node) not in self.fetched:
             self._release(node)  # nobody reads it (e.g. an Assign's result)
             dead.append(node)
         return dead
@@ -159,24 +170,22 @@ class Memory:
         base, _, dev, size = self.storage.pop(key)
         if self.poison:
             _poison(base)
-        if self.recycle and getattr(base, "ndim", 0) > 0 and _c_contiguous(base):
+        self.live[dev] -= size
+        if self.recycle and _recyclable(base):
             pool_key = (dev, tuple(base.shape), _dtype_name(node, base))
-            free = self.pool.setdefault(pool_key, [])
-            if len(free) < self.demand.get(pool_key, 0):
-                free.append(base)  # a node still to run will write into it
-                self._count(dev, live=-size, held=0)
+            if self.demand.get(pool_key, 0) > len(self.pool.setdefault(pool_key, [])):
+                self.pool[pool_key].append(base)  # a node still to run will write into it
+                if self.keep_curve:
+                    self._curve(dev)
                 return
-        self._count(dev, live=-size, held=-size)  # nobody will want it: given back
+        self.held[dev] -= size  # nobody will want it: given back
+        if self.keep_curve:
+            self._curve(dev)
 
-    def _count(self, dev: str, live: int, held: int) -> None:
-        """Move the counters of ``dev`` (every device of the plan has an entry)."""
-        now_live = self.live[dev] = self.live[dev] + live
-        now_held = self.held[dev] = self.held[dev] + held
-        if now_live > self.peak_live[dev]:
-            self.peak_live[dev] = now_live
-        if now_held > self.peak_held[dev]:
-            self.peak_held[dev] = now_held
-        self.curve.append((time.perf_counter() - self.start, dev, now_live, now_held))
+    def _curve(self, dev: str) -> None:
+        """A point of the memory curve (traced runs only: it reads the clock)."""
+        self.curve.append((time.perf_counter() - self.start, dev, self.live[dev],
+                           self.held[dev]))
 
 
 def _distinct(nodes: tuple[Node, ...]) -> "tuple[Node, ...] | list[Node]":
@@ -195,15 +204,18 @@ def can_write_into(node: Node) -> bool:
             and all(a.dtype == node.dtype for a in node.inputs))
 
 
-def _c_contiguous(array: Any) -> bool:
-    """Whether ``array`` is laid out in C order, as every kernel's fresh result of a
-    pooled key is. Only such buffers are pooled: a kernel writing into a buffer of
-    another layout (a ufunc on a transposed input returns Fortran order) may compute
-    differently, ``matmul`` into a Fortran-ordered ``out`` differs in the last bit, and
-    whether a node gets a recycled buffer depends on the timing of the other threads:
-    results would differ between ``workers=1`` and ``workers=2``."""
+def _recyclable(array: Any) -> bool:
+    """Whether a kernel may write into ``array``: an array, not a NumPy scalar (which is
+    immutable: a 0-d result without ``out`` is one), laid out in C order, as every
+    kernel's fresh result of a pooled key is. Only such buffers are pooled: a kernel
+    writing into a buffer of another layout (a ufunc on a transposed input returns
+    Fortran order) may compute differently, ``matmul`` into a Fortran-ordered ``out``
+    differs in the last bit, and whether a node gets a recycled buffer depends on the
+    timing of the other threads: results would differ between ``workers=1`` and
+    ``workers=2``."""
     flags = getattr(array, "flags", None)
-    return bool(getattr(flags, "c_contiguous", False))
+    return (bool(getattr(flags, "c_contiguous", False)) and getattr(flags, "writeable", True)
+            and not isinstance(array, np.generic))
 
 
 def _dtype_name(node: Node, array: Any) -> str:

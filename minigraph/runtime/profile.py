@@ -3,16 +3,22 @@
 ``sess.last_run`` is a :class:`RunStats`:
 
 * ``order``: node names in the order they started;
-* ``events``: one complete event per node (``name``, ``ts`` and ``dur`` in microseconds,
+* ``events`` (a traced run only, ``mg.Session(g, trace=True)``; a run across devices is
+  always traced, since its order comes from the events' clock): one complete event per
+  node (``name``, ``ts`` and ``dur`` in microseconds,
   ``pid`` = device, ``tid`` = thread: 0 for the one that called ``run()``, then the
   pool's workers in the order they first finished a node, ``cost``);
 * ``peak_bytes``: per device, the most bytes the run held at once (live values and the
   free buffers kept in the pool); ``lower_bound``: per device, the most bytes of *live*
   values at once, which no allocator can go below for this order; ``total_bytes``: the
   bytes of everything the run produced, what keeping every value would need;
-* ``memory_curve``: (seconds, device, live bytes, held bytes) after every change;
-* ``bytes_moved``: ``{(from device, to device): bytes}`` that Send/Recv pairs copied;
-  across MPI ranks the device names carry their rank (``"rank:0/cpu"``), and
+* ``memory_curve`` (a traced run only): (seconds, device, live bytes, held bytes) after
+  every change;
+* ``bytes_moved``: ``{(from device, to device): bytes}`` that Send/Recv pairs copied,
+  counted by each Send as it copies (the empty tensor of a control edge is not
+  counted); ``bytes_sent`` and ``bytes_received`` add them up per device, the
+  unit of the communication cost model (``minigraph/parallel/cost_model.py``). Across
+  MPI ranks the device names carry their rank (``"rank:0/cpu"``), and
   ``bytes_across_ranks`` adds up the pairs whose ranks differ.
 
 In a run across MPI ranks (``mpi_run.py``) every rank's ``last_run`` holds every rank's
@@ -28,24 +34,57 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import MinigraphError
+
+
+class TraceError(MinigraphError, ValueError):
+    """The events or the memory curve of a run that was not traced."""
+
 
 class RunStats:
-    def __init__(self, order: list[str], events: list[dict], peak_bytes: dict[str, int],
+    def __init__(self, order: list[str], events: list[dict] | None, peak_bytes: dict[str, int],
                  lower_bound: dict[str, int], total: dict[str, int],
-                 memory_curve: list[tuple[float, str, int, int]],
+                 memory_curve: list[tuple[float, str, int, int]] | None,
                  bytes_moved: dict[tuple[str, str], int] | None = None):
         self.order = order
         self.bytes_moved = dict(bytes_moved or {})
-        self.events = events
+        self._events = events  # None: the run was not traced
         self.peak_bytes = peak_bytes
         self.lower_bound = lower_bound
         self.total_bytes_by_device = total
         self.total_bytes = sum(total.values())
-        self.memory_curve = memory_curve
+        self._curve = memory_curve
+
+    @property
+    def traced(self) -> bool:
+        """Whether the run recorded its events and memory curve (``Session(trace=True)``)."""
+        return self._events is not None
+
+    @property
+    def events(self) -> list[dict]:
+        """One complete event per node (a traced run only)."""
+        if self._events is None:
+            raise TraceError(self._untraced("events"))
+        return self._events
+
+    @property
+    def memory_curve(self) -> list[tuple[float, str, int, int]]:
+        """(seconds, device, live bytes, held bytes) after every change (a traced run only)."""
+        if self._curve is None:
+            raise TraceError(self._untraced("memory_curve"))
+        return self._curve
+
+    @staticmethod
+    def _untraced(what: str) -> str:
+        return (f"last_run.{what}: this run was not traced, so it recorded no timings; "
+                f"create the session with mg.Session(graph, trace=True) (tracing reads the "
+                f"clock twice per node). The order, peak_bytes, lower_bound, total_bytes "
+                f"and bytes_moved are kept for every run")
 
     @classmethod
     def merge(cls, runs: list) -> "RunStats":
         """The statistics of one step made of several device executors' runs."""
+        traced = all(r.trace for r in runs)
         events = sorted((e for r in runs for e in r.events), key=lambda e: e["ts"])
         order = [e["name"] for e in events] if len(runs) > 1 else list(runs[0].order)
         moved: dict[tuple[str, str], int]  # (from device, to device) -> bytes
@@ -57,7 +96,19 @@ class RunStats:
             curve += r.memory.curve
             for link, n in getattr(r, "moved", {}).items():
                 moved[link] = moved.get(link, 0) + n
+        if not traced:
+            return cls(order, None, peak, low, total, None, moved)
         return cls(order, events, peak, low, total, sorted(curve), moved)
+
+    @property
+    def bytes_sent(self) -> dict[str, int]:
+        """Bytes that Send/Recv pairs moved out of each device: ``{device: bytes}``."""
+        return _per_device(self.bytes_moved, 0)
+
+    @property
+    def bytes_received(self) -> dict[str, int]:
+        """Bytes that Send/Recv pairs moved into each device: ``{device: bytes}``."""
+        return _per_device(self.bytes_moved, 1)
 
     @property
     def bytes_across_ranks(self) -> int:
@@ -149,3 +200,11 @@ class RunStats:
 def _rank_of(device: str) -> str:
     """``"rank:1"`` for ``"rank:1/cpu"``; ``""`` (this process) for an unprefixed name."""
     return device.split("/", 1)[0] if device.startswith("rank:") else ""
+
+
+def _per_device(moved: dict[tuple[str, str], int], end: int) -> dict[str, int]:
+    """``moved`` added up by source (``end=0``) or destination (``end=1``) device."""
+    out: dict[str, int] = {}
+    for link, n in moved.items():
+        out[link[end]] = out.get(link[end], 0) + n
+    return out

@@ -64,16 +64,66 @@ class FeedError(MinigraphError, ValueError):
     """A missing or ill-fitting value in ``feed_dict``."""
 
 
-def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Node],
+class Step:
+    """What running one node takes, worked out once per plan instead of on every run:
+    where each argument is (a node's id in the run's values, or a literal such as the
+    1.0001 of ``y * 1.0001``) and which kernel to call, on which array namespace."""
+
+    __slots__ = ("node", "key", "special", "reads", "impl", "out", "xp", "context", "params",
+                 "foreign")
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.key = id(node)
+        self.special = node.prim is None  # Placeholder, Const, Variable, Assign, Send, Recv
+        self.reads = tuple((True, id(a)) if isinstance(a, Node) else (False, a)
+                           for a in node.args)
+        self.impl = node.prim.impl if node.prim is not None else None
+        self.out = node.prim.out if node.prim is not None else None
+        self.xp = node.device.xp
+        self.context = node.device.context  # a GPU's: kernels run inside it
+        self.params = node.params
+        # an input on another device (a plan across devices runs partitioned instead,
+        # with Send/Recv pairs, so only a plan run as it is gets here with one)
+        self.foreign = next((a for a in node.inputs if a.device is not node.device), None)
+
+
+def compute(step: Step, values: dict[int, Any], assigns: list, fetches: list[Node],
             out: Any = None) -> Any:
     """The value of one node, given the values of its inputs (into ``out`` if given)."""
+    node = step.node
+    if step.special:
+        return _special(node, values, assigns, fetches)
+    if step.foreign is not None:
+        raise DeviceError(
+            f"node '{node.name}' on {node.device.name} reads '{step.foreign.name}' from "
+            f"{step.foreign.device.name} (created at {describe_location(node.location)}); "
+            f"a value crosses devices only through an explicit x.to(device)")
+    arrays = [values[at] if is_node else at for is_node, at in step.reads]
+    try:
+        if step.context is not None:  # a GPU: run on it (see Device.context)
+            with step.context:
+                return _kernel(step, arrays, out)
+        return _kernel(step, arrays, out)
+    except Exception as exc:
+        shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
+        raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
+                        f"[{shapes}]: {exc}\n  the node was created at "
+                        f"{describe_location(node.location)}") from exc
+
+
+def _kernel(step: Step, arrays: list, out: Any) -> Any:
+    if out is not None:
+        assert step.out is not None  # a buffer is given only to an op with an out kernel
+        return step.out(step.xp, *arrays, out=out, **step.params)
+    assert step.impl is not None  # (an operation node: _special runs the others)
+    return step.impl(step.xp, *arrays, **step.params)
+
+
+def _special(node: Node, values: dict[int, Any], assigns: list, fetches: list[Node]) -> Any:
+    """The value of a Const, a Variable, an Assign; a Placeholder without a feed fails."""
     if node.op in ("Const", "Variable"):
         return node.value
-    if node.op == "Placeholder":
-        users = ", ".join(f"'{f.name}'" for f in fetches[:3])
-        raise FeedError(f"placeholder '{node.name}' (created at {describe_location(node.location)})"
-                        f" needs a value: the fetches {users} depend on it; pass it in "
-                        f"feed_dict={{{node.name}: ...}}")
     if node.op == "Assign":
         # The variable keeps a copy of its own, taken now: the value read here may be a
         # fed array (the caller may change it later), another variable's buffer, or an
@@ -82,56 +132,40 @@ def compute(node: Node, values: dict[int, Any], assigns: list, fetches: list[Nod
         value = values[id(node.args[1])]
         assigns.append((node.args[0], node.device.copy_from(value, node.device)))
         return value
-    arrays = []
-    for a in node.args:
-        if isinstance(a, Node):
-            if a.device is not node.device:
-                raise DeviceError(
-                    f"node '{node.name}' on {node.device.name} reads '{a.name}' from "
-                    f"{a.device.name} (created at {describe_location(node.location)}); "
-                    f"a value crosses devices only through an explicit x.to(device)")
-            arrays.append(values[id(a)])
-        else:
-            arrays.append(a)
-    try:
-        if node.device.context is not None:  # a GPU: run on it (see Device.context)
-            with node.device.context:
-                return _kernel(node, arrays, out)
-        return _kernel(node, arrays, out)
-    except Exception as exc:
-        shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
-        raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
-                        f"[{shapes}]: {exc}\n  the node was created at "
-                        f"{describe_location(node.location)}") from exc
-
-
-def _kernel(node: Node, arrays: list, out: Any) -> Any:
-    assert node.prim is not None  # an operation node (compute runs the special ones)
-    if out is not None:
-        assert node.prim.out is not None  # a buffer is given only to an op with an out kernel
-        return node.prim.out(node.device.xp, *arrays, out=out, **node.params)
-    return node.prim.impl(node.device.xp, *arrays, **node.params)
+    assert node.op == "Placeholder", node.op  # (a Send or Recv never gets here: run_node)
+    users = ", ".join(f"'{f.name}'" for f in fetches[:3])
+    raise FeedError(f"placeholder '{node.name}' (created at {describe_location(node.location)})"
+                    f" needs a value: the fetches {users} depend on it; pass it in "
+                    f"feed_dict={{{node.name}: ...}}")
 
 
 class Layout:
-    """The dependency counts of a plan, which do not change from run to run: each node's
-    number of inputs, each node's consumers, the roots. A ``Session`` computes them once
-    per cached plan; every run copies ``missing`` and counts it down."""
+    """What a plan's runs share, worked out once (a ``Session`` keeps it with its cached
+    plan): Kahn's counts (each node's number of inputs, each node's consumers, the
+    roots; every threaded run copies ``missing`` and counts it down), the memory counts
+    (``memory.PlanCounts``) and a :class:`Step` per node, in the plan's order."""
 
     def __init__(self, plan: list[Node], fed: set[int]):
         self.missing, self.consumers = dependencies(plan, fed)  # Kahn's counts (topo.py)
         self.roots = [n for n in plan if self.missing[id(n)] == 0]
         self.counts = PlanCounts(plan)  # what the run's Memory starts from
+        self.steps = [Step(n) for n in plan]
+        self.step_of = {s.key: s for s in self.steps}
+        self.expensive = any(n.cost == "expensive" for n in plan)  # (by the static class)
 
 
 class Run:
-    """One execution of a plan: the values, the counts, the events and the memory."""
+    """One execution of a plan: the values, the counts, the events and the memory.
+
+    ``trace``: record a trace event per node (``sess.last_run.events``, the timelines
+    of chapter 5) and the memory curve; off, a node's run is its kernel call and the
+    bookkeeping of its memory, nothing more (``Session(trace=True)`` turns it on)."""
 
     def __init__(self, plan: list[Node], feeds: dict[int, Any], fetches: list[Node],
                  memory: Memory, cost_of: Callable[[Node], str],
                  record: Callable[[str, float], None] | None = None,
                  rendezvous: Rendezvous | None = None, layout: "Layout | None" = None,
-                 errors: Any = None):
+                 errors: Any = None, trace: bool = False):
         self.plan = plan
         # the caller's np.geterr(), applied on every thread that runs this plan's kernels
         self.errors = errors if errors is not None else np.geterr()
@@ -141,6 +175,8 @@ class Run:
         self.memory = memory
         self.cost_of = cost_of
         self.record = record
+        self.trace = trace
+        self.timed = trace or record is not None  # only then does a node read the clock
         self.assigns: list[tuple[Node, Any]] = []
         self.order: list[str] = []
         self.events: list[dict] = []
@@ -150,6 +186,7 @@ class Run:
         self.missing = dict(layout.missing)  # node id -> inputs that have not run yet
         self.consumers = layout.consumers
         self.roots = layout.roots
+        self.steps, self.step_of = layout.steps, layout.step_of
         self.workers: dict[int, int] = {}
         self.rendezvous = rendezvous
         self.received: dict[int, Any] = {}   # Recv node id -> the tensor that arrived
@@ -166,54 +203,68 @@ class Run:
             # (mypy cannot infer a lambda with a default argument)
             self.rendezvous.recv(node.key, lambda v, e, n=node: self._arrived(n, v, e))  # type: ignore[misc]
             return None
-        with self.lock:
-            self.order.append(node.name)
-            buffer, pooled = None, False
-            if id(node) in self.memory.writable:
-                buffer, pooled = self.memory.buffer_for(node)
-        start = time.perf_counter()
-        if node.op == "Recv":
-            self.values[id(node)] = self.received.pop(id(node))
-        elif node.op == "Send":
-            assert isinstance(node, CommNode) and self.rendezvous is not None  # (as a Recv)
-            value = self.values[id(node.args[0])]
-            dst = get_device(node.recv_device)
-            if node.params["control"]:  # a control edge: an empty tensor says "it ran"
-                empty = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
-                self.rendezvous.send(node.key, empty)
-            else:
-                copy = dst.copy_from(value, node.device)  # a real copy
-                link = (node.send_device, node.recv_device)
-                with self.lock:
-                    self.moved[link] = self.moved.get(link, 0) + int(getattr(copy, "nbytes", 0))
-                self.rendezvous.send(node.key, copy)
-            self.values[id(node)] = value
-        elif id(node) not in self.feeds:
-            try:
-                self.values[id(node)] = compute(node, self.values, self.assigns,
-                                                self.fetches, buffer)
-            except Exception as exc:  # which node failed travels to other ranks (mpi_run)
-                # (an exception object takes new attributes; mypy knows only the declared)
-                exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
-                raise
-        end = time.perf_counter()
-        if self.record is not None:
-            self.record(node.name, end - start)
+        self.run_node(self.step_of[id(node)])
         ready = []
         with self.lock:
-            if buffer is not None and self.values[id(node)] is not buffer:
-                buffer = None  # the kernel returned something else: keep both honest
-            if id(node) not in self.feeds:
-                self.memory.produced(node, self.values[id(node)], pooled)
-            for dead in self.memory.consumed(node):  # the run holds no freed value
-                if id(dead) not in self.feeds:
-                    self.values.pop(id(dead), None)
-            self.events.append(self._event(node, start, end))
             for c in self.consumers.get(id(node), ()):
                 self.missing[id(c)] -= 1
                 if self.missing[id(c)] == 0:
                     ready.append(c)
         return ready
+
+    def run_node(self, step: Step) -> None:
+        """Compute one node whose inputs have run, and count its memory: what every
+        run does per node, serial or threaded (``execute`` adds the ready counts)."""
+        node, key = step.node, step.key
+        with self.lock:
+            self.order.append(node.name)
+            buffer, pooled = None, False
+            if key in self.memory.writable:
+                buffer, pooled = self.memory.buffer_for(node)
+        start = time.perf_counter() if self.timed else 0.0
+        if key in self.feeds:
+            pass  # (a fed node's value is there already)
+        elif node.op == "Recv":
+            self.values[key] = self.received.pop(key)
+        elif node.op == "Send":
+            self._send(node)
+        else:
+            try:
+                self.values[key] = compute(step, self.values, self.assigns, self.fetches,
+                                           buffer)
+            except Exception as exc:  # which node failed travels to other ranks (mpi_run)
+                # (an exception object takes new attributes; mypy knows only the declared)
+                exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
+                raise
+        end = time.perf_counter() if self.timed else 0.0
+        if self.record is not None:
+            self.record(node.name, end - start)
+        with self.lock:
+            if buffer is not None and self.values[key] is not buffer:
+                buffer = None  # the kernel returned something else: keep both honest
+            if key not in self.feeds:
+                self.memory.produced(node, self.values[key], pooled)
+            for dead in self.memory.consumed(node):  # the run holds no freed value
+                if id(dead) not in self.feeds:
+                    self.values.pop(id(dead), None)
+            if self.trace:
+                self.events.append(self._event(node, start, end))
+
+    def _send(self, node: Node) -> None:
+        """A Send: hand a copy of its input to the rendezvous, and count its bytes."""
+        assert isinstance(node, CommNode) and self.rendezvous is not None  # (as a Recv)
+        value = self.values[id(node.args[0])]
+        dst = get_device(node.recv_device)
+        if node.params["control"]:  # a control edge: an empty tensor says "it ran"
+            empty = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
+            self.rendezvous.send(node.key, empty)
+        else:
+            copy = dst.copy_from(value, node.device)  # a real copy
+            link = (node.send_device, node.recv_device)
+            with self.lock:
+                self.moved[link] = self.moved.get(link, 0) + int(getattr(copy, "nbytes", 0))
+            self.rendezvous.send(node.key, copy)
+        self.values[id(node)] = value
 
     def _event(self, node: Node, start: float, end: float) -> dict:
         tid = self.workers.setdefault(threading.get_ident(), len(self.workers))
@@ -255,6 +306,18 @@ class Run:
             self._run_serial()
 
     def _run_serial(self) -> None:
+        if self.rendezvous is None:
+            # One device, one thread: the plan is the FIFO order itself (the session ran
+            # Kahn's algorithm once, when it planned: topo.fifo_order), so the run walks
+            # the list; no counts to keep, no queue. (A partition's Recvs, which wait
+            # for other devices, need the queue below.)
+            try:
+                for step in self.steps:
+                    self.run_node(step)
+            except BaseException as exc:
+                self._stop(exc)
+                raise
+            return
         ready = deque(self.roots)
         remaining = len(self.plan)
         try:

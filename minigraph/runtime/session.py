@@ -65,11 +65,17 @@ class Session:
     ``workers``: threads of the scheduler (1: the deterministic serial FIFO order);
     ``cost_model``: ``"static"`` (by op and size) or ``"measured"`` (moving averages of
     run times); ``recycle``: reuse freed buffers (SINGA's memory optimisation);
-    ``debug``: poison freed buffers, so a read after free shows up as NaN.
+    ``debug``: poison freed buffers, so a read after free shows up as NaN;
+    ``trace``: record a trace event per node and the memory curve in ``last_run``
+    (timelines, Chrome traces), at a cost per node, so off unless asked for, as
+    TensorFlow's ``RunOptions(trace_level=FULL_TRACE)``; the order, the peaks of
+    memory and the bytes moved are always there (a run across devices is always
+    traced: the order of its executors' nodes comes from the events' clock).
     """
 
     def __init__(self, graph: Graph | None = None, workers: int = 1,
-                 cost_model: str = "static", recycle: bool = True, debug: bool = False):
+                 cost_model: str = "static", recycle: bool = True, debug: bool = False,
+                 trace: bool = False):
         if workers < 1:
             raise ValueError(f"Session: workers must be >= 1, got {workers}")
         if cost_model not in ("static", "measured"):
@@ -78,6 +84,7 @@ class Session:
         self.workers = workers
         self.recycle = recycle
         self.debug = debug
+        self.trace = trace
         self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
         # FIFO plans (node lists), and Partitions under keys that start with "partition"
@@ -123,10 +130,11 @@ class Session:
         external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
         layout = layout if layout is not None else Layout(plan, set(feeds))
         memory = Memory(plan, fetches, external, self.recycle, self.debug, start,
-                        layout.counts)
+                        layout.counts, curve=self.trace or rendezvous is not None)
         cost_of = self.costs.cost if self.costs is not None else _static
         return Run(plan, feeds, fetches, memory, cost_of,
-                   self.costs.record if self.costs is not None else None, rendezvous, layout)
+                   self.costs.record if self.costs is not None else None, rendezvous, layout,
+                   trace=self.trace or rendezvous is not None)
 
     def _execute(self, run: Run, pool: ThreadPoolExecutor | None) -> None:
         if pool is None:
@@ -138,8 +146,17 @@ class Session:
                            feeds: dict) -> tuple[dict, list]:
         run = self._new_run(plan, feeds, fetches, time.perf_counter(),
                             layout=self._layouts[id(plan)])
+        # Threads pay only where two expensive nodes can overlap. A plan of cheap nodes
+        # alone would run all of them inline on the calling thread anyway (the
+        # scheduler's rule), so it takes the serial walk, which skips the ready counts
+        # and the locks the threads need: a second worker then costs nothing.
+        layout = self._layouts[id(plan)]
+        pool = None
+        if self.workers > 1 and (layout.expensive if self.costs is None else
+                                 any(self.costs.cost(n) == "expensive" for n in plan)):
+            pool = self._pool_for(plan[0].device.name)
         try:
-            self._execute(run, self._pool_for(plan[0].device.name if plan else "cpu"))
+            self._execute(run, pool)
         finally:  # a failed run's statistics show how far it got
             self.last_run = RunStats.merge([run])
         return run.values, run.assigns
