@@ -12,6 +12,7 @@ from .autodiff.check import gradcheck
 from .autodiff.source import SourceTransformError, source_grad
 from .autodiff.forward import Dual, jacfwd, jvp
 from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
+from .autodiff.checkpoint import checkpoint
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
 from .ops import (PRIMITIVES, add, astype, binary_cross_entropy_with_logits, broadcast_to,
@@ -56,5 +57,5 @@ __all__ = [
     "ones", "tensor", "zeros", "compile_graph", "add_n", "gradients", "Graph", "Node", "constant",
     "control_dependencies", "name_scope", "placeholder", "variable", "trace", "passes", "Session",
     "partition", "parallel", "nn", "auto_place", "float32", "float64", "int64", "int32", "bool_",
-    "from_dlpack", "save", "load",
+    "from_dlpack", "save", "load", "checkpoint",
 ]

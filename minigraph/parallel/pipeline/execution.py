@@ -6,11 +6,13 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np  # host arrays: microbatch slices, fetched gradients
 
+from ...autodiff.checkpoint import checkpoint
 from ...autodiff.tape import no_grad
 from ...device import get_device
 from ...graph.gradients import gradients
@@ -60,7 +62,9 @@ class Pipeline:
     like ``loss.backward()``, ready for ``optimizer.step()``. ``loss(output, labels)`` is
     called on graph nodes (``nn.CrossEntropyLoss()``, ``nn.MSELoss()``, ...); ``devices``
     defaults to cpu, cpu:1, ...; ``schedule`` is "gpipe", "1f1b" (with ``microbatches``)
-    or a :class:`Schedule`; ``workers`` is the number of threads of each device.
+    or a :class:`Schedule`; ``workers`` is the number of threads of each device;
+    ``recompute=True`` re-materialises each stage's activations (GPipe's recomputation,
+    below).
 
     **What is built.** One graph per minibatch shape (built once, then re-run): for each
     stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
@@ -93,12 +97,19 @@ class Pipeline:
     measures it on each device. The end of the run is the flush. The host only feeds
     the microbatches and the current parameter values at the start (so the next run
     sees the optimizer's step) and fetches the summed gradients and losses at the end.
+
+    **Recomputation** (``recompute=True``, GPipe's re-materialisation). F(s, k) is then one
+    ``mg.checkpoint`` node applying the stage's layers, and B(s, k) one node that runs
+    them again before going backwards through them (``autodiff/checkpoint.py``): between
+    F(s, k) and B(s, k) the stage keeps only its input for microbatch k, not every
+    layer's activation, at the price of a second forward pass per stage. The gradients
+    are the same.
     """
 
     def __init__(self, model: Sequential, loss: Callable[[Any, Any], Any],
                  stages: Sequence[Sequence[int]], devices: Sequence[str] | None = None,
                  schedule: "str | Schedule" = "1f1b", microbatches: int = 4,
-                 workers: int = 1):
+                 workers: int = 1, recompute: bool = False):
         self.model = _check_sequential(model, "Pipeline")
         self.loss = loss
         self.stages = _check_stages(stages, len(model))
@@ -113,6 +124,7 @@ class Pipeline:
         # order of the ops in which every op comes after the ops it reads from.
         self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
         self.workers = workers
+        self.recompute = recompute
         self._plans: dict[tuple, _Plan] = {}
         _check_parameters(self.model)
 
@@ -219,6 +231,7 @@ class _GraphBuilder:
         self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
         self.accumulated: dict[int, Node] = {}
         self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
+        self.stage_functions: dict[int, Callable[..., Any]] = {}  # (recompute=True)
         reduction = getattr(pipe.loss, "reduction", "mean")
         self.scales = [n / sum(sizes) if reduction == "mean" else 1.0 for n in sizes]
         with self.graph:
@@ -260,13 +273,35 @@ class _GraphBuilder:
     def _forward(self, s: int, k: int) -> None:
         h = self.xs[k] if s == 0 else self.outputs[s - 1][k].to(self.devs[s])
         self.inputs[s][k] = h
-        for i in self.pipe.stages[s]:
-            h = functional_call(self.pipe.model[i], self.layer_params[i], h)
+        if self.pipe.recompute:  # one node, whose layers' activations are not kept
+            h = checkpoint(self._stage_function(s))(h, *self.stage_params(s))
+        else:
+            for i in self.pipe.stages[s]:
+                h = functional_call(self.pipe.model[i], self.layer_params[i], h)
         if s == len(self.pipe.stages) - 1:
             h = self.pipe.loss(h, self.ys[k])
             h = h if self.scales[k] == 1.0 else h * self.scales[k]
             self.losses[k] = h
         self.outputs[s][k] = h
+
+    def _stage_function(self, s: int) -> Callable[..., Any]:
+        """``(h, *stage parameters) -> the stage's layers applied to h``, one per stage.
+        Its lock keeps two threads of the stage's device from swapping the parameters of
+        the same layers at once (``functional_call`` is not thread-safe)."""
+        if s not in self.stage_functions:
+            model, layers = self.pipe.model, self.pipe.stages[s]
+            names = {i: list(self.layer_params[i]) for i in layers}
+            lock = threading.RLock()
+
+            def stage(h: Any, *params: Any) -> Any:
+                values = iter(params)
+                with lock:
+                    for i in layers:
+                        h = functional_call(model[i], {n: next(values) for n in names[i]}, h)
+                return h
+
+            self.stage_functions[s] = stage
+        return self.stage_functions[s]
 
     def _backward(self, s: int, k: int) -> None:
         wrt = ([] if s == 0 else [self.inputs[s][k]]) + self.stage_params(s)

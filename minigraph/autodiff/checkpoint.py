@@ -1,0 +1,401 @@
+"""Recomputation: ``mg.checkpoint(f)``, whose intermediates are recomputed, not kept.
+
+Reverse mode keeps every intermediate value of the forward pass until the backward pass
+reads it: a chain of n layers holds n activations at the end of its forward pass. Chen
+et al., *Training Deep Nets with Sublinear Memory Cost* (2016), trade compute for that
+memory: cut the chain into k segments, keep only the segments' inputs during the forward
+pass, and run a segment's forward again when the backward pass reaches it. Memory falls
+to about n/k + k activations (the k boundaries, plus one segment's insides at a time),
+least at k = √n; the price is one more forward pass, about a third more work. GPipe
+*re-materialises* each pipeline stage this way (chapter 08); PyTorch calls it
+``torch.utils.checkpoint``, JAX ``jax.checkpoint``.
+
+``mg.checkpoint(f)(x, w)`` computes ``f(x, w)``; a gradient through it is the same as
+through f, but f's intermediates are not kept for it::
+
+    segment = mg.checkpoint(lambda h, w, b: mg.tanh(mg.tanh(h @ w + b) @ w + b))
+    loss = segment(x, w, b).sum()        # the tape keeps x, w, b and the result only
+    loss.backward()                      # recomputes the segment, then goes through it
+
+**How: one primitive.** As in JAX, whose ``remat`` is a primitive holding its function,
+``checkpoint`` is one entry of the primitive table (``ops/primitive.py``) whose
+parameters hold f, so every interpreter handles it through the table, as it does ``sin``:
+
+* ``impl`` (the kernel) runs f on the arrays without recording anything: its
+  intermediates die when it returns. On the tape, the entry keeps f's arguments and
+  result; in a graph it is one node, and a compiled graph runs it as one line.
+* ``vjp`` re-runs f under ``mg.vjp`` (that is the recomputation) and pulls the adjoint
+  back: one pass gives every argument's gradient, which the per-argument rules share. On
+  graph nodes the pullback is itself one ``checkpoint`` node (the gradients packed in one
+  vector, then cut apart), so in a graph too a segment's insides exist only while its
+  node runs, and its backward node.
+* ``jvp`` is a checkpoint of ``mg.jvp`` of f and ``batch`` a checkpoint of ``mg.vmap``
+  of f: under an outer reverse mode they, too, keep nothing inside.
+* ``shape`` traces f once on placeholders (graph mode and source transformation need
+  the result's shape before anything runs).
+
+Because the rules are minigraph code, nesting needs nothing more: ``mg.grad`` of a
+gradient recomputes again, ``mg.vmap``/``mg.jacfwd``/``mg.hessian`` go through it, source
+transformation writes the recomputed lines into the reverse sweep.
+
+**What f may do.** Arguments that are tensors (or values of a transformation, or NumPy
+arrays) are f's inputs; any other argument (a number, a string, None) is passed to f as
+it is, as ``torch.utils.checkpoint`` does, and gets no gradient. f returns one tensor.
+Gradients go to the arguments only, so f must not read a tensor that requires a gradient
+(or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
+(a closure, a global): that raises, naming the fix. A module is the usual case, so
+``mg.checkpoint(module)`` passes the module's parameters as arguments for you
+(``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+from ..device import Device, get_device
+from ..errors import MinigraphError
+from ..graph.graph import Graph, GraphError, Node, placeholder
+from ..ops import copy as C
+from ..ops import shape as SH
+from ..ops.primitive import KINDS, Each, bind, primitive
+from ..ops.shape_rules import FLOATS, dtype_of, shape_of
+from ..tensor import Tensor, shared, tensor
+from .batching import vmap
+from .forward import jvp
+from .levels import transformation
+from .tape import is_grad_enabled, vjp
+
+
+class CheckpointError(MinigraphError, TypeError):
+    """``mg.checkpoint`` asked for something it cannot do (a tuple result, a closure over
+    a value being differentiated, keyword arguments)."""
+
+
+Static = tuple  # ((position, value), ...): f's arguments that are not tensors
+
+
+def _call(fn: Callable[..., Any], static: Static, values: Any) -> Any:
+    """``fn`` on the tensor arguments ``values``, the others put back in their places."""
+    args = list(values)
+    for i, v in static:
+        args.insert(i, v)
+    return fn(*args)
+
+
+_CLOSURE = ("f reads {what} from outside its arguments (a closure or a global); "
+            "checkpoint sends gradients to its arguments only, so that one would get none. "
+            "Pass it as an argument: mg.checkpoint(lambda x, w: ...)(x, w), or "
+            "mg.checkpoint(module) for a module's parameters")
+
+
+def _closure_error(what: str) -> CheckpointError:
+    return CheckpointError("checkpoint: " + _CLOSURE.format(what=what))
+
+
+def _tuple_error(out: Any) -> CheckpointError:
+    return CheckpointError(f"checkpoint: f returned a {type(out).__name__}; a checkpointed "
+                           f"function returns one tensor (checkpoint each output's function, "
+                           f"or mg.stack/mg.concatenate the outputs)")
+
+
+# -- the kernel: f on arrays, nothing recorded -----------------------------------------------
+
+def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
+          device: "Device | str") -> Any:
+    """Run f on tensors over the arrays (counted nowhere: their owners count them) and
+    return its result's array. The intermediates die here."""
+    dev = get_device(device)
+    out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
+    if isinstance(out, (tuple, list)):
+        raise _tuple_error(out)
+    if type(out) in KINDS:
+        raise _closure_error(f"a value of a transformation or a graph ({type(out).__name__})")
+    if not isinstance(out, Tensor):
+        out = tensor(out, device=dev)
+    if out.requires_grad:  # only a tensor read from outside can have made it so
+        raise _closure_error("a tensor that requires a gradient")
+    if out.device is not dev:
+        raise CheckpointError(f"checkpoint: f's result lives on {out.device.name}, its "
+                              f"arguments on {dev.name}; move it back inside f")
+    return out.data
+
+
+# -- the shape rule: f traced once on placeholders -----------------------------------------------
+
+_SHAPES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> tuple:
+    avals = tuple(("number", a) if isinstance(a, (bool, int, float)) else
+                  (tuple(shape_of(a)), dtype_of(a)) for a in args)
+    try:
+        cache = _SHAPES.setdefault(fn, {})
+        key: Any = (avals, static)
+        found = cache.get(key)
+    except TypeError:  # f not weakly referable, or a static argument not hashable
+        cache, key, found = {}, None, None
+    if found is None:
+        found = cache[key] = _trace_shape(fn, static, args)
+    return found
+
+
+def _trace_shape(fn: Callable[..., Any], static: Static, args: tuple) -> tuple:
+    graph = Graph("checkpoint")
+    with graph:
+        inputs = [a if isinstance(a, (bool, int, float)) else
+                  placeholder(tuple(shape_of(a)), str(dtype_of(a))) for a in args]
+        try:
+            out = _call(fn, static, inputs)
+        except GraphError as exc:  # a node of the enclosing graph met one of these
+            raise _closure_error("a node of the graph being built") from exc
+    if isinstance(out, (tuple, list)):
+        raise _tuple_error(out)
+    if isinstance(out, Node) and out.graph is graph or isinstance(out, Tensor):
+        return tuple(shape_of(out)), out.dtype
+    if isinstance(out, (bool, int, float)):
+        return (), "float64"
+    raise _closure_error(f"a value of a transformation ({type(out).__name__})")
+
+
+# -- reverse mode: recompute, then pull back ------------------------------------------------------
+
+def _float_positions(args: tuple) -> list[int]:
+    """The arguments that can have a gradient: floating tensors of any kind."""
+    return [k for k, a in enumerate(args)
+            if not isinstance(a, (bool, int, float)) and dtype_of(a) in FLOATS]
+
+
+def _pull(g: Any, args: tuple, fn: Callable[..., Any], static: Static, device: Any,
+          one_node: bool = True) -> list:
+    """Every argument's gradient (None for those that cannot have one), f recomputed."""
+    wrt = _float_positions(args)
+    if not wrt:
+        return [None] * len(args)
+    if one_node and any(isinstance(v, Node) for v in (g, *args)):
+        # In a graph: one node that recomputes and pulls back when it runs (a checkpoint
+        # itself), its result the gradients packed in one vector, cut apart after it.
+        packed = bind(CHECKPOINT, g, *args, fn=_Pullback(fn, static), static=(),
+                      device=device)
+        return _unpack(packed, args, wrt)
+    if not is_grad_enabled():  # (a plain backward(): nothing outside needs recording)
+        g = g.detach() if type(g) is Tensor else g
+        args = tuple(a.detach() if type(a) is Tensor else a for a in args)
+
+    boxes: list = []
+
+    def along(*xs: Any) -> Any:
+        boxes.extend(xs)
+        values = list(args)
+        for k, x in zip(wrt, xs):
+            values[k] = x
+        return _call(fn, static, values)
+
+    _, pullback = vjp(along, *(args[k] for k in wrt))  # the recomputation
+    grads: list = [None] * len(args)
+    for k, gk in zip(wrt, pullback(g)):
+        grads[k] = gk
+    # The recording lists its boxes and each box points to the recording: a cycle, which
+    # only Python's cycle collector would free, some time later. Empty it now, so that
+    # the recomputed intermediates go as soon as they have been used.
+    boxes[0].tape.entries.clear()
+    return grads
+
+
+class _Pullback:
+    """``(g, *args) -> every gradient, packed in one vector``: the function of the node
+    that differentiates a checkpoint node in a graph."""
+
+    def __init__(self, fn: Callable[..., Any], static: Static):
+        self.fn, self.static = fn, static
+
+    def __call__(self, g: Any, *args: Any) -> Any:
+        grads = _pull(g, args, self.fn, self.static, None, one_node=False)
+        parts = [grads[k] for k in _float_positions(args)]
+        dtype = "float64" if any(p.dtype == "float64" for p in parts) else "float32"
+        flat = [SH.reshape(C.astype(p, dtype), (_size(shape_of(p)),)) for p in parts]
+        return flat[0] if len(flat) == 1 else SH.concatenate(flat)
+
+
+def _unpack(packed: Any, args: tuple, wrt: list[int]) -> list:
+    grads: list = [None] * len(args)
+    start = 0
+    for k in wrt:
+        shape = tuple(shape_of(args[k]))
+        n = _size(shape)
+        piece = SH.reshape(SH.getitem(packed, (slice(start, start + n),)), shape)
+        grads[k] = C.astype(piece, str(dtype_of(args[k])))
+        start += n
+    return grads
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+class _Memo(threading.local):
+    """The gradients of the checkpoint entry the sweep is at. The sweep asks one VJP rule
+    per argument; the first computes them all, the others take theirs from here. A
+    tensor adjoint is held weakly: when the sweep drops it, the memo empties."""
+
+    key: tuple = ()      # (reference to the adjoint, reference to the output)
+    grads: list = []
+
+
+_memo = _Memo()
+_TAKEN = object()
+
+
+def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callable[[], Any]:
+    try:
+        return weakref.ref(v, callback)
+    except TypeError:  # graph nodes, source variables ... (no weak references): kept
+        return lambda: v
+
+
+def _vjp_rule(i: int) -> Callable[..., Any]:
+    def rule(g: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
+             device: Any) -> Any:
+        memo = _memo
+        hit = memo.key and memo.key[0]() is g and memo.key[1]() is out \
+            and memo.grads[i] is not _TAKEN  # (taken already: a new sweep, recompute)
+        if not hit:
+            memo.key, memo.grads = (), []
+            grads = _pull(g, args, fn, static, device)
+            state = memo.__dict__  # this thread's memo, for the callback
+
+            def forget(ref: Any) -> None:
+                if state.get("key") and state["key"][0] is ref:
+                    state["key"], state["grads"] = (), []
+
+            memo.key, memo.grads = (_reference(g, forget), _reference(out)), grads
+        share, memo.grads[i] = memo.grads[i], _TAKEN
+        if all(s is _TAKEN or s is None for s in memo.grads):
+            memo.key, memo.grads = (), []
+        return share if share is not None else C.zeros_like(args[i])
+    return rule
+
+
+# -- forward mode and batching: checkpoints of jvp and vmap ----------------------------------------
+
+class _Tangent:
+    """``(t, *args) ->`` the tangent of f's result along argument ``i`` (one jvp pass)."""
+
+    def __init__(self, fn: Callable[..., Any], static: Static, i: int):
+        self.fn, self.static, self.i = fn, static, i
+
+    def __call__(self, t: Any, *args: Any) -> Any:
+        i = self.i
+
+        def along(x: Any) -> Any:
+            return _call(self.fn, self.static, args[:i] + (x,) + args[i + 1:])
+
+        return jvp(along, (args[i],), (t,))[1]
+
+
+def _jvp_rule(i: int) -> Callable[..., Any]:
+    def rule(t: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
+             device: Any) -> Any:
+        return bind(CHECKPOINT, t, *args, fn=_Tangent(fn, static, i), static=(), device=device)
+    return rule
+
+
+class _Batched:
+    """f on a batch: ``mg.vmap`` over the arguments that carry the batch axis in front."""
+
+    def __init__(self, fn: Callable[..., Any], static: Static, dims: tuple):
+        self.fn, self.static, self.dims = fn, static, dims
+
+    def __call__(self, *args: Any) -> Any:
+        return vmap(lambda *xs: _call(self.fn, self.static, xs), in_axes=self.dims)(*args)
+
+
+def _batch(dims: tuple, *args: Any, fn: Callable[..., Any], static: Static, device: Any) -> Any:
+    return bind(CHECKPOINT, *args, fn=_Batched(fn, static, tuple(dims)), static=(),
+                device=device)
+
+
+def _write(prim: Any, args: list[str], params: dict, literal: Callable[[Any], str]) -> str:
+    """Source transformation writes it as the user would: ``mg.checkpoint(f)(x, w)``."""
+    words = list(args)
+    for i, v in params["static"]:
+        words.insert(i, literal(v))
+    return f"mg.checkpoint({literal(params['fn'])})({', '.join(words)})"
+
+
+CHECKPOINT = primitive(
+    "checkpoint", _impl, _shape, jvp=Each(_jvp_rule), vjp=Each(_vjp_rule), batch=_batch,
+    cost="expensive", view=True,  # (f may return an argument, or a view of one)
+    write=_write)
+
+
+# -- the public function ---------------------------------------------------------------------------
+
+def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``mg.checkpoint(f)``: f, whose intermediates are recomputed in the backward pass
+    instead of kept (see the module's docstring). ``f`` may be a module: its parameters
+    then become arguments of the checkpoint, so they get their gradients."""
+    if callable(getattr(f, "named_parameters", None)):
+        return _checkpoint_module(f)
+    name = getattr(f, "__name__", type(f).__name__)
+
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise CheckpointError(f"checkpoint({name}): pass the arguments by position (got "
+                                  f"keywords {sorted(kwargs)}); close over constant options")
+        inputs, static = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor) or type(a) in KINDS:
+                inputs.append(a)
+            elif hasattr(a, "__array__") and hasattr(a, "dtype"):  # a NumPy array
+                inputs.append(tensor(a))
+            else:
+                static.append((i, a))
+        if not inputs or not is_grad_enabled() and all(type(a) is Tensor for a in inputs):
+            return f(*args)  # nothing to differentiate, batch or trace: a plain call
+        device = next((a.device for a in inputs if isinstance(getattr(a, "device", None),
+                                                               Device)), get_device(None))
+        return bind(CHECKPOINT, *inputs, fn=f, static=tuple(static), device=device)
+
+    checkpointed.__name__ = f"checkpoint({name})"
+    checkpointed.__doc__ = f.__doc__
+    return transformation(checkpointed, "checkpoint")
+
+
+_MODULE_CALLS: "weakref.WeakKeyDictionary[Any, _ModuleCall]" = weakref.WeakKeyDictionary()
+
+
+class _ModuleCall:
+    """``(*inputs, *parameters) -> module(*inputs)`` with those parameter values swapped
+    in (``nn.functional_call``); one per module, whose lock keeps two threads (a
+    ``Session``'s workers) from swapping the same module's parameters at once."""
+
+    def __init__(self, module: Any):
+        self.module = module
+        self.lock = threading.RLock()
+
+    def __call__(self, *values: Any) -> Any:
+        from ..nn.stateless import functional_call
+
+        names = [n for n, _ in self.module.named_parameters()]
+        split = len(values) - len(names)
+        with self.lock:
+            return functional_call(self.module, dict(zip(names, values[split:])),
+                                   *values[:split])
+
+
+def _checkpoint_module(module: Any) -> Callable[..., Any]:
+    call = _MODULE_CALLS.get(module)
+    if call is None:
+        call = _MODULE_CALLS[module] = _ModuleCall(module)
+    inner = checkpoint(call)
+
+    def checkpointed(*args: Any) -> Any:
+        return inner(*args, *module.parameters())
+
+    checkpointed.__name__ = f"checkpoint({type(module).__name__})"
+    return transformation(checkpointed, "checkpoint")

@@ -1,0 +1,446 @@
+"""``mg.checkpoint``: recomputation instead of keeping intermediates.
+
+Gradients through a checkpoint equal PyTorch's (``torch.utils.checkpoint``, plain
+autograd, ``torch.func``) and finite differences, on the tape, in every ``mg.grad`` mode,
+nested in jacfwd/jacrev/vmap/hessian and in itself; never one minigraph mode against
+another. The memory tests measure bytes (the device's counters, the runtime's, and
+NumPy's allocations through tracemalloc), never time. Combinations that are not
+supported raise an error that names them.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph import nn
+from minigraph.autodiff.checkpoint import CheckpointError
+from minigraph.errors import GradientError
+from minigraph.parallel import pipeline as pp
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("torch.func")
+from torch.utils.checkpoint import checkpoint as torch_checkpoint  # noqa: E402
+
+RNG = np.random.default_rng(8)
+
+
+# -- the functions: a tanh MLP cut into segments, in minigraph and in PyTorch ------------------
+
+def layers(h, *params):
+    """tanh(h @ w + b) for each (w, b) in params."""
+    for w, b in zip(params[0::2], params[1::2]):
+        h = mg.tanh(h @ w + b)
+    return h
+
+
+def layers_torch(h, *params):
+    for w, b in zip(params[0::2], params[1::2]):
+        h = torch.tanh(h @ w + b)
+    return h
+
+
+segment = mg.checkpoint(layers)
+
+
+def mlp_params(depth, width, rng=RNG):
+    out = []
+    for _ in range(depth):
+        out += [rng.normal(size=(width, width)) / np.sqrt(width), rng.normal(size=width) * 0.1]
+    return out
+
+
+def cuts(depth, segments):
+    """The layer indices of each segment: contiguous, as even as can be."""
+    return [list(c) for c in np.array_split(np.arange(depth), segments) if len(c)]
+
+
+def chain(x, params, segments, run):
+    """The MLP with each segment given to ``run(fn, h, *its params)``."""
+    h = x
+    for c in cuts(len(params) // 2, segments):
+        h = run(h, *[params[2 * i + j] for i in c for j in (0, 1)])
+    return h
+
+
+def loss_mg(x, *params, segments=2):
+    h = chain(x, params, segments, segment)
+    return (h * h).mean()
+
+
+def loss_plain_torch(x, *params):
+    h = layers_torch(x, *params)
+    return (h * h).mean()
+
+
+def as_torch(values, requires_grad=False):
+    return [torch.tensor(np.asarray(v), dtype=torch.float64, requires_grad=requires_grad)
+            for v in values]
+
+
+def close(got, want, rtol=1e-11, atol=1e-13):
+    got = got.numpy() if hasattr(got, "numpy") and not isinstance(got, torch.Tensor) else got
+    want = want.detach().numpy() if isinstance(want, torch.Tensor) else want
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=atol)
+
+
+# -- the tape: backward() -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("segments", [1, 2, 3, 5])
+def test_backward_equals_torch_utils_checkpoint(segments, backend):
+    depth, x0 = 5, RNG.normal(size=(7, 4))
+    p0 = mlp_params(depth, 4)
+    x = mg.tensor(x0, requires_grad=True)
+    params = [mg.tensor(p, requires_grad=True) for p in p0]
+    loss = loss_mg(x, *params, segments=segments)
+    loss.backward()
+
+    xt, *pt = as_torch([x0] + p0, requires_grad=True)
+    h = chain(xt, pt, segments, lambda h, *p: torch_checkpoint(layers_torch, h, *p,
+                                                                use_reentrant=False))
+    expected = (h * h).mean()
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-13)
+    for mine, theirs in zip([x] + params, [xt] + pt):
+        close(mine.grad, theirs.grad)
+
+
+def test_second_derivatives_on_the_tape_with_create_graph():
+    x0, p0 = RNG.normal(size=(3, 3)), mlp_params(2, 3)
+    x = mg.tensor(x0, requires_grad=True)
+    params = [mg.tensor(p, requires_grad=True) for p in p0]
+    loss_mg(x, *params, segments=1).backward(create_graph=True)
+    (x.grad * x.grad).sum().backward()  # d/dparams of |d loss / dx|^2, through recomputation
+
+    xt, *pt = as_torch([x0] + p0, requires_grad=True)
+    loss_plain_torch(xt, *pt).backward(create_graph=True)  # both add up first and second
+    (xt.grad * xt.grad).sum().backward()
+    for mine, theirs in zip(params, pt):
+        close(mine.grad, theirs.grad)
+
+
+def test_intermediates_are_not_kept_and_the_peak_falls():
+    """After the forward pass only the segment boundaries are alive; the backward's peak
+    is one segment's insides more, far below keeping every layer's activations."""
+    depth, width, batch, segments = 8, 32, 256, 4
+    x = mg.tensor(RNG.normal(size=(batch, width)))
+    params = [mg.tensor(p, requires_grad=True) for p in mlp_params(depth, width)]
+    activation = batch * width * 8
+    cpu = mg.device("cpu")
+    measured = {}
+    for name, run in (("plain", layers), ("checkpoint", segment)):
+        gc.collect()
+        base = cpu.live_bytes
+        cpu.reset_peak()
+        h = chain(x, params, segments, run)
+        after_forward = cpu.live_bytes - base
+        loss = (h * h).mean()
+        del h
+        loss.backward()
+        del loss
+        measured[name] = (after_forward, cpu.peak_bytes - base, cpu.live_bytes - base)
+        for p in params:
+            p.grad = None
+    plain, ckpt = measured["plain"], measured["checkpoint"]
+    assert ckpt[0] == segments * activation  # the boundaries: each segment's output
+    assert plain[0] >= 2 * depth * activation  # each layer's pre-activation and tanh
+    assert ckpt[1] <= 0.6 * plain[1]
+    params_bytes = sum(p.data.nbytes for p in params)
+    assert ckpt[2] <= params_bytes and plain[2] <= params_bytes  # nothing left behind
+
+
+def test_the_peak_falls_inside_mg_grad_too():
+    depth, width, batch = 12, 32, 256
+    x = mg.tensor(RNG.normal(size=(batch, width)))
+    params = [mg.tensor(p) for p in mlp_params(depth, width)]
+    cpu = mg.device("cpu")
+    peaks = {}
+    for name, run in (("plain", layers), ("checkpoint", segment)):
+        def loss(*ps):
+            h = chain(x, ps, 4, run)
+            return (h * h).mean()
+        gc.collect()
+        base = cpu.live_bytes
+        cpu.reset_peak()
+        grads = mg.grad(loss, argnums=tuple(range(len(params))))(*params)
+        peaks[name] = cpu.peak_bytes - base
+        del grads
+    assert peaks["checkpoint"] <= 0.6 * peaks["plain"]
+
+
+def test_an_input_changed_in_place_after_the_forward_is_refused():
+    """Recomputation reads the inputs again: one written in between would silently give
+    another gradient, so the tape's write check refuses the backward."""
+    x = mg.tensor(RNG.normal(size=(3, 3)))
+    w = mg.tensor(RNG.normal(size=(3, 3)), requires_grad=True)
+    y = mg.checkpoint(lambda x, w: mg.tanh(x @ w))(x, w).sum()
+    with mg.no_grad():
+        x -= 1.0
+    with pytest.raises(GradientError, match="changed in place"):
+        y.backward()
+
+
+def test_under_no_grad_it_is_a_plain_call():
+    x = mg.tensor(RNG.normal(size=(4, 3)), requires_grad=True)
+    w = mg.tensor(RNG.normal(size=(3, 3)), requires_grad=True)
+    with mg.no_grad():
+        y = segment(x, w, mg.zeros(3))
+    assert not y.requires_grad
+    close(y, np.tanh(x.numpy() @ w.numpy()), rtol=1e-14)
+
+
+def test_arguments_that_are_not_tensors_are_passed_through():
+    """As torch.utils.checkpoint: numbers, strings and None reach f as they are."""
+    def f(x, scale, kind, nothing):
+        assert kind == "tanh" and nothing is None
+        return mg.tanh(x * scale) if kind == "tanh" else x
+
+    x0 = RNG.normal(size=(5,))
+    for mode in ("tape", "graph"):
+        g = mg.grad(lambda x: mg.checkpoint(f)(x, 3.0, "tanh", None).sum(), mode=mode)(x0)
+        expected = tf.grad(lambda x: torch.tanh(x * 3.0).sum())(torch.tensor(x0))
+        close(g, expected)
+
+
+def test_a_module_checkpointed_gives_its_parameters_their_gradients():
+    block = nn.Sequential(nn.Linear(4, 6, seed=1), nn.Tanh(), nn.Linear(6, 3, seed=2))
+    x0 = RNG.normal(size=(5, 4))
+    loss = (mg.checkpoint(block)(mg.tensor(x0)) ** 2).sum()
+    loss.backward()
+    torch_block = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
+                                      torch.nn.Linear(6, 3)).double()
+    with torch.no_grad():
+        for theirs, mine in zip(torch_block.parameters(), block.parameters()):
+            theirs.copy_(torch.tensor(mine.numpy()))
+    out = torch_checkpoint(torch_block, torch.tensor(x0), use_reentrant=False)
+    (out ** 2).sum().backward()
+    for mine, theirs in zip(block.parameters(), torch_block.parameters()):
+        close(mine.grad, theirs.grad)
+
+
+# -- mg.grad in every mode; nested transformations -------------------------------------------------
+
+def two_segments(x, w1, b1, w2, b2, w3, b3):
+    h = segment(x, w1, b1, w2, b2)
+    h = segment(h, w3, b3)
+    return (h * h).mean()
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+def test_grad_in_every_mode_equals_torch_func(mode):
+    args = [RNG.normal(size=(4, 3))] + mlp_params(3, 3)
+    nums = tuple(range(len(args)))
+    grads = mg.grad(two_segments, argnums=nums, mode=mode)(*args)
+    expected = tf.grad(loss_plain_torch, argnums=nums)(*as_torch(args))
+    for mine, theirs in zip(grads, expected):
+        close(mine, theirs)
+
+
+def test_source_transformation_writes_the_recomputation_into_the_reverse_sweep():
+    args = [RNG.normal(size=(4, 3))] + mlp_params(3, 3)
+    sg = mg.source_grad(two_segments, argnums=(1,))
+    sg(*args)
+    forward, reverse = sg.source.split("# reverse sweep")
+    assert forward.count("mg.checkpoint(") == 2 and "mg.tanh" not in forward
+    assert reverse.count("mg.tanh(") == 3  # the three layers, run again
+
+
+def test_finite_differences():
+    x, w = mg.tensor(RNG.normal(size=(3, 2))), mg.tensor(RNG.normal(size=(2, 2)))
+    f = mg.checkpoint(lambda x, w: mg.sin(x @ w) * x.sum())
+    assert mg.gradcheck(f, (x, w))
+    assert mg.gradcheck(f, (x, w), mode="forward")
+
+
+def test_nested_transformations_equal_torch_func():
+    x0, w0 = RNG.normal(size=(3,)), RNG.normal(size=(3, 3)) / 2
+
+    def f(x, w):
+        return mg.tanh(w @ mg.sin(w @ x))
+
+    def f_torch(x, w):
+        return torch.tanh(w @ torch.sin(w @ x))
+
+    g = mg.checkpoint(f)
+    x, w, xt, wt = mg.tensor(x0), mg.tensor(w0), torch.tensor(x0), torch.tensor(w0)
+    close(mg.jacfwd(g)(x, w), tf.jacfwd(f_torch)(xt, wt))
+    close(mg.jacrev(g, argnums=1)(x, w), tf.jacrev(f_torch, argnums=1)(xt, wt))
+    close(mg.hessian(lambda x: g(x, w).sum())(x), tf.hessian(lambda x: f_torch(x, wt).sum())(xt))
+    v = RNG.normal(size=3)
+    close(mg.jvp(mg.grad(lambda x: g(x, w).sum()), (x,), (mg.tensor(v),))[1],
+          tf.jvp(tf.grad(lambda x: f_torch(x, wt).sum()), (xt,), (torch.tensor(v),))[1])
+    close(mg.jvp(g, (x, w), (mg.tensor(v), mg.tensor(w0)))[1],
+          tf.jvp(f_torch, (xt, wt), (torch.tensor(v), wt))[1])
+    # gradients of gradients, the inner one through the checkpoint, tape and graph
+    for mode in ("tape", "graph"):
+        mixed = mg.grad(lambda w: mg.grad(lambda x, w: g(x, w).sum(), mode=mode)(x, w).sum(),
+                        mode=mode)(w)
+        close(mixed, tf.grad(lambda w: tf.grad(lambda x: f_torch(x, w).sum())(xt).sum())(wt))
+    # the checkpoint inside a checkpoint
+    outer = mg.checkpoint(lambda x, w: g(g(x, w), w))
+    close(mg.grad(lambda w: outer(x, w).sum())(w),
+          tf.grad(lambda w: f_torch(f_torch(xt, w), w).sum())(wt))
+
+
+def test_vmap_of_a_checkpoint_and_per_example_gradients():
+    xs, w0 = RNG.normal(size=(6, 3)), RNG.normal(size=(3, 3))
+    g = mg.checkpoint(lambda x, w: mg.tanh(w @ x) * x)
+    close(mg.vmap(g, in_axes=(0, None))(mg.tensor(xs), mg.tensor(w0)),
+          np.tanh(xs @ w0.T) * xs, rtol=1e-14)
+    per_example = mg.vmap(mg.grad(lambda w, x: g(x, w).sum()), in_axes=(None, 0))
+    expected = tf.vmap(tf.grad(lambda w, x: (torch.tanh(w @ x) * x).sum()), in_dims=(None, 0))
+    close(per_example(mg.tensor(w0), mg.tensor(xs)), expected(torch.tensor(w0), torch.tensor(xs)))
+    # vmap outside, the gradient's recomputation batched with it; and vmap of vmap
+    batched_twice = mg.vmap(mg.vmap(g, in_axes=(0, None)), in_axes=(0, None))
+    xss = RNG.normal(size=(2, 6, 3))
+    close(batched_twice(mg.tensor(xss), mg.tensor(w0)), np.tanh(xss @ w0.T) * xss, rtol=1e-14)
+
+
+@settings(max_examples=12, deadline=None)
+@given(depth=st.integers(1, 6), width=st.integers(1, 4), batch=st.integers(1, 3),
+       data=st.data())
+def test_any_cut_gives_torchs_gradients(depth, width, batch, data):
+    segments = data.draw(st.integers(1, depth), label="segments")
+    mode = data.draw(st.sampled_from(["tape", "graph"]), label="mode")
+    rng = np.random.default_rng(depth * 100 + width * 10 + batch)
+    args = [rng.normal(size=(batch, width))] + mlp_params(depth, width, rng)
+    nums = tuple(range(len(args)))
+
+    def loss(x, *params):
+        h = chain(x, params, segments, segment)
+        return (h * h).mean()
+
+    grads = mg.grad(loss, argnums=nums, mode=mode)(*args)
+    expected = tf.grad(loss_plain_torch, argnums=nums)(*as_torch(args))
+    for mine, theirs in zip(grads, expected):
+        close(mine, theirs)
+
+
+# -- graphs: one node forward, one node backward -------------------------------------------------
+
+def test_in_a_graph_a_checkpoint_is_one_node_and_its_gradient_one_more():
+    x0, w0 = RNG.normal(size=(5, 3)), RNG.normal(size=(3, 3))
+    with mg.Graph() as g:
+        x = mg.placeholder((5, 3), name="x")
+        w = mg.placeholder((3, 3), name="w")
+        y = mg.checkpoint(lambda x, w: mg.tanh(mg.tanh(x @ w) @ w))(x, w)
+        loss = (y * y).sum()
+        gx, gw = mg.gradients(loss, [x, w])
+    ops = [n.op for n in g.nodes]
+    assert ops.count("checkpoint") == 2 and "tanh" not in ops and "matmul" not in ops
+    got = mg.Session(g, workers=2).run([loss, gx, gw], {x: x0, w: w0})
+    xt, wt = as_torch([x0, w0], requires_grad=True)
+    expected = (torch.tanh(torch.tanh(xt @ wt) @ wt) ** 2).sum()
+    expected.backward()
+    close(got[0], expected)
+    close(got[1], xt.grad)
+    close(got[2], wt.grad)
+
+
+def test_compiled_graph_mode_allocates_less():
+    """NumPy's own allocations (tracemalloc) during one compiled graph-mode gradient:
+    the segments' insides live only while their nodes run. (A compiled graph already
+    writes many results in place, so it takes a deeper net than the tape to show it.)"""
+    depth, width, batch = 32, 32, 256
+    x = RNG.normal(size=(batch, width))
+    params = [mg.tensor(p) for p in mlp_params(depth, width)]
+    nums = tuple(range(len(params)))
+    peaks = {}
+    for name, run in (("plain", layers), ("checkpoint", segment)):
+        def loss(*ps):
+            h = chain(mg.tensor(x), ps, 8, run)
+            return (h * h).mean()
+        loss.__name__ = f"loss_{name}"
+        step = mg.grad(loss, argnums=nums, mode="graph")
+        step(*params)  # build and compile once
+        gc.collect()
+        tracemalloc.start()
+        try:
+            step(*params)
+            peaks[name] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peaks["checkpoint"] <= 0.6 * peaks["plain"]
+
+
+# -- what is refused, by name ---------------------------------------------------------------------
+
+def test_errors_name_what_is_not_supported():
+    x = mg.tensor(RNG.normal(size=(3,)))
+    w = mg.tensor(RNG.normal(size=(3,)), requires_grad=True)
+    with pytest.raises(CheckpointError, match="returns one tensor"):
+        mg.checkpoint(lambda x: (x, x))(x)
+    # a closure over a tensor that needs a gradient would silently get none
+    with pytest.raises(CheckpointError, match="requires a gradient.*Pass it as an argument"):
+        mg.checkpoint(lambda x: x * w)(x)
+    # ... or over a value of an enclosing transformation
+    with pytest.raises(CheckpointError, match="value of a transformation"):
+        mg.grad(lambda v: mg.checkpoint(lambda x: x * v)(x).sum())(w.detach())
+    with mg.Graph():
+        a, b = mg.placeholder((3,)), mg.placeholder((3,))
+        with pytest.raises(CheckpointError, match="node of the graph"):
+            mg.checkpoint(lambda a: a * b)(a)
+    with pytest.raises(CheckpointError, match="by position"):
+        mg.checkpoint(lambda x: x)(x=x)
+    assert isinstance(CheckpointError("x"), TypeError)  # except TypeError still catches it
+
+
+def test_on_a_virtual_device_the_memory_is_counted_there():
+    with mg.device("cpu:1"):
+        x = mg.tensor(RNG.normal(size=(64, 16)))
+        params = [mg.tensor(p, requires_grad=True) for p in mlp_params(4, 16)]
+    dev = mg.device("cpu:1")
+    base = dev.live_bytes
+    h = chain(x, params, 2, segment)
+    assert h.device is dev and dev.live_bytes - base == 2 * 64 * 16 * 8
+    (h * h).mean().backward()
+    xt, *pt = as_torch([x.numpy()] + [p.numpy() for p in params], requires_grad=True)
+    loss_plain_torch(xt, *pt).backward()
+    for mine, theirs in zip(params, pt):
+        close(mine.grad, theirs.grad)
+
+
+# -- the pipeline recomputes each stage's activations ---------------------------------------------
+
+def deep_model():
+    mods = []
+    for k in range(6):
+        mods += [nn.Linear(8, 8, seed=k), nn.Tanh()]
+    return nn.Sequential(*mods, nn.Linear(8, 3, seed=9))
+
+
+def torch_grads(model, x, labels):
+    params = [torch.tensor(p.numpy(), requires_grad=True) for p in model.parameters()]
+    h, it = torch.tensor(x), iter(params)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            w, b = next(it), next(it)
+            h = h @ w.T + b
+        else:
+            h = torch.tanh(h)
+    loss = torch.nn.functional.cross_entropy(h, torch.tensor(labels))
+    loss.backward()
+    return loss.item(), [p.grad for p in params]
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_pipeline_recompute_gives_torchs_gradients_and_keeps_less(kind):
+    model = deep_model()
+    x, labels = RNG.normal(size=(64, 8)), RNG.integers(0, 3, size=64)
+    stages = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11, 12]]
+    runs = {r: pp.Pipeline(model, nn.CrossEntropyLoss(), stages, schedule=kind,
+                           microbatches=4, recompute=r).run(x, labels) for r in (False, True)}
+    loss, expected = torch_grads(model, x, labels)
+    run = runs[True]
+    assert run.loss == pytest.approx(loss, rel=1e-12)
+    for mine, theirs in zip(run.grads, expected):
+        close(mine, theirs)
+    assert run.order == list(pp.schedule(kind, 2, 4))
+    # stage 0 keeps its input per microbatch, not its six layers' activations
+    assert run.peak_bytes[0] < runs[False].peak_bytes[0]
