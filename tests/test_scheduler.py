@@ -132,6 +132,32 @@ def test_the_serial_run_walks_kahns_fifo_order(dag):
         assert sess.last_run.order == _kahn_fifo(g, fetches, {"x", "y"})
 
 
+@given(dags(), st.data())
+def test_can_overlap_finds_two_expensive_nodes_that_do_not_wait_for_each_other(dag, data):
+    # the oracle: every pair of expensive nodes, their ancestors found by a search
+    from minigraph.graph.topo import fifo_order
+    from minigraph.runtime.scheduler import can_overlap
+
+    g, x, y, nodes = build(dag)
+    plan = fifo_order(g.nodes, {id(n) for n in g.nodes})
+    expensive = {n.name for n in plan if data.draw(st.booleans())}
+
+    def ancestors(n):
+        seen, stack = set(), list(n.inputs)
+        while stack:
+            a = stack.pop()
+            if a.name not in seen:
+                seen.add(a.name)
+                stack.extend(a.inputs)
+        return seen
+
+    chosen = [n for n in plan if n.name in expensive]
+    independent = any(a.name not in ancestors(b) and b.name not in ancestors(a)
+                      for i, a in enumerate(chosen) for b in chosen[i + 1:])
+    cost = lambda n: "expensive" if n.name in expensive else "cheap"  # noqa: E731
+    assert can_overlap(plan, cost) == independent
+
+
 def test_an_untraced_run_says_how_to_get_its_events():
     with mg.Graph() as g:
         x = mg.placeholder(shape=(), name="x")
@@ -207,11 +233,12 @@ def test_cheap_successors_run_inline_on_the_same_thread():
     with mg.Graph() as g:
         m = mg.placeholder(shape=(64, 64), name="m")
         a = m @ m  # expensive: goes to the pool
+        other = (m * 2.0) @ m  # another, which can overlap with a: the run uses the pool
         chain = a
         for _ in range(5):
             chain = chain.reshape(4096).reshape(64, 64)  # cheap: inline after a
     sess = mg.Session(g, workers=4, trace=True)
-    sess.run(chain, {m: np.eye(64)})
+    sess.run([chain, other], {m: np.eye(64)})
     tids = {e["name"]: e["tid"] for e in sess.last_run.events}
     cheap = [e for e in sess.last_run.events if e["op"] == "reshape"]
     assert {e["tid"] for e in cheap} == {tids[a.name]}

@@ -32,7 +32,7 @@ from ..autodiff.backward import reverse_sweep
 from ..errors import GradientError
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS
-from .graph import Graph, GraphError, Node
+from .graph import Graph, GraphError, Node, user_location
 
 def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
@@ -90,7 +90,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
     def takes_adjoint(a: Any) -> bool:
         return isinstance(a, Node) and id(a) in relevant and a.dtype in FLOATS
 
-    with graph.name_scope(_scope_name(graph)):
+    # every gradient node is created by this call: its line is found once, not per node
+    with graph.name_scope(_scope_name(graph)), graph.located(user_location()):
         seeds = []
         for y, g in zip(ys, grad_ys):
             if id(y) in relevant:

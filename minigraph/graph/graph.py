@@ -95,7 +95,7 @@ class Node(ArrayOps):
         self.prim = prim
         self.args = args
         self.params = params
-        self.inputs = tuple(a for a in args if isinstance(a, Node))
+        self.inputs = tuple([a for a in args if isinstance(a, Node)])
         # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
         # declares tuple[int, ...] for its methods, which only such nodes cannot run
         self.shape = shape  # type: ignore[assignment]
@@ -105,7 +105,8 @@ class Node(ArrayOps):
         self.value = value  # the array of a Const, the current state of a Variable
         # Nodes that must run before this one although it reads none of their values
         # (``with g.control_dependencies([...])``, TensorFlow's control edges).
-        self.control_inputs = tuple(control_inputs)
+        self.control_inputs = control_inputs if type(control_inputs) is tuple else \
+            tuple(control_inputs)
         self._cost: str | None = None  # computed on first use (the scheduler asks often)
 
     @property
@@ -205,6 +206,9 @@ class Graph:
         self._consts: dict[int, tuple[Any, Node]] = {}  # id(value) -> (value, its Const)
         self._suffix: dict[str, int] = {}  # the next _k to try for a repeated name
         self._control: list[list[Node]] = []  # open control_dependencies blocks
+        # where new nodes are said to be created, when the caller knows it better than
+        # the stack does (mg.gradients: every gradient node comes from its call)
+        self._location: tuple[str, int] | None = None
 
     # -- the default graph ---------------------------------------------------------------
     def __enter__(self) -> "Graph":
@@ -239,12 +243,24 @@ class Graph:
             self._control.pop()
 
     def _current_control(self) -> tuple:
+        if not self._control:  # (almost always: this runs for every node)
+            return ()
         return tuple(n for block in self._control for n in block)
+
+    @contextmanager
+    def located(self, location: tuple[str, int] | None) -> Iterator[None]:
+        """Nodes made inside say they were created at ``location`` (a file and line);
+        a pass that adds many nodes for one user call finds the line once."""
+        previous, self._location = self._location, location
+        try:
+            yield
+        finally:
+            self._location = previous
 
     # -- adding nodes ----------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
         """``base`` under the current name scope, with _1, _2, ... if already taken."""
-        name = "/".join(self._scopes + [base])
+        name = "/".join(self._scopes + [base]) if self._scopes else base
         if name not in self._by_name:
             return name
         k = self._suffix.get(name, 1)  # remembered, so a long chain of "mul" stays O(1)
@@ -277,8 +293,8 @@ class Graph:
 
     def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None) -> Node:
         """Add a node applying ``prim``; its shape and dtype come from the shape rule."""
-        location = user_location()
-        args = tuple(self._argument(a) for a in args)
+        location = self._location or user_location()
+        args = tuple([self._argument(a) for a in args])
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
         node = Node(self, name, prim.name, prim, args, params, shape, dtype,
@@ -288,8 +304,9 @@ class Graph:
 
     def _infer(self, prim: Primitive, args: tuple, params: dict, name: str,
                location: tuple[str, int] | None) -> tuple:
-        if any(isinstance(a, Node) and a.shape is None for a in args):
-            return None, None  # known only when the graph runs
+        for a in args:
+            if isinstance(a, Node) and a.shape is None:
+                return None, None  # known only when the graph runs
         try:
             return prim.shape(*args, **params)
         except MinigraphError as exc:

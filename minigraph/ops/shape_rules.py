@@ -60,6 +60,8 @@ def check_axis(op: str, axis: int, x: Any, new: int = 0) -> int:
 
 def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy broadcasting: align shapes on the right; sizes must match or be 1."""
+    if shapes and shapes.count(shapes[0]) == len(shapes):
+        return tuple(shapes[0])  # all the same (the common case: no work to do)
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(-ndim, 0):
@@ -74,6 +76,8 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
 def promote(*values: Any) -> str:
     """The result dtype of combining ``values`` (arrays strong, Python numbers weak)."""
     strong = [d for d in map(dtype_of, values) if d is not None]
+    if strong and strong[0] in FLOATS and strong.count(strong[0]) == len(strong):
+        return strong[0]  # one float dtype: weak Python numbers take it (the common case)
     if not strong:  # only Python numbers: NumPy's defaults
         if any(isinstance(v, float) for v in values):
             return "float64"
@@ -98,8 +102,10 @@ def elementwise(name: str):
 
 def floating(name: str):
     """Like :func:`elementwise`, but integers become float64 (``sin``, ``exp``, ...)."""
+    promoted = elementwise(name)
+
     def rule(*args: Any, **params: Any) -> tuple:
-        shape, dtype = elementwise(name)(*args)
+        shape, dtype = promoted(*args)
         return shape, dtype if dtype in FLOATS else "float64"
     return rule
 

@@ -139,6 +139,28 @@ def _special(node: Node, values: dict[int, Any], assigns: list, fetches: list[No
                     f"feed_dict={{{node.name}: ...}}")
 
 
+def can_overlap(plan: list[Node], cost_of: Callable[[Node], str]) -> bool:
+    """Whether two expensive nodes of ``plan`` (a topological order) could run at the
+    same time, which is when a pool of threads pays: some expensive node is not an
+    ancestor of the next one. One pass: each node learns the highest index of an
+    expensive node among its ancestors; the k-th expensive node depends on the one
+    before it exactly when that index is k - 1."""
+    index: dict[int, int] = {}   # id of the k-th expensive node -> k
+    latest: dict[int, int] = {}  # node id -> highest index of an expensive ancestor, or -1
+    count = 0
+    for n in plan:
+        best = -1
+        for i in n.predecessors:
+            best = max(best, latest.get(id(i), -1), index.get(id(i), -1))
+        latest[id(n)] = best
+        if cost_of(n) == "expensive":
+            if count and best != count - 1:
+                return True
+            index[id(n)] = count
+            count += 1
+    return False
+
+
 class Layout:
     """What a plan's runs share, worked out once (a ``Session`` keeps it with its cached
     plan): Kahn's counts (each node's number of inputs, each node's consumers, the
@@ -151,7 +173,7 @@ class Layout:
         self.counts = PlanCounts(plan)  # what the run's Memory starts from
         self.steps = [Step(n) for n in plan]
         self.step_of = {s.key: s for s in self.steps}
-        self.expensive = any(n.cost == "expensive" for n in plan)  # (by the static class)
+        self.overlaps = can_overlap(plan, lambda n: n.cost)  # (by the static classes)
 
 
 class Run:

@@ -56,7 +56,7 @@ from .memory import Memory, root
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
-from .scheduler import FeedError, Layout, NodeError, Run  # noqa: F401 - NodeError is re-exported
+from .scheduler import FeedError, Layout, NodeError, Run, can_overlap  # noqa: F401 - NodeError is re-exported
 
 
 class Session:
@@ -146,14 +146,14 @@ class Session:
                            feeds: dict) -> tuple[dict, list]:
         run = self._new_run(plan, feeds, fetches, time.perf_counter(),
                             layout=self._layouts[id(plan)])
-        # Threads pay only where two expensive nodes can overlap. A plan of cheap nodes
-        # alone would run all of them inline on the calling thread anyway (the
-        # scheduler's rule), so it takes the serial walk, which skips the ready counts
-        # and the locks the threads need: a second worker then costs nothing.
+        # Threads pay only where two expensive nodes can run at the same time. In any
+        # other plan (cheap nodes alone, or expensive ones that wait for each other)
+        # the threads would hand work along one at a time, so the run takes the serial
+        # walk, which skips the ready counts and the locks: a second worker costs nothing.
         layout = self._layouts[id(plan)]
         pool = None
-        if self.workers > 1 and (layout.expensive if self.costs is None else
-                                 any(self.costs.cost(n) == "expensive" for n in plan)):
+        if self.workers > 1 and (layout.overlaps if self.costs is None else
+                                 can_overlap(plan, self.costs.cost)):
             pool = self._pool_for(plan[0].device.name)
         try:
             self._execute(run, pool)
