@@ -158,7 +158,7 @@ def test_no_deadlock_when_a_kernel_fails_anywhere(dag, data):
 
 # -- data parallelism ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("algorithm", ["ring", "naive"])
+@pytest.mark.parametrize("algorithm", ["ring", "naive", "parameter_server"])
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_allreduce_gives_every_device_the_sum(algorithm, n, strict_devices):
     rng = np.random.default_rng(n)
@@ -178,6 +178,9 @@ def test_ring_allreduce_moves_less_through_the_busiest_device():
     assert ring.bytes_max_device == 2 * (n - 1) * size // n  # 2 (n-1)/n S per device
     assert naive.bytes_max_device == (n - 1) * size          # the root sends the sum n-1 times
     assert ring.bytes_total == naive.bytes_total == 2 * (n - 1) * size
+    _, server = mg.parallel.allreduce_with_stats(tensors, "parameter_server")
+    assert server.bytes_sent == {d: 2 * (n - 1) * size // n for d in DEVICES}  # as the ring's
+    assert server.steps == 2 and ring.steps == 2 * (n - 1)
 
 
 def test_scatter_and_gather():

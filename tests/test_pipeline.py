@@ -211,7 +211,9 @@ def brute_force_pipedream(layers, workers, bandwidth, factor):
     return best
 
 
-FACTORS = {"parameter_server": lambda m: 4 * (m - 1) / m, "allreduce": lambda m: 2 * (m - 1) / m}
+# bytes a worker sends per byte of weights: a ring allreduce and a parameter server sharded
+# over the m workers both send 2 (m - 1) w / m (chapter 07; tests/test_cost_model.py counts it)
+FACTORS = {"parameter_server": lambda m: 2 * (m - 1) / m, "allreduce": lambda m: 2 * (m - 1) / m}
 
 
 @given(data=st.data(), sync=st.sampled_from(sorted(FACTORS)))

@@ -47,17 +47,23 @@ def naive_allreduce(arrays):
 
     Returns ``(sums, sent)``: ``sums[i]`` is device i's copy of the sum (a new array of
     the input's shape; no two devices share one array object), and ``sent[i]`` is the
-    number of bytes device i sent. With S bytes per array and n devices, device 0 sends
-    (n - 1) S and each other device S.
+    number of bytes device i sent: count them as the arrays are handed over, as
+    minigraph's counters do, rather than from a formula. With S bytes per array and n
+    devices, device 0 sends (n - 1) S and each other device S.
     """
     ### BEGIN SOLUTION
     n = len(arrays)
+    sent = [0] * n
     total = np.array(arrays[0], copy=True)
-    for a in arrays[1:]:
-        total = total + a
-    size = np.asarray(arrays[0]).nbytes
-    sums = [total.copy() for _ in range(n)]
-    sent = [(n - 1) * size] + [size] * (n - 1)
+    for i in range(1, n):  # device i hands its array to device 0
+        arriving = np.array(arrays[i], copy=True)
+        sent[i] += arriving.nbytes
+        total = total + arriving
+    sums = [np.array(total, copy=True)]
+    for i in range(1, n):  # device 0 hands a copy of the sum to device i
+        copy = np.array(total, copy=True)
+        sent[0] += copy.nbytes
+        sums.append(copy)
     return sums, sent
     ### END SOLUTION
 

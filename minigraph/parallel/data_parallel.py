@@ -7,7 +7,11 @@ takes the same step and the copies stay equal. The sum over slices is the gradie
 the whole batch, so the step equals the single-device step.
 
 ``allreduce`` moves tensors between devices with ``Tensor.to``: every copy is a real
-one, so the bytes counted are bytes that really moved.
+one, and ``allreduce_with_stats`` counts the bytes of each copy as it is made, per
+(source device, destination device), in ``CommStats.moved``. The same functions build a
+graph when given graph nodes; ``mg.Session(g).run`` then counts the copies of its
+Send/Recv pairs in ``sess.last_run.bytes_moved``. What each algorithm should send is
+``cost_model.bytes_sent``; the tests hold the counters to it.
 
 * ``"naive"``: gather every tensor on the first device, add, and send the sum back;
   the first device sends (n - 1) S bytes and receives as many (S: one tensor's bytes).
@@ -16,11 +20,15 @@ one, so the bytes counted are bytes that really moved.
   device holds one chunk of the total; in n - 1 steps of *all-gather* the finished
   chunks go round the ring. Each device sends 2 (n - 1) / n S bytes: less than 2 S
   however many devices there are, and spread evenly over all the links.
+* ``"parameter_server"``: device k serves chunk k (a parameter server sharded over the
+  devices, PipeDream's setting): every device pushes each other chunk to its server,
+  which adds them up and sends the sum to every device. The same 2 (n - 1) / n S per
+  device as the ring, in 2 steps, every device talking to every other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..device import get_device
@@ -31,12 +39,53 @@ from ..tensor import Tensor, tensor
 @dataclass
 class CommStats:
     """What an allreduce moved: the bytes sent in all, the bytes *sent* by the device that
-    sends most, and the number of communication steps."""
+    sends most, the number of communication steps, and ``moved``, the bytes of every
+    copy counted per (source device, destination device) link, as
+    ``sess.last_run.bytes_moved`` counts a graph's. ``bytes_total`` and
+    ``bytes_max_device`` are sums of ``moved``. (For graph nodes ``moved`` holds what
+    each copy will move when the graph runs; the run's counters are the measurement.)"""
 
     algorithm: str
     bytes_total: int
     bytes_max_device: int
     steps: int
+    moved: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    @property
+    def bytes_sent(self) -> dict[str, int]:
+        """Bytes sent per source device."""
+        return _sent(self.moved)
+
+
+def _links() -> dict[tuple[str, str], int]:
+    return {}  # (source device, destination device) -> bytes
+
+
+def _sent(moved: dict[tuple[str, str], int]) -> dict[str, int]:
+    sent: dict[str, int] = {}
+    for (src, _), n in moved.items():
+        sent[src] = sent.get(src, 0) + n
+    return sent
+
+
+def _stats(algorithm: str, steps: int, moved: dict[tuple[str, str], int]) -> CommStats:
+    return CommStats(algorithm, sum(moved.values()), max(_sent(moved).values(), default=0),
+                     steps, moved)
+
+
+def _send(t: Any, device: Any, moved: dict[tuple[str, str], int]) -> Any:
+    """``t.to(device)``, counting the copy's bytes on its link when the devices differ
+    (an eager tensor: the bytes of the array that arrived; a graph node: the bytes its
+    Send will copy)."""
+    src, dst = t.device.name, get_device(device).name
+    out = t.to(device)
+    if src != dst:
+        # (an array of a library without .nbytes, array-api-strict's: its size times the
+        # item size, which is what its copy holds)
+        nbytes = getattr(out.data, "nbytes", None) if isinstance(out, Tensor) else None
+        n = int(nbytes) if nbytes is not None else _nbytes(out)
+        moved[(src, dst)] = moved.get((src, dst), 0) + n
+    return out
 
 
 def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
@@ -80,45 +129,69 @@ def allreduce_with_stats(tensors: Sequence[Tensor],
         return _naive(tensors)
     if algorithm == "ring":
         return _ring(tensors)
-    raise ValueError(f"allreduce: algorithm is 'ring' or 'naive', got {algorithm!r}")
+    if algorithm == "parameter_server":
+        return _parameter_server(tensors)
+    raise ValueError(f"allreduce: algorithm is 'ring', 'naive' or 'parameter_server', "
+                     f"got {algorithm!r}")
 
 
 def _naive(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:
-    root = tensors[0].device
+    root, moved = tensors[0].device, _links()
     total = tensors[0]
-    for t in tensors[1:]:
-        total = total + t.to(root)
-    out = [total] + [total.to(t.device) for t in tensors[1:]]
-    n, size = len(tensors), _nbytes(tensors[0])
-    # every other device sends its tensor once; the first one sends the sum n - 1 times
-    return out, CommStats("naive", 2 * (n - 1) * size, (n - 1) * size, 2)
+    for t in tensors[1:]:  # every other device sends its tensor once
+        total = total + _send(t, root, moved)
+    out = [total] + [_send(total, t.device, moved) for t in tensors[1:]]  # the sum, n - 1 times
+    return out, _stats("naive", 2 if len(tensors) > 1 else 0, moved)
 
 
 def _ring(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:
     n, shape = len(tensors), tensors[0].shape
     if n == 1:
         return [tensors[0]], CommStats("ring", 0, 0, 0)
-    flat = [SH.reshape(t, (-1,)) for t in tensors]
-    size = flat[0].shape[0]
-    cuts = [size * k // n for k in range(n + 1)]
-    # chunks[i][c]: device i's current version of chunk c
-    chunks = [[f[cuts[c]:cuts[c + 1]] for c in range(n)] for f in flat]
-    sent = [0] * n
+    chunks, moved = _chunks(tensors), _links()
     for step in range(n - 1):  # reduce-scatter: device i passes chunk (i - step) to i + 1
         moves = [(i, (i - step) % n) for i in range(n)]
-        arriving = [chunks[i][c].to(tensors[(i + 1) % n].device) for i, c in moves]
+        arriving = [_send(chunks[i][c], tensors[(i + 1) % n].device, moved) for i, c in moves]
         for (i, c), piece in zip(moves, arriving):
             j = (i + 1) % n
             chunks[j][c] = chunks[j][c] + piece
-            sent[i] += _nbytes(piece)
     for step in range(n - 1):  # all-gather: device i passes finished chunk (i + 1 - step)
         moves = [(i, (i + 1 - step) % n) for i in range(n)]
-        arriving = [chunks[i][c].to(tensors[(i + 1) % n].device) for i, c in moves]
+        arriving = [_send(chunks[i][c], tensors[(i + 1) % n].device, moved) for i, c in moves]
         for (i, c), piece in zip(moves, arriving):
             chunks[(i + 1) % n][c] = piece
-            sent[i] += _nbytes(piece)
     out = [SH.reshape(SH.concatenate(chunks[i], axis=0), shape) for i in range(n)]
-    return out, CommStats("ring", sum(sent), max(sent), 2 * (n - 1))
+    return out, _stats("ring", 2 * (n - 1), moved)
+
+
+def _chunks(tensors: list[Tensor]) -> list[list[Tensor]]:
+    """``chunks[i][c]``: device i's chunk c of its flattened tensor (``cost_model.chunks``
+    gives their sizes)."""
+    n = len(tensors)
+    flat = [SH.reshape(t, (-1,)) for t in tensors]
+    size = flat[0].shape[0]
+    cuts = [size * k // n for k in range(n + 1)]
+    return [[f[cuts[c]:cuts[c + 1]] for c in range(n)] for f in flat]
+
+
+def _parameter_server(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:
+    n, shape = len(tensors), tensors[0].shape
+    if n == 1:
+        return [tensors[0]], CommStats("parameter_server", 0, 0, 0)
+    chunks, moved = _chunks(tensors), _links()
+    sums = []
+    for c in range(n):  # push: every device sends chunk c to its server, device c
+        server = tensors[c].device
+        total = chunks[c][c]
+        for i in range(n):
+            if i != c:
+                total = total + _send(chunks[i][c], server, moved)
+        sums.append(total)
+    # pull: server c sends the sum of chunk c to every other device
+    out = [SH.reshape(SH.concatenate([sums[c] if c == i else _send(sums[c], t.device, moved)
+                                      for c in range(n)], axis=0), shape)
+           for i, t in enumerate(tensors)]
+    return out, _stats("parameter_server", 2, moved)
 
 
 def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Any, y: Any,

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np  # the initial weights are drawn on the host
 
+from ..graph.graph import Node
 from ..ops import copy as C
 from ..ops import elementwise as E
 from ..ops import nn as NN
@@ -65,10 +66,12 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     """Mean softmax cross-entropy over class-sharded logits, without concatenating them.
 
     ``shards[k]`` has shape (N, C_k) on its own device; ``labels`` are global class
-    indices. The loss lives on the first shard's device.
+    indices. The loss lives on the first shard's device. The shards may be tensors or
+    graph nodes (then the loss is a node, and a ``Session`` run of it counts in
+    ``last_run.bytes_moved`` what crossed devices).
     """
     home = shards[0].device
-    labels = labels if isinstance(labels, Tensor) else tensor(labels)
+    labels = labels if isinstance(labels, (Tensor, Node)) else tensor(labels)
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])
     # 1. the row maxima meet on the home device; the global maximum goes back
     m = None

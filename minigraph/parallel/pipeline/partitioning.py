@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..cost_model import sync_factor
 from .common import PipelineError
 from .profiling import LayerCost, Profile
 
@@ -71,13 +72,16 @@ def stage_times(costs: Any, stages: Sequence[Sequence[int]]) -> list[float]:
     return [sum(t[i] for i in stage) for stage in stages]
 
 
-# Bytes a worker of a stage replicated m times sends per minibatch to synchronise w bytes of
-# weights: through a parameter server 4 (m - 1) w / m (PipeDream's estimate); with a ring
-# allreduce 2 (m - 1) w / m, a reduce-scatter and an all-gather of (m - 1) w / m each, as
-# chapter 07 derives (the PipeDream text charges (m - 1) w / m, which chapter 08 flags).
+# Bytes a worker of a stage replicated m times *sends* per minibatch to synchronise w bytes
+# of weights, over w: chapter 07's cost model (``minigraph/parallel/cost_model.py``), the one
+# both chapters use and the run's counters check. A ring allreduce and a parameter server
+# sharded over the m workers both send 2 (m - 1) w / m per worker. (The PipeDream text's
+# (m - 1) w / m for all_reduce and 4 (m - 1) w / m for a parameter server are kept, flagged,
+# in ``cost_model.PIPEDREAM_TEXT``: the first is one phase of the ring, the second adds the
+# bytes received.)
 SYNC_FACTORS: dict[str, Callable[[int], float]] = {
-    "parameter_server": lambda m: 4 * (m - 1) / m,
-    "allreduce": lambda m: 2 * (m - 1) / m,
+    "allreduce": lambda m: sync_factor("ring", m),
+    "parameter_server": lambda m: sync_factor("parameter_server", m),
 }
 
 
@@ -105,8 +109,10 @@ def partition_pipedream(profile: Any, workers: int, bandwidth: float,
 
         T = max(sum of compute times, sum of weight-sync times) / m
 
-    (m replicas share the minibatches round-robin; the weight sync of each layer is
-    ``SYNC_FACTORS[sync](m) * w / bandwidth``). A cut before layer i costs
+    (m replicas share the minibatches round-robin; the weight sync of the stage's w bytes
+    is ``SYNC_FACTORS[sync](m) * w / bandwidth``: the bytes each worker sends, 2 (m - 1) w / m
+    for ``"allreduce"`` (a ring) and for ``"parameter_server"`` (sharded over the m workers),
+    over a full-duplex link of ``bandwidth`` bytes/s each way). A cut before layer i costs
     C = 2 a_{i-1} / bandwidth: the activation goes forward and its gradient comes back;
     communication overlaps computation, so it is a pipeline element of its own:
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ...autodiff.tape import enable_grad
 from ...nn.module import Module, Sequential
@@ -133,48 +132,125 @@ def _nbytes(t: Tensor) -> int:
     return t.size * _ITEMSIZE.get(t.dtype, 8)
 
 
-def profile(model: Sequential, x: Any, repeat: int = 5) -> Profile:
+# The profile's clock. A test swaps in a noisy one (a deterministic noise model) to check
+# that the statistic below keeps the layers in the order of their work.
+_clock = time.perf_counter
+
+
+def profile(model: Sequential, x: Any, repeat: int = 25, warmup: int = 2,
+            quantile: float = 0.0) -> Profile:
     """Profile each layer of ``model`` on input ``x`` (a batch), eagerly, on one device.
 
     For layer i: the input is layer i-1's output (detached, so that only layer i is
     timed); the forward is timed with gradient recording on (as in training), the
-    backward from a gradient of ones. One warm-up run, then the median of ``repeat``
-    runs. The parameters' ``.grad`` are left as they were.
+    backward from a gradient of ones. The parameters' ``.grad`` are left as they were.
+
+    Made to survive a loaded machine (a laptop running other work), where one timing can
+    take many times the layer's own cost:
+
+    * ``warmup`` untimed forward and backward passes of every layer first (first calls
+      pay for allocations, caches and lazy set-up);
+    * ``repeat`` *interleaved rounds*: each round times one forward and one backward of
+      every layer, starting from a layer that moves on by one from round to round. A
+      slow phase of the machine (another process on the core for a few milliseconds, a
+      burst of interrupts) lasts longer than a round, so it slows every layer of the
+      rounds it hits instead of all the timings of one layer, as timing one layer after
+      the other would;
+    * per layer and pass, the ``quantile`` of its rounds, by default 0: the fastest.
+      Load only ever *adds* time to a timing, so the fastest of many rounds is the
+      closest to what the layer itself costs, and one clean round per layer is enough to
+      keep the layers in the order of their work. (A median is inverted as soon as more
+      than half of one layer's timings were slowed; ``quantile=0.5`` gives it, for
+      comparison.)
+
+    A BLAS that runs a product on several threads makes every timing wait for a core
+    per thread; on a busy machine then no round is clean. Run the profile with BLAS on
+    one thread (``OPENBLAS_NUM_THREADS=1`` before NumPy loads, as the notebooks do).
     """
     _check_sequential(model, "profile")
-    if repeat < 1:
-        raise ValueError(f"profile: repeat must be >= 1, got {repeat}")
-    h = x if isinstance(x, Tensor) else tensor(x)
-    costs = []
-    with enable_grad():
-        for i, layer in enumerate(model):
-            cost, h = _profile_layer(i, layer, h.detach(), repeat)
-            costs.append(cost)
-    return Profile(costs)
-
-
-def _profile_layer(i: int, layer: Module, x: Tensor, repeat: int) -> tuple[LayerCost, Tensor]:
-    params = layer.parameters()
+    if not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"profile: repeat must be an int >= 1, got {repeat!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"profile: warmup must be an int >= 0, got {warmup!r}")
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"profile: quantile must be between 0 and 1, got {quantile!r}")
+    layers = list(model)
+    params = [p for layer in layers for p in layer.parameters()]
     saved = [p.grad for p in params]
-    forward, backward = [], []
+    h = x if isinstance(x, Tensor) else tensor(x)
+    inputs, outputs = [], []
     try:
-        for run in range(repeat + 1):  # run 0 warms up and is not counted
-            inp = x.detach().requires_grad_() if x.dtype in ("float32", "float64") else x
-            t0 = time.perf_counter()
-            out = layer(inp)
-            t1 = time.perf_counter()
-            seed = ones(out.shape, out.dtype, out.device)
-            t2 = time.perf_counter()
-            if out.requires_grad:
-                out.backward(seed)
-            t3 = time.perf_counter()
-            if run:
-                forward.append(t1 - t0)
-                backward.append(t3 - t2)
+        with enable_grad():
+            for layer in layers:  # each layer's input, once: the previous one's output
+                h = h.detach()
+                inputs.append(h)
+                h = layer(h)
+                outputs.append(h.detach())
+            for _ in range(warmup):
+                for layer, inp in zip(layers, inputs):
+                    _time_layer(layer, inp)
+            times: list[list[tuple[float, float]]] = [[] for _ in layers]
+            for r in range(repeat):
+                for k in range(len(layers)):
+                    i = (r + k) % len(layers)
+                    times[i].append(_time_layer(layers[i], inputs[i]))
     finally:
         for p, g in zip(params, saved):
             p.grad = g
-    desc = repr(layer).replace("\n", "")
-    cost = LayerCost(f"node{i}", desc, statistics.median(forward), statistics.median(backward),
-                     _nbytes(out), sum(_nbytes(p) for p in params))
-    return cost, out.detach()
+    costs = []
+    for i, layer in enumerate(layers):
+        forward = _quantile([f for f, _ in times[i]], quantile)
+        backward = _quantile([b for _, b in times[i]], quantile)
+        costs.append(LayerCost(f"node{i}", repr(layer).replace("\n", ""), forward, backward,
+                               _nbytes(outputs[i]),
+                               sum(_nbytes(p) for p in layer.parameters())))
+    return Profile(costs)
+
+
+def _time_layer(layer: Module, x: Tensor) -> tuple[float, float]:
+    """Seconds of one forward and one backward of ``layer`` on ``x``, by ``_clock``."""
+    inp = x.detach().requires_grad_() if x.dtype in ("float32", "float64") else x
+    t0 = _clock()
+    out = layer(inp)
+    t1 = _clock()
+    seed = ones(out.shape, out.dtype, out.device)
+    t2 = _clock()
+    if out.requires_grad:
+        out.backward(seed)
+    t3 = _clock()
+    return t1 - t0, t3 - t2
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, nearest rank from below (0: the minimum)."""
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+T = TypeVar("T")
+
+
+def fastest_runs(runs: dict[str, Callable[[], T]], rounds: int = 7,
+                 duration: Callable[[T], float] | None = None) -> dict[str, T]:
+    """Call every function of ``runs`` ``rounds`` times, interleaved (the order rotates
+    from round to round), and keep, per name, the result of its fastest call: the one
+    the machine's load disturbed least, as :func:`profile` keeps the fastest round.
+
+    ``duration(result)`` is a call's time (a pipeline run's makespan, from its
+    timeline); without it, the call's wall time on the profile's clock. Comparing two
+    schedules by one measured run each compares two moments of the machine as much as
+    the schedules; the fastest of interleaved runs compares the schedules.
+    """
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"fastest_runs: rounds must be an int >= 1, got {rounds!r}")
+    names = list(runs)
+    best: dict[str, tuple[float, T]] = {}
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            t0 = _clock()
+            result = runs[name]()
+            took = _clock() - t0 if duration is None else duration(result)
+            if name not in best or took < best[name][0]:
+                best[name] = (took, result)
+    return {name: best[name][1] for name in names}
