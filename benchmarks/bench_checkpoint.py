@@ -7,13 +7,26 @@ rounds (``common.measure``), never asserted (DESIGN.md, "Performance").
 
 The model is DESIGN.md's: a 16-layer tanh MLP, 128 wide, batch 2048, float64, its loss
 the mean square of the output. One training step (forward, loss, backward) is run plain
-and with the layers cut into 4 segments of 4, each ``mg.checkpoint``-ed (Chen et al.'s
-√n segments; GPipe's re-materialisation).
+and with the layers cut into 4 segments of 4 (Chen et al.'s √n segments; GPipe's
+re-materialisation), in two ways:
+
+* all 4 segments ``mg.checkpoint``-ed: the target row;
+* the first 3 checkpointed and the last run plain, as PyTorch's
+  ``torch.utils.checkpoint.checkpoint_sequential`` does: the last segment's backward
+  comes right after its forward, so recomputing it costs a forward and saves little.
+  On minigraph's tape it saves less than in PyTorch: the sweep keeps every value it
+  recorded until it ends, so the last segment's insides stay alive through the whole
+  backward.
+
+One extra forward costs F / (F + B) of the plain step, where F and B are the forward's
+and the backward's times: a third if the backward costs two forwards (the textbook's
+rule of thumb), more here, where tanh makes the forward dear and 128-wide matmuls keep
+the backward cheap. The table prints F / (F + B) as measured.
 
 a. On the tape (``loss.backward()``): the peak of the device's live bytes during the
    step (``mg.Device.peak_bytes``: every tensor alive at once, from its creation to its
    release), and the time. Target: peak <= 0.6x, time <= 1.4x the plain step.
-   ``torch.utils.checkpoint`` on the same step shows what PyTorch pays in time.
+   PyTorch's plain and checkpointed steps, timed in the same rounds, show what it pays.
 b. In graph mode (``mg.grad(..., mode="graph")``, compiled once, then run): the peak of
    NumPy's own allocations during one call (``tracemalloc``; a compiled function's
    values are arrays, not tensors) and the time. No target: for comparison.
@@ -23,6 +36,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import statistics
 import sys
 import tracemalloc
 from pathlib import Path
@@ -60,24 +74,32 @@ def layers(h: Any, *params: Any) -> Any:
 segment = mg.checkpoint(layers)
 
 
-def loss(x: Any, params: Any, run: Callable[..., Any]) -> Any:
-    """The MLP, each segment of DEPTH / SEGMENTS layers computed by ``run``."""
+# How each of the SEGMENTS segments runs, per strategy (the first is the anchor).
+STRATEGIES = {"plain": [layers] * SEGMENTS,
+              "checkpoint all 4": [segment] * SEGMENTS,
+              "checkpoint 3, last plain": [segment] * (SEGMENTS - 1) + [layers]}
+TARGET_ROW = "checkpoint all 4"
+
+
+def loss(x: Any, params: Any, runs: list[Callable[..., Any]]) -> Any:
+    """The MLP, segment s (DEPTH / SEGMENTS layers) computed by ``runs[s]``."""
     per, h = DEPTH // SEGMENTS, x
-    for s in range(SEGMENTS):
+    for s, run in enumerate(runs):
         h = run(h, *params[2 * per * s: 2 * per * (s + 1)])
     return (h * h).mean()
 
 
-def tape_step(x: Any, params: list, run: Callable[..., Any]) -> list:
+def tape_step(x: Any, params: list, runs: list[Callable[..., Any]]) -> list:
     """One step on the tape; returns the gradients and leaves .grad empty."""
-    loss(x, params, run).backward()
+    loss(x, params, runs).backward()
     grads = [p.grad for p in params]
     for p in params:
         p.grad = None
     return grads
 
 
-def torch_step(torch: Any, x: Any, params: list, checkpointed: bool) -> list:
+def torch_step(torch: Any, x: Any, params: list, checkpointed: int) -> list:
+    """PyTorch's step with the first ``checkpointed`` segments checkpointed."""
     from torch.utils.checkpoint import checkpoint
 
     def run(h: Any, *ps: Any) -> Any:
@@ -88,12 +110,18 @@ def torch_step(torch: Any, x: Any, params: list, checkpointed: bool) -> list:
     per, h = DEPTH // SEGMENTS, x
     for s in range(SEGMENTS):
         ps = params[2 * per * s: 2 * per * (s + 1)]
-        h = checkpoint(run, h, *ps, use_reentrant=False) if checkpointed else run(h, *ps)
+        h = checkpoint(run, h, *ps, use_reentrant=False) if s < checkpointed else run(h, *ps)
     (h * h).mean().backward()
     grads = [p.grad for p in params]
     for p in params:
         p.grad = None
     return grads
+
+
+def forward_only(x: Any, params: list) -> Any:
+    """The 16 layers' forward alone, nothing recorded: F."""
+    with mg.no_grad():
+        return loss(x, params, STRATEGIES["plain"])
 
 
 def device_peak(fn: Callable[[], Any]) -> int:
@@ -137,16 +165,13 @@ def main() -> int:
     params = [mg.tensor(p, requires_grad=True) for p in p0]
     activation = BATCH * WIDTH * 8
     print(f"\n{DEPTH}-layer tanh MLP, {WIDTH} wide, batch {BATCH}, float64 (one activation "
-          f"{activation / MB:.2f} MB), {SEGMENTS} checkpointed segments of "
+          f"{activation / MB:.2f} MB), cut into {SEGMENTS} segments of "
           f"{DEPTH // SEGMENTS} layers, {THREADS} BLAS thread(s)")
 
-    # -- gradients first: against PyTorch, plain and checkpointed alike ----------------------
-    plain_grads = tape_step(x, params, layers)
-    ckpt_grads = tape_step(x, params, segment)
-    graph_plain = mg.grad(lambda *ps: loss(x, ps, layers), argnums=tuple(range(2 * DEPTH)),
-                          mode="graph")
-    graph_ckpt = mg.grad(lambda *ps: loss(x, ps, segment), argnums=tuple(range(2 * DEPTH)),
-                         mode="graph")
+    # -- gradients first: against PyTorch, for every strategy, tape and graph mode ------------
+    nums = tuple(range(2 * DEPTH))
+    graph_steps = {name: mg.grad(lambda *ps, runs=runs: loss(x, ps, runs), argnums=nums,
+                                 mode="graph") for name, runs in STRATEGIES.items()}
     frozen = [mg.tensor(p) for p in p0]
     torch = None
     if have_torch():
@@ -155,64 +180,70 @@ def main() -> int:
         torch.set_num_threads(int(THREADS))
         xt = torch.tensor(x0)
         pt = [torch.tensor(p, requires_grad=True) for p in p0]
-        expected = [g.numpy() for g in torch_step(torch, xt, pt, checkpointed=False)]
-        for name, grads in (("tape", plain_grads), ("tape, checkpoint", ckpt_grads),
-                            ("graph", graph_plain(*frozen)),
-                            ("graph, checkpoint", graph_ckpt(*frozen))):
-            for g, e in zip(grads, expected):
-                np.testing.assert_allclose(g.numpy(), e, rtol=1e-9, atol=1e-12, err_msg=name)
-        print("gradients: equal to PyTorch's (rtol 1e-9) on the tape and in graph mode, "
-              "plain and checkpointed")
+        expected = [g.numpy() for g in torch_step(torch, xt, pt, checkpointed=0)]
+        for name, runs in STRATEGIES.items():
+            for mode, grads in (("tape", tape_step(x, params, runs)),
+                                ("graph", graph_steps[name](*frozen))):
+                for g, e in zip(grads, expected):
+                    np.testing.assert_allclose(g.numpy(), e, rtol=1e-9, atol=1e-12,
+                                               err_msg=f"{name}, {mode}")
+        print("gradients: equal to PyTorch's (rtol 1e-9) for every strategy, on the tape and "
+              "in graph mode")
 
     # -- a. the tape ----------------------------------------------------------------------------
-    peaks = {"plain": device_peak(lambda: tape_step(x, params, layers)),
-             "checkpoint": device_peak(lambda: tape_step(x, params, segment))}
-    methods = {"plain": lambda: tape_step(x, params, layers),
-               "checkpoint": lambda: tape_step(x, params, segment)}
+    peaks = {name: device_peak(lambda runs=runs: tape_step(x, params, runs))
+             for name, runs in STRATEGIES.items()}
+    methods: dict[str, Callable[[], Any]] = {
+        name: (lambda runs=runs: tape_step(x, params, runs)) for name, runs in STRATEGIES.items()}
+    theirs = {"torch plain": 0, "torch checkpoint all 4": SEGMENTS,
+              "torch checkpoint 3, last plain": SEGMENTS - 1}
+    methods["forward alone (F)"] = lambda: forward_only(x, params)
     if torch is not None:
-        methods["torch plain"] = lambda: torch_step(torch, xt, pt, False)
-        methods["torch checkpoint"] = lambda: torch_step(torch, xt, pt, True)
-    timed, summary = measure(methods, anchor="plain", rounds=11, batch=0.02)
+        methods.update({name: (lambda k=k: torch_step(torch, xt, pt, k))
+                        for name, k in theirs.items()})
+    timed, summary = measure(methods, anchor="plain", rounds=15, batch=0.02)
     print("\na. one step on the tape (forward, loss, backward):")
     print_rounds(summary)
+    rows = []
+    for name in STRATEGIES:
+        rows.append([name, fmt(peaks[name] / MB), fmt(peaks[name] / peaks["plain"]),
+                     f"{peaks[name] / activation:.1f}", fmt(timed[name]["seconds"] * 1e3, 1),
+                     fmt(timed[name]["ratio"]),
+                     f"<= {MEMORY_TARGET}x / <= {TIME_TARGET}x" if name == TARGET_ROW else ""])
+    rows.append(["forward alone (F)", "-", "-", "-",
+                  fmt(timed["forward alone (F)"]["seconds"] * 1e3, 1),
+                  fmt(timed["forward alone (F)"]["ratio"]), ""])
     if torch is not None:
-        theirs = timed["torch checkpoint"]["seconds"] / timed["torch plain"]["seconds"]
-    rows = [["plain", fmt(peaks["plain"] / MB), "1.00", fmt(timed["plain"]["seconds"] * 1e3, 1),
-             "1.00", ""],
-            ["checkpoint", fmt(peaks["checkpoint"] / MB),
-             fmt(peaks["checkpoint"] / peaks["plain"]),
-             fmt(timed["checkpoint"]["seconds"] * 1e3, 1), fmt(timed["checkpoint"]["ratio"]),
-             f"<= {MEMORY_TARGET}x / <= {TIME_TARGET}x"]]
-    if torch is not None:
-        rows.append(["torch.utils.checkpoint", "-", "-",
-                     fmt(timed["torch checkpoint"]["seconds"] * 1e3, 1),
-                     f"{fmt(theirs)} (of torch plain)", ""])
-    print_table(rows, ["step", "peak MB", "/ plain", "ms", "/ plain", "target"])
-    memory_ratio = peaks["checkpoint"] / peaks["plain"]
-    time_ratio = timed["checkpoint"]["ratio"]
-    print(f"(the plain step keeps {peaks['plain'] / activation:.1f} activations at its peak, "
-          f"the checkpointed one {peaks['checkpoint'] / activation:.1f}: {SEGMENTS} boundaries, "
-          f"one segment's insides, the adjoints)")
+        for name in theirs:
+            ratio = statistics.median(a / b for a, b in zip(timed[name]["rounds"],
+                                                            timed["torch plain"]["rounds"]))
+            rows.append([name, "-", "-", "-", fmt(timed[name]["seconds"] * 1e3, 1),
+                         f"{fmt(ratio)} of torch plain", ""])
+    print_table(rows, ["step", "peak MB", "/ plain", "activations", "ms", "/ plain", "target"])
+    memory_ratio = peaks[TARGET_ROW] / peaks["plain"]
+    time_ratio = timed[TARGET_ROW]["ratio"]
+    share = timed["forward alone (F)"]["ratio"]
+    print(f"(activations: the peak in units of one layer's output; the checkpointed steps "
+          f"hold the {SEGMENTS} boundaries, one segment's insides and the adjoints. The "
+          f"forward alone is F / (F + B) = {share:.2f} of the plain step, so recomputing "
+          f"every layer costs at least {1 + share:.2f}x)")
     print(f"target: checkpoint peak bytes <= {MEMORY_TARGET}x the plain step  -> "
           f"{memory_ratio:.3f}x  {verdict(memory_ratio, MEMORY_TARGET)}")
     print(f"target: checkpoint time <= {TIME_TARGET}x the plain step  -> {time_ratio:.3f}x "
-          f"(best rounds {timed['checkpoint']['best_ratio']:.3f}x)  "
+          f"(best rounds {timed[TARGET_ROW]['best_ratio']:.3f}x)  "
           f"{verdict(time_ratio, TIME_TARGET)}")
 
     # -- b. graph mode ----------------------------------------------------------------------------
-    allocated = {"plain": allocated_peak(lambda: graph_plain(*frozen)),
-                 "checkpoint": allocated_peak(lambda: graph_ckpt(*frozen))}
-    gtimed, gsummary = measure({"plain": lambda: graph_plain(*frozen),
-                                "checkpoint": lambda: graph_ckpt(*frozen)},
-                               anchor="plain", rounds=11, batch=0.02)
+    allocated = {name: allocated_peak(lambda step=step: step(*frozen))
+                 for name, step in graph_steps.items()}
+    gtimed, gsummary = measure({name: (lambda step=step: step(*frozen))
+                                for name, step in graph_steps.items()},
+                               anchor="plain", rounds=7, batch=0.02)
     print("\nb. the same gradient by a compiled mg.grad(..., mode=\"graph\"):")
     print_rounds(gsummary)
-    print_table([["plain", fmt(allocated["plain"] / MB), "1.00",
-                  fmt(gtimed["plain"]["seconds"] * 1e3, 1), "1.00"],
-                 ["checkpoint", fmt(allocated["checkpoint"] / MB),
-                  fmt(allocated["checkpoint"] / allocated["plain"]),
-                  fmt(gtimed["checkpoint"]["seconds"] * 1e3, 1),
-                  fmt(gtimed["checkpoint"]["ratio"])]],
+    print_table([[name, fmt(allocated[name] / MB), fmt(allocated[name] / allocated["plain"]),
+                  fmt(gtimed[name]["seconds"] * 1e3, 1), fmt(gtimed[name]["ratio"])]
+                 for name in graph_steps],
                 ["graph mode", "NumPy peak MB", "/ plain", "ms", "/ plain"])
     print("no target: shown beside the tape's (a compiled graph writes many results in "
           "place already, and each checkpoint node recomputes its segment eagerly)")

@@ -29,10 +29,11 @@ parameters hold f, so every interpreter handles it through the table, as it does
   graph nodes the pullback is itself one ``checkpoint`` node (the gradients packed in one
   vector, then cut apart), so in a graph too a segment's insides exist only while its
   node runs, and its backward node.
-* ``jvp`` is a checkpoint of ``mg.jvp`` of f and ``batch`` a checkpoint of ``mg.vmap``
-  of f: under an outer reverse mode they, too, keep nothing inside.
-* ``shape`` traces f once on placeholders (graph mode and source transformation need
-  the result's shape before anything runs).
+* ``jvp`` (per argument with a tangent) is a checkpoint of ``mg.jvp`` of f along it, and
+  ``batch`` a checkpoint of ``mg.vmap`` of f: under an outer reverse mode they, too, keep
+  nothing inside.
+* ``shape`` traces f on placeholders (graph mode and source transformation need the
+  result's shape before anything runs).
 
 Because the rules are minigraph code, nesting needs nothing more: ``mg.grad`` of a
 gradient recomputes again, ``mg.vmap``/``mg.jacfwd``/``mg.hessian`` go through it, source
@@ -45,7 +46,9 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 (or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
 (a closure, a global): that raises, naming the fix. A module is the usual case, so
 ``mg.checkpoint(module)`` passes the module's parameters as arguments for you
-(``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f.
+(``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f. Recomputing
+reads the arguments again, so an argument changed in place between the forward and the
+backward (``x -= ...``) would give another gradient: the tape refuses that backward.
 """
 
 from __future__ import annotations
@@ -122,26 +125,12 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     return out.data
 
 
-# -- the shape rule: f traced once on placeholders -----------------------------------------------
-
-_SHAPES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-
+# -- the shape rule: f traced on placeholders ---------------------------------------------------
 
 def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> tuple:
-    avals = tuple(("number", a) if isinstance(a, (bool, int, float)) else
-                  (tuple(shape_of(a)), dtype_of(a)) for a in args)
-    try:
-        cache = _SHAPES.setdefault(fn, {})
-        key: Any = (avals, static)
-        found = cache.get(key)
-    except TypeError:  # f not weakly referable, or a static argument not hashable
-        cache, key, found = {}, None, None
-    if found is None:
-        found = cache[key] = _trace_shape(fn, static, args)
-    return found
-
-
-def _trace_shape(fn: Callable[..., Any], static: Static, args: tuple) -> tuple:
+    """f's result's shape and dtype, from f run on placeholders of a scratch graph (JAX
+    evaluates its jaxpr abstractly). Graph mode asks once per node, source
+    transformation once per line; eager code never asks."""
     graph = Graph("checkpoint")
     with graph:
         inputs = [a if isinstance(a, (bool, int, float)) else
