@@ -111,6 +111,7 @@ def test_backward_equals_torch_utils_checkpoint(segments, backend):
         close(mine.grad, theirs.grad)
 
 
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
 def test_second_derivatives_on_the_tape_with_create_graph():
     x0, p0 = RNG.normal(size=(3, 3)), mlp_params(2, 3)
     x = mg.tensor(x0, requires_grad=True)
@@ -341,6 +342,19 @@ def test_in_a_graph_a_checkpoint_is_one_node_and_its_gradient_one_more():
     close(got[0], expected)
     close(got[1], xt.grad)
     close(got[2], wt.grad)
+
+
+def test_a_traced_function_replays_its_checkpoint_node_for_the_tape():
+    """mg.trace compiles the checkpoint node; a tape gradient through the traced function
+    replays it through bind, and the tape records the checkpoint as one entry."""
+    x0, w0 = RNG.normal(size=(4, 3)), RNG.normal(size=(3, 3))
+    f = mg.trace(lambda x, w: (mg.checkpoint(lambda x, w: mg.tanh(x @ w))(x, w) ** 2).sum())
+    assert [n.op for n in f.graph(mg.tensor(x0), mg.tensor(w0)).nodes].count("checkpoint") == 1
+    w = mg.tensor(w0, requires_grad=True)
+    f(mg.tensor(x0), w).backward()
+    wt = torch.tensor(w0, requires_grad=True)
+    (torch.tanh(torch.tensor(x0) @ wt) ** 2).sum().backward()
+    close(w.grad, wt.grad)
 
 
 def test_compiled_graph_mode_allocates_less():

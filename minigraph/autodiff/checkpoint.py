@@ -6,9 +6,9 @@ et al., *Training Deep Nets with Sublinear Memory Cost* (2016), trade compute fo
 memory: cut the chain into k segments, keep only the segments' inputs during the forward
 pass, and run a segment's forward again when the backward pass reaches it. Memory falls
 to about n/k + k activations (the k boundaries, plus one segment's insides at a time),
-least at k = √n; the price is one more forward pass, about a third more work. GPipe
-*re-materialises* each pipeline stage this way (chapter 08); PyTorch calls it
-``torch.utils.checkpoint``, JAX ``jax.checkpoint``.
+least at k = √n; the price is one more forward pass (a third more work if a backward
+costs two forwards; chapter 08 measures it). GPipe *re-materialises* each pipeline stage
+this way; PyTorch calls it ``torch.utils.checkpoint``, JAX ``jax.checkpoint``.
 
 ``mg.checkpoint(f)(x, w)`` computes ``f(x, w)``; a gradient through it is the same as
 through f, but f's intermediates are not kept for it::
