@@ -89,6 +89,9 @@ CASES = {
     # float32 in the middle: finite differences need a larger step (see TOLERANCES)
     "astype": (lambda x: mg.astype(x, "float32") * 1.0, (A23,), lambda x: x.astype(np.float32)),
     "to_device": (lambda x: mg.to_device(x, "cpu:1").sum(), (A23,), lambda x: x.sum()),
+    # a call of f whose intermediates are recomputed (autodiff/checkpoint.py)
+    "checkpoint": (mg.checkpoint(lambda x, w: mg.sin(x @ w) * x), (A23, r(3, 3)),
+                   lambda x, w: np.sin(x @ w) * x),
 }
 
 # gradcheck settings for cases whose values pass through float32

@@ -157,6 +157,8 @@ CASES = [
     ("to_device", lambda x: mg.to_device(x, "cpu:1"), [u(2, 3)], lambda x: x),
     ("zeros_like", mg.zeros_like, [u(2, 3)], np.zeros_like),
     ("ones_like", mg.ones_like, [u(2, 3)], np.ones_like),
+    ("checkpoint", mg.checkpoint(lambda x, w: mg.tanh(x @ w) * x), [u(2, 3), u(3, 3)],
+     lambda x, w: np.tanh(x @ w) * x),
 ]
 
 
