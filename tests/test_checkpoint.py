@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -458,3 +459,58 @@ def test_pipeline_recompute_gives_torchs_gradients_and_keeps_less(kind):
     assert run.order == list(pp.schedule(kind, 2, 4))
     # stage 0 keeps its input per microbatch, not its six layers' activations
     assert run.peak_bytes[0] < runs[False].peak_bytes[0]
+
+
+# -- the numbers chapter 08 quotes, derived again ---------------------------------------------
+
+def test_the_bytes_chapter_08_quotes():
+    """Bytes do not depend on the machine: the chapter's figures are recomputed here (its
+    section 6, the code blocks and DESIGN.md's 16-layer MLP of bench_checkpoint.py)."""
+    text = (Path(__file__).resolve().parent.parent / "chapters" / "08-pipeline-parallelism"
+            / "README.md").read_text(encoding="utf-8")
+    cpu = mg.device("cpu")
+
+    def peak_in_activations(x, params, per, run):
+        for p in params:
+            p.grad = None
+        gc.collect()
+        base = cpu.live_bytes
+        cpu.reset_peak()
+        h = chain(x, params, len(params) // (2 * per), run)
+        (h * h).mean().backward()
+        for p in params:
+            p.grad = None
+        return cpu.peak_bytes - base
+
+    rng = np.random.default_rng(1)  # the chapter's block: 16 layers, 64 wide, 512 rows
+    h0 = mg.tensor(rng.normal(size=(512, 64)))
+    weights = [mg.tensor(v, requires_grad=True) for _ in range(16)
+               for v in (rng.normal(size=(64, 64)) / 8, np.zeros(64))]
+    for run, quoted in ((layers, "54.0"), (segment, "23.4")):
+        got = peak_in_activations(h0, weights, 4, run) / (512 * 64 * 8)
+        assert f"{got:.1f}" == quoted and f"# {quoted}:" in text
+
+    rng = np.random.default_rng(0)  # DESIGN.md's: 16 layers, 128 wide, batch 2048
+    x = mg.tensor(rng.normal(size=(2048, 128)))
+    params = [mg.tensor(v, requires_grad=True) for _ in range(16)
+              for v in (rng.normal(size=(128, 128)) / np.sqrt(128), rng.normal(size=128) * 0.1)]
+    plain, ckpt = (peak_in_activations(x, params, 4, run) for run in (layers, segment))
+    assert f"from {plain / 1e6:.1f} MB to {ckpt / 1e6:.1f} MB ({ckpt / plain:.2f}×" in text
+
+    model = nn.Sequential(*[layer for k, (a, b) in enumerate(zip([32, 64, 256, 256, 64],
+                                                                  [64, 256, 256, 64, 10]))
+                            for layer in [nn.Linear(a, b, seed=k)] + ([nn.Tanh()] if k < 4
+                                                                      else [])])
+    xs, labels = rng_section5()
+    for recompute, quoted in ((False, "# False [899, 2551]"), (True, "# True [456, 2470]")):
+        run = pp.Pipeline(model, nn.CrossEntropyLoss(), [[0, 1, 2, 3], [4, 5, 6, 7, 8]],
+                          ["cpu", "cpu:1"], schedule="gpipe", microbatches=8,
+                          recompute=recompute).run(xs, labels)
+        assert f"# {recompute} {[round(b / 2**10) for b in run.peak_bytes]}" == quoted
+        assert quoted in text
+
+
+def rng_section5():
+    """Section 5's minibatch: 256 rows of 32 features, 10 classes."""
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(256, 32)), rng.integers(0, 10, size=256)
