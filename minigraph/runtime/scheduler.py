@@ -69,13 +69,14 @@ class Step:
     where each argument is (a node's id in the run's values, or a literal such as the
     1.0001 of ``y * 1.0001``) and which kernel to call, on which array namespace."""
 
-    __slots__ = ("node", "key", "special", "reads", "impl", "out", "xp", "context", "params",
-                 "foreign")
+    __slots__ = ("node", "key", "special", "comm", "reads", "impl", "out", "xp", "context",
+                 "params", "foreign")
 
     def __init__(self, node: Node):
         self.node = node
         self.key = id(node)
         self.special = node.prim is None  # Placeholder, Const, Variable, Assign, Send, Recv
+        self.comm = node.op in ("Send", "Recv")  # (a partition's: they meet a rendezvous)
         self.reads = tuple((True, id(a)) if isinstance(a, Node) else (False, a)
                            for a in node.args)
         self.impl = node.prim.impl if node.prim is not None else None
@@ -104,7 +105,9 @@ def compute(step: Step, values: dict[int, Any], assigns: list, fetches: list[Nod
         if step.context is not None:  # a GPU: run on it (see Device.context)
             with step.context:
                 return _kernel(step, arrays, out)
-        return _kernel(step, arrays, out)
+        if out is not None:  # (the common case, without a call to _kernel: per node)
+            return step.out(step.xp, *arrays, out=out, **step.params)  # type: ignore[misc]
+        return step.impl(step.xp, *arrays, **step.params)  # type: ignore[misc]
     except Exception as exc:
         shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
         raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
@@ -246,10 +249,11 @@ class Run:
         start = time.perf_counter() if self.timed else 0.0
         if key in self.feeds:
             pass  # (a fed node's value is there already)
-        elif node.op == "Recv":
-            self.values[key] = self.received.pop(key)
-        elif node.op == "Send":
-            self._send(node)
+        elif step.comm:
+            if node.op == "Recv":
+                self.values[key] = self.received.pop(key)
+            else:
+                self._send(node)
         else:
             try:
                 self.values[key] = compute(step, self.values, self.assigns, self.fetches,
