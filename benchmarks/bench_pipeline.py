@@ -1,6 +1,6 @@
 """Pipeline parallelism: GPipe against 1F1B, simulated and run for real.
 
-Run: ``python benchmarks/bench_pipeline.py`` (a few seconds). Prints three tables and
+Run: ``python benchmarks/bench_pipeline.py`` (a few seconds). Prints four sections and
 writes to ``benchmarks/results/``:
 
 * ``pipeline_timelines.png``: the simulated timelines of GPipe and 1F1B for p = 4 stages
@@ -19,6 +19,13 @@ c. The real pipelined step under both schedules: its gradients are checked again
    plain (non-pipelined) step *before* anything is reported; then the order each device
    ran, the values that crossed devices, the peak live bytes per device and the time
    per step. Times are reported, never asserted (DESIGN.md, "Performance").
+d. GPipe against 1F1B, measured, on notebook 08's model (batch 256, widths
+   32-64-256-256-64-10, its DP partition into 4 stages): the two schedules run
+   alternately, 7 rounds, and each keeps its fastest run (``pp.fastest_runs``); the
+   ratio of the two fastest makespans, 1F1B / GPipe, for 4 repetitions, next to the
+   range of single runs. One measured run is one moment of the machine, and other work
+   only ever adds time to it; the fastest of interleaved runs compares the schedules
+   (chapter 08, section 5, quotes these figures).
 
 BLAS is pinned to one thread (as in ``bench_runtime.py``): the four device executors are
 threads of one process, and on a small machine BLAS thread pools of their own would
@@ -33,12 +40,13 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, blas_threads, cpu_only, describe, environment, fmt,  # noqa: E402
-                    print_table, save_results)
+from common import (RESULTS_DIR, THREAD_VARS, blas_threads, cpu_only, describe,  # noqa: E402
+                    environment, fmt, print_table, save_results)
 
 # One BLAS thread per call, set before NumPy is imported: four device executors share this
 # machine's cores, and BLAS pools of their own would only fight over them.
@@ -58,6 +66,8 @@ BATCH, SIZES = 2048, [128, 256, 256, 256, 256, 10]  # the real model: an MLP wit
 WORKERS, BANDWIDTHS = 8, [10e9, 1e9, 1e8]             # PipeDream's plans: 8 workers
 SMALL_BATCH = 32
 STEPS = 5
+NOTEBOOK_BATCH, NOTEBOOK_SIZES = 256, [32, 64, 256, 256, 64, 10]  # d: notebook 08's model
+ROUNDS, REPETITIONS = 7, 4       # d: alternating runs per schedule, and how many times
 
 
 # -- a. simulations ---------------------------------------------------------------------------
@@ -94,17 +104,17 @@ def timeline_figure() -> dict[str, Any]:
 
 # -- b. profile and partition -------------------------------------------------------------------
 
-def make_model() -> nn.Sequential:
+def make_model(sizes: list[int] = SIZES) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for k, (a, b) in enumerate(zip(SIZES, SIZES[1:])):
+    for k, (a, b) in enumerate(zip(sizes, sizes[1:])):
         layers.append(nn.Linear(a, b, seed=k))
-        if k < len(SIZES) - 2:
+        if k < len(sizes) - 2:
             layers.append(nn.Tanh())
     return nn.Sequential(*layers)
 
 
 def profile_and_partition(model: nn.Sequential, x: np.ndarray) -> dict[str, Any]:
-    prof = pp.profile(model, x, repeat=7)
+    prof = pp.profile(model, x)
     print(prof.to_text(), end="")
     prof.save(RESULTS_DIR / "pipeline_profile.txt")
     stages = pp.partition(prof, P)
@@ -112,7 +122,7 @@ def profile_and_partition(model: nn.Sequential, x: np.ndarray) -> dict[str, Any]
     print(f"\nDP partition into {P} stages: {stages}")
     print("stage times (ms): " + ", ".join(f"{t * 1e3:.3f}" for t in times)
           + f"; slowest / mean = {max(times) / statistics.mean(times):.2f}")
-    plans = pipedream_plans({BATCH: prof, SMALL_BATCH: pp.profile(model, x[:SMALL_BATCH], 7)})
+    plans = pipedream_plans({BATCH: prof, SMALL_BATCH: pp.profile(model, x[:SMALL_BATCH])})
     return {"profile": [vars(c) for c in prof], "stages": stages, "stage_times": times,
             "pipedream": plans}
 
@@ -203,6 +213,57 @@ def draw_measured(runs: dict[str, pp.PipelineRun]) -> None:
     fig.savefig(RESULTS_DIR / "pipeline_measured.png", dpi=120)
 
 
+# -- d. GPipe against 1F1B, measured: the fastest of alternating runs -----------------------
+
+def makespan(run: pp.PipelineRun) -> float:
+    """Seconds from the start of a run's first pass to the end of its last."""
+    return max(e[4] for e in run.timeline) - min(e[3] for e in run.timeline)
+
+
+def fastest_timelines() -> dict[str, Any]:
+    """Notebook 08's model under both schedules: ``REPETITIONS`` times, the fastest of
+    ``ROUNDS`` alternating runs of each, and every single run's makespan."""
+    model = make_model(NOTEBOOK_SIZES)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(NOTEBOOK_BATCH, NOTEBOOK_SIZES[0]))
+    labels = rng.integers(0, NOTEBOOK_SIZES[-1], size=NOTEBOOK_BATCH)
+    stages = pp.partition(pp.profile(model, x), P)
+    pipes = {kind: pp.Pipeline(model, nn.CrossEntropyLoss(), stages, schedule=kind,
+                               microbatches=M) for kind in pp.KINDS}
+    for pipe in pipes.values():
+        pipe.run(x, labels)  # builds the graph
+    single: dict[str, list[float]] = {kind: [] for kind in pp.KINDS}
+
+    def timed(kind: str) -> Any:  # a run, whose makespan is also kept among the single runs
+        run = pipes[kind].run(x, labels)
+        single[kind].append(makespan(run))
+        return run
+
+    fastest = []
+    for _ in range(REPETITIONS):
+        best = pp.fastest_runs({kind: partial(timed, kind) for kind in pp.KINDS},
+                               ROUNDS, makespan)
+        fastest.append({kind: makespan(run) for kind, run in best.items()})
+    # fastest_runs calls each schedule once per round: single runs i are a moment apart
+    pairs = [b / g for g, b in zip(single["gpipe"], single["1f1b"])]
+    return {"stages": stages, "load_average": os.getloadavg(), "fastest": fastest,
+            "single": single, "single_ratios": pairs}
+
+
+def report_fastest(res: dict[str, Any]) -> None:
+    print(f"stages {res['stages']}; load average "
+          + " ".join(f"{v:.1f}" for v in res["load_average"]))
+    print_table([[i + 1, fmt(f["gpipe"] * 1e3, 1), fmt(f["1f1b"] * 1e3, 1),
+                  fmt(f["1f1b"] / f["gpipe"], 2)] for i, f in enumerate(res["fastest"])],
+                ["repetition", f"GPipe ms (fastest of {ROUNDS})", f"1F1B ms (fastest of {ROUNDS})",
+                 "1F1B/GPipe"])
+    single, pairs = res["single"], res["single_ratios"]
+    print(f"single runs ({len(pairs)} of each): GPipe {min(single['gpipe']) * 1e3:.0f} to "
+          f"{max(single['gpipe']) * 1e3:.0f} ms, 1F1B {min(single['1f1b']) * 1e3:.0f} to "
+          f"{max(single['1f1b']) * 1e3:.0f} ms; 1F1B/GPipe in one round "
+          f"{min(pairs):.2f} to {max(pairs):.2f}")
+
+
 def main() -> None:
     if cpu_only("the pipeline schedules run on virtual CPU devices"):
         return
@@ -230,11 +291,17 @@ def run() -> None:
     real = real_runs(model, parts["stages"], x, labels)
     report_real(real)
 
+    print(f"\n== d. GPipe against 1F1B, measured: notebook 08's model, the fastest of "
+          f"{ROUNDS} alternating runs, {REPETITIONS} times ==")
+    fastest = fastest_timelines()
+    report_fastest(fastest)
+
     path = save_results("pipeline", {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": env, "stages": P, "microbatches": M,
         "forward": FORWARD, "backward": BACKWARD,
-        "simulated": figure, "bubbles": bubbles, "partition": parts, "real": real})
+        "simulated": figure, "bubbles": bubbles, "partition": parts, "real": real,
+        "fastest_of_alternating_runs": fastest})
     print(f"\nwrote {path}, {RESULTS_DIR / 'pipeline_timelines.png'}, "
           f"{RESULTS_DIR / 'pipeline_measured.png'}")
 

@@ -15,8 +15,11 @@ PipeDream organises the work in four phases, and so does this package (one modul
    output activation (also the size of the gradient coming back) and the size w_i of its
    parameters, in bytes. PipeDream relies on the fact that these barely change from one
    minibatch to the next (it profiles about a thousand minibatches in a few minutes); here
-   the median of a few repeated runs. The profile is saved as JSON and as PipeDream's
-   text form, one line per layer:
+   each layer's fastest of 25 interleaved rounds, after a warm-up: other work on the
+   machine only ever adds time to a timing, so the fastest round is the closest to the
+   layer's own cost (:func:`fastest_runs` does the same for whole runs, to compare
+   schedules). The profile is saved as JSON and as PipeDream's text form, one line per
+   layer:
    ``node2 -- Linear(in_features=256, out_features=256, bias=True) --
    forward_compute_time=1.250, backward_compute_time=2.500, activation_size=524288.0,
    parameter_size=526336.000`` (milliseconds and bytes, on one line).
@@ -57,13 +60,13 @@ from .common import Event, Op, PipelineError
 from .execution import Pipeline, PipelineRun
 from .partitioning import (SYNC_FACTORS, PipeDreamPlan, partition, partition_pipedream,
                            stage_times)
-from .profiling import LayerCost, Profile, profile
+from .profiling import LayerCost, Profile, fastest_runs, profile
 from .scheduling import KINDS, Schedule, peak_in_flight, schedule
 from .simulation import (COLORS, Simulation, bubble_closed_form, draw_activations,
                          draw_comparison, draw_timeline, simulate)
 
 __all__ = ["Event", "Op", "PipelineError", "Pipeline", "PipelineRun", "SYNC_FACTORS",
            "PipeDreamPlan", "partition", "partition_pipedream", "stage_times", "LayerCost",
-           "Profile", "profile", "KINDS", "Schedule", "peak_in_flight", "schedule", "COLORS",
-           "Simulation", "bubble_closed_form", "draw_activations", "draw_comparison",
-           "draw_timeline", "simulate"]
+           "Profile", "profile", "fastest_runs", "KINDS", "Schedule", "peak_in_flight",
+           "schedule", "COLORS", "Simulation", "bubble_closed_form", "draw_activations",
+           "draw_comparison", "draw_timeline", "simulate"]

@@ -267,7 +267,8 @@ class _GraphBuilder:
                 self._close(s, start)
         params = [node for i in range(len(self.pipe.model))
                   for node in self.layer_params[i].values()]
-        return _Plan(Session(self.graph, workers=self.pipe.workers, trace=True), self.xs, self.ys, params,
+        session = Session(self.graph, workers=self.pipe.workers, trace=True)
+        return _Plan(session, self.xs, self.ys, params,
                      [self.accumulated.get(id(node)) for node in params], self.losses)
 
     def _forward(self, s: int, k: int) -> None:
