@@ -78,6 +78,10 @@ class Tensor(ArrayOps):
         return self.data.shape  # a tuple in NumPy, CuPy and the Array API
 
     @property
+    def ndim(self) -> int:
+        return self.data.ndim  # (the array's own count, without making the shape tuple)
+
+    @property
     def dtype(self) -> str:
         """The dtype's name: ``"float64"``, ``"float32"``, ``"int64"`` or ``"bool"``."""
         return self.device.dtype_name(self.data.dtype)
@@ -122,15 +126,18 @@ class Tensor(ArrayOps):
                  retain_graph: bool | None = None) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it
         (PyTorch's ``retain_graph``: without it, a second backward() raises)."""
-        from .autodiff import tape  # (the tape builds on Tensor: imported when first used)
+        # (the tape builds on Tensor: imported when first used; from the module itself,
+        # which costs a dictionary lookup, where ``from .autodiff import tape`` runs
+        # importlib's Python code on every call)
+        from .autodiff.tape import backward
 
-        tape.backward(self, grad, create_graph, retain_graph)
+        backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
     def _update(self, prim: Any, write: Any, other: Any) -> "Tensor":
-        from .autodiff import tape  # (as in backward: no import circle with the tape)
+        from .autodiff.tape import update_in_place  # (as in backward)
 
-        return tape.update_in_place(self, prim, write, other)
+        return update_in_place(self, prim, write, other)
 
     def __iadd__(self, other: Any) -> "Tensor":
         return self._update(E.ADD, operator.iadd, other)

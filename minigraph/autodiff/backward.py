@@ -91,15 +91,19 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         if context is not None:
             context.__enter__()
         try:
-            g = _in_readers_order(parts, total)
+            g = parts[0] if len(parts) == 1 else _in_readers_order(parts, total)
             if completed is not None:
                 g = completed(out, g)
             rules = prim.vjp
             primals = args if value is None else [value(x) for x in args]
             primal_out = out if value is None else value(out)
             for i, a in enumerate(args):
-                if rules[i] is not None and active(a):
-                    share = rules[i](g, primal_out, *primals, **params)
+                rule = rules[i]
+                if rule is not None and active(a):
+                    # (``**params`` only where there are some: an empty one costs a
+                    # fifth of a small op)
+                    share = rule(g, primal_out, *primals, **params) if params else \
+                        rule(g, primal_out, *primals)
                     shares.setdefault(id(a), []).append(share)
                     if scope is not None:
                         owner[id(a)] = a

@@ -35,16 +35,22 @@ DATA = "data"  # the first item of an argument's signature when the program read
 # Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
 # 0-d float64 tensor on the default device share one program.
 _PYTHON_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np.dtype(bool)}
+_FLOAT64 = _PYTHON_DTYPES[float]
 
 
 def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
     """The signature of ``args``; ``nums`` are the arguments being differentiated (a
     number there is data even if it is an int, so that the dtype error can name it)."""
     key: list[tuple] = []
+    default = None  # the default device, looked up once
     for k, a in enumerate(args):
         t = type(a)
-        if t is Tensor:  # (the hot path: the array's own objects, no name lookups)
+        if t is Tensor:  # (the hot paths: the array's own objects, no name lookups ...
             key.append((DATA, a.device, a.data.shape, a.data.dtype))
+        elif t is float:  # ... and a Python float's, without the tests below)
+            if default is None:
+                default = get_device(None)
+            key.append((DATA, default, (), _FLOAT64))
         elif isinstance(a, float) or (t in (int, bool) and k in nums):  # (np.float64 too)
             key.append((DATA, get_device(None), (), _PYTHON_DTYPES[t if t in
                                                                    _PYTHON_DTYPES else float]))

@@ -64,6 +64,13 @@ class _GradMode(threading.local):
 
 _mode = _GradMode()
 
+# How many blocks that switch recording off are open, in all threads together. While
+# none is, recording is on in every thread, and the eager interpreter does not read the
+# thread-local flag: ``not _blocks_off or _mode.enabled``. (Reading a threading.local
+# costs about a tenth of what NumPy's own call on a small array does, on every op.)
+_blocks_off = 0
+_blocks_lock = threading.Lock()
+
 
 class _SetGradMode:
     """Context manager (and decorator) that switches recording on or off."""
@@ -72,11 +79,19 @@ class _SetGradMode:
         self.enabled = enabled
 
     def __enter__(self) -> None:
+        global _blocks_off
         self.prev = _mode.enabled
+        if not self.enabled:
+            with _blocks_lock:  # (counted before the flag is off, uncounted after it is back)
+                _blocks_off += 1
         _mode.enabled = self.enabled
 
     def __exit__(self, *exc: object) -> None:
+        global _blocks_off
         _mode.enabled = self.prev
+        if not self.enabled:
+            with _blocks_lock:
+                _blocks_off -= 1
 
     def __call__(self, fn: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -109,39 +124,51 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
 
     This is the hot path of define-by-run: every ``x * y`` comes here. Most calls are
     one tensor, or two without parameters, on one CPU device (``x * y``, ``mg.sin(x)``,
-    ``x.sum(0)``); they take the two short paths below, which do what
+    ``x.sum(0)``); :func:`apply_one` and :func:`apply_two` take them on short paths
+    (``primitive.bind_one`` and ``bind_two`` call them directly), which do what
     :func:`_apply_general` does in fewer steps (a third of the Python time per op on
     small tensors).
     """
-    if not params and len(args) == 2:
-        x, y = args
-        if type(x) is Tensor and type(y) is Tensor and x.device is y.device \
-                and x.device.context is None:
-            try:
-                data = prim.impl(x.device.xp, x.data, y.data)
-            except MinigraphError:
-                raise
-            except Exception as exc:
-                raise _kernel_error(prim, args, params, exc) from exc
-            if (x.requires_grad or y.requires_grad) and prim.differentiable and _mode.enabled:
-                return Tensor(data, x.device, True, (prim, params, next(_sequence), x, y))
-            return Tensor(data, x.device)
-    elif len(args) == 1:
-        x = args[0]
-        if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
-            try:
-                if params:  # x.sum(axis=0), x.reshape(...)
-                    data = prim.impl(x.device.xp, x.data, **params)
-                else:
-                    data = prim.impl(x.device.xp, x.data)
-            except MinigraphError:
-                raise
-            except Exception as exc:
-                raise _kernel_error(prim, args, params, exc) from exc
-            if x.requires_grad and prim.differentiable and _mode.enabled:
-                return Tensor(data, x.device, True, (prim, params, next(_sequence), x))
-            return Tensor(data, x.device)
+    if len(args) == 1:
+        return apply_one(prim, args[0], params)
+    if len(args) == 2 and not params:
+        return apply_two(prim, args[0], args[1])
     return _apply_general(prim, args, params)
+
+
+def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
+    """:func:`apply` for one argument: ``mg.sin(x)``, ``x.sum(axis=0)``, ``x.reshape(...)``."""
+    if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
+        try:
+            if params:
+                data = prim.impl(x.device.xp, x.data, **params)
+            else:
+                data = prim.impl(x.device.xp, x.data)
+        except MinigraphError:
+            raise
+        except Exception as exc:
+            raise _kernel_error(prim, (x,), params, exc) from exc
+        if x.requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
+            return Tensor(data, x.device, True, (prim, params, next(_sequence), x))
+        return Tensor(data, x.device)
+    return _apply_general(prim, (x,), params)
+
+
+def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
+    """:func:`apply` for two arguments without parameters: ``x * y``, ``x @ w``."""
+    if type(x) is Tensor and type(y) is Tensor and x.device is y.device \
+            and x.device.context is None:
+        try:
+            data = prim.impl(x.device.xp, x.data, y.data)
+        except MinigraphError:
+            raise
+        except Exception as exc:
+            raise _kernel_error(prim, (x, y), {}, exc) from exc
+        if (x.requires_grad or y.requires_grad) and prim.differentiable \
+                and (not _blocks_off or _mode.enabled):
+            return Tensor(data, x.device, True, (prim, {}, next(_sequence), x, y))
+        return Tensor(data, x.device)
+    return _apply_general(prim, (x, y), {})
 
 
 def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
@@ -177,7 +204,7 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
         raise _kernel_error(prim, args, params, exc) from exc
     if prim is _TO_DEVICE:  # the one primitive whose result lives on another device
         device = params["device"]
-    if track and prim.differentiable and _mode.enabled:
+    if track and prim.differentiable and (not _blocks_off or _mode.enabled):
         return Tensor(data, device, True, (prim, params, next(_sequence), *args))
     return Tensor(data, device)
 
@@ -197,7 +224,7 @@ def _apply_converting(prim: Primitive, args: tuple, params: dict) -> Tensor:
                              else tensor(a, device=device) for a in args), params)
 
 
-register_eager(apply)
+register_eager(apply, apply_one, apply_two)
 
 
 def _describe(args: tuple) -> str:
@@ -381,7 +408,8 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
     the derivative with respect to it, not beyond it.
     """
     seen: set[int] = set()
-    recorded, leaves = [], []
+    found: list[tuple[int, Tensor]] = []  # (sequence number, tensor)
+    leaves = []
     stack = [t for t in outputs if t.requires_grad]
     while stack:
         t = stack.pop()
@@ -389,26 +417,24 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
         if k in seen:
             continue
         seen.add(k)
-        if t._entry is None or k in stop:
+        entry = t._entry
+        if entry is None or k in stop:
             leaves.append(t)
             continue
-        if t._entry[0] is RELEASED:
+        if entry[0] is RELEASED:
             raise GradientError(
                 f"backward: the tape behind this tensor ({_describe((t,))}) was used by an "
                 f"earlier backward() and released, as PyTorch does (its saved values are "
                 f"gone). Pass retain_graph=True to the first backward() to go through it "
                 f"again; the gradients then add up in .grad")
-        recorded.append(t)
-        for a in t._entry[3:]:
+        found.append((entry[2], t))
+        for a in entry[3:]:
             if type(a) is Tensor and a.requires_grad:
                 stack.append(a)
-    recorded.sort(key=_sequence_number, reverse=True)  # the tape, read backwards
-    return recorded, leaves
-
-
-def _sequence_number(t: Tensor) -> int:
-    assert t._entry is not None  # only recorded tensors are sorted
-    return t._entry[2]
+    # The tape, read backwards: by sequence number, latest first. (The numbers are unique,
+    # so the pairs never compare their tensors.)
+    found.sort(reverse=True)
+    return [t for _, t in found], leaves
 
 
 class _Released:
@@ -449,7 +475,7 @@ def _tracked(a: Any) -> bool:
 def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
     """The adjoint the sweep starts from: 1 for a scalar, else the caller's ``grad``."""
     if grad is None:
-        if out.size != 1:
+        if out.data.size != 1:
             raise GradientError(
                 f"{who}: the output has shape {out.shape}; a gradient is defined for a "
                 f"scalar output only. Reduce it first (e.g. out.sum()) or pass the "
@@ -470,7 +496,7 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
 
     PyTorch's rules: the tape is released afterwards unless ``retain_graph=True``
     (``create_graph=True`` retains it too), so a second ``backward()`` through it raises;
-    a gradient has its leaf's dtype, and is the leaf's own (never the caller's ``grad``).
+    a gradient has its leaf's dtype, and is the leaf's own array (see :func:`_own`).
     """
     if not out.requires_grad:
         raise GradientError(
@@ -478,12 +504,25 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
             "computation had requires_grad=True (or it was computed under mg.no_grad())")
     seed = _seed(out, grad, "backward()")
     retain = create_graph if retain_graph is None else retain_graph
+    # the memory handed out so far: the caller's seed, then the leaves' gradients
+    handed = {id(_owner(seed.data))} if seed is grad else set()
     for leaf, g in sweep([out], [seed], create_graph=create_graph, retain=retain):
-        if g is grad or g.data is getattr(grad, "data", None):
-            g = Tensor(g.data.copy(), g.device)  # the caller's tensor stays the caller's
-        if g.dtype != leaf.dtype:
+        g = _own(g, handed)
+        if g.data.dtype != leaf.data.dtype:
             g = C.astype(g, leaf.dtype)
         leaf.grad = g if leaf.grad is None else leaf.grad + g
+
+
+def _own(g: Tensor, handed: set[int]) -> Tensor:
+    """``g``, or a copy of it where its array is not its own: memory in ``handed`` (the
+    caller's, or another gradient's: ``x + y`` gives both the same adjoint), or a view
+    (a broadcast one cannot even be written). Adds its memory to ``handed``."""
+    owner = _owner(g.data)
+    if id(owner) in handed or owner is not g.data:
+        g = Tensor(g.data.copy(), g.device)
+        owner = g.data
+    handed.add(id(owner))
+    return g
 
 
 # -- reverse mode as a transformation: vjp, grad, jacrev -------------------------------------
@@ -635,7 +674,12 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         if out_box is None:
             return tuple(C.zeros_like(b.value) for b in boxes)
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
-        return tuple(_as_gradient(adjoint.get(id(b)), b.value) for b in boxes)
+        grads = [_as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
+        # The caller's own arrays. (A tensor on a tape, or a value of another
+        # transformation, belongs to an outer computation: it stays as it is.)
+        handed: set[int] = set()
+        return tuple([_own(g, handed) if type(g) is Tensor and not g.requires_grad else g
+                      for g in grads])
 
     return value, vjp_fn
 

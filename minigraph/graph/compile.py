@@ -35,6 +35,8 @@ import linecache
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from ..device import Device
 from ..tensor import Tensor
 from .graph import Graph, GraphError, Node
@@ -87,23 +89,56 @@ class CompiledFunction:
         self.raw = fn  # takes and returns device arrays
         self.inputs = inputs
         self.outputs = outputs
+        # Per output: its device, and whether the caller must get a copy. A constant's
+        # or variable's value is the graph's own buffer (a zero gradient, say), returned
+        # by every call; an input returned as an output (the gradient of x * y with
+        # respect to y is x) is the caller's array; two outputs over one buffer would be
+        # two tensors that change together. (A view, reshape or transpose ..., is its
+        # argument's buffer.) The caller gets values of its own, never those.
+        roots = [_buffer_of(n) for n in outputs]
+        self.devices = [n.device for n in outputs]
+        self.copies = [r is None or r.op in _OWN or r.op == "Placeholder"
+                       or any(r is q for q in roots[:k]) for k, r in enumerate(roots)]
 
     def __call__(self, *args: Any) -> tuple[Tensor, ...]:
         if len(args) != len(self.inputs):
             raise TypeError(f"compiled function takes {len(self.inputs)} inputs "
                             f"({', '.join(n.name for n in self.inputs)}), got {len(args)}")
-        arrays = [_array(a, n) for a, n in zip(args, self.inputs)]
-        # A constant's or variable's output is the graph's own buffer (a zero gradient,
-        # say), returned by every call: the caller gets a copy, never that buffer.
-        return tuple([Tensor(n.device.xp.asarray(v, copy=True) if n.op in _OWN else v,
-                             n.device)
-                      for v, n in zip(self.raw(*arrays), self.outputs)])
+        return self.wrap(self.raw(*[_array(a, n) for a, n in zip(args, self.inputs)]))
+
+    def wrap(self, values: Sequence[Any]) -> tuple[Tensor, ...]:
+        """The raw function's results as the caller's tensors (copied where said above)."""
+        return tuple([Tensor(own_copy(v, device) if copy else v, device)
+                      for v, device, copy in zip(values, self.devices, self.copies)])
 
     def __repr__(self) -> str:
         return f"<CompiledFunction\n{self.source}>"
 
 
 _OWN = ("Const", "Variable")  # nodes whose value lives on the graph itself
+
+
+def _buffer_of(node: Node) -> Node | None:
+    """The node whose buffer ``node``'s value may be: the argument of a view (identity,
+    reshape, transpose, indexing ...) or the value an Assign stores, else itself; None
+    for a view of a value written into the program (not a node)."""
+    while True:
+        if node.prim is not None and node.prim.view:
+            source = node.args[0]
+        elif node.op == "Assign":
+            source = node.args[1]
+        else:
+            return node
+        if not isinstance(source, Node):
+            return None
+        node = source
+
+
+def own_copy(value: Any, device: Device) -> Any:
+    """A copy of an array of ``device`` (a NumPy scalar, which cannot be written, as it is)."""
+    if type(value) is np.ndarray:
+        return value.copy()
+    return value if isinstance(value, np.generic) else device.xp.asarray(value, copy=True)
 
 
 def _array(value: Any, node: Node) -> Any:
@@ -128,9 +163,12 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     assigns: list[tuple[str, str]] = []  # (variable's holder, value) of each Assign
     params = [namer(n) for n in inputs]
     into = in_place_plan(order, fed, outputs)
+    dead = last_uses(order, fed, outputs)
     for node in order:
         if id(node) not in fed:
             lines.append(_line(node, namer, namespace, assigns, into.get(id(node))))
+            if id(node) in dead:
+                lines.append(f"    del {', '.join(namer(n) for n in dead[id(node)])}  # last use")
     lines += [f"    {var}.value = {value}" for var, value in assigns]
     outs = ", ".join(namer(n) for n in outputs)
     lines.append(f"    return ({outs},)")
@@ -197,6 +235,29 @@ def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict
                 aliased.add(id(a))  # (its buffer now belongs to n)
                 break
     return plan
+
+
+def last_uses(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, list[Node]]:
+    """``{id(node): the values it reads for the last time}``: the generated code deletes
+    those variables after the node's line, so that Python frees an array as soon as
+    nothing will read it again, not when the function returns (the peak of a training
+    step falls by its largest activation). Not deleted: the inputs (the caller holds
+    them anyway), the outputs, the values an Assign stores at the end, and scalars (a
+    line to free eight bytes would only make the text longer)."""
+    kept = set(fed) | {id(n) for n in outputs}
+    kept |= {id(n) for n in order if n.shape == ()}
+    kept |= {id(n.args[1]) for n in order if n.op == "Assign"}
+    last: dict[int, Node] = {}  # id(value) -> the node that reads it last
+    values: dict[int, Node] = {}
+    for node in order:
+        if id(node) not in fed:
+            for a in node.inputs:
+                last[id(a)], values[id(a)] = node, a
+    dead: dict[int, list[Node]] = {}
+    for k, reader in last.items():
+        if k not in kept:
+            dead.setdefault(id(reader), []).append(values[k])
+    return dead
 
 
 def _line(node: Node, namer: _Namer, namespace: dict, assigns: list,

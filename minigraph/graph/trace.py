@@ -36,7 +36,7 @@ import numpy as np
 
 from ..autodiff import tape
 from ..autodiff.argnums import Argnums, normalize_argnums, single
-from ..autodiff.signature import Captured, is_data, programs, signature
+from ..autodiff.signature import DATA, Captured, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -54,18 +54,7 @@ def _is_array_like(a: Any) -> bool:
 def _array_args(args: tuple, key: tuple) -> list:
     """The arguments that are graph inputs: the data ones, as ``key`` (their signature,
     ``autodiff/signature.py``) already says."""
-    return [a for a, entry in zip(args, key) if is_data(entry)]
-
-
-def _interpreted(args: list) -> bool:
-    """Whether a value needs its own interpreter: one of another transformation, or a
-    tensor the tape records (a gradient of this function's result is wanted)."""
-    for a in args:
-        if type(a) in KINDS:
-            return True
-        if isinstance(a, Tensor) and a.requires_grad and tape.is_grad_enabled():
-            return True
-    return False
+    return [a for a, entry in zip(args, key) if entry[0] == DATA]  # (is_data, inline)
 
 
 def replay(fn: CompiledFunction, args: list) -> tuple:
@@ -87,9 +76,35 @@ def replay(fn: CompiledFunction, args: list) -> tuple:
     return tuple(env[id(n)] for n in fn.outputs)
 
 
-def _call(fn: CompiledFunction, args: list) -> tuple:
-    """The compiled code on arrays, or the replay where a value needs its interpreter."""
-    return replay(fn, args) if _interpreted(args) else fn(*args)
+def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
+    """The compiled code on arrays, or the replay where a value needs its interpreter:
+    on ``args``, whose signature is ``key``."""
+    arrays = _arrays(args, key)
+    if arrays is None:
+        return replay(fn, _array_args(args, key))
+    return fn.wrap(fn.raw(*arrays))
+
+
+def _arrays(args: tuple, key: tuple) -> list | None:
+    """The data arguments as the compiled code reads them, arrays on their placeholders'
+    devices (a float becomes one on the default device, which its signature names), or
+    None if a value needs its own interpreter: one of another transformation, or a
+    tensor the tape records (a gradient of this function's result is wanted). What
+    ``CompiledFunction.__call__`` does, in one pass, for a signature already checked."""
+    arrays = []
+    for a, entry in zip(args, key):
+        kind = type(a)
+        if kind is Tensor:
+            if a.requires_grad and tape.is_grad_enabled():
+                return None
+            arrays.append(a.data)
+        elif entry[0] != DATA:  # a constant of the program
+            continue
+        elif kind in KINDS:
+            return None
+        else:  # a float or an array: (DATA, device, shape, dtype)
+            arrays.append(entry[1].asarray(a))
+    return arrays
 
 
 def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:
@@ -150,7 +165,7 @@ class Traced:
             outputs, one = _outputs(out, self.name, graph)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name), one, graph)
         fn, one, _ = self.cache[key]
-        results = _call(fn, _array_args(args, key))
+        results = _call(fn, args, key)
         return results[0] if one else results
 
     def graph(self, *args: Any) -> Graph:
@@ -169,10 +184,12 @@ def trace(f: Callable[..., Any]) -> Traced:
     return Traced(f)
 
 
-def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
+                   with_value: bool = True) -> Callable:
     """Graph mode behind ``mg.value_and_grad(f, mode="graph")``: trace f, add the
     reverse-graph pass, compile value and gradients into one function, cache it per
-    signature."""
+    signature. With ``with_value=False`` (``mg.grad``) the function returns the gradients
+    only, and its program leaves out what only f's value needs."""
     name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
 
     def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
@@ -189,11 +206,19 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             grads = [g if g is not None else
                      graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
                      for g, x in zip(gradients(out, xs), xs)]
-        return _compile(graph, inputs, [out] + grads, f"grad_{name}")
+        return _compile(graph, inputs, [out] + grads if with_value else grads, f"grad_{name}")
 
-    def wrapped(*args: Any) -> tuple:
-        nums = normalize_argnums(argnums, len(args), "grad")
-        cache = programs(f, "graph", (nums,))
+    # Per number of arguments: the normalised argnums and the programs cached for them.
+    # (argnums is checked once per count, not on every call; the errors are the same.)
+    options: dict[int, tuple[tuple[int, ...], dict]] = {}
+
+    def wrapped(*args: Any) -> Any:
+        known = options.get(len(args))
+        if known is None:
+            nums = normalize_argnums(argnums, len(args), "grad")
+            known = options[len(args)] = (nums, programs(f, "graph", (nums,) if with_value
+                                                         else (nums, "gradients only")))
+        nums, cache = known
         key = signature(args)
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (checked when first built)
@@ -206,10 +231,18 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                     raise GradientError(f"grad: cannot differentiate with respect to argument "
                                         f"{i} of dtype {dtype}; pass floats")
             compiled = cache[key] = build(args, nums)
-        value, *grads = _call(compiled, _array_args(args, key))
+        results = _call(compiled, args, key)
+        if not with_value:
+            return results[0] if single(argnums) else results
+        value, *grads = results
         return value, grads[0] if single(argnums) else tuple(grads)
 
     return wrapped
+
+
+def grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
+    """Graph mode behind ``mg.grad(f, mode="graph")``: the gradients alone."""
+    return value_and_grad(f, argnums, with_value=False)
 
 
 def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str) -> CompiledFunction:

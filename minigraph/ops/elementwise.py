@@ -23,7 +23,7 @@ from . import copy as C
 from . import reduce as R
 from . import shape_rules as S
 from ..errors import ShapeError
-from .primitive import Each, bind, primitive, ufunc_out
+from .primitive import Each, bind, bind_one, bind_two, primitive, ufunc_out
 
 
 def _unbroadcast(*rules):
@@ -318,88 +318,88 @@ NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_eq
 
 def add(x: Any, y: Any) -> Any:
     """x + y, broadcasting."""
-    return bind(ADD, x, y)
+    return bind_two(ADD, x, y)
 
 
 def sub(x: Any, y: Any) -> Any:
     """x - y, broadcasting."""
-    return bind(SUB, x, y)
+    return bind_two(SUB, x, y)
 
 
 def mul(x: Any, y: Any) -> Any:
     """x * y, broadcasting (the textbook's (a.3))."""
-    return bind(MUL, x, y)
+    return bind_two(MUL, x, y)
 
 
 def div(x: Any, y: Any) -> Any:
     """x / y, broadcasting; true division (integers give float64)."""
-    return bind(DIV, x, y)
+    return bind_two(DIV, x, y)
 
 
 def neg(x: Any) -> Any:
     """-x."""
-    return bind(NEG, x)
+    return bind_one(NEG, x, {})
 
 
 def pow(x: Any, y: Any) -> Any:  # noqa: A001 - the operator's own name
     """x ** y, broadcasting."""
-    return bind(POW, x, y)
+    return bind_two(POW, x, y)
 
 
 def maximum(x: Any, y: Any) -> Any:
     """Elementwise maximum; at ties the gradient goes to ``x``."""
-    return bind(MAXIMUM, x, y)
+    return bind_two(MAXIMUM, x, y)
 
 
 def exp(x: Any) -> Any:
     """e ** x."""
-    return bind(EXP, x)
+    return bind_one(EXP, x, {})
 
 
 def log(x: Any) -> Any:
     """Natural logarithm."""
-    return bind(LOG, x)
+    return bind_one(LOG, x, {})
 
 
 def sin(x: Any) -> Any:
     """Sine (the textbook's (a.4))."""
-    return bind(SIN, x)
+    return bind_one(SIN, x, {})
 
 
 def cos(x: Any) -> Any:
     """Cosine."""
-    return bind(COS, x)
+    return bind_one(COS, x, {})
 
 
 def tanh(x: Any) -> Any:
     """Hyperbolic tangent."""
-    return bind(TANH, x)
+    return bind_one(TANH, x, {})
 
 
 def sigmoid(x: Any) -> Any:
     """The logistic function 1 / (1 + e ** -x)."""
-    return bind(SIGMOID, x)
+    return bind_one(SIGMOID, x, {})
 
 
 def log_sigmoid(x: Any) -> Any:
     """log(sigmoid(x)), computed without forming sigmoid(x) (finite for large |x|)."""
-    return bind(LOG_SIGMOID, x)
+    return bind_one(LOG_SIGMOID, x, {})
 
 
 def relu(x: Any) -> Any:
     """max(x, 0); its derivative at 0 is taken as 0, as in PyTorch."""
-    return bind(RELU, x)
+    return bind_one(RELU, x, {})
 
 
 def relu_grad(g: Any, y: Any) -> Any:
     """``g * (y > 0)``: relu's VJP, given the output ``y = relu(x)``. The rules of
     ``relu`` call it; it appears in generated adjoint code as ``mg.relu_grad(gb, b)``."""
-    return bind(RELU_GRAD, g, y)
+    return bind_two(RELU_GRAD, g, y)
 
 
 def sqrt(x: Any) -> Any:
     """Square root."""
-    return bind(SQRT, x)
+    return bind_one(SQRT, x, {})
 
 
 def add_n(xs: "list[Any] | tuple[Any, ...]") -> Any:
@@ -414,24 +414,24 @@ def where(condition: Any, x: Any, y: Any) -> Any:
 
 
 def less(x: Any, y: Any) -> Any:
-    return bind(LESS, x, y)
+    return bind_two(LESS, x, y)
 
 
 def less_equal(x: Any, y: Any) -> Any:
-    return bind(LESS_EQUAL, x, y)
+    return bind_two(LESS_EQUAL, x, y)
 
 
 def greater(x: Any, y: Any) -> Any:
-    return bind(GREATER, x, y)
+    return bind_two(GREATER, x, y)
 
 
 def greater_equal(x: Any, y: Any) -> Any:
-    return bind(GREATER_EQUAL, x, y)
+    return bind_two(GREATER_EQUAL, x, y)
 
 
 def equal(x: Any, y: Any) -> Any:
-    return bind(EQUAL, x, y)
+    return bind_two(EQUAL, x, y)
 
 
 def not_equal(x: Any, y: Any) -> Any:
-    return bind(NOT_EQUAL, x, y)
+    return bind_two(NOT_EQUAL, x, y)

@@ -16,7 +16,7 @@ from . import batch_rules as B
 from . import reduce as R
 from . import shape as SH
 from . import shape_rules as S
-from .primitive import bind, primitive, ufunc_out
+from .primitive import bind_two, primitive, ufunc_out
 
 
 def _matmul_shape(x: Any, y: Any) -> tuple:
@@ -48,9 +48,15 @@ MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python w
 
 def matmul(x: Any, y: Any) -> Any:
     """Matrix product ``x @ y`` with NumPy's rules for vectors and stacks."""
+    try:  # (ndim, not shape: a tensor's count of axes is one read, its shape a new tuple)
+        matrices = x.ndim > 1 and y.ndim > 1
+    except (AttributeError, TypeError):  # a Python number; a graph node of unknown shape
+        matrices = False
+    if matrices:  # matrices or stacks of them, the common case: the primitive itself
+        return bind_two(MATMUL, x, y)
     xs, ys = S.shape_of(x), S.shape_of(y)
     if xs is None or ys is None:  # a graph node of unknown shape: decided when it runs
-        return bind(MATMUL, x, y)
+        return bind_two(MATMUL, x, y)
     if not xs or not ys:
         raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
     if len(xs) == 1 and len(ys) == 1:
@@ -58,6 +64,4 @@ def matmul(x: Any, y: Any) -> Any:
     if len(xs) == 1:
         out = matmul(SH.reshape(x, (1, -1)), y)
         return SH.reshape(out, S.shape_of(out)[:-2] + S.shape_of(out)[-1:])
-    if len(ys) == 1:
-        return SH.reshape(matmul(x, SH.reshape(y, (-1, 1))), xs[:-1])
-    return bind(MATMUL, x, y)
+    return SH.reshape(matmul(x, SH.reshape(y, (-1, 1))), xs[:-1])  # (y a vector)

@@ -15,7 +15,7 @@ from . import elementwise as E
 from . import linalg as L
 from . import reduce as R
 from . import shape as SH
-from .primitive import bind
+from .primitive import bind_one, bind_two
 
 
 class ArrayOps:
@@ -28,20 +28,20 @@ class ArrayOps:
 
     # -- arithmetic, with the reflected forms for ``2.0 * x`` ------------------------------
     # (These bind the primitive directly instead of calling E.add & co.: the most common
-    # operations skip one Python call.)
-    def __add__(self, other: Any) -> Any: return bind(E.ADD, self, other)
-    def __radd__(self, other: Any) -> Any: return bind(E.ADD, other, self)
-    def __sub__(self, other: Any) -> Any: return bind(E.SUB, self, other)
-    def __rsub__(self, other: Any) -> Any: return bind(E.SUB, other, self)
-    def __mul__(self, other: Any) -> Any: return bind(E.MUL, self, other)
-    def __rmul__(self, other: Any) -> Any: return bind(E.MUL, other, self)
-    def __truediv__(self, other: Any) -> Any: return bind(E.DIV, self, other)
-    def __rtruediv__(self, other: Any) -> Any: return bind(E.DIV, other, self)
-    def __pow__(self, other: Any) -> Any: return bind(E.POW, self, other)
-    def __rpow__(self, other: Any) -> Any: return bind(E.POW, other, self)
+    # operations skip one Python call; ``bind_two`` is ``bind`` for two arguments.)
+    def __add__(self, other: Any) -> Any: return bind_two(E.ADD, self, other)
+    def __radd__(self, other: Any) -> Any: return bind_two(E.ADD, other, self)
+    def __sub__(self, other: Any) -> Any: return bind_two(E.SUB, self, other)
+    def __rsub__(self, other: Any) -> Any: return bind_two(E.SUB, other, self)
+    def __mul__(self, other: Any) -> Any: return bind_two(E.MUL, self, other)
+    def __rmul__(self, other: Any) -> Any: return bind_two(E.MUL, other, self)
+    def __truediv__(self, other: Any) -> Any: return bind_two(E.DIV, self, other)
+    def __rtruediv__(self, other: Any) -> Any: return bind_two(E.DIV, other, self)
+    def __pow__(self, other: Any) -> Any: return bind_two(E.POW, self, other)
+    def __rpow__(self, other: Any) -> Any: return bind_two(E.POW, other, self)
     def __matmul__(self, other: Any) -> Any: return L.matmul(self, other)
     def __rmatmul__(self, other: Any) -> Any: return L.matmul(other, self)
-    def __neg__(self) -> Any: return bind(E.NEG, self)
+    def __neg__(self) -> Any: return bind_one(E.NEG, self, {})
     def __pos__(self) -> Any: return self
 
     # -- comparisons: bool results, no gradient ---------------------------------------------

@@ -102,8 +102,8 @@ converting a value of the program to a Python number, and calling functions othe
 minigraph's (``np.sin(x)``) on values of the program.
 """
 
-from .cache import source_grad, value_and_grad
+from .cache import grad, source_grad, value_and_grad
 from .compiled import _transform  # noqa: F401  (read by tests; cache.py is where it is called)
 from .errors import SourceTransformError
 
-__all__ = ["SourceTransformError", "source_grad", "value_and_grad"]
+__all__ = ["SourceTransformError", "grad", "source_grad", "value_and_grad"]

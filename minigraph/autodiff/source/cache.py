@@ -15,13 +15,13 @@ from typing import Any, Callable, TypeAlias
 
 import numpy as np
 
-from ...device import get_device
 from ...errors import MinigraphError
 from ...ops.primitive import KINDS
 from ...tensor import Tensor, tensor
 from .. import tape
 from ..argnums import normalize_argnums, single
-from ..signature import programs, signature
+from ..signature import DATA, programs, signature
+from ...graph.compile import own_copy
 from .compiled import Program, _transform
 from .reading import _read
 
@@ -29,9 +29,6 @@ Argnums: TypeAlias = "int | tuple[int, ...]"
 
 
 # -- the cache: per function, per argnums and input signature --------------------------------
-
-_grad_mode = tape._mode  # read on every call: is the tape recording?
-
 
 class SourceGrad:
     """``mg.source_grad(f)``: f's gradient by a program written from f's source.
@@ -84,12 +81,12 @@ class SourceGrad:
     def __call__(self, *args: Any) -> Any:
         if len(args) < self._n:
             args = self._complete(args)
-        prog = self._programs.get(signature(args, self.nums))  # the cache: no rewriting
+        key = signature(args, self.nums)
+        prog = self._programs.get(key)  # the cache: no rewriting
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
             prog = self.program_for(*args)
         self.last = prog
-        value, grads = _run(prog, args, self.nums)
-        return (value, grads) if self.with_value else grads
+        return _run(prog, args, key, self.nums, self.with_value)
 
     def _example(self) -> Program:
         if self.last is None:
@@ -118,44 +115,51 @@ class SourceGrad:
         return self._example().raw_source
 
 
-def _run(prog: Program, args: tuple, nums: tuple) -> tuple[Any, Any]:
-    """Run the compiled program: on arrays when nothing needs recording, else on values."""
-    arrays = _arrays(args, nums) if prog.raw is not None else None
-    if arrays is None:
-        return prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
-    assert prog.raw is not None  # (arrays is None when the program has no raw variant)
-    value, grads = prog.raw(*arrays)
+def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool = True) -> Any:
+    """Run the compiled program on ``args`` (whose signature is ``key``): on arrays when
+    nothing needs recording, else on values. Returns ``(value, gradients)``, or the
+    gradients alone without ``with_value``."""
+    raw = prog.raw
+    arrays = _arrays(args, key) if raw is not None else None
+    if raw is None or arrays is None:
+        value, grads = prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
+        return (value, grads) if with_value else grads
+    if with_value or prog.raw_gradients is None:
+        value, grads = raw(*arrays)
+        copies = prog.copies
+    else:  # (the program without what only the value needs)
+        value, grads = None, prog.raw_gradients(*arrays)
+        copies = [False] + prog.gradient_copies
     if prog.single:
-        return Tensor(value, prog.out_device), Tensor(grads, prog.grad_devices[0])
-    return Tensor(value, prog.out_device), tuple(
-        [Tensor(g, d) for g, d in zip(grads, prog.grad_devices)])
+        grads = (grads,)
+    if any(copies):  # (an array the caller must not share: see Program.copies)
+        value, *grads = [own_copy(a, d) if copy else a for a, d, copy in
+                         zip([value, *grads], [prog.out_device, *prog.grad_devices], copies)]
+    grads = tuple([Tensor(g, d) for g, d in zip(grads, prog.grad_devices)])
+    if prog.single:
+        grads = grads[0]
+    return (Tensor(value, prog.out_device), grads) if with_value else grads
 
 
-def _arrays(args: tuple, nums: tuple) -> list | None:
-    """The arguments as arrays, or None if a value needs its own interpreter: a dual
-    number, or a tensor the tape records (a gradient of this gradient)."""
-    recording = _grad_mode.enabled
+def _arrays(args: tuple, key: tuple) -> list | None:
+    """The arguments as the raw program takes them: the data ones as arrays (a float or
+    an array on the device its signature names), the others as they are; or None if a
+    value needs its own interpreter: a dual number, or a tensor the tape records (a
+    gradient of this gradient)."""
     arrays = []
-    for k, a in enumerate(args):
+    for a, entry in zip(args, key):
         t = type(a)
         if t is Tensor:
-            if a.requires_grad and recording:
+            if a.requires_grad and tape.is_grad_enabled():
                 return None
             arrays.append(a.data)
+        elif entry[0] != DATA:  # a static argument: the program's own Python value
+            arrays.append(a)
         elif t in KINDS:
             return None
-        else:
-            arrays.append(_array(a, k in nums))
+        else:  # a float or an array: (DATA, device, shape, dtype)
+            arrays.append(entry[1].asarray(a))
     return arrays
-
-
-def _array(a: Any, differentiated: bool) -> Any:
-    """An argument as the kernels take it (other Python values are the program's own)."""
-    if isinstance(a, float):
-        return get_device(None).asarray(a)
-    if isinstance(a, np.ndarray) or (differentiated and type(a) in (int, bool)):
-        return tensor(a).data
-    return a
 
 
 def _value(a: Any, differentiated: bool) -> Any:
@@ -172,6 +176,11 @@ def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
     ``argnums`` an int gives one gradient, a tuple a tuple. ``.source`` is the generated
     adjoint program. Unsupported Python raises :class:`SourceTransformError` here.
     """
+    return SourceGrad(f, argnums, with_value=False)
+
+
+def grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
+    """Source mode behind ``mg.grad(f, mode="source")``: the gradients alone."""
     return SourceGrad(f, argnums, with_value=False)
 
 

@@ -8,6 +8,7 @@ compiles them (:func:`_build_program`) into a :class:`Program`.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import sys
@@ -49,6 +50,14 @@ class Program:
         self.out_device = out.device
         self.grad_devices = [g.device for g in grads]
         self.single = single
+        # Which of (value, *gradients) the raw variant returns over memory that is not
+        # this call's own (set when built, see _copies): copied for the caller.
+        self.copies = [False] * (1 + len(grads))
+        # The kernel variant of the gradients alone (mg.grad), for straight-line
+        # programs: without the lines only f's value needs. (None: run ``raw``.)
+        self.raw_gradients: Callable | None = None
+        self.raw_gradients_source: str | None = None
+        self.gradient_copies = [False] * len(grads)
 
     def __repr__(self) -> str:
         return f"<source_grad program\n{self.source}>"
@@ -154,7 +163,8 @@ def _finish(src: _Source, params: list[str], forward: list, backward: list, out:
     _collect_consts(whole, namer, consts, writer.hints)
     texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
                    consts, namer)
-    return _build_program(src.fn.__name__, texts, consts, out, grads, signature, single)
+    return _build_program(src.fn.__name__, texts, consts, out, grads, signature, single,
+                          forward + backward)
 
 
 def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> None:
@@ -203,7 +213,62 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
         texts[raw] = (_assemble(f"grad_{name}", params, body, back, ret, consts,
                                 stack if pushes else None), text)
     texts["forward"] = _forward_text(name, params, forward, out, consts, counts)
+    if not any(isinstance(s, (For, If)) for s in forward + backward):
+        texts["gradients"] = _gradients_text(name, params, forward, backward, grads,
+                                             single, consts, counts, plan.used)
+    # the kernel variants free each array after its last use (see _free_dead)
+    arrays = {v.name for v in _program_vars(forward + backward) if v.shape != ()}
+    texts[True] = (_free_dead(texts[True][0], arrays), texts[True][1])
+    if "gradients" in texts:
+        source, text, lean = texts["gradients"]
+        texts["gradients"] = (_free_dead(source, arrays), text, lean)
     return texts
+
+
+def _free_dead(source: str, arrays: set[str | None]) -> str:
+    """``source`` with ``del a, b  # last use`` after the statement of the function's
+    body that reads the arrays ``a`` and ``b`` for the last time, so that Python frees
+    them as soon as nothing will read them again, not when the program returns (the
+    peak of a training step falls by its activations). Only variables that a statement
+    of the body itself assigns (so they are bound wherever the program got to), and that
+    hold arrays: a line to free a scalar would only make the text longer."""
+    body = cast(ast.FunctionDef, ast.parse(source).body[0]).body
+    bound: set[str] = set()
+    last: dict[str, int] = {}  # name -> index of the statement that reads it last
+    for k, stmt in enumerate(body):
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                last[node.id] = k
+        if isinstance(stmt, ast.Assign):
+            bound.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    dead: dict[int, list[str]] = {}
+    for name, k in last.items():
+        if name in bound and name in arrays and not isinstance(body[k], ast.Return):
+            dead.setdefault(k, []).append(name)
+    lines = source.splitlines()
+    for k in sorted(dead, reverse=True):  # (from the end: the line numbers stay right)
+        end = cast(int, body[k].end_lineno)
+        lines.insert(end, f"    del {', '.join(dead[k])}  # last use")
+    return "\n".join(lines) + "\n"
+
+
+def _gradients_text(name: str, params: list[str], forward: list, backward: list,
+                    grads: list[SrcVar], single: bool, consts: dict, counts: Counter,
+                    inlined: set[int]) -> tuple[str, _Text, list]:
+    """The kernel text of the gradients alone (``mg.grad``): the same straight-line
+    program without the lines that only f's value needs (``z = a + b``). Returns the
+    text, its renderer and its lines."""
+    ahead, behind = _copy(forward), _copy(backward)  # (new lines: pruning them leaves
+    in_forward = {id(s) for s in ahead}              # the program as it is)
+    lean = ahead + behind
+    _prune(lean, {id(g) for g in grads})
+    names = cast("list[str]", [g.name for g in grads])
+    ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+    text = _Text(consts, True, counts)
+    text.inlined, text.escaping = inlined, _escaping(lean, list(grads))
+    body = text.block([s for s in lean if id(s) in in_forward], 1, inline=False)
+    back = text.block([s for s in lean if id(s) not in in_forward], 1, inline=True)
+    return _assemble(f"grad_{name}", params, body, back, ret, consts, None), text, lean
 
 
 def _forward_text(name: str, params: list[str], forward: list, out: SrcVar, consts: dict,
@@ -281,7 +346,8 @@ def _strip_stack(block: list) -> None:
 
 
 def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
-                   grads: list[SrcVar], signature: tuple, single: bool) -> Program:
+                   grads: list[SrcVar], signature: tuple, single: bool,
+                   lines: list) -> Program:
     mg = sys.modules["minigraph"]
     source, _ = texts[False]
     namespace: dict[str, Any] = {"mg": mg}
@@ -290,16 +356,65 @@ def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
     raw_source, text = texts[True]
     raw = None
     if _raw_ok(consts, text, out, grads):
-        devices = dict(text.devices)
-        ns: dict[str, Any] = {**text.fills, **text.kernels, **devices}
-        ns["_xp"] = next(iter(devices.values())).xp if devices else out.device.xp
-        ns.update({cname: (value.data if isinstance(value, Tensor) else value)
-                   for value, cname in consts.values()})
-        raw = _compile(raw_source, f"grad_{name}", ns)
+        raw = _compile(raw_source, f"grad_{name}", _raw_namespace(text, consts, out))
     prog = Program(signature, source, texts["forward"], fn, raw_source if raw else None,
                    raw, out, grads, single)
     prog.captured = Captured(value for value, _ in consts.values())
+    prog.copies = _copies(lines, [out] + grads)
+    if raw is not None and "gradients" in texts:
+        gradients_source, text, lean = texts["gradients"]
+        prog.raw_gradients_source = gradients_source
+        prog.raw_gradients = _compile(gradients_source, f"grad_{name}",
+                                      _raw_namespace(text, consts, out))
+        prog.gradient_copies = _copies(lean, grads)
     return prog
+
+
+def _raw_namespace(text: _Text, consts: dict, out: SrcVar) -> dict[str, Any]:
+    """What a kernel text reads: its fills, kernels, devices, namespace and constants."""
+    devices = dict(text.devices)
+    ns: dict[str, Any] = {**text.fills, **text.kernels, **devices}
+    ns["_xp"] = next(iter(devices.values())).xp if devices else out.device.xp
+    ns.update({cname: (value.data if isinstance(value, Tensor) else value)
+               for value, cname in consts.values()})
+    return ns
+
+
+def _copies(block: list, returned: list[SrcVar]) -> list[bool]:
+    """Per returned variable, whether its array may be memory that is not the call's
+    own: an input (the caller's), a constant or a fill the program keeps, or the array
+    of another returned variable (``gx = gz; gy = gz``). A variable's array is its own
+    or, through a copy of the reference (``gb = gz``) or a view (``mg.reshape``,
+    ``mg.broadcast_to`` ...), another's; a view is copied too (a broadcast one cannot be
+    written). The caller gets values of its own, as in every mode."""
+    sources: dict[int, list[Any]] = {}  # id(variable) -> what its array may also be
+    foreign: set[int] = set()  # variables over memory that is not the call's own
+    for stmt in _walk(block):
+        if not isinstance(stmt, Line):
+            continue
+        e = stmt.expr
+        if stmt.kind == "pop" or isinstance(e, Fill):  # (a pop restores what was pushed)
+            foreign.update(id(t) for t in stmt.targets)
+        elif isinstance(e, Ref):
+            for t, v in zip(stmt.targets, e.values):
+                sources.setdefault(id(t), []).append(v)
+        elif isinstance(e, Op) and e.prim.view:
+            foreign.add(id(stmt.targets[0]))
+            sources.setdefault(id(stmt.targets[0]), []).append(e.args[0] if e.args else None)
+    copies: list[bool] = []
+    seen: set[int] = set()  # the variables whose arrays earlier returned ones may be
+    for v in returned:
+        reached, todo, own = set(), [v], True
+        while todo:
+            w = todo.pop()
+            if type(w) is not SrcVar or w.role in ("input", "const"):
+                own = False  # the caller's array, or one the program keeps
+            elif id(w) not in reached:
+                reached.add(id(w))
+                todo += sources.get(id(w), [])
+        copies.append(not own or bool(reached & foreign) or bool(reached & seen))
+        seen |= reached
+    return copies
 
 
 def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool:
