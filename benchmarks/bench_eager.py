@@ -288,14 +288,16 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
 
     1. NumPy's own call, the one the kernel ends in (``np.add.reduce`` for sum);
     2. the primitive's kernel ``impl(xp, array, **params)``;
-    3. the eager interpreter ``tape.apply``: it checks the arguments, runs the kernel,
+    3. the eager interpreter ``tape.apply_one``: it checks the argument, runs the kernel,
        wraps the result in a ``Tensor`` (with its memory accounting) and records the
        tape entry; the result is dropped at once, so ``Tensor.__del__`` counts here too;
-    4. ``bind``, which picks the interpreter from the arguments' kinds;
-    5. the public function, ``mg.sin(x)``, which for sum also normalises ``axis``.
+    4. ``bind_one``, ``bind`` for one argument, which picks the interpreter from its
+       kind;
+    5. the public function, ``mg.sin(x)`` (for sum, the parameters' dict; ``axis`` is
+       normalised unless it is None).
     """
-    from minigraph.autodiff.tape import apply
-    from minigraph.ops.primitive import PRIMITIVES, bind
+    from minigraph.autodiff.tape import apply_one
+    from minigraph.ops.primitive import PRIMITIVES, bind_one
 
     prim, a = PRIMITIVES[op], x.data
     params = {"axis": None, "keepdims": False} if op == "sum" else {}
@@ -305,8 +307,8 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
     return {
         "1. NumPy's call": numpy_call,
         "2. + the primitive's kernel": functools.partial(prim.impl, x.device.xp, a, **params),
-        "3. + tape.apply: Tensor, tape entry": functools.partial(apply, prim, (x,), params),
-        "4. + bind: choose the interpreter": functools.partial(bind, prim, x, **params),
+        "3. + tape.apply_one: Tensor, tape entry": functools.partial(apply_one, prim, x, params),
+        "4. + bind_one: choose the interpreter": functools.partial(bind_one, prim, x, params),
         f"5. + mg.{op}(x)": functools.partial(getattr(mg, op), x),
     }
 

@@ -1,7 +1,7 @@
 """Graph-mode benchmarks: define-by-run (tape) against define-and-run (graph, Session)
 against compiled graphs, with hand-written NumPy and PyTorch CPU as anchors.
 
-Run: ``python benchmarks/bench_graph.py``. Prints three tables, writes
+Run: ``python benchmarks/bench_graph.py``. Prints four tables, writes
 ``benchmarks/results/graph.json`` and ``benchmarks/results/graph.png``.
 
 a. ``z = x*y + sin(x)`` value and gradient on scalars: every way minigraph can compute it
@@ -13,6 +13,11 @@ c. a training step 128x784-256-10, float32 (ReLU, softmax cross-entropy, SGD upd
    ``w -= lr * g``) against a hand-written NumPy step. Targets: graph mode <= 1.05x NumPy,
    tape <= 1.15x NumPy. Beside graph mode with minigraph's update, the whole step
    (loss, ``mg.gradients``, update) traced into one graph, for comparison.
+d. the peak bytes allocated while (c)'s loss and gradients are computed, once: graph
+   mode, source mode and the hand-written step (NumPy's buffers, seen by ``tracemalloc``)
+   against PyTorch's ``autograd.grad`` (its CPU allocator's timeline, from
+   ``torch.profiler``). Target: graph mode <= 1.1x PyTorch. Bytes held before the call
+   (weights, inputs) are not counted; what the call returns is.
 
 ``minigraph bench --device cuda:0`` runs (c) on the GPU: minigraph's tensors, the anchor
 in CuPy (the same code as the NumPy step) and PyTorch's tensors there, every timing
@@ -54,7 +59,9 @@ from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # no
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
 import datetime  # noqa: E402
+import gc  # noqa: E402
 import math  # noqa: E402
+import tracemalloc  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -505,6 +512,80 @@ def check_weights(name: str, step: Any, want: list[np.ndarray] | None, rtol: flo
             check_close(f"{name} weight {k} after a step", w, want[k], rtol)
 
 
+# ===============================================================================================
+# d. peak memory of (c)'s loss and gradients: graph mode against PyTorch
+# ===============================================================================================
+
+MEMORY_TARGET = 1.1  # DESIGN.md: graph mode's peak <= 1.1x PyTorch's
+
+
+def numpy_peak(fn: Method) -> int:
+    """The most bytes allocated at once during one call of ``fn`` (after a warm-up call),
+    above what was allocated before it: NumPy reports its buffers to ``tracemalloc``
+    (Python objects count too, a few kB)."""
+    fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        fn()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def torch_peak(fn: Method) -> int | None:
+    """The same for PyTorch's CPU tensors, from the profiler's memory timeline (which
+    tracemalloc cannot see); None where this PyTorch cannot say."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    try:
+        from torch.profiler._memory_profiler import MemoryProfileTimeline
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                     record_shapes=True, with_stack=True) as prof:
+            fn()
+        _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(
+            torch.device("cpu"))
+    except Exception as exc:  # noqa: BLE001  (a private API: reported, not hidden)
+        print(f"  PyTorch's memory timeline is not available here: {exc}")
+        return None
+    held = [sum(s) for s in sizes]
+    return max(held) - held[0]
+
+
+def bench_memory() -> dict[str, Any]:
+    """Peak bytes of one computation of (c)'s loss and gradients per method, and the
+    ratio to PyTorch's."""
+    params, x, labels = train_setup()
+    peaks: dict[str, int | None] = {
+        'graph mode (mode="graph")': numpy_peak(MinigraphStep(params, x, labels, "graph").grads),
+        'source mode (mode="source")': numpy_peak(
+            MinigraphStep(params, x, labels, "source").grads),
+        TRAIN_ANCHOR: numpy_peak(NumpyStep(params, x, labels).grads),
+    }
+    if have_torch():
+        peaks["pytorch autograd.grad"] = torch_peak(TorchStep(params, x, labels).grads)
+    return peaks
+
+
+def report_memory(peaks: dict[str, int | None]) -> dict[str, Any]:
+    theirs = peaks.get("pytorch autograd.grad")
+    print_table([[name, fmt(p / 1e3, 1) if p else "-", fmt(p / theirs, 3) if p and theirs else "-"]
+                 for name, p in peaks.items()], ["method", "peak kB", "x PyTorch"])
+    ours = peaks['graph mode (mode="graph")']
+    what = f"graph mode peak <= {MEMORY_TARGET}x PyTorch"
+    if not theirs or not ours:
+        print(f"target: {what}  (PyTorch's peak not available)")
+        return {"table": "d", "target": what, "limit": MEMORY_TARGET, "ratio": None,
+                "met": None}
+    ratio = ours / theirs
+    print(f"target: {what}  -> {ratio:.3f}x  {'MET' if ratio <= MEMORY_TARGET else 'MISSED'}")
+    return {"table": "d", "target": what, "limit": MEMORY_TARGET, "ratio": ratio,
+            "met": ratio <= MEMORY_TARGET}
+
+
 def report_ratio_table(results: dict[str, dict[str, Any]], anchor: str, unit: str,
                        torch_name: str | None) -> None:
     scale = US if unit == "µs" else MS
@@ -630,6 +711,12 @@ def run(how: list[str]) -> None:
     print_rounds(train_rounds)
     saved["train_step_128x784_256_10_float32"] = {"anchor": TRAIN_ANCHOR, "results": train,
                                                   "rounds": train_rounds}
+
+    print("\n== d. peak bytes allocated by (c)'s loss and gradients, one call ==")
+    if not cpu_only("tracemalloc sees host memory only"):
+        peaks = bench_memory()
+        targets.append(report_memory(peaks))
+        saved["peak_bytes_loss_and_gradients"] = peaks
     panels.append((f"c. training step 128x784-256-10 ReLU, float32, {bench_device()}", train,
                    TRAIN_ANCHOR, [] if on_gpu() else [("graph mode 1.05x NumPy", 1.05),
                                                       ("tape 1.15x NumPy", 1.15)]))

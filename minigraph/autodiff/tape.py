@@ -139,18 +139,19 @@ def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
 def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
     """:func:`apply` for one argument: ``mg.sin(x)``, ``x.sum(axis=0)``, ``x.reshape(...)``."""
     if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
+        device = x.device
         try:
             if params:
-                data = prim.impl(x.device.xp, x.data, **params)
+                data = prim.impl(device.xp, x.data, **params)
             else:
-                data = prim.impl(x.device.xp, x.data)
+                data = prim.impl(device.xp, x.data)
         except MinigraphError:
             raise
         except Exception as exc:
             raise _kernel_error(prim, (x,), params, exc) from exc
         if x.requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
-            return Tensor(data, x.device, True, (prim, params, next(_sequence), x))
-        return Tensor(data, x.device)
+            return Tensor(data, device, True, (prim, params, next(_sequence), x))
+        return Tensor(data, device)
     return _apply_general(prim, (x,), params)
 
 
@@ -158,16 +159,17 @@ def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
     """:func:`apply` for two arguments without parameters: ``x * y``, ``x @ w``."""
     if type(x) is Tensor and type(y) is Tensor and x.device is y.device \
             and x.device.context is None:
+        device = x.device
         try:
-            data = prim.impl(x.device.xp, x.data, y.data)
+            data = prim.impl(device.xp, x.data, y.data)
         except MinigraphError:
             raise
         except Exception as exc:
             raise _kernel_error(prim, (x, y), {}, exc) from exc
         if (x.requires_grad or y.requires_grad) and prim.differentiable \
                 and (not _blocks_off or _mode.enabled):
-            return Tensor(data, x.device, True, (prim, {}, next(_sequence), x, y))
-        return Tensor(data, x.device)
+            return Tensor(data, device, True, (prim, {}, next(_sequence), x, y))
+        return Tensor(data, device)
     return _apply_general(prim, (x, y), {})
 
 
@@ -699,9 +701,13 @@ def _as_gradient(g: Any, x: Any) -> Any:
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Tape mode behind ``mg.value_and_grad(f, mode="tape")``."""
 
+    checked: dict[int, tuple[int, ...]] = {}  # argument count -> the normalised argnums
+
     def wrapped(*args: Any) -> tuple:
-        nums = normalize_argnums(argnums, len(args), "grad")
-        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
+        nums = checked.get(len(args))
+        if nums is None:
+            nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
+        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *[args[i] for i in nums])
         if _size(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
