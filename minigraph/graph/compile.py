@@ -99,6 +99,7 @@ class CompiledFunction:
         self.devices = [n.device for n in outputs]
         self.copies = [r is None or r.op in _OWN or r.op == "Placeholder"
                        or any(r is q for q in roots[:k]) for k, r in enumerate(roots)]
+        self.copied = any(self.copies)
 
     def __call__(self, *args: Any) -> tuple[Tensor, ...]:
         if len(args) != len(self.inputs):
@@ -108,6 +109,8 @@ class CompiledFunction:
 
     def wrap(self, values: Sequence[Any]) -> tuple[Tensor, ...]:
         """The raw function's results as the caller's tensors (copied where said above)."""
+        if not self.copied:
+            return tuple(map(Tensor, values, self.devices))
         return tuple([Tensor(own_copy(v, device) if copy else v, device)
                       for v, device, copy in zip(values, self.devices, self.copies)])
 

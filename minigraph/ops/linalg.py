@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ..errors import ShapeError
 from . import batch_rules as B
 from . import reduce as R
@@ -34,8 +36,19 @@ def _matmul_flops(out_shape: tuple, a: tuple, b: tuple) -> float:
     return math.prod(out_shape) * (a[-1] if a else 1)
 
 
-MATMUL = primitive(  # (``@`` is the Array API's operator: no library's Python wrapper)
-    "matmul", lambda xp, x, y: x @ y, _matmul_shape,
+def _matmul_kernel(xp: Any, x: Any, y: Any) -> Any:
+    """``x @ y`` (the Array API's operator: no library's Python wrapper). For two
+    C-ordered NumPy matrices, ``x.dot(y)``: the same BLAS call with the same bits,
+    without the ufunc machinery that ``@`` goes through, which takes half the time of a
+    4x4 product. (Other layouts may take another BLAS routine in ``dot``: they keep ``@``.)"""
+    if type(x) is np.ndarray and type(y) is np.ndarray and x.ndim == 2 == y.ndim \
+            and x.flags.c_contiguous and y.flags.c_contiguous:
+        return x.dot(y)
+    return x @ y
+
+
+MATMUL = primitive(
+    "matmul", _matmul_kernel, _matmul_shape,
     jvp=[lambda t, out, x, y: matmul(t, y), lambda t, out, x, y: matmul(x, t)],
     vjp=[lambda g, out, x, y: R.sum_to(matmul(g, SH.matrix_transpose(y)), S.shape_of(x)),
          lambda g, out, x, y: R.sum_to(matmul(SH.matrix_transpose(x), g), S.shape_of(y))],

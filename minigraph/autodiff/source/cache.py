@@ -129,15 +129,16 @@ def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool =
         copies = prog.copies
     else:  # (the program without what only the value needs)
         value, grads = None, prog.raw_gradients(*arrays)
-        copies = [False] + prog.gradient_copies
+        copies = prog.gradient_copies
     if prog.single:
         grads = (grads,)
-    if any(copies):  # (an array the caller must not share: see Program.copies)
+    if copies is not None:  # (an array the caller must not share: see Program.copies)
         value, *grads = [own_copy(a, d) if copy else a for a, d, copy in
                          zip([value, *grads], [prog.out_device, *prog.grad_devices], copies)]
-    grads = tuple([Tensor(g, d) for g, d in zip(grads, prog.grad_devices)])
     if prog.single:
-        grads = grads[0]
+        grads = Tensor(grads[0], prog.grad_devices[0])
+    else:
+        grads = tuple(map(Tensor, grads, prog.grad_devices))
     return (Tensor(value, prog.out_device), grads) if with_value else grads
 
 

@@ -51,13 +51,14 @@ class Program:
         self.grad_devices = [g.device for g in grads]
         self.single = single
         # Which of (value, *gradients) the raw variant returns over memory that is not
-        # this call's own (set when built, see _copies): copied for the caller.
-        self.copies = [False] * (1 + len(grads))
+        # this call's own (set when built, see _copies): copied for the caller. None
+        # where there is none (the common case: nothing to look at per call).
+        self.copies: list[bool] | None = None
         # The kernel variant of the gradients alone (mg.grad), for straight-line
         # programs: without the lines only f's value needs. (None: run ``raw``.)
         self.raw_gradients: Callable | None = None
         self.raw_gradients_source: str | None = None
-        self.gradient_copies = [False] * len(grads)
+        self.gradient_copies: list[bool] | None = None  # (for (None, *gradients))
 
     def __repr__(self) -> str:
         return f"<source_grad program\n{self.source}>"
@@ -360,13 +361,15 @@ def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
     prog = Program(signature, source, texts["forward"], fn, raw_source if raw else None,
                    raw, out, grads, single)
     prog.captured = Captured(value for value, _ in consts.values())
-    prog.copies = _copies(lines, [out] + grads)
+    copies = _copies(lines, [out] + grads)
+    prog.copies = copies if any(copies) else None
     if raw is not None and "gradients" in texts:
         gradients_source, text, lean = texts["gradients"]
         prog.raw_gradients_source = gradients_source
         prog.raw_gradients = _compile(gradients_source, f"grad_{name}",
                                       _raw_namespace(text, consts, out))
-        prog.gradient_copies = _copies(lean, grads)
+        copies = [False] + _copies(lean, grads)
+        prog.gradient_copies = copies if any(copies) else None
     return prog
 
 
