@@ -348,3 +348,114 @@ def test_a_graph_mode_zero_gradient_is_the_callers_own():
     first = g(np.ones(2), np.ones(2))[1]
     first.data[0] = 5.0  # the caller writes into what it got ...
     np.testing.assert_array_equal(g(np.ones(2), np.ones(2))[1].numpy(), [0.0, 0.0])  # ... alone
+
+
+# -- fast paths keep every guarantee (issue: small eager ops, cached gradients) ---------------
+
+def add_then_sum(x, y):
+    return mg.sum(x + y)
+
+
+def times(x, y):
+    return x * y
+
+
+def _writable_and_apart(arrays):
+    arrays = [np.asarray(a) for a in arrays]
+    for k, a in enumerate(arrays):
+        assert a.flags.writeable, f"value {k} is read-only (a view of a broadcast?)"
+        for j, b in enumerate(arrays[:k]):
+            assert not np.shares_memory(a, b), f"values {j} and {k} share memory"
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+@pytest.mark.parametrize("f, shape", [(add_then_sum, (2,)), (times, ())])
+def test_gradients_share_no_memory_with_each_other_or_the_inputs(mode, f, shape):
+    """x + y gives both inputs the same adjoint (a broadcast of the seed, in a sum), and
+    graph mode folds the gradient of x * y with respect to y to x itself: every mode
+    hands out arrays of the caller's own."""
+    x, y = mg.tensor(np.full(shape, 2.0)), mg.tensor(np.full(shape, 3.0))
+    for g in (mg.grad(f, argnums=(0, 1), mode=mode)(x, y),
+              mg.value_and_grad(f, argnums=(0, 1), mode=mode)(x, y)[1]):
+        _writable_and_apart([x.data, y.data, *(t.data for t in g)])
+    if mode == "tape":  # backward(): the leaves' .grad too
+        xs, ys = mg.tensor(x.numpy(), requires_grad=True), mg.tensor(y.numpy(), requires_grad=True)
+        f(xs, ys).backward()
+        _writable_and_apart([xs.data, ys.data, xs.grad.data, ys.grad.data])
+
+
+def test_generated_code_frees_an_array_after_its_last_use():
+    """Compiled graphs and source programs delete an array once nothing reads it, so the
+    peak of a gradient holds no dead activation: here the peak is the one (256, 256)
+    result and its inputs' (256, 256) gradient, not every intermediate."""
+    import tracemalloc
+
+    def loss(w, x):
+        h = mg.tanh(x @ w)
+        return mg.sum(mg.tanh(h @ w) * h)
+
+    w, x = np.eye(256) * 0.5, np.ones((256, 256))
+    for mode in ("graph", "source"):
+        g = mg.grad(loss, argnums=0, mode=mode)
+        want = g(w, x).numpy()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            got = g(w, x)
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(got.numpy(), want)
+        assert peak < 7 * w.nbytes, f"{mode}: peak {peak / w.nbytes:.1f} arrays of (256, 256)"
+    text = mg.compile_graph(*_mlp_like_graph()).source
+    assert "# last use" in text and text.index("del ") < text.index("return")
+
+
+def _mlp_like_graph():
+    with mg.Graph() as g:
+        x = mg.placeholder((4, 3), name="x")
+        w = mg.placeholder((3, 3), name="w")
+        out = mg.sum(mg.tanh(mg.tanh(x @ w) @ w))
+        (gw,) = mg.gradients(out, [w])
+    return g, [x, w], [out, gw]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mean_and_matmul_fast_kernels_give_numpys_bits(dtype):
+    rng = np.random.default_rng(7)
+    for shape, axis in [((4,), None), ((3, 5), (0,)), ((3, 5), (1,)), ((2, 3, 4), (0, 2)),
+                        ((), ())]:
+        x = (rng.standard_normal(shape) * 1e3).astype(dtype)
+        for keepdims in (False, True):
+            got = mg.mean(mg.tensor(x), axis=axis, keepdims=keepdims).numpy()
+            want = np.mean(x, axis=axis, keepdims=keepdims)
+            assert got.dtype == want.dtype and got.tobytes() == np.asarray(want).tobytes()
+    for m, k, n in [(4, 4, 4), (1, 7, 3), (9, 1, 1), (33, 17, 65)]:
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+        assert (mg.tensor(a) @ mg.tensor(b)).numpy().tobytes() == (a @ b).tobytes()
+
+
+def test_no_grad_in_another_thread_leaves_recording_here_on():
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with mg.no_grad():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(10)
+    try:
+        x = mg.tensor(2.0, requires_grad=True)
+        assert (x * x).requires_grad and mg.is_grad_enabled()
+        with mg.no_grad():
+            assert not (x * x).requires_grad and not mg.is_grad_enabled()
+            with mg.enable_grad():
+                assert (x * x).requires_grad
+    finally:
+        leave.set()
+        t.join()
+    assert (x * x).requires_grad

@@ -111,7 +111,7 @@ def enable_grad() -> _SetGradMode:
 
 
 def is_grad_enabled() -> bool:
-    return _mode.enabled
+    return not _blocks_off or _mode.enabled
 
 
 # -- recording: the eager interpreter ----------------------------------------------------------

@@ -93,12 +93,14 @@ class CompiledFunction:
         # or variable's value is the graph's own buffer (a zero gradient, say), returned
         # by every call; an input returned as an output (the gradient of x * y with
         # respect to y is x) is the caller's array; two outputs over one buffer would be
-        # two tensors that change together. (A view, reshape or transpose ..., is its
-        # argument's buffer.) The caller gets values of its own, never those.
+        # two tensors that change together; a view (reshape, transpose ...) is its
+        # argument's buffer, and a broadcast one cannot even be written. The caller gets
+        # values of its own, never those, as the tape's gradients are.
         roots = [_buffer_of(n) for n in outputs]
         self.devices = [n.device for n in outputs]
-        self.copies = [r is None or r.op in _OWN or r.op == "Placeholder"
-                       or any(r is q for q in roots[:k]) for k, r in enumerate(roots)]
+        self.copies = [r is not n or r.op in _OWN or r.op == "Placeholder"
+                       or any(r is q for q in roots[:k])
+                       for k, (n, r) in enumerate(zip(outputs, roots))]
         self.copied = any(self.copies)
 
     def __call__(self, *args: Any) -> tuple[Tensor, ...]:
