@@ -49,7 +49,7 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
-from .backward import reverse_sweep
+from .backward import collector_paused, reverse_sweep
 from .levels import new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
@@ -458,16 +458,17 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = f
     released afterwards: their saved values are dropped, and a second sweep through them
     raises instead of silently adding the same gradient twice.
     """
-    recorded, leaves = _entries(outputs, stop)
-    if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
-        _check_writes(recorded)
-    entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in reversed(recorded)]
-    with _SetGradMode(create_graph):
-        adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
-    if not retain:
-        for t in recorded:
-            t._entry = (RELEASED, {}, t._entry[2])
-    return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
+    with collector_paused():  # (reading the tape allocates as much as sweeping it)
+        recorded, leaves = _entries(outputs, stop)
+        if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
+            _check_writes(recorded)
+        entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in reversed(recorded)]
+        with _SetGradMode(create_graph):
+            adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
+        if not retain:
+            for t in recorded:
+                t._entry = (RELEASED, {}, t._entry[2])
+        return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
 
 
 def _tracked(a: Any) -> bool:
