@@ -39,8 +39,7 @@ The loop is iterative: a chain of 100,000 entries needs no recursion.
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 Entry = tuple  # (primitive, params, output, args): see the module's docstring
 
@@ -82,8 +81,7 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         return _sweep(entries, seeds, active, value, total, completed, scope)
 
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
+class collector_paused:  # noqa: N801  (used as a function: ``with collector_paused():``)
     """Python's cyclic garbage collector off while a long loop of the library runs.
 
     A sweep allocates an adjoint or two per entry while the whole record is alive; every
@@ -93,13 +91,19 @@ def collector_paused() -> Iterator[None]:
     over 20). The sweep makes no reference cycles (each adjoint is freed by its
     reference count as soon as its entry has used it), so nothing waits for the
     collector; it runs again afterwards. Nested sweeps leave it off until the outermost
-    one ends, and a caller that had switched it off finds it off."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
+    one ends, and a caller that had switched it off finds it off.
+
+    (A class rather than a ``contextlib.contextmanager`` generator: every backward enters
+    it, and the generator's machinery costs as much as a small operation.)"""
+
+    __slots__ = ("was_on",)
+
+    def __enter__(self) -> None:
+        self.was_on = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was_on:
             gc.enable()
 
 
