@@ -12,7 +12,8 @@ a. Building a chain of ``y = mg.sin(y) * 1.0001`` links in ``mg.Graph()``, plus
    ``mg.gradients``: microseconds per link at 10^3 ... 3x10^4 links. Targets: at most
    30 µs per link at 10^4, and linear: 3x10^4 links in at most 3.6x the 10^4 time.
 b. The gradient of a chain of ``y = mg.sin(y)``, *first call included* (recording,
-   transforming, compiling, running), in every mode, at 10^4 and 10^5 nodes.
+   transforming, compiling, running), in every mode, at 10^4 and 10^5 nodes: the best
+   of three fresh first calls (one where a call takes seconds).
    Target: time(10^5) / time(10^4) <= 12 in every mode (linear, with room for noise).
 """
 
@@ -143,11 +144,16 @@ def bench_chains() -> dict[str, dict[int, float]]:
     for n in CHAINS:
         expected = closed_form(n)
         for mode, call in first_calls(n).items():
-            gc.collect()
-            start = time.perf_counter()
-            got = call()
-            seconds.setdefault(mode, {})[n] = time.perf_counter() - start
-            assert math.isclose(got, expected, rel_tol=1e-9), (mode, n, got, expected)
+            best = math.inf
+            for _ in range(3):  # the best of up to three first calls (each one fresh) ...
+                gc.collect()
+                start = time.perf_counter()
+                got = call()
+                best = min(best, time.perf_counter() - start)
+                assert math.isclose(got, expected, rel_tol=1e-9), (mode, n, got, expected)
+                if best > 2.0:  # ... unless one takes seconds (the 10^5-node graph)
+                    break
+            seconds.setdefault(mode, {})[n] = best
     return seconds
 
 

@@ -77,8 +77,12 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
         for k, script in enumerate(scripts, 1):
             print(f"\n[{k}/{len(scripts)}] {script.stem} on {device} " + "=" * 40, flush=True)
             start, tee = time.perf_counter(), _Tee(sys.stdout)
-            with contextlib.redirect_stdout(tee):
-                runpy.run_path(str(script), run_name="__main__")
+            argv, sys.argv = sys.argv, [str(script)]  # a script sees its own command line
+            try:
+                with contextlib.redirect_stdout(tee):
+                    runpy.run_path(str(script), run_name="__main__")
+            finally:
+                sys.argv = argv
             header = (f"{time.strftime('%Y-%m-%d %H:%M')} {time.perf_counter() - start:.0f} "
                       f"{device}\n")
             kept = saved / f"{script.stem}{suffix}.txt"
