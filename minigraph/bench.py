@@ -81,6 +81,9 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
             try:
                 with contextlib.redirect_stdout(tee):
                     runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as end:  # a script's sys.exit() ends the script, not the run
+                if end.code not in (None, 0):
+                    print(f"{script.stem} ended with {end.code!r}", file=sys.stderr)
             finally:
                 sys.argv = argv
             header = (f"{time.strftime('%Y-%m-%d %H:%M')} {time.perf_counter() - start:.0f} "
