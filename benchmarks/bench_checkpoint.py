@@ -42,12 +42,11 @@ import datetime
 import gc
 import statistics
 import sys
-import tracemalloc
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (cpu_only, describe, environment, fmt, have_torch, measure,  # noqa: E402
+from common import (allocated_peak, cpu_only, describe, environment, fmt, have_torch, measure,  # noqa: E402
                     pin_blas_threads, print_rounds, print_table, save_results)
 
 THREADS = pin_blas_threads()  # before NumPy loads its BLAS: one thread, as PyTorch gets
@@ -155,19 +154,6 @@ def page_faults(fn: Callable[[], Any], calls: int = 3) -> float | None:
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
 
 
-def allocated_peak(fn: Callable[[], Any]) -> int:
-    """Peak bytes NumPy allocated during one call of ``fn`` (tracemalloc)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-    del result
-    return peak
-
 
 def verdict(ratio: float, target: float) -> str:
     return "MET" if ratio <= target else "MISSED"
@@ -259,7 +245,7 @@ def main() -> int:
           f"{verdict(time_ratio, TIME_TARGET)}")
 
     # -- b. graph mode ----------------------------------------------------------------------------
-    allocated = {name: allocated_peak(lambda step=step: step(*frozen))
+    allocated = {name: allocated_peak(lambda step=step: step(*frozen), warm_up=False)
                  for name, step in graph_steps.items()}
     gtimed, gsummary = measure({name: (lambda step=step: step(*frozen))
                                 for name, step in graph_steps.items()},

@@ -51,7 +51,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # noqa: E402
+from common import (RESULTS_DIR, THREAD_VARS, allocated_peak, array_library, bench_device,  # noqa: E402
                     blas_threads, check_close, cpu_only, describe, environment, fmt, have_torch,
                     measure, on_gpu, openblas_threads, pin_blas_threads, print_rounds, print_table,
                     result_name, save_results, synchronizer, to_host, torch_device)
@@ -59,9 +59,7 @@ from common import (RESULTS_DIR, THREAD_VARS, array_library, bench_device,  # no
 THREADS = pin_blas_threads()  # before NumPy (or PyTorch) is imported
 
 import datetime  # noqa: E402
-import gc  # noqa: E402
 import math  # noqa: E402
-import tracemalloc  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -528,20 +526,6 @@ def check_weights(name: str, step: Any, want: list[np.ndarray] | None, rtol: flo
 MEMORY_TARGET = 1.1  # DESIGN.md: graph mode's peak <= 1.1x PyTorch's
 
 
-def numpy_peak(fn: Method) -> int:
-    """The most bytes allocated at once during one call of ``fn`` (after a warm-up call),
-    above what was allocated before it: NumPy reports its buffers to ``tracemalloc``
-    (Python objects count too, a few kB)."""
-    fn()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        fn()
-        return tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-
 
 def torch_peak(fn: Method) -> int | None:
     """The same for PyTorch's CPU tensors, from the profiler's memory timeline (which
@@ -569,10 +553,10 @@ def bench_memory() -> dict[str, Any]:
     ratio to PyTorch's."""
     params, x, labels = train_setup()
     peaks: dict[str, int | None] = {
-        'graph mode (mode="graph")': numpy_peak(MinigraphStep(params, x, labels, "graph").grads),
-        'source mode (mode="source")': numpy_peak(
+        'graph mode (mode="graph")': allocated_peak(MinigraphStep(params, x, labels, "graph").grads),
+        'source mode (mode="source")': allocated_peak(
             MinigraphStep(params, x, labels, "source").grads),
-        TRAIN_ANCHOR: numpy_peak(NumpyStep(params, x, labels).grads),
+        TRAIN_ANCHOR: allocated_peak(NumpyStep(params, x, labels).grads),
     }
     if have_torch():
         peaks["pytorch autograd.grad"] = torch_peak(TorchStep(params, x, labels).grads)

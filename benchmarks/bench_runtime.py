@@ -42,8 +42,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # find common.py however we are run
-from common import (RESULTS_DIR, THREAD_VARS, blas_threads, cpu_only, describe, environment, fmt,  # noqa: E402
-                    measure, openblas_threads, print_table, save_results)
+from common import (RESULTS_DIR, THREAD_VARS, allocated_peak, blas_threads, cpu_only,  # noqa: E402
+                    describe, environment, fmt, measure, openblas_threads, print_table,
+                    save_results)
 
 # -- pin BLAS to one thread before NumPy is imported -----------------------------------------
 # (run on its own, the variables do it; run after other scripts in one process, as
@@ -59,7 +60,6 @@ import datetime  # noqa: E402
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-import tracemalloc  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -110,20 +110,6 @@ def page_faults(fn: Method, calls: int = 5) -> float | None:
         fn()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
 
-
-def allocated_peak(fn: Method) -> int:
-    """Peak bytes allocated (NumPy buffers included) during one call of ``fn``, above
-    what was allocated before it, by ``tracemalloc``; the result is dropped after."""
-    fn()  # warm-up: caches, plans
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-    del result
-    return peak
 
 
 # ===============================================================================================
@@ -453,8 +439,8 @@ def report_workers(rows: dict[str, Any], branches: dict[str, Any]) -> None:
               fmt(r["ratio_2_over_1"], 2)] for label, r in rows.items()]
     print_table(table, ["graph", "nodes", "ms, 1 (worker or device)", "ms, 2",
                         "2 / 1"])
-    print("a graph of cheap nodes alone runs serially whatever the workers (nothing can "
-          "overlap); the auto_place row hands values between two device threads "
+    print("a plan where no two expensive nodes can run at once takes the serial walk "
+          "whatever the workers (scheduler.can_overlap); the auto_place row hands values between two device threads "
           "(Send/Recv), which costs more than 64x64 matmuls gain by overlapping")
     worst = max(r["ratio_2_over_1"] for label, r in rows.items() if "auto_place" not in label)
     gain = branches["speedup_2_vs_1_workers"]

@@ -16,6 +16,7 @@ cores, simulated devices) and say so.
 from __future__ import annotations
 
 import contextlib
+import gc
 import ctypes
 import glob
 import json
@@ -24,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tracemalloc
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -433,3 +435,22 @@ def describe(env: dict[str, Any]) -> str:
 def fmt(x: float | None, digits: int = 2) -> str:
     """A number for a table, or "-" when missing."""
     return "-" if x is None else f"{x:.{digits}f}"
+
+
+def allocated_peak(fn: Callable[[], Any], warm_up: bool = True) -> int:
+    """The most bytes allocated at once during one call of ``fn``, above what was
+    allocated before it, by ``tracemalloc`` (NumPy reports its buffers to it; Python
+    objects count too, a few kB). A first call, not measured, warms caches and plans
+    up; the measured call's result is dropped only after the measurement."""
+    if warm_up:
+        fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    del result
+    return peak

@@ -53,6 +53,7 @@ backward (``x -= ...``) would give another gradient: the tape refuses that backw
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import Any, Callable
@@ -203,7 +204,7 @@ class _Pullback:
         grads = _pull(g, args, self.fn, self.static, None, one_node=False)
         parts = [grads[k] for k in _float_positions(args)]
         dtype = "float64" if any(p.dtype == "float64" for p in parts) else "float32"
-        flat = [SH.reshape(C.astype(p, dtype), (_size(shape_of(p)),)) for p in parts]
+        flat = [SH.reshape(C.astype(p, dtype), (math.prod(shape_of(p)),)) for p in parts]
         return flat[0] if len(flat) == 1 else SH.concatenate(flat)
 
 
@@ -212,18 +213,11 @@ def _unpack(packed: Any, args: tuple, wrt: list[int]) -> list:
     start = 0
     for k in wrt:
         shape = tuple(shape_of(args[k]))
-        n = _size(shape)
+        n = math.prod(shape)
         piece = SH.reshape(SH.getitem(packed, (slice(start, start + n),)), shape)
         grads[k] = C.astype(piece, str(dtype_of(args[k])))
         start += n
     return grads
-
-
-def _size(shape: tuple) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 class _Memo(threading.local):

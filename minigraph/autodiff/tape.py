@@ -36,6 +36,7 @@ an entry that reads an array written after the entry was made.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import weakref
 from typing import AbstractSet, Any, Callable, Iterable
@@ -626,7 +627,7 @@ def _cotangent(out: Any, g: Any, who: str) -> Any:
     """The adjoint the sweep starts from: 1 for a scalar output, else the caller's ``g``."""
     shape = shape_of(out)
     if g is None:
-        if _size(shape) != 1:
+        if math.prod(shape) != 1:
             raise GradientError(
                 f"{who}: the output has shape {shape}; a gradient is defined for a scalar "
                 f"output only. Reduce it first (e.g. out.sum()) or pass the output's "
@@ -640,13 +641,6 @@ def _cotangent(out: Any, g: Any, who: str) -> Any:
         raise DeviceError(f"{who}: the gradient lives on {g.device.name}, the output on "
                           f"{out.device.name}")
     return g
-
-
-def _size(shape: tuple) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
@@ -709,7 +703,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         if nums is None:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *[args[i] for i in nums])
-        if _size(shape_of(out)) != 1:
+        if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
         grads = vjp_fn()

@@ -21,7 +21,8 @@ constants and variables are not the run's to free and are not counted.
 Per run, per device, it records: the peak of bytes held (live values plus pooled free
 buffers, the memory the runtime really holds), the *liveness lower bound* (the peak of
 live values alone, which no allocator can beat for this execution order), the total
-bytes produced (what keep-everything would hold), and the curve of both over time.
+bytes produced (what keep-everything would hold), and, in a traced run
+(``Session(trace=True)``), the curve of both over time.
 A debug mode *poisons* every freed buffer (NaN or -1), so a read after free shows up.
 """
 

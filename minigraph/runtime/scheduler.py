@@ -16,7 +16,11 @@ another thread costs time too:
   make ready, so that the workers start on them together.
 
 ``workers=1`` is the deterministic serial run: one FIFO queue, the roots in creation
-order and each node's consumers in creation order as they become ready.
+order and each node's consumers in creation order as they become ready. That order is
+the plan itself (``topo.fifo_order`` computed it when the session planned), so a serial
+run on one device walks the plan's :class:`Step` list instead of counting inputs down.
+A session with more workers uses the pool only for a plan where two expensive nodes can
+run at the same time (:func:`can_overlap`); any other plan takes the serial walk.
 
 In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
 rendezvous, and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
