@@ -1,21 +1,40 @@
 """The adjoint: the VJP rules run on source variables, backwards, (g.1)-(g.5).
 
 Step 3 of the overview (see ``__init__.py``). :class:`_Reverse` walks the normalised
-program backwards and runs each line's primitive VJP rules, the ones the tape uses, on
-source variables, so that they write the lines of the reverse sweep. A loop is reversed by
-a loop over ``reversed(range(...))`` (:class:`_LoopCtx` holds its accumulators), an ``if``
-by an ``if`` on the same condition.
+program backwards. Each maximal run of straight-line code is handed to the one reverse
+sweep of every mode, ``autodiff/backward.py``'s :func:`reverse_sweep`, whose VJP rules,
+run on source variables, write the lines of the adjoint. What a straight-line record does
+not have is reversed here: a loop by a loop over ``reversed(range(...))``
+(:class:`_LoopCtx` holds its accumulators), an ``if`` by an ``if`` on the same condition.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 from typing import Any
 
 from ...errors import MinigraphError
-from .program import Fill, For, If, Line, Op, Ref, _defined, _walk
+from ...ops import copy as C
+from ..backward import Entry, reverse_sweep
+from .program import Fill, For, If, Line, Op, Ref, _defined
 from .values import SrcVar
 from .writer import _Writer
+
+
+def _active(a: Any) -> bool:
+    """Whether argument ``a`` takes an adjoint: a variable that depends on an input."""
+    return type(a) is SrcVar and a.active
+
+
+def _entries(line: Line) -> list[Entry]:
+    """A line as the sweep's entries ``(primitive, params, output, args)``: ``a, b = x, y``
+    is an identity (a copy) per target, whose adjoint is the copy's adjoint."""
+    e = line.expr
+    if isinstance(e, Op):
+        return [(e.prim, e.params, line.targets[0], e.args)]
+    if isinstance(e, Ref):
+        return [(C.IDENTITY, {}, t, (v,)) for t, v in zip(line.targets, e.values)]
+    return []  # a Fill reads nothing: no adjoint flows through it
 
 
 class _LoopCtx:
@@ -29,17 +48,15 @@ class _LoopCtx:
 
 
 class _Reverse:
-    """Writes the reverse sweep: adjoints flow from each line to the variables it read.
+    """Writes the reverse sweep: adjoints flow from each statement to the variables it read.
 
-    ``shares[id(v)]`` lists v's adjoint contributions ``(position, share)`` not yet added.
-    A variable's adjoint is complete when the sweep reaches its definition (every reader
-    comes after it), and is then written as the sum of its shares, in the readers'
-    evaluation order, as the textbook writes (f.5): ``gx = ga * y + gb * cos(x)``.
+    ``shares[id(v)]`` lists v's adjoint contributions not yet added, in the order they
+    arrived: latest reader first, since the walk runs backwards (the same convention as
+    :func:`reverse_sweep`'s, which adds them in the readers' evaluation order, (f.5)).
     """
 
-    def __init__(self, writer: _Writer, forward: list):
+    def __init__(self, writer: _Writer):
         self.w = writer
-        self.position = {id(s): k for k, s in enumerate(_walk(forward))}
         self.loops: list[_LoopCtx] = []
         self.vars: dict[int, SrcVar] = {}  # id -> variable, for every share recorded
         # (forward, reverse) loops and branches inside loops, inner first: the regions
@@ -51,7 +68,7 @@ class _Reverse:
         if out.active:
             seed = self.w.new(out, "adjoint", out)  # (g.1): gz = 1
             self.w.emit((seed,), Fill(1, seed))
-            shares[id(out)] = [(math.inf, seed)]
+            shares[id(out)] = [seed]
         self.block(forward, shares)
         grads = [self.complete(x, shares) for x in reversed(inputs)][::-1]
         return [g if g is not None else self.zeros(x) for g, x in zip(grads, inputs)]
@@ -61,62 +78,48 @@ class _Reverse:
         self.w.emit((z,), Fill(0, z))
         return z
 
-    # -- straight-line code ---------------------------------------------------------------
-    def block(self, stmts: list, shares: dict) -> None:
-        for stmt in reversed(stmts):
-            if isinstance(stmt, For):
-                self.loop(stmt, shares)
-            elif isinstance(stmt, If):
-                self.branch(stmt, shares)
-            elif stmt.kind != "carry" and isinstance(stmt.expr, Op):
-                self.op_line(stmt, shares)
-            elif stmt.kind != "carry" and isinstance(stmt.expr, Ref):
-                self.ref_line(stmt, shares)
-
-    def op_line(self, line: Line, shares: dict) -> None:
-        """``out = prim(*args)``: each read argument gets ``prim.vjp[i](gout, out, *args)``."""
-        out = line.targets[0]
-        g = self.complete(out, shares) if out.active else None
-        if g is None:
-            return
-        prim, args, params = line.expr.prim, line.expr.args, line.expr.params
-        for i, a in enumerate(args):
-            rule = prim.vjp[i] if type(a) is SrcVar and a.active else None
-            if rule is not None:
-                self.add(a, rule(g, out, *args, **params), self.position[id(line)], shares)
-
-    def ref_line(self, line: Line, shares: dict) -> None:
-        """``a, b = x, y``: the adjoint of a copy is the adjoint of the original."""
-        gs = [self.complete(t, shares) if t.active else None for t in line.targets]
-        for v, g in zip(line.expr.values, gs):
-            if g is not None and type(v) is SrcVar and v.active:
-                self.add(v, g, self.position[id(line)], shares)
-
-    def total(self, entries: list) -> SrcVar | None:
-        """The sum of shares in evaluation order of their readers (a new variable)."""
-        terms = [s for _, s in sorted(entries, key=lambda e: e[0])]
-        if not terms:
+    # -- sums and names ----------------------------------------------------------------------
+    @staticmethod
+    def total(parts: list) -> SrcVar | None:
+        """The sum of shares (arrived latest reader first) in the readers' order, (f.5)."""
+        if not parts:
             return None
-        result = terms[0]
-        for t in terms[1:]:
-            result = result + t
+        result = parts[-1]
+        for p in parts[-2::-1]:
+            result = result + p
         return result
+
+    def named(self, v: SrcVar, g: Any) -> SrcVar:
+        """v's whole adjoint ``g`` as ``gv``: a sum just written is renamed gv, (g.5);
+        anything else gets an alias line ``gb = gz``, (g.2) and (g.3)."""
+        if type(g) is not SrcVar:
+            raise MinigraphError(f"source_grad: internal error: a VJP rule gave "
+                                 f"{type(g).__name__} for {v!r}")
+        if g.role == "rtemp" and g.hint is None:
+            g.role, g.hint = "adjoint", v  # the sum itself becomes gv
+            return g
+        if g.role == "adjoint" and g.hint is v:
+            return g
+        alias = self.w.new(v, "adjoint", v)
+        self.w.emit((alias,), Ref((g,)))
+        return alias
 
     def complete(self, v: SrcVar, shares: dict) -> SrcVar | None:
         """v's whole adjoint ``gv``, once all of v's readers have been reversed."""
         total = self.total(shares.pop(id(v), []))
-        if total is None:
-            return None
-        if total.role == "rtemp" and total.hint is None:
-            total.role, total.hint = "adjoint", v  # the sum itself becomes gv
-            return total
-        if total.role == "adjoint" and total.hint is v:
-            return total
-        alias = self.w.new(v, "adjoint", v)  # gb = gz: (g.2), (g.3)
-        self.w.emit((alias,), Ref((total,)))
-        return alias
+        return None if total is None else self.named(v, total)
 
-    def add(self, v: SrcVar, share: Any, position: float, shares: dict) -> None:
+    def carried(self, lv: SrcVar, shares: dict) -> SrcVar:
+        """``gh``: the adjoint of loop variable h, carried backwards through the loop."""
+        g = self.complete(lv, shares)
+        return g if g is not None else self.zeros(lv)
+
+    def assign(self, var: SrcVar, parts: list) -> None:
+        """``var = sum of parts`` (or zeros when there is none)."""
+        total = self.total(parts)
+        self.w.emit((var,), Ref((total,)) if total is not None else Fill(0, var))
+
+    def add(self, v: SrcVar, share: Any, shares: dict) -> None:
         """Record a share of v's adjoint; inside a loop, outer variables accumulate."""
         if type(share) is not SrcVar:
             raise MinigraphError(f"source_grad: internal error: a VJP rule gave "
@@ -126,7 +129,7 @@ class _Reverse:
             self.w.emit((acc,), Ref((acc + share,)))  # gw = gw + ...
             return
         self.vars[id(v)] = v
-        shares.setdefault(id(v), []).append((position, share))
+        shares.setdefault(id(v), []).append(share)
 
     def accumulator(self, v: SrcVar) -> SrcVar | None:
         """The accumulator ``gv`` if v is defined outside a loop being reversed."""
@@ -137,21 +140,31 @@ class _Reverse:
                 return ctx.accs[id(v)][1]
         return None
 
-    def carried_adjoint(self, lv: SrcVar, shares: dict) -> SrcVar:
-        """``gh``: the adjoint of loop variable h, carried backwards through the loop."""
-        total = self.total(shares.pop(id(lv), []))
-        if total is not None and (total.role == "rtemp" and total.hint is None or
-                                  total.role == "adjoint" and total.hint is lv):
-            total.role, total.hint = "adjoint", lv  # only the loop reads it: reuse it
-            return total
-        var = self.w.new(lv, "adjoint", lv)
-        self.w.emit((var,), Ref((total,)) if total is not None else Fill(0, var))
-        return var
+    # -- straight-line code ---------------------------------------------------------------
+    def block(self, stmts: list, shares: dict) -> None:
+        """Reverse a block: its runs of lines by the sweep, its loops and branches here."""
+        runs = [(lines, list(group)) for lines, group in
+                itertools.groupby(stmts, key=lambda s: isinstance(s, Line))]
+        for lines, group in reversed(runs):
+            if lines:
+                self.straight(group, shares)
+            for stmt in reversed(group if not lines else []):
+                if isinstance(stmt, For):
+                    self.loop(stmt, shares)
+                else:
+                    self.branch(stmt, shares)
 
-    def assign(self, var: SrcVar, entries: list) -> None:
-        """``var = sum of entries`` (or zeros when there is none)."""
-        total = self.total(entries)
-        self.w.emit((var,), Ref((total,)) if total is not None else Fill(0, var))
+    def straight(self, lines: list[Line], shares: dict) -> None:
+        """Reverse straight-line code with :func:`reverse_sweep`: seeded with the shares
+        its outputs have from later statements, it hands the shares of the variables it
+        read but did not define (its leaves) on to the statements before it."""
+        # (a carry line belongs to its loop: _Reverse.loop reverses it)
+        entries = [e for line in lines if line.kind != "carry" for e in _entries(line)]
+        seeds = [(out, g) for _, _, out, _ in entries for g in shares.pop(id(out), [])]
+        read = {id(a): a for *_, args in entries for a in args}
+        leaves = reverse_sweep(entries, seeds, _active, completed=self.named)
+        for k, g in leaves.items():
+            self.add(read[k], g, shares)
 
     # -- loops ------------------------------------------------------------------------------
     def loop(self, fwd: For, shares: dict) -> None:
@@ -161,9 +174,7 @@ class _Reverse:
         the end of an iteration is given to the value h was assigned from, and the
         adjoint h's start value collects becomes ``gh`` for the iteration before.
         """
-        where = self.position[id(fwd)]
-        la = {id(lv): (lv, self.carried_adjoint(lv, shares)) for lv, _ in fwd.carry
-              if lv.active}
+        la = {id(lv): (lv, self.carried(lv, shares)) for lv, _ in fwd.carry if lv.active}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
         body: list  # the reverse loop's statements
@@ -172,7 +183,7 @@ class _Reverse:
         with self.w.into(body):
             for lv, end in fwd.carry:
                 if id(lv) in la and type(end) is SrcVar and end.active:
-                    self.add(end, la[id(lv)][1], math.inf, inner)
+                    self.add(end, la[id(lv)][1], inner)
             self.block(fwd.body, inner)
             updates = [(var, self.total(inner.pop(id(lv), []))) for lv, var in la.values()]
             moved = [(var, t) for var, t in updates if t is not None and t is not var]
@@ -190,13 +201,12 @@ class _Reverse:
         self.w.block.append(rev)
         self.pairs.append((fwd, rev))
         for v, acc in list(ctx.accs.values()) + list(la.values()):
-            shares[id(v)] = [(where, acc)]
+            shares[id(v)] = [acc]
 
     # -- branches ---------------------------------------------------------------------------
     def branch(self, fwd: If, shares: dict) -> None:
         """Reverse an if with an if on the same condition: the branch that ran forward
         is the branch whose adjoint runs. Outer variables' adjoints are merged."""
-        where = self.position[id(fwd)]
         seeds = {}
         for j in fwd.joins:  # complete: their readers come after the if
             g = self.complete(j, shares) if j.active else None
@@ -205,7 +215,7 @@ class _Reverse:
         blocks: tuple[list, list]  # the reverse branches' statements
         blocks, lefts = ([], []), []
         for stmts, block in zip((fwd.then, fwd.orelse), blocks):
-            local = {k: [(math.inf, g)] for k, g in seeds.items()}
+            local = {k: [g] for k, g in seeds.items()}
             with self.w.into(block):
                 self.block(stmts, local)
             lefts.append(local)
@@ -213,9 +223,9 @@ class _Reverse:
         for v in outer.values():
             acc = self.w.new(v, "adjoint", v)
             for block, local in zip(blocks, lefts):
-                with self.w.into(block):
+                with self.w.into(block):  # (the branch's shares arrived after the outer ones)
                     self.assign(acc, shares.get(id(v), []) + local.get(id(v), []))
-            shares[id(v)] = [(where, acc)]
+            shares[id(v)] = [acc]
         rev = If(fwd.cond, blocks[0], blocks[1])
         self.w.block.append(rev)
         if self.loops:  # a branch's values are saved by the branch that computed them

@@ -80,7 +80,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         out = _output(norm.call(src, call_args, {}), writer, src)
         forward = writer.block
         writer.block, writer.role = [], "rtemp"
-        reverse = _Reverse(writer, forward)
+        reverse = _Reverse(writer)
         grads = reverse.run(forward, out, inputs)
         backward = writer.block
     finally:
