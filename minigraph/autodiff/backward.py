@@ -14,18 +14,21 @@ return each argument's share::
 
 What the record holds and what a value is differs from mode to mode; the loop does not:
 
-=====================  ==========================  ======================================
-who                    the record                  the rules run on
-=====================  ==========================  ======================================
-``z.backward()``       tensors' tape entries       tensors (recorded again with
-                                                   ``create_graph=True``)
-``mg.vjp``/``mg.grad``  boxes of one level          the values inside the boxes: tensors,
-                       (``tape.py``)               dual numbers, graph nodes, source
-                                                   variables, batched values ...
-``mg.gradients``       graph nodes, topological    graph nodes: the loop *writes* the
-                       order                       reverse graph
-``explain``            the tape of one run         symbols that print what they compute
-=====================  ==========================  ======================================
+=======================  ==========================  ======================================
+who                      the record                  the rules run on
+=======================  ==========================  ======================================
+``z.backward()``         tensors' tape entries       tensors (recorded again with
+                                                     ``create_graph=True``)
+``mg.vjp``/``mg.grad``   boxes of one level          the values inside the boxes: tensors,
+                         (``tape.py``)               dual numbers, graph nodes, source
+                                                     variables, batched values ...
+``mg.gradients``         graph nodes, topological    graph nodes: the loop *writes* the
+                         order                       reverse graph
+``explain``              the tape of one run         symbols that print what they compute
+``mg.source_grad``       a straight-line run of the  source variables: the loop *writes*
+                         program's lines (loops and  the adjoint program's lines
+                         ifs: ``source/adjoint.py``)
+=======================  ==========================  ======================================
 
 Because the rules are written with minigraph's own functions, what a rule computes on a
 graph node is a new node, on a source variable a new line of the adjoint program, on a
