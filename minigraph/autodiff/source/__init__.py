@@ -33,12 +33,13 @@ How it is written, in four steps:
    of its value (from the primitive's shape rule), because the program is specialised to
    one input signature.
 3. **Adjoint** (:class:`_Reverse`, ``adjoint.py``): the normalised program is walked
-   backwards and each line's primitive VJP rules, the same ones the tape uses, are run on
-   source variables, so they too write lines, (g.1)-(g.5). There is no second set of
-   derivative rules. A ``for`` loop pushes the values its reverse needs on a stack in the
-   forward sweep and pops them in the reverse sweep; an ``if`` decided at run time is
-   reversed by an ``if`` on the same condition variable (which the loop's stack restores
-   inside loops).
+   backwards; each run of straight-line lines goes through the one reverse sweep of every
+   mode (``autodiff/backward.py``), whose primitive VJP rules, the same ones the tape
+   uses, run on source variables, so they too write lines, (g.1)-(g.5). There is no
+   second set of derivative rules and no second sweep. A ``for`` loop pushes the values
+   its reverse needs on a stack in the forward sweep and pops them in the reverse sweep;
+   an ``if`` decided at run time is reversed by an ``if`` on the same condition variable
+   (which the loop's stack restores inside loops).
 4. **Tidy and compile** (``tidy.py``, ``render.py``, ``compiled.py``): dead lines are
    removed, single-use temporaries of the reverse sweep are written inline
    (``gx = ga * y + gb * mg.cos(x)``), names are chosen like the textbook's (a, b, ...
@@ -47,20 +48,15 @@ How it is written, in four steps:
 
 The modules, one concept each, in the order a reader meets them:
 
-* ``errors.py``: :class:`SourceTransformError` and ``Where``, errors that point at the
-  user's line.
-* ``reading.py``: step 1, ``inspect`` + ``ast`` and the constructs refused before
-  anything runs.
+* ``reading.py``: step 1, ``inspect`` + ``ast``, the constructs refused before anything
+  runs, and :class:`SourceTransformError`, errors that point at the user's line.
 * ``values.py``: the values the transformation runs on, :class:`SrcVar`, ``Index`` (a
   loop index) and ``Cond``.
 * ``program.py``: what is written, lines (``Op``, ``Ref``, ``Fill``), loops (``For``) and
-  branches (``If``).
-* ``writer.py``: ``_Writer``, the program being written, where ``SrcVar._bind`` appends
-  its lines.
-* ``normalize.py``: step 2 for statements, ``_Normaliser``: assignments, ``if``, ``for``,
-  inlined calls; the evaluation trace (a.1)-(a.5).
-* ``expressions.py``: step 2 for expressions, ``_Expressions``, the base class of
-  ``_Normaliser``: names, operators, calls.
+  branches (``If``), and ``_Writer``, where ``SrcVar._bind`` appends its lines.
+* ``normalize.py``: step 2, ``_Normaliser``: statements (assignments, ``if``, ``for``,
+  inlined calls) and expressions (names, operators, calls); the evaluation trace
+  (a.1)-(a.5).
 * ``adjoint.py``: step 3, ``_Reverse``: the VJP rules run on source variables,
   backwards, (g.1)-(g.5).
 * ``tidy.py``: step 4, dead code, the loops' stack, names.
@@ -104,6 +100,6 @@ minigraph's (``np.sin(x)``) on values of the program.
 
 from .cache import grad, source_grad, value_and_grad
 from .compiled import _transform  # noqa: F401  (read by tests; cache.py is where it is called)
-from .errors import SourceTransformError
+from .reading import SourceTransformError
 
 __all__ = ["SourceTransformError", "grad", "source_grad", "value_and_grad"]

@@ -16,9 +16,8 @@ from typing import Any
 from ...errors import MinigraphError
 from ...ops import copy as C
 from ..backward import Entry, reverse_sweep
-from .program import Fill, For, If, Line, Op, Ref, _defined
+from .program import Fill, For, If, Line, Op, Ref, _defined, _Writer
 from .values import SrcVar
-from .writer import _Writer
 
 
 def _active(a: Any) -> bool:

@@ -25,12 +25,11 @@ from ...tensor import FLOAT_DTYPES, Tensor, tensor
 from ..signature import Captured
 from .adjoint import _Reverse
 from .normalize import _Normaliser
-from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk
+from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk, _Writer
 from .reading import _Source
 from .render import _LITERALS, _Text
 from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
 from .values import Index, SrcVar, _writing
-from .writer import _Writer
 
 
 class Program:

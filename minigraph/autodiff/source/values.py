@@ -2,7 +2,7 @@
 
 A source variable knows the shape, dtype and device of its value, but has no value: its
 ``_bind`` asks the writer of the program being written (``_writing.writer``, a
-``_Writer`` from ``writer.py``) to append a line, and returns the line's result. An
+``_Writer`` from ``program.py``) to append a line, and returns the line's result. An
 :class:`Index` is a loop index, a Python int known only when the program runs; a
 :class:`Cond` is a condition on one (``i == 0``). ``_ATOM`` ... ``_CMP`` are Python's
 operator precedences, used to write their text with the right parentheses.
@@ -19,10 +19,10 @@ from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.operators import ArrayOps
 from ...ops.primitive import ADD, ATOM, CMP, MUL, POW, UNARY, Primitive, register_kind
-from .errors import SourceTransformError
+from .reading import SourceTransformError
 
-if TYPE_CHECKING:  # for annotations only: writer.py imports this module
-    from .writer import _Writer
+if TYPE_CHECKING:  # for annotations only: program.py imports this module
+    from .program import _Writer
 
 
 class _Writing(threading.local):
