@@ -25,6 +25,19 @@ def _active(a: Any) -> bool:
     return type(a) is SrcVar and a.active
 
 
+def _adjoint_of(v: SrcVar) -> SrcVar:
+    """A new variable for v's adjoint, ``gv`` (tidy.py names it g + v's name)."""
+    return SrcVar(v.shape, v.dtype, v.device, False, "adjoint", v)
+
+
+def _checked(v: SrcVar, share: Any) -> SrcVar:
+    """A share of v's adjoint, which the VJP rules, run on source variables, must write."""
+    if type(share) is not SrcVar:
+        raise MinigraphError(f"source_grad: internal error: a VJP rule gave "
+                             f"{type(share).__name__} for {v!r}")
+    return share
+
+
 def _entries(line: Line) -> list[Entry]:
     """A line as the sweep's entries ``(primitive, params, output, args)``: ``a, b = x, y``
     is an identity (a copy) per target, whose adjoint is the copy's adjoint."""
@@ -63,9 +76,10 @@ class _Reverse:
         self.pairs: list[tuple[Any, Any]] = []
 
     def run(self, forward: list, out: SrcVar, inputs: list[SrcVar]) -> list[SrcVar]:
+        """The reverse sweep of ``forward`` from ``gz = 1``, (g.1); the inputs' adjoints."""
         shares: dict[int, list] = {}
         if out.active:
-            seed = self.w.new(out, "adjoint", out)  # (g.1): gz = 1
+            seed = _adjoint_of(out)  # (g.1): gz = 1
             self.w.emit((seed,), Fill(1, seed))
             shares[id(out)] = [seed]
         self.block(forward, shares)
@@ -73,7 +87,7 @@ class _Reverse:
         return [g if g is not None else self.zeros(x) for g, x in zip(grads, inputs)]
 
     def zeros(self, like: SrcVar) -> SrcVar:
-        z = self.w.new(like, "adjoint", like)
+        z = _adjoint_of(like)
         self.w.emit((z,), Fill(0, z))
         return z
 
@@ -81,25 +95,18 @@ class _Reverse:
     @staticmethod
     def total(parts: list) -> SrcVar | None:
         """The sum of shares (arrived latest reader first) in the readers' order, (f.5)."""
-        if not parts:
-            return None
-        result = parts[-1]
-        for p in parts[-2::-1]:
-            result = result + p
-        return result
+        return sum(parts[-2::-1], parts[-1]) if parts else None
 
     def named(self, v: SrcVar, g: Any) -> SrcVar:
         """v's whole adjoint ``g`` as ``gv``: a sum just written is renamed gv, (g.5);
         anything else gets an alias line ``gb = gz``, (g.2) and (g.3)."""
-        if type(g) is not SrcVar:
-            raise MinigraphError(f"source_grad: internal error: a VJP rule gave "
-                                 f"{type(g).__name__} for {v!r}")
+        g = _checked(v, g)
         if g.role == "rtemp" and g.hint is None:
             g.role, g.hint = "adjoint", v  # the sum itself becomes gv
             return g
         if g.role == "adjoint" and g.hint is v:
             return g
-        alias = self.w.new(v, "adjoint", v)
+        alias = _adjoint_of(v)
         self.w.emit((alias,), Ref((g,)))
         return alias
 
@@ -120,22 +127,19 @@ class _Reverse:
 
     def add(self, v: SrcVar, share: Any, shares: dict) -> None:
         """Record a share of v's adjoint; inside a loop, outer variables accumulate."""
-        if type(share) is not SrcVar:
-            raise MinigraphError(f"source_grad: internal error: a VJP rule gave "
-                                 f"{type(share).__name__} for {v!r}")
-        acc = self.accumulator(v)
+        share, acc = _checked(v, share), self.accumulator(v)
         if acc is not None:
             self.w.emit((acc,), Ref((acc + share,)))  # gw = gw + ...
-            return
-        self.vars[id(v)] = v
-        shares.setdefault(id(v), []).append(share)
+        else:
+            self.vars[id(v)] = v
+            shares.setdefault(id(v), []).append(share)
 
     def accumulator(self, v: SrcVar) -> SrcVar | None:
         """The accumulator ``gv`` if v is defined outside a loop being reversed."""
         for ctx in self.loops:  # the outermost loop v is defined outside of
             if id(v) not in ctx.defined:
                 if id(v) not in ctx.accs:
-                    ctx.accs[id(v)] = (v, self.w.new(v, "adjoint", v))
+                    ctx.accs[id(v)] = (v, _adjoint_of(v))
                 return ctx.accs[id(v)][1]
         return None
 
@@ -147,7 +151,8 @@ class _Reverse:
         for lines, group in reversed(runs):
             if lines:
                 self.straight(group, shares)
-            for stmt in reversed(group if not lines else []):
+                continue
+            for stmt in reversed(group):
                 if isinstance(stmt, For):
                     self.loop(stmt, shares)
                 else:
@@ -156,7 +161,8 @@ class _Reverse:
     def straight(self, lines: list[Line], shares: dict) -> None:
         """Reverse straight-line code with :func:`reverse_sweep`: seeded with the shares
         its outputs have from later statements, it hands the shares of the variables it
-        read but did not define (its leaves) on to the statements before it."""
+        read but did not define (its leaves, each one share: the sum of its shares in the
+        run) on to the statements before it."""
         # (a carry line belongs to its loop: _Reverse.loop reverses it)
         entries = [e for line in lines if line.kind != "carry" for e in _entries(line)]
         seeds = [(out, g) for _, _, out, _ in entries for g in shares.pop(id(out), [])]
@@ -220,7 +226,7 @@ class _Reverse:
             lefts.append(local)
         outer = {k: self.vars[k] for left in lefts for k in left}  # from before the if
         for v in outer.values():
-            acc = self.w.new(v, "adjoint", v)
+            acc = _adjoint_of(v)
             for block, local in zip(blocks, lefts):
                 with self.w.into(block):  # (the branch's shares arrived after the outer ones)
                     self.assign(acc, shares.get(id(v), []) + local.get(id(v), []))

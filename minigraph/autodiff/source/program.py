@@ -144,9 +144,6 @@ class _Writer:
     def emit(self, targets: tuple, expr: Any, kind: str = "") -> None:
         self.block.append(Line(targets, expr, kind))
 
-    def new(self, like: Any, role: str, hint: Any = None, active: bool = False) -> SrcVar:
-        return SrcVar(like.shape, like.dtype, like.device, active, role, hint)
-
     def op(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
         """Append ``t = prim(*args, **params)``; ``t``'s shape and dtype come from the
         primitive's shape rule, so errors are found while the program is written."""
