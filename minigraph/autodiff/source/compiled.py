@@ -186,12 +186,15 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
            grads: list[SrcVar], single: bool, consts: dict, namer: _Namer) -> dict:
-    """The program's two texts (mg calls, kernels) and the normalised primal's."""
+    """The program's texts: ``False`` (mg calls) and ``True`` (kernels), each with its
+    renderer; ``"forward"``, the normalised primal; for a straight-line program,
+    ``"gradients"``, the kernel text of the gradients alone (``mg.grad``), its renderer
+    and its lines: without the lines only f's value needs (``z = a + b``)."""
     counts = Counter(id(v) for s in _walk(forward + backward)
                      for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
     for v in [out] + grads:
         counts[id(v)] += 1
-    plan = _Text(consts, False, counts)
+    plan = _Text(consts, False, counts)  # which temporaries are written inline
     plan.planning = True
     plan.block(backward, 1, inline=True)
     for v in _program_vars(backward):  # final names of the reverse temporaries left
@@ -199,29 +202,37 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
         if v.role == "rtemp" and v.name.startswith("_t") and id(v) not in plan.used:
             v.name = namer.fresh(None)
     stack = "_stack" if "stack" in namer.reserved else "stack"
-    names = cast("list[str]", [g.name for g in grads])  # (named by _name_all too)
-    ret = f"{out.name}, " + (names[0] if single else
-                             f"({', '.join(names)}{',' if len(names) == 1 else ''})")
-    texts: dict[Any, Any] = {}
-    escaping = _escaping(forward + backward, [out] + grads)
-    for raw in (False, True):
-        text = _Text(consts, raw, counts)
-        text.inlined, text.stack, text.escaping = plan.used, stack, escaping
-        body = text.block(forward, 1, inline=False)
-        back = text.block(backward, 1, inline=True)
-        pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
-        texts[raw] = (_assemble(f"grad_{name}", params, body, back, ret, consts,
-                                stack if pushes else None), text)
-    texts["forward"] = _forward_text(name, params, forward, out, consts, counts)
-    if not any(isinstance(s, (For, If)) for s in forward + backward):
-        texts["gradients"] = _gradients_text(name, params, forward, backward, grads,
-                                             single, consts, counts, plan.used)
+    pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
     # the kernel variants free each array after its last use (see _free_dead)
     arrays = {v.name for v in _program_vars(forward + backward) if v.shape != ()}
-    texts[True] = (_free_dead(texts[True][0], arrays), texts[True][1])
-    if "gradients" in texts:
-        source, text, lean = texts["gradients"]
-        texts["gradients"] = (_free_dead(source, arrays), text, lean)
+    names = cast("list[str]", [g.name for g in grads])  # (named by _name_all too)
+    ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+
+    def render(raw: bool, ahead: list, behind: list, returned: list[SrcVar],
+               ret: str) -> tuple[str, _Text]:
+        text = _Text(consts, raw, counts)
+        text.inlined, text.stack = plan.used, stack
+        text.escaping = _escaping(ahead + behind, returned)
+        source = _assemble(f"grad_{name}", params, text.block(ahead, 1, inline=False),
+                           text.block(behind, 1, inline=True), ret, consts,
+                           stack if pushes else None)
+        return (_free_dead(source, arrays) if raw else source), text
+
+    texts: dict[Any, Any] = {raw: render(raw, forward, backward, [out] + grads,
+                                         f"{out.name}, {ret}") for raw in (False, True)}
+    primal = _copy(forward, pushes=False)  # (the normalised primal needs no stack)
+    _prune(primal, {id(out)})
+    lines = _Text(consts, False, counts).block(primal, 1, inline=False)
+    texts["forward"] = (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
+                        "\n".join(lines + [f"    return {out.name}"]) + "\n")
+    if not any(isinstance(s, (For, If)) for s in forward + backward):
+        ahead, behind = _copy(forward), _copy(backward)  # (new lines: pruning them
+        lean = ahead + behind                             # leaves the program as it is)
+        _prune(lean, {id(g) for g in grads})
+        in_ahead = {id(s) for s in ahead}
+        texts["gradients"] = render(True, [s for s in lean if id(s) in in_ahead],
+                                    [s for s in lean if id(s) not in in_ahead], grads,
+                                    ret) + (lean,)
     return texts
 
 
@@ -250,36 +261,6 @@ def _free_dead(source: str, arrays: set[str | None]) -> str:
         end = cast(int, body[k].end_lineno)
         lines.insert(end, f"    del {', '.join(dead[k])}  # last use")
     return "\n".join(lines) + "\n"
-
-
-def _gradients_text(name: str, params: list[str], forward: list, backward: list,
-                    grads: list[SrcVar], single: bool, consts: dict, counts: Counter,
-                    inlined: set[int]) -> tuple[str, _Text, list]:
-    """The kernel text of the gradients alone (``mg.grad``): the same straight-line
-    program without the lines that only f's value needs (``z = a + b``). Returns the
-    text, its renderer and its lines."""
-    ahead, behind = _copy(forward), _copy(backward)  # (new lines: pruning them leaves
-    in_forward = {id(s) for s in ahead}              # the program as it is)
-    lean = ahead + behind
-    _prune(lean, {id(g) for g in grads})
-    names = cast("list[str]", [g.name for g in grads])
-    ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
-    text = _Text(consts, True, counts)
-    text.inlined, text.escaping = inlined, _escaping(lean, list(grads))
-    body = text.block([s for s in lean if id(s) in in_forward], 1, inline=False)
-    back = text.block([s for s in lean if id(s) not in in_forward], 1, inline=True)
-    return _assemble(f"grad_{name}", params, body, back, ret, consts, None), text, lean
-
-
-def _forward_text(name: str, params: list[str], forward: list, out: SrcVar, consts: dict,
-                  counts: Counter) -> str:
-    """The normalised primal alone: the forward sweep without the stack, then return."""
-    primal = _copy(forward)
-    _strip_stack(primal)
-    _prune(primal, {id(out)})
-    lines = _Text(consts, False, counts).block(primal, 1, inline=False)
-    return (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
-            "\n".join(lines + [f"    return {out.name}"]) + "\n")
 
 
 def _escaping(block: list, returned: list[SrcVar]) -> set[int]:
@@ -322,27 +303,18 @@ def _constants_comment(consts: dict) -> str:
     return "    # constants, captured when this program was built: " + "; ".join(shown) + "\n"
 
 
-def _copy(block: list) -> list:
-    """A copy of a block's structure (lines are shared, loops and ifs copied)."""
+def _copy(block: list, pushes: bool = True) -> list:
+    """A copy of a block's structure (lines are shared, loops and ifs copied), without
+    the stack's pushes if ``pushes`` is false."""
     out: list[For | If | Line] = []
     for s in block:
         if isinstance(s, For):
-            c = For(s.index, s.range, _copy(s.body), s.reverse, s.carry)
-            out.append(c)
+            out.append(For(s.index, s.range, _copy(s.body, pushes), s.reverse, s.carry))
         elif isinstance(s, If):
-            out.append(If(s.cond, _copy(s.then), _copy(s.orelse), s.joins))
-        else:
+            out.append(If(s.cond, _copy(s.then, pushes), _copy(s.orelse, pushes), s.joins))
+        elif pushes or s.kind != "push":
             out.append(Line(s.targets, s.expr, s.kind))
     return out
-
-
-def _strip_stack(block: list) -> None:
-    """Remove the pushes (the normalised primal needs no stack), in every nested block."""
-    blocks = [block] + [b for s in _walk(block) for b in
-                        ((s.body,) if isinstance(s, For) else
-                         (s.then, s.orelse) if isinstance(s, If) else ())]
-    for b in blocks:
-        b[:] = [x for x in b if getattr(x, "kind", "") != "push"]
 
 
 def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
