@@ -109,6 +109,10 @@ def branch_in_loop(x):
     return s
 
 
+def branch_in_loop_inlined(x):
+    return branch_in_loop(x)
+
+
 def branch_on_index(x):
     s = x[0]
     for i in range(1, 4):
@@ -426,6 +430,29 @@ def test_branch_in_a_loop_is_decided_by_the_saved_condition():
     condition = next(line.strip() for line in reverse.splitlines()
                      if line.strip().startswith("if "))
     assert condition[3:-1] in pop.split(" = ")[0].split(", ")  # the if reads a popped value
+
+
+def test_every_straight_line_run_goes_through_the_one_reverse_sweep(monkeypatch):
+    """Issue 17: source mode has no reverse walk of its own for lines. The top level, the
+    loop's body and both branches are runs of lines, each reversed by backward.py's
+    reverse_sweep; a copy (``m = k``, a join) is an identity entry of that sweep."""
+    from minigraph.autodiff import backward
+    from minigraph.autodiff.source import adjoint
+    records = []
+
+    def recording(entries, seeds, *args, **kwargs):
+        records.append([entry[0].name for entry in entries])
+        return backward.reverse_sweep(entries, seeds, *args, **kwargs)
+
+    monkeypatch.setattr(adjoint, "reverse_sweep", recording)
+    x = np.array([1.0, -2.0, 3.0, -0.5])
+    gx = mg.source_grad(branch_in_loop_inlined)(x)  # (a function of its own: not cached)
+    expected = np.where(x > 0, 2 * x, -np.cos(x))
+    np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-12)
+    # each branch ends with its join (d = c, d = f: an identity); the body's run before
+    # the if reads x[i] and compares it
+    for run in (["mul", "add", "identity"], ["sin", "sub", "identity"], ["getitem", "greater"]):
+        assert run in records
 
 
 def test_constants_stay_numbers_and_dead_code_goes():

@@ -29,7 +29,7 @@ from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk, _Writer
 from .reading import _Source
 from .render import _LITERALS, _Text
 from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
-from .values import Index, SrcVar, _writing
+from .values import Index, SrcVar, _parts, _writing
 
 
 class Program:
@@ -169,19 +169,12 @@ def _finish(src: _Source, params: list[str], forward: list, backward: list, out:
 
 def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> None:
     """Name every non-literal value a line uses (tensors, arrays) as a constant."""
-    def visit(v: Any) -> None:
-        if isinstance(v, (tuple, list)):
-            for x in v:
-                visit(x)
-        elif isinstance(v, slice):
-            visit((v.start, v.stop, v.step))
-        elif not isinstance(v, (SrcVar, Index, Device)) and type(v) not in _LITERALS \
-                and v is not Ellipsis:
-            _const_name(v, namer, consts, hints)
     for stmt in _walk(block):
         if isinstance(stmt, Line) and isinstance(stmt.expr, Op):
-            visit(stmt.expr.args)
-            visit(tuple(stmt.expr.params.values()))
+            for v in _parts((stmt.expr.args, tuple(stmt.expr.params.values()))):
+                if not isinstance(v, (SrcVar, Index, Device)) and type(v) not in _LITERALS \
+                        and v is not Ellipsis:
+                    _const_name(v, namer, consts, hints)
 
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,

@@ -23,7 +23,7 @@ from ...ops import shape as SH
 from ...ops.primitive import Primitive, bind
 from ...tensor import Tensor
 from .reading import SourceTransformError, Where, _located, _refusal
-from .values import Index, SrcVar, _concrete
+from .values import Index, SrcVar, _concrete, _parts
 
 
 class Op:
@@ -81,23 +81,20 @@ class If:
         self.dropped = False
 
 
-def _vars(v: Any) -> Iterator[SrcVar]:
-    if type(v) is SrcVar:
-        yield v
-    elif isinstance(v, (tuple, list)):
-        for x in v:
-            yield from _vars(x)
+def _vars(v: Any) -> list[SrcVar]:
+    """The variables inside ``v`` (a line's arguments, a tuple of them)."""
+    return [x for x in _parts(v) if type(x) is SrcVar]
 
 
 def _uses(stmt: Any) -> list[SrcVar]:
     """The variables a line reads (a loop's or branch's own condition for If)."""
     if isinstance(stmt, If):
-        return list(_vars(stmt.cond))
+        return _vars(stmt.cond)
     e = stmt.expr
     if isinstance(e, Op):
-        return list(_vars(e.args))
+        return _vars(e.args)
     if isinstance(e, Ref):
-        return list(_vars(e.values))
+        return _vars(e.values)
     return []
 
 

@@ -156,18 +156,13 @@ class _Namer:
                 return self.take(name)
 
     def numbered(self, base: str) -> str:
-        if self.free(base):
-            return self.take(base)
-        for k in itertools.count(1):
-            if self.free(f"{base}_{k}"):
-                return self.take(f"{base}_{k}")
-        raise AssertionError  # pragma: no cover
+        """``base`` if it is free, else the first free of base_1, base_2 ... (gx_1)."""
+        return self.take(base) if self.free(base) else self.series(base + "_")
 
     def series(self, base: str) -> str:
-        for k in itertools.count(1):
-            if self.free(f"{base}{k}"):
-                return self.take(f"{base}{k}")
-        raise AssertionError  # pragma: no cover
+        """The first free of base1, base2 ... (c1, c2: the constants)."""
+        return self.take(next(name for name in (f"{base}{k}" for k in itertools.count(1))
+                              if self.free(name)))
 
 
 def _program_vars(block: list) -> Iterator[SrcVar]:

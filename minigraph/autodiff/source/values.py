@@ -201,14 +201,19 @@ def _paren(v: Any, prec: int) -> str:
     return repr(v) if not (isinstance(v, (int, float)) and v < 0) else f"({v!r})"
 
 
-def _contains(v: Any, kind: type) -> bool:
-    if isinstance(v, kind):
-        return True
+def _parts(v: Any) -> Iterator[Any]:
+    """The values inside ``v``, through tuples, lists and slices (an index's parts)."""
     if isinstance(v, (tuple, list)):
-        return any(_contains(x, kind) for x in v)
-    if isinstance(v, slice):
-        return any(_contains(x, kind) for x in (v.start, v.stop, v.step))
-    return False
+        for x in v:
+            yield from _parts(x)
+    elif isinstance(v, slice):
+        yield from _parts((v.start, v.stop, v.step))
+    else:
+        yield v
+
+
+def _contains(v: Any, kind: type) -> bool:
+    return any(isinstance(x, kind) for x in _parts(v))
 
 
 def _dynamic(v: Any) -> bool:
