@@ -34,9 +34,9 @@ def apply(op, a, b):
 
 
 @st.composite
-def dags(draw):
+def dags(draw, ops=OPS):
     n = draw(st.integers(1, 30))
-    return [(draw(st.sampled_from(OPS)), draw(st.integers(0, k + 1)), draw(st.integers(0, k + 1)))
+    return [(draw(st.sampled_from(ops)), draw(st.integers(0, k + 1)), draw(st.integers(0, k + 1)))
             for k in range(n)]
 
 
@@ -377,3 +377,121 @@ def test_the_calling_thread_runs_cheap_roots_and_hands_out_expensive_nodes():
     caller = next(e["tid"] for e in events if e["name"] == "w1")
     assert all(e["tid"] == caller for e in events if e["name"] in ("a", "w1", "w2"))
     assert all(e["tid"] != caller for e in events if e["cost"] == "expensive")
+
+
+# -- memory decided at plan time (memory.MemoryPlan) against the dynamic accounting ----------
+
+WRITABLE_OPS = ["add", "sub", "mul", "tanh", "sin", "matmul"]  # each has an out kernel
+
+
+def same_statistics(planned, dynamic):
+    """The statistics a run reports, from a planned and a dynamic (traced) run."""
+    a, b = planned.last_run, dynamic.last_run
+    assert a.order == b.order
+    assert a.peak_bytes == b.peak_bytes
+    assert a.lower_bound == b.lower_bound
+    assert a.total_bytes_by_device == b.total_bytes_by_device
+    assert a.total_bytes == b.total_bytes
+
+
+@given(dags(ops=WRITABLE_OPS), st.data())
+def test_planned_memory_reports_what_the_dynamic_accounting_counts(dag, data):
+    g, x, y, nodes = build(dag)
+    picks = data.draw(st.lists(st.integers(2, len(nodes) - 1), min_size=1, max_size=3))
+    fetches = [nodes[k] for k in picks]  # (repeats too: run([a, a]))
+    feeds = {x: X, y: Y}
+    if data.draw(st.booleans()):  # an inner node fed: it takes no buffer of its own
+        inner = nodes[data.draw(st.integers(2, len(nodes) - 1))]
+        feeds[inner] = np.full((4, 4), 0.5)
+    recycle = data.draw(st.booleans())
+    with mg.Session(g, recycle=recycle) as planned, \
+            mg.Session(g, recycle=recycle, trace=True) as dynamic:  # traced: dynamic
+        expected = dynamic.run(fetches, feeds)
+        for _ in range(2):  # the first run plans, the second only runs the plan
+            values = planned.run(fetches, feeds)
+            assert planned._accounting == "planned" and dynamic._accounting == "dynamic"
+            same_statistics(planned, dynamic)
+            for v, e in zip(values, expected):
+                np.testing.assert_array_equal(v, e)  # bit for bit
+        for i, v in enumerate(values):  # each value the caller's own
+            assert not any(np.shares_memory(v, w) for w in values[i + 1:] if w is not v)
+
+
+def test_planned_memory_with_constants_variables_and_assign():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(3,), name="x")
+        c = mg.constant(np.arange(3.0), name="c")
+        v = mg.variable(np.ones(3), name="v")
+        h = mg.sin(x) * c + v
+        step = v.assign(mg.tanh(h))
+        out = h * 2.0
+    planned, dynamic = mg.Session(g), mg.Session(g, trace=True)
+    for _ in range(3):  # each run assigns: both sessions see the same variable
+        before = v.numpy()
+        a = planned.run([out, step], {x: np.linspace(0, 1, 3)})
+        v.value = v.device.asarray(before)  # undone, so that the other run starts alike
+        b = dynamic.run([out, step], {x: np.linspace(0, 1, 3)})
+        assert planned._accounting == "planned"
+        same_statistics(planned, dynamic)
+        for p, d in zip(a, b):
+            np.testing.assert_array_equal(p, d)
+
+
+def _returns_a_view(xp, a, out=None):
+    return a[...]  # ignores out: a view of its input, not the buffer it was given
+
+
+VIEW = Primitive("view_of_input", _returns_a_view, same, vjp=[None], out=_returns_a_view)
+
+
+@pytest.mark.parametrize("recycle", [True, False])
+def test_a_kernel_that_returns_a_view_makes_the_run_fall_back(recycle):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(8,), name="x")
+        kept = mg.exp(x)
+        c = mg.sin(x) * mg.cos(x)  # the buffers of sin and cos go to the pool
+        viewed = g.add(VIEW, (c,), {})  # takes one of them, but returns a view of c
+        e = mg.tanh(viewed) + viewed  # the run goes on, counted node by node ...
+        d = mg.sin(e) * kept * c  # ... from the state the plan had reached
+    feeds = {x: np.linspace(0, 1, 8)}
+    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
+    for _ in range(2):
+        got = planned.run([d, viewed, c], feeds)
+        assert planned._accounting == "fallback"
+        expected = dynamic.run([d, viewed, c], feeds)
+        same_statistics(planned, dynamic)
+        for p, e in zip(got, expected):
+            np.testing.assert_array_equal(p, e)
+    assert not np.shares_memory(got[0], got[1])
+
+
+def _fails_into(xp, a, out=None):
+    raise ValueError("no room")
+
+
+@pytest.mark.parametrize("recycle", [True, False])
+def test_a_failure_in_a_planned_run_reports_how_far_it_got(recycle):
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(16,), name="x")
+        a = mg.cos(mg.sin(x) * 2.0)
+        bad = g.add(Primitive("fails_into", _fails_into, same, vjp=[None], out=_fails_into),
+                    (a,), {})
+        z = mg.exp(bad) + a
+    feeds = {x: np.ones(16)}
+    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
+    for sess in (planned, dynamic):
+        with pytest.raises(NodeError, match=r"(?s)fails_into.*no room.*test_scheduler.py"):
+            sess.run(z, feeds)
+    assert planned._accounting == "planned"
+    assert planned.last_run.order[-1] == "fails_into"
+    same_statistics(planned, dynamic)
+    np.testing.assert_allclose(planned.run(a, feeds), np.cos(np.sin(np.ones(16)) * 2.0))
+
+
+def test_a_plan_the_model_cannot_know_keeps_the_dynamic_accounting():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(4, 4), name="x")
+        y = (x * 2.0).reshape(16).sum()  # a reshape may be a view, a sum has no out kernel
+    for sess in (mg.Session(g), mg.Session(g, workers=2, debug=True)):
+        sess.run(y, {x: np.ones((4, 4))})
+        assert sess._accounting == "dynamic"

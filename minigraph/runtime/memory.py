@@ -28,6 +28,7 @@ A debug mode *poisons* every freed buffer (NaN or -1), so a read after free show
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -118,8 +119,12 @@ class Memory:
         free = self.pool.get(key) if self.recycle else None
         if free:
             return free.pop(), True
+        return self._new_buffer(node), False
+
+    def _new_buffer(self, node: Node) -> Any:
+        """A new C-ordered buffer of the node's shape and dtype (lazy allocation: now)."""
         assert node.shape is not None and node.dtype is not None  # (can_write_into)
-        return node.device.empty(node.shape, node.dtype), False
+        return node.device.empty(node.shape, node.dtype)
 
     def produced(self, node: Node, value: Any, reused: bool) -> None:
         """``node`` has computed ``value`` (into a pooled buffer if ``reused``)."""
@@ -187,6 +192,193 @@ class Memory:
         """A point of the memory curve (traced runs only: it reads the clock)."""
         self.curve.append((time.perf_counter() - self.start, dev, self.live[dev],
                            self.held[dev]))
+
+
+# -- the same model, run once when the session plans ------------------------------------------
+
+class PlannedStep:
+    """What the memory plan decided for one step of a serial run (see :class:`MemoryPlan`).
+
+    ``take``: the slot of the buffer the node's kernel writes into, -1 for none;
+    ``fresh``: whether that buffer is allocated now (else it is the pooled buffer the run
+    keeps in the slot); ``stash``: ``(node id, slot)`` for each value whose buffer goes to
+    the pool after the step (the run moves it into that slot); ``dead``: the ids of the
+    values the run drops after the step (their last reader has run)."""
+
+    __slots__ = ("take", "fresh", "stash", "dead")
+
+    def __init__(self, take: int, fresh: bool, stash: tuple[tuple[int, int], ...],
+                 dead: tuple[int, ...]):
+        self.take, self.fresh, self.stash, self.dead = take, fresh, stash, dead
+
+
+class MemoryPlan:
+    """The memory of a serial run, decided once per plan: buffer reuse at plan time.
+
+    A serial run walks its plan in one fixed order, and :class:`Memory` decides from that
+    order alone, never from the numbers in the arrays: the same counts reach zero after
+    the same steps, the same buffers go to the pool and come out of it, so every run of
+    the plan has the same peaks and totals. When every value of the plan is known in
+    advance (see :func:`plan_memory`), the session runs :class:`Memory` itself *once*,
+    on stand-ins for the buffers (``_Planned``), and keeps what it decided at each step
+    (``steps``, a :class:`PlannedStep` each) and the statistics it ended with. A run
+    then only executes the plan (``scheduler.Run.run_planned``): no reference counts,
+    no pool lookups, a few list operations per node.
+
+    Why a second way: for a chain of scalar operations the dynamic bookkeeping costs
+    about three times the kernel, and ``Session.run`` of 10^4 scalar nodes should take at
+    most 4x the same NumPy calls in a Python loop. Since the statistics come from the
+    same :class:`Memory` code, they are those a dynamic run would report, exactly.
+
+    The run checks the one thing the plan assumed about a kernel: that it returned the
+    buffer it was given (then its shape, dtype and layout are the planned ones, and it
+    is no view of an input). If a kernel returns anything else, :meth:`resume` puts the
+    run's own :class:`Memory` in the state the dynamic accounting would be in at that
+    step, and the run goes on with the dynamic path.
+    """
+
+    def __init__(self, order: list[Node], fetches: list[Node], fed: set[int], recycle: bool,
+                 counts: PlanCounts):
+        self.order = order
+        self.names = [n.name for n in order]
+        self.fetches, self.fed, self.recycle, self.counts = fetches, fed, recycle, counts
+        model, self.steps = self._model(len(order))
+        self.slots = model.slots  # how many buffers the plan allocates (a slot each)
+        self.peak_held, self.peak_live, self.total = model.peak_held, model.peak_live, model.total
+
+    def _model(self, stop: int) -> "tuple[_PlanningMemory, list[PlannedStep]]":
+        """:class:`Memory` driven through the first ``stop`` steps as ``Run.run_node``
+        drives it, on stand-in values, and what it decided at each step."""
+        model = _PlanningMemory(self.order, self.fetches, [_EXTERNAL], self.recycle,
+                                counts=self.counts, curve=False)
+        values: dict[int, Any] = {key: _EXTERNAL for key in self.fed}  # node id -> stand-in
+        return model, [self._step(model, node, values) for node in self.order[:stop]]
+
+    def _step(self, model: "_PlanningMemory", node: Node, values: dict[int, Any]) -> PlannedStep:
+        """One step of the model, in ``Run.run_node``'s order: take a buffer, produce the
+        value, count the reads."""
+        key = id(node)
+        take, fresh, buffer, pooled = -1, False, None, False
+        if key in model.writable:  # (a fed node asks for one too, as in run_node)
+            buffer, pooled = model.buffer_for(node)
+            take, fresh = buffer.slot, not pooled
+        if key in self.fed:  # nothing to compute: no allocation (a pooled buffer is dropped)
+            fresh = False
+            take = take if pooled else -1
+        else:
+            if node.op in ("Const", "Variable"):
+                values[key] = _EXTERNAL
+            elif node.op == "Assign":
+                values[key] = values[id(node.args[1])]  # (its value is its input's)
+            else:
+                values[key] = buffer  # the kernel writes into its buffer
+            model.produced(node, values[key], pooled)
+        model.pooled = []
+        dead = tuple(id(d) for d in model.consumed(node) if id(d) not in self.fed)
+        for d in dead:
+            del values[d]
+        stash = tuple((id(n), b.slot) for n, b in model.pooled)
+        return PlannedStep(take, fresh, stash, dead)
+
+    def report(self, memory: Memory, stop: int | None = None) -> None:
+        """Give a run's ``memory`` the statistics of the plan's first ``stop`` steps
+        (all of them by default; a failed run's stop where it failed)."""
+        model: Any = self if stop is None else self._model(stop)[0]
+        memory.peak_held, memory.peak_live = dict(model.peak_held), dict(model.peak_live)
+        memory.total = dict(model.total)
+
+    def resume(self, stop: int, memory: Memory, values: dict[int, Any],
+               buffers: list[Any]) -> None:
+        """Put a run's ``memory`` in the state the dynamic accounting is in when step
+        ``stop``'s kernel has run: the model's after the steps before and the buffer
+        request of this one, with the real arrays in place of the stand-ins (the run
+        holds them: the live ones among its ``values``, the pooled ones in ``buffers``)."""
+        model, _ = self._model(stop)
+        node = self.order[stop]
+        if id(node) in model.writable:
+            model.buffer_for(node)
+        real = {slot: b for slot, b in enumerate(buffers) if b is not None}
+        for key, at in model.value_storage.items():
+            entry = model.storage.get(at)
+            if entry is not None:
+                real[entry[0].slot] = root(values[key])
+        memory.storage = {id(real[b.slot]): [real[b.slot], users, dev, size]
+                          for b, users, dev, size in model.storage.values()}
+        memory.value_storage = {key: id(real[model.storage[at][0].slot])
+                                if at in model.storage else at
+                                for key, at in model.value_storage.items()}
+        memory.pool = {k: [real[b.slot] for b in free] for k, free in model.pool.items()}
+        memory.readers, memory.demand = model.readers, model.demand
+        memory.live, memory.held = model.live, model.held
+        memory.peak_held, memory.peak_live, memory.total = (model.peak_held, model.peak_live,
+                                                            model.total)
+
+
+def plan_memory(order: list[Node], fetches: list[Node], fed: set[int], recycle: bool,
+                counts: PlanCounts) -> MemoryPlan | None:
+    """The :class:`MemoryPlan` of a serial run of ``order``, or None where some value is
+    not known before the run: a node computed by a kernel without an ``out`` form (a
+    reshape may return a view of its input, a sum a new array or a NumPy scalar), a
+    placeholder without a feed (the run fails), a Send or a Recv. Those runs keep the
+    dynamic accounting."""
+    for node in order:
+        if not (id(node) in fed or node.op in ("Const", "Variable", "Assign")
+                or (can_write_into(node)
+                    and all(a.device is node.device for a in node.inputs))):
+            return None
+    return MemoryPlan(order, fetches, fed, recycle, counts)
+
+
+_EXTERNAL = object()  # the model's stand-in for a value the run does not own (a feed ...)
+
+
+class _Fresh:
+    """The layout flags of a buffer from ``Device.empty``: C-ordered, writeable."""
+
+    c_contiguous = True
+    writeable = True
+
+
+class _Planned:
+    """A stand-in for a buffer in the model run at plan time: what :class:`Memory` reads
+    of an array (shape, dtype, bytes, layout, base), and the slot in which a run keeps
+    the real buffer while it waits in the pool."""
+
+    __slots__ = ("shape", "dtype", "nbytes", "flags", "base", "slot")
+
+    def __init__(self, node: Node, slot: int):
+        assert node.shape is not None and node.dtype is not None  # (can_write_into)
+        self.shape = node.shape
+        self.dtype = node.device.dtype(node.dtype)  # (the pool's key names it back)
+        self.nbytes = math.prod(node.shape) * np.dtype(node.dtype).itemsize
+        self.flags = _Fresh
+        self.base = None
+        self.slot = slot
+
+
+class _PlanningMemory(Memory):
+    """:class:`Memory` on stand-ins: a new buffer is a :class:`_Planned` with the next
+    slot, and ``pooled`` lists the (node, buffer) pairs whose release sent the buffer
+    to the pool, since the caller last emptied it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.slots = 0
+        self.pooled: list[tuple[Node, _Planned]] = []
+
+    def _new_buffer(self, node: Node) -> _Planned:
+        self.slots += 1
+        return _Planned(node, self.slots - 1)
+
+    def _release(self, node: Node) -> None:
+        at = self.value_storage.get(id(node))
+        entry = self.storage.get(at) if at is not None else None
+        super()._release(node)
+        if entry is not None and entry[1] == 0:  # its last user: the buffer left the run
+            base = entry[0]
+            free = self.pool.get((entry[2], tuple(base.shape), _dtype_name(node, base)))
+            if free and free[-1] is base:
+                self.pooled.append((node, base))
 
 
 def _distinct(nodes: tuple[Node, ...]) -> "tuple[Node, ...] | list[Node]":

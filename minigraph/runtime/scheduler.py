@@ -55,7 +55,7 @@ from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
-from .memory import Memory, PlanCounts
+from .memory import Memory, MemoryPlan, PlanCounts
 from .partition import CommNode
 from .rendezvous import Rendezvous
 
@@ -113,10 +113,16 @@ def compute(step: Step, values: dict[int, Any], assigns: list, fetches: list[Nod
             return step.out(step.xp, *arrays, out=out, **step.params)  # type: ignore[misc]
         return step.impl(step.xp, *arrays, **step.params)  # type: ignore[misc]
     except Exception as exc:
-        shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
-        raise NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
-                        f"[{shapes}]: {exc}\n  the node was created at "
-                        f"{describe_location(node.location)}") from exc
+        raise _failed(step, arrays, exc) from exc
+
+
+def _failed(step: Step, arrays: list, exc: Exception) -> NodeError:
+    """The error that says which node failed, on what, and where it was created."""
+    node = step.node
+    shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
+    return NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
+                     f"[{shapes}]: {exc}\n  the node was created at "
+                     f"{describe_location(node.location)}")
 
 
 def _kernel(step: Step, arrays: list, out: Any) -> Any:
@@ -222,6 +228,9 @@ class Run:
         self.arrivals: queue.SimpleQueue = queue.SimpleQueue()  # Recvs to finish (serial)
         self.moved: dict[tuple[str, str], int] = {}  # (from, to) device -> bytes sent
         self.pool: ThreadPoolExecutor | None = None
+        # how the run counted its memory: "dynamic" (Memory, node by node), "planned"
+        # (a memory.MemoryPlan) or "fallback" (planned until a kernel broke the plan)
+        self.accounting = "dynamic"
 
     def execute(self, node: Node) -> list[Node] | None:
         """Run one node; return the consumers it made ready (in creation order), or None
@@ -270,15 +279,19 @@ class Run:
         if self.record is not None:
             self.record(node.name, end - start)
         with self.lock:
-            if buffer is not None and self.values[key] is not buffer:
-                buffer = None  # the kernel returned something else: keep both honest
-            if key not in self.feeds:
-                self.memory.produced(node, self.values[key], pooled)
-            for dead in self.memory.consumed(node):  # the run holds no freed value
-                if id(dead) not in self.feeds:
-                    self.values.pop(id(dead), None)
+            self._account(node, key, pooled)
             if self.trace:
                 self.events.append(self._event(node, start, end))
+
+    def _account(self, node: Node, key: int, pooled: bool) -> None:
+        """Count a node's new value (written into a pooled buffer if ``pooled``) and its
+        reads in the run's memory, and drop the values nobody will read again, so that the
+        run holds no freed value (the caller holds the lock)."""
+        if key not in self.feeds:
+            self.memory.produced(node, self.values[key], pooled)
+        for dead in self.memory.consumed(node):
+            if id(dead) not in self.feeds:
+                self.values.pop(id(dead), None)
 
     def _send(self, node: Node) -> None:
         """A Send: hand a copy of its input to the rendezvous, and count its bytes."""
@@ -369,6 +382,83 @@ class Run:
         except BaseException as exc:
             self._stop(exc)
             raise
+
+    # -- workers = 1, memory planned: the serial walk of a memory.MemoryPlan -----------------
+    def run_planned(self, plan: MemoryPlan) -> None:
+        """The serial walk of a plan whose memory the session decided when it planned
+        (``memory.MemoryPlan``): each step takes its planned buffer, runs its kernel into
+        it and drops the values the plan says are dead; the statistics are the plan's.
+        Why not ``run_node``: its reference counts and pool lookups cost more than a
+        scalar kernel, and they would decide the same as the plan did, run after run.
+
+        If a kernel returns anything but the buffer it was given (a view of an input, a
+        new array), the plan no longer describes the run: its memory is put in the state
+        the dynamic accounting would have (``MemoryPlan.resume``), and the run goes on
+        with ``run_node``, which counts whatever the kernels return."""
+        with np.errstate(**self.errors):
+            buffers: list[Any] = [None] * plan.slots  # slot -> a buffer waiting in the pool
+            self.accounting = "planned"
+            stop = self._walk(plan, buffers)
+            if stop == len(self.steps):
+                self.order = list(plan.names)
+                plan.report(self.memory)
+                return
+            self.accounting = "fallback"
+            plan.resume(stop, self.memory, self.values, buffers)
+            self.order = plan.names[:stop + 1]
+            node, key = self.steps[stop].node, self.steps[stop].key
+            with self.lock:  # (the buffer that step got came from the pool unless fresh)
+                self._account(node, key, pooled=not plan.steps[stop].fresh)
+            try:
+                for step in self.steps[stop + 1:]:
+                    self.run_node(step)
+            except BaseException as exc:
+                self._stop(exc)
+                raise
+
+    def _walk(self, plan: MemoryPlan, buffers: list[Any]) -> int:
+        """Run the plan's steps in order; return the index of the first one whose kernel
+        did not write into its planned buffer (its value is among the values already),
+        or the number of steps when all did. A failure leaves the statistics of the
+        steps before it (``plan.report``) and the order up to the failed node."""
+        values, feeds, assigns, fetches = self.values, self.feeds, self.assigns, self.fetches
+        k = 0
+        try:
+            for k, (step, planned) in enumerate(zip(self.steps, plan.steps)):
+                buffer = None
+                if planned.take >= 0:
+                    if planned.fresh:  # lazy allocation: the buffer is made when needed
+                        node = step.node
+                        buffer = node.device.empty(node.shape, node.dtype)  # type: ignore[arg-type]
+                    else:  # out of the pool
+                        buffer, buffers[planned.take] = buffers[planned.take], None
+                if step.key not in feeds:
+                    if buffer is not None and step.context is None:
+                        # compute()'s call of an out kernel, written out here: on a scalar
+                        # it is most of the step, and the call of compute() is a tenth
+                        arrays = [values[at] if is_node else at for is_node, at in step.reads]
+                        try:
+                            value = step.out(step.xp, *arrays, out=buffer, **step.params)  # type: ignore[misc]
+                        except Exception as exc:
+                            raise _failed(step, arrays, exc) from exc
+                    else:  # a Const, a Variable, an Assign; a kernel on a GPU
+                        value = compute(step, values, assigns, fetches, buffer)
+                    values[step.key] = value
+                    if buffer is not None and value is not buffer:
+                        return k  # (the cheap check that the plan holds)
+                for key, slot in planned.stash:  # into the pool: the run keeps the buffer
+                    buffers[slot] = values[key]
+                for key in planned.dead:  # the run holds no freed value
+                    del values[key]
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # which node failed (as run_node says it)
+                # (an exception object takes new attributes; mypy knows only the declared)
+                exc.node, exc.op = plan.names[k], self.steps[k].node.op  # type: ignore[attr-defined]
+            self.order = plan.names[:k + 1]
+            plan.report(self.memory, k)
+            self._stop(exc)
+            raise
+        return len(self.steps)
 
     # -- workers > 1: inline cheap nodes, expensive nodes to the pool ---------------------
     def run_threaded(self, pool: ThreadPoolExecutor) -> None:

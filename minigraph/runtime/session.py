@@ -52,7 +52,7 @@ from ..graph.graph import Graph, GraphError, Node, default_graph, describe_locat
 from ..graph.topo import fifo_order, needed
 from ..tensor import Tensor
 from .cost import CostModel
-from .memory import Memory, root
+from .memory import Memory, MemoryPlan, plan_memory, root
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
@@ -95,6 +95,10 @@ class Session:
         self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
         self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
         self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
+        self._one_device: dict[int, bool] = {}  # id(plan) -> all its nodes on one device
+        # id(plan) -> its memory decided at plan time, or None (memory.MemoryPlan)
+        self._memory_plans: dict[int, MemoryPlan | None] = {}
+        self._accounting = ""  # how the last run on one device counted its memory (Run)
         # guards the caches above when several threads run at once: a plan made twice
         # would leave a layout under the id of a plan that died (ids are reused)
         self._cache_lock = threading.RLock()
@@ -115,10 +119,10 @@ class Session:
         feeds = self._feeds(feed_dict or {})
         plan = self._plan(flat, feeds)
         with _state_lock(self.graph) if self._stateful[id(plan)] else nullcontext():
-            if len({n.device.name for n in plan}) > 1:
-                values, assigns = self._run_partitioned(flat, feeds)
-            else:
+            if self._one_device[id(plan)]:
                 values, assigns = self._run_on_one_device(plan, flat, feeds)
+            else:
+                values, assigns = self._run_partitioned(flat, feeds)
             kept = list(feeds.values()) + [n.value for n in plan
                                            if n.op in ("Const", "Variable")]
             results = _handed_over(flat, values, kept)
@@ -155,10 +159,15 @@ class Session:
         if self.workers > 1 and (layout.overlaps if self.costs is None else
                                  can_overlap(plan, self.costs.cost)):
             pool = self._pool_for(plan[0].device.name)
+        memory_plan = self._memory_plans[id(plan)]
         try:
-            self._execute(run, pool)
+            if pool is None and memory_plan is not None:
+                run.run_planned(memory_plan)  # the serial walk, its memory decided already
+            else:
+                self._execute(run, pool)
         finally:  # a failed run's statistics show how far it got
             self.last_run = RunStats.merge([run])
+            self._accounting = run.accounting  # (tests read it: "planned", "fallback" ...)
         return run.values, run.assigns
 
     def _run_partitioned(self, fetches: list[Node], feeds: dict) -> tuple[dict, list]:
@@ -322,7 +331,20 @@ class Session:
                 self._plans[key] = plan
                 self._layouts[id(plan)] = Layout(plan, set(feeds))
                 self._stateful[id(plan)] = any(n.op in ("Variable", "Assign") for n in plan)
+                self._one_device[id(plan)] = len({n.device.name for n in plan}) == 1
+                self._memory_plans[id(plan)] = self._plan_memory(plan, fetches, set(feeds))
             return self._plans[key]
+
+    def _plan_memory(self, plan: list[Node], fetches: list[Node],
+                     fed: set[int]) -> MemoryPlan | None:
+        """The plan's memory, decided now for its serial runs (``memory.MemoryPlan``), or
+        None where runs keep the dynamic accounting: a traced run (its memory curve
+        needs the clock of each change), a debug run (it poisons what it frees), a
+        measured cost model (it times every node), a plan across devices (it runs
+        partitioned), or a plan the model cannot know in advance (``plan_memory``)."""
+        if self.trace or self.debug or self.costs is not None or not self._one_device[id(plan)]:
+            return None
+        return plan_memory(plan, fetches, fed, self.recycle, self._layouts[id(plan)].counts)
 
 
 def _static(node: Node) -> str:
