@@ -13,6 +13,15 @@ later call whose arguments have the same *signature*:
   keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
   0.0 and -0.0 (whose ``1 / x`` differ) never share a program.
 
+No transformation level is part of it, because a program never depends on one. It is
+written from its arguments' shapes, dtypes and devices alone, and its code runs on arrays
+only (:func:`arrays`); called on values of a transformation (a box of ``mg.grad``, a dual
+number of ``mg.jvp``, a batched value of ``mg.vmap``, at any depth of nesting), it runs
+through ``bind`` instead (a graph replayed node by node, a source program's ``mg.``
+text), and every primitive goes to the interpreter of its arguments' level. So the
+program built for plain floats is the one an outer ``mg.grad`` replays, and the other
+way round (``tests/test_codegen.py`` checks both orders).
+
 :func:`programs` is the one cache: per function, per transformation (``"graph"``,
 ``"source"``, ``"trace"``) and its options (the normalised argnums), a dict from
 signature to program. It holds functions weakly: a program dies with its function.
@@ -66,6 +75,30 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
 def is_data(entry: tuple) -> bool:
     """Whether an argument with this signature entry is read when the program runs."""
     return entry[0] == DATA
+
+
+def arrays(args: tuple, key: tuple, static: bool) -> list | None:
+    """The arguments as a compiled program's code takes them, for ``key``, their
+    signature: a tensor as its array, a float or an array as an array on the device its
+    signature names; a static argument as it is if ``static`` (a source program takes
+    all of f's parameters), else not at all (a traced graph has it built in). None if a
+    value needs its own interpreter, which the code on arrays is not: a value of another
+    transformation, or a tensor the tape records (a gradient of the result is wanted)."""
+    out = []
+    for a, entry in zip(args, key):
+        kind = type(a)
+        if kind is Tensor:
+            if a.requires_grad and tape.is_grad_enabled():
+                return None
+            out.append(a.data)
+        elif entry[0] != DATA:
+            if static:
+                out.append(a)
+        elif kind in KINDS:
+            return None
+        else:  # a float or an array: (DATA, device, shape, dtype)
+            out.append(entry[1].asarray(a))
+    return out
 
 
 def _constant_key(a: Any, k: int) -> Any:

@@ -5,15 +5,18 @@ line per node in FIFO topological order, and turns it into code with ``compile``
 ``exec``. The text stays in ``fn.source``::
 
     def compiled(x, y):
-        mul = k_mul(xp, x, y)       # x * y          (demo.py:3)
-        sin = k_sin(xp, x)          # mg.sin(x)
-        add = k_add(xp, mul, sin)
+        sin = k_sin(xp, x)  # line 3
+        mul = k_mul(xp, x, y)  # line 3
+        add = k_add(xp, mul, sin)  # line 3
         return (add,)
 
 Each line calls a primitive's kernel (``k_mul`` is the ``mul`` entry's ``impl``)
 directly on arrays: no ``bind``, no tape, no Python objects per value. That is why a
 compiled graph runs much faster than the same function executed eagerly: all the
-decisions (which op, which device, which order) were taken once, at compile time.
+decisions (which op, which device, which order) were taken once, at compile time. (The
+comment is the line of the user's code that made the node.) The lines are written by
+the code generator that source transformation uses too (``minigraph/codegen.py``);
+what is decided here is the graph's part: the order, and the memory.
 
 One of those decisions is about memory. When an elementwise node reads a value for the
 last time, and that value has the node's shape and dtype, the node can write its result
@@ -30,13 +33,11 @@ see :func:`in_place_plan`.
 
 from __future__ import annotations
 
-import keyword
-import linecache
-import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
 from .graph import Graph, GraphError, Node
@@ -44,39 +45,6 @@ from .topo import fifo_order, needed
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
     from ..autodiff.signature import Captured
-
-_LITERALS = (int, float, bool, str, type(None))
-
-
-def _literal(v: Any) -> bool:
-    """Whether ``repr(v)`` reads back as ``v`` (then it is written into the source)."""
-    if isinstance(v, _LITERALS):
-        return True
-    if isinstance(v, (tuple, list)):
-        return all(_literal(x) for x in v)
-    if isinstance(v, slice):
-        return all(_literal(x) for x in (v.start, v.stop, v.step))
-    return False
-
-
-class _Namer:
-    """Python identifiers for node names (``gradients/mul_1`` -> ``gradients_mul_1``)."""
-
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
-        self.names: dict[int, str] = {}
-
-    def __call__(self, node: Node) -> str:
-        if id(node) not in self.names:
-            base = "".join(c if c.isalnum() or c == "_" else "_" for c in node.name) or "v"
-            if base[0].isdigit() or keyword.iskeyword(base):
-                base = "v_" + base
-            name, k = base, 1
-            while name in self.taken:
-                name, k = f"{base}_{k}", k + 1
-            self.taken.add(name)
-            self.names[id(node)] = name
-        return self.names[id(node)]
 
 
 class CompiledFunction:
@@ -162,48 +130,30 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     inputs, outputs = list(inputs), list(outputs)
     fed = {id(n) for n in inputs}
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
-    namespace: dict[str, Any] = {}
-    namer = _Namer(set(_builtins()))
+    names = Names()
+    # Every node's variable first (the user's names, where free), so that the names of
+    # kernels and constants, given out while the lines are written, never hide one.
+    local: dict[int, str] = {}
+    for n in inputs + order:
+        if id(n) not in local:  # (the order holds the inputs too)
+            local[id(n)] = names.identifier(n.name)
     lines: list[str] = []
     assigns: list[tuple[str, str]] = []  # (variable's holder, value) of each Assign
-    params = [namer(n) for n in inputs]
     into = in_place_plan(order, fed, outputs)
     dead = last_uses(order, fed, outputs)
     for node in order:
         if id(node) not in fed:
-            lines.append(_line(node, namer, namespace, assigns, into.get(id(node))))
+            lines.append(_line(node, local, names, assigns, into.get(id(node))))
             if id(node) in dead:
-                lines.append(f"    del {', '.join(namer(n) for n in dead[id(node)])}  # last use")
+                freed = ", ".join(local[id(n)] for n in dead[id(node)])
+                lines.append(f"    del {freed}  # last use")
     lines += [f"    {var}.value = {value}" for var, value in assigns]
-    outs = ", ".join(namer(n) for n in outputs)
+    outs = ", ".join(local[id(n)] for n in outputs)
     lines.append(f"    return ({outs},)")
-    source = f"def {name}({', '.join(params)}):\n" + "\n".join(lines) + "\n"
-    fn = define(source, name, f"<minigraph compiled {name} {id(source):x}>", namespace)
+    params = ", ".join(local[id(n)] for n in inputs)
+    source = f"def {name}({params}):\n" + "\n".join(lines) + "\n"
+    fn = define(source, name, f"<minigraph compiled {name} {id(source):x}>", names.namespace)
     return CompiledFunction(source, fn, inputs, outputs)
-
-
-def define(source: str, name: str, filename: str, namespace: dict) -> Any:
-    """Execute generated ``source`` and return its function ``name``.
-
-    The text goes into ``linecache`` under ``filename``, so that tracebacks and debuggers
-    show the generated lines, and leaves it when the function is garbage-collected (a
-    traced function compiles once per signature: the cache must not keep them all).
-    """
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-    fn = namespace[name]
-    weakref.finalize(fn, linecache.cache.pop, filename, None)
-    return fn
-
-
-def _builtins() -> list[str]:
-    return ["xp", "range", "len", "print"]
-
-
-def _xp_name(device: Device, namespace: dict) -> str:
-    name = "xp" if device.name == "cpu" else "xp_" + device.name.replace(":", "_")
-    namespace[name] = device.xp
-    return name
 
 
 def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:
@@ -265,35 +215,25 @@ def last_uses(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int
     return dead
 
 
-def _line(node: Node, namer: _Namer, namespace: dict, assigns: list,
+def _line(node: Node, local: dict[int, str], names: Names, assigns: list,
           into: Node | None = None) -> str:
-    target = namer(node)
+    """The line that computes ``node``: its kernel on its arguments' arrays (its ``out``
+    kernel writing into ``into``'s buffer), or a constant's, a variable's value."""
+    target = local[id(node)]
     if node.op == "Placeholder":
         raise GraphError(f"compile: placeholder '{node.name}' is needed but is not an input")
     if node.op in ("Const", "Variable"):
-        holder = f"node_{target}"
-        namespace[holder] = node
-        return f"    {target} = {holder}.value  # {node.op}"
+        return f"    {target} = {names.constant(node, 'node_' + target)}.value  # {node.op}"
     if node.op == "Assign":
         var, value = node.args
-        holder = f"node_{namer(var)}"
-        namespace[holder] = var
-        assigns.append((holder, namer(value)))
-        return f"    {target} = {namer(value)}  # Assign to {var.name}"
+        assigns.append((names.constant(var, "node_" + local[id(var)]), local[id(value)]))
+        return f"    {target} = {local[id(value)]}  # Assign to {var.name}"
     assert node.prim is not None  # an operation (the special nodes returned above)
-    kernel = f"k{'' if into is None else 'o'}_{node.prim.name}"
-    namespace[kernel] = node.prim.impl if into is None else node.prim.out
-    args = [namer(a) if isinstance(a, Node) else repr(a) for a in node.args]
-    if into is not None:
-        args.append(f"out={namer(into)}")
-    for key, value in node.params.items():
-        if _literal(value):
-            args.append(f"{key}={value!r}")
-        else:
-            const = f"p_{target}_{key}"
-            namespace[const] = value
-            args.append(f"{key}={const}")
+    args = [local[id(a)] if isinstance(a, Node) else names.literal(a, f"p_{target}_{k}")
+            for k, a in enumerate(node.args)]
+    call = names.kernel_call(node.prim, args, node.params, names.xp(node.device),
+                             None if into is None else local[id(into)], f"p_{target}_")
     where = "" if node.location is None else f"  # line {node.location[1]}"
     if into is not None:
-        where += f"{'  #' if not where else ';'} in place: last use of {namer(into)}"
-    return f"    {target} = {kernel}({_xp_name(node.device, namespace)}, {', '.join(args)}){where}"
+        where += f"{'  #' if not where else ';'} in place: last use of {local[id(into)]}"
+    return f"    {target} = {call}{where}"

@@ -34,9 +34,8 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..autodiff import tape
 from ..autodiff.argnums import Argnums, normalize_argnums, single
-from ..autodiff.signature import DATA, Captured, programs, signature
+from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -79,32 +78,10 @@ def replay(fn: CompiledFunction, args: list) -> tuple:
 def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     """The compiled code on arrays, or the replay where a value needs its interpreter:
     on ``args``, whose signature is ``key``."""
-    arrays = _arrays(args, key)
-    if arrays is None:
+    data = arrays(args, key, static=False)
+    if data is None:
         return replay(fn, _array_args(args, key))
-    return fn.wrap(fn.raw(*arrays))
-
-
-def _arrays(args: tuple, key: tuple) -> list | None:
-    """The data arguments as the compiled code reads them, arrays on their placeholders'
-    devices (a float becomes one on the default device, which its signature names), or
-    None if a value needs its own interpreter: one of another transformation, or a
-    tensor the tape records (a gradient of this function's result is wanted). What
-    ``CompiledFunction.__call__`` does, in one pass, for a signature already checked."""
-    arrays = []
-    for a, entry in zip(args, key):
-        kind = type(a)
-        if kind is Tensor:
-            if a.requires_grad and tape.is_grad_enabled():
-                return None
-            arrays.append(a.data)
-        elif entry[0] != DATA:  # a constant of the program
-            continue
-        elif kind in KINDS:
-            return None
-        else:  # a float or an array: (DATA, device, shape, dtype)
-            arrays.append(entry[1].asarray(a))
-    return arrays
+    return fn.wrap(fn.raw(*data))
 
 
 def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:

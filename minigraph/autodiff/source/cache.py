@@ -16,11 +16,9 @@ from typing import Any, Callable, TypeAlias
 import numpy as np
 
 from ...errors import MinigraphError
-from ...ops.primitive import KINDS
 from ...tensor import Tensor, tensor
-from .. import tape
 from ..argnums import normalize_argnums, single
-from ..signature import DATA, programs, signature
+from ..signature import arrays, programs, signature
 from ...graph.compile import own_copy
 from .compiled import Program, _transform
 from .reading import _read
@@ -120,15 +118,15 @@ def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool =
     nothing needs recording, else on values. Returns ``(value, gradients)``, or the
     gradients alone without ``with_value``."""
     raw = prog.raw
-    arrays = _arrays(args, key) if raw is not None else None
-    if raw is None or arrays is None:
+    data = arrays(args, key, static=True) if raw is not None else None
+    if raw is None or data is None:
         value, grads = prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
         return (value, grads) if with_value else grads
     if with_value or prog.raw_gradients is None:
-        value, grads = raw(*arrays)
+        value, grads = raw(*data)
         copies = prog.copies
     else:  # (the program without what only the value needs)
-        value, grads = None, prog.raw_gradients(*arrays)
+        value, grads = None, prog.raw_gradients(*data)
         copies = prog.gradient_copies
     if prog.single:
         grads = (grads,)
@@ -140,27 +138,6 @@ def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool =
     else:
         grads = tuple(map(Tensor, grads, prog.grad_devices))
     return (Tensor(value, prog.out_device), grads) if with_value else grads
-
-
-def _arrays(args: tuple, key: tuple) -> list | None:
-    """The arguments as the raw program takes them: the data ones as arrays (a float or
-    an array on the device its signature names), the others as they are; or None if a
-    value needs its own interpreter: a dual number, or a tensor the tape records (a
-    gradient of this gradient)."""
-    arrays = []
-    for a, entry in zip(args, key):
-        t = type(a)
-        if t is Tensor:
-            if a.requires_grad and tape.is_grad_enabled():
-                return None
-            arrays.append(a.data)
-        elif entry[0] != DATA:  # a static argument: the program's own Python value
-            arrays.append(a)
-        elif t in KINDS:
-            return None
-        else:  # a float or an array: (DATA, device, shape, dtype)
-            arrays.append(entry[1].asarray(a))
-    return arrays
 
 
 def _value(a: Any, differentiated: bool) -> Any:

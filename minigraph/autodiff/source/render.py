@@ -4,7 +4,11 @@ The second half of step 4. :class:`_Text` turns the program's statements into li
 Python, with the parentheses Python's precedence needs (:func:`_infix`), writing the
 reverse sweep's single-use temporaries into the line that reads them
 (``gx = ga * y + gb * mg.cos(x)``). With ``raw=True`` the lines call the primitives'
-kernels on arrays, as graph compilation does; ``Device.full`` makes their filled arrays.
+kernels on arrays; ``Device.full`` makes their filled arrays. What a line of either kind
+says about one primitive (its ``mg.`` call, its kernel call, the literals and names of
+its parameters) is written by the code generator graph compilation uses too
+(``minigraph/codegen.py``); what is written here is the program's own: operators,
+indexing, loops, branches, the stack, and the inlining.
 """
 
 from __future__ import annotations
@@ -14,15 +18,14 @@ import math
 from collections import Counter
 from typing import AbstractSet, Any, cast
 
+from ...codegen import LITERALS as _LITERALS  # (compiled.py: what needs no constant)
+from ...codegen import Names, mg_call
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
 from .tidy import _program_vars
 from ...ops.primitive import CMP as _CMP
 from ...ops.primitive import PRECEDENCE
 from .values import _ATOM, _UNARY, Cond, Index, SrcVar
-
-
-_LITERALS = (bool, int, float, str, type(None))
 
 
 def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str, int]:
@@ -50,9 +53,13 @@ class _Text:
         self.used: set[int] = set()  # temporaries really written inline
         self.planning = False
         self.stack = "stack"
-        self.kernels: dict[str, Any] = {}
-        self.devices: dict[str, Device] = {}
-        self.fills: dict[str, Any] = {}  # raw fills: functions, or arrays made once
+        # The globals of a kernel text (``_k_mul``, ``_dev_cpu``) start with ``_``: the
+        # program's variables were named before (tidy.py), and the names made there
+        # (a, gx, t1, _t3, _stack) are never those.
+        self.names = Names("_", spell=self.spell)
+        self.kernels = self.names.namespace  # (what compiled.py binds: kernels, devices ...
+        self.devices = self.names.devices    # ... the devices among them ...
+        self.fills: dict[str, Any] = {}      # ... and the fills: functions, or arrays made once)
         self.escaping: set[int] = set()  # variables that are (copies of) what is returned
 
     # -- values ------------------------------------------------------------------------------
@@ -65,23 +72,16 @@ class _Text:
         return self.literal(v), _UNARY if negative else _ATOM
 
     def literal(self, v: Any) -> str:
-        if type(v) is float and not math.isfinite(v):
-            return f"float('{v}')"
-        if type(v) in _LITERALS:  # (not NumPy scalars: they are constants, as eagerly)
-            return repr(v)
+        return self.names.literal(v)
+
+    def spell(self, v: Any) -> str | None:
+        """What has no literal text: a loop's index by its expression, a constant by the
+        name the program gave it, a device in ``mg.`` text by its name (a kernel text
+        binds the device: None)."""
         if isinstance(v, Index):
             return v.text
-        if isinstance(v, tuple):
-            inner = ", ".join(self.literal(x) for x in v)
-            return f"({inner},)" if len(v) == 1 else f"({inner})"
-        if isinstance(v, list):
-            return "[" + ", ".join(self.literal(x) for x in v) + "]"
-        if isinstance(v, slice):
-            return f"slice({self.literal(v.start)}, {self.literal(v.stop)}, {self.literal(v.step)})"
-        if v is Ellipsis:
-            return "..."
         if isinstance(v, Device):
-            return repr(v.name)
+            return None if self.raw else repr(v.name)
         return self.consts[id(v)][1]
 
     # -- expressions ---------------------------------------------------------------------------
@@ -118,36 +118,17 @@ class _Text:
         return f"{base}[{', '.join(cast('list[str]', parts)) if parts else '()'}]"
 
     def call(self, e: Op, args: list[str]) -> str:
-        """``mg.<public>(args, <positional params>, <other params>=...)``, as the op's
-        table entry says (its ``public`` name, ``positional`` params or ``write``)."""
-        prim, params = e.prim, dict(e.params)
-        if prim.write is not None:
-            return prim.write(prim, args, params, self.literal)
-        if prim.public is None:
-            words = args + [f"{k}={self.literal(v)}" for k, v in params.items()]
-            return f"mg.PRIMITIVES[{prim.name!r}]({', '.join(words)})"
-        words = args + [self.literal(params.pop(k)) for k in prim.positional]
-        words += [f"{k}={self.literal(v)}" for k, v in params.items()]
-        return f"mg.{prim.public}({', '.join(words)})"
+        """``mg.<public>(...)``, as the op's table entry says."""
+        return mg_call(e.prim, args, e.params, self.literal)
 
     def kernel_call(self, e: Op, args: list[tuple[str, int]]) -> str:
-        """``_k_sin(_xp, x)``: the primitive's kernel on arrays, as graph compilation does."""
-        kname = "_k_" + e.prim.name
-        self.kernels[kname] = e.prim.impl
-        words = [a[0] for a in args] + [f"{k}={self.literal(v)}" for k, v in e.params.items()
-                                         if not isinstance(v, Device)]
-        words += [f"{k}={self.device_name(v)}" for k, v in e.params.items()
-                  if isinstance(v, Device)]
-        return f"{kname}(_xp, {', '.join(words)})"
-
-    def device_name(self, d: Device) -> str:
-        name = "_dev_" + "".join(c if c.isalnum() else "_" for c in d.name)
-        self.devices[name] = d
-        return name
+        """``_k_sin(_xp, x)``: the primitive's kernel on arrays, as graph compilation does.
+        (One namespace, ``_xp``: a kernel text runs on one device, which compiled.py binds.)"""
+        return self.names.kernel_call(e.prim, [a[0] for a in args], e.params, "_xp")
 
     def fill(self, f: Fill, target: SrcVar) -> str:
         if self.raw:
-            self.device_name(f.device)  # (checked: one device for kernels on arrays)
+            self.names.device(f.device)  # (checked: one device for kernels on arrays)
             name = f"_fill{len(self.fills)}"
             if id(target) in self.escaping:  # returned: a new array on every call
                 self.fills[name] = functools.partial(f.device.full, f.shape, f.value, f.dtype)
