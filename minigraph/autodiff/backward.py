@@ -66,7 +66,7 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
                   total: Callable[[list[Any]], Any] = _add_all,
                   completed: Callable[[Any, Any], Any] | None = None,
                   scope: Callable[[Any], ContextManager[Any]] | None = None,
-                  ) -> dict[int, Any]:
+                  sum_leaves: bool = True) -> dict[int, Any]:
     """Run the VJP rules of ``entries`` backwards, from ``seeds`` (``[(output, adjoint)]``).
 
     ``active(a)`` says whether argument ``a`` takes an adjoint (it depends on the inputs
@@ -78,10 +78,13 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
     added up and its rules run (a graph node's device).
 
     Returns ``{id(v): adjoint}`` for the values that are not outputs of an entry (the
-    leaves, the inputs of ``mg.grad``), their shares added up.
+    leaves, the inputs of ``mg.grad``), their shares added up; with ``sum_leaves=False``,
+    ``{id(v): shares}``, as they arrived (latest reader first), for a caller that adds
+    them itself (source mode, whose record is one stretch of a program: a loop adds each
+    share to its accumulator, ``gw = gw + share``).
     """
     with collector_paused():
-        return _sweep(entries, seeds, active, value, total, completed, scope)
+        return _sweep(entries, seeds, active, value, total, completed, scope, sum_leaves)
 
 
 class collector_paused:  # noqa: N801  (used as a function: ``with collector_paused():``)
@@ -113,7 +116,8 @@ class collector_paused:  # noqa: N801  (used as a function: ``with collector_pau
 def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
            active: Callable[[Any], bool], value: Callable[[Any], Any] | None,
            total: Callable[[list[Any]], Any], completed: Callable[[Any, Any], Any] | None,
-           scope: Callable[[Any], ContextManager[Any]] | None) -> dict[int, Any]:
+           scope: Callable[[Any], ContextManager[Any]] | None,
+           sum_leaves: bool) -> dict[int, Any]:
     """The loop of :func:`reverse_sweep`."""
     shares: dict[int, list[Any]] = {}
     owner: dict[int, Any] = {}  # id -> the value itself, for scope() (graphs only)
@@ -149,6 +153,8 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         finally:
             if context is not None:
                 context.__exit__(None, None, None)
+    if not sum_leaves:
+        return shares
     adjoints = {}
     for k, parts in shares.items():
         context = scope(owner[k]) if scope is not None else None

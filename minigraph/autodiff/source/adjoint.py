@@ -161,15 +161,15 @@ class _Reverse:
     def straight(self, lines: list[Line], shares: dict) -> None:
         """Reverse straight-line code with :func:`reverse_sweep`: seeded with the shares
         its outputs have from later statements, it hands the shares of the variables it
-        read but did not define (its leaves, each one share: the sum of its shares in the
-        run) on to the statements before it."""
-        # (a carry line belongs to its loop: _Reverse.loop reverses it)
-        entries = [e for line in lines if line.kind != "carry" for e in _entries(line)]
+        read but did not define (its leaves) on to the statements before it."""
+        entries = [e for line in lines for e in _entries(line)]
         seeds = [(out, g) for _, _, out, _ in entries for g in shares.pop(id(out), [])]
         read = {id(a): a for *_, args in entries for a in args}
-        leaves = reverse_sweep(entries, seeds, _active, completed=self.named)
-        for k, g in leaves.items():
-            self.add(read[k], g, shares)
+        leaves = reverse_sweep(entries, seeds, _active, completed=self.named,
+                               sum_leaves=False)
+        for k, parts in leaves.items():
+            for share in parts:  # (one by one: in a loop, each is added to gw on its line)
+                self.add(read[k], share, shares)
 
     # -- loops ------------------------------------------------------------------------------
     def loop(self, fwd: For, shares: dict) -> None:
@@ -182,13 +182,11 @@ class _Reverse:
         la = {id(lv): (lv, self.carried(lv, shares)) for lv, _ in fwd.carry if lv.active}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
-        body: list  # the reverse loop's statements
-        inner: dict[int, list]  # the adjoint shares inside the body (as ``shares``)
-        body, inner = [], {}
+        body: list = []  # the reverse loop's statements
+        # the adjoint shares inside the body (as ``shares``), from gh: the body's last
+        # line, the carry ``h = d``, is a copy, so the sweep gives gh to d
+        inner = {k: [g] for k, (_, g) in la.items()}
         with self.w.into(body):
-            for lv, end in fwd.carry:
-                if id(lv) in la and type(end) is SrcVar and end.active:
-                    self.add(end, la[id(lv)][1], inner)
             self.block(fwd.body, inner)
             updates = [(var, self.total(inner.pop(id(lv), []))) for lv, var in la.values()]
             moved = [(var, t) for var, t in updates if t is not None and t is not var]
