@@ -19,7 +19,7 @@ import numpy as np
 
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
-from ...graph.compile import define
+from ...codegen import define
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
 from ..signature import Captured
