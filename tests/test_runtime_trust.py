@@ -110,10 +110,10 @@ def _apply(op: str, a, b=None):
 
 
 @st.composite
-def stateful_programs(draw):
+def stateful_programs(draw, ops=tuple(_UNARY + _BINARY)):
     """A random graph over a placeholder, a constant and two variables, with assigns of
     random nodes (fed arrays, variables, intermediates, views), and random fetches."""
-    steps = draw(st.lists(st.tuples(st.sampled_from(_UNARY + _BINARY),
+    steps = draw(st.lists(st.tuples(st.sampled_from(ops),
                                     st.integers(0, 100), st.integers(0, 100)),
                           min_size=1, max_size=12))
     assigns = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 100)),
@@ -143,6 +143,23 @@ def _build(program):
 def test_values_handed_over_share_nothing_with_the_library(program):
     """Scribbling over every fetched array and every fed array after a run changes
     neither the variables nor the next run's results."""
+    _check_nothing_shared(program)
+
+
+# each of these ops has an out kernel: a serial run's memory is decided at plan time
+_WRITABLE = ("neg", "sin", "tanh", "add", "mul", "sub", "matmul")
+
+
+@SETTINGS
+@given(stateful_programs(ops=_WRITABLE))
+def test_a_run_with_planned_memory_hands_over_values_of_the_callers_own(program):
+    """The same with the memory decided at plan time (memory.MemoryPlan): a fetched
+    value is a planned buffer, which no later step of the run, nor a later run, reuses."""
+    sess = _check_nothing_shared(program)
+    assert sess._accounting == "planned"
+
+
+def _check_nothing_shared(program):
     g, p, vs, ops, fetched = _build(program)
     sess = mg.Session(g, workers=program[3])
     fed = np.linspace(-1, 1, 9).reshape(3, 3)
@@ -158,6 +175,10 @@ def test_values_handed_over_share_nothing_with_the_library(program):
     again = sess.run(fetched, {p: np.linspace(-1, 1, 9).reshape(3, 3)})
     for e, a in zip(expected, again):
         np.testing.assert_array_equal(e, a)
+    for i, a in enumerate(again):  # nor with each other, nor with the run before
+        assert not any(np.shares_memory(a, b) for b in again[i + 1:] + expected
+                       if b is not a and isinstance(b, np.ndarray))
+    return sess
 
 
 # -- 2. CSE merges only what is equal by type and value --------------------------------------

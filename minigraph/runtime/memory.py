@@ -24,6 +24,15 @@ live values alone, which no allocator can beat for this execution order), the to
 bytes produced (what keep-everything would hold), and, in a traced run
 (``Session(trace=True)``), the curve of both over time.
 A debug mode *poisons* every freed buffer (NaN or -1), so a read after free shows up.
+
+**Decided at plan time** (:class:`MemoryPlan`): a serial run's bookkeeping depends on the
+plan alone, not on the numbers, so where every value is known in advance (each node
+writes into a buffer through its ``out`` kernel, or is a feed, a constant, a variable,
+an ``Assign``) the session runs this same :class:`Memory` once, when it plans, on
+stand-ins for the buffers, and keeps per step which buffer the kernel writes into and
+which values die, and the statistics. Its runs then only walk that plan
+(``scheduler.Run.run_planned``), and fall back to counting node by node if a kernel
+does not return the buffer it was given.
 """
 
 from __future__ import annotations

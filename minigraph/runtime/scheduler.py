@@ -20,7 +20,11 @@ order and each node's consumers in creation order as they become ready. That ord
 the plan itself (``topo.fifo_order`` computed it when the session planned), so a serial
 run on one device walks the plan's :class:`Step` list instead of counting inputs down.
 A session with more workers uses the pool only for a plan where two expensive nodes can
-run at the same time (:func:`can_overlap`); any other plan takes the serial walk.
+run at the same time (:func:`can_overlap`); any other plan takes the serial walk. Where
+the session could also decide the walk's memory when it planned (``memory.MemoryPlan``),
+the walk is :meth:`Run.run_planned`: each step writes into its planned buffer and drops
+the values the plan says are dead, with no reference counting at run time; a kernel that
+returns anything but its buffer hands the rest of the run back to :meth:`Run.run_node`.
 
 In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
 rendezvous, and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
@@ -47,6 +51,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -73,16 +78,27 @@ class Step:
     where each argument is (a node's id in the run's values, or a literal such as the
     1.0001 of ``y * 1.0001``) and which kernel to call, on which array namespace."""
 
-    __slots__ = ("node", "key", "special", "comm", "reads", "impl", "out", "xp", "context",
-                 "params", "foreign")
+    __slots__ = ("node", "key", "special", "comm", "reads", "fetch", "impl", "out", "xp",
+                 "context", "params", "foreign")
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, literals: dict[int, Any] | None = None):
         self.node = node
         self.key = id(node)
         self.special = node.prim is None  # Placeholder, Const, Variable, Assign, Send, Recv
         self.comm = node.op in ("Send", "Recv")  # (a partition's: they meet a rendezvous)
         self.reads = tuple((True, id(a)) if isinstance(a, Node) else (False, a)
                            for a in node.args)
+        # The same arguments fetched by one C call (``fetch(values)``, a tuple), for the
+        # planned walk (``Run._walk``), where building the list above costs a third of a
+        # scalar kernel: a literal gets a key of its own (negative: no node's id), and
+        # the walk's values hold ``literals`` under those keys.
+        keys = []
+        literals = literals if literals is not None else {}
+        for is_node, at in self.reads:
+            if not is_node:
+                literals[-1 - len(literals)] = at
+            keys.append(at if is_node else -len(literals))
+        self.fetch = itemgetter(*keys) if len(keys) > 1 else _Fetch(keys)
         self.impl = node.prim.impl if node.prim is not None else None
         self.out = node.prim.out if node.prim is not None else None
         self.xp = node.device.xp
@@ -91,6 +107,19 @@ class Step:
         # an input on another device (a plan across devices runs partitioned instead,
         # with Send/Recv pairs, so only a plan run as it is gets here with one)
         self.foreign = next((a for a in node.inputs if a.device is not node.device), None)
+
+
+class _Fetch:
+    """``Step.fetch`` for one argument or none: ``itemgetter(key)`` would return the
+    value itself, not a tuple of one."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, keys: list[int]):
+        self.keys = keys
+
+    def __call__(self, values: dict[int, Any]) -> tuple:
+        return tuple(values[k] for k in self.keys)
 
 
 def compute(step: Step, values: dict[int, Any], assigns: list, fetches: list[Node],
@@ -184,7 +213,8 @@ class Layout:
         self.missing, self.consumers = dependencies(plan, fed)  # Kahn's counts (topo.py)
         self.roots = [n for n in plan if self.missing[id(n)] == 0]
         self.counts = PlanCounts(plan)  # what the run's Memory starts from
-        self.steps = [Step(n) for n in plan]
+        self.literals: dict[int, Any] = {}  # the arguments that are no node (Step.fetch)
+        self.steps = [Step(n, self.literals) for n in plan]
         self.step_of = {s.key: s for s in self.steps}
         self.overlaps = can_overlap(plan, lambda n: n.cost)  # (by the static classes)
 
@@ -222,6 +252,7 @@ class Run:
         self.consumers = layout.consumers
         self.roots = layout.roots
         self.steps, self.step_of = layout.steps, layout.step_of
+        self.literals = layout.literals
         self.workers: dict[int, int] = {}
         self.rendezvous = rendezvous
         self.received: dict[int, Any] = {}   # Recv node id -> the tensor that arrived
@@ -397,6 +428,7 @@ class Run:
         with ``run_node``, which counts whatever the kernels return."""
         with np.errstate(**self.errors):
             buffers: list[Any] = [None] * plan.slots  # slot -> a buffer waiting in the pool
+            self.values.update(self.literals)  # (what Step.fetch reads besides the nodes)
             self.accounting = "planned"
             stop = self._walk(plan, buffers)
             if stop == len(self.steps):
@@ -436,11 +468,11 @@ class Run:
                     if buffer is not None and step.context is None:
                         # compute()'s call of an out kernel, written out here: on a scalar
                         # it is most of the step, and the call of compute() is a tenth
-                        arrays = [values[at] if is_node else at for is_node, at in step.reads]
+                        arrays = step.fetch(values)
                         try:
                             value = step.out(step.xp, *arrays, out=buffer, **step.params)  # type: ignore[misc]
                         except Exception as exc:
-                            raise _failed(step, arrays, exc) from exc
+                            raise _failed(step, list(arrays), exc) from exc
                     else:  # a Const, a Variable, an Assign; a kernel on a GPU
                         value = compute(step, values, assigns, fetches, buffer)
                     values[step.key] = value

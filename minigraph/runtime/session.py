@@ -7,7 +7,10 @@
 2. keep only the nodes the fetches need (a fed node's own inputs are not needed);
 3. run those nodes with the scheduler (``scheduler.py``): in FIFO topological order with
    ``workers=1``, on a pool of threads otherwise; each node's kernel runs on its
-   device's array namespace, and memory is recycled as ``memory.py`` describes;
+   device's array namespace, and memory is recycled as ``memory.py`` describes. The
+   plan (order, dependency counts, and for serial runs on one device, untraced and not
+   in debug mode, the memory: ``memory.MemoryPlan``) is made once per fetches and
+   feeds, at the first run, and reused by the runs after it;
 4. return the fetched values as NumPy values, in the structure of ``fetches`` (a node,
    a name, or lists, tuples and dicts of them).
 
