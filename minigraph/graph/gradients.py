@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..autodiff.backward import reverse_sweep
+from ..autodiff.backward import collector_paused, reverse_sweep
 from ..errors import GradientError
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS
@@ -38,8 +38,9 @@ def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
-def _between(ys: list[Node], xs: list[Node]) -> set[int]:
-    """ids of the nodes on some path from an x to a y (iterative: no recursion)."""
+def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int, int]]:
+    """Steps 1 and 2: the nodes on some path from an x to a y, by id, and each one's
+    number of consumers among them, its pending count (iterative: no recursion)."""
     consumers: dict[int, list[Node]] = {}
     for n in ys[0].graph.nodes:
         for i in n.inputs:
@@ -50,13 +51,20 @@ def _between(ys: list[Node], xs: list[Node]) -> set[int]:
         if id(n) not in forward:
             forward.add(id(n))
             stack.extend(consumers.get(id(n), ()))
-    backward, stack = set(), [y for y in ys if id(y) in forward]
+    # backwards from the ys through what the xs reach: every edge walked is an edge
+    # between two of the nodes kept, which is what the pending counts count
+    between: dict[int, Node] = {}
+    pending: dict[int, int] = {}
+    stack = [y for y in ys if id(y) in forward]
     while stack:
         n = stack.pop()
-        if id(n) not in backward:
-            backward.add(id(n))
-            stack.extend(i for i in n.inputs if id(i) in forward)
-    return backward
+        if id(n) not in between:
+            between[id(n)] = n
+            for i in n.inputs:
+                if id(i) in forward:
+                    pending[id(i)] = pending.get(id(i), 0) + 1
+                    stack.append(i)
+    return between, pending
 
 
 def _seed(y: Node, g: Any) -> Any:
@@ -77,19 +85,41 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
     ys, xs = _as_list(ys), _as_list(xs)
     grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
     graph = _check(ys, xs, grad_ys)
-    relevant = _between(ys, xs)
-    order = _sweep_order(graph, ys, relevant)
+    # The pass adds several nodes per node of the graph, and makes no garbage that only
+    # the cyclic collector could free; running the collector in between would walk the
+    # whole graph again and again (a third of the pass's time on a 10^4-link chain).
+    with collector_paused():
+        return _gradients(graph, ys, xs, grad_ys)
+
+
+def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
+               grad_ys: list[Any]) -> list[Node | None]:
+    """The pass itself (steps 1-5 of the module's docstring)."""
+    relevant, pending = _between(ys, xs)
+    order = _sweep_order(ys, relevant, pending)
     wanted = {id(x) for x in xs}
     found: dict[int, Any] = {}  # an x that is also an intermediate node: its adjoint
+    entries = [(n.prim, n.params, n, n.args) for n in reversed(order)
+               if n.prim is not None and n.prim.differentiable]
 
     def keep(node: Node, g: Any) -> Any:
         if id(node) in wanted:
             found[id(node)] = g
         return g
 
-    def takes_adjoint(a: Any) -> bool:
-        return isinstance(a, Node) and id(a) in relevant and a.dtype in FLOATS
+    # (only an x that is an entry's output has its adjoint completed inside the sweep;
+    # the usual xs, placeholders and variables, come back in the sweep's result)
+    completed = keep if any(id(out) in wanted for _, _, out, _ in entries) else None
+    floats = {k for k, n in relevant.items() if n.dtype in FLOATS}
 
+    def takes_adjoint(a: Any) -> bool:  # (a number's id is never a live node's)
+        return id(a) in floats
+
+    # Each adjoint is added up, and its rules run, on its node's device. Where the
+    # relevant nodes are all on one device, one scope around the sweep says the same as
+    # a scope around each of its steps, which the sweep would enter and leave per node.
+    devices = {id(n.device): n.device for n in relevant.values()}
+    one_device = next(iter(devices.values())) if len(devices) == 1 else None
     # every gradient node is created by this call: its line is found once, not per node
     with graph.name_scope(_scope_name(graph)), graph.located(user_location()):
         seeds = []
@@ -97,20 +127,20 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
             if id(y) in relevant:
                 with y.device:
                     seeds.append((y, _seed(y, g)))
-        entries = [(n.prim, n.params, n, n.args) for n in reversed(order)
-                   if n.prim is not None and n.prim.differentiable]
-        found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
-                                   completed=keep, scope=lambda n: n.device))
+        if one_device is not None:
+            with one_device:
+                found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
+                                           completed=completed))
+        else:
+            found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
+                                       completed=completed, scope=lambda n: n.device))
     return [found.get(id(x)) for x in xs]
 
 
-def _sweep_order(graph: Graph, ys: list[Node], relevant: set[int]) -> list[Node]:
-    """The relevant nodes, each after all of its consumers: pending counts (steps 2-4)."""
-    pending: dict[int, int] = {}
-    for n in graph.nodes:
-        if id(n) in relevant:
-            for i in n.inputs:
-                pending[id(i)] = pending.get(id(i), 0) + 1
+def _sweep_order(ys: list[Node], relevant: dict[int, Node],
+                 pending: dict[int, int]) -> list[Node]:
+    """Steps 3 and 4: the relevant nodes, each after all of its consumers (``pending``
+    counts them, and is used up)."""
     ready = deque(y for y in _unique(ys) if id(y) in relevant and pending.get(id(y), 0) == 0)
     order = []
     while ready:

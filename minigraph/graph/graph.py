@@ -95,7 +95,10 @@ class Node(ArrayOps):
         self.prim = prim
         self.args = args
         self.params = params
-        self.inputs = tuple([a for a in args if isinstance(a, Node)])
+        # (when every argument is a node, ``inputs`` is the same tuple as ``args``: one
+        # object fewer per node for the garbage collector to walk, a graph has many)
+        inputs = tuple([a for a in args if isinstance(a, Node)])
+        self.inputs = args if len(inputs) == len(args) else inputs
         # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
         # declares tuple[int, ...] for its methods, which only such nodes cannot run
         self.shape = shape  # type: ignore[assignment]
@@ -203,9 +206,13 @@ class Graph:
         self.nodes: list[Node] = []
         self._by_name: dict[str, Node] = {}
         self._scopes: list[str] = []
+        self._prefix = ""  # "/".join(self._scopes) + "/", kept with _scopes: asked per node
         self._consts: dict[int, tuple[Any, Node]] = {}  # id(value) -> (value, its Const)
         self._suffix: dict[str, int] = {}  # the next _k to try for a repeated name
         self._control: list[list[Node]] = []  # open control_dependencies blocks
+        self._control_nodes: tuple[Node, ...] = ()  # their nodes, kept with _control
+        # what the shape rules said, for nodes of this graph: see _infer
+        self._rules_said: dict[tuple, tuple] = {}
         # where new nodes are said to be created, when the caller knows it better than
         # the stack does (mg.gradients: every gradient node comes from its call)
         self._location: tuple[str, int] | None = None
@@ -226,10 +233,12 @@ class Graph:
     def name_scope(self, name: str) -> Iterator[str]:
         """Prefix the names of the nodes made inside with ``name/``."""
         self._scopes.append(name.strip("/"))
+        self._prefix = "/".join(self._scopes) + "/"
         try:
             yield "/".join(self._scopes)
         finally:
             self._scopes.pop()
+            self._prefix = "/".join(self._scopes) + "/" if self._scopes else ""
 
     @contextmanager
     def control_dependencies(self, nodes: "list[Node]") -> Iterator[None]:
@@ -237,14 +246,15 @@ class Graph:
         for n in nodes:
             self._argument(n)  # the same graph-membership check as for inputs
         self._control.append(list(nodes))
+        self._control_nodes = self._current_control()
         try:
             yield
         finally:
             self._control.pop()
+            self._control_nodes = self._current_control()
 
     def _current_control(self) -> tuple:
-        if not self._control:  # (almost always: this runs for every node)
-            return ()
+        """The nodes of the open control_dependencies blocks, outermost first."""
         return tuple(n for block in self._control for n in block)
 
     @contextmanager
@@ -260,14 +270,16 @@ class Graph:
     # -- adding nodes ----------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
         """``base`` under the current name scope, with _1, _2, ... if already taken."""
-        name = "/".join(self._scopes + [base]) if self._scopes else base
+        name = self._prefix + base  # ("/".join(self._scopes + [base]), kept ready)
         if name not in self._by_name:
             return name
         k = self._suffix.get(name, 1)  # remembered, so a long chain of "mul" stays O(1)
-        while f"{name}_{k}" in self._by_name:
+        candidate = f"{name}_{k}"
+        while candidate in self._by_name:  # (a name the user gave, say)
             k += 1
+            candidate = f"{name}_{k}"
         self._suffix[name] = k + 1
-        return f"{name}_{k}"
+        return candidate
 
     def _register(self, node: Node) -> Node:
         self.nodes.append(node)
@@ -291,27 +303,53 @@ class Graph:
             self._consts[id(a)] = cached
         return cached[1]
 
+    def _arguments(self, args: tuple) -> tuple:
+        """``tuple(self._argument(a) for a in args)``, with the usual arguments (nodes of
+        this graph, numbers) passed on without a call: this runs for every node."""
+        return tuple([a if type(a) in _NUMBERS or (type(a) is Node and a.graph is self)
+                      else self._argument(a) for a in args])
+
     def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None) -> Node:
         """Add a node applying ``prim``; its shape and dtype come from the shape rule."""
         location = self._location or user_location()
-        args = tuple([self._argument(a) for a in args])
+        args = self._arguments(args)
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
         node = Node(self, name, prim.name, prim, args, params, shape, dtype,
-                    self._place(prim, args, params), location,
-                    control_inputs=self._current_control())
-        return self._register(node)
+                    self._place(prim, args, params), location, None, self._control_nodes)
+        self.nodes.append(node)  # (self._register(node), written out: it runs per node)
+        self._by_name[name] = node
+        return node
 
     def _infer(self, prim: Primitive, args: tuple, params: dict, name: str,
                location: tuple[str, int] | None) -> tuple:
+        """``prim``'s shape rule on ``args``: the node's (shape, dtype).
+
+        A shape rule reads only its arguments' shapes and dtypes and the Python numbers
+        among them (``ops/shape_rules.py``), so what it said for one node holds for every
+        node of the same primitive on arguments that look the same: a long chain asks
+        the same question thousands of times, and a dict remembers the answer in a tenth
+        of the time the rule takes. (Only for rules without parameters, the usual case;
+        a rule that raises is asked again, so its error is raised again.)"""
+        key: list = [prim]
         for a in args:
-            if isinstance(a, Node) and a.shape is None:
+            if type(a) in _NUMBERS:  # its type and its value exactly (-0.0 is not 0.0)
+                key.append((type(a), a.hex() if type(a) is float else a))
+            elif a.shape is None:
                 return None, None  # known only when the graph runs
+            else:
+                key.append((a.shape, a.dtype))
+        said = self._rules_said.get(tuple(key)) if not params else None
+        if said is not None:
+            return said
         try:
-            return prim.shape(*args, **params)
+            said = prim.shape(*args, **params)
         except MinigraphError as exc:
             raise type(exc)(f"{exc}\n  in node '{name}' created at "
                             f"{describe_location(location)}") from None
+        if not params:
+            self._rules_said[tuple(key)] = said
+        return said
 
     def _place(self, prim: Primitive, args: tuple, params: dict) -> Device:
         """Placement: an ``mg.device`` scope wins; else colocate with the first input."""
@@ -338,7 +376,7 @@ class Graph:
             shape, dtype, device = var.shape, var.dtype, var.device
         node = Node(self, self.unique_name(name or op), op, None, args, {}, shape, dtype,
                     device or scoped_device() or get_device(None), user_location(), value,
-                    self._current_control())
+                    self._control_nodes)
         return self._register(node)
 
     def constant(self, value: Any, dtype: str | None = None, name: str | None = None) -> Node:
