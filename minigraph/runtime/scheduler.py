@@ -207,7 +207,8 @@ class Layout:
     """What a plan's runs share, worked out once (a ``Session`` keeps it with its cached
     plan): Kahn's counts (each node's number of inputs, each node's consumers, the
     roots; every threaded run copies ``missing`` and counts it down), the memory counts
-    (``memory.PlanCounts``) and a :class:`Step` per node, in the plan's order."""
+    (``memory.PlanCounts``), a :class:`Step` per node, in the plan's order, with the
+    literals their arguments name (``Step.fetch``), and the Consts and Variables."""
 
     def __init__(self, plan: list[Node], fed: set[int]):
         self.missing, self.consumers = dependencies(plan, fed)  # Kahn's counts (topo.py)
@@ -217,6 +218,8 @@ class Layout:
         self.steps = [Step(n, self.literals) for n in plan]
         self.step_of = {s.key: s for s in self.steps}
         self.overlaps = can_overlap(plan, lambda n: n.cost)  # (by the static classes)
+        # the Consts and Variables: their values live on the graph, not in a run
+        self.stored = [n for n in plan if n.op in ("Const", "Variable")]
 
 
 class Run:

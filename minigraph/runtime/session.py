@@ -126,16 +126,15 @@ class Session:
                 values, assigns = self._run_on_one_device(plan, flat, feeds)
             else:
                 values, assigns = self._run_partitioned(flat, feeds)
-            kept = list(feeds.values()) + [n.value for n in plan
-                                           if n.op in ("Const", "Variable")]
+            kept = list(feeds.values()) + [n.value for n in self._layouts[id(plan)].stored]
             results = _handed_over(flat, values, kept)
             _commit(assigns)
         return _rebuild(fetches, iter(results))
 
     def _new_run(self, plan: list[Node], feeds: dict, fetches: list[Node], start: float,
                  rendezvous: Rendezvous | None = None, layout: Layout | None = None) -> Run:
-        external = list(feeds.values()) + [n.value for n in plan if n.op in ("Const", "Variable")]
         layout = layout if layout is not None else Layout(plan, set(feeds))
+        external = list(feeds.values()) + [n.value for n in layout.stored]
         memory = Memory(plan, fetches, external, self.recycle, self.debug, start,
                         layout.counts, curve=self.trace or rendezvous is not None)
         cost_of = self.costs.cost if self.costs is not None else _static
