@@ -57,9 +57,13 @@ class TracedValueError(MinigraphError, TypeError):
 
 # -- where the user created a node ---------------------------------------------------------
 
-def user_location() -> tuple[str, int] | None:
-    """The innermost stack frame outside minigraph: the user's file and line."""
-    frame: FrameType | None = sys._getframe(1)
+def user_location(skip: int = 0) -> tuple[str, int] | None:
+    """The innermost stack frame outside minigraph: the user's file and line.
+
+    The search starts at the caller, or ``skip`` frames further out where the caller
+    knows that those are minigraph's: each frame looked at costs (Python makes an object
+    for it), and graph mode asks once per node."""
+    frame: FrameType | None = sys._getframe(1 + skip)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back
     if frame is None:
@@ -97,8 +101,11 @@ class Node(ArrayOps):
         self.params = params
         # (when every argument is a node, ``inputs`` is the same tuple as ``args``: one
         # object fewer per node for the garbage collector to walk, a graph has many)
-        inputs = tuple([a for a in args if isinstance(a, Node)])
-        self.inputs = args if len(inputs) == len(args) else inputs
+        self.inputs = args
+        for a in args:
+            if not isinstance(a, Node):
+                self.inputs = tuple([a for a in args if isinstance(a, Node)])
+                break
         # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
         # declares tuple[int, ...] for its methods, which only such nodes cannot run
         self.shape = shape  # type: ignore[assignment]
@@ -121,7 +128,11 @@ class Node(ArrayOps):
                                    if all(c is not i for i in self.inputs))
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Node":
-        return self.graph.add(prim, args, params)
+        # ``bind`` (ops/primitive.py) is the one caller: this frame and bind's are
+        # minigraph's, so the search for the user's line can start above them
+        graph = self.graph
+        return graph.add(prim, args, params,
+                         location=graph._location or user_location(skip=2))
 
     @property
     def cost(self) -> str:
@@ -304,14 +315,18 @@ class Graph:
         return cached[1]
 
     def _arguments(self, args: tuple) -> tuple:
-        """``tuple(self._argument(a) for a in args)``, with the usual arguments (nodes of
-        this graph, numbers) passed on without a call: this runs for every node."""
-        return tuple([a if type(a) in _NUMBERS or (type(a) is Node and a.graph is self)
-                      else self._argument(a) for a in args])
+        """``tuple(self._argument(a) for a in args)``; the usual arguments (nodes of this
+        graph, numbers) are looked at without a call, as this runs for every node."""
+        for a in args:
+            if type(a) not in _NUMBERS and not (type(a) is Node and a.graph is self):
+                return tuple([self._argument(a) for a in args])
+        return args if type(args) is tuple else tuple(args)
 
-    def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None) -> Node:
-        """Add a node applying ``prim``; its shape and dtype come from the shape rule."""
-        location = self._location or user_location()
+    def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None, *,
+            location: tuple[str, int] | None = None) -> Node:
+        """Add a node applying ``prim``; its shape and dtype come from the shape rule.
+        ``location``: where the user created it, if the caller has found it already."""
+        location = location or self._location or user_location()
         args = self._arguments(args)
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
@@ -328,27 +343,28 @@ class Graph:
         A shape rule reads only its arguments' shapes and dtypes and the Python numbers
         among them (``ops/shape_rules.py``), so what it said for one node holds for every
         node of the same primitive on arguments that look the same: a long chain asks
-        the same question thousands of times, and a dict remembers the answer in a tenth
-        of the time the rule takes. (Only for rules without parameters, the usual case;
-        a rule that raises is asked again, so its error is raised again.)"""
-        key: list = [prim]
-        for a in args:
-            if type(a) in _NUMBERS:  # its type and its value exactly (-0.0 is not 0.0)
-                key.append((type(a), a.hex() if type(a) is float else a))
+        the same question thousands of times, and a dict remembers the answer in a
+        fraction of the time the rule takes. (Only for rules without parameters, the
+        usual case; a rule that raises is asked again, so its error is raised again.)"""
+        key: list = [prim]  # then two entries per argument: shape and dtype, or a number's
+        for a in args:      # type and value (a zero by its text: -0.0 == 0.0 but differs)
+            if type(a) in _NUMBERS:
+                key.append(type(a))
+                key.append(a if a else str(a))
             elif a.shape is None:
                 return None, None  # known only when the graph runs
             else:
-                key.append((a.shape, a.dtype))
-        said = self._rules_said.get(tuple(key)) if not params else None
-        if said is not None:
-            return said
-        try:
-            said = prim.shape(*args, **params)
-        except MinigraphError as exc:
-            raise type(exc)(f"{exc}\n  in node '{name}' created at "
-                            f"{describe_location(location)}") from None
-        if not params:
-            self._rules_said[tuple(key)] = said
+                key.append(a.shape)
+                key.append(a.dtype)
+        said = None if params else self._rules_said.get(tuple(key))
+        if said is None:
+            try:
+                said = prim.shape(*args, **params)
+            except MinigraphError as exc:
+                raise type(exc)(f"{exc}\n  in node '{name}' created at "
+                                f"{describe_location(location)}") from None
+            if not params:
+                self._rules_said[tuple(key)] = said
         return said
 
     def _place(self, prim: Primitive, args: tuple, params: dict) -> Device:
