@@ -44,6 +44,45 @@ def test_each_node_records_the_users_line():
         assert "the line recorded" in src.readlines()[line - 1]
 
 
+def _users_helper(x):
+    return mg.sin(x) * 2.0  # the helper's line
+
+
+def test_the_users_line_is_the_innermost_frame_outside_minigraph_on_every_path():
+    with mg.Graph():
+        x = mg.placeholder(shape=(3,))
+        via = {"function": mg.sin(x),  # the call
+               "operator": x * 3.0,  # the call
+               "method": x.sum(),  # the call
+               "reflected": 2.0 - x,  # the call
+               "helper": _users_helper(x)}
+    with open(__file__) as src:
+        lines = src.readlines()
+    for how, node in via.items():
+        filename, line = node.location
+        assert filename == __file__, how
+        expected = "the helper's line" if how == "helper" else "the call"
+        assert expected in lines[line - 1], how
+
+
+def test_shape_rules_answer_each_kind_of_argument_on_its_own():
+    """Graph.add remembers what a shape rule said; arguments that only look alike (an int
+    or a float exponent, float32 or float64) must still get their own answers."""
+    with mg.Graph():
+        i = mg.placeholder(shape=(2,), dtype="int64")
+        f32 = mg.placeholder(shape=(2,), dtype="float32")
+        f64 = mg.placeholder(shape=(2, 1), dtype="float64")
+        assert (i ** 2).dtype == "int64" and (i ** 2.0).dtype == "float64"
+        assert (i * True).dtype == "int64" and (i * 1.0).dtype == "float64"
+        assert (f32 * 2.0).dtype == "float32" and (f32 * -0.0).dtype == "float32"
+        assert (f32 * f64).shape == (2, 2) and (f32 * f64).dtype == "float64"
+        assert (f32 * f32).shape == (2,) and (f64 * f64).shape == (2, 1)
+        y = mg.placeholder(shape=(3,))
+        for _ in range(2):  # the second time too: a rule that raised is asked again
+            with pytest.raises(ShapeError, match=r"(?s)\(2,\) and \(3,\).*: f32 \+ y"):
+                f32 + y
+
+
 def test_name_and_device_scopes():
     with mg.Graph() as g:
         x = mg.placeholder(shape=(), name="x")
@@ -224,6 +263,37 @@ def test_gradient_nodes_live_with_their_forward_nodes():
     cos_nodes = [n for n in y.graph.nodes if n.op == "cos"]
     assert cos_nodes and all(n.device.name == "cpu:1" for n in cos_nodes)
 
+
+
+def test_gradient_nodes_ignore_an_enclosing_device_scope():
+    """The gradient nodes go where their forward nodes are, whatever device scope the
+    call to mg.gradients sits in (one device for all of them, or several)."""
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        y = mg.sin(x) * 2.0
+        with mg.device("cpu:1"):
+            (gx,) = mg.gradients(y, [x])
+            with mg.device("cpu:2"):
+                z = mg.cos(x.to("cpu:2"))
+            (gz,) = mg.gradients(y + z.to("cpu"), [x])
+    first = [n for n in g.nodes if n.name.startswith("gradients/")]
+    assert first and all(n.device.name == "cpu" for n in first)
+    second = {n.op: n.device.name for n in g.nodes if n.name.startswith("gradients_1/")}
+    assert second["sin"] == "cpu:2" and second["cos"] == "cpu"
+    gxv, gzv = mg.Session(g).run([gx, gz], {x: 0.5})
+    assert gxv == pytest.approx(2 * math.cos(0.5))
+    assert gzv == pytest.approx(2 * math.cos(0.5) - math.sin(0.5))
+
+
+def test_the_gradient_with_respect_to_an_intermediate_node():
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(), name="x")
+        a = x * 3.0
+        y = mg.sin(a) + a
+        ga, gx = mg.gradients(y, [a, x])
+    gav, gxv = mg.Session(g).run([ga, gx], {x: 0.5})
+    assert gav == pytest.approx(math.cos(1.5) + 1)
+    assert gxv == pytest.approx(3 * (math.cos(1.5) + 1))
 
 # -- passes ----------------------------------------------------------------------------------------
 
