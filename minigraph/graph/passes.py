@@ -23,6 +23,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
+from ..autodiff.backward import collector_paused
 from ..device import Device
 from .graph import Graph, Node
 from .topo import fifo_order, needed
@@ -53,12 +54,23 @@ def _copy(new: Graph, n: Node, args: tuple, control: tuple = ()) -> Node:
 Rewrite = Callable[[Graph, Node, tuple, tuple], "Node | None"]
 
 
-def _rebuild(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite]) -> PassResult:
-    """Visit the nodes the fetches need, in topological order, and give each one's
-    replacement in a new graph: the first rewrite that has one, else a copy."""
+def _rebuild(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite],
+             keep: set[int] | None = None) -> PassResult:
+    """Visit the nodes the fetches need (``keep``, if the caller has found them), in
+    topological order, and give each one's replacement in a new graph: the first rewrite
+    that has one, else a copy."""
+    with collector_paused():  # a copy of the graph, garbage-free: see _walk
+        return _walk(graph, fetches, rewrites, keep)
+
+
+def _walk(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite],
+          keep: set[int] | None) -> PassResult:
+    """The loop of :func:`_rebuild`. It makes a node per node of the graph and no garbage
+    that only the cyclic collector could free, so the collector is paused meanwhile: it
+    would walk the whole growing graph again and again."""
     new = Graph(graph.name)
     mapping: dict[int, Node] = {}
-    for n in fifo_order(graph.nodes, needed(fetches)):
+    for n in fifo_order(graph.nodes, needed(fetches) if keep is None else keep):
         args = tuple([mapping[id(a)] if isinstance(a, Node) else a for a in n.args])
         control = tuple([mapping[id(c)] for c in n.control_inputs])
         for rewrite in rewrites:
@@ -83,9 +95,9 @@ def _key(n: Node, args: tuple) -> tuple | None:
     """What makes two nodes compute the same value; None for nodes never merged."""
     if n.prim is None:
         return None  # placeholders, constants, variables and assignments stay distinct
-    params = tuple(sorted((k, value_key(v)) for k, v in n.params.items()))
+    params = tuple(sorted((k, value_key(v)) for k, v in n.params.items())) if n.params else ()
     return (n.op, n.device.name, params,
-            tuple(("node", id(a)) if isinstance(a, Node) else value_key(a) for a in args))
+            tuple([("node", id(a)) if isinstance(a, Node) else value_key(a) for a in args]))
 
 
 def value_key(v: object) -> Hashable:
@@ -141,10 +153,11 @@ def _merging(changes: list[str]) -> Rewrite:
 
 
 def _run_pass(graph: Graph, fetches: Sequence[Node],
-              *passes: Callable[[list[str]], Rewrite]) -> PassResult:
+              *passes: Callable[[list[str]], Rewrite], keep: set[int] | None = None
+              ) -> PassResult:
     """One walk over the graph with the rewrites of ``passes``, their changes reported."""
     changes: list[str] = []
-    result = _rebuild(graph, fetches, [make(changes) for make in passes])
+    result = _rebuild(graph, fetches, [make(changes) for make in passes], keep)
     result.changes = changes
     return result
 
@@ -158,8 +171,15 @@ def _folding(changes: list[str]) -> Rewrite:
     from ..runtime.scheduler import Step, compute
 
     def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node | None:
-        nodes = [a for a in args if isinstance(a, Node)]
-        if n.prim is None or not nodes or control or any(a.op != "Const" for a in nodes):
+        if n.prim is None or control:
+            return None
+        nodes = []
+        for a in args:
+            if isinstance(a, Node):
+                if a.op != "Const":
+                    return None  # (most nodes: the first input is not a constant)
+                nodes.append(a)
+        if not nodes:
             return None
         probe = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, n.device,
                      n.location)
@@ -225,6 +245,6 @@ def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     """
     keep = needed(fetches)
     pruned = [f"prune: removed {n.name} ({n.op})" for n in graph.nodes if id(n) not in keep]
-    result = _run_pass(graph, fetches, _folding, _simplifying, _merging)
+    result = _run_pass(graph, fetches, _folding, _simplifying, _merging, keep=keep)
     result.changes = pruned + result.changes
     return result

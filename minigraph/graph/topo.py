@@ -46,10 +46,13 @@ def dependencies(members: list[Node], stop: AbstractSet[int] = frozenset()
     missing: dict[int, int] = {}
     consumers: dict[int, list[Node]] = {}
     for n in members:
-        inputs = () if id(n) in stop else [i for i in n.predecessors if id(i) in keep]
-        missing[id(n)] = len(inputs)
-        for i in inputs:
-            consumers.setdefault(id(i), []).append(n)
+        count = 0
+        if id(n) not in stop:
+            for i in n.predecessors:
+                if id(i) in keep:
+                    count += 1
+                    consumers.setdefault(id(i), []).append(n)
+        missing[id(n)] = count
     return missing, consumers
 
 
