@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import copyreg
 import operator
+import sys
 from typing import Any
 
 from .device import Device, get_device
@@ -126,18 +127,11 @@ class Tensor(ArrayOps):
                  retain_graph: bool | None = None) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it
         (PyTorch's ``retain_graph``: without it, a second backward() raises)."""
-        # (the tape builds on Tensor: imported when first used; from the module itself,
-        # which costs a dictionary lookup, where ``from .autodiff import tape`` runs
-        # importlib's Python code on every call)
-        from .autodiff.tape import backward
-
-        backward(self, grad, create_graph, retain_graph)
+        _tape().backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
     def _update(self, prim: Any, write: Any, other: Any) -> "Tensor":
-        from .autodiff.tape import update_in_place  # (as in backward)
-
-        return update_in_place(self, prim, write, other)
+        return _tape().update_in_place(self, prim, write, other)
 
     def __iadd__(self, other: Any) -> "Tensor":
         return self._update(E.ADD, operator.iadd, other)
@@ -254,6 +248,21 @@ class Tensor(ArrayOps):
             extra += ", requires_grad=True"
         return body + extra + ")"
 
+
+
+_TAPE = __package__ + ".autodiff.tape"
+
+
+def _tape() -> Any:
+    """The module ``autodiff/tape.py``, which builds on Tensor and so is imported after it.
+
+    Found in ``sys.modules``: one dictionary lookup. (The statement ``from .autodiff.tape
+    import backward`` inside a method resolves the package's name on every call, 2 µs: a
+    twentieth of a scalar ``backward()``.)"""
+    module = sys.modules.get(_TAPE)
+    if module is None:  # (minigraph's __init__ imports it: only while it is being imported)
+        from .autodiff import tape as module
+    return module
 
 
 def shared(data: Any, device: Device) -> Tensor:

@@ -193,3 +193,79 @@ def test_numpy_operands_on_the_left_keep_the_tape():
     assert isinstance(y, mg.Tensor)
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), a.sum(axis=0) + 2.0)
+
+
+# -- the eager fast paths keep their meaning (issue 20) ------------------------------------
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max"])
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (None, True), ((0,), False),
+                                           ((1,), True), ((0, 1), False)])
+def test_reduction_kernel_given_the_dict_is_the_kernel(name, axis, keepdims):
+    """``Primitive.impl_with`` (the eager interpreter's call) gives the bits ``impl`` gives."""
+    from minigraph.ops.primitive import PRIMITIVES
+
+    prim = PRIMITIVES[name]
+    a = np.arange(6.0).reshape(2, 3) - 2.5
+    params = {"axis": axis, "keepdims": keepdims}
+    got = prim.impl_with(np, a, params)
+    want = prim.impl(np, a, **params)
+    assert np.shape(got) == np.shape(want) and np.array_equal(got, want)
+    np.testing.assert_array_equal(got, getattr(np, name)(a, axis=axis, keepdims=keepdims))
+
+
+def test_shared_parameter_dicts_stay_empty_and_unwritten():
+    """Entries without parameters share one dict, reductions over every axis another:
+    recording, sweeping, releasing and higher-order sweeps never write into them."""
+    from minigraph.autodiff import tape
+    from minigraph.errors import GradientError
+    from minigraph.ops import reduce as R
+
+    x = mg.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = (x * x + mg.sin(x)).sum()
+    (gx,) = [g for _, g in tape.sweep([y], [mg.tensor(1.0)], create_graph=True)]
+    gx.sum().backward()
+    y.backward()
+    assert tape.NO_PARAMS == {}
+    assert R._ALL_AXES == {"axis": None, "keepdims": False}
+    with pytest.raises(GradientError, match="released"):
+        y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy() + np.cos(x.numpy())
+                               + 2 - np.sin(x.numpy()))
+
+
+def test_no_grad_blocks_in_threads_keep_their_own_mode():
+    """Recording is per thread; the count of open no_grad blocks (a list, no lock) comes
+    back to zero when every thread has left its blocks."""
+    import threading
+
+    from minigraph.autodiff import tape
+
+    x = mg.tensor(1.0, requires_grad=True)
+    seen = []
+    start = threading.Barrier(4)
+
+    def work(off: bool) -> None:
+        start.wait()
+        for _ in range(200):
+            if off:
+                with mg.no_grad():
+                    seen.append(("off", (x * 2.0).requires_grad))
+            else:
+                seen.append(("on", (x * 2.0).requires_grad))
+
+    threads = [threading.Thread(target=work, args=(k % 2 == 0,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(recorded == (mode == "on") for mode, recorded in seen)
+    assert tape._blocks_off == [] and mg.is_grad_enabled()
+
+
+def test_backward_and_in_place_find_the_tape_module():
+    x = mg.tensor(3.0, requires_grad=True)
+    (x * x).backward()
+    assert x.grad.item() == 6.0
+    with mg.no_grad():
+        x -= 1.0
+    assert x.item() == 2.0

@@ -65,34 +65,34 @@ class _GradMode(threading.local):
 
 _mode = _GradMode()
 
-# How many blocks that switch recording off are open, in all threads together. While
-# none is, recording is on in every thread, and the eager interpreter does not read the
-# thread-local flag: ``not _blocks_off or _mode.enabled``. (Reading a threading.local
-# costs about a tenth of what NumPy's own call on a small array does, on every op.)
-_blocks_off = 0
-_blocks_lock = threading.Lock()
+# The blocks that switch recording off and are open, in all threads together: one item
+# each. While there is none, recording is on in every thread, and the eager interpreter
+# does not read the thread-local flag: ``not _blocks_off or _mode.enabled``. (Reading a
+# threading.local costs about a tenth of what NumPy's own call on a small array does, on
+# every op.) A list rather than a count: ``append`` and ``pop`` are single steps that no
+# other thread can interleave, where ``count += 1`` would need a lock (a tenth of a
+# scalar backward(), which switches recording off once).
+_blocks_off: list[None] = []
 
 
 class _SetGradMode:
     """Context manager (and decorator) that switches recording on or off."""
 
+    __slots__ = ("enabled", "prev")
+
     def __init__(self, enabled: bool):
         self.enabled = enabled
 
     def __enter__(self) -> None:
-        global _blocks_off
         self.prev = _mode.enabled
         if not self.enabled:
-            with _blocks_lock:  # (counted before the flag is off, uncounted after it is back)
-                _blocks_off += 1
+            _blocks_off.append(None)  # (counted before the flag is off, uncounted after)
         _mode.enabled = self.enabled
 
     def __exit__(self, *exc: object) -> None:
-        global _blocks_off
         _mode.enabled = self.prev
         if not self.enabled:
-            with _blocks_lock:
-                _blocks_off -= 1
+            _blocks_off.pop()
 
     def __call__(self, fn: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -119,6 +119,12 @@ def is_grad_enabled() -> bool:
 
 _sequence = itertools.count()
 
+# The parameters of an entry without any (``x * y``, ``mg.sin(x)``): one dict for all of
+# them, never written. A fresh ``{}`` per entry would be a third object per recorded op
+# (after the tensor and its entry), and Python's collector counts every one: on a long
+# tape it then walks the survivors more often (see the module's docstring).
+NO_PARAMS: dict[str, Any] = {}
+
 
 def apply(prim: Primitive, args: tuple, params: dict) -> Tensor:
     """Run ``prim`` on tensors now; record it on the tape if a gradient may be needed.
@@ -142,16 +148,18 @@ def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
     if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
         device = x.device
         try:
-            if params:
-                data = prim.impl(device.xp, x.data, **params)
-            else:
+            if not params:
                 data = prim.impl(device.xp, x.data)
+            elif prim.impl_with is not None:  # (the dict as it is: see Primitive.impl_with)
+                data = prim.impl_with(device.xp, x.data, params)
+            else:
+                data = prim.impl(device.xp, x.data, **params)
         except MinigraphError:
             raise
         except Exception as exc:
             raise _kernel_error(prim, (x,), params, exc) from exc
         if x.requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
-            return Tensor(data, device, True, (prim, params, next(_sequence), x))
+            return Tensor(data, device, True, (prim, params or NO_PARAMS, next(_sequence), x))
         return Tensor(data, device)
     return _apply_general(prim, (x,), params)
 
@@ -169,7 +177,7 @@ def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
             raise _kernel_error(prim, (x, y), {}, exc) from exc
         if (x.requires_grad or y.requires_grad) and prim.differentiable \
                 and (not _blocks_off or _mode.enabled):
-            return Tensor(data, device, True, (prim, {}, next(_sequence), x, y))
+            return Tensor(data, device, True, (prim, NO_PARAMS, next(_sequence), x, y))
         return Tensor(data, device)
     return _apply_general(prim, (x, y), {})
 
@@ -208,7 +216,7 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
     if prim is _TO_DEVICE:  # the one primitive whose result lives on another device
         device = params["device"]
     if track and prim.differentiable and (not _blocks_off or _mode.enabled):
-        return Tensor(data, device, True, (prim, params, next(_sequence), *args))
+        return Tensor(data, device, True, (prim, params or NO_PARAMS, next(_sequence), *args))
     return Tensor(data, device)
 
 
@@ -447,6 +455,9 @@ class _Released:
 
 
 RELEASED = _Released()
+# What a released tensor's ``_entry`` becomes: the same tuple for all of them, so that
+# releasing a long tape allocates nothing.
+RELEASED_ENTRY = (RELEASED, NO_PARAMS, -1)
 
 
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = frozenset(),
@@ -468,7 +479,7 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = f
             adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
         if not retain:
             for t in recorded:
-                t._entry = (RELEASED, {}, t._entry[2])
+                t._entry = RELEASED_ENTRY
         return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
 
 

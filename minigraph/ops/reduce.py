@@ -108,6 +108,19 @@ def mean_kernel(xp: Any, x: Any, axis: "tuple[int, ...] | None", keepdims: bool)
     return _numpy_mean(xp, x, axis, keepdims)
 
 
+def with_params(kernel: Callable[..., Any], ufunc: Callable[..., Any] | None = None
+                ) -> Callable[[Any, Any, dict], Any]:
+    """``kernel(xp, x, axis, keepdims)`` given its parameters as the dict itself: the
+    primitive's ``impl_with``, which the eager interpreter calls where ``kernel(xp, x,
+    **params)`` would make Python unpack the dict into keywords first. With the NumPy
+    ``ufunc`` that ``kernel`` calls on a NumPy array, the same call, one call sooner."""
+    def call(xp: Any, x: Any, params: dict) -> Any:
+        if ufunc is not None and type(x) is np.ndarray:
+            return ufunc(x, params["axis"], None, None, params["keepdims"])
+        return kernel(xp, x, params["axis"], params["keepdims"])
+    return call
+
+
 def write_reduction(prim: Any, args: list[str], params: dict,
                     literal: Callable[[Any], str]) -> str:
     """``mg.sum(x, axis=1)`` as a user writes it: one axis as an int, no default keepdims."""
@@ -125,14 +138,15 @@ SUM = primitive(
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
     cost="expensive", batch=B.reduction("sum"),
-    public="sum", write=write_reduction)
+    public="sum", write=write_reduction,
+    impl_with=with_params(sum_kernel, _NUMPY_REDUCTIONS["sum"]))
 
 MEAN = primitive(
     "mean", mean_kernel, _reduce_shape,
     jvp=[lambda t, out, x, axis, keepdims: mean(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, axis)],
     cost="expensive", batch=B.reduction("mean"),
-    public="mean", write=write_reduction)
+    public="mean", write=write_reduction, impl_with=with_params(mean_kernel))
 
 
 def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
@@ -144,7 +158,8 @@ def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 MAX = primitive(
     "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive",
     batch=B.reduction("max"),
-    public="max", write=write_reduction)
+    public="max", write=write_reduction,
+    impl_with=with_params(max_kernel, _NUMPY_REDUCTIONS["max"]))
 
 
 def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
@@ -162,24 +177,33 @@ def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
     return tuple(sorted(out))
 
 
-# (``axis=None``, every axis, is the common call: it needs no normalising)
+# ``axis=None``, every axis, is the common call: it needs no normalising, and its
+# parameters are one dict for all such calls (never written: a tape entry, a graph node
+# keeps it as it is), rather than a new one per call.
+_ALL_AXES: dict[str, Any] = {"axis": None, "keepdims": False}
+
+
+def _params(x: Any, axis: Axis, keepdims: bool, who: str) -> dict[str, Any]:
+    return {"axis": None if axis is None else normalize_axis(x, axis, who),
+            "keepdims": keepdims}
+
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
     """Sum over ``axis`` (all axes by default), like ``numpy.sum``."""
-    return bind_one(SUM, x, {"axis": None if axis is None else normalize_axis(x, axis, "sum"),
-                             "keepdims": keepdims})
+    return bind_one(SUM, x, _ALL_AXES if axis is None and not keepdims else
+                    _params(x, axis, keepdims, "sum"))
 
 
 def mean(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:
     """Mean over ``axis`` (all axes by default), like ``numpy.mean``."""
-    return bind_one(MEAN, x, {"axis": None if axis is None else normalize_axis(x, axis, "mean"),
-                              "keepdims": keepdims})
+    return bind_one(MEAN, x, _ALL_AXES if axis is None and not keepdims else
+                    _params(x, axis, keepdims, "mean"))
 
 
 def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
     """Maximum over ``axis``; the gradient is split evenly between tied maxima."""
-    return bind_one(MAX, x, {"axis": None if axis is None else normalize_axis(x, axis, "max"),
-                             "keepdims": keepdims})
+    return bind_one(MAX, x, _ALL_AXES if axis is None and not keepdims else
+                    _params(x, axis, keepdims, "max"))
 
 
 def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
