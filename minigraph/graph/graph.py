@@ -68,7 +68,14 @@ def user_location(skip: int = 0) -> tuple[str, int] | None:
         frame = frame.f_back
     if frame is None:
         return None
-    return frame.f_code.co_filename, frame.f_lineno
+    location = frame.f_code.co_filename, frame.f_lineno
+    return _LOCATIONS.setdefault(location, location)
+
+
+# One (file, line) tuple per line of the user's code that made nodes, shared by all of
+# them: a tuple per node would be one more object per node for the garbage collector,
+# whose passes over a growing graph come more often the more objects it makes.
+_LOCATIONS: dict[tuple[str, int], tuple[str, int]] = {}
 
 
 def describe_location(location: tuple[str, int] | None) -> str:
