@@ -7,7 +7,8 @@ It runs the kernel at once and, when an argument requires a gradient, writes the
 entry ``(primitive, parameters, sequence number, *arguments)`` on the result: one tuple,
 so that a recorded op leaves two objects (the tensor and its entry) for Python's garbage
 collector to walk, whose full passes over a long tape would otherwise cost more per op
-the longer the tape. The sequence numbers count up, so they *are* the tape's order: the
+the longer the tape (an op without parameters shares one empty dict, ``NO_PARAMS``, for
+the same reason). The sequence numbers count up, so they *are* the tape's order: the
 forward evaluation order (a.1)-(a.5).
 
 **The reverse sweep.** :func:`sweep` hands the entries that lead to the output, in

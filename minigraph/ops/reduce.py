@@ -115,10 +115,17 @@ def with_params(kernel: Callable[..., Any], ufunc: Callable[..., Any] | None = N
     **params)`` would make Python unpack the dict into keywords first. With the NumPy
     ``ufunc`` that ``kernel`` calls on a NumPy array, the same call, one call sooner."""
     def call(xp: Any, x: Any, params: dict) -> Any:
-        if ufunc is not None and type(x) is np.ndarray:
-            return ufunc(x, params["axis"], None, None, params["keepdims"])
         return kernel(xp, x, params["axis"], params["keepdims"])
-    return call
+
+    if ufunc is None:
+        return call
+    reduce = ufunc  # (a name mypy knows is not None inside call_ufunc)
+
+    def call_ufunc(xp: Any, x: Any, params: dict) -> Any:
+        if type(x) is np.ndarray:
+            return reduce(x, params["axis"], None, None, params["keepdims"])
+        return kernel(xp, x, params["axis"], params["keepdims"])
+    return call_ufunc
 
 
 def write_reduction(prim: Any, args: list[str], params: dict,
