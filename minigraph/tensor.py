@@ -323,9 +323,7 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     """
     dev = get_device(device)
     if type(data) is float and dtype is None:  # (the common leaf, mg.tensor(2.0): float64)
-        t = Tensor(dev.asarray(data), dev)
-        t.requires_grad = requires_grad
-        return t
+        return Tensor(dev.asarray(data), dev, requires_grad)
     if isinstance(data, (list, tuple)):
         _refuse_tracked_elements(data)
     if isinstance(data, Tensor):

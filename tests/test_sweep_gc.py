@@ -39,3 +39,31 @@ def test_a_failing_sweep_gives_the_collector_back():
             assert not gc.isenabled()
             raise RuntimeError("a VJP rule failed")
     assert gc.isenabled()
+
+
+def test_a_recorded_op_makes_no_objects_beyond_its_tensor_and_entry():
+    """Issue 20: every object a recorded op leaves is one more for the collector's full
+    passes over a long tape. An op without parameters shares one empty dict; a released
+    tape shares one entry."""
+    from minigraph.autodiff import tape
+
+    x = mg.tensor(0.5, requires_grad=True)
+    a = mg.sin(x)
+    b = a * x
+    c = mg.sum(b)
+    assert a._entry[1] is tape.NO_PARAMS and b._entry[1] is tape.NO_PARAMS
+    assert c._entry[1] == {"axis": None, "keepdims": False}
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        y = x
+        for _ in range(100):
+            y = mg.sin(y)
+        # each of the 100 ops: its tensor and its entry (a transient dict is given back)
+        assert gc.get_count()[0] - before <= 2 * 100 + 5
+    finally:
+        gc.enable()
+    c.backward()
+    assert a._entry is tape.RELEASED_ENTRY and b._entry is tape.RELEASED_ENTRY
+    assert x.grad.item() == pytest.approx(np.cos(0.5) * 0.5 + np.sin(0.5))
