@@ -71,8 +71,8 @@ _mode = _GradMode()
 # does not read the thread-local flag: ``not _blocks_off or _mode.enabled``. (Reading a
 # threading.local costs about a tenth of what NumPy's own call on a small array does, on
 # every op.) A list rather than a count: ``append`` and ``pop`` are single steps that no
-# other thread can interleave, where ``count += 1`` would need a lock (a tenth of a
-# scalar backward(), which switches recording off once).
+# other thread can interleave, where ``count += 1`` would need a lock, taken and given
+# back twice by every backward(), which switches recording off for its sweep.
 _blocks_off: list[None] = []
 
 
