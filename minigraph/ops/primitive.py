@@ -133,9 +133,31 @@ class Primitive:
         return f"<primitive {self.name}>"
 
 
-def ufunc_out(name: str) -> Callable[..., Any]:
+class UfuncOut:
+    """The ``out`` kernel of an op that is the array namespace's ufunc ``name``:
+    ``UfuncOut("add")(xp, x, y, out=buf)`` is ``xp.add(x, y, out=buf)``.
+
+    A class rather than a lambda so that it says which ufunc it calls: a runtime that
+    runs the same kernel thousands of times may look the ufunc up once (:meth:`on`) and
+    call NumPy itself (the Session's planned walk: on a scalar, the lambda and the
+    ``getattr`` were a fifth of the kernel)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, xp: Any, *arrays: Any, out: Any) -> Any:
+        return getattr(xp, self.name)(*arrays, out=out)
+
+    def on(self, xp: Any) -> Callable[..., Any]:
+        """The ufunc itself, in namespace ``xp``: called as ``ufunc(*arrays, out=buf)``."""
+        return getattr(xp, self.name)
+
+
+def ufunc_out(name: str) -> UfuncOut:
     """The ``out`` kernel of an op that is the namespace's ufunc ``name``."""
-    return lambda xp, *arrays, out: getattr(xp, name)(*arrays, out=out)
+    return UfuncOut(name)
 
 
 class Each:
@@ -219,13 +241,17 @@ def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
 
 def bind_one(prim: Primitive, x: Any, params: dict) -> Any:
     """``bind(prim, x, **params)``, the parameters given as a dict."""
-    if type(x) in KINDS:
-        return bind(prim, x, **params)
+    if type(x) in KINDS:  # (every kind's priority is above the tensors' 0)
+        return x._bind(prim, (x,), params)
     return _eager[1](prim, x, params)
 
 
 def bind_two(prim: Primitive, x: Any, y: Any) -> Any:
     """``bind(prim, x, y)``: two arguments, no parameters."""
-    if type(x) in KINDS or type(y) in KINDS:
-        return bind(prim, x, y)
+    if type(y) in KINDS:  # the higher priority wins; on a tie the first, as in bind
+        if type(x) in KINDS and x._priority >= y._priority:
+            return x._bind(prim, (x, y), {})
+        return y._bind(prim, (x, y), {})
+    if type(x) in KINDS:
+        return x._bind(prim, (x, y), {})
     return _eager[2](prim, x, y)

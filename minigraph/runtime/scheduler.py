@@ -46,6 +46,7 @@ raises wherever the overflowing kernel runs.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -60,6 +61,7 @@ from ..errors import DeviceError, MinigraphError
 from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
+from ..ops.primitive import UfuncOut
 from .memory import Memory, MemoryPlan, PlanCounts
 from .partition import CommNode
 from .rendezvous import Rendezvous
@@ -79,7 +81,7 @@ class Step:
     1.0001 of ``y * 1.0001``) and which kernel to call, on which array namespace."""
 
     __slots__ = ("node", "key", "special", "comm", "reads", "fetch", "impl", "out", "xp",
-                 "context", "params", "foreign")
+                 "context", "params", "foreign", "write")
 
     def __init__(self, node: Node, literals: dict[int, Any] | None = None):
         self.node = node
@@ -104,6 +106,13 @@ class Step:
         self.xp = node.device.xp
         self.context = node.device.context  # a GPU's: kernels run inside it
         self.params = node.params
+        # The out kernel as the planned walk calls it, ``write(*arrays, out=buffer)``:
+        # where it is only a ufunc (``ops.primitive.UfuncOut``), the ufunc itself, found
+        # once here instead of through a lambda and a getattr on every run.
+        self.write = (self.out.on(self.xp) if isinstance(self.out, UfuncOut) and
+                      not self.params else
+                      functools.partial(self.out, self.xp, **self.params)
+                      if self.out is not None else None)
         # an input on another device (a plan across devices runs partitioned instead,
         # with Send/Recv pairs, so only a plan run as it is gets here with one)
         self.foreign = next((a for a in node.inputs if a.device is not node.device), None)
@@ -473,7 +482,7 @@ class Run:
                         # it is most of the step, and the call of compute() is a tenth
                         arrays = step.fetch(values)
                         try:
-                            value = step.out(step.xp, *arrays, out=buffer, **step.params)  # type: ignore[misc]
+                            value = step.write(*arrays, out=buffer)  # type: ignore[misc]
                         except Exception as exc:
                             raise _failed(step, list(arrays), exc) from exc
                     else:  # a Const, a Variable, an Assign; a kernel on a GPU
