@@ -287,7 +287,9 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
     ``functools.partial``, so no row pays for a Python wrapper of the benchmark's own).
 
     1. NumPy's own call, the one the kernel ends in (``np.add.reduce`` for sum);
-    2. the primitive's kernel ``impl(xp, array, **params)``;
+    2. the primitive's kernel as ``tape.apply_one`` calls it: ``impl(xp, array)``, or
+       for an op with parameters ``impl_with(xp, array, params)`` where the table entry
+       has one (a reduction's: the dict as it is, without unpacking it into keywords);
     3. the eager interpreter ``tape.apply_one``: it checks the argument, runs the kernel,
        wraps the result in a ``Tensor`` (with its memory accounting) and records the
        tape entry; the result is dropped at once, so ``Tensor.__del__`` counts here too;
@@ -306,7 +308,10 @@ def layers(op: str, x: Any) -> dict[str, Callable[[], Any]]:
         if op == "sum" else functools.partial(getattr(np, op), a)
     return {
         "1. NumPy's call": numpy_call,
-        "2. + the primitive's kernel": functools.partial(prim.impl, x.device.xp, a, **params),
+        "2. + the primitive's kernel": (
+            functools.partial(prim.impl_with, x.device.xp, a, params)
+            if params and prim.impl_with is not None else
+            functools.partial(prim.impl, x.device.xp, a, **params)),
         "3. + tape.apply_one: Tensor, tape entry": functools.partial(apply_one, prim, x, params),
         "4. + bind_one: choose the interpreter": functools.partial(bind_one, prim, x, params),
         f"5. + mg.{op}(x)": functools.partial(getattr(mg, op), x),
