@@ -73,6 +73,7 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
     suffix = "" if device == "cpu" else "-" + device.replace(":", "")
     previous = os.environ.get(DEVICE_VAR)
     os.environ[DEVICE_VAR] = device
+    failed: list[str] = []  # scripts that ended with sys.exit(<an error>)
     try:
         for k, script in enumerate(scripts, 1):
             print(f"\n[{k}/{len(scripts)}] {script.stem} on {device} " + "=" * 40, flush=True)
@@ -82,8 +83,9 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
                 with contextlib.redirect_stdout(tee):
                     runpy.run_path(str(script), run_name="__main__")
             except SystemExit as end:  # a script's sys.exit() ends the script, not the run
-                if end.code not in (None, 0):
+                if end.code not in (None, 0):  # ... but the run's status says it failed
                     print(f"{script.stem} ended with {end.code!r}", file=sys.stderr)
+                    failed.append(script.stem)
             finally:
                 sys.argv = argv
             header = (f"{time.strftime('%Y-%m-%d %H:%M')} {time.perf_counter() - start:.0f} "
@@ -107,6 +109,10 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
     if update_readme(readme, outputs):
         print(f"\nupdated the generated results in {readme}")
     print(f"results (JSON, PNG): {BENCHMARKS / 'results'}")
+    if failed:
+        print(f"these scripts did not finish: {', '.join(failed)} (their errors are above)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -51,3 +51,19 @@ def test_bench_on_a_missing_device_says_what_is_missing_before_running(capsys):
     assert main(["bench", "--device", "cuda:0", "bench_eager"]) == 2
     err = capsys.readouterr().err
     assert "minigraph bench --device cuda:0" in err and "CuPy" in err
+
+
+def test_bench_runs_every_script_and_fails_when_one_exits_with_an_error(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A script's sys.exit ends that script only; the run goes on with the next, sees its
+    own command line, and its status says that one did not finish."""
+    (tmp_path / "bench_a.py").write_text("import sys\nsys.exit('mpiexec not found')\n")
+    (tmp_path / "bench_b.py").write_text("import sys\nprint('b ran with', sys.argv[1:])\n")
+    monkeypatch.setattr(bench, "BENCHMARKS", tmp_path)
+    monkeypatch.setattr("sys.argv", ["minigraph", "bench", "--not-for-the-scripts"])
+    assert bench.run() == 1
+    out, err = capsys.readouterr()
+    assert "b ran with []" in out
+    assert "bench_a ended with 'mpiexec not found'" in err and "did not finish: bench_a" in err
+    (tmp_path / "bench_a.py").write_text("import sys\nsys.exit(0)\n")
+    assert bench.run() == 0
