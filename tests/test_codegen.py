@@ -26,7 +26,7 @@ XS = np.array([-1.0, 0.5, 2.0])
 # -- literals and names ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", [2.0, -0.0, 3, True, None, "float32", (1,), (0, slice(1, None)),
-                                   [1, (2, 3)], float("inf"), -float("inf"), ...])
+                                   [1, (2, 3)], float("inf"), -float("inf"), float("nan"), ...])
 def test_a_literal_reads_back_as_its_value(value):
     text = literal(value, lambda v: pytest.fail(f"{v!r} has a literal"))
     back = eval(text)

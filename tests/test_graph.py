@@ -68,7 +68,7 @@ def test_the_users_line_is_the_innermost_frame_outside_minigraph_on_every_path()
 def test_shape_rules_answer_each_kind_of_argument_on_its_own():
     """Graph.add remembers what a shape rule said; arguments that only look alike (an int
     or a float exponent, float32 or float64) must still get their own answers."""
-    with mg.Graph():
+    with mg.Graph() as g:
         i = mg.placeholder(shape=(2,), dtype="int64")
         f32 = mg.placeholder(shape=(2,), dtype="float32")
         f64 = mg.placeholder(shape=(2, 1), dtype="float64")
@@ -77,6 +77,10 @@ def test_shape_rules_answer_each_kind_of_argument_on_its_own():
         assert (f32 * 2.0).dtype == "float32" and (f32 * -0.0).dtype == "float32"
         assert (f32 * f64).shape == (2, 2) and (f32 * f64).dtype == "float64"
         assert (f32 * f32).shape == (2,) and (f64 * f64).shape == (2, 1)
+        known = len(g._rules_said)
+        for _ in range(3):  # a NaN is one key, however many NaN objects there are
+            assert (f32 * float("nan")).dtype == "float32"
+        assert len(g._rules_said) == known + 1
         y = mg.placeholder(shape=(3,))
         for _ in range(2):  # the second time too: a rule that raised is asked again
             with pytest.raises(ShapeError, match=r"(?s)\(2,\) and \(3,\).*: f32 \+ y"):

@@ -135,8 +135,9 @@ class Node(ArrayOps):
                                    if all(c is not i for i in self.inputs))
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "Node":
-        # ``bind`` (ops/primitive.py) is the one caller: this frame and bind's are
-        # minigraph's, so the search for the user's line can start above them
+        # ``bind``, ``bind_one`` and ``bind_two`` (ops/primitive.py) are the only callers:
+        # this frame and theirs are minigraph's, so the search for the user's line can
+        # start above them (the user's own frame, at the nearest)
         graph = self.graph
         return graph.add(prim, args, params,
                          location=graph._location or user_location(skip=2))
@@ -354,10 +355,10 @@ class Graph:
         fraction of the time the rule takes. (Only for rules without parameters, the
         usual case; a rule that raises is asked again, so its error is raised again.)"""
         key: list = [prim]  # then two entries per argument: shape and dtype, or a number's
-        for a in args:      # type and value (a zero by its text: -0.0 == 0.0 but differs)
-            if type(a) in _NUMBERS:
+        for a in args:      # type and value (a zero by its text: -0.0 == 0.0 but differs;
+            if type(a) in _NUMBERS:  # a NaN too: nan != nan, so it would never be found)
                 key.append(type(a))
-                key.append(a if a else str(a))
+                key.append(a if a and a == a else str(a))
             elif a.shape is None:
                 return None, None  # known only when the graph runs
             else:
