@@ -1,4 +1,5 @@
-"""The reverse sweep pauses Python's cyclic collector and always gives it back."""
+"""The reverse sweep pauses Python's cyclic collector and always gives it back; the tape
+it releases refuses a second sweep."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 import minigraph as mg
 from minigraph.autodiff.backward import collector_paused
+from minigraph.errors import GradientError
 
 
 def test_a_backward_leaves_the_collector_as_it_found_it():
@@ -67,3 +69,18 @@ def test_a_recorded_op_makes_no_objects_beyond_its_tensor_and_entry():
     c.backward()
     assert a._entry is tape.RELEASED_ENTRY and b._entry is tape.RELEASED_ENTRY
     assert x.grad.item() == pytest.approx(np.cos(0.5) * 0.5 + np.sin(0.5))
+
+
+def test_a_released_tape_refuses_every_later_backward_through_it():
+    """The shared released entry (sequence number -1) is never swept: a backward through
+    it, from the same output, from a tensor computed after the release, or from one that
+    reads only part of the released tape, raises and says what to do."""
+    for later in (lambda y, z: z, lambda y, z: z * 2.0, lambda y, z: y + 1.0):
+        x = mg.tensor(2.0, requires_grad=True)
+        y = x * x
+        z = mg.sin(y)
+        z.backward()
+        assert x.grad.item() == pytest.approx(np.cos(4.0) * 4.0)
+        with pytest.raises(GradientError, match="released.*retain_graph=True"):
+            later(y, z).backward()
+        assert x.grad.item() == pytest.approx(np.cos(4.0) * 4.0)  # nothing added

@@ -269,3 +269,15 @@ def test_backward_and_in_place_find_the_tape_module():
     with mg.no_grad():
         x -= 1.0
     assert x.item() == 2.0
+
+
+def test_vjp_hands_back_arrays_apart_from_the_callers_cotangent():
+    """The gradient of x + 0.0 is the cotangent itself: vjp_fn copies it, as backward()
+    does with its ``grad``, so writing into one leaves the other alone."""
+    for cotangent in (mg.tensor([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])):
+        _, vjp_fn = mg.vjp(lambda t: t + 0.0, mg.tensor(np.ones(3)))
+        (gx,) = vjp_fn(cotangent)
+        np.testing.assert_array_equal(gx.numpy(), [1.0, 2.0, 3.0])
+        gx.data[0] = 9.0
+        np.testing.assert_array_equal(np.asarray(getattr(cotangent, "data", cotangent)),
+                                      [1.0, 2.0, 3.0])

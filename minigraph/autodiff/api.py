@@ -27,7 +27,7 @@ MODES: dict[str, Callable[..., Callable]] = {
 # (on scalars, a third of a cached call). The other modes compute the value anyway.
 GRADIENT_ONLY: dict[str, Callable[..., Callable]] = {
     "graph": trace.grad,
-    "source": source.grad,
+    "source": source.source_grad,
 }
 
 

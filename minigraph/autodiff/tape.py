@@ -684,11 +684,12 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
             return tuple(C.zeros_like(b.value) for b in boxes)
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
         grads = [_as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
-        # The caller's own arrays. (A tensor on a tape, or a value of another
+        # The caller's own arrays, apart from each other and from the caller's ``g`` (the
+        # gradient of ``x + 0.0`` is g itself). (A tensor on a tape, or a value of another
         # transformation, belongs to an outer computation: it stays as it is.)
-        handed: set[int] = set()
-        return tuple([_own(g, handed) if type(g) is Tensor and not g.requires_grad else g
-                      for g in grads])
+        handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
+        return tuple([_own(t, handed) if type(t) is Tensor and not t.requires_grad else t
+                      for t in grads])
 
     return value, vjp_fn
 

@@ -65,7 +65,8 @@ The modules, one concept each, in the order a reader meets them:
 * ``compiled.py``: ``_transform``, the steps in order for one input signature, and the
   compiled ``Program``.
 * ``cache.py``: ``SourceGrad``, the cache of programs, and the public functions
-  ``source_grad`` and ``value_and_grad``.
+  ``source_grad`` (the gradients alone: the program leaves out what only f's value
+  needs; ``mg.grad(f, mode="source")``) and ``value_and_grad``.
 
 Decisions worth knowing (each is visible in the text):
 
@@ -98,8 +99,8 @@ converting a value of the program to a Python number, and calling functions othe
 minigraph's (``np.sin(x)``) on values of the program.
 """
 
-from .cache import grad, source_grad, value_and_grad
+from .cache import source_grad, value_and_grad
 from .compiled import _transform  # noqa: F401  (read by tests; cache.py is where it is called)
 from .reading import SourceTransformError
 
-__all__ = ["SourceTransformError", "grad", "source_grad", "value_and_grad"]
+__all__ = ["SourceTransformError", "source_grad", "value_and_grad"]

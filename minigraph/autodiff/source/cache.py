@@ -152,13 +152,9 @@ def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
     """The gradient of scalar ``f`` by source transformation: ``mg.source_grad(f)(x, y)``.
 
     ``argnums`` an int gives one gradient, a tuple a tuple. ``.source`` is the generated
-    adjoint program. Unsupported Python raises :class:`SourceTransformError` here.
+    adjoint program. Unsupported Python raises :class:`SourceTransformError` here. It is
+    also source mode behind ``mg.grad(f, mode="source")``: the gradients alone.
     """
-    return SourceGrad(f, argnums, with_value=False)
-
-
-def grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
-    """Source mode behind ``mg.grad(f, mode="source")``: the gradients alone."""
     return SourceGrad(f, argnums, with_value=False)
 
 
