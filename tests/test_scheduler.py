@@ -176,17 +176,19 @@ def test_an_untraced_run_says_how_to_get_its_events():
     assert [e["name"] for e in traced.last_run.events] == ["x", "sin"]
 
 
-def test_recycling_reuses_buffers_and_lowers_the_peak():
+@pytest.mark.parametrize("trace", [False, True])  # memory planned / counted at run time
+def test_recycling_reuses_buffers_and_lowers_the_peak(trace):
     with mg.Graph() as g:
         x = mg.placeholder(shape=(256, 256), name="x")
         y = x
         for _ in range(20):
             y = mg.tanh(y) * 0.5
     feeds = {x: np.ones((256, 256))}
-    recycled = mg.Session(g, recycle=True)
-    keep = mg.Session(g, recycle=False)
+    recycled = mg.Session(g, recycle=True, trace=trace)
+    keep = mg.Session(g, recycle=False, trace=trace)
     a, b = recycled.run(y, feeds), keep.run(y, feeds)
     np.testing.assert_array_equal(a, b)
+    assert recycled._accounting == keep._accounting == ("dynamic" if trace else "planned")
     r, k = recycled.last_run, keep.last_run
     one = 256 * 256 * 8
     assert r.total_bytes == k.total_bytes == 40 * one  # 40 results computed
@@ -394,6 +396,32 @@ def same_statistics(planned, dynamic):
     assert a.total_bytes == b.total_bytes
 
 
+def count_live_bytes(g, order, fetches, fed):
+    """An oracle for a serial run's memory that shares no code with ``memory.Memory``:
+    walk the order, add each computed value's bytes, drop a value after its last reader
+    in the plan (never a fetched or fed one), and return (bytes produced, the peak of
+    live bytes), the run's ``total_bytes`` and liveness lower bound."""
+    node = {n.name: n for n in g.nodes}
+    ran, fetched, fed = set(order), {f.name for f in fetches}, {n.name for n in fed}
+    size = {k: 8 * int(np.prod(node[k].shape)) for k in order}  # float64
+    readers = dict.fromkeys(order, 0)
+    for k in order:
+        for i in {i.name for i in node[k].inputs} & ran:
+            readers[i] += 1
+    live = peak = total = 0
+    for k in order:
+        if k not in fed:
+            live, total = live + size[k], total + size[k]
+            peak = max(peak, live)
+        for i in {i.name for i in node[k].inputs} & ran:
+            readers[i] -= 1
+            if readers[i] == 0 and i not in fetched and i not in fed:
+                live -= size[i]
+        if readers[k] == 0 and k not in fetched and k not in fed:
+            live -= size[k]  # nobody reads it
+    return total, peak
+
+
 @given(dags(ops=WRITABLE_OPS), st.data())
 def test_planned_memory_reports_what_the_dynamic_accounting_counts(dag, data):
     g, x, y, nodes = build(dag)
@@ -407,6 +435,9 @@ def test_planned_memory_reports_what_the_dynamic_accounting_counts(dag, data):
     with mg.Session(g, recycle=recycle) as planned, \
             mg.Session(g, recycle=recycle, trace=True) as dynamic:  # traced: dynamic
         expected = dynamic.run(fetches, feeds)
+        total, lower = count_live_bytes(g, dynamic.last_run.order, fetches, feeds)
+        assert dynamic.last_run.total_bytes == total  # the dynamic count, checked on its own
+        assert dynamic.last_run.lower_bound["cpu"] == lower
         for _ in range(2):  # the first run plans, the second only runs the plan
             values = planned.run(fetches, feeds)
             assert planned._accounting == "planned" and dynamic._accounting == "dynamic"
