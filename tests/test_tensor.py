@@ -262,6 +262,46 @@ def test_no_grad_blocks_in_threads_keep_their_own_mode():
     assert tape._blocks_off == [] and mg.is_grad_enabled()
 
 
+def test_one_grad_mode_object_entered_twice_restores_each_entry():
+    """A no_grad/enable_grad object may be reused, nested or in two threads at once: each
+    exit restores what its own entry found (the saved modes are the thread's, not the
+    object's). Closed form: recording is on again after the outer block."""
+    import threading
+
+    x = mg.tensor(1.0, requires_grad=True)
+    off, on = mg.no_grad(), mg.enable_grad()
+    with off:
+        with on:
+            with off:
+                assert not (x * 2.0).requires_grad
+            assert (x * 2.0).requires_grad  # back to enable_grad's mode
+            with on:
+                pass
+            assert (x * 2.0).requires_grad
+        assert not (x * 2.0).requires_grad
+        with off:  # the same object, nested in itself
+            pass
+        assert not (x * 2.0).requires_grad
+    assert (x * 2.0).requires_grad and mg.is_grad_enabled()
+
+    inside, leave = threading.Barrier(2), threading.Barrier(2)
+    seen = []
+
+    def work() -> None:
+        with off:  # both threads hold the same object open at once
+            inside.wait()
+            seen.append((x * 2.0).requires_grad)
+            leave.wait()
+        seen.append((x * 2.0).requires_grad)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == [False, False, True, True] and mg.is_grad_enabled()
+
+
 def test_backward_and_in_place_find_the_tape_module():
     x = mg.tensor(3.0, requires_grad=True)
     (x * x).backward()

@@ -61,7 +61,14 @@ _NUMBERS = (float, int, bool)
 # -- gradient mode -------------------------------------------------------------------------
 
 class _GradMode(threading.local):
+    """This thread's recording flag, and the flags that the blocks open in this thread
+    found when they were entered (a stack: blocks nest, so the last one entered is the
+    first one left, whichever object each block is)."""
+
     enabled = True
+
+    def __init__(self) -> None:  # (run once per thread, on its first use)
+        self.saved: list[bool] = []
 
 
 _mode = _GradMode()
@@ -77,21 +84,25 @@ _blocks_off: list[None] = []
 
 
 class _SetGradMode:
-    """Context manager (and decorator) that switches recording on or off."""
+    """Context manager (and decorator) that switches recording on or off.
 
-    __slots__ = ("enabled", "prev")
+    What it restores on exit is kept in the thread's own stack (``_GradMode.saved``),
+    not on the object: one ``no_grad()`` object may be entered twice, nested or from two
+    threads at once, and each exit still restores what its own entry found."""
+
+    __slots__ = ("enabled",)
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
 
     def __enter__(self) -> None:
-        self.prev = _mode.enabled
+        _mode.saved.append(_mode.enabled)
         if not self.enabled:
             _blocks_off.append(None)  # (counted before the flag is off, uncounted after)
         _mode.enabled = self.enabled
 
     def __exit__(self, *exc: object) -> None:
-        _mode.enabled = self.prev
+        _mode.enabled = _mode.saved.pop()
         if not self.enabled:
             _blocks_off.pop()
 
