@@ -16,8 +16,9 @@ What the source rows time (see ``minigraph/autodiff/source/``):
 * ``... (2.0, 3.0)``: the same with Python floats, which first become arrays.
 * ``program.fn``: the readable program (``.source``, ``mg.`` calls) run on tensors: each
   line is an eager minigraph operation (bind, device check, a new Tensor).
-* ``program.raw``: the same program written with the primitives' kernels on arrays
-  (``.raw_source``): what the first row runs, without the call's bookkeeping.
+* ``program.raw``: the same program as a graph, compiled by graph compilation to the
+  primitives' kernels on arrays (``.raw_source``; it returns the value and the
+  gradients): what the first row runs, without the call's bookkeeping.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def methods() -> dict[str, Callable[[], tuple[Any, Any]]]:
     table[HEADLINE] = lambda: gf(x, y)
     table["source_grad(f)(2.0, 3.0), floats"] = lambda: gf(X, Y)
     table["program.fn(x, y): mg. calls on tensors"] = lambda: program.fn(x, y)[1]
-    table["program.raw(x, y): kernels on arrays"] = lambda: program.raw(xa, ya)[1]
+    table["program.raw(x, y): kernels on arrays"] = lambda: program.raw(xa, ya)[1:]
     return table
 
 

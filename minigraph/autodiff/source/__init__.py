@@ -60,10 +60,9 @@ The modules, one concept each, in the order a reader meets them:
 * ``adjoint.py``: step 3, ``_Reverse``: the VJP rules run on source variables,
   backwards, (g.1)-(g.5).
 * ``tidy.py``: step 4, dead code, the loops' stack, names.
-* ``render.py``: step 4, the text: ``mg.*`` calls (``.source``) or kernels on arrays
-  (``.raw_source``).
+* ``render.py``: step 4, the text: ``mg.*`` calls (``.source``).
 * ``compiled.py``: ``_transform``, the steps in order for one input signature, and the
-  compiled ``Program``.
+  compiled ``Program``; a straight-line program's kernels on arrays (``_kernels``).
 * ``cache.py``: ``SourceGrad``, the cache of programs, and the public functions
   ``source_grad`` (the gradients alone: the program leaves out what only f's value
   needs; ``mg.grad(f, mode="source")``) and ``value_and_grad``.
@@ -85,11 +84,12 @@ Decisions worth knowing (each is visible in the text):
   written with both branches and decided when the program runs; ``for i in range(n)`` is
   written once, not unrolled. Plain Python functions called with values of the program
   are inlined.
-* Two renderings of one program are compiled: ``.source`` calls ``mg.`` functions, so it
-  runs on any value kind (tensors on any device, tensors being recorded for a gradient
-  of the gradient, dual numbers); ``.raw_source`` calls the primitives' kernels on arrays
-  directly, as graph compilation does, and is what a call on tensors that need no
-  recording runs (see ``benchmarks/bench_source.py``).
+* ``.source`` calls ``mg.`` functions, so it runs on any value kind (tensors on any
+  device, tensors being recorded for a gradient of the gradient, dual numbers). A
+  straight-line program on one CPU-like device is also built as a graph
+  (``minigraph/graph``) and compiled by graph compilation to kernels on arrays
+  (``.raw_source``), which is what a call on tensors that need no recording runs (see
+  ``benchmarks/bench_source.py``); with loops or run-time ifs it runs ``.source``.
 
 Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,

@@ -3,8 +3,8 @@
 A program is built once per function, argnums and input signature (shapes, dtypes,
 devices, and the values of static arguments), kept in the one cache of compiled programs
 (``autodiff/signature.py``, shared with graph mode and ``mg.trace``), and
-replayed: on arrays, calling kernels, when nothing needs recording, else on values
-(:func:`_run`). ``mg.source_grad(f)`` and ``mg.value_and_grad(f, mode="source")`` return
+replayed: on arrays, calling kernels, when the program has them and nothing needs
+recording, else on values (:func:`_run`). ``mg.source_grad(f)`` and ``mg.value_and_grad(f, mode="source")`` return
 a :class:`SourceGrad`.
 """
 
@@ -16,10 +16,9 @@ from typing import Any, Callable, TypeAlias
 import numpy as np
 
 from ...errors import MinigraphError
-from ...tensor import Tensor, tensor
+from ...tensor import tensor
 from ..argnums import normalize_argnums, single
 from ..signature import arrays, programs, signature
-from ...graph.compile import own_copy
 from .compiled import Program, _transform
 from .reading import _read
 
@@ -33,7 +32,8 @@ class SourceGrad:
 
     Calling it builds (once per input signature) and runs that program. ``.source`` is the
     program's text, ``.forward_source`` the normalised primal (three-address form),
-    ``.raw_source`` the kernel-level variant; ``.programs`` the cache.
+    ``.raw_source`` the kernels on arrays that graph compilation wrote for it (None
+    without them: see ``compiled.py``'s ``_kernels``); ``.programs`` the cache.
     """
 
     def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
@@ -114,30 +114,18 @@ class SourceGrad:
 
 
 def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool = True) -> Any:
-    """Run the compiled program on ``args`` (whose signature is ``key``): on arrays when
-    nothing needs recording, else on values. Returns ``(value, gradients)``, or the
-    gradients alone without ``with_value``."""
-    raw = prog.raw
-    data = arrays(args, key, static=True) if raw is not None else None
-    if raw is None or data is None:
+    """Run the compiled program on ``args`` (whose signature is ``key``): its kernels on
+    arrays when it has them and nothing needs recording (``wrap`` makes the results the
+    caller's own tensors), else ``.source``'s function on values. Returns ``(value,
+    gradients)``, or the gradients alone without ``with_value``."""
+    kernels = prog.kernels if with_value else prog.gradient_kernels
+    data = None if kernels is None else arrays(args, key, static=False)
+    if kernels is None or data is None:
         value, grads = prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
         return (value, grads) if with_value else grads
-    if with_value or prog.raw_gradients is None:
-        value, grads = raw(*data)
-        copies = prog.copies
-    else:  # (the program without what only the value needs)
-        value, grads = None, prog.raw_gradients(*data)
-        copies = prog.gradient_copies
-    if prog.single:
-        grads = (grads,)
-    if copies is not None:  # (an array the caller must not share: see Program.copies)
-        value, *grads = [own_copy(a, d) if copy else a for a, d, copy in
-                         zip([value, *grads], [prog.out_device, *prog.grad_devices], copies)]
-    if prog.single:
-        grads = Tensor(grads[0], prog.grad_devices[0])
-    else:
-        grads = tuple(map(Tensor, grads, prog.grad_devices))
-    return (Tensor(value, prog.out_device), grads) if with_value else grads
+    results = kernels.wrap(kernels.raw(*data))
+    grads = results[-1] if prog.single else results[with_value:]
+    return (results[0], grads) if with_value else grads
 
 
 def _value(a: Any, differentiated: bool) -> Any:

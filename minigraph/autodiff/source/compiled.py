@@ -3,12 +3,12 @@
 :func:`_transform` makes source variables of the arguments (:func:`_inputs`), normalises
 the function (``normalize.py``) and writes its adjoint (``adjoint.py``); :func:`_finish`
 tidies (``tidy.py``), writes the texts (``render.py``, assembled by :func:`_texts`) and
-compiles them (:func:`_build_program`) into a :class:`Program`.
+compiles them (:func:`_build_program`) into a :class:`Program`. A straight-line program
+is also a graph (:func:`_kernels`), which graph compilation turns into kernels on arrays.
 """
 
 from __future__ import annotations
 
-import ast
 import inspect
 import math
 import sys
@@ -20,12 +20,14 @@ import numpy as np
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
 from ...codegen import define
+from ...graph.compile import CompiledFunction, compile_graph
+from ...graph.graph import Graph
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
 from ..signature import Captured
 from .adjoint import _Reverse
 from .normalize import _Normaliser
-from .program import Fill, For, If, Line, Op, Ref, _uses, _vars, _walk, _Writer
+from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
 from .render import _LITERALS, _Text
 from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
@@ -35,29 +37,29 @@ from .values import Index, SrcVar, _parts, _writing
 class Program:
     """One function's value-and-gradient program for one input signature.
 
-    ``source`` is the text (``mg.`` calls), ``forward_source`` the normalised primal,
-    ``raw_source`` the same program calling kernels on arrays; ``fn`` and ``raw`` are
-    their compiled functions.
+    ``source`` is the text (``mg.`` calls) and ``fn`` its compiled function,
+    ``forward_source`` the normalised primal. ``kernels`` is the same program as a graph
+    compiled to kernels on arrays (``graph/compile.py``), returning (value, *gradients),
+    and ``gradient_kernels`` the gradients alone; both None where there is no such path
+    (see :func:`_kernels`).
     """
 
     def __init__(self, signature: tuple, source: str, forward_source: str, fn: Callable,
-                 raw_source: str | None, raw: Callable | None, out: SrcVar,
-                 grads: list[SrcVar], single: bool):
+                 single: bool):
         self.signature, self.source, self.forward_source = signature, source, forward_source
-        self.fn, self.raw_source, self.raw = fn, raw_source, raw
+        self.fn, self.single = fn, single
         self.captured = Captured(())  # the tensors it read from outside (set when built)
-        self.out_device = out.device
-        self.grad_devices = [g.device for g in grads]
-        self.single = single
-        # Which of (value, *gradients) the raw variant returns over memory that is not
-        # this call's own (set when built, see _copies): copied for the caller. None
-        # where there is none (the common case: nothing to look at per call).
-        self.copies: list[bool] | None = None
-        # The kernel variant of the gradients alone (mg.grad), for straight-line
-        # programs: without the lines only f's value needs. (None: run ``raw``.)
-        self.raw_gradients: Callable | None = None
-        self.raw_gradients_source: str | None = None
-        self.gradient_copies: list[bool] | None = None  # (for (None, *gradients))
+        self.kernels: CompiledFunction | None = None
+        self.gradient_kernels: CompiledFunction | None = None
+
+    @property
+    def raw(self) -> Callable | None:
+        """The kernel function on arrays, returning (value, *gradients) as arrays."""
+        return None if self.kernels is None else self.kernels.raw
+
+    @property
+    def raw_source(self) -> str | None:
+        return None if self.kernels is None else self.kernels.source
 
     def __repr__(self) -> str:
         return f"<source_grad program\n{self.source}>"
@@ -84,8 +86,9 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         backward = writer.block
     finally:
         _writing.writer = saved
-    return _finish(src, params, forward, backward, out, grads, reverse.pairs, writer,
-                   single, signature)
+    runtime = [a for a in call_args if type(a) is SrcVar]  # (the arguments read at run time)
+    return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
+                   writer, single, signature)
 
 
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
@@ -136,9 +139,9 @@ def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
     return out
 
 
-def _finish(src: _Source, params: list[str], forward: list, backward: list, out: SrcVar,
-            grads: list[SrcVar], pairs: list, writer: _Writer, single: bool,
-            signature: tuple) -> Program:
+def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: list,
+            backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
+            single: bool, signature: tuple) -> Program:
     """Dead code, the stack, names, text, compile."""
     in_forward = {id(s) for s in forward}
     live = {id(out)} | {id(g) for g in grads}
@@ -161,10 +164,17 @@ def _finish(src: _Source, params: list[str], forward: list, backward: list, out:
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)
     _collect_consts(whole, namer, consts, writer.hints)
-    texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
-                   consts, namer)
-    return _build_program(src.fn.__name__, texts, consts, out, grads, signature, single,
-                          forward + backward)
+    name = f"grad_{src.fn.__name__}"
+    source, forward_source = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
+                                    consts, namer)
+    namespace = {"mg": sys.modules["minigraph"]}
+    namespace.update({cname: value for value, cname in consts.values()})
+    prog = Program(signature, source, forward_source, _compile(source, name, namespace), single)
+    prog.captured = Captured(value for value, _ in consts.values())
+    kernels = _kernels(name, runtime, forward + backward, [out] + grads)
+    if kernels is not None:
+        prog.kernels, prog.gradient_kernels = kernels
+    return prog
 
 
 def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> None:
@@ -178,16 +188,14 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
-           grads: list[SrcVar], single: bool, consts: dict, namer: _Namer) -> dict:
-    """The program's texts: ``False`` (mg calls) and ``True`` (kernels), each with its
-    renderer; ``"forward"``, the normalised primal; for a straight-line program,
-    ``"gradients"``, the kernel text of the gradients alone (``mg.grad``), its renderer
-    and its lines: without the lines only f's value needs (``z = a + b``)."""
+           grads: list[SrcVar], single: bool, consts: dict,
+           namer: _Namer) -> tuple[str, str]:
+    """The program's text (``mg.`` calls) and the normalised primal's."""
     counts = Counter(id(v) for s in _walk(forward + backward)
                      for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
     for v in [out] + grads:
         counts[id(v)] += 1
-    plan = _Text(consts, False, counts)  # which temporaries are written inline
+    plan = _Text(consts, counts)  # which temporaries are written inline
     plan.planning = True
     plan.block(backward, 1, inline=True)
     for v in _program_vars(backward):  # final names of the reverse temporaries left
@@ -196,79 +204,19 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
             v.name = namer.fresh(None)
     stack = "_stack" if "stack" in namer.reserved else "stack"
     pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
-    # the kernel variants free each array after its last use (see _free_dead)
-    arrays = {v.name for v in _program_vars(forward + backward) if v.shape != ()}
     names = cast("list[str]", [g.name for g in grads])  # (named by _name_all too)
     ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
-
-    def render(raw: bool, ahead: list, behind: list, returned: list[SrcVar],
-               ret: str) -> tuple[str, _Text]:
-        text = _Text(consts, raw, counts)
-        text.inlined, text.stack = plan.used, stack
-        text.escaping = _escaping(ahead + behind, returned)
-        source = _assemble(f"grad_{name}", params, text.block(ahead, 1, inline=False),
-                           text.block(behind, 1, inline=True), ret, consts,
-                           stack if pushes else None)
-        return (_free_dead(source, arrays) if raw else source), text
-
-    texts: dict[Any, Any] = {raw: render(raw, forward, backward, [out] + grads,
-                                         f"{out.name}, {ret}") for raw in (False, True)}
-    primal = _copy(forward, pushes=False)  # (the normalised primal needs no stack)
+    text = _Text(consts, counts)
+    text.inlined, text.stack = plan.used, stack
+    source = _assemble(f"grad_{name}", params, text.block(forward, 1, inline=False),
+                       text.block(backward, 1, inline=True), f"{out.name}, {ret}", consts,
+                       stack if pushes else None)
+    primal = _copy(forward)  # (the normalised primal needs no stack)
     _prune(primal, {id(out)})
-    lines = _Text(consts, False, counts).block(primal, 1, inline=False)
-    texts["forward"] = (f"def {name}({', '.join(params)}):\n" + _constants_comment(consts) +
-                        "\n".join(lines + [f"    return {out.name}"]) + "\n")
-    if not any(isinstance(s, (For, If)) for s in forward + backward):
-        ahead, behind = _copy(forward), _copy(backward)  # (new lines: pruning them
-        lean = ahead + behind                             # leaves the program as it is)
-        _prune(lean, {id(g) for g in grads})
-        in_ahead = {id(s) for s in ahead}
-        texts["gradients"] = render(True, [s for s in lean if id(s) in in_ahead],
-                                    [s for s in lean if id(s) not in in_ahead], grads,
-                                    ret) + (lean,)
-    return texts
-
-
-def _free_dead(source: str, arrays: set[str | None]) -> str:
-    """``source`` with ``del a, b  # last use`` after the statement of the function's
-    body that reads the arrays ``a`` and ``b`` for the last time, so that Python frees
-    them as soon as nothing will read them again, not when the program returns (the
-    peak of a training step falls by its activations). Only variables that a statement
-    of the body itself assigns (so they are bound wherever the program got to), and that
-    hold arrays: a line to free a scalar would only make the text longer."""
-    body = cast(ast.FunctionDef, ast.parse(source).body[0]).body
-    bound: set[str] = set()
-    last: dict[str, int] = {}  # name -> index of the statement that reads it last
-    for k, stmt in enumerate(body):
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                last[node.id] = k
-        if isinstance(stmt, ast.Assign):
-            bound.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
-    dead: dict[int, list[str]] = {}
-    for name, k in last.items():
-        if name in bound and name in arrays and not isinstance(body[k], ast.Return):
-            dead.setdefault(k, []).append(name)
-    lines = source.splitlines()
-    for k in sorted(dead, reverse=True):  # (from the end: the line numbers stay right)
-        end = cast(int, body[k].end_lineno)
-        lines.insert(end, f"    del {', '.join(dead[k])}  # last use")
-    return "\n".join(lines) + "\n"
-
-
-def _escaping(block: list, returned: list[SrcVar]) -> set[int]:
-    """Ids of the returned variables and of everything they may be a copy of."""
-    found = {id(v) for v in returned}
-    copies = [s for s in _walk(block) if isinstance(s, Line) and isinstance(s.expr, Ref)]
-    grew = True
-    while grew:
-        grew = False
-        for line in copies:
-            if any(id(t) in found for t in line.targets):
-                new = {id(v) for v in _vars(line.expr.values)} - found
-                found |= new
-                grew = grew or bool(new)
-    return found
+    lines = _Text(consts, counts).block(primal, 1, inline=False)
+    return source, (f"def {name}({', '.join(params)}):\n" +
+                    _constants_comment(consts) +
+                    "\n".join(lines + [f"    return {out.name}"]) + "\n")
 
 
 def _assemble(name: str, params: list[str], forward: list[str], backward: list[str],
@@ -296,101 +244,54 @@ def _constants_comment(consts: dict) -> str:
     return "    # constants, captured when this program was built: " + "; ".join(shown) + "\n"
 
 
-def _copy(block: list, pushes: bool = True) -> list:
+def _copy(block: list) -> list:
     """A copy of a block's structure (lines are shared, loops and ifs copied), without
-    the stack's pushes if ``pushes`` is false."""
+    the stack's pushes."""
     out: list[For | If | Line] = []
     for s in block:
         if isinstance(s, For):
-            out.append(For(s.index, s.range, _copy(s.body, pushes), s.reverse, s.carry))
+            out.append(For(s.index, s.range, _copy(s.body), s.reverse, s.carry))
         elif isinstance(s, If):
-            out.append(If(s.cond, _copy(s.then, pushes), _copy(s.orelse, pushes), s.joins))
-        elif pushes or s.kind != "push":
+            out.append(If(s.cond, _copy(s.then), _copy(s.orelse), s.joins))
+        elif s.kind != "push":
             out.append(Line(s.targets, s.expr, s.kind))
     return out
 
 
-def _build_program(name: str, texts: dict, consts: dict, out: SrcVar,
-                   grads: list[SrcVar], signature: tuple, single: bool,
-                   lines: list) -> Program:
-    mg = sys.modules["minigraph"]
-    source, _ = texts[False]
-    namespace: dict[str, Any] = {"mg": mg}
-    namespace.update({cname: value for value, cname in consts.values()})
-    fn = _compile(source, f"grad_{name}", namespace)
-    raw_source, text = texts[True]
-    raw = None
-    if _raw_ok(consts, text, out, grads):
-        raw = _compile(raw_source, f"grad_{name}", _raw_namespace(text, consts, out))
-    prog = Program(signature, source, texts["forward"], fn, raw_source if raw else None,
-                   raw, out, grads, single)
-    prog.captured = Captured(value for value, _ in consts.values())
-    copies = _copies(lines, [out] + grads)
-    prog.copies = copies if any(copies) else None
-    if raw is not None and "gradients" in texts:
-        gradients_source, text, lean = texts["gradients"]
-        prog.raw_gradients_source = gradients_source
-        prog.raw_gradients = _compile(gradients_source, f"grad_{name}",
-                                      _raw_namespace(text, consts, out))
-        copies = [False] + _copies(lean, grads)
-        prog.gradient_copies = copies if any(copies) else None
-    return prog
+def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar]
+             ) -> tuple[CompiledFunction, CompiledFunction] | None:
+    """The program as kernels on arrays: its lines as a graph (``minigraph/graph``) that
+    graph compilation compiles, once for (value, *gradients) and once for the gradients
+    alone (without the lines only the value needs), with what it does for every graph:
+    buffers reused in place, arrays freed after their last use, results that are the
+    caller's own. Programs with loops or ifs decided at run time, on several devices or on
+    a GPU have none: they run ``.source``'s function."""
+    device = returned[0].device
+    if any(isinstance(s, (For, If)) for s in lines) or device.context is not None or \
+            any(v.device is not device for v in runtime + list(_program_vars(lines))):
+        return None
+    graph, nodes = Graph(name), cast("dict[int, Any]", {})
 
+    def node(v: Any) -> Any:  # a variable's node; numbers, arrays as graph.add takes them
+        if type(v) is SrcVar and id(v) not in nodes:  # a tensor f read: a constant
+            nodes[id(v)] = graph.constant(v.value, name=v.name)
+        return nodes[id(v)] if type(v) is SrcVar else v
 
-def _raw_namespace(text: _Text, consts: dict, out: SrcVar) -> dict[str, Any]:
-    """What a kernel text reads: its fills, kernels, devices, namespace and constants."""
-    devices = dict(text.devices)
-    ns: dict[str, Any] = {**text.fills, **text.kernels, **devices}
-    ns["_xp"] = next(iter(devices.values())).xp if devices else out.device.xp
-    ns.update({cname: (value.data if isinstance(value, Tensor) else value)
-               for value, cname in consts.values()})
-    return ns
-
-
-def _copies(block: list, returned: list[SrcVar]) -> list[bool]:
-    """Per returned variable, whether its array may be memory that is not the call's
-    own: an input (the caller's), a constant or a fill the program keeps, or the array
-    of another returned variable (``gx = gz; gy = gz``). A variable's array is its own
-    or, through a copy of the reference (``gb = gz``) or a view (``mg.reshape``,
-    ``mg.broadcast_to`` ...), another's; a view is copied too (a broadcast one cannot be
-    written). The caller gets values of its own, as in every mode."""
-    sources: dict[int, list[Any]] = {}  # id(variable) -> what its array may also be
-    foreign: set[int] = set()  # variables over memory that is not the call's own
-    for stmt in _walk(block):
-        if not isinstance(stmt, Line):
-            continue
-        e = stmt.expr
-        if stmt.kind == "pop" or isinstance(e, Fill):  # (a pop restores what was pushed)
-            foreign.update(id(t) for t in stmt.targets)
-        elif isinstance(e, Ref):
-            for t, v in zip(stmt.targets, e.values):
-                sources.setdefault(id(t), []).append(v)
-        elif isinstance(e, Op) and e.prim.view:
-            foreign.add(id(stmt.targets[0]))
-            sources.setdefault(id(stmt.targets[0]), []).append(e.args[0] if e.args else None)
-    copies: list[bool] = []
-    seen: set[int] = set()  # the variables whose arrays earlier returned ones may be
-    for v in returned:
-        reached, todo, own = set(), [v], True
-        while todo:
-            w = todo.pop()
-            if type(w) is not SrcVar or w.role in ("input", "const"):
-                own = False  # the caller's array, or one the program keeps
-            elif id(w) not in reached:
-                reached.add(id(w))
-                todo += sources.get(id(w), [])
-        copies.append(not own or bool(reached & foreign) or bool(reached & seen))
-        seen |= reached
-    return copies
-
-
-def _raw_ok(consts: dict, text: _Text, out: SrcVar, grads: list[SrcVar]) -> bool:
-    """Kernels on arrays need one device without a GPU context (NumPy-like arrays)."""
-    devices = {d.name: d for d in text.devices.values()}
-    devices[out.device.name] = out.device
-    devices.update({g.device.name: g.device for g in grads})
-    for value, _ in consts.values():
-        if isinstance(value, Tensor):
-            devices[value.device.name] = value.device
-    return len({id(d.xp) for d in devices.values()}) == 1 and len(devices) == 1 and \
-        all(d.context is None for d in devices.values())
+    with device:
+        for v in runtime:
+            nodes[id(v)] = graph.add_special("Placeholder", (), v.shape, v.dtype, v.name)
+        for line in lines:
+            e, names = line.expr, [t.name for t in line.targets]
+            if isinstance(e, Op):
+                made = [graph.add(e.prim, tuple(map(node, e.args)), e.params, names[0])]
+            elif isinstance(e, Ref):  # another name for the same node
+                made = [node(v) for v in e.values]
+            else:  # a Fill
+                made = [graph.constant(Tensor(device.full(e.shape, e.value, e.dtype), device),
+                                       name=names[0])]
+            nodes.update(zip(map(id, line.targets), made))
+    for n in graph.nodes:  # (where it was built: not a line of f to write in a comment)
+        n.location = None
+    inputs, outputs = [nodes[id(v)] for v in runtime], [node(v) for v in returned]
+    return (compile_graph(graph, inputs, outputs, name),
+            compile_graph(graph, inputs, outputs[1:], name))

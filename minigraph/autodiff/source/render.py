@@ -1,25 +1,23 @@
-"""Writing the text: mg.* calls (``.source``) or kernels on arrays (``.raw_source``).
+"""Writing the text: ``mg.`` calls (``.source``).
 
 The second half of step 4. :class:`_Text` turns the program's statements into lines of
 Python, with the parentheses Python's precedence needs (:func:`_infix`), writing the
 reverse sweep's single-use temporaries into the line that reads them
-(``gx = ga * y + gb * mg.cos(x)``). With ``raw=True`` the lines call the primitives'
-kernels on arrays; ``Device.full`` makes their filled arrays. What a line of either kind
-says about one primitive (its ``mg.`` call, its kernel call, the literals and names of
-its parameters) is written by the code generator graph compilation uses too
-(``minigraph/codegen.py``); what is written here is the program's own: operators,
-indexing, loops, branches, the stack, and the inlining.
+(``gx = ga * y + gb * mg.cos(x)``). What a line says about one primitive (its ``mg.``
+call, the literals of its parameters) is written by the code generator graph compilation
+uses too (``minigraph/codegen.py``); what is written here is the program's own:
+operators, indexing, loops, branches, the stack, and the inlining. (The kernels on
+arrays are graph compilation's: see ``compiled.py``'s ``_kernels``.)
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from typing import AbstractSet, Any, cast
 
 from ...codegen import LITERALS as _LITERALS  # (compiled.py: what needs no constant)
-from ...codegen import Names, mg_call
+from ...codegen import literal, mg_call
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
 from .tidy import _program_vars
@@ -45,22 +43,13 @@ def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str
 class _Text:
     """Turns program statements into lines of Python, inlining single-use temporaries."""
 
-    def __init__(self, consts: dict, raw: bool, counts: Counter):
+    def __init__(self, consts: dict, counts: Counter):
         self.consts = consts  # id(value) -> (value, name)
-        self.raw = raw
         self.counts = counts  # how often each variable is read
         self.inlined: set[int] = set()  # decided by a planning pass
         self.used: set[int] = set()  # temporaries really written inline
         self.planning = False
         self.stack = "stack"
-        # The globals of a kernel text (``_k_mul``, ``_dev_cpu``) start with ``_``: the
-        # program's variables were named before (tidy.py), and the names made there
-        # (a, gx, t1, _t3, _stack) are never those.
-        self.names = Names("_", spell=self.spell)
-        self.kernels = self.names.namespace  # (what compiled.py binds: kernels, devices ...
-        self.devices = self.names.devices    # ... the devices among them ...
-        self.fills: dict[str, Any] = {}      # ... and the fills: functions, or arrays made once)
-        self.escaping: set[int] = set()  # variables that are (copies of) what is returned
 
     # -- values ------------------------------------------------------------------------------
     def value(self, v: Any, subst: dict) -> tuple[str, int]:
@@ -72,23 +61,20 @@ class _Text:
         return self.literal(v), _UNARY if negative else _ATOM
 
     def literal(self, v: Any) -> str:
-        return self.names.literal(v)
+        return literal(v, self.spell)
 
-    def spell(self, v: Any) -> str | None:
-        """What has no literal text: a loop's index by its expression, a constant by the
-        name the program gave it, a device in ``mg.`` text by its name (a kernel text
-        binds the device: None)."""
+    def spell(self, v: Any) -> str:
+        """What has no literal text: a loop's index by its expression, a device by its
+        name, a constant by the name the program gave it."""
         if isinstance(v, Index):
             return v.text
         if isinstance(v, Device):
-            return None if self.raw else repr(v.name)
+            return repr(v.name)
         return self.consts[id(v)][1]
 
     # -- expressions ---------------------------------------------------------------------------
     def op(self, e: Op, subst: dict) -> tuple[str, int]:
         args = [self.value(a, subst) for a in e.args]
-        if self.raw:
-            return self.kernel_call(e, args), _ATOM
         sym = e.prim.symbol  # the table says how the op is written
         if sym in PRECEDENCE and len(args) == 2:
             return _infix(sym, args[0], args[1])
@@ -121,21 +107,7 @@ class _Text:
         """``mg.<public>(...)``, as the op's table entry says."""
         return mg_call(e.prim, args, e.params, self.literal)
 
-    def kernel_call(self, e: Op, args: list[tuple[str, int]]) -> str:
-        """``_k_sin(_xp, x)``: the primitive's kernel on arrays, as graph compilation does.
-        (One namespace, ``_xp``: a kernel text runs on one device, which compiled.py binds.)"""
-        return self.names.kernel_call(e.prim, [a[0] for a in args], e.params, "_xp")
-
-    def fill(self, f: Fill, target: SrcVar) -> str:
-        if self.raw:
-            self.names.device(f.device)  # (checked: one device for kernels on arrays)
-            name = f"_fill{len(self.fills)}"
-            if id(target) in self.escaping:  # returned: a new array on every call
-                self.fills[name] = functools.partial(f.device.full, f.shape, f.value, f.dtype)
-                return f"{name}()"
-            # Only read, by kernels that never write into their arguments: made once.
-            self.fills[name] = f.device.full(f.shape, f.value, f.dtype)
-            return name
+    def fill(self, f: Fill) -> str:
         if f.value in (0, 1) and not isinstance(f.value, bool):
             which = "ones" if f.value == 1 else "zeros"
             return f"mg.{which}({f.shape!r}, {f.dtype!r}, {f.device.name!r})"
@@ -154,7 +126,7 @@ class _Text:
         if isinstance(e, Op):
             return f"{names} = {self.op(e, subst)[0]}"
         if isinstance(e, Fill):
-            return f"{names} = {self.fill(e, line.targets[0])}"
+            return f"{names} = {self.fill(e)}"
         return f"{names} = {', '.join(self.value(v, subst)[0] for v in e.values)}"
 
     def block(self, stmts: list, depth: int, inline: bool) -> list[str]:
