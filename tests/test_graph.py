@@ -34,6 +34,63 @@ def test_nodes_in_creation_order_with_their_attributes():
     assert mg.matmul(mg.placeholder((2, 2)), mg.placeholder((2, 2))).cost == "expensive"
 
 
+def test_a_chain_link_leaves_few_objects_for_the_garbage_collector():
+    """Issue 4/6: Python's cyclic collector walks every object that could hold a
+    reference, again on each full pass, so a large graph costs it per object. A link of
+    ``y = mg.sin(y) * 1.0001`` with its gradient is five nodes (sin, mul; cos and two
+    muls in the gradient), each with its arguments tuple: ten objects, no more (no node
+    has a ``__dict__``, a node without parameters keeps the one shared empty dict, and
+    ``inputs`` is made only when asked for where ``args`` holds a number)."""
+    import gc
+
+    from minigraph.autodiff.tape import NO_PARAMS
+
+    links = 300
+
+    def chain(g):
+        x = mg.placeholder((), name="x")
+        y = x
+        for _ in range(links):
+            y = mg.sin(y) * 1.0001
+        return x, y
+
+    gc.collect()
+    before = len(gc.get_objects())
+    with mg.Graph() as g:
+        x, y = chain(g)
+        (gx,) = mg.gradients(y, [x])
+    gc.collect()
+    # the graph's own few objects (itself, its list and dicts of nodes, ...) aside
+    assert len(gc.get_objects()) - before <= 10 * links + 20
+    assert len(g.nodes) == 1 + 5 * links + 1  # (and the seed's Const)
+    for n in g.nodes:
+        assert not hasattr(n, "__dict__")
+        assert n.params is NO_PARAMS
+    # ``inputs`` is still there for whoever asks: the nodes among the arguments
+    assert y.op == "mul" and y.inputs == (y.args[0],) and y.args[1] == 1.0001
+    with pytest.raises(AttributeError, match="'Node' object has no attribute 'inptus'"):
+        y.inptus
+    # every object the collector counts starts it sooner: building a link counts its two
+    # nodes and their two tuples (a ``{}`` made per call and let go is not counted twice)
+    gc.disable()
+    try:
+        with mg.Graph() as g2:
+            start = gc.get_count()[0]
+            chain(g2)
+            assert gc.get_count()[0] - start <= 4 * links + 10
+    finally:
+        gc.enable()
+    assert mg.Session(g).run(gx, {x: 0.5}) == pytest.approx(_chain_derivative(0.5, links))
+
+
+def _chain_derivative(x0, links):
+    d = 1.0
+    for _ in range(links):
+        d *= math.cos(x0) * 1.0001
+        x0 = math.sin(x0) * 1.0001
+    return d
+
+
 def test_each_node_records_the_users_line():
     with mg.Graph():
         x = mg.placeholder(shape=(2,))

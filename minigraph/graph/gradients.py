@@ -42,9 +42,10 @@ def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int,
     """Steps 1 and 2: the nodes on some path from an x to a y, by id, and each one's
     number of consumers among them, its pending count (iterative: no recursion)."""
     consumers: dict[int, list[Node]] = {}
-    for n in ys[0].graph.nodes:
-        for i in n.inputs:
-            consumers.setdefault(id(i), []).append(n)
+    for n in ys[0].graph.nodes:  # (``args``, not ``inputs``: see Node.__init__)
+        for i in n.args:
+            if isinstance(i, Node):
+                consumers.setdefault(id(i), []).append(n)
     forward, stack = set(), list(xs)
     while stack:
         n = stack.pop()
@@ -52,7 +53,8 @@ def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int,
             forward.add(id(n))
             stack.extend(consumers.get(id(n), ()))
     # backwards from the ys through what the xs reach: every edge walked is an edge
-    # between two of the nodes kept, which is what the pending counts count
+    # between two of the nodes kept, which is what the pending counts count (a number
+    # among the arguments is never in ``forward``: its id is not a live node's)
     between: dict[int, Node] = {}
     pending: dict[int, int] = {}
     stack = [y for y in ys if id(y) in forward]
@@ -60,7 +62,7 @@ def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int,
         n = stack.pop()
         if id(n) not in between:
             between[id(n)] = n
-            for i in n.inputs:
+            for i in n.args:
                 if id(i) in forward:
                     pending[id(i)] = pending.get(id(i), 0) + 1
                     stack.append(i)
@@ -147,7 +149,7 @@ def _sweep_order(ys: list[Node], relevant: dict[int, Node],
     while ready:
         node = ready.popleft()
         order.append(node)
-        for a in node.inputs:
+        for a in node.args:
             if id(a) in relevant:
                 pending[id(a)] -= 1
                 if pending[id(a)] == 0:

@@ -32,10 +32,11 @@ import sys
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np  # host-side checks of fed values
 
+from ..autodiff.tape import NO_PARAMS
 from ..device import Device, get_device, scoped_device
 from ..errors import MinigraphError, ShapeError
 from ..ops import copy as C
@@ -95,6 +96,7 @@ class Node(ArrayOps):
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
                  "dtype", "device", "location", "value", "control_inputs", "_cost")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
+    inputs: tuple["Node", ...]  # (a slot; set in __init__, or on first use: __getattr__)
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
                  args: tuple, params: dict, shape: tuple | None, dtype: str | None,
@@ -106,13 +108,16 @@ class Node(ArrayOps):
         self.prim = prim
         self.args = args
         self.params = params
-        # (when every argument is a node, ``inputs`` is the same tuple as ``args``: one
-        # object fewer per node for the garbage collector to walk, a graph has many)
-        self.inputs = args
+        # ``inputs``, the nodes among the arguments (the graph's edges into this node): when
+        # every argument is a node, the same tuple as ``args``. Otherwise (``y * 1.0001``) it
+        # is made when first asked for, see __getattr__: a tuple of nodes is one more object
+        # that the garbage collector walks on each of its passes over a growing graph, and
+        # the reverse-graph pass, say, reads ``args`` and never asks.
         for a in args:
             if not isinstance(a, Node):
-                self.inputs = tuple([a for a in args if isinstance(a, Node)])
                 break
+        else:
+            self.inputs = args
         # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
         # declares tuple[int, ...] for its methods, which only such nodes cannot run
         self.shape = shape  # type: ignore[assignment]
@@ -125,6 +130,16 @@ class Node(ArrayOps):
         self.control_inputs = control_inputs if type(control_inputs) is tuple else \
             tuple(control_inputs)
         self._cost: str | None = None  # computed on first use (the scheduler asks often)
+
+    if not TYPE_CHECKING:  # (mypy would take any misspelt attribute for this one's)
+        def __getattr__(self, attr: str) -> Any:
+            """Python calls this only for an attribute the node does not have (yet): a
+            node with numbers among its arguments makes its ``inputs`` on first use."""
+            if attr == "inputs":
+                self.inputs = tuple([a for a in self.args if isinstance(a, Node)])
+                return self.inputs
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}",
+                                 name=attr, obj=self)
 
     @property
     def predecessors(self) -> tuple["Node", ...]:
@@ -338,7 +353,9 @@ class Graph:
         args = self._arguments(args)
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
-        node = Node(self, name, prim.name, prim, args, params, shape, dtype,
+        # (most nodes have no parameters: they share the one empty dict the tape's entries
+        # share, instead of keeping the ``{}`` each call made; see NO_PARAMS)
+        node = Node(self, name, prim.name, prim, args, params or NO_PARAMS, shape, dtype,
                     self._place(prim, args, params), location, None, self._control_nodes)
         self.nodes.append(node)  # (self._register(node), written out: it runs per node)
         self._by_name[name] = node
@@ -398,7 +415,7 @@ class Graph:
                 raise ShapeError(f"assign: variable '{var.name}' has shape {var.shape}, the "
                                  f"new value '{new.name}' has shape {new.shape}")
             shape, dtype, device = var.shape, var.dtype, var.device
-        node = Node(self, self.unique_name(name or op), op, None, args, {}, shape, dtype,
+        node = Node(self, self.unique_name(name or op), op, None, args, NO_PARAMS, shape, dtype,
                     device or scoped_device() or get_device(None), user_location(), value,
                     self._control_nodes)
         return self._register(node)

@@ -24,6 +24,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from ..autodiff.backward import collector_paused
+from ..autodiff.tape import NO_PARAMS
 from ..device import Device
 from .graph import Graph, Node
 from .topo import fifo_order, needed
@@ -187,7 +188,7 @@ def _folding(changes: list[str]) -> Rewrite:
         shown = repr(n.device.to_numpy(value).tolist())
         changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
                        f"{shown if len(shown) < 60 else shown[:57] + '...'}")
-        return new._register(Node(new, n.name, "Const", None, (), {}, n.shape, n.dtype,
+        return new._register(Node(new, n.name, "Const", None, (), NO_PARAMS, n.shape, n.dtype,
                                   n.device, n.location, value))
 
     return rewrite
