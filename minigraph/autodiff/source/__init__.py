@@ -18,54 +18,41 @@ that computes f's value and its gradient; for the textbook's z = x*y + sin(x)::
         gx = ga * y + gb * mg.cos(x)
         return z, (gx, gy)
 
-How it is written, in four steps:
+How it is written, in four steps (each module's docstring says more):
 
-1. **Read** (:func:`_read`, ``reading.py``): ``inspect.getsource`` and ``ast``;
-   constructs the method cannot handle (``while``, ``try``, ``lambda``, ``with``,
-   ``global`` ...) are refused here, before anything runs, with an error naming the
-   construct, function, file and line.
-2. **Normalise** (:class:`_Normaliser`, ``normalize.py``): the function's statements are
-   run on *source variables* (:class:`SrcVar`, ``values.py``), a value kind like
-   ``Tensor`` or ``Dual`` whose ``_bind`` does not compute but appends a line
-   ``t = mg.sin(x)`` to the program being written and returns a new source variable.
-   Running ``x * y + mg.sin(x)`` this way *is* the normalisation to three-address form,
-   the evaluation trace (a.1)-(a.5). A source variable knows the shape, dtype and device
-   of its value (from the primitive's shape rule), because the program is specialised to
-   one input signature.
-3. **Adjoint** (:class:`_Reverse`, ``adjoint.py``): the normalised program is walked
-   backwards; each run of straight-line lines goes through the one reverse sweep of every
-   mode (``autodiff/backward.py``), whose primitive VJP rules, the same ones the tape
-   uses, run on source variables, so they too write lines, (g.1)-(g.5). There is no
-   second set of derivative rules and no second sweep. A ``for`` loop pushes the values
-   its reverse needs on a stack in the forward sweep and pops them in the reverse sweep;
-   an ``if`` decided at run time is reversed by an ``if`` on the same condition variable
-   (which the loop's stack restores inside loops).
+1. **Read** (``reading.py``): ``inspect.getsource`` and ``ast``; constructs the method
+   cannot handle (listed at the end) are refused here, before anything runs, with an
+   error (:class:`SourceTransformError`) naming the construct, function, file and line.
+2. **Normalise** (``normalize.py``): the function's statements are run on *source
+   variables* (:class:`SrcVar`, ``values.py``), a value kind like ``Tensor`` or ``Dual``
+   whose ``_bind`` does not compute but appends a line ``t = mg.sin(x)`` to the program
+   being written (``program.py``: lines, ``for`` loops, ``if`` branches) and returns a new
+   source variable. Running ``x * y + mg.sin(x)`` this way *is* the normalisation to
+   three-address form, the evaluation trace (a.1)-(a.5). A source variable knows the
+   shape, dtype and device of its value (from the primitive's shape rule), because the
+   program is specialised to one input signature.
+3. **Adjoint** (``adjoint.py``): the normalised program is walked backwards; each run of
+   straight-line lines goes through the one reverse sweep of every mode
+   (``autodiff/backward.py``), whose primitive VJP rules, the same ones the tape uses, run
+   on source variables, so they too write lines, (g.1)-(g.5). There is no second set of
+   derivative rules and no second sweep. A ``for`` loop pushes the values its reverse
+   needs on a stack in the forward sweep and pops them in the reverse sweep; an ``if``
+   decided at run time is reversed by an ``if`` on the same condition variable (which
+   the loop's stack restores inside loops).
 4. **Tidy and compile** (``tidy.py``, ``render.py``, ``compiled.py``): dead lines are
    removed, single-use temporaries of the reverse sweep are written inline
    (``gx = ga * y + gb * mg.cos(x)``), names are chosen like the textbook's (a, b, ...
    for intermediates, g + name for adjoints), and the text is compiled with
-   ``compile``/``exec``. The text stays in ``.source``.
+   ``compile``/``exec``. The text stays in ``.source``; it calls ``mg.`` functions, so it
+   runs on any value kind (tensors on any device, tensors being recorded for a gradient
+   of the gradient, dual numbers). A straight-line program is also a graph, which graph
+   compilation turns into kernels on arrays (``.raw_source``): what a call on tensors
+   that need no recording runs (see ``benchmarks/bench_source.py``).
 
-The modules, one concept each, in the order a reader meets them:
-
-* ``reading.py``: step 1, ``inspect`` + ``ast``, the constructs refused before anything
-  runs, and :class:`SourceTransformError`, errors that point at the user's line.
-* ``values.py``: the values the transformation runs on, :class:`SrcVar`, ``Index`` (a
-  loop index) and ``Cond``.
-* ``program.py``: what is written, lines (``Op``, ``Ref``, ``Fill``), loops (``For``) and
-  branches (``If``), and ``_Writer``, where ``SrcVar._bind`` appends its lines.
-* ``normalize.py``: step 2, ``_Normaliser``: statements (assignments, ``if``, ``for``,
-  inlined calls) and expressions (names, operators, calls); the evaluation trace
-  (a.1)-(a.5).
-* ``adjoint.py``: step 3, ``_Reverse``: the VJP rules run on source variables,
-  backwards, (g.1)-(g.5).
-* ``tidy.py``: step 4, dead code, the loops' stack, names.
-* ``render.py``: step 4, the text: ``mg.*`` calls (``.source``).
-* ``compiled.py``: ``_transform``, the steps in order for one input signature, and the
-  compiled ``Program``; a straight-line program's kernels on arrays (``_kernels``).
-* ``cache.py``: ``SourceGrad``, the cache of programs, and the public functions
-  ``source_grad`` (the gradients alone: the program leaves out what only f's value
-  needs; ``mg.grad(f, mode="source")``) and ``value_and_grad``.
+``cache.py`` keeps the programs, one per function, argnums and input signature (shapes,
+dtypes, devices, and the values of arguments that are neither differentiated nor
+tensors: ``n`` in ``range(n)``), and holds the public functions ``source_grad`` (the
+gradients alone: ``mg.grad(f, mode="source")``) and ``value_and_grad``.
 
 Decisions worth knowing (each is visible in the text):
 
@@ -74,22 +61,12 @@ Decisions worth knowing (each is visible in the text):
   (``gb = gz``, ``ga = gz``, ``gy = ga * x``); folding would save two multiplications.
   Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x + 0``, ``x * 1`` and
   ``x ** 1`` are ``x``; lines nobody reads are removed.
-* The program is specialised to one input signature (shapes, dtypes, devices, and the
-  values of arguments that are neither differentiated nor tensors: ``n`` in
-  ``range(n)``), built once, cached per function, and replayed. Values the function reads
-  from outside its arguments (globals, closure variables) are *constants* of the program,
-  captured when it is built, as ``jax.jit`` does: pass anything that changes as an argument.
-* What Python can decide while the program is written, it decides (shapes, ``if`` on a
-  shape, calls with constant arguments: constant folding). An ``if`` on a tensor is
-  written with both branches and decided when the program runs; ``for i in range(n)`` is
-  written once, not unrolled. Plain Python functions called with values of the program
-  are inlined.
-* ``.source`` calls ``mg.`` functions, so it runs on any value kind (tensors on any
-  device, tensors being recorded for a gradient of the gradient, dual numbers). A
-  straight-line program on one CPU-like device is also built as a graph
-  (``minigraph/graph``) and compiled by graph compilation to kernels on arrays
-  (``.raw_source``), which is what a call on tensors that need no recording runs (see
-  ``benchmarks/bench_source.py``); with loops or run-time ifs it runs ``.source``.
+* Values the function reads from outside its arguments (globals, closure variables) are
+  *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
+  anything that changes as an argument.
+* What Python can decide while the program is written, it decides (shapes, an ``if`` on
+  a shape, calls with constant arguments); ``for i in range(n)`` is written once, not
+  unrolled; plain Python functions are inlined (``normalize.py`` says how).
 
 Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,

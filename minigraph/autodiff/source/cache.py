@@ -13,13 +13,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, TypeAlias
 
-import numpy as np
-
 from ...errors import MinigraphError
-from ...tensor import tensor
 from ..argnums import normalize_argnums, single
 from ..signature import arrays, programs, signature
-from .compiled import Program, _transform
+from .compiled import Program, _transform, _value
 from .reading import _read
 
 Argnums: TypeAlias = "int | tuple[int, ...]"
@@ -126,14 +123,6 @@ def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool =
     results = kernels.wrap(kernels.raw(*data))
     grads = results[-1] if prog.single else results[with_value:]
     return (results[0], grads) if with_value else grads
-
-
-def _value(a: Any, differentiated: bool) -> Any:
-    """An argument as the mg. program takes it: arrays and numbers to differentiate
-    become tensors; other Python values are the program's own (built in)."""
-    if isinstance(a, (np.ndarray, float)) or (differentiated and type(a) in (int, bool)):
-        return tensor(a)
-    return a
 
 
 def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:

@@ -3,8 +3,8 @@
 :func:`_transform` makes source variables of the arguments (:func:`_inputs`), normalises
 the function (``normalize.py``) and writes its adjoint (``adjoint.py``); :func:`_finish`
 tidies (``tidy.py``), writes the texts (``render.py``, assembled by :func:`_texts`) and
-compiles them (:func:`_build_program`) into a :class:`Program`. A straight-line program
-is also a graph (:func:`_kernels`), which graph compilation turns into kernels on arrays.
+compiles them into a :class:`Program`. A straight-line program is also a graph
+(:func:`_kernels`), which graph compilation turns into kernels on arrays.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
-from ...codegen import define
+from ...codegen import LITERALS, define
 from ...graph.compile import CompiledFunction, compile_graph
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
@@ -29,7 +29,7 @@ from .adjoint import _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
-from .render import _LITERALS, _Text
+from .render import _Text
 from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
 from .values import Index, SrcVar, _parts, _writing
 
@@ -65,10 +65,6 @@ class Program:
         return f"<source_grad program\n{self.source}>"
 
 
-def _compile(source: str, name: str, namespace: dict) -> Callable:
-    return define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
-
-
 def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
                signature: tuple) -> Program:
     """Read, normalise, reverse, tidy and compile ``src`` for these arguments."""
@@ -93,18 +89,19 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
 
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
             writer: _Writer) -> tuple[list[SrcVar], tuple]:
-    """Source variables for the run-time arguments; other arguments stay Python values."""
+    """Source variables for the run-time arguments (tensors, another transformation's
+    values, and what :func:`_value` makes a tensor); other arguments stay Python values."""
     call_args: list = []
     for k, a in enumerate(args):
-        value = _as_runtime(a, k in nums)
-        if value is None:
+        value = _value(a, k in nums)
+        if not isinstance(value, Tensor) and type(value) not in KINDS:
             call_args.append(a)
             continue
-        shape, dtype, device = value
+        dtype = str(value.dtype)
         if k in nums and dtype not in FLOAT_DTYPES:
             raise DTypeError(f"grad: cannot differentiate with respect to argument {k} of "
                              f"dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
-        var = SrcVar(shape, dtype, device, k in nums, "input")
+        var = SrcVar(tuple(value.shape), dtype, value.device, k in nums, "input")
         var.name = params[k]
         call_args.append(var)
     writer.where = src.where()
@@ -112,14 +109,12 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
     return [call_args[k] for k in nums], tuple(call_args)
 
 
-def _as_runtime(a: Any, differentiated: bool) -> tuple | None:
-    """(shape, dtype, device) of an argument passed at run time, None for a static one."""
-    if isinstance(a, Tensor) or type(a) in KINDS:  # a tensor, or another transformation's
-        return tuple(a.shape), str(a.dtype), a.device
+def _value(a: Any, differentiated: bool) -> Any:
+    """An argument as the ``mg.`` program takes it: arrays and numbers to differentiate
+    become tensors; other Python values are the program's own (built in)."""
     if isinstance(a, (np.ndarray, float)) or (differentiated and type(a) in (int, bool)):
-        t = tensor(a)
-        return t.shape, t.dtype, t.device
-    return None
+        return tensor(a)
+    return a
 
 
 def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
@@ -169,7 +164,8 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
                                     consts, namer)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})
-    prog = Program(signature, source, forward_source, _compile(source, name, namespace), single)
+    fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
+    prog = Program(signature, source, forward_source, fn, single)
     prog.captured = Captured(value for value, _ in consts.values())
     kernels = _kernels(name, runtime, forward + backward, [out] + grads)
     if kernels is not None:
@@ -182,7 +178,7 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
     for stmt in _walk(block):
         if isinstance(stmt, Line) and isinstance(stmt.expr, Op):
             for v in _parts((stmt.expr.args, tuple(stmt.expr.params.values()))):
-                if not isinstance(v, (SrcVar, Index, Device)) and type(v) not in _LITERALS \
+                if not isinstance(v, (SrcVar, Index, Device)) and type(v) not in LITERALS \
                         and v is not Ellipsis:
                     _const_name(v, namer, consts, hints)
 

@@ -16,7 +16,6 @@ import math
 from collections import Counter
 from typing import AbstractSet, Any, cast
 
-from ...codegen import LITERALS as _LITERALS  # (compiled.py: what needs no constant)
 from ...codegen import literal, mg_call
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
@@ -82,7 +81,7 @@ class _Text:
             return "-" + (args[0][0] if args[0][1] >= _UNARY else f"({args[0][0]})"), _UNARY
         if sym == "[]":
             return self.getitem(args[0], e.params["index"]), _ATOM
-        return self.call(e, [a[0] for a in args]), _ATOM
+        return mg_call(e.prim, [a[0] for a in args], e.params, self.literal), _ATOM
 
     def getitem(self, x: tuple[str, int], index: tuple) -> str:
         def part(p: Any) -> str | None:
@@ -102,10 +101,6 @@ class _Text:
         base = x[0] if x[1] >= _ATOM else f"({x[0]})"
         # (no None among the parts: that case returned above)
         return f"{base}[{', '.join(cast('list[str]', parts)) if parts else '()'}]"
-
-    def call(self, e: Op, args: list[str]) -> str:
-        """``mg.<public>(...)``, as the op's table entry says."""
-        return mg_call(e.prim, args, e.params, self.literal)
 
     def fill(self, f: Fill) -> str:
         if f.value in (0, 1) and not isinstance(f.value, bool):

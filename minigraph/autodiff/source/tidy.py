@@ -155,12 +155,8 @@ class _Namer:
             if self.free(name):
                 return self.take(name)
 
-    def numbered(self, base: str) -> str:
-        """``base`` if it is free, else the first free of base_1, base_2 ... (gx_1)."""
-        return self.take(base) if self.free(base) else self.series(base + "_")
-
     def series(self, base: str) -> str:
-        """The first free of base1, base2 ... (c1, c2: the constants)."""
+        """The first free of base1, base2 ... (c1, c2: the constants; gx_1, gx_2 ...)."""
         return self.take(next(name for name in (f"{base}{k}" for k in itertools.count(1))
                               if self.free(name)))
 
@@ -194,8 +190,9 @@ def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
         if v.name is None and v.role in ("temp", "const", "loop", "join"):
             v.name = namer.fresh(None)
     for v in order:
-        if v.role == "adjoint" and v.name is None:  # gx: the adjoint of x
-            v.name = namer.numbered("g" + v.hint.name)
+        if v.role == "adjoint" and v.name is None:  # gx: the adjoint of x (or gx_1 ...)
+            base = "g" + v.hint.name
+            v.name = namer.take(base) if namer.free(base) else namer.series(base + "_")
     for k, v in enumerate(order):
         if v.name is None:  # reverse temporaries: provisional, renamed after inlining
             v.name = f"_t{k}"
