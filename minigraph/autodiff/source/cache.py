@@ -4,8 +4,8 @@ A program is built once per function, argnums and input signature (shapes, dtype
 devices, and the values of static arguments), kept in the one cache of compiled programs
 (``autodiff/signature.py``, shared with graph mode and ``mg.trace``), and
 replayed: on arrays, calling kernels, when the program has them and nothing needs
-recording, else on values (:func:`_run`). ``mg.source_grad(f)`` and ``mg.value_and_grad(f, mode="source")`` return
-a :class:`SourceGrad`.
+recording, else on values (:func:`_run`). ``mg.source_grad(f)`` and
+``mg.value_and_grad(f, mode="source")`` return a :class:`SourceGrad`.
 """
 
 from __future__ import annotations

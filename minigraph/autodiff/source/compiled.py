@@ -31,7 +31,7 @@ from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
 from .render import _Text
 from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
-from .values import Index, SrcVar, _parts, _writing
+from .values import Index, SrcVar, _constant, _parts, _writing
 
 
 class Program:
@@ -120,7 +120,7 @@ def _value(a: Any, differentiated: bool) -> Any:
 def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
     """f's returned value as a variable of the program; it must be one scalar."""
     if isinstance(out, Tensor):
-        out = SrcVar(out.shape, out.dtype, out.device, False, "const", None, out)
+        out = _constant(out)
     elif type(out) in (int, float):
         const = SrcVar((), "float64", get_device(None), False, "const")
         writer.emit((const,), Fill(float(out), const))
@@ -159,9 +159,9 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)
     _collect_consts(whole, namer, consts, writer.hints)
+    source, forward_source = _texts(src.fn.__name__, params, forward, backward, out, grads,
+                                    single, consts, namer)
     name = f"grad_{src.fn.__name__}"
-    source, forward_source = _texts(src.fn.__name__, params, forward, backward, out, grads, single,
-                                    consts, namer)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})
     fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)

@@ -32,7 +32,7 @@ from ...tensor import Tensor
 from .. import tape
 from .program import Fill, For, If, Line, Ref, _Writer
 from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
-from .values import Cond, Index, SrcVar, _contains, _dynamic
+from .values import Cond, Index, SrcVar, _constant, _contains, _dynamic
 
 
 # Made by _Normaliser.join for a name set in one branch; _Normaliser.load refuses to
@@ -259,7 +259,7 @@ class _Normaliser:
         if type(v) is SrcVar:
             return v
         if isinstance(v, Tensor):
-            return self.const(v)
+            return _constant(v)
         if type(v) in (int, float, bool) and like.shape == ():
             filled = SrcVar((), like.dtype, like.device, False, "const", name)
             block.append(Line((filled,), Fill(v, filled)))
@@ -267,10 +267,6 @@ class _Normaliser:
         raise self.w.refuse(f"{name} being {v!r} on one path and a tensor of shape "
                             f"{like.shape} on another", "make it a tensor on every path "
                             "(for example mg.zeros(shape, dtype, device))")
-
-    def const(self, t: Tensor) -> SrcVar:
-        """A constant tensor as a variable of the program (named in its namespace)."""
-        return SrcVar(t.shape, t.dtype, t.device, False, "const", None, t)
 
     # -- for ------------------------------------------------------------------------------------
     def s_For(self, node: ast.For, env: dict) -> None:
@@ -423,7 +419,7 @@ class _Normaliser:
     def e_Subscript(self, node: ast.Subscript, env: dict) -> Any:
         base, index = self.expr(node.value, env), self.expr(node.slice, env)
         if isinstance(base, Tensor) and _dynamic(index):
-            base = self.const(base)
+            base = _constant(base)
         elif not isinstance(base, (SrcVar, Tensor)) and _dynamic(index):
             raise self.w.refuse("indexing a Python sequence with the loop index",
                                 "keep per-iteration values in one tensor and index that")

@@ -105,6 +105,12 @@ class SrcVar(ArrayOps):
 
 register_kind(SrcVar)
 
+
+def _constant(t: Any) -> SrcVar:
+    """A constant tensor as a variable of the program (named in its namespace)."""
+    return SrcVar(t.shape, t.dtype, t.device, False, "const", None, t)
+
+
 # Python's precedences, as the primitive table defines them for whoever writes text
 _ATOM, _POW, _UNARY, _MUL, _ADD, _CMP = ATOM, POW, UNARY, MUL, ADD, CMP
 
