@@ -3,8 +3,9 @@
 Two parts of minigraph turn a program into the text of a Python function and run it
 with ``compile``/``exec``: graph compilation (``graph/compile.py``: one line per node,
 ``mul = k_mul(xp, x, y)``) and source transformation (``autodiff/source/render.py``: the
-adjoint program, ``gx = ga * y + gb * mg.cos(x)``, and its variant calling kernels on
-arrays, ``_k_mul(_xp, ga, y)``). Both write the same things, and this module writes them:
+adjoint program, ``gx = ga * y + gb * mg.cos(x)``, and, for a program with loops, which
+no graph holds, its variant calling kernels on arrays, ``_k_mul(_xp, ga, y)``). Both
+write the same things, and this module writes them:
 
 * a value as Python text (:func:`literal`): ``2.0``, ``(0, slice(1, None, None))``,
   ``float('inf')``; a value that has no such text (an array, a tensor, a graph node, a

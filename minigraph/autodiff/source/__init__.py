@@ -45,9 +45,11 @@ How it is written, in four steps (each module's docstring says more):
    for intermediates, g + name for adjoints), and the text is compiled with
    ``compile``/``exec``. The text stays in ``.source``; it calls ``mg.`` functions, so it
    runs on any value kind (tensors on any device, tensors being recorded for a gradient
-   of the gradient, dual numbers). A straight-line program is also a graph, which graph
-   compilation turns into kernels on arrays (``.raw_source``): what a call on tensors
-   that need no recording runs (see ``benchmarks/bench_source.py``).
+   of the gradient, dual numbers). What a call on tensors that need no recording runs
+   is the program as kernels on arrays (``.raw_source``, see
+   ``benchmarks/bench_source.py``): a straight-line program is a graph, which graph
+   compilation compiles; a program with loops or run-time ifs is written again with
+   kernel calls (``_k_sin(_xp, y)``).
 
 ``cache.py`` keeps the programs, one per function, argnums and input signature (shapes,
 dtypes, devices, and the values of arguments that are neither differentiated nor

@@ -4,7 +4,9 @@
 the function (``normalize.py``) and writes its adjoint (``adjoint.py``); :func:`_finish`
 tidies (``tidy.py``), writes the texts (``render.py``, assembled by :func:`_texts`) and
 compiles them into a :class:`Program`. A straight-line program is also a graph
-(:func:`_kernels`), which graph compilation turns into kernels on arrays.
+(:func:`_kernels`), which graph compilation turns into kernels on arrays; a program with
+loops or run-time ifs, which no graph holds, is written again with kernel calls
+(:class:`_LoopKernels`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
 from ...codegen import LITERALS, define
-from ...graph.compile import CompiledFunction, compile_graph
+from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
 from ...tensor import FLOAT_DTYPES, Tensor, tensor
@@ -40,8 +42,9 @@ class Program:
     ``source`` is the text (``mg.`` calls) and ``fn`` its compiled function,
     ``forward_source`` the normalised primal. ``kernels`` is the same program as a graph
     compiled to kernels on arrays (``graph/compile.py``), returning (value, *gradients),
-    and ``gradient_kernels`` the gradients alone; both None where there is no such path
-    (see :func:`_kernels`).
+    and ``gradient_kernels`` the gradients alone (a :class:`_LoopKernels` each for a
+    program with loops or run-time ifs); both None where there is no such path (several
+    devices, a GPU).
     """
 
     def __init__(self, signature: tuple, source: str, forward_source: str, fn: Callable,
@@ -49,8 +52,8 @@ class Program:
         self.signature, self.source, self.forward_source = signature, source, forward_source
         self.fn, self.single = fn, single
         self.captured = Captured(())  # the tensors it read from outside (set when built)
-        self.kernels: CompiledFunction | None = None
-        self.gradient_kernels: CompiledFunction | None = None
+        self.kernels: CompiledFunction | _LoopKernels | None = None
+        self.gradient_kernels: CompiledFunction | _LoopKernels | None = None
 
     @property
     def raw(self) -> Callable | None:
@@ -63,6 +66,22 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<source_grad program\n{self.source}>"
+
+
+class _LoopKernels:
+    """A program with loops or run-time ifs as kernels on arrays: its text written with
+    kernel calls (``render.py``), used as graph compilation's ``CompiledFunction`` is:
+    ``raw`` takes the arrays and returns (value, *gradients), or the gradients alone with
+    ``value=False``; ``wrap`` hands each over as a tensor of its own. Each is copied
+    (no analysis of which array may be an input's, a constant's or another result's: a
+    loop's results are scalars or small, and the copy costs less than the analysis)."""
+
+    def __init__(self, source: str, fn: Callable, devices: list[Device], value: bool = True):
+        self.source, self.devices = source, devices[1 - value:]
+        self.raw = fn if value else lambda *arrays: fn(*arrays)[1:]
+
+    def wrap(self, values: Any) -> tuple[Tensor, ...]:
+        return tuple(Tensor(own_copy(v, d), d) for v, d in zip(values, self.devices))
 
 
 def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
@@ -159,17 +178,30 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)
     _collect_consts(whole, namer, consts, writer.hints)
-    source, forward_source = _texts(src.fn.__name__, params, forward, backward, out, grads,
-                                    single, consts, namer)
     name = f"grad_{src.fn.__name__}"
+    returned = [out] + grads
+    loops = any(isinstance(s, (For, If)) for s in whole)
+    texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single, consts,
+                   namer, [cast(str, v.name) for v in runtime] if loops else None)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})
-    fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
-    prog = Program(signature, source, forward_source, fn, single)
+    fn = define(texts[0], name, f"<source_grad {name} {id(texts[0]):x}>", namespace)
+    prog = Program(signature, texts[0], texts[1], fn, single)
     prog.captured = Captured(value for value, _ in consts.values())
-    kernels = _kernels(name, runtime, forward + backward, [out] + grads)
-    if kernels is not None:
-        prog.kernels, prog.gradient_kernels = kernels
+    device = out.device  # kernels on arrays: one device, not a GPU (its own context)
+    if device.context is None and all(v.device is device for v in
+                                      runtime + list(_program_vars(whole))):
+        if not loops:
+            prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned)
+        else:
+            kernel_source, names = texts[2]
+            namespace = {**names.namespace, "_xp": device.xp}
+            namespace.update({cname: getattr(value, "data", value)
+                              for value, cname in consts.values()})
+            raw = define(kernel_source, name, f"<source_grad {name} kernels>", namespace)
+            devices = [v.device for v in returned]
+            prog.kernels = _LoopKernels(kernel_source, raw, devices)
+            prog.gradient_kernels = _LoopKernels(kernel_source, raw, devices, value=False)
     return prog
 
 
@@ -184,9 +216,11 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
-           grads: list[SrcVar], single: bool, consts: dict,
-           namer: _Namer) -> tuple[str, str]:
-    """The program's text (``mg.`` calls) and the normalised primal's."""
+           grads: list[SrcVar], single: bool, consts: dict, namer: _Namer,
+           kernel_params: list[str] | None) -> tuple:
+    """The program's text (``mg.`` calls) and the normalised primal's; with
+    ``kernel_params`` (the arguments read at run time), also the program with kernel
+    calls, taking those and returning (value, *gradients), and the names it binds."""
     counts = Counter(id(v) for s in _walk(forward + backward)
                      for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
     for v in [out] + grads:
@@ -202,17 +236,24 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     pushes = any(isinstance(s, Line) and s.kind == "push" for s in _walk(forward))
     names = cast("list[str]", [g.name for g in grads])  # (named by _name_all too)
     ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
-    text = _Text(consts, counts)
-    text.inlined, text.stack = plan.used, stack
-    source = _assemble(f"grad_{name}", params, text.block(forward, 1, inline=False),
-                       text.block(backward, 1, inline=True), f"{out.name}, {ret}", consts,
-                       stack if pushes else None)
+
+    def program(text: _Text, params: list[str], ret: str) -> str:
+        text.inlined, text.stack = plan.used, stack
+        return _assemble(f"grad_{name}", params, text.block(forward, 1, inline=False),
+                         text.block(backward, 1, inline=True), ret, consts,
+                         stack if pushes else None)
+
+    source = program(_Text(consts, counts), params, f"{out.name}, {ret}")
     primal = _copy(forward)  # (the normalised primal needs no stack)
     _prune(primal, {id(out)})
     lines = _Text(consts, counts).block(primal, 1, inline=False)
-    return source, (f"def {name}({', '.join(params)}):\n" +
-                    _constants_comment(consts) +
-                    "\n".join(lines + [f"    return {out.name}"]) + "\n")
+    texts: tuple = (source, f"def {name}({', '.join(params)}):\n" + _constants_comment(consts)
+                    + "\n".join(lines + [f"    return {out.name}"]) + "\n")
+    if kernel_params is not None:
+        text = _Text(consts, counts, kernels=True)
+        texts += ((program(text, kernel_params, f"{out.name}, {', '.join(names)}"),
+                   text.names),)
+    return texts
 
 
 def _assemble(name: str, params: list[str], forward: list[str], backward: list[str],
@@ -255,17 +296,13 @@ def _copy(block: list) -> list:
 
 
 def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar]
-             ) -> tuple[CompiledFunction, CompiledFunction] | None:
-    """The program as kernels on arrays: its lines as a graph (``minigraph/graph``) that
-    graph compilation compiles, once for (value, *gradients) and once for the gradients
-    alone (without the lines only the value needs), with what it does for every graph:
-    buffers reused in place, arrays freed after their last use, results that are the
-    caller's own. Programs with loops or ifs decided at run time, on several devices or on
-    a GPU have none: they run ``.source``'s function."""
+             ) -> tuple[CompiledFunction, CompiledFunction]:
+    """A straight-line program as kernels on arrays: its lines as a graph
+    (``minigraph/graph``) that graph compilation compiles, once for (value, *gradients)
+    and once for the gradients alone (without the lines only the value needs), with what
+    it does for every graph: buffers reused in place, arrays freed after their last use,
+    results that are the caller's own."""
     device = returned[0].device
-    if any(isinstance(s, (For, If)) for s in lines) or device.context is not None or \
-            any(v.device is not device for v in runtime + list(_program_vars(lines))):
-        return None
     graph, nodes = Graph(name), cast("dict[int, Any]", {})
 
     def node(v: Any) -> Any:  # a variable's node; numbers, arrays as graph.add takes them

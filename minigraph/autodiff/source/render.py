@@ -6,17 +6,21 @@ reverse sweep's single-use temporaries into the line that reads them
 (``gx = ga * y + gb * mg.cos(x)``). What a line says about one primitive (its ``mg.``
 call, the literals of its parameters) is written by the code generator graph compilation
 uses too (``minigraph/codegen.py``); what is written here is the program's own:
-operators, indexing, loops, branches, the stack, and the inlining. (The kernels on
-arrays are graph compilation's: see ``compiled.py``'s ``_kernels``.)
+operators, indexing, loops, branches, the stack, and the inlining.
+
+A straight-line program runs on arrays as graph compilation compiles it (``compiled.py``'s
+``_kernels``). Graphs have no loops, so a program with a loop or an ``if`` decided at run
+time is written a second time here, with ``names`` given (``codegen.Names``): each
+primitive's line calls its kernel on arrays (``_k_sin(_xp, x)``) instead of ``mg.sin(x)``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import AbstractSet, Any, cast
+from typing import AbstractSet, Any, Callable, cast
 
-from ...codegen import literal, mg_call
+from ...codegen import Names, literal, mg_call
 from ...device import Device
 from .program import Fill, For, Line, Op, _uses
 from .tidy import _program_vars
@@ -42,8 +46,12 @@ def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str
 class _Text:
     """Turns program statements into lines of Python, inlining single-use temporaries."""
 
-    def __init__(self, consts: dict, counts: Counter):
+    def __init__(self, consts: dict, counts: Counter, kernels: bool = False):
         self.consts = consts  # id(value) -> (value, name)
+        # With ``kernels``, kernels on arrays instead of mg. calls: the names of kernels
+        # and devices (``_k_sin``, ``_dev_cpu``), bound in ``names.namespace``. They start
+        # with _, as the program's own names (tidy.py) never do but _t1 and _stack.
+        self.names = Names("_", spell=self.spell) if kernels else None
         self.counts = counts  # how often each variable is read
         self.inlined: set[int] = set()  # decided by a planning pass
         self.used: set[int] = set()  # temporaries really written inline
@@ -60,20 +68,25 @@ class _Text:
         return self.literal(v), _UNARY if negative else _ATOM
 
     def literal(self, v: Any) -> str:
-        return literal(v, self.spell)
+        if self.names is not None:
+            return self.names.literal(v)
+        return literal(v, cast(Callable[[Any], str], self.spell))  # (no device is None)
 
-    def spell(self, v: Any) -> str:
-        """What has no literal text: a loop's index by its expression, a device by its
-        name, a constant by the name the program gave it."""
+    def spell(self, v: Any) -> str | None:
+        """What has no literal text: a loop's index by its expression, a constant by the
+        name the program gave it, a device by its name (kernels: bound, None)."""
         if isinstance(v, Index):
             return v.text
         if isinstance(v, Device):
-            return repr(v.name)
+            return None if self.names is not None else repr(v.name)
         return self.consts[id(v)][1]
 
     # -- expressions ---------------------------------------------------------------------------
     def op(self, e: Op, subst: dict) -> tuple[str, int]:
         args = [self.value(a, subst) for a in e.args]
+        if self.names is not None:  # (one device: compiled.py binds its namespace, _xp)
+            words = [a[0] for a in args]
+            return self.names.kernel_call(e.prim, words, e.params, "_xp"), _ATOM
         sym = e.prim.symbol  # the table says how the op is written
         if sym in PRECEDENCE and len(args) == 2:
             return _infix(sym, args[0], args[1])
@@ -103,6 +116,9 @@ class _Text:
         return f"{base}[{', '.join(cast('list[str]', parts)) if parts else '()'}]"
 
     def fill(self, f: Fill) -> str:
+        if self.names is not None:  # (a new array on every call: the caller may keep it)
+            device = self.names.device(f.device)
+            return f"{device}.full({f.shape!r}, {self.literal(f.value)}, {f.dtype!r})"
         if f.value in (0, 1) and not isinstance(f.value, bool):
             which = "ones" if f.value == 1 else "zeros"
             return f"mg.{which}({f.shape!r}, {f.dtype!r}, {f.device.name!r})"
