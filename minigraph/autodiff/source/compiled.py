@@ -221,8 +221,7 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     """The program's text (``mg.`` calls) and the normalised primal's; with
     ``kernel_params`` (the arguments read at run time), also the program with kernel
     calls, taking those and returning (value, *gradients), and the names it binds."""
-    counts = Counter(id(v) for s in _walk(forward + backward)
-                     for v in (_uses(s) if isinstance(s, (Line, If)) else ()))
+    counts = Counter(id(v) for s in _walk(forward + backward) for v in _uses(s))
     for v in [out] + grads:
         counts[id(v)] += 1
     plan = _Text(consts, counts)  # which temporaries are written inline

@@ -2,7 +2,8 @@
 
 A block is a list of statements: :class:`Line` (``targets = expr``, the expression an
 :class:`Op`, a :class:`Ref` or a :class:`Fill`), :class:`For` and :class:`If`, which hold
-blocks of their own. ``_vars``, ``_uses``, ``_walk`` and ``_defined`` read them.
+blocks of their own (``.blocks``: a loop's body, a branch's two, none for a line).
+``_vars``, ``_uses``, ``_walk`` and ``_defined`` read them.
 
 :class:`_Writer` is the program being written, where ``SrcVar._bind`` appends its lines:
 :meth:`_Writer.op` runs the primitive's shape rule (so errors are found while the program
@@ -53,6 +54,7 @@ class Fill:
 class Line:
     """``targets = expr``; ``kind`` marks the special lines: carry, join, push, pop."""
     __slots__ = ("targets", "expr", "kind")
+    blocks: tuple[list, ...] = ()  # (a line holds no block)
 
     def __init__(self, targets: tuple, expr: Any, kind: str = ""):
         self.targets, self.expr, self.kind = tuple(targets), expr, kind
@@ -71,6 +73,10 @@ class For:
         self.carry = tuple(carry)
         self.dropped = False
 
+    @property
+    def blocks(self) -> tuple[list, ...]:
+        return (self.body,)
+
 
 class If:
     """``if cond: then else: orelse``; ``joins`` are the variables both branches assign."""
@@ -80,6 +86,10 @@ class If:
         self.cond, self.then, self.orelse, self.joins = cond, then, orelse, tuple(joins)
         self.dropped = False
 
+    @property
+    def blocks(self) -> tuple[list, ...]:
+        return (self.then, self.orelse)
+
 
 def _vars(v: Any) -> list[SrcVar]:
     """The variables inside ``v`` (a line's arguments, a tuple of them)."""
@@ -87,10 +97,11 @@ def _vars(v: Any) -> list[SrcVar]:
 
 
 def _uses(stmt: Any) -> list[SrcVar]:
-    """The variables a line reads (a loop's or branch's own condition for If)."""
+    """The variables a statement itself reads: a line's arguments, an if's condition
+    (not what the blocks inside it read)."""
     if isinstance(stmt, If):
         return _vars(stmt.cond)
-    e = stmt.expr
+    e = getattr(stmt, "expr", None)  # (a For reads no variable: its range is known)
     if isinstance(e, Op):
         return _vars(e.args)
     if isinstance(e, Ref):
@@ -99,16 +110,11 @@ def _uses(stmt: Any) -> list[SrcVar]:
 
 
 def _walk(block: list) -> Iterator[Any]:
-    """Every statement of a block and of its nested blocks (an explicit stack)."""
-    stack = list(reversed(block))
-    while stack:
-        stmt = stack.pop()
+    """Every statement of a block and of the blocks nested in it, in program order."""
+    for stmt in block:
         yield stmt
-        if isinstance(stmt, For):
-            stack.extend(reversed(stmt.body))
-        elif isinstance(stmt, If):
-            stack.extend(reversed(stmt.orelse))
-            stack.extend(reversed(stmt.then))
+        for inner in stmt.blocks:
+            yield from _walk(inner)
 
 
 def _defined(block: list) -> set[int]:

@@ -13,7 +13,7 @@ import itertools
 import keyword
 from typing import Any, Iterator
 
-from .program import For, If, Line, Ref, _defined, _uses, _vars, _walk
+from .program import For, If, Line, Ref, _uses, _walk
 from .values import SrcVar
 
 
@@ -35,19 +35,17 @@ def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
             if drop and not stmt.then and not stmt.orelse:
                 stmt.dropped = True
                 continue
-            live = live_t | live_e | {id(v) for v in _uses(stmt)}
-        elif stmt.kind in ("push", "pop"):
-            live.difference_update(id(t) for t in stmt.targets)
-            live.update(id(v) for v in _uses(stmt))
-        else:
-            pairs = [k for k, t in enumerate(stmt.targets) if id(t) in live]
-            if not pairs:
+            live = live_t | live_e
+        elif stmt.kind not in ("push", "pop"):  # (the stack's lines always stay)
+            needed = [k for k, t in enumerate(stmt.targets) if id(t) in live]
+            if not needed:
                 continue
-            if drop and isinstance(stmt.expr, Ref) and len(pairs) < len(stmt.targets):
-                stmt.targets = tuple(stmt.targets[k] for k in pairs)
-                stmt.expr = Ref(tuple(stmt.expr.values[k] for k in pairs))
+            if drop and isinstance(stmt.expr, Ref) and len(needed) < len(stmt.targets):
+                stmt.targets = tuple(stmt.targets[k] for k in needed)
+                stmt.expr = Ref(tuple(stmt.expr.values[k] for k in needed))
+        if isinstance(stmt, Line):
             live.difference_update(id(t) for t in stmt.targets)
-            live.update(id(v) for v in _uses(stmt))
+        live.update(id(v) for v in _uses(stmt))  # (a line's arguments, an if's condition)
         keep.append(stmt)
     if drop:
         block[:] = keep[::-1]
@@ -72,34 +70,24 @@ def _exposed(block: list) -> list[SrcVar]:
     defined: set[int] = set()
     found: dict[int, SrcVar] = {}
     for stmt in block:
-        for v in _uses(stmt) if isinstance(stmt, (Line, If)) else ():
+        reads = _uses(stmt) + [v for inner in stmt.blocks for v in _exposed(inner)]
+        for v in reads:
             if id(v) not in defined:
                 found.setdefault(id(v), v)
-        if isinstance(stmt, Line):
-            defined |= {id(t) for t in stmt.targets}
-        elif isinstance(stmt, For):
-            for v in _exposed(stmt.body):
-                if id(v) not in defined:
-                    found.setdefault(id(v), v)
-            defined |= _defined(stmt.body)
-        elif isinstance(stmt, If):
-            for v in _exposed(stmt.then) + _exposed(stmt.orelse):
-                if id(v) not in defined:
-                    found.setdefault(id(v), v)
-            defined |= _defined(stmt.then) & _defined(stmt.orelse)
+        defined |= _must_defined([stmt])
     return list(found.values())
 
 
 def _must_defined(block: list) -> set[int]:
-    """Ids of the variables a forward block assigns on every path through it."""
+    """Ids of the variables a block assigns on every path through it: what a line assigns,
+    what both branches of an if assign, what a loop's body assigns (a loop runs at least
+    once: empty ones vanish)."""
     out: set[int] = set()
     for stmt in block:
         if isinstance(stmt, Line):
             out |= {id(t) for t in stmt.targets}
-        elif isinstance(stmt, For):
-            out |= _must_defined(stmt.body)  # loops run at least once (empty ones vanish)
-        elif isinstance(stmt, If):
-            out |= _must_defined(stmt.then) & _must_defined(stmt.orelse)
+        else:
+            out |= set.intersection(*(_must_defined(inner) for inner in stmt.blocks))
     return out
 
 
@@ -111,9 +99,7 @@ def _insert_stack(pairs: list[tuple[Any, Any]]) -> bool:
     for fwd, rev in pairs:
         if fwd.dropped or rev.dropped:
             continue
-        regions = ([(fwd.body, rev.body)] if isinstance(fwd, For) else
-                   [(fwd.then, rev.then), (fwd.orelse, rev.orelse)])
-        for forward, reverse in regions:
+        for forward, reverse in zip(fwd.blocks, rev.blocks):
             inside = _must_defined(forward)
             saved = tuple(v for v in _exposed(reverse) if id(v) in inside)
             if saved:
@@ -166,9 +152,7 @@ def _program_vars(block: list) -> Iterator[SrcVar]:
     for stmt in _walk(block):
         if isinstance(stmt, Line):
             yield from stmt.targets
-            yield from _uses(stmt)
-        elif isinstance(stmt, If):
-            yield from _vars(stmt.cond)
+        yield from _uses(stmt)
 
 
 def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
