@@ -22,7 +22,7 @@ import inspect
 import math
 import operator
 import types
-from typing import Any, Callable, cast
+from typing import Any, Callable, NamedTuple, cast
 
 import numpy as np
 
@@ -35,21 +35,13 @@ from .reading import SourceTransformError, Where, _assigned, _loads, _located, _
 from .values import Cond, Index, SrcVar, _constant, _contains, _dynamic
 
 
-# Made by _Normaliser.join for a name set in one branch; _Normaliser.load refuses to
-# read it.
-class _OneBranch:
-    """A name an if on a run-time value assigns in one branch only: reading it fails."""
-    __slots__ = ("name", "where")
-
-    def __init__(self, name: str, where: Where):
-        self.name, self.where = name, where
-
-
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.Pow: operator.pow, ast.MatMult: operator.matmul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
            ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_UNARYOPS = {ast.USub: operator.neg, ast.UAdd: lambda v: v, ast.Not: operator.not_,
+             ast.Invert: operator.invert}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
             ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
             ast.Is: operator.is_, ast.IsNot: operator.is_not,
@@ -60,12 +52,15 @@ _SAFE_BUILTINS = (len, sum, isinstance, tuple, list)
 _FORBIDDEN = {"tensor", "zeros", "ones", "full", "as_tensor"}
 
 
-class _Return:
+class _Return(NamedTuple):
     """What a ``return`` statement returned: a block's result, ``None`` if it did not."""
-    __slots__ = ("value",)
+    value: Any
 
-    def __init__(self, value: Any):
-        self.value = value
+
+class _OneBranch(NamedTuple):
+    """The value of a name an if on a run-time value assigns in one branch only (made by
+    :meth:`_Normaliser.join`): :meth:`_Normaliser.load` refuses to read it."""
+    where: Where  # the if's
 
 
 _MISSING = object()
@@ -99,26 +94,30 @@ class _Normaliser:
             raise TypeError(f"{exc} [source_grad: {self.w.where}]") from None
         bound.apply_defaults()
         self.w.reserved |= src.names
-        saved = self.w.where
         self.stack.append(src)
         try:
             result = self.block(src.node.body, dict(bound.arguments))
         finally:
             self.stack.pop()
-            self.w.where = saved
         return None if result is None else result.value
 
     # -- statements -------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt], env: dict) -> _Return | None:
-        for k, stmt in enumerate(stmts):
-            self.w.where = self.src.where(stmt)
-            rest = _absorb(stmt, stmts[k + 1:])
-            if rest is not None:  # if c: return a / rest  ==  if c: return a else: rest
-                return self.s_If(rest, env)
-            result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
-            if result is not None:
-                return result
-        return None
+        """Run ``stmts``; the writer's line (``where``) is the statement's while it runs,
+        and the line it was before once they are done."""
+        saved = self.w.where
+        try:
+            for k, stmt in enumerate(stmts):
+                self.w.where = self.src.where(stmt)
+                rest = _absorb(stmt, stmts[k + 1:])
+                if rest is not None:  # if c: return a / rest  ==  if c: return a else: rest
+                    return self.s_If(rest, env)
+                result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
+                if result is not None:
+                    return result
+            return None
+        finally:
+            self.w.where = saved
 
     def sub_block(self, stmts: list[ast.stmt], env: dict) -> tuple[list, _Return | None]:
         with self.w.into([]) as block:
@@ -202,15 +201,12 @@ class _Normaliser:
         if type(cond) is SrcVar and math.prod(cond.shape) != 1:
             raise self.w.refuse(f"an if on a value of shape {cond.shape}",
                                 "an if needs one value; use mg.where to choose elementwise")
-        where = self.w.where
-        assert where is not None  # (block set it for this if statement)
         envs = [dict(env), dict(env)]
         self.dynamic += 1
         try:
             (b1, r1), (b2, r2) = (self.sub_block(then, envs[0]), self.sub_block(orelse, envs[1]))
         finally:
             self.dynamic -= 1
-        self.w.where = where
         if (r1 is None) != (r2 is None):
             raise self.w.refuse("return in only one branch of an if decided at run time",
                                 "return in both branches, or assign and return after the if")
@@ -219,12 +215,11 @@ class _Normaliser:
             assert r2 is not None  # (returns in one branch only were refused above)
             envs[0]["<return>"], envs[1]["<return>"] = r1.value, r2.value
             names.append("<return>")
-        joins = [self.join(n, envs, (b1, b2), env, where) for n in names]
+        joins = [self.join(n, envs, (b1, b2), env) for n in names]
         self.w.block.append(If(cond, b1, b2, tuple(j for j in joins if j is not None)))
         return _Return(env["<return>"]) if r1 is not None else None
 
-    def join(self, name: str, envs: list, blocks: tuple, env: dict,
-             where: Where) -> SrcVar | None:
+    def join(self, name: str, envs: list, blocks: tuple, env: dict) -> SrcVar | None:
         """The value of ``name`` after the if: a join variable assigned in both branches."""
         a, b = envs[0].get(name, _MISSING), envs[1].get(name, _MISSING)
         if a is b:
@@ -232,7 +227,7 @@ class _Normaliser:
                 env[name] = a
             return None
         if a is _MISSING or b is _MISSING:
-            env[name] = _OneBranch(name, where)
+            env[name] = _OneBranch(cast(Where, self.w.where))
             return None
         if not _dynamic(a) and not _dynamic(b) and type(a) is type(b) and \
                 not isinstance(a, (Tensor, np.ndarray)) and a == b:
@@ -281,28 +276,27 @@ class _Normaliser:
             raise self.w.refuse(f"a nested loop reusing the index name {name}")
         if len(rng) == 0:
             return None
-        where = self.w.where
         index = Index(name, (rng[0], rng[-1]))
         loads_in = _loads(node.body)
         carried = [n for n in _assigned(node.body)
                    if n != name and (n in env or self.src.loads[n] > loads_in[n])]
+        # What each loop variable is (shape, dtype, device, active) comes from its value
+        # before the loop and at the end of the body, so writing the body may change it
+        # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
+        # is written again until nothing changes. A round can only turn None into a
+        # tensor's spec or inactive into active, so the rounds end.
         specs: dict[str, tuple | None] = {n: _spec(env.get(n, _MISSING)) for n in carried}
-        for _ in range(4):  # until the loop variables' shapes and activity settle
+        while True:
             lvs = {n: SrcVar(s[0], s[1], s[2], s[3], "loop", n)
                    for n, s in specs.items() if s is not None}
             body_env = {**env, name: index, **lvs}
-            self.w.where = where
             body, _ = self.sub_block(node.body, body_env)
             ends = {n: body_env.get(n, _MISSING) for n in carried}
-            self.w.where = where
             settled = {n: self.settle(n, env.get(n, _MISSING), ends[n], specs[n])
                        for n in carried}
             if settled == specs:
                 break
             specs = settled
-        else:  # pragma: no cover - shapes and activity can only grow a few times
-            raise MinigraphError("source_grad: internal error: loop variables do not settle")
-        self.w.where = where
         self.emit_loop(index, rng, body, lvs, ends, env)
         for n in carried:
             if n in lvs:
@@ -439,25 +433,20 @@ class _Normaliser:
         return self.binop(node.op, self.expr(node.left, env), self.expr(node.right, env))
 
     def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
-        fn = _BINOPS[type(op)]
-        if _dynamic(left) or _dynamic(right):
-            try:
-                return self.guard(lambda: fn(left, right))
-            except TypeError:
-                raise self.w.refuse(f"the operator {type(op).__name__} on values of the "
-                                    "program", "minigraph has no primitive for it") from None
-        return self.guard(lambda: fn(left, right))
+        try:
+            return self.guard(lambda: _BINOPS[type(op)](left, right))
+        except TypeError:
+            if not (_dynamic(left) or _dynamic(right)):
+                raise
+            raise self.w.refuse(f"the operator {type(op).__name__} on values of the "
+                                "program", "minigraph has no primitive for it") from None
 
     def e_UnaryOp(self, node: ast.UnaryOp, env: dict) -> Any:
         v = self.expr(node.operand, env)
-        if isinstance(node.op, ast.USub):
-            return self.guard(lambda: -v)
-        if isinstance(node.op, ast.UAdd):
-            return v
-        if _dynamic(v):
+        if _dynamic(v) and isinstance(node.op, (ast.Not, ast.Invert)):
             raise self.w.refuse(f"{type(node.op).__name__.lower()} on a value of the program",
                                 "use an if with the branches swapped, or mg.where")
-        return (operator.not_ if isinstance(node.op, ast.Not) else operator.invert)(v)
+        return self.guard(lambda: _UNARYOPS[type(node.op)](v))
 
     def e_Compare(self, node: ast.Compare, env: dict) -> Any:
         values = [self.expr(node.left, env)] + [self.expr(c, env) for c in node.comparators]

@@ -218,16 +218,15 @@ def _statement_problem(node: ast.AST) -> tuple[str, str] | None:
 
 def _loads(stmts: list[ast.stmt]) -> Counter:
     """How often each name is read in ``stmts``."""
-    body = ast.Module(body=list(stmts), type_ignores=[])
-    return Counter(n.id for n in ast.walk(body)
-                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    return Counter(_names(stmts, ast.Load))
 
 
 def _assigned(stmts: list[ast.stmt]) -> list[str]:
     """Names assigned in ``stmts`` (in order of first appearance)."""
-    body = ast.Module(body=list(stmts), type_ignores=[])
-    seen: dict[str, None] = {}
-    for n in ast.walk(body):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            seen.setdefault(n.id)
-    return list(seen)
+    return list(dict.fromkeys(_names(stmts, ast.Store)))
+
+
+def _names(stmts: list[ast.stmt], ctx: type) -> list[str]:
+    """Each occurrence of a name read (``ast.Load``) or assigned (``ast.Store``) in ``stmts``."""
+    return [n.id for n in ast.walk(ast.Module(body=list(stmts), type_ignores=[]))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)]
