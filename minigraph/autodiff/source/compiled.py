@@ -157,22 +157,17 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
             backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
             single: bool, signature: tuple) -> Program:
     """Dead code, the stack, names, text, compile."""
-    in_forward = {id(s) for s in forward}
     live = {id(out)} | {id(g) for g in grads}
-    whole = forward + backward
-    _prune(whole, set(live))
+    _prune(forward, _prune(backward, set(live)))  # (what the reverse reads is live)
     if _insert_stack(pairs):
         if any(isinstance(s, Line) and s.kind == "pop" and any(t is out for t in s.targets)
-               for s in _walk(whole)):  # the reverse sweep restores it: return a copy
+               for s in _walk(backward)):  # the reverse sweep restores it: return a copy
             kept = SrcVar(out.shape, out.dtype, out.device, out.active, "temp", "z")
-            copy = Line((kept,), Ref((out,)))
-            in_forward.add(id(copy))
-            at = sum(1 for s in whole if id(s) in in_forward)
-            whole.insert(at, copy)
-            out, live = kept, live | {id(kept)}
-        _prune(whole, set(live))
-    forward[:] = [s for s in whole if id(s) in in_forward]
-    backward[:] = [s for s in whole if id(s) not in in_forward]
+            forward.append(Line((kept,), Ref((out,))))
+            out = kept
+            live.add(id(kept))
+        _prune(forward, _prune(backward, set(live)))
+    whole = forward + backward
     namer = _Namer(set(params) | {"mg", "range", "reversed", "stack", "_stack"},
                    writer.reserved)
     consts: dict[int, tuple[Any, str]] = {}
@@ -225,7 +220,6 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     for v in [out] + grads:
         counts[id(v)] += 1
     plan = _Text(consts, counts)  # which temporaries are written inline
-    plan.planning = True
     plan.block(backward, 1, inline=True)
     for v in _program_vars(backward):  # final names of the reverse temporaries left
         assert v.name is not None  # (_name_all named every variable of the program)
@@ -237,61 +231,34 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
     ret = names[0] if single else f"({', '.join(names)}{',' if len(names) == 1 else ''})"
 
     def program(text: _Text, params: list[str], ret: str) -> str:
-        text.inlined, text.stack = plan.used, stack
-        return _assemble(f"grad_{name}", params, text.block(forward, 1, inline=False),
-                         text.block(backward, 1, inline=True), ret, consts,
-                         stack if pushes else None)
+        body = [f"    {stack} = []  # what the reverse sweep needs of each loop iteration"
+                ] if pushes else []
+        body.append("    # forward sweep: the evaluation trace (a.*), one primitive per line")
+        body += text.block(forward, 1, inline=False)
+        body.append("    # reverse sweep: the adjoint trace (g.*), in reverse order")
+        body += text.block(backward, 1, inline=True)
+        return _function(f"grad_{name}", params, body, ret, consts)
 
-    source = program(_Text(consts, counts), params, f"{out.name}, {ret}")
-    primal = _copy(forward)  # (the normalised primal needs no stack)
-    _prune(primal, {id(out)})
-    lines = _Text(consts, counts).block(primal, 1, inline=False)
-    texts: tuple = (source, f"def {name}({', '.join(params)}):\n" + _constants_comment(consts)
-                    + "\n".join(lines + [f"    return {out.name}"]) + "\n")
+    source = program(_Text(consts, counts, plan.used, stack), params, f"{out.name}, {ret}")
+    primal = _Text(consts, counts, plan.used, stack=None)  # (it needs no stack)
+    texts: tuple = (source, _function(name, params, primal.block(forward, 1, inline=False),
+                                      cast(str, out.name), consts))
     if kernel_params is not None:
-        text = _Text(consts, counts, kernels=True)
+        text = _Text(consts, counts, plan.used, stack, kernels=True)
         texts += ((program(text, kernel_params, f"{out.name}, {', '.join(names)}"),
                    text.names),)
     return texts
 
 
-def _assemble(name: str, params: list[str], forward: list[str], backward: list[str],
-              ret: str, consts: dict, stack: str | None) -> str:
-    lines = [f"def {name}({', '.join(params)}):"]
-    if stack:
-        lines.append(f"    {stack} = []  # what the reverse sweep needs of each loop iteration")
-    lines.append("    # forward sweep: the evaluation trace (a.*), one primitive per line")
-    lines += forward
-    lines.append("    # reverse sweep: the adjoint trace (g.*), in reverse order")
-    lines += backward
-    lines.append(f"    return {ret}")
-    return lines[0] + "\n" + _constants_comment(consts) + "\n".join(lines[1:]) + "\n"
-
-
-def _constants_comment(consts: dict) -> str:
-    if not consts:
-        return ""
-    shown = []
-    for value, cname in consts.values():
-        if isinstance(value, Tensor):
-            shown.append(f"{cname}: {value.shape} {value.dtype} on {value.device.name}")
-        else:
-            shown.append(f"{cname}: {type(value).__name__}")
-    return "    # constants, captured when this program was built: " + "; ".join(shown) + "\n"
-
-
-def _copy(block: list) -> list:
-    """A copy of a block's structure (lines are shared, loops and ifs copied), without
-    the stack's pushes."""
-    out: list[For | If | Line] = []
-    for s in block:
-        if isinstance(s, For):
-            out.append(For(s.index, s.range, _copy(s.body), s.reverse, s.carry))
-        elif isinstance(s, If):
-            out.append(If(s.cond, _copy(s.then), _copy(s.orelse), s.joins))
-        elif s.kind != "push":
-            out.append(Line(s.targets, s.expr, s.kind))
-    return out
+def _function(name: str, params: list[str], body: list[str], ret: str, consts: dict) -> str:
+    """``def name(params):``, a comment naming the constants, the body, ``return ret``."""
+    shown = [f"{cname}: {value.shape} {value.dtype} on {value.device.name}"
+             if isinstance(value, Tensor) else f"{cname}: {type(value).__name__}"
+             for value, cname in consts.values()]
+    if shown:
+        body = ["    # constants, captured when this program was built: " + "; ".join(shown)
+                ] + body
+    return f"def {name}({', '.join(params)}):\n" + "\n".join(body + [f"    return {ret}"]) + "\n"
 
 
 def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar]

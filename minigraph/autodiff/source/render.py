@@ -46,17 +46,18 @@ def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str
 class _Text:
     """Turns program statements into lines of Python, inlining single-use temporaries."""
 
-    def __init__(self, consts: dict, counts: Counter, kernels: bool = False):
+    def __init__(self, consts: dict, counts: Counter, inlined: set[int] | None = None,
+                 stack: str | None = "stack", kernels: bool = False):
         self.consts = consts  # id(value) -> (value, name)
         # With ``kernels``, kernels on arrays instead of mg. calls: the names of kernels
         # and devices (``_k_sin``, ``_dev_cpu``), bound in ``names.namespace``. They start
         # with _, as the program's own names (tidy.py) never do but _t1 and _stack.
         self.names = Names("_", spell=self.spell) if kernels else None
         self.counts = counts  # how often each variable is read
-        self.inlined: set[int] = set()  # decided by a planning pass
-        self.used: set[int] = set()  # temporaries really written inline
-        self.planning = False
-        self.stack = "stack"
+        # The temporaries to write inline, as a first pass (``inlined`` None, planning)
+        # chose them: those whose text is short; ``used`` are those really written inline.
+        self.inlined, self.used = inlined, cast("set[int]", set())
+        self.stack = stack  # the stack's name; None: the stack's pushes are not written
 
     # -- values ------------------------------------------------------------------------------
     def value(self, v: Any, subst: dict) -> tuple[str, int]:
@@ -145,6 +146,8 @@ class _Text:
         out: list = []
         pending: dict[int, list] = {}  # id(temp) -> [text, prec, reads, entry, used]
         for stmt in stmts:
+            if isinstance(stmt, Line) and stmt.kind == "push" and self.stack is None:
+                continue
             if isinstance(stmt, Line):
                 subst, reads = self.substitute(stmt, pending)
                 entry = self.candidate(stmt, subst, reads) if inline else None
@@ -179,7 +182,7 @@ class _Text:
                 not isinstance(stmt.expr, Op):
             return None
         text, prec = self.op(stmt.expr, subst)
-        if (self.planning and len(text) > 64) or (not self.planning and id(t) not in self.inlined):
+        if len(text) > 64 if self.inlined is None else id(t) not in self.inlined:
             return None
         return [text, prec, reads, self.line(stmt, subst), False]
 
