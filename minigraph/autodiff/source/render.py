@@ -18,29 +18,39 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import AbstractSet, Any, Callable, cast
 
 from ...codegen import Names, literal, mg_call
 from ...device import Device
+from ...ops.primitive import ATOM, CMP, PRECEDENCE, UNARY
 from .program import Fill, For, Line, Op, _uses
 from .tidy import _program_vars
-from ...ops.primitive import CMP as _CMP
-from ...ops.primitive import PRECEDENCE
-from .values import _ATOM, _UNARY, Cond, Index, SrcVar
+from .values import Cond, Index, SrcVar
 
 
 def _infix(sym: str, left: tuple[str, int], right: tuple[str, int]) -> tuple[str, int]:
     """``left sym right`` with the parentheses Python's precedence needs."""
     prec = PRECEDENCE[sym]
     if sym == "**":  # right-associative, and tighter than a unary minus on its left
-        need_left, need_right = left[1] > prec, right[1] >= _UNARY
-    elif prec == _CMP:  # comparisons chain: parenthesise both sides
+        need_left, need_right = left[1] > prec, right[1] >= UNARY
+    elif prec == CMP:  # comparisons chain: parenthesise both sides
         need_left, need_right = left[1] > prec, right[1] > prec
     else:  # left-associative: a - (b - c)
         need_left, need_right = left[1] >= prec, right[1] > prec
     lt = left[0] if need_left else f"({left[0]})"
     rt = right[0] if need_right else f"({right[0]})"
     return f"{lt} {sym} {rt}", prec
+
+
+@dataclass
+class _Inline:
+    """A reverse temporary read once, waiting to be written into the line that reads it."""
+    text: str  # its expression
+    prec: int  # the expression's precedence
+    reads: set[str]  # the names it reads: a later line assigning one ends the wait
+    line: str  # its own line, written where no reader took it
+    used: bool = False  # written into its reader's line
 
 
 class _Text:
@@ -62,11 +72,11 @@ class _Text:
     # -- values ------------------------------------------------------------------------------
     def value(self, v: Any, subst: dict) -> tuple[str, int]:
         if type(v) is SrcVar:
-            return subst.get(id(v), (v.name, _ATOM))
+            return subst.get(id(v), (v.name, ATOM))
         if isinstance(v, Index):
             return v.text, v.prec
         negative = type(v) in (int, float) and (v < 0 or math.copysign(1, v) < 0)
-        return self.literal(v), _UNARY if negative else _ATOM
+        return self.literal(v), UNARY if negative else ATOM
 
     def literal(self, v: Any) -> str:
         if self.names is not None:
@@ -87,15 +97,15 @@ class _Text:
         args = [self.value(a, subst) for a in e.args]
         if self.names is not None:  # (one device: compiled.py binds its namespace, _xp)
             words = [a[0] for a in args]
-            return self.names.kernel_call(e.prim, words, e.params, "_xp"), _ATOM
+            return self.names.kernel_call(e.prim, words, e.params, "_xp"), ATOM
         sym = e.prim.symbol  # the table says how the op is written
         if sym in PRECEDENCE and len(args) == 2:
             return _infix(sym, args[0], args[1])
         if sym == "-" and len(args) == 1:
-            return "-" + (args[0][0] if args[0][1] >= _UNARY else f"({args[0][0]})"), _UNARY
+            return "-" + (args[0][0] if args[0][1] >= UNARY else f"({args[0][0]})"), UNARY
         if sym == "[]":
-            return self.getitem(args[0], e.params["index"]), _ATOM
-        return mg_call(e.prim, [a[0] for a in args], e.params, self.literal), _ATOM
+            return self.getitem(args[0], e.params["index"]), ATOM
+        return mg_call(e.prim, [a[0] for a in args], e.params, self.literal), ATOM
 
     def getitem(self, x: tuple[str, int], index: tuple) -> str:
         def part(p: Any) -> str | None:
@@ -112,7 +122,7 @@ class _Text:
         parts = [part(p) for p in index]
         if any(p is None for p in parts):
             return f"mg.getitem({x[0]}, {self.literal(index)})"
-        base = x[0] if x[1] >= _ATOM else f"({x[0]})"
+        base = x[0] if x[1] >= ATOM else f"({x[0]})"
         # (no None among the parts: that case returned above)
         return f"{base}[{', '.join(cast('list[str]', parts)) if parts else '()'}]"
 
@@ -142,9 +152,12 @@ class _Text:
         return f"{names} = {', '.join(self.value(v, subst)[0] for v in e.values)}"
 
     def block(self, stmts: list, depth: int, inline: bool) -> list[str]:
+        """The lines of ``stmts``, indented ``depth`` times. With ``inline``, a reverse
+        temporary waits (``pending``) until a line reads it, which takes its text, or a
+        line assigns a name it reads; one that no reader took is written on its own."""
         pad = "    " * depth
-        out: list = []
-        pending: dict[int, list] = {}  # id(temp) -> [text, prec, reads, entry, used]
+        out: list[str | _Inline] = []  # lines, and temporaries that a reader may take
+        pending: dict[int, _Inline] = {}  # id(temp) -> the temporary, while it waits
         for stmt in stmts:
             if isinstance(stmt, Line) and stmt.kind == "push" and self.stack is None:
                 continue
@@ -160,22 +173,22 @@ class _Text:
             else:
                 self.kill(pending, {v.name for v in _program_vars([stmt])})
                 out += self.compound(stmt, depth, inline)
-        return [x if isinstance(x, str) else pad + x[3] for x in out
-                if isinstance(x, str) or not x[4]]
+        return [x if isinstance(x, str) else pad + x.line for x in out
+                if isinstance(x, str) or not x.used]
 
     def substitute(self, stmt: Line, pending: dict) -> tuple[dict, set[str]]:
         subst, reads = {}, set()
         for v in _uses(stmt):
             entry = pending.pop(id(v), None)
             if entry is not None:
-                subst[id(v)] = (entry[0], entry[1])
-                reads |= entry[2]
-                entry[4] = True
+                subst[id(v)] = (entry.text, entry.prec)
+                reads |= entry.reads
+                entry.used = True
                 self.used.add(id(v))
             reads.add(v.name)
         return subst, reads
 
-    def candidate(self, stmt: Line, subst: dict, reads: set[str]) -> list | None:
+    def candidate(self, stmt: Line, subst: dict, reads: set[str]) -> _Inline | None:
         """A reverse temporary read once becomes part of its reader's line."""
         t = stmt.targets[0] if len(stmt.targets) == 1 else None
         if t is None or stmt.kind or t.role != "rtemp" or self.counts[id(t)] != 1 or \
@@ -184,12 +197,12 @@ class _Text:
         text, prec = self.op(stmt.expr, subst)
         if len(text) > 64 if self.inlined is None else id(t) not in self.inlined:
             return None
-        return [text, prec, reads, self.line(stmt, subst), False]
+        return _Inline(text, prec, reads, self.line(stmt, subst))
 
     @staticmethod
     def kill(pending: dict, names: AbstractSet[str | None], keep: Any = None) -> None:
         for k, entry in list(pending.items()):
-            if entry is not keep and entry[2] & names:
+            if entry is not keep and entry.reads & names:
                 del pending[k]
 
     def compound(self, stmt: Any, depth: int, inline: bool) -> list[str]:

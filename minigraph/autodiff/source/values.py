@@ -4,8 +4,9 @@ A source variable knows the shape, dtype and device of its value, but has no val
 ``_bind`` asks the writer of the program being written (``_writing.writer``, a
 ``_Writer`` from ``program.py``) to append a line, and returns the line's result. An
 :class:`Index` is a loop index, a Python int known only when the program runs; a
-:class:`Cond` is a condition on one (``i == 0``). ``_ATOM`` ... ``_CMP`` are Python's
-operator precedences, used to write their text with the right parentheses.
+:class:`Cond` is a condition on one (``i == 0``). Their text is written with the
+parentheses Python's operator precedences (``ATOM`` ... ``CMP``, from the primitive table)
+need.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ...device import Device
 from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.operators import ArrayOps
-from ...ops.primitive import ADD, ATOM, CMP, MUL, POW, UNARY, Primitive, register_kind
+from ...ops.primitive import ADD, ATOM, CMP, MUL, UNARY, Primitive, register_kind
 from .reading import SourceTransformError
 
 if TYPE_CHECKING:  # for annotations only: program.py imports this module
@@ -111,10 +112,6 @@ def _constant(t: Any) -> SrcVar:
     return SrcVar(t.shape, t.dtype, t.device, False, "const", None, t)
 
 
-# Python's precedences, as the primitive table defines them for whoever writes text
-_ATOM, _POW, _UNARY, _MUL, _ADD, _CMP = ATOM, POW, UNARY, MUL, ADD, CMP
-
-
 class Index:
     """A Python int known only when the program runs: a loop index, or arithmetic on one.
 
@@ -125,41 +122,43 @@ class Index:
     __slots__ = ("text", "values", "prec")
     _priority = 20  # ``tensor * i`` is written down too
 
-    def __init__(self, text: str, values: Sequence[int], prec: int = _ATOM):
+    def __init__(self, text: str, values: Sequence[int], prec: int = ATOM):
         self.text, self.values, self.prec = text, tuple(values), prec
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
         return _writer().op(prim, args, params)
 
     def _arith(self, other: Any, fn: Callable, sym: str, prec: int, right: bool) -> Any:
+        """``self sym other``, or ``other sym self`` for the reflected operator (``right``)."""
         if isinstance(other, Index):
-            values, text = [fn(a, b) for a, b in zip(self.values, other.values)], other
+            others = other.values
         elif type(other) in (int, float):
-            values, text = [fn(a, other) if not right else fn(other, a)
-                            for a in self.values], other
+            others = (other,) * len(self.values)
         else:
             return NotImplemented
-        first, second = (text, self) if right else (self, text)
+        pairs = zip(self.values, others)
+        values = [fn(b, a) if right else fn(a, b) for a, b in pairs]
+        first, second = (other, self) if right else (self, other)
         return Index(f"{_paren(first, prec)} {sym} {_paren(second, prec + 1)}", values, prec)
 
-    def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, False)
-    def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", _ADD, True)
-    def __sub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", _ADD, False)
-    def __rsub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", _ADD, True)
-    def __mul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, False)
-    def __rmul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", _MUL, True)
+    def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, False)
+    def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, True)
+    def __sub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", ADD, False)
+    def __rsub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", ADD, True)
+    def __mul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", MUL, False)
+    def __rmul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", MUL, True)
     def __floordiv__(self, o: Any) -> Any:
-        return self._arith(o, operator.floordiv, "//", _MUL, False)
+        return self._arith(o, operator.floordiv, "//", MUL, False)
 
-    def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", _MUL, False)
+    def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", MUL, False)
 
     def __neg__(self) -> "Index":
-        return Index(f"-{_paren(self, _UNARY)}", [-v for v in self.values], _UNARY)
+        return Index(f"-{_paren(self, UNARY)}", [-v for v in self.values], UNARY)
 
     def _compare(self, other: Any, sym: str) -> Any:
         if not isinstance(other, (Index, int, float)):
             return NotImplemented  # i < x.sum(): the tensor's comparison writes a line
-        return Cond(f"{_paren(self, _CMP + 1)} {sym} {_paren(other, _CMP + 1)}")
+        return Cond(f"{_paren(self, CMP + 1)} {sym} {_paren(other, CMP + 1)}")
 
     def __lt__(self, o: Any) -> Any: return self._compare(o, "<")
     def __le__(self, o: Any) -> Any: return self._compare(o, "<=")
@@ -218,13 +217,13 @@ def _parts(v: Any) -> Iterator[Any]:
         yield v
 
 
-def _contains(v: Any, kind: type) -> bool:
+def _contains(v: Any, kind: type | tuple[type, ...]) -> bool:
     return any(isinstance(x, kind) for x in _parts(v))
 
 
 def _dynamic(v: Any) -> bool:
     """Whether ``v`` is (or holds) something only known when the program runs."""
-    return _contains(v, SrcVar) or _contains(v, Index) or isinstance(v, Cond)
+    return _contains(v, (SrcVar, Index, Cond))
 
 
 def _concrete(v: Any, k: int = 0) -> Any:
