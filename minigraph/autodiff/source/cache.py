@@ -64,9 +64,11 @@ class SourceGrad:
     def program_for(self, *args: Any) -> Program:
         """The program for these arguments' signature (built if needed)."""
         args = self._complete(args)
-        key = signature(args, self.nums)
-        prog = self._programs.get(key)
-        if prog is None or prog.captured.stale():
+        return self._program(args, signature(args, self.nums))
+
+    def _program(self, args: tuple, key: tuple) -> Program:
+        prog = self._programs.get(key)  # the cache: no rewriting
+        if prog is None or prog.captured.stale():  # (a global tensor it read was written)
             prog = _transform(self._src, args, self.nums, single(self.argnums), key)
             self.transforms += 1
             self._programs[key] = prog
@@ -74,14 +76,9 @@ class SourceGrad:
         return prog
 
     def __call__(self, *args: Any) -> Any:
-        if len(args) < self._n:
-            args = self._complete(args)
+        args = self._complete(args)
         key = signature(args, self.nums)
-        prog = self._programs.get(key)  # the cache: no rewriting
-        if prog is None or prog.captured.stale():  # (a global tensor it read was written)
-            prog = self.program_for(*args)
-        self.last = prog
-        return _run(prog, args, key, self.nums, self.with_value)
+        return _run(self._program(args, key), args, key, self.nums, self.with_value)
 
     def _example(self) -> Program:
         if self.last is None:

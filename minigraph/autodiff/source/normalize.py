@@ -109,9 +109,9 @@ class _Normaliser:
         try:
             for k, stmt in enumerate(stmts):
                 self.w.where = self.src.where(stmt)
-                rest = _absorb(stmt, stmts[k + 1:])
-                if rest is not None:  # if c: return a / rest  ==  if c: return a else: rest
-                    return self.s_If(rest, env)
+                absorbed = _absorb(stmts, k)
+                if absorbed is not None:  # if c: return a / rest == if c: return a else: rest
+                    return self.s_If(absorbed, env)
                 result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
                 if result is not None:
                     return result
@@ -546,11 +546,14 @@ class _Normaliser:
             raise
 
 
-def _absorb(stmt: ast.stmt, rest: list[ast.stmt]) -> ast.If | None:
-    """An if one of whose branches ends in return, with the statements after it moved
-    into its other branch (the same program: they run exactly when that branch does)."""
-    if not isinstance(stmt, ast.If) or not rest:
+def _absorb(stmts: list[ast.stmt], k: int) -> ast.If | None:
+    """Statement k if it is an if one of whose branches ends in return, with the statements
+    after it moved into its other branch (the same program: they run exactly when that
+    branch does)."""
+    stmt = stmts[k]
+    if not isinstance(stmt, ast.If) or k + 1 == len(stmts):
         return None
+    rest = stmts[k + 1:]  # (copied for an if only, not for every line of a long body)
     returns = [bool(b) and isinstance(b[-1], ast.Return) for b in (stmt.body, stmt.orelse)]
     if returns == [True, False]:
         return ast.copy_location(ast.If(stmt.test, stmt.body, stmt.orelse + rest), stmt)
