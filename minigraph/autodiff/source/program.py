@@ -48,7 +48,8 @@ class Fill:
     __slots__ = ("value", "shape", "dtype", "device")
 
     def __init__(self, value: float, like: SrcVar):
-        self.value, self.shape, self.dtype, self.device = value, like.shape, like.dtype, like.device
+        self.value = value
+        self.shape, self.dtype, self.device = like.shape, like.dtype, like.device
 
 
 class Line:
@@ -186,23 +187,18 @@ class _Writer:
         return bind(SH.GETITEM, x, index=parts)
 
 
+# x + 0, x - 0, x * 1, x / 1 and x ** 1 are x, and so are 0 + x and 1 * x
+_UNITS = {"add": 0, "sub": 0, "mul": 1, "div": 1, "pow": 1}
+
+
 def _identity(prim: Primitive, args: tuple, shape: tuple, dtype: str) -> SrcVar | None:
-    """``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``, ``x ** 1`` are ``x`` (same shape, dtype)."""
-    if len(args) != 2:
+    """``x`` for ``x + 0`` and the like (``_UNITS``), if the result has x's shape and dtype."""
+    unit = _UNITS.get(prim.name)
+    if unit is None or len(args) != 2:
         return None
-    x, y = args
-
-    def keep(v: Any) -> SrcVar | None:
-        return v if type(v) is SrcVar and v.shape == shape and v.dtype == dtype else None
-
-    def number(v: Any, k: int) -> bool:
-        return type(v) in (int, float) and v == k
-
-    name = prim.name
-    if name in ("add", "sub", "mul", "div", "pow"):
-        unit = 0 if name in ("add", "sub") else 1
-        if number(y, unit):
-            return keep(x)
-        if name in ("add", "mul") and number(x, unit):
-            return keep(y)
+    orders = [args, args[::-1]] if prim.name in ("add", "mul") else [args]  # (commutative)
+    for x, y in orders:
+        if type(y) in (int, float) and y == unit and type(x) is SrcVar and \
+                (x.shape, x.dtype) == (shape, dtype):
+            return x
     return None

@@ -167,9 +167,8 @@ def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
             if v.name is None and v.role in roles and isinstance(v.hint, str) and \
                     namer.free(v.hint, claim=True):
                 v.name = namer.take(v.hint)
-    if out.name is None and out.role in ("temp", "join"):
-        out.name = namer.fresh(out.hint if isinstance(out.hint, str) and
-                               namer.free(out.hint, claim=True) else "z")
+    if out.name is None and out.role in ("temp", "join"):  # (its own name was not free)
+        out.name = namer.fresh("z")
     for v in order:
         if v.name is None and v.role in ("temp", "const", "loop", "join"):
             v.name = namer.fresh(None)
