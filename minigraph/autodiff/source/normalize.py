@@ -26,6 +26,7 @@ from typing import Any, Callable, NamedTuple, cast
 
 import numpy as np
 
+from ...device import Device
 from ...errors import MinigraphError
 from ...ops.primitive import KINDS
 from ...tensor import Tensor
@@ -285,10 +286,9 @@ class _Normaliser:
         # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
         # is written again until nothing changes. A round can only turn None into a
         # tensor's spec or inactive into active, so the rounds end.
-        specs: dict[str, tuple | None] = {n: _spec(env.get(n, _MISSING)) for n in carried}
+        specs = {n: _spec(env.get(n, _MISSING)) for n in carried}
         while True:
-            lvs = {n: SrcVar(s[0], s[1], s[2], s[3], "loop", n)
-                   for n, s in specs.items() if s is not None}
+            lvs = {n: SrcVar(*s, "loop", n) for n, s in specs.items() if s is not None}
             body_env = {**env, name: index, **lvs}
             body, _ = self.sub_block(node.body, body_env)
             ends = {n: body_env.get(n, _MISSING) for n in carried}
@@ -309,8 +309,9 @@ class _Normaliser:
         env[name] = rng[-1]  # after the loop the index is its last value, a known int
         return None
 
-    def settle(self, name: str, init: Any, end: Any, spec: tuple | None) -> tuple | None:
-        """The loop variable ``name`` needs: (shape, dtype, device, active), or None."""
+    def settle(self, name: str, init: Any, end: Any, spec: _Spec | None) -> _Spec | None:
+        """What loop variable ``name`` must be, after a round that ended with ``end``: None
+        while it is a Python value that stays the same."""
         if end is _MISSING:
             return spec
         if type(end) is not SrcVar:
@@ -320,19 +321,18 @@ class _Normaliser:
                 raise self.w.refuse(f"{name} changing from one iteration to the next as a "
                                     "Python value", "make it a tensor")
             return spec
-        aval = (end.shape, end.dtype, end.device.name)
         if spec is None:
             if _number(init) and end.shape != ():
                 raise self.w.refuse(
                     f"{name} starting as the number {init!r} and becoming a tensor of "
                     f"shape {end.shape} in the loop",
                     f"start it with the right shape, e.g. mg.zeros({end.shape}, ...)")
-            return (end.shape, end.dtype, end.device, end.active)
-        if (spec[0], spec[1], spec[2].name) != aval:
+            return _spec(end)
+        if (spec.shape, spec.dtype, spec.device.name) != (end.shape, end.dtype, end.device.name):
             raise self.w.refuse(
-                f"{name} changing shape or dtype in the loop, from {spec[0]} {spec[1]} to "
-                f"{end.shape} {end.dtype}", "a loop variable keeps one shape and dtype")
-        return (spec[0], spec[1], spec[2], spec[3] or end.active)
+                f"{name} changing shape or dtype in the loop, from {spec.shape} {spec.dtype} "
+                f"to {end.shape} {end.dtype}", "a loop variable keeps one shape and dtype")
+        return spec._replace(active=spec.active or end.active)
 
     def emit_loop(self, index: Index, rng: range, body: list, lvs: dict, ends: dict,
                   env: dict) -> None:
@@ -562,12 +562,20 @@ def _absorb(stmts: list[ast.stmt], k: int) -> ast.If | None:
     return None
 
 
-def _spec(v: Any) -> tuple | None:
-    """The (shape, dtype, device, active) a loop variable starting at ``v`` needs."""
+class _Spec(NamedTuple):
+    """What a loop variable is: the arguments of its SrcVar."""
+    shape: tuple[int, ...]
+    dtype: str
+    device: Device
+    active: bool  # (it depends on a differentiated input)
+
+
+def _spec(v: Any) -> _Spec | None:
+    """What a loop variable holding ``v`` is (None for a Python value)."""
     if type(v) is SrcVar:
-        return (v.shape, v.dtype, v.device, v.active)
+        return _Spec(v.shape, v.dtype, v.device, v.active)
     if isinstance(v, Tensor):
-        return (v.shape, v.dtype, v.device, False)
+        return _Spec(v.shape, v.dtype, v.device, False)
     return None
 
 
