@@ -32,7 +32,7 @@ from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
 from .render import _Text
-from .tidy import _Namer, _const_name, _insert_stack, _name_all, _program_vars, _prune
+from .tidy import _Namer, _const_name, _name_all, _program_vars, _tidy
 from .values import Index, SrcVar, _constant, _parts, _writing
 
 
@@ -157,16 +157,7 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
             backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
             single: bool, signature: tuple) -> Program:
     """Dead code, the stack, names, text, compile."""
-    live = {id(out)} | {id(g) for g in grads}
-    _prune(forward, _prune(backward, set(live)))  # (what the reverse reads is live)
-    if _insert_stack(pairs):
-        if any(isinstance(s, Line) and s.kind == "pop" and any(t is out for t in s.targets)
-               for s in _walk(backward)):  # the reverse sweep restores it: return a copy
-            kept = SrcVar(out.shape, out.dtype, out.device, out.active, "temp", "z")
-            forward.append(Line((kept,), Ref((out,))))
-            out = kept
-            live.add(id(kept))
-        _prune(forward, _prune(backward, set(live)))
+    out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     namer = _Namer(set(params) | {"mg", "range", "reversed", "stack", "_stack"},
                    writer.reserved)
@@ -188,15 +179,10 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
                                       runtime + list(_program_vars(whole))):
         if not loops:
             prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned)
-        else:
-            kernel_source, names = texts[2]
-            namespace = {**names.namespace, "_xp": device.xp}
-            namespace.update({cname: getattr(value, "data", value)
-                              for value, cname in consts.values()})
-            raw = define(kernel_source, name, f"<source_grad {name} kernels>", namespace)
-            devices = [v.device for v in returned]
-            prog.kernels = _LoopKernels(kernel_source, raw, devices)
-            prog.gradient_kernels = _LoopKernels(kernel_source, raw, devices, value=False)
+        else:  # (the text with kernel calls, and the names it binds)
+            source, names = texts[2]
+            prog.kernels, prog.gradient_kernels = _loop_kernels(name, source, names, consts,
+                                                                returned)
     return prog
 
 
@@ -259,6 +245,18 @@ def _function(name: str, params: list[str], body: list[str], ret: str, consts: d
         body = ["    # constants, captured when this program was built: " + "; ".join(shown)
                 ] + body
     return f"def {name}({', '.join(params)}):\n" + "\n".join(body + [f"    return {ret}"]) + "\n"
+
+
+def _loop_kernels(name: str, source: str, names: Any, consts: dict, returned: list[SrcVar]
+                  ) -> tuple[_LoopKernels, _LoopKernels]:
+    """A program with loops or run-time ifs as kernels on arrays: the text ``render.py``
+    wrote with kernel calls, defined with the kernels, the device's array module and the
+    constants' arrays; once for (value, *gradients) and once for the gradients alone."""
+    namespace = {**names.namespace, "_xp": returned[0].device.xp}
+    namespace.update({cname: getattr(value, "data", value) for value, cname in consts.values()})
+    raw = define(source, name, f"<source_grad {name} kernels>", namespace)
+    devices = [v.device for v in returned]
+    return _LoopKernels(source, raw, devices), _LoopKernels(source, raw, devices, value=False)
 
 
 def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar]

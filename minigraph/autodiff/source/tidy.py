@@ -1,10 +1,10 @@
 """Tidying: dead code, the loops' stack, names.
 
-The first half of step 4. :func:`_prune` removes the lines nobody reads (backwards
-liveness); :func:`_insert_stack` makes each forward loop iteration push what the reverse
-sweep reads of it, and the reverse loop pop it; :class:`_Namer` and :func:`_name_all`
-choose names like the textbook's (a, b, ... for intermediates, g + name for adjoints, c1,
-c2 ... or the user's name for constants).
+The first half of step 4. :func:`_tidy` runs :func:`_prune`, which removes the lines
+nobody reads (backwards liveness), and :func:`_insert_stack`, which makes each forward loop
+iteration push what the reverse sweep reads of it, and the reverse loop pop it;
+:class:`_Namer` and :func:`_name_all` choose names like the textbook's (a, b, ... for
+intermediates, g + name for adjoints, c1, c2 ... or the user's name for constants).
 """
 
 from __future__ import annotations
@@ -15,6 +15,23 @@ from typing import Any, Iterator
 
 from .program import For, If, Line, Ref, _uses, _walk
 from .values import SrcVar
+
+
+def _tidy(forward: list, backward: list, out: SrcVar, grads: list[SrcVar],
+          pairs: list[tuple[Any, Any]]) -> SrcVar:
+    """Remove the lines nobody reads and insert the stack; returns the variable that holds
+    f's value (a copy of it where the reverse sweep restores it from the stack)."""
+    live = {id(out)} | {id(g) for g in grads}
+    _prune(forward, _prune(backward, set(live)))  # (what the reverse reads is live)
+    if _insert_stack(pairs):
+        if any(isinstance(s, Line) and s.kind == "pop" and any(t is out for t in s.targets)
+               for s in _walk(backward)):
+            kept = SrcVar(out.shape, out.dtype, out.device, out.active, "temp", "z")
+            forward.append(Line((kept,), Ref((out,))))
+            out = kept
+            live.add(id(kept))
+        _prune(forward, _prune(backward, set(live)))
+    return out
 
 
 def _prune(block: list, live: set[int], drop: bool = True) -> set[int]:
