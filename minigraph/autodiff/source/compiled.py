@@ -19,9 +19,9 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
+from ...codegen import LITERALS, Names, define
 from ...device import Device, get_device
 from ...errors import DTypeError, GradientError
-from ...codegen import LITERALS, define
 from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
@@ -167,21 +167,22 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     name = f"grad_{src.fn.__name__}"
     returned = [out] + grads
     loops = any(isinstance(s, (For, If)) for s in whole)
-    texts = _texts(src.fn.__name__, params, forward, backward, out, grads, single, consts,
-                   namer, [cast(str, v.name) for v in runtime] if loops else None)
+    source, primal, kernel_text = _texts(
+        src.fn.__name__, params, forward, backward, out, grads, single, consts, namer,
+        [cast(str, v.name) for v in runtime] if loops else None)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})
-    fn = define(texts[0], name, f"<source_grad {name} {id(texts[0]):x}>", namespace)
-    prog = Program(signature, texts[0], texts[1], fn, single)
+    fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
+    prog = Program(signature, source, primal, fn, single)
     prog.captured = Captured(value for value, _ in consts.values())
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
         if not loops:
             prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned)
-        else:  # (the text with kernel calls, and the names it binds)
-            source, names = texts[2]
-            prog.kernels, prog.gradient_kernels = _loop_kernels(name, source, names, consts,
+        else:
+            assert kernel_text is not None  # (written for every program with loops)
+            prog.kernels, prog.gradient_kernels = _loop_kernels(name, *kernel_text, consts,
                                                                 returned)
     return prog
 
@@ -198,7 +199,7 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
            grads: list[SrcVar], single: bool, consts: dict, namer: _Namer,
-           kernel_params: list[str] | None) -> tuple:
+           kernel_params: list[str] | None) -> tuple[str, str, tuple[str, Names] | None]:
     """The program's text (``mg.`` calls) and the normalised primal's; with
     ``kernel_params`` (the arguments read at run time), also the program with kernel
     calls, taking those and returning (value, *gradients), and the names it binds."""
@@ -227,13 +228,13 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
 
     source = program(_Text(consts, counts, plan.used, stack), params, f"{out.name}, {ret}")
     primal = _Text(consts, counts, plan.used, stack=None)  # (it needs no stack)
-    texts: tuple = (source, _function(name, params, primal.block(forward, 1, inline=False),
-                                      cast(str, out.name), consts))
-    if kernel_params is not None:
-        text = _Text(consts, counts, plan.used, stack, kernels=True)
-        texts += ((program(text, kernel_params, f"{out.name}, {', '.join(names)}"),
-                   text.names),)
-    return texts
+    primal_source = _function(name, params, primal.block(forward, 1, inline=False),
+                              cast(str, out.name), consts)
+    if kernel_params is None:
+        return source, primal_source, None
+    text = _Text(consts, counts, plan.used, stack, kernels=True)
+    kernels = program(text, kernel_params, f"{out.name}, {', '.join(names)}")
+    return source, primal_source, (kernels, cast(Names, text.names))
 
 
 def _function(name: str, params: list[str], body: list[str], ret: str, consts: dict) -> str:
@@ -247,7 +248,7 @@ def _function(name: str, params: list[str], body: list[str], ret: str, consts: d
     return f"def {name}({', '.join(params)}):\n" + "\n".join(body + [f"    return {ret}"]) + "\n"
 
 
-def _loop_kernels(name: str, source: str, names: Any, consts: dict, returned: list[SrcVar]
+def _loop_kernels(name: str, source: str, names: Names, consts: dict, returned: list[SrcVar]
                   ) -> tuple[_LoopKernels, _LoopKernels]:
     """A program with loops or run-time ifs as kernels on arrays: the text ``render.py``
     wrote with kernel calls, defined with the kernels, the device's array module and the
