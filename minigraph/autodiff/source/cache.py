@@ -76,7 +76,8 @@ class SourceGrad:
         return prog
 
     def __call__(self, *args: Any) -> Any:
-        args = self._complete(args)
+        if len(args) < self._n:  # (the call's cost counts: no method call when complete)
+            args = self._complete(args)
         key = signature(args, self.nums)
         return _run(self._program(args, key), args, key, self.nums, self.with_value)
 
