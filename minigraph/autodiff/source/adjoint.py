@@ -217,7 +217,7 @@ class _Reverse:
                 seeds[id(j)], self.vars[id(j)] = g, j
         blocks: tuple[list, list]  # the reverse branches' statements
         blocks, lefts = ([], []), []
-        for stmts, block in zip((fwd.then, fwd.orelse), blocks):
+        for stmts, block in zip(fwd.blocks, blocks):
             local = {k: [g] for k, g in seeds.items()}
             with self.w.into(block):
                 self.block(stmts, local)

@@ -63,8 +63,7 @@ def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
     """The same kind of error, with the user's line appended to its message."""
     if where is None or isinstance(exc, SourceTransformError):
         return exc
-    located = type(exc)(f"{exc} [source_grad: {where}: {where.text.strip()}]")
-    return located
+    return type(exc)(f"{exc} [source_grad: {where}: {where.text.strip()}]")
 
 
 class _Source:
