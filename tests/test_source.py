@@ -676,6 +676,38 @@ def doubled_while_large(x, n):
     return y
 
 
+def shift_register(x, n):
+    a = b = c = d = e = mg.ones(())
+    for i in range(n):
+        e = e + d * e
+        d = c
+        c = b
+        b = a
+        a = mg.sin(x) * 2.0
+    return e
+
+
+def test_a_loop_whose_variables_settle_one_by_one():
+    """What a loop variable is (its shape, and whether it depends on x) is found by
+    writing the body again until nothing changes: here all five start as numbers, a
+    needs x first and hands it on to b, c, d and e, one per writing of the body (five:
+    more than the four the writer once allowed, an internal error then). Oracle: the same recurrence on
+    (value, derivative) pairs of Python floats."""
+    def by_hand(x0, n):
+        a = b = c = d = e = (1.0, 0.0)
+        for _ in range(n):
+            e = (e[0] + d[0] * e[0], e[1] + d[1] * e[0] + d[0] * e[1])
+            d, c, b = c, b, a
+            a = (2.0 * math.sin(x0), 2.0 * math.cos(x0))
+        return e
+
+    for n in (1, 6):
+        value, g = mg.value_and_grad(shift_register, mode="source")(0.3, n)
+        want = by_hand(0.3, n)
+        assert value.item() == pytest.approx(want[0], rel=1e-12)
+        assert g.item() == pytest.approx(want[1], rel=1e-12)
+
+
 def test_a_program_with_loops_hands_back_arrays_of_the_callers_own():
     """Run with kernels on arrays, this program returns its input's own array as f's
     value (no iteration doubles a small x): the caller gets a copy, as in every mode."""
