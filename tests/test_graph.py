@@ -230,6 +230,27 @@ def test_textbook_gradients_through_a_session():
     assert gx.op == "AddN"  # two contributions, ga*y and gb*cos(x), summed once
 
 
+def test_an_addn_is_a_new_array_even_of_one_term():
+    """AddN is no view in the table, so compiled code hands its result (a gradient with
+    two contributions) over as it is: its kernel must never return a term itself. One
+    term (only a direct bind makes such a node) is copied."""
+    from minigraph.ops.elementwise import ADD_N
+    from minigraph.ops.primitive import bind
+
+    assert not ADD_N.view
+    for terms in ([np.ones(3)], [np.ones(3), np.full(3, 2.0)], [np.array(1.5)] * 3):
+        total = ADD_N.impl(np, *terms)
+        assert not any(np.shares_memory(total, t) for t in terms)
+        np.testing.assert_array_equal(total, sum(terms))
+    x = mg.tensor(np.ones(3))
+    y = bind(ADD_N, x)
+    y.data[0] = 5.0
+    np.testing.assert_array_equal(x.numpy(), [1.0, 1.0, 1.0])
+    grad = mg.grad(lambda a, b: a * b + mg.sin(a), argnums=(0, 1), mode="graph")
+    gx, gy = grad(mg.tensor(2.0), mg.tensor(3.0))
+    assert gx.item() == 3 + math.cos(2.0) and gy.item() == 2.0
+
+
 def test_fifo_order_of_the_forward_pass():
     g, x, y, z, *_ = textbook_graph()
     sess = mg.Session(g)

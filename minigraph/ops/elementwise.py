@@ -272,8 +272,14 @@ def _add_n_shape(*xs: Any) -> tuple:
 
 
 def _add_arrays(xp: Any, *xs: Any) -> Any:
-    total = xs[0]
-    for x in xs[1:]:
+    """The sum of the terms, always a new array (one term, which only a direct ``bind``
+    can give: ``add_n`` returns it without a node, is copied), so that AddN is no
+    ``view``: a compiled graph hands an AddN result, such as a gradient with two
+    contributions, to its caller without copying it again."""
+    if len(xs) == 1:
+        return xp.asarray(xs[0], copy=True)
+    total = xs[0] + xs[1]
+    for x in xs[2:]:
         total = total + x
     return total
 
@@ -289,8 +295,7 @@ ADD_N = primitive(
     jvp=Each(lambda i: lambda t, out, *xs: t),
     vjp=Each(lambda i: lambda g, out, *xs: g),
     batch=B.all_batched("AddN"),  # (AddN does not broadcast: every term gets the batch axis)
-    view=True,
-    public="add_n", write=_write_add_n)  # one term is returned as it is
+    public="add_n", write=_write_add_n)
 
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 
