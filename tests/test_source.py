@@ -708,6 +708,35 @@ def test_a_loop_whose_variables_settle_one_by_one():
         assert g.item() == pytest.approx(want[1], rel=1e-12)
 
 
+W_OUTSIDE = np.array([[0.5, -1.0], [2.0, 0.25]])
+
+
+def tanh_layers(x, n):
+    h = x
+    for i in range(n):
+        h = mg.tanh(h @ W_OUTSIDE)
+    return mg.sum(h)
+
+
+def test_a_loop_program_reads_a_numpy_array_from_outside_as_a_constant():
+    """The kernels of a program with loops get the constant's array itself (a NumPy
+    array's ``.data`` is a memoryview, not the array). Oracle: finite differences."""
+    x0 = np.array([0.1, -0.3])
+    gf = mg.source_grad(tanh_layers)
+    g = gf(mg.tensor(x0), 3).numpy()
+    assert gf.program_for(mg.tensor(x0), 3).raw is not None
+
+    def value(v):
+        h = v
+        for _ in range(3):
+            h = np.tanh(h @ W_OUTSIDE)
+        return h.sum()
+
+    eps = 1e-6
+    fd = [(value(x0 + eps * e) - value(x0 - eps * e)) / (2 * eps) for e in np.eye(2)]
+    np.testing.assert_allclose(g, fd, rtol=1e-7, atol=1e-9)
+
+
 def test_a_program_with_loops_hands_back_arrays_of_the_callers_own():
     """Run with kernels on arrays, this program returns its input's own array as f's
     value (no iteration doubles a small x): the caller gets a copy, as in every mode."""

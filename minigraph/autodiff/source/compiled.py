@@ -254,7 +254,8 @@ def _loop_kernels(name: str, source: str, names: Names, consts: dict, returned: 
     wrote with kernel calls, defined with the kernels, the device's array module and the
     constants' arrays; once for (value, *gradients) and once for the gradients alone."""
     namespace = {**names.namespace, "_xp": returned[0].device.xp}
-    namespace.update({cname: getattr(value, "data", value) for value, cname in consts.values()})
+    namespace.update({cname: value.data if isinstance(value, Tensor) else value
+                      for value, cname in consts.values()})
     raw = define(source, name, f"<source_grad {name} kernels>", namespace)
     devices = [v.device for v in returned]
     return _LoopKernels(source, raw, devices), _LoopKernels(source, raw, devices, value=False)
