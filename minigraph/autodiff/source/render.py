@@ -1,4 +1,4 @@
-"""Writing the text: ``mg.`` calls (``.source``).
+"""Writing the text: ``mg.`` calls (``.source``), or kernel calls for a loop's program.
 
 The second half of step 4. :class:`_Text` turns the program's statements into lines of
 Python, with the parentheses Python's precedence needs (:func:`_infix`), writing the
@@ -10,8 +10,9 @@ operators, indexing, loops, branches, the stack, and the inlining.
 
 A straight-line program runs on arrays as graph compilation compiles it (``compiled.py``'s
 ``_kernels``). Graphs have no loops, so a program with a loop or an ``if`` decided at run
-time is written a second time here, with ``names`` given (``codegen.Names``): each
-primitive's line calls its kernel on arrays (``_k_sin(_xp, x)``) instead of ``mg.sin(x)``.
+time is written a second time here, by a ``_Text(..., kernels=True)``, whose
+``codegen.Names`` name the kernels: each primitive's line calls its kernel on arrays
+(``_k_sin(_xp, x)``) instead of ``mg.sin(x)``.
 """
 
 from __future__ import annotations
