@@ -40,7 +40,7 @@ def test_a_chain_link_leaves_few_objects_for_the_garbage_collector():
     ``y = mg.sin(y) * 1.0001`` with its gradient is five nodes (sin, mul; cos and two
     muls in the gradient), each with its arguments tuple: ten objects, no more (no node
     has a ``__dict__``, a node without parameters keeps the one shared empty dict, and
-    ``inputs`` is made only when asked for where ``args`` holds a number)."""
+    ``inputs`` is worked out when asked, not kept)."""
     import gc
 
     from minigraph.autodiff.tape import NO_PARAMS
@@ -68,8 +68,7 @@ def test_a_chain_link_leaves_few_objects_for_the_garbage_collector():
         assert n.params is NO_PARAMS
     # ``inputs`` is still there for whoever asks: the nodes among the arguments
     assert y.op == "mul" and y.inputs == (y.args[0],) and y.args[1] == 1.0001
-    with pytest.raises(AttributeError, match="'Node' object has no attribute 'inptus'"):
-        y.inptus
+    assert y.args[0].inputs is y.args[0].args  # (sin's only argument is a node)
     # every object the collector counts starts it sooner: building a link counts its two
     # nodes and their two tuples (a ``{}`` made per call and let go is not counted twice)
     gc.disable()
@@ -77,7 +76,9 @@ def test_a_chain_link_leaves_few_objects_for_the_garbage_collector():
         with mg.Graph() as g2:
             start = gc.get_count()[0]
             chain(g2)
-            assert gc.get_count()[0] - start <= 4 * links + 10
+            # (+30: the count also moves with what else the process frees and makes
+            # meanwhile; one more object per link would be 300 more)
+            assert gc.get_count()[0] - start <= 4 * links + 30
     finally:
         gc.enable()
     assert mg.Session(g).run(gx, {x: 0.5}) == pytest.approx(_chain_derivative(0.5, links))
@@ -435,8 +436,7 @@ def test_a_cycle_is_reported():
         x = mg.placeholder(shape=())
         a = mg.sin(x)
         b = mg.cos(a)
-    a.args = (b,)  # corrupt the graph by hand: a <- b <- a
-    a.inputs = (b,)
+    a.args = (b,)  # corrupt the graph by hand: a <- b <- a (inputs follow args)
     with pytest.raises(GraphError, match="cycle"):
         mg.Session(g).run(b, {x: 1.0})
 

@@ -32,7 +32,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np  # host-side checks of fed values
 
@@ -93,10 +93,9 @@ def describe_location(location: tuple[str, int] | None) -> str:
 class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
-    __slots__ = ("graph", "name", "op", "prim", "args", "params", "inputs", "shape",
+    __slots__ = ("graph", "name", "op", "prim", "args", "params", "shape",
                  "dtype", "device", "location", "value", "control_inputs", "_cost")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
-    inputs: tuple["Node", ...]  # (a slot; set in __init__, or on first use: __getattr__)
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
                  args: tuple, params: dict, shape: tuple | None, dtype: str | None,
@@ -108,16 +107,6 @@ class Node(ArrayOps):
         self.prim = prim
         self.args = args
         self.params = params
-        # ``inputs``, the nodes among the arguments (the graph's edges into this node): when
-        # every argument is a node, the same tuple as ``args``. Otherwise (``y * 1.0001``) it
-        # is made when first asked for, see __getattr__: a tuple of nodes is one more object
-        # that the garbage collector walks on each of its passes over a growing graph, and
-        # the reverse-graph pass, say, reads ``args`` and never asks.
-        for a in args:
-            if not isinstance(a, Node):
-                break
-        else:
-            self.inputs = args
         # None while unknown (a placeholder of any shape, and what depends on it); ArrayOps
         # declares tuple[int, ...] for its methods, which only such nodes cannot run
         self.shape = shape  # type: ignore[assignment]
@@ -131,15 +120,20 @@ class Node(ArrayOps):
             tuple(control_inputs)
         self._cost: str | None = None  # computed on first use (the scheduler asks often)
 
-    if not TYPE_CHECKING:  # (mypy would take any misspelt attribute for this one's)
-        def __getattr__(self, attr: str) -> Any:
-            """Python calls this only for an attribute the node does not have (yet): a
-            node with numbers among its arguments makes its ``inputs`` on first use."""
-            if attr == "inputs":
-                self.inputs = tuple([a for a in self.args if isinstance(a, Node)])
-                return self.inputs
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}",
-                                 name=attr, obj=self)
+    @property
+    def inputs(self) -> tuple["Node", ...]:
+        """The nodes among the arguments: the graph's edges into this node.
+
+        Worked out when asked, not kept: when every argument is a node it is ``args``
+        itself, and otherwise (``y * 1.0001``) a tuple kept per node would be one more
+        object for the garbage collector to walk on each of its passes over a growing
+        graph. (The passes that ask run once per plan or compilation, not per node
+        built; the reverse-graph pass reads ``args``.)"""
+        args = self.args
+        for a in args:
+            if not isinstance(a, Node):
+                return tuple([a for a in args if isinstance(a, Node)])
+        return args
 
     @property
     def predecessors(self) -> tuple["Node", ...]:
