@@ -215,6 +215,53 @@ def test_cross_entropy_refuses_labels_out_of_range(bad):
         mg.Session(g).run(loss, {lp: np.zeros((2, 3)), lab: np.array([0, bad])})
 
 
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_every_kernel_that_reads_labels_refuses_one_out_of_range(bad):
+    """Not only nll_loss: its gradient kernel, one_hot (strict, as PyTorch's F.one_hot; a
+    zero row would silently leave an example out of a loss built on it), the losses under
+    vmap (their batching rule builds a one_hot mask) and the class-sharded loss (a label of
+    no shard would match no class and add nothing)."""
+    labels = mg.tensor([0, bad])
+    with pytest.raises(IndexError, match=f"nll_loss_grad: label {bad} \\(row 1\\)"):
+        mg.nll_loss_grad(mg.tensor(1.0), labels, 3)
+    with pytest.raises(IndexError, match=f"one_hot: label {bad} \\(row 1\\)"):
+        mg.one_hot(labels, 3)
+    with pytest.raises(IndexError, match=f"one_hot: label {bad} \\(at \\(1, 0\\)\\)"):
+        mg.one_hot(mg.tensor([[0, 1], [bad, 2]]), 3)
+    batch = mg.tensor(np.zeros((2, 2, 3)))
+    per_example = mg.tensor([[0, 1], [2, bad]])
+    for loss in (mg.cross_entropy, lambda z, y: mg.nll_loss(mg.log_softmax(z, 1), y)):
+        with pytest.raises(IndexError, match=f"label {bad} .*3 classes"):
+            mg.vmap(loss)(batch, per_example)
+    np.testing.assert_allclose(mg.vmap(mg.cross_entropy)(batch, mg.tensor([[0, 1], [2, 0]])).numpy(),
+                               [np.log(3)] * 2)
+
+
+@pytest.mark.parametrize("bad", [-1, 11, 5])  # 5: a valid class, a control
+def test_the_class_sharded_loss_refuses_a_label_of_no_shard(bad):
+    mg.set_virtual_cpus(3)
+    layer = mg.parallel.ShardedLinear(4, 11, ["cpu", "cpu:1", "cpu:2"], seed=0)
+    x = mg.tensor(np.random.default_rng(0).normal(size=(2, 4)))
+    labels = mg.tensor([3, bad])
+    if bad == 5:
+        full = x @ mg.tensor(layer.full_weight()) + mg.tensor(layer.full_bias())
+        torch_loss = torch.nn.functional.cross_entropy(torch.tensor(full.numpy()),
+                                                       torch.tensor([3, 5]))
+        loss = mg.parallel.parallel_cross_entropy(layer(x), labels)
+        assert loss.item() == pytest.approx(torch_loss.item(), rel=1e-12)
+        return
+    with pytest.raises(IndexError, match=f"parallel_cross_entropy: label {bad} \\(row 1\\) is "
+                                         f"out of range for 11 classes"):
+        mg.parallel.parallel_cross_entropy(layer(x), labels)
+    with mg.Graph() as g:  # in a graph: the shard whose one_hot sees the label refuses it
+        xs = mg.placeholder((2, 4))
+        ys = mg.placeholder((2,), dtype="int64")
+        loss = mg.parallel.parallel_cross_entropy(layer(xs), ys)
+    local = bad if bad < 0 else bad - 7  # (the last shard holds classes 7..10)
+    with pytest.raises(Exception, match=f"one_hot: label {local} \\(row 1\\)"):
+        mg.Session(g).run(loss, {xs: x.numpy(), ys: labels.numpy()})
+
 # -- pow at zero: PyTorch's derivatives ----------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])

@@ -41,7 +41,11 @@ from .primitive import Primitive, bind, primitive
 
 def _as_floating(xp: Any, x: Any) -> Any:
     """Integers as float64 before the max is subtracted: in integer arithmetic x - max(x)
-    wraps around (int64: 3 - (-2**63) is negative) and softmax comes out silently wrong."""
+    wraps around (int64: 3 - (-2**63) is negative) and softmax comes out silently wrong.
+    (A NumPy array's dtype answers at once; the namespace's ``isdtype`` is a Python
+    function that takes as long as the subtraction on a batch of logits.)"""
+    if type(x) is np.ndarray:
+        return x if x.dtype.kind == "f" else x.astype(np.float64)
     return x if xp.isdtype(x.dtype, "real floating") else xp.astype(x, xp.float64)
 
 
@@ -110,10 +114,14 @@ LOG_SOFTMAX_GRAD = primitive(
 
 
 def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
+    check_label_range(xp, labels, num_classes, "one_hot")
     classes = xp.arange(num_classes, device=array_device(labels))
     return xp.astype(labels[..., None] == classes, getattr(xp, dtype))
 
 
+# Strict, as PyTorch's F.one_hot: a label outside 0 .. num_classes - 1 raises. (JAX and
+# TensorFlow give it a row of zeros; a loss built on such a row would silently leave the
+# example out.)
 ONE_HOT = primitive(
     "one_hot", _one_hot_kernel,
     lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype),
@@ -121,25 +129,37 @@ ONE_HOT = primitive(
     public="one_hot", positional=("num_classes", "dtype"))  # the new axis is the last: batched labels just work
 
 
-def _check_label_range(xp: Any, labels: Any, classes: int) -> None:
-    """Every label in 0 .. classes - 1: NumPy would wrap -1 to the last class and fail on
-    an index past the end with a message about arrays, not labels."""
-    if labels.shape[0] == 0:
+def check_label_range(xp: Any, labels: Any, classes: int, who: str) -> None:
+    """Every label in 0 .. classes - 1, or an IndexError naming the first bad one. Every
+    kernel that reads labels checks them: NumPy would wrap -1 to the last class and fail
+    on an index past the end with a message about arrays, not labels."""
+    if 0 in labels.shape:
         return
-    low, high = int(xp.min(labels)), int(xp.max(labels))
+    if hasattr(labels, "min"):  # NumPy's and CuPy's own methods: a third of the wrapper's time
+        low, high = int(labels.min()), int(labels.max())
+    else:
+        low, high = int(xp.min(labels)), int(xp.max(labels))
     if low < 0 or high >= classes:
         bad = low if low < 0 else high
-        row = int(xp.argmax(xp.astype(labels == bad, xp.int64)))
-        raise IndexError(f"nll_loss: label {bad} (row {row}) is out of range for {classes} "
+        at = int(xp.argmax(xp.astype(xp.reshape(labels == bad, (-1,)), xp.int64)))
+        where = f"row {at}" if labels.ndim == 1 else \
+            f"at {tuple(int(i) for i in np.unravel_index(at, labels.shape))}"
+        raise IndexError(f"{who}: label {bad} ({where}) is out of range for {classes} "
                          f"classes: labels must lie in 0..{classes - 1}")
 
 
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
-    _check_label_range(xp, labels, logp.shape[1])
-    n = logp.shape[0]
-    rows = xp.arange(n, device=array_device(labels))
-    picked = logp[rows, labels]  # l[i, label_i]: integer-array indexing
-    return -R.sum_kernel(xp, picked, None, False) / n
+    check_label_range(xp, labels, logp.shape[1], "nll_loss")
+    picked = logp[_rows(xp, labels), labels]  # l[i, label_i]: integer-array indexing
+    return -R.sum_kernel(xp, picked, None, False) / logp.shape[0]
+
+
+def _rows(xp: Any, labels: Any) -> Any:
+    """``0 .. N-1`` on the labels' device: the row of each label. (NumPy's own ``arange``
+    for NumPy labels: the namespace's, with its device lookup, takes six times as long.)"""
+    n = labels.shape[0]
+    return np.arange(n) if type(labels) is np.ndarray else \
+        xp.arange(n, device=array_device(labels))
 
 
 def _check_batch(who: str, what: str, ls: tuple, ys: tuple) -> None:
@@ -177,10 +197,11 @@ NLL_LOSS: Primitive = primitive(  # linear in logp: its JVP is itself
 def _nll_grad_kernel(xp: Any, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
     """-onehot * g / N. On NumPy: -g / N written at the labels of a zero matrix (integer
     array assignment, which the Array API does not have)."""
+    check_label_range(xp, labels, num_classes, "nll_loss_grad")
     n = labels.shape[0]
     if type(labels) is np.ndarray:
         out = np.zeros((n, num_classes), dtype)
-        out[np.arange(n), labels] = -g / n
+        out[_rows(xp, labels), labels] = -g / n
         return out
     return _one_hot_kernel(xp, labels, num_classes, dtype) * (-g / n)
 
@@ -223,7 +244,8 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
 
 
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
-    """Rows of zeros with a one at each label (no gradient)."""
+    """Rows of zeros with a one at each label (no gradient). A label outside
+    ``0 .. num_classes - 1`` raises, as in PyTorch (JAX gives it a row of zeros)."""
     return bind(ONE_HOT, labels, num_classes=num_classes, dtype=str(dtype))
 
 

@@ -73,6 +73,9 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     home = shards[0].device
     labels = labels if isinstance(labels, (Tensor, Node)) else tensor(labels)
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])
+    if isinstance(labels, Tensor):  # (a graph's labels are checked when it runs: see below)
+        NN.check_label_range(np, labels.numpy(), int(offsets[-1]) + shards[-1].shape[1],
+                             "parallel_cross_entropy")
     # 1. the row maxima meet on the home device; the global maximum goes back
     m = None
     for s in shards:
@@ -81,15 +84,32 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     # 2. each device: sum of exp(z - M) over its classes, and its part of z[label]
     total, picked = None, None
     assert m is not None  # shards is not empty (shards[0] above)
-    for s, offset in zip(shards, offsets):
+    last = len(shards) - 1
+    for k, (s, offset) in enumerate(zip(shards, offsets)):
         m_here = m.to(s.device)
         sumexp = R.sum(E.exp(s - m_here.reshape(-1, 1)), axis=1)
-        local_labels = labels.to(s.device) - int(offset)  # outside this shard: no match
-        onehot = NN.one_hot(local_labels, s.shape[1], s.dtype)
+        onehot = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1], s.dtype,
+                                first=k == 0, last=k == last)
         mine = R.sum(s * onehot, axis=1)
         total = sumexp.to(home) if total is None else total + sumexp.to(home)
         picked = mine.to(home) if picked is None else picked + mine.to(home)
     return R.mean(E.log(total) + m - picked)
+
+
+def _shard_one_hot(labels: Any, offset: int, width: int, dtype: Any, first: bool,
+                   last: bool) -> Any:
+    """The one-hot rows of the classes ``offset .. offset + width - 1`` that one shard
+    holds; a row whose label is another shard's is zero. A label of no shard (negative,
+    or past the last class) counts as the first or the last shard's, whose ``one_hot``
+    then refuses it: an error, not a row that silently matches no class."""
+    holds = None if first else E.greater_equal(labels, offset)
+    if not last:
+        below = E.less(labels, offset + width)
+        holds = below if holds is None else E.where(holds, below, False)
+    if holds is None:  # one shard: every label is its
+        return NN.one_hot(labels - offset, width, dtype)
+    onehot = NN.one_hot(E.where(holds, labels - offset, 0), width, dtype)
+    return onehot * C.astype(holds, dtype).reshape(-1, 1)
 
 
 class LayerSplitMLP:
