@@ -19,6 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minigraph as mg
+from minigraph.autodiff.batching import BatchingError
+from minigraph.errors import GradientError
+from minigraph.graph.graph import TracedValueError
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("torch.func")
@@ -353,3 +356,43 @@ def test_gradients_come_in_argnums_order(mode):
     """argnums=(1, 0) gives (dz/dy, dz/dx), as in JAX, in every mode."""
     gy, gx = mg.grad(f, argnums=(1, 0), mode=mode)(2.0, 3.0)
     assert (as_float(gy), as_float(gx)) == pytest.approx((2.0, 3 + math.cos(2.0)), rel=1e-12)
+
+
+# -- Python asking a transformed value for a number ---------------------------------------------
+
+def _times_its_float(x):
+    return float(x) * x  # float(x) is a constant: PyTorch's d/dx is float(x), not 2x
+
+
+def _times_its_item(x):
+    return x * int(x.item())
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")  # (torch's, on purpose)
+@pytest.mark.parametrize("mode", ["tape", "forward"])
+@pytest.mark.parametrize("fn", [_times_its_float, _times_its_item])
+def test_a_number_asked_of_a_differentiated_value_is_a_constant_as_in_pytorch(mode, fn):
+    """float(x), int(x), x.item() inside mg.grad: the value inside answers in every mode
+    that has one (a dual number raised TypeError/AttributeError before), and the number is
+    a constant, as PyTorch's is; numpy() refuses, as PyTorch's does."""
+    xt = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    fn(xt).backward()
+    assert mg.grad(fn, mode=mode)(2.5).item() == pytest.approx(xt.grad.item(), rel=1e-15)
+    assert mg.jvp(fn, (2.5,), (1.0,))[1].item() == pytest.approx(xt.grad.item(), rel=1e-15)
+    with pytest.raises(GradientError, match="numpy\\(\\): this value is being differentiated"):
+        mg.grad(lambda x: x.numpy() * x, mode=mode)(2.5)
+
+
+@pytest.mark.parametrize("ask", [float, int, lambda v: v.item(), lambda v: v.numpy()])
+def test_a_batched_value_refuses_to_be_one_number(ask):
+    with pytest.raises(BatchingError, match="one value per example"):
+        mg.vmap(lambda v: v * ask(v))(mg.tensor([2.5, 0.5]))
+    with pytest.raises(TracedValueError):  # a graph node has no value while it is traced
+        mg.grad(lambda v: v * ask(v), mode="graph")(2.5)
+
+
+def test_len_of_a_transformed_value_is_one_examples_length():
+    rows = mg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    np.testing.assert_array_equal(mg.vmap(lambda v: v * len(v))(rows).numpy(), rows.numpy() * 3)
+    assert mg.jvp(lambda v: v * len(v), (rows,), (rows,))[1].numpy().tolist() == \
+        (rows.numpy() * 2).tolist()

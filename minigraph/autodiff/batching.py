@@ -71,9 +71,36 @@ class BatchTracer(ArrayOps):
         _check_rule(prim, dims, values, out)
         return BatchTracer(out, self.level)
 
+    # Python asking for one value: a batch has one per example, so it refuses (as JAX's
+    # tracers do), where a dual number or a vjp box lets the value inside answer.
     def __bool__(self) -> bool:
         raise BatchingError("vmap: a batched value has no single truth value (it may differ "
                             "from example to example); use mg.where instead of if/else")
+
+    def _one_number(self, what: str) -> BatchingError:
+        return BatchingError(f"vmap: {what} of a batched value: it has one value per example "
+                             f"(the function sees one example of shape {self.shape}); "
+                             f"compute with minigraph functions instead")
+
+    def __float__(self) -> float:
+        raise self._one_number("float()")
+
+    def __int__(self) -> int:
+        raise self._one_number("int()")
+
+    def __index__(self) -> int:
+        raise self._one_number("an index")
+
+    def item(self) -> Any:
+        raise self._one_number("item()")
+
+    def numpy(self) -> Any:
+        raise self._one_number("numpy()")
+
+    def __len__(self) -> int:  # one example's length, as its shape says
+        if not self.shape:
+            raise TypeError("vmap: len() of one example of shape (): it has no axis")
+        return self.shape[0]
 
     def __repr__(self) -> str:
         return f"BatchTracer(level={self.level}, value={self.value!r})"

@@ -29,10 +29,10 @@ from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .argnums import Argnums, normalize_argnums, single
-from .levels import new_level, transformation
+from .levels import ValueInside, new_level, transformation
 
 
-class Dual(ArrayOps):
+class Dual(ValueInside, ArrayOps):
     """A primal value with its tangent; ``tangent is None`` stands for zero."""
 
     __slots__ = ("primal", "tangent", "level", "_priority")
@@ -62,6 +62,9 @@ class Dual(ArrayOps):
         if tangent is None:
             return out  # a zero tangent: the result is a constant at this level
         return Dual(out, tangent, self.level)
+
+    def _inside(self) -> Any:  # (what float(dual), dual.item() ... read: ValueInside)
+        return self.primal
 
     def __repr__(self) -> str:
         return f"Dual(primal={self.primal!r}, tangent={self.tangent!r})"

@@ -18,6 +18,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
+from ..errors import GradientError
+from ..ops import copy as C
+
 _counter = itertools.count(100)
 
 
@@ -32,3 +35,43 @@ def transformation(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     transformation runs on any kind of value."""
     fn.transformation = name  # type: ignore[attr-defined]
     return fn
+
+
+class ValueInside:
+    """What Python asks of a value a transformation wraps, answered by the value inside
+    (``_inside()``: a ``vjp`` box's content, a dual number's primal), as a tensor answers
+    in define-by-run: ``if x > 0:``, ``float(x)``, ``int(x)``, ``x.item()``, ``len(x)``.
+    Where the value inside has no value (a graph node), its own error says so.
+
+    The number drops the derivative, as PyTorch's ``float(x)`` does: asking for a number is
+    asking for a constant. ``numpy()`` refuses, as PyTorch's does on a tensor that requires
+    a gradient: an array looks like the value itself, derivative and all."""
+
+    __slots__ = ()
+
+    def _inside(self) -> Any:
+        raise NotImplementedError
+
+    def __bool__(self) -> bool:
+        return bool(self._inside())
+
+    def __float__(self) -> float:
+        return float(self._inside())
+
+    def __int__(self) -> int:
+        return int(self._inside())
+
+    def __len__(self) -> int:
+        return len(self._inside())
+
+    def item(self) -> Any:
+        return self._inside().item()
+
+    def detach(self) -> Any:
+        return C.stop_gradient(self)
+
+    def numpy(self) -> Any:
+        raise GradientError(
+            "numpy(): this value is being differentiated (inside mg.grad, mg.vjp, mg.jvp "
+            "...), and a NumPy array would silently drop its derivative. Use minigraph "
+            "functions on it, or x.detach().numpy() if a constant is really meant")

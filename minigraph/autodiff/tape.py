@@ -52,7 +52,7 @@ from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kin
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
 from .backward import collector_paused, reverse_sweep
-from .levels import new_level, transformation
+from .levels import ValueInside, new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -577,7 +577,7 @@ class _Recording:
         self.entries: list[tuple] = []
 
 
-class Box(ArrayOps):
+class Box(ValueInside, ArrayOps):
     """A value being differentiated by one ``vjp`` call (the call's ``_Recording``)."""
 
     __slots__ = ("value", "tape", "_priority")
@@ -601,31 +601,8 @@ class Box(ArrayOps):
         rec.entries.append((prim, params, box, args))
         return box
 
-    # Python asking for the value: the value inside answers, as a tensor does in
-    # define-by-run (``if x > 0:``), or refuses where it has none (a graph node).
-    def __bool__(self) -> bool:
-        return bool(self.value)
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def __int__(self) -> int:
-        return int(self.value)
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def item(self) -> Any:
-        return self.value.item()
-
-    def detach(self) -> Any:
-        return C.stop_gradient(self)
-
-    def numpy(self) -> Any:
-        raise GradientError(
-            "numpy(): this value is being differentiated (inside mg.grad/mg.vjp), and a "
-            "NumPy array would silently drop its derivative. Use minigraph functions on "
-            "it, or x.detach().numpy() if a constant is really meant")
+    def _inside(self) -> Any:  # (what float(box), box.item() ... read: ValueInside)
+        return self.value
 
     def __repr__(self) -> str:
         return f"Box(level={self.tape.level}, {self.value!r})"
