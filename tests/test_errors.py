@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.errors import DeviceError, GradientError, ShapeError
+from minigraph.errors import DeviceError, DTypeError, GradientError, ShapeError
 
 
 def test_shape_mismatch_names_the_op_and_both_shapes():
@@ -77,3 +77,17 @@ def test_a_failed_op_leaves_the_tape_usable():
         y + mg.tensor(np.ones(3))
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+def test_a_tangent_of_another_dtype_or_device_is_refused():
+    """JAX's rule: a tangent is of its primal's dtype (a float64 tangent on a float32
+    primal would give the float32 result a float64 tangent) and, here, on its device."""
+    mg.set_virtual_cpus(2)
+    x32 = mg.tensor([1.0, 2.0], dtype="float32")
+    with pytest.raises(DTypeError, match="primal float32 on cpu, tangent float64 on cpu"):
+        mg.jvp(mg.sin, (x32,), (np.ones(2),))
+    with pytest.raises(DTypeError, match="tangent float64 on cpu:1"):
+        mg.jvp(mg.sin, (np.ones(2),), (mg.tensor(np.ones(2), device="cpu:1"),))
+    out, t = mg.jvp(mg.sin, (x32,), (1.0,))  # a number takes the primal's dtype
+    assert out.dtype == t.dtype == "float32"
+    assert np.allclose(t.numpy(), np.cos([1.0, 2.0]))

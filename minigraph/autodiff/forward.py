@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import GradientError
+from ..errors import DTypeError, GradientError
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
@@ -111,6 +111,11 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
             raise GradientError(f"jvp: a primal of dtype {p.dtype} has no tangent; pass floats")
         t = _as_tensor(t) if not isinstance(t, (int, float)) else tensor(
             t, dtype=p.dtype, device=p.device)
+        if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
+            # primal's kind; a float64 tangent would make the float32 result's tangent float64)
+            raise DTypeError(f"jvp: a tangent must have its primal's dtype and device: primal "
+                             f"{p.dtype} on {p.device.name}, tangent {t.dtype} on "
+                             f"{t.device.name} (a Python number takes the primal's)")
         if shape_of(t) != shape_of(p):
             t = SH.broadcast_to(t, shape_of(p))
         duals.append(Dual(p, t, level))
