@@ -217,6 +217,41 @@ def test_hessian():
                                rtol=1e-10)
 
 
+@pytest.mark.parametrize("argnums", [(0, 1), (1, 0), (1,)])
+def test_hessian_blocks_for_several_arguments_are_torchs(argnums):
+    """argnums as a tuple: the blocks d2f / dx_i dx_j as a tuple of tuples, shaped
+    x_i.shape + x_j.shape (it raised an internal error: jacfwd cannot take jacrev's tuple)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(2, 3)), rng.normal(size=3)
+
+    def mine(a, b):
+        return mg.sum(mg.sin(a) * mg.sum(b * b * a))
+
+    def theirs(a, b):
+        return torch.sum(torch.sin(a) * torch.sum(b * b * a))
+
+    got = mg.hessian(mine, argnums=argnums)(x, y)
+    want = tf.hessian(theirs, argnums=argnums)(torch.tensor(x), torch.tensor(y))
+    assert len(got) == len(want) == len(argnums)
+    for row, wrow in zip(got, want):
+        assert len(row) == len(wrow)
+        for block, wblock in zip(row, wrow):
+            assert block.shape == tuple(wblock.shape)
+            np.testing.assert_allclose(block.numpy(), wblock.numpy(), rtol=1e-10)
+    if argnums == (1, 0):  # negative argnums name the same arguments (torch.func's jacfwd
+        again = mg.hessian(mine, argnums=(-1, 0))(x, y)  # gives other numbers for -1)
+        for row, arow in zip(got, again):
+            for block, ablock in zip(row, arow):
+                np.testing.assert_array_equal(block.numpy(), ablock.numpy())
+
+
+def test_jvp_of_a_function_with_several_outputs_says_so():
+    with pytest.raises(TypeError, match="jvp: f must return a tensor, got tuple"):
+        mg.jvp(lambda v: (mg.sin(v), v), (np.ones(2),), (np.ones(2),))
+    with pytest.raises(TypeError, match="must return a tensor, got tuple"):
+        mg.jacfwd(lambda v: (mg.sin(v), v))(np.ones(2))
+
+
 # -- the issue's examples, each a regression test -----------------------------------------------
 
 def f(x, y):

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..graph import trace
 from . import forward, source, tape
+from .argnums import normalize_argnums
 from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
@@ -64,8 +65,17 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
 
 def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable[..., Any]:
     """The Hessian of a scalar function: ``jacfwd(jacrev(f))``, forward over reverse, as
-    in JAX (the reverse sweep makes the gradient, n tangents differentiate it)."""
+    in JAX (the reverse sweep makes the gradient, n tangents differentiate it). With a
+    tuple of argnums, the blocks ``H[i][j]`` = d2f / dx_i dx_j (shape ``x_i.shape +
+    x_j.shape``) as a tuple of tuples, as ``torch.func.hessian`` and ``jax.hessian`` give
+    them: one forward-over-reverse per block."""
     from .forward import jacfwd
     from .tape import jacrev
 
-    return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")
+    if isinstance(argnums, int):
+        return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")
+
+    def blocks(*args: Any) -> tuple:
+        nums = normalize_argnums(argnums, len(args), "hessian")
+        return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
+    return transformation(blocks, "hessian")

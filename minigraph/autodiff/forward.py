@@ -122,6 +122,9 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     out = f(*duals)
     if type(out) is Dual and out.level == level:
         return out.primal, out.tangent
+    if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
+        raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__} (for several "
+                        f"outputs, one jvp per output, or mg.stack them)")
     out = _as_tensor(out)
     return out, zeros(shape_of(out), out.dtype, out.device)
 
