@@ -258,10 +258,11 @@ def _host_index(i: Any) -> Any:
     """Index parts as the kernel takes them: integer tensors become host arrays."""
     if i is None or i is Ellipsis or isinstance(i, (int, slice)):
         return i
-    if type(i) in KINDS:  # an index is a parameter, fixed when the op runs: not a value
+    if type(i) in KINDS:  # an index is a parameter, fixed when the op is made: not a value
         raise ShapeError(f"getitem: an index must be ints, slices or integer arrays/tensors, "
-                         f"not a {type(i).__name__} (a value of a transformation: under "
-                         f"vmap, an index that differs per example); use mg.one_hot or "
+                         f"not a {type(i).__name__}: an index is fixed when the operation is "
+                         f"made, and this one is known only later (a graph node when its "
+                         f"graph runs; under vmap, one index per example); use mg.one_hot or "
                          f"mg.where to select")
     if hasattr(i, "numpy"):  # (a tensor)
         return i.numpy()
