@@ -160,6 +160,17 @@ def test_a_run_with_planned_memory_hands_over_values_of_the_callers_own(program)
         assert sess._accounting == "planned"
 
 
+@SETTINGS
+@given(stateful_programs())
+def test_a_planned_run_with_views_hands_over_values_of_the_callers_own(program):
+    """The same with views (transpose, reshape, identity) in the plan: a fetched view and
+    its base, or a view of a feed or a variable, are still handed over as the caller's
+    own (a reshape of a transposed value copies: that run falls back, and the same holds)."""
+    sess = _check_nothing_shared(program)
+    if program[3] == 1:
+        assert sess._accounting in ("planned", "fallback")
+
+
 def _check_nothing_shared(program):
     g, p, vs, ops, fetched = _build(program)
     sess = mg.Session(g, workers=program[3])

@@ -26,13 +26,17 @@ bytes produced (what keep-everything would hold), and, in a traced run
 A debug mode *poisons* every freed buffer (NaN or -1), so a read after free shows up.
 
 **Decided at plan time** (:class:`MemoryPlan`): a serial run's bookkeeping depends on the
-plan alone, not on the numbers, so where every value is known in advance (each node
-writes into a buffer through its ``out`` kernel, or is a feed, a constant, a variable,
-an ``Assign``) the session runs this same :class:`Memory` once, when it plans, on
-stand-ins for the buffers, and keeps per step which buffer the kernel writes into and
-which values die, and the statistics. Its runs then only walk that plan
-(``scheduler.Run.run_planned``), and fall back to counting node by node if a kernel
-does not return the buffer it was given.
+plan alone, not on the numbers, so where every value is known in advance the session
+runs this same :class:`Memory` once, when it plans, on stand-ins for the arrays, and
+keeps per step which buffer the kernel writes into and which values die, and the
+statistics. A value is known in advance when its node writes into a buffer through its
+``out`` kernel, is a feed, a constant, a variable or an ``Assign``, or, on a NumPy
+device, is what a kernel without an ``out`` form returns: a new array (a sum over an
+axis, ``log_softmax``), a NumPy scalar (a full sum), or a view of its input (a
+reshape, a transpose). Its runs then only walk that plan (``scheduler.Run.run_planned``),
+check cheaply that each kernel returned what the plan assumed, and fall back to counting
+node by node where one did not (a reshape that had to copy, a Fortran-ordered result
+that a later node would have taken from the pool).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import time
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_numpy_namespace
 
 from ..graph.graph import Node
 
@@ -208,17 +213,23 @@ class Memory:
 class PlannedStep:
     """What the memory plan decided for one step of a serial run (see :class:`MemoryPlan`).
 
-    ``take``: the slot of the buffer the node's kernel writes into, -1 for none;
+    ``take``: the slot of the buffer the node's ``out`` kernel writes into, -1 for none;
     ``fresh``: whether that buffer is allocated now (else it is the pooled buffer the run
-    keeps in the slot); ``stash``: ``(node id, slot)`` for each value whose buffer goes to
-    the pool after the step (the run moves it into that slot); ``dead``: the ids of the
-    values the run drops after the step (their last reader has run)."""
+    keeps in the slot); ``expect``: for a node computed by a kernel without an ``out``
+    form, what the plan assumed that kernel returns (``_NewArray``, ``_SameMemory``: the
+    run checks it), else None; ``stash``: ``(node id, slot)`` for each value whose buffer
+    goes to the pool after the step (the run moves it into that slot); ``stash_views``:
+    the same for a value that is a view of the buffer (the run moves the view's base);
+    ``dead``: the ids of the values the run drops after the step (their last reader has
+    run)."""
 
-    __slots__ = ("take", "fresh", "stash", "dead")
+    __slots__ = ("take", "fresh", "expect", "stash", "stash_views", "dead")
 
-    def __init__(self, take: int, fresh: bool, stash: tuple[tuple[int, int], ...],
+    def __init__(self, take: int, fresh: bool, expect: Any,
+                 stash: tuple[tuple[int, int], ...], stash_views: tuple[tuple[int, int], ...],
                  dead: tuple[int, ...]):
-        self.take, self.fresh, self.stash, self.dead = take, fresh, stash, dead
+        self.take, self.fresh, self.expect, self.dead = take, fresh, expect, dead
+        self.stash, self.stash_views = stash, stash_views
 
 
 class MemoryPlan:
@@ -229,21 +240,38 @@ class MemoryPlan:
     the same steps, the same buffers go to the pool and come out of it, so every run of
     the plan has the same peaks and totals. When every value of the plan is known in
     advance (see :func:`plan_memory`), the session runs :class:`Memory` itself *once*,
-    on stand-ins for the buffers (``_Planned``), and keeps what it decided at each step
-    (``steps``, a :class:`PlannedStep` each) and the statistics it ended with. A run
-    then only executes the plan (``scheduler.Run.run_planned``): no reference counts,
-    no pool lookups, a few list operations per node.
+    on stand-ins for the arrays, and keeps what it decided at each step (``steps``, a
+    :class:`PlannedStep` each) and the statistics it ended with. A run then only
+    executes the plan (``scheduler.Run.run_planned``): no reference counts, no pool
+    lookups, a few list operations per node.
+
+    The stand-ins (``_Planned``, ``_View``) carry what :class:`Memory` reads of an array:
+    shape, dtype, bytes, layout flags and ``base``. Each value gets the one the dynamic
+    accounting would see:
+
+    * an ``out`` kernel's value is the buffer it was given (new, or out of the pool);
+    * a kernel without an ``out`` form allocates a new array of its node's shape and
+      dtype, C-ordered, which may go to the pool when it dies, as any buffer; or, for a
+      node of shape ``()``, a NumPy scalar (NumPy's reductions to one number return
+      ``np.generic``), which Memory counts but never pools: it is immutable. Where the
+      kernel returns the other kind (a 0-d array), or another layout (a ufunc on a
+      transposed array returns Fortran order), the statistics differ only if a node
+      still to run would take the array from the pool when it dies: the run checks the
+      layout only of those arrays (``_Planned.wanted``);
+    * a view (a reshape, a transpose, ``identity`` ...) is a stand-in whose ``base`` is
+      its input's buffer: Memory counts it as one more user of that buffer;
+    * a feed, a constant, a variable, and a view of one, belong to nobody in the run.
 
     Why a second way: for a chain of scalar operations the dynamic bookkeeping costs
     about three times the kernel, and ``Session.run`` of 10^4 scalar nodes should take at
     most 4x the same NumPy calls in a Python loop. Since the statistics come from the
-    same :class:`Memory` code, they are those a dynamic run would report, exactly.
-
-    The run checks the one thing the plan assumed about a kernel: that it returned the
-    buffer it was given (then its shape, dtype and layout are the planned ones, and it
-    is no view of an input). If a kernel returns anything else, :meth:`resume` puts the
-    run's own :class:`Memory` in the state the dynamic accounting would be in at that
-    step, and the run goes on with the dynamic path.
+    same :class:`Memory` code, they are those a dynamic run would report, exactly, as
+    long as each kernel returns what its stand-in assumed. The run checks that after each
+    kernel: an ``out`` kernel returned the buffer it was given; any other, what its
+    step's ``expect`` says. Where one did not (a reshape of a transposed array copies, a
+    ufunc on one returns Fortran order, which the pool refuses), :meth:`resume` puts the run's own
+    :class:`Memory` in the state the dynamic accounting would be in at that step, and the
+    run goes on with the dynamic path.
     """
 
     def __init__(self, order: list[Node], fetches: list[Node], fed: set[int], recycle: bool,
@@ -252,7 +280,7 @@ class MemoryPlan:
         self.names = [n.name for n in order]
         self.fetches, self.fed, self.recycle, self.counts = fetches, fed, recycle, counts
         model, self.steps = self._model(len(order))
-        self.slots = model.slots  # how many buffers the plan allocates (a slot each)
+        self.slots = model.slots  # how many arrays the plan's model made (a slot each)
         self.peak_held, self.peak_live, self.total = model.peak_held, model.peak_live, model.total
 
     def _model(self, stop: int) -> "tuple[_PlanningMemory, list[PlannedStep]]":
@@ -267,7 +295,7 @@ class MemoryPlan:
         """One step of the model, in ``Run.run_node``'s order: take a buffer, produce the
         value, count the reads."""
         key = id(node)
-        take, fresh, buffer, pooled = -1, False, None, False
+        take, fresh, buffer, pooled, expect = -1, False, None, False, None
         if key in model.writable:  # (a fed node asks for one too, as in run_node)
             buffer, pooled = model.buffer_for(node)
             take, fresh = buffer.slot, not pooled
@@ -275,19 +303,36 @@ class MemoryPlan:
             fresh = False
             take = take if pooled else -1
         else:
-            if node.op in ("Const", "Variable"):
-                values[key] = _EXTERNAL
-            elif node.op == "Assign":
-                values[key] = values[id(node.args[1])]  # (its value is its input's)
-            else:
-                values[key] = buffer  # the kernel writes into its buffer
+            values[key], expect = self._value(model, node, values, buffer)
             model.produced(node, values[key], pooled)
         model.pooled = []
         dead = tuple(id(d) for d in model.consumed(node) if id(d) not in self.fed)
+        # The buffers that went to the pool, with the value through which the run holds
+        # each (read before the dead values go): the buffer itself, or a view of it.
+        stash = tuple((id(n), b.slot) for n, b in model.pooled if values[id(n)] is b)
+        stash_views = tuple((id(n), b.slot) for n, b in model.pooled if values[id(n)] is not b)
         for d in dead:
             del values[d]
-        stash = tuple((id(n), b.slot) for n, b in model.pooled)
-        return PlannedStep(take, fresh, stash, dead)
+        return PlannedStep(take, fresh, expect, stash, stash_views, dead)
+
+    @staticmethod
+    def _value(model: "_PlanningMemory", node: Node, values: dict[int, Any],
+               buffer: "_Planned | None") -> tuple[Any, Any]:
+        """The stand-in for a computed node's value, and what the run checks about the
+        real one (None: nothing beyond what the walk checks anyway)."""
+        if node.op in ("Const", "Variable"):
+            return _EXTERNAL, None
+        if node.op == "Assign":
+            return values[id(node.args[1])], None  # (its value is its input's)
+        if buffer is not None:
+            return buffer, None  # the out kernel writes into it (the walk checks: ``is``)
+        assert node.prim is not None  # (plan_memory admits no other kind of node)
+        if node.prim.view:  # the memory of its input: no allocation
+            of = values[id(node.args[0])]
+            return (of if of is _EXTERNAL else _View(root(of))), _SAME_MEMORY
+        # a new array; of shape (), a NumPy scalar, as NumPy's reductions to one number
+        new = model.allocated(node, _Immutable if node.shape == () else _Fresh)
+        return new, _NewArray(new)
 
     def report(self, memory: Memory, stop: int | None = None) -> None:
         """Give a run's ``memory`` the statistics of the plan's first ``stop`` steps
@@ -301,7 +346,9 @@ class MemoryPlan:
         """Put a run's ``memory`` in the state the dynamic accounting is in when step
         ``stop``'s kernel has run: the model's after the steps before and the buffer
         request of this one, with the real arrays in place of the stand-ins (the run
-        holds them: the live ones among its ``values``, the pooled ones in ``buffers``)."""
+        holds them: the live ones among its ``values``, where ``root`` finds a view's
+        buffer, a kernel's own array or a NumPy scalar as it does a planned buffer; the
+        pooled ones in ``buffers``)."""
         model, _ = self._model(stop)
         node = self.order[stop]
         if id(node) in model.writable:
@@ -326,43 +373,155 @@ class MemoryPlan:
 def plan_memory(order: list[Node], fetches: list[Node], fed: set[int], recycle: bool,
                 counts: PlanCounts) -> MemoryPlan | None:
     """The :class:`MemoryPlan` of a serial run of ``order``, or None where some value is
-    not known before the run: a node computed by a kernel without an ``out`` form (a
-    reshape may return a view of its input, a sum a new array or a NumPy scalar), a
-    placeholder without a feed (the run fails), a Send or a Recv. Those runs keep the
-    dynamic accounting."""
+    not known before the run (see :func:`_known`): those runs keep the dynamic
+    accounting."""
     for node in order:
-        if not (id(node) in fed or node.op in ("Const", "Variable", "Assign")
-                or (can_write_into(node)
-                    and all(a.device is node.device for a in node.inputs))):
+        if not (id(node) in fed or node.op in ("Const", "Variable", "Assign") or _known(node)):
             return None
     return MemoryPlan(order, fetches, fed, recycle, counts)
+
+
+def _known(node: Node) -> bool:
+    """Whether the model knows before the run what a computed node's value will be: the
+    buffer its ``out`` kernel is given (on any namespace with ``out=``), or what
+    :func:`_foreseen` says a kernel without one returns. Not so for a placeholder
+    without a feed (the run fails), a Send or a Recv, a node of unknown shape, an input
+    on another device."""
+    if node.prim is None or node.shape is None or node.dtype is None:
+        return False
+    if any(a.device is not node.device for a in node.inputs):
+        return False
+    return can_write_into(node) or _foreseen(node)
+
+
+# The view primitives whose NumPy kernel returns its first argument or a view of it:
+# ``checkpoint`` (a view only if its function returns its argument) and ``to_device``
+# (a copy onto another device) are views that usually are not.
+_VIEWS = ("reshape", "transpose", "broadcast_to", "identity", "stop_gradient", "getitem")
+
+
+def _foreseen(node: Node) -> bool:
+    """Whether the model knows what the kernel of a node without an ``out`` form returns
+    (:meth:`MemoryPlan._value`): on a NumPy device, a new array or a NumPy scalar for an
+    op that is no view, and its input's memory for the views of ``_VIEWS`` (indexing
+    only with a basic index that leaves an axis: ints alone give a NumPy scalar, an
+    integer array a copy).
+
+    A wrong guess costs time, not correctness: the run checks each such value and falls
+    back to the dynamic accounting where it is something else (a reshape that copies).
+    Other namespaces keep the dynamic accounting: the checks (``_NewArray``, ``root``)
+    are written for NumPy's arrays and scalars (a CuPy array is no ``np.ndarray``, its
+    full sum a 0-d array), and what an Array API namespace returns is its own."""
+    prim = node.prim
+    assert prim is not None  # (_known checked)
+    if not is_numpy_namespace(node.device.xp):
+        return False
+    if not prim.view:
+        return True
+    if prim.name not in _VIEWS or not node.args or not isinstance(node.args[0], Node):
+        return False
+    if prim.name == "getitem":
+        index = node.params.get("index")
+        return (node.shape != () and isinstance(index, tuple)
+                and all(i is None or i is Ellipsis or type(i) is int or isinstance(i, slice)
+                        for i in index))
+    return True
 
 
 _EXTERNAL = object()  # the model's stand-in for a value the run does not own (a feed ...)
 
 
 class _Fresh:
-    """The layout flags of a buffer from ``Device.empty``: C-ordered, writeable."""
+    """The layout flags of a buffer from ``Device.empty`` or of a kernel's new array (the
+    run checks the latter): C-ordered, writeable."""
 
     c_contiguous = True
     writeable = True
 
 
+class _Immutable:
+    """The layout flags of a NumPy scalar: read-only, so that ``_recyclable`` refuses it."""
+
+    c_contiguous = True
+    writeable = False
+
+
 class _Planned:
-    """A stand-in for a buffer in the model run at plan time: what :class:`Memory` reads
-    of an array (shape, dtype, bytes, layout, base), and the slot in which a run keeps
-    the real buffer while it waits in the pool."""
+    """A stand-in for an array in the model run at plan time: what :class:`Memory` reads
+    of an array (shape, dtype, bytes, layout, base), the slot in which a run keeps the
+    real array while it waits in the pool, and ``wanted``: whether, when the array left
+    the run, a node still to run wanted one of its key from the pool (then whether it
+    is recyclable decided whether it went there)."""
 
-    __slots__ = ("shape", "dtype", "nbytes", "flags", "base", "slot")
+    __slots__ = ("shape", "dtype", "nbytes", "flags", "base", "slot", "wanted")
 
-    def __init__(self, node: Node, slot: int):
-        assert node.shape is not None and node.dtype is not None  # (can_write_into)
+    def __init__(self, node: Node, slot: int, flags: type = _Fresh):
+        assert node.shape is not None and node.dtype is not None  # (plan_memory checked)
         self.shape = node.shape
         self.dtype = node.device.dtype(node.dtype)  # (the pool's key names it back)
         self.nbytes = math.prod(node.shape) * np.dtype(node.dtype).itemsize
-        self.flags = _Fresh
+        self.flags = flags
         self.base = None
         self.slot = slot
+        self.wanted = False
+
+
+class _View:
+    """A stand-in for a view: its ``base`` is the stand-in of the array that holds the
+    memory, as a NumPy view's ``base`` is, so that ``root`` finds that array."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: _Planned):
+        self.base = base
+
+
+# -- what the run checks about a value the plan assumed (PlannedStep.expect) ------------------
+
+class _NewArray:
+    """A kernel without an ``out`` form returned a new array of its node's shape and
+    dtype, or a NumPy scalar: what its stand-in (``planned``) told :class:`Memory`. No
+    view (``base is None``: ``root`` is the value itself) and none of its inputs: its
+    bytes are new. Whether it is recyclable (an array, C-ordered, writeable) must be as
+    the stand-in's only if the pool would have taken it when it died (``wanted``): a
+    Fortran-ordered array, or a 0-d array where the plan assumed a NumPy scalar, that
+    nobody would take from the pool is counted exactly as the stand-in was."""
+
+    __slots__ = ("planned", "shape", "dtype")
+
+    def __init__(self, planned: _Planned):
+        self.planned, self.shape, self.dtype = planned, planned.shape, np.dtype(planned.dtype)
+
+    def holds(self, value: Any, arrays: tuple) -> bool:
+        if not (type(value) is np.ndarray or isinstance(value, np.generic)):
+            return False
+        if value.base is not None or value.shape != self.shape or value.dtype != self.dtype:
+            return False
+        if self.planned.wanted and _recyclable(value) != _recyclable(self.planned):
+            return False
+        return _new(value, arrays)
+
+
+class _SameMemory:
+    """A view primitive returned its first argument or a view of it: ``root`` finds the
+    argument's memory, which Memory then counts once more (or not at all: a feed's)."""
+
+    __slots__ = ()
+
+    def holds(self, value: Any, arrays: tuple) -> bool:
+        return root(value) is root(arrays[0])
+
+
+_SAME_MEMORY = _SameMemory()
+
+
+def _new(value: Any, arrays: tuple) -> bool:
+    """Whether ``value`` is none of a kernel's arguments, nor the array under one of them
+    (a kernel that returned its input: Memory would count it as that input's memory)."""
+    for a in arrays:
+        if value is a or value is getattr(a, "base", None):
+            return False
+    return True
 
 
 class _PlanningMemory(Memory):
@@ -376,12 +535,21 @@ class _PlanningMemory(Memory):
         self.pooled: list[tuple[Node, _Planned]] = []
 
     def _new_buffer(self, node: Node) -> _Planned:
+        return self.allocated(node, _Fresh)
+
+    def allocated(self, node: Node, flags: type) -> _Planned:
+        """A stand-in for a new array: a buffer for an ``out`` kernel, or what a kernel
+        without one allocates itself (it may go to the pool too)."""
         self.slots += 1
-        return _Planned(node, self.slots - 1)
+        return _Planned(node, self.slots - 1, flags)
 
     def _release(self, node: Node) -> None:
         at = self.value_storage.get(id(node))
         entry = self.storage.get(at) if at is not None else None
+        if entry is not None and entry[1] == 1 and self.recycle:  # it is leaving the run
+            base = entry[0]
+            key = (entry[2], tuple(base.shape), _dtype_name(node, base))
+            base.wanted = self.demand.get(key, 0) > len(self.pool.get(key, ()))
         super()._release(node)
         if entry is not None and entry[1] == 0:  # its last user: the buffer left the run
             base = entry[0]

@@ -22,9 +22,11 @@ run on one device walks the plan's :class:`Step` list instead of counting inputs
 A session with more workers uses the pool only for a plan where two expensive nodes can
 run at the same time (:func:`can_overlap`); any other plan takes the serial walk. Where
 the session could also decide the walk's memory when it planned (``memory.MemoryPlan``),
-the walk is :meth:`Run.run_planned`: each step writes into its planned buffer and drops
-the values the plan says are dead, with no reference counting at run time; a kernel that
-returns anything but its buffer hands the rest of the run back to :meth:`Run.run_node`.
+the walk is :meth:`Run.run_planned`: each step writes into its planned buffer (or lets
+a kernel without an ``out`` form return what the plan assumed: a new array, a NumPy
+scalar, a view of its input) and drops the values the plan says are dead, with no
+reference counting at run time; a kernel that returns anything else hands the rest of
+the run back to :meth:`Run.run_node`.
 
 In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
 rendezvous, and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
@@ -62,7 +64,7 @@ from ..graph.graph import Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
 from ..ops.primitive import UfuncOut
-from .memory import Memory, MemoryPlan, PlanCounts
+from .memory import Memory, MemoryPlan, PlanCounts, root
 from .partition import CommNode
 from .rendezvous import Rendezvous
 
@@ -430,14 +432,16 @@ class Run:
     def run_planned(self, plan: MemoryPlan) -> None:
         """The serial walk of a plan whose memory the session decided when it planned
         (``memory.MemoryPlan``): each step takes its planned buffer, runs its kernel into
-        it and drops the values the plan says are dead; the statistics are the plan's.
-        Why not ``run_node``: its reference counts and pool lookups cost more than a
-        scalar kernel, and they would decide the same as the plan did, run after run.
+        it (or runs a kernel without an ``out`` form) and drops the values the plan says
+        are dead; the statistics are the plan's. Why not ``run_node``: its reference
+        counts and pool lookups cost more than a scalar kernel, and they would decide the
+        same as the plan did, run after run.
 
-        If a kernel returns anything but the buffer it was given (a view of an input, a
-        new array), the plan no longer describes the run: its memory is put in the state
-        the dynamic accounting would have (``MemoryPlan.resume``), and the run goes on
-        with ``run_node``, which counts whatever the kernels return."""
+        If a kernel returns anything but the buffer it was given, or, without one,
+        anything but what the plan assumed (``PlannedStep.expect``: a reshape that had to
+        copy, a Fortran-ordered array), the plan no longer describes the run: its memory
+        is put in the state the dynamic accounting would have (``MemoryPlan.resume``),
+        and the run goes on with ``run_node``, which counts whatever the kernels return."""
         with np.errstate(**self.errors):
             buffers: list[Any] = [None] * plan.slots  # slot -> a buffer waiting in the pool
             self.values.update(self.literals)  # (what Step.fetch reads besides the nodes)
@@ -451,8 +455,9 @@ class Run:
             plan.resume(stop, self.memory, self.values, buffers)
             self.order = plan.names[:stop + 1]
             node, key = self.steps[stop].node, self.steps[stop].key
+            planned = plan.steps[stop]
             with self.lock:  # (the buffer that step got came from the pool unless fresh)
-                self._account(node, key, pooled=not plan.steps[stop].fresh)
+                self._account(node, key, pooled=planned.take >= 0 and not planned.fresh)
             try:
                 for step in self.steps[stop + 1:]:
                     self.run_node(step)
@@ -462,7 +467,8 @@ class Run:
 
     def _walk(self, plan: MemoryPlan, buffers: list[Any]) -> int:
         """Run the plan's steps in order; return the index of the first one whose kernel
-        did not write into its planned buffer (its value is among the values already),
+        did not write into its planned buffer or return what the plan assumed (its value
+        is among the values already),
         or the number of steps when all did. A failure leaves the statistics of the
         steps before it (``plan.report``) and the order up to the failed node."""
         values, feeds, assigns, fetches = self.values, self.feeds, self.assigns, self.fetches
@@ -477,6 +483,7 @@ class Run:
                     else:  # out of the pool
                         buffer, buffers[planned.take] = buffers[planned.take], None
                 if step.key not in feeds:
+                    expect = planned.expect
                     if buffer is not None and step.context is None:
                         # compute()'s call of an out kernel, written out here: on a scalar
                         # it is most of the step, and the call of compute() is a tenth
@@ -485,13 +492,24 @@ class Run:
                             value = step.write(*arrays, out=buffer)  # type: ignore[misc]
                         except Exception as exc:
                             raise _failed(step, list(arrays), exc) from exc
+                    elif expect is not None:  # a kernel without an out form (on NumPy)
+                        arrays = step.fetch(values)
+                        try:
+                            value = step.impl(step.xp, *arrays, **step.params)  # type: ignore[misc]
+                        except Exception as exc:
+                            raise _failed(step, list(arrays), exc) from exc
                     else:  # a Const, a Variable, an Assign; a kernel on a GPU
                         value = compute(step, values, assigns, fetches, buffer)
                     values[step.key] = value
-                    if buffer is not None and value is not buffer:
-                        return k  # (the cheap check that the plan holds)
+                    if buffer is not None:
+                        if value is not buffer:
+                            return k  # (the cheap check that the plan holds)
+                    elif expect is not None and not expect.holds(value, arrays):
+                        return k  # not the kind of value the plan assumed (a copy ...)
                 for key, slot in planned.stash:  # into the pool: the run keeps the buffer
                     buffers[slot] = values[key]
+                for key, slot in planned.stash_views:  # (held through a view: its base)
+                    buffers[slot] = root(values[key])
                 for key in planned.dead:  # the run holds no freed value
                     del values[key]
         except BaseException as exc:
