@@ -424,6 +424,24 @@ def test_feed_errors():
     assert sess.run(z, {x: 2.0, y: 3.0}) == 6 + math.sin(2)  # still usable
 
 
+@pytest.mark.parametrize("placeholder, value, fits", [
+    ("int32", np.array([2**31, 1]), False), ("int32", np.array([-2**31 - 1, 1]), False),
+    ("int32", np.array([2**31 - 1, -2**31]), True), ("int64", np.array([2**63, 1], np.uint64), False),
+    ("int64", np.array([2**63 - 1, 0], np.uint64), True)])
+def test_an_integer_feed_that_does_not_fit_the_placeholder_is_refused(placeholder, value, fits):
+    """A narrowing integer cast (int64 labels fed to an int32 placeholder) would wrap a
+    value that does not fit, silently: 2**31 would become -2**31."""
+    with mg.Graph() as g:
+        i = mg.placeholder((2,), placeholder, name="i")
+        out = i + 0
+    sess = mg.Session(g)
+    if fits:
+        np.testing.assert_array_equal(sess.run(out, {i: value}), value.astype(placeholder))
+        return
+    with pytest.raises(FeedError, match=f"feed for 'i': values .* do not fit dtype {placeholder}"):
+        sess.run(out, {i: value})
+
+
 def test_fetching_a_node_of_another_graph():
     g, *_ = textbook_graph()
     other, _, _, z2, *_ = textbook_graph()

@@ -423,6 +423,16 @@ def _check_feed(node: Node, value: Any) -> Any:
         raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
                         f"to a node of dtype {node.dtype} "
                         f"(created at {describe_location(node.location)})")
+    if node.dtype is not None and dtype.kind in "iu" and array.size \
+            and not np.can_cast(dtype, node.dtype, "safe"):  # int64 -> int32, uint64 -> int64
+        # a narrowing cast wraps a value that does not fit (2**31 fed as int32 becomes
+        # -2**31): the values must fit, as a Python int fed to TensorFlow's must
+        low, high = int(array.min()), int(array.max())
+        info = np.iinfo(node.dtype)
+        if low < info.min or high > info.max:
+            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
+                            f"{node.dtype} ({info.min}..{info.max}) "
+                            f"(created at {describe_location(node.location)})")
     if node.shape is not None and tuple(array.shape) != node.shape:
         raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
                          f"cannot be fed to a node of shape {node.shape} "
