@@ -424,6 +424,26 @@ def test_feed_errors():
     assert sess.run(z, {x: 2.0, y: 3.0}) == 6 + math.sin(2)  # still usable
 
 
+def test_a_compiled_function_checks_its_arguments_as_a_session_checks_feeds():
+    """The code compile_graph writes is made for its inputs' shapes and dtypes: an
+    argument of another shape ran silently on (a (3,) array through a (2,) program), a
+    float was cut to an int input's integer part, a float tensor computed in floats."""
+    with mg.Graph() as g:
+        i = mg.placeholder((2,), "int64", name="i")
+        doubled = i * 2
+    fn = mg.compile_graph(g, [i], [doubled])
+    with pytest.raises(FeedError, match="feed for 'i': a value of dtype float64 cannot be fed"):
+        fn(np.array([1.7, 2.2]))
+    with pytest.raises(FeedError, match="dtype float64 cannot be fed to a node of dtype int64"):
+        fn(mg.tensor([1.5, 2.0]))
+    with pytest.raises(ShapeError, match=r"feed for 'i': a value of shape \(3,\)"):
+        fn(np.ones(3, np.int64))
+    with pytest.raises(FeedError, match="do not fit dtype int64"):
+        fn(np.array([2**63, 0], np.uint64))
+    (out,) = fn(np.array([3, 4], np.int32))  # a cast that keeps every value is made
+    assert out.dtype == "int64" and out.numpy().tolist() == [6, 8]
+
+
 @pytest.mark.parametrize("placeholder, value, fits", [
     ("int32", np.array([2**31, 1]), False), ("int32", np.array([-2**31 - 1, 1]), False),
     ("int32", np.array([2**31 - 1, -2**31]), True), ("int64", np.array([2**63, 1], np.uint64), False),

@@ -40,7 +40,7 @@ import numpy as np
 from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
-from .graph import Graph, GraphError, Node
+from .graph import Graph, GraphError, Node, fed_value
 from .topo import fifo_order, needed
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -75,7 +75,9 @@ class CompiledFunction:
         if len(args) != len(self.inputs):
             raise TypeError(f"compiled function takes {len(self.inputs)} inputs "
                             f"({', '.join(n.name for n in self.inputs)}), got {len(args)}")
-        return self.wrap(self.raw(*[_array(a, n) for a, n in zip(args, self.inputs)]))
+        # (each argument checked as a feed is: the code was written for the inputs' shapes
+        # and dtypes, and a float cast to an int input would lose its fraction)
+        return self.wrap(self.raw(*[fed_value(n, a) for a, n in zip(args, self.inputs)]))
 
     def wrap(self, values: Sequence[Any]) -> tuple[Tensor, ...]:
         """The raw function's results as the caller's tensors (copied where said above)."""
@@ -112,16 +114,6 @@ def own_copy(value: Any, device: Device) -> Any:
     if type(value) is np.ndarray:
         return value.copy()
     return value if isinstance(value, np.generic) else device.xp.asarray(value, copy=True)
-
-
-def _array(value: Any, node: Node) -> Any:
-    """An argument as the compiled code takes it: an array on the input's device. No copy
-    is made where none is needed: the compiled code never writes into its inputs."""
-    if isinstance(value, Tensor):
-        if value.device is node.device:
-            return value.data
-        return node.device.copy_from(value.data, value.device)
-    return node.device.asarray(value, dtype=node.dtype)
 
 
 def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],

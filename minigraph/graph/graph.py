@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any, Iterator
 
 import numpy as np  # host-side checks of fed values
+from array_api_compat import array_namespace
 
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device, get_device, scoped_device
@@ -486,6 +487,62 @@ def control_dependencies(nodes: "list[Node]") -> Iterator[None]:
     """``with mg.control_dependencies([a]):`` nodes made inside run after ``a``."""
     with default_graph().control_dependencies(nodes):
         yield
+
+
+class FeedError(MinigraphError, ValueError):
+    """A missing or ill-fitting value in ``feed_dict``."""
+
+
+def fed_value(node: Node, value: Any) -> Any:
+    """A value given for ``node`` (a placeholder fed to ``Session.run``, an input of a
+    function ``compile_graph`` made) as an array on the node's device, after checking
+    that it fits the node's shape and dtype: a cast that could change a number (a float
+    to an int, an int that does not fit) is refused, not made.
+
+    A tensor of the node's device, or an array of its library (a CuPy array for
+    ``cuda:0``), is taken as it is; anything else (Python data, NumPy arrays, tensors of
+    other devices) goes through a NumPy array on the host.
+    """
+    if isinstance(value, Tensor):
+        value = value.data if value.device is node.device else value.numpy()
+    if _native(value, node):
+        array, dtype = value, np.dtype(node.device.dtype_name(value.dtype))
+    else:
+        array = np.asarray(value)
+        dtype = array.dtype
+    if node.dtype is not None and not np.can_cast(dtype, node.dtype, "same_kind"):
+        raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
+                        f"to a node of dtype {node.dtype} "
+                        f"(created at {describe_location(node.location)})")
+    if node.dtype is not None and dtype.kind in "iu" and array.size \
+            and not np.can_cast(dtype, node.dtype, "safe"):  # int64 -> int32, uint64 -> int64
+        # a narrowing cast wraps a value that does not fit (2**31 fed as int32 becomes
+        # -2**31): the values must fit, as a Python int fed to TensorFlow's must
+        low, high = int(array.min()), int(array.max())
+        info = np.iinfo(node.dtype)
+        if low < info.min or high > info.max:
+            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
+                            f"{node.dtype} ({info.min}..{info.max}) "
+                            f"(created at {describe_location(node.location)})")
+    if node.shape is not None and tuple(array.shape) != node.shape:
+        raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
+                         f"cannot be fed to a node of shape {node.shape} "
+                         f"(created at {describe_location(node.location)})")
+    if node.device.remote:  # another rank's placeholder: checked, but fed there
+        return array
+    return node.device.asarray(array, dtype=node.dtype)
+
+
+def _native(value: Any, node: Node) -> bool:
+    """Whether ``value`` is an array of the node's device's own library (not NumPy's:
+    NumPy arrays take the host path, which is no copy for a NumPy device)."""
+    if isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+        return False
+    try:
+        return array_namespace(value) is node.device.xp
+    except TypeError:  # not an array of any library array-api-compat knows
+        return False
+
 
 
 def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",

@@ -60,7 +60,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DeviceError, MinigraphError
-from ..graph.graph import Node, describe_location
+from ..graph.graph import FeedError, Node, describe_location
 from ..graph.topo import dependencies
 from ..device import get_device
 from ..ops.primitive import UfuncOut
@@ -71,10 +71,6 @@ from .rendezvous import Rendezvous
 
 class NodeError(MinigraphError, RuntimeError):
     """A node's kernel failed while the graph ran."""
-
-
-class FeedError(MinigraphError, ValueError):
-    """A missing or ill-fitting value in ``feed_dict``."""
 
 
 class Step:

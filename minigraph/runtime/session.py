@@ -48,10 +48,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace
 
 from ..errors import ShapeError
-from ..graph.graph import Graph, GraphError, Node, default_graph, describe_location
+from ..graph.graph import Graph, GraphError, Node, default_graph, describe_location, fed_value
 from ..graph.topo import fifo_order, needed
 from ..tensor import Tensor
 from .cost import CostModel
@@ -315,7 +314,7 @@ class Session:
         for key, value in feed_dict.items():
             node = self._node(key)
             try:
-                feeds[id(node)] = _check_feed(node, value)
+                feeds[id(node)] = fed_value(node, value)
             except Exception as exc:  # the node and op travel to the other ranks
                 # (an exception object takes new attributes; mypy knows only the declared)
                 exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
@@ -403,54 +402,6 @@ def _capture(execute: Any, run: Run, pool: ThreadPoolExecutor | None) -> None:
         execute(run, pool)
     except BaseException:  # noqa: BLE001 - run.error holds it; run() raises it
         pass
-
-
-def _check_feed(node: Node, value: Any) -> Any:
-    """The fed value as an array on the node's device, after checking shape and dtype.
-
-    A tensor of the node's device, or an array of its library (a CuPy array for
-    ``cuda:0``), is taken as it is; anything else (Python data, NumPy arrays, tensors of
-    other devices) goes through a NumPy array on the host.
-    """
-    if isinstance(value, Tensor):
-        value = value.data if value.device is node.device else value.numpy()
-    if _native(value, node):
-        array, dtype = value, np.dtype(node.device.dtype_name(value.dtype))
-    else:
-        array = np.asarray(value)
-        dtype = array.dtype
-    if node.dtype is not None and not np.can_cast(dtype, node.dtype, "same_kind"):
-        raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
-                        f"to a node of dtype {node.dtype} "
-                        f"(created at {describe_location(node.location)})")
-    if node.dtype is not None and dtype.kind in "iu" and array.size \
-            and not np.can_cast(dtype, node.dtype, "safe"):  # int64 -> int32, uint64 -> int64
-        # a narrowing cast wraps a value that does not fit (2**31 fed as int32 becomes
-        # -2**31): the values must fit, as a Python int fed to TensorFlow's must
-        low, high = int(array.min()), int(array.max())
-        info = np.iinfo(node.dtype)
-        if low < info.min or high > info.max:
-            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
-                            f"{node.dtype} ({info.min}..{info.max}) "
-                            f"(created at {describe_location(node.location)})")
-    if node.shape is not None and tuple(array.shape) != node.shape:
-        raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
-                         f"cannot be fed to a node of shape {node.shape} "
-                         f"(created at {describe_location(node.location)})")
-    if node.device.remote:  # another rank's placeholder: checked, but fed there
-        return array
-    return node.device.asarray(array, dtype=node.dtype)
-
-
-def _native(value: Any, node: Node) -> bool:
-    """Whether ``value`` is an array of the node's device's own library (not NumPy's:
-    NumPy arrays take the host path, which is no copy for a NumPy device)."""
-    if isinstance(value, (np.ndarray, np.generic, list, tuple, int, float, bool)):
-        return False
-    try:
-        return array_namespace(value) is node.device.xp
-    except TypeError:  # not an array of any library array-api-compat knows
-        return False
 
 
 def _to_numpy(node: Node, value: Any) -> Any:
