@@ -26,6 +26,20 @@ def test_reshape_mismatch_names_both_shapes():
         mg.tensor(np.ones((2, 3))).reshape(4)
 
 
+@pytest.mark.parametrize("shape, error, message", [
+    ((-1, -1), ShapeError, "or -1 for one size to be inferred, got shape \\(-1, -1\\)"),
+    ((-2, -12), ShapeError, "a size must be >= 0"), ((2.0, 12), TypeError, "must be integers")])
+def test_reshape_refuses_sizes_numpy_refuses(shape, error, message):
+    """Two -1s became (24, 24) with a message about 576 elements; (-2, -12) passed the
+    shape rule (its product is 24), so a graph node got a negative shape."""
+    x = mg.tensor(np.zeros((2, 3, 4)))
+    with pytest.raises(error, match=message):
+        x.reshape(*shape)
+    with pytest.raises(error, match=message), mg.Graph():
+        mg.placeholder((2, 3, 4)).reshape(*shape)
+    assert x.reshape(np.int64(4), -1).shape == (4, 6)  # NumPy's ints are ints
+
+
 def test_backward_on_a_non_scalar_needs_a_gradient():
     y = mg.tensor([1.0, 2.0], requires_grad=True) * 2.0
     with pytest.raises(GradientError, match=r"shape \(2,\).*scalar output only.*grad="):

@@ -12,6 +12,7 @@ they were given and shift every axis they name by one.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
@@ -217,6 +218,13 @@ def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
 def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
     """The same elements in a new shape; one size may be -1 (inferred)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    try:  # (sizes are ints: NumPy's ints too, not floats, whose 2.5 would be cut)
+        shape = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"reshape: sizes must be integers, got shape {shape}") from None
+    if shape.count(-1) > 1 or any(n < -1 for n in shape):
+        raise ShapeError(f"reshape: a size must be >= 0, or -1 for one size to be inferred, "
+                         f"got shape {shape}")
     if -1 in shape:
         S.rank("reshape to a shape with -1", x)  # (the size to divide must be known)
         known = int(np.prod([n for n in shape if n != -1]))
