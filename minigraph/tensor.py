@@ -27,6 +27,7 @@ from .device import Device, get_device
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
+from .ops.shape_rules import DTYPES, dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -329,20 +330,26 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     if isinstance(data, Tensor):
         data = data.device.to_numpy(data.data) if data.device is not dev else data.data
     copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
-    t = Tensor(dev.asarray(data, dtype=None if dtype is None else str(dtype), copy=copy), dev)
-    name = t.dtype
-    if name not in _SUPPORTED:
-        raise DTypeError(f"tensor(): dtype {name} is not supported; "
-                         f"use float32, float64, int64 or bool")
+    name = None if dtype is None else dtype_name(dtype)
+    if name is not None:
+        _check_supported(name)  # (the dtype asked for, before anything is copied)
+    t = Tensor(dev.asarray(data, dtype=name, copy=copy), dev)
+    _check_supported(t.dtype)  # (the data's own: a NumPy array of int8, float16 ...)
     if requires_grad:
-        if name not in FLOAT_DTYPES:
+        if t.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
-                             f"this one has dtype {name}")
+                             f"this one has dtype {t.dtype}")
         t.requires_grad = True
     return t
 
 
-_SUPPORTED = FLOAT_DTYPES + ("int64", "int32", "bool")
+_SUPPORTED = DTYPES  # (the name interchange.py reads)
+
+
+def _check_supported(name: str) -> None:
+    if name not in _SUPPORTED:
+        raise DTypeError(f"tensor(): dtype {name} is not supported; "
+                         f"use one of {', '.join(_SUPPORTED)}")
 
 
 def _refuse_tracked_elements(data: "list | tuple") -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
+from minigraph.errors import DTypeError
 
 
 def test_dtype_defaults_follow_numpy(backend):
@@ -321,3 +322,24 @@ def test_vjp_hands_back_arrays_apart_from_the_callers_cotangent():
         gx.data[0] = 9.0
         np.testing.assert_array_equal(np.asarray(getattr(cotangent, "data", cotangent)),
                                       [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "complex128", np.uint8])
+def test_astype_refuses_a_dtype_tensor_refuses(dtype):
+    """astype made float16, int8 and complex128 tensors that no kernel, device or rule
+    knows (in a graph, a KeyError when the graph ran); it refuses them as tensor() does."""
+    x = mg.tensor([1.0, 2.0])
+    with pytest.raises(DTypeError, match="astype: dtype .* is not supported; use one of "
+                                         "float32, float64, int64, int32, bool"):
+        x.astype(dtype)
+    with mg.Graph(), pytest.raises(DTypeError, match="is not supported"):
+        mg.placeholder((2,)).astype(dtype)
+    with pytest.raises(DTypeError, match="tensor\\(\\): dtype .* is not supported"):
+        mg.tensor(np.ones(2), dtype=dtype)
+
+
+def test_a_dtype_may_be_numpys_as_numpy_users_write_it():
+    x = mg.tensor([1.5, 2.5])
+    assert x.astype(np.float32).dtype == "float32"
+    assert x.astype(np.dtype("int32")).numpy().tolist() == [1, 2]
+    assert mg.tensor([1, 2], dtype=np.float64).dtype == "float64"

@@ -14,9 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import AxisError, ShapeError
 
 FLOATS = ("float32", "float64")
+DTYPES = FLOATS + ("int64", "int32", "bool")  # every dtype minigraph computes in
+
+
+def dtype_name(dtype: Any) -> str:
+    """A dtype as minigraph names it: a name (``"float32"``) as it is, NumPy's dtype or
+    scalar type (``np.float32``) by its name, as NumPy users write ``x.astype(np.float32)``."""
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
 _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
 
 
