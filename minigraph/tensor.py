@@ -27,7 +27,7 @@ from .device import Device, get_device
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
-from .ops.shape_rules import DTYPES, dtype_name
+from .ops.shape_rules import DTYPES, dtype_name, supported_dtype
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -332,9 +332,9 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
     name = None if dtype is None else dtype_name(dtype)
     if name is not None:
-        _check_supported(name)  # (the dtype asked for, before anything is copied)
+        supported_dtype("tensor()", name)  # (the dtype asked for, before anything is copied)
     t = Tensor(dev.asarray(data, dtype=name, copy=copy), dev)
-    _check_supported(t.dtype)  # (the data's own: a NumPy array of int8, float16 ...)
+    supported_dtype("tensor()", t.dtype)  # (the data's own: a NumPy array of int8 ...)
     if requires_grad:
         if t.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
@@ -344,12 +344,6 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
 
 
 _SUPPORTED = DTYPES  # (the name interchange.py reads)
-
-
-def _check_supported(name: str) -> None:
-    if name not in _SUPPORTED:
-        raise DTypeError(f"tensor(): dtype {name} is not supported; "
-                         f"use one of {', '.join(_SUPPORTED)}")
 
 
 def _refuse_tracked_elements(data: "list | tuple") -> None:

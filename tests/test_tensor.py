@@ -343,3 +343,15 @@ def test_a_dtype_may_be_numpys_as_numpy_users_write_it():
     assert x.astype(np.float32).dtype == "float32"
     assert x.astype(np.dtype("int32")).numpy().tolist() == [1, 2]
     assert mg.tensor([1, 2], dtype=np.float64).dtype == "float64"
+
+
+def test_every_op_that_takes_a_dtype_refuses_one_minigraph_does_not_compute_in():
+    labels = mg.tensor([0, 2])
+    with pytest.raises(DTypeError, match="one_hot: dtype float16 is not supported"):
+        mg.one_hot(labels, 3, "float16")
+    with pytest.raises(DTypeError, match="nll_loss_grad: dtype int8 is not supported"):
+        mg.nll_loss_grad(mg.tensor(1.0), labels, 3, "int8")
+    with pytest.raises(ValueError, match="num_classes must be an int >= 0, got -1"):
+        mg.one_hot(labels, -1)
+    assert mg.one_hot(labels, np.int64(3), np.float32).numpy().tolist() == \
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError
 from . import batch_rules as B
 from . import shape_rules as S
 from .primitive import bind, primitive
@@ -80,10 +79,7 @@ def stop_gradient(x: Any) -> Any:
 
 def astype(x: Any, dtype: str) -> Any:
     """``x`` converted to ``dtype``; casting to an integer or bool stops gradients."""
-    dtype = S.dtype_name(dtype)
-    if dtype not in S.DTYPES:  # (as tensor() refuses it: no kernel, device or rule knows it)
-        raise DTypeError(f"astype: dtype {dtype} is not supported; use one of "
-                         f"{', '.join(S.DTYPES)}")
+    dtype = S.supported_dtype("astype", dtype)
     if S.dtype_of(x) == dtype:
         return x
     if dtype not in S.FLOATS:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AxisError, ShapeError
+from ..errors import AxisError, DTypeError, ShapeError
 
 FLOATS = ("float32", "float64")
 DTYPES = FLOATS + ("int64", "int32", "bool")  # every dtype minigraph computes in
@@ -26,6 +26,16 @@ def dtype_name(dtype: Any) -> str:
     """A dtype as minigraph names it: a name (``"float32"``) as it is, NumPy's dtype or
     scalar type (``np.float32``) by its name, as NumPy users write ``x.astype(np.float32)``."""
     return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+
+
+def supported_dtype(who: str, dtype: Any) -> str:
+    """``dtype``'s name if minigraph computes in it (:data:`DTYPES`), else a DTypeError
+    that names ``who``: no kernel, device or rule knows float16 or int8."""
+    name = dtype_name(dtype)
+    if name not in DTYPES:
+        raise DTypeError(f"{who}: dtype {name} is not supported; use one of "
+                         f"{', '.join(DTYPES)}")
+    return name
 _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
 
 
