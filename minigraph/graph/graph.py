@@ -544,7 +544,6 @@ def _native(value: Any, node: Node) -> bool:
         return False
 
 
-
 def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
                 name: str | None = None) -> Node:
     """An input of the graph, given a value at run time through ``feed_dict``.

@@ -549,7 +549,10 @@ class _PlanningMemory(Memory):
         if entry is not None and entry[1] == 1 and self.recycle:  # it is leaving the run
             base = entry[0]
             key = (entry[2], tuple(base.shape), _dtype_name(node, base))
-            base.wanted = self.demand.get(key, 0) > len(self.pool.get(key, ()))
+            # (or: once wanted, a stand-in goes to the pool and a later node computes into
+            # it; that node's release, when nobody wants one any more, must not unset it,
+            # or the run would no longer check the layout of the array that was pooled)
+            base.wanted = base.wanted or self.demand.get(key, 0) > len(self.pool.get(key, ()))
         super()._release(node)
         if entry is not None and entry[1] == 0:  # its last user: the buffer left the run
             base = entry[0]

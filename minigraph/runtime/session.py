@@ -49,16 +49,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..graph.graph import Graph, GraphError, Node, default_graph, describe_location, fed_value
+from ..graph.graph import Graph, GraphError, Node, default_graph, fed_value
 from ..graph.topo import fifo_order, needed
-from ..tensor import Tensor
 from .cost import CostModel
 from .memory import Memory, MemoryPlan, plan_memory, root
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
-from .scheduler import FeedError, Layout, NodeError, Run, can_overlap  # noqa: F401 - NodeError is re-exported
+from .scheduler import FeedError, Layout, NodeError, Run, can_overlap  # noqa: F401 - FeedError, NodeError are re-exported
 
 
 class Session:
