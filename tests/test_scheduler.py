@@ -415,6 +415,22 @@ def same_statistics(planned, dynamic):
     assert a.total_bytes == b.total_bytes
 
 
+def planned_agrees_with_dynamic(g, fetches, feeds, accounting, recycle=True):
+    """Run ``fetches`` twice (the first run plans, the second only runs the plan) in a
+    session and in a traced one, whose accounting is dynamic: the first's accounting is
+    ``accounting``, its values the dynamic run's bit for bit, its statistics the same.
+    Returns its last values."""
+    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
+    for _ in range(2):
+        got = planned.run(fetches, feeds)
+        assert planned._accounting == accounting
+        expected = dynamic.run(fetches, feeds)
+        same_statistics(planned, dynamic)
+        for p, e in zip(got, expected):
+            np.testing.assert_array_equal(p, e)
+    return got
+
+
 def count_live_bytes(g, order, fetches, fed):
     """An oracle for a serial run's memory that shares no code with ``memory.Memory``:
     walk the order, add each computed value's bytes, drop a value after its last reader
@@ -504,14 +520,7 @@ def test_a_kernel_that_returns_a_view_makes_the_run_fall_back(recycle):
         e = mg.tanh(viewed) + viewed  # the run goes on, counted node by node ...
         d = mg.sin(e) * kept * c  # ... from the state the plan had reached
     feeds = {x: np.linspace(0, 1, 8)}
-    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
-    for _ in range(2):
-        got = planned.run([d, viewed, c], feeds)
-        assert planned._accounting == "fallback"
-        expected = dynamic.run([d, viewed, c], feeds)
-        same_statistics(planned, dynamic)
-        for p, e in zip(got, expected):
-            np.testing.assert_array_equal(p, e)
+    got = planned_agrees_with_dynamic(g, [d, viewed, c], feeds, "fallback", recycle)
     assert not np.shares_memory(got[0], got[1])
 
 
@@ -632,14 +641,7 @@ def test_a_reshape_that_copies_makes_the_run_fall_back(recycle):
         copied = mg.reshape(viewed, (24,))  # ... a reshape copies: the plan breaks here
         out = mg.sum(flat * copied) + mg.sum(mg.sin(viewed), axis=0)
     feeds = {x: np.linspace(0, 1, 24).reshape(4, 6)}
-    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
-    for _ in range(2):
-        got = planned.run([out, flat, copied], feeds)
-        assert planned._accounting == "fallback"
-        expected = dynamic.run([out, flat, copied], feeds)
-        same_statistics(planned, dynamic)
-        for p, e in zip(got, expected):
-            np.testing.assert_array_equal(p, e)
+    planned_agrees_with_dynamic(g, [out, flat, copied], feeds, "fallback", recycle)
 
 
 @pytest.mark.parametrize("recycle", [True, False])
@@ -652,12 +654,7 @@ def test_a_buffer_held_through_a_view_goes_to_the_pool_as_itself(recycle):
         z = mg.sin(flat)  # through the view, which dies here: the buffer goes to the pool
         out = mg.reshape(z, (4, 6)) * 2.0  # a (4, 6) node takes it
     feeds = {x: np.linspace(0, 1, 24).reshape(4, 6)}
-    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
-    for _ in range(2):
-        got = planned.run(out, feeds)
-        assert planned._accounting == "planned"
-        np.testing.assert_array_equal(got, dynamic.run(out, feeds))
-        same_statistics(planned, dynamic)
+    planned_agrees_with_dynamic(g, [out], feeds, "planned", recycle)
 
 def _returns_its_input(xp, a):
     return a  # no view primitive, and yet not a new array
@@ -704,14 +701,7 @@ def test_a_kernel_that_returns_another_kind_of_value_makes_the_run_fall_back(rec
         out = mg.cos(b) * a + mg.sum(b, axis=1, keepdims=True)
     breaks = odd in ("input", "view") or (odd.endswith("pooled") and recycle)
     feeds = {x: np.linspace(-1, 1, 15).reshape(5, 3)}
-    planned, dynamic = mg.Session(g, recycle=recycle), mg.Session(g, recycle=recycle, trace=True)
-    for _ in range(2):
-        got = planned.run([out, b], feeds)
-        assert planned._accounting == ("fallback" if breaks else "planned")
-        expected = dynamic.run([out, b], feeds)
-        same_statistics(planned, dynamic)
-        for p, e in zip(got, expected):
-            np.testing.assert_array_equal(p, e)
+    planned_agrees_with_dynamic(g, [out, b], feeds, "fallback" if breaks else "planned", recycle)
 
 
 def test_a_training_step_of_a_small_mlp_runs_planned():
