@@ -568,3 +568,22 @@ def test_vmap_on_graph_nodes_matches_numpy():
     out, grad = mg.Session(g).run([y, gx], feed_dict={x: x_val, w: w_val})
     np.testing.assert_allclose(out, (np.sin(x_val) * w_val + x_val.sum(1, keepdims=True)).T)
     np.testing.assert_allclose(grad, np.cos(x_val) * w_val + 3.0)
+
+
+def test_outputs_are_the_callers_own_arrays_apart_from_each_other():
+    """The gradients of a + b with respect to a and b are one batched value: vmap(grad)
+    and jacrev handed out two tensors over one array (writing into one changed the
+    other), as mg.grad does not. An output that is the same for every example was a
+    read-only broadcast view."""
+    xs, ys = mg.tensor(np.ones((2, 3))), mg.tensor(np.ones((2, 3)))
+    ga, gb = mg.vmap(mg.grad(lambda a, b: mg.sum(a + b), argnums=(0, 1)))(xs, ys)
+    ja, jb = mg.jacrev(lambda a, b: a + b, argnums=(0, 1))(xs[0], ys[0])
+    for one, other in ((ga, gb), (ja, jb)):
+        assert not np.shares_memory(one.numpy(), other.numpy())
+        one -= 1.0  # (into the first of each pair: the second stays as it was)
+    np.testing.assert_array_equal(gb.numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(jb.numpy(), np.eye(3))
+    w = mg.tensor([1.0, 2.0, 3.0])
+    same = mg.vmap(lambda v: w * 2.0)(xs)  # the same for both examples
+    same -= 1.0
+    np.testing.assert_array_equal(same.numpy(), [[1.0, 3.0, 5.0]] * 2)

@@ -33,6 +33,7 @@ from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .levels import new_level
+from .tape import own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
 
@@ -196,14 +197,17 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
                 f"argument {i} has size {n} along axis {axis}" for i, axis, n in sizes))
         size = sizes[0][2]
         out = f(*inputs)
+        # The results are the caller's own arrays, apart from each other: the gradients of
+        # x + y with respect to x and y are one batched value, an unbatched output is a
+        # broadcast view (see tape.own_results)
         if isinstance(out, (tuple, list)):
             outs = _per_output(out_axes, len(out))
-            return type(out)(_unbatch(o, ax, level, size, k) for k, (o, ax) in
-                             enumerate(zip(out, outs)))
+            return type(out)(own_results([_unbatch(o, ax, level, size, k) for k, (o, ax) in
+                                          enumerate(zip(out, outs))]))
         if isinstance(out_axes, (tuple, list)):
             raise BatchingError(f"vmap: out_axes {out_axes!r} has one entry per output, but "
                                 f"the function returned one value, not a tuple")
-        return _unbatch(out, cast("int | None", out_axes), level, size, 0)
+        return own_results([_unbatch(out, cast("int | None", out_axes), level, size, 0)])[0]
 
     batched.__name__ = f"vmap({getattr(f, '__name__', 'f')})"
     batched.__doc__ = f.__doc__

@@ -40,7 +40,7 @@ import itertools
 import math
 import threading
 import weakref
-from typing import AbstractSet, Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -552,6 +552,16 @@ def _own(g: Tensor, handed: set[int]) -> Tensor:
     return g
 
 
+def own_results(values: Sequence[Any], handed: "set[int] | None" = None) -> list[Any]:
+    """What a transformation hands its caller: each plain tensor its own array (see
+    :func:`_own`), apart from the others and from the memory in ``handed``. A tensor on a
+    tape, or a value of another transformation, belongs to an outer computation: it stays
+    as it is (that one's own exit hands it over)."""
+    handed = set() if handed is None else handed
+    return [_own(t, handed) if type(t) is Tensor and not t.requires_grad else t
+            for t in values]
+
+
 # -- reverse mode as a transformation: vjp, grad, jacrev -------------------------------------
 #
 # ``mg.vjp(f, x, y)`` records f at a level of its own (``levels.py``): each argument is put
@@ -673,11 +683,9 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
         grads = [_as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
         # The caller's own arrays, apart from each other and from the caller's ``g`` (the
-        # gradient of ``x + 0.0`` is g itself). (A tensor on a tape, or a value of another
-        # transformation, belongs to an outer computation: it stays as it is.)
+        # gradient of ``x + 0.0`` is g itself).
         handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
-        return tuple([_own(t, handed) if type(t) is Tensor and not t.requires_grad else t
-                      for t in grads])
+        return tuple(own_results(grads, handed))
 
     return value, vjp_fn
 
