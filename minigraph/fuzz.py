@@ -708,10 +708,12 @@ def shrink_dag(dag: Dag, name: str, deadline: float) -> Dag:
 
 # Where minigraph documents a choice of its own, the NumPy reference says it too:
 # softmax and log_softmax of integers and bools compute in float64 (as exp does; NumPy
-# has no softmax, and the max subtracted in integer arithmetic would wrap around), and
-# a 0-d tensor reduced over axis 0 or -1 is reduced over no axis (PyTorch's reading;
-# NumPy raises AxisError).
+# has no softmax, and the max subtracted in integer arithmetic would wrap around); exp,
+# sin, sigmoid ... of bools compute in float64 too (NumPy picks float16, a dtype minigraph
+# has not); and a 0-d tensor reduced over axis 0 or -1 is reduced over no axis
+# (PyTorch's reading; NumPy raises AxisError).
 _AS_FLOAT = "(a if a.dtype.kind == 'f' else a.astype(np.float64))"
+_B = "(a.astype(np.float64) if a.dtype == bool else a)"  # (the floating ops' bools)
 _SOFTMAX = ("np.exp({f} - np.max({f}, axis=-1, keepdims=True)) / np.sum(np.exp({f} - "
             "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True)")
 _LOG_SOFTMAX = ("{f} - np.max({f}, axis=-1, keepdims=True) - np.log(np.sum(np.exp({f} - "
@@ -721,15 +723,15 @@ _OVER_AXIS = "(np.{0}(a, axis={1}) if a.ndim else np.{0}(a, axis=()))"
 # name -> (arity, minigraph, torch, NumPy). NumPy decides the dtype (and whether to refuse);
 # torch, run on the inputs cast to NumPy's working dtype, gives the values.
 ADV_OPS: dict[str, tuple[int, str, str, str]] = {
-    "sin": (1, "mg.sin(a)", "torch.sin(a)", "np.sin(a)"),
-    "cos": (1, "mg.cos(a)", "torch.cos(a)", "np.cos(a)"),
-    "exp": (1, "mg.exp(a)", "torch.exp(a)", "np.exp(a)"),
-    "log": (1, "mg.log(a)", "torch.log(a)", "np.log(a)"),
-    "sqrt": (1, "mg.sqrt(a)", "torch.sqrt(a)", "np.sqrt(a)"),
-    "tanh": (1, "mg.tanh(a)", "torch.tanh(a)", "np.tanh(a)"),
-    "sigmoid": (1, "mg.sigmoid(a)", "torch.sigmoid(a)", "1 / (1 + np.exp(-a))"),
+    "sin": (1, "mg.sin(a)", "torch.sin(a)", f"np.sin({_B})"),
+    "cos": (1, "mg.cos(a)", "torch.cos(a)", f"np.cos({_B})"),
+    "exp": (1, "mg.exp(a)", "torch.exp(a)", f"np.exp({_B})"),
+    "log": (1, "mg.log(a)", "torch.log(a)", f"np.log({_B})"),
+    "sqrt": (1, "mg.sqrt(a)", "torch.sqrt(a)", f"np.sqrt({_B})"),
+    "tanh": (1, "mg.tanh(a)", "torch.tanh(a)", f"np.tanh({_B})"),
+    "sigmoid": (1, "mg.sigmoid(a)", "torch.sigmoid(a)", f"1 / (1 + np.exp(-{_B}))"),
     "log_sigmoid": (1, "mg.log_sigmoid(a)", "torch.nn.functional.logsigmoid(a)",
-                    "-np.logaddexp(0, -a)"),
+                    f"-np.logaddexp(0, -{_B})"),
     "relu": (1, "mg.relu(a)", "torch.relu(a)", "np.maximum(a, np.zeros((), a.dtype))"),
     "neg": (1, "-a", "-a", "-a"),
     "sum": (1, "mg.sum(a)", "torch.sum(a)", "np.sum(a)"),

@@ -22,7 +22,7 @@ from . import batch_rules as B
 from . import copy as C
 from . import reduce as R
 from . import shape_rules as S
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from .primitive import Each, bind, bind_one, bind_two, primitive, ufunc_out
 
 
@@ -40,6 +40,37 @@ def _unbroadcast(*rules):
             return share if getattr(share, "shape", ()) == shape else R.sum_to(share, shape)
         return vjp
     return [wrap(i, r) for i, r in enumerate(rules)]
+
+
+def _in_floats(xp: Any, x: Any) -> Any:
+    """``x`` as an op of ``S.floating``'s rule computes on it (integers and bools give
+    float64): a bool as float64, where NumPy's ufuncs would pick float16, a dtype
+    minigraph has not. (An integer goes to float64 by NumPy's own rule.)"""
+    return xp.astype(x, xp.float64) if x.dtype == xp.bool else x
+
+
+def _no_bool_power() -> DTypeError:
+    return DTypeError("pow: a bool to a bool power is not supported (NumPy would compute "
+                      "it in int8, a dtype minigraph has not); cast one of them to int64 "
+                      "or a float first")
+
+
+def _pow_shape(x: Any, y: Any) -> tuple:
+    """Broadcast and promoted, as NumPy; a bool to a bool power refused (see the kernel)."""
+    if S.dtype_of(x) == "bool" and (type(y) is bool or S.dtype_of(y) == "bool"):
+        raise _no_bool_power()
+    return S.elementwise("pow")(x, y)
+
+
+def _pow_kernel(xp: Any, x: Any, y: Any) -> Any:
+    """``x ** y``. NumPy computes a bool to a bool power, or to a Python int power, in
+    int8: the first is refused, the second computed in int64, as the shape rule says."""
+    if getattr(x, "dtype", None) == xp.bool:
+        if type(y) is bool or getattr(y, "dtype", None) == xp.bool:
+            raise _no_bool_power()  # (here too: eager mode runs the kernel alone)
+        if type(y) is int:
+            x = xp.astype(x, xp.int64)
+    return x ** y
 
 
 # -- arithmetic -----------------------------------------------------------------------
@@ -104,7 +135,7 @@ def _pow_dy(g: Any, out: Any, x: Any, y: Any) -> Any:
 
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
-    "pow", lambda xp, x, y: x ** y, S.elementwise("pow"),
+    "pow", _pow_kernel, _pow_shape,
     jvp=[_pow_dx, _pow_dy],
     vjp=_unbroadcast(_pow_dx, _pow_dy),
     out=ufunc_out("pow"), batch=B.elementwise("pow"),
@@ -130,35 +161,35 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
 # -- functions ---------------------------------------------------------------------------
 
 EXP = primitive(
-    "exp", lambda xp, x: xp.exp(x), S.floating("exp"),
+    "exp", lambda xp, x: xp.exp(_in_floats(xp, x)), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
     vjp=[lambda g, out, x: g * out],
     out=ufunc_out("exp"), batch=B.elementwise("exp"),
     public="exp")
 
 LOG = primitive(
-    "log", lambda xp, x: xp.log(x), S.floating("log"),
+    "log", lambda xp, x: xp.log(_in_floats(xp, x)), S.floating("log"),
     jvp=[lambda t, out, x: t / x],
     vjp=[lambda g, out, x: g / x],
     out=ufunc_out("log"), batch=B.elementwise("log"),
     public="log")
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
-    "sin", lambda xp, x: xp.sin(x), S.floating("sin"),
+    "sin", lambda xp, x: xp.sin(_in_floats(xp, x)), S.floating("sin"),
     jvp=[lambda t, out, x: t * cos(x)],
     vjp=[lambda g, out, x: g * cos(x)],
     out=ufunc_out("sin"), batch=B.elementwise("sin"),
     public="sin")
 
 COS = primitive(
-    "cos", lambda xp, x: xp.cos(x), S.floating("cos"),
+    "cos", lambda xp, x: xp.cos(_in_floats(xp, x)), S.floating("cos"),
     jvp=[lambda t, out, x: -(t * sin(x))],
     vjp=[lambda g, out, x: -(g * sin(x))],
     out=ufunc_out("cos"), batch=B.elementwise("cos"),
     public="cos")
 
 TANH = primitive(
-    "tanh", lambda xp, x: xp.tanh(x), S.floating("tanh"),
+    "tanh", lambda xp, x: xp.tanh(_in_floats(xp, x)), S.floating("tanh"),
     jvp=[lambda t, out, x: t * (1.0 - out * out)],
     vjp=[lambda g, out, x: g * (1.0 - out * out)],
     out=ufunc_out("tanh"), batch=B.elementwise("tanh"),
@@ -169,12 +200,14 @@ def _sigmoid_kernel(xp: Any, x: Any) -> Any:
     """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: exp of -|x| never overflows,
     and the second form keeps the tiny values (float32 sigmoid(-20) = 2.06e-9, where
     1 - 1/(1 + e^20) and the tanh form round to 0)."""
+    x = _in_floats(xp, x)
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def _log_sigmoid_kernel(xp: Any, x: Any) -> Any:
     """log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|): finite for every finite x."""
+    x = _in_floats(xp, x)
     return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
 
 
@@ -246,7 +279,7 @@ RELU = primitive(
     public="relu")
 
 SQRT = primitive(
-    "sqrt", lambda xp, x: xp.sqrt(x), S.floating("sqrt"),
+    "sqrt", lambda xp, x: xp.sqrt(_in_floats(xp, x)), S.floating("sqrt"),
     jvp=[lambda t, out, x: t / (2.0 * out)],
     vjp=[lambda g, out, x: g / (2.0 * out)],
     out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"),

@@ -24,7 +24,20 @@ Axis: TypeAlias = "int | tuple[int, ...] | None"
 
 
 def _reduce_shape(x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> tuple:
+    """A max keeps the dtype of ``x``."""
     return S.reduced(x, axis, keepdims), S.dtype_of(x)
+
+
+def _reduce_shape_as(other: str) -> Any:
+    """The rule of a reduction whose result has dtype ``other`` unless ``x`` is floating,
+    as its kernel gives it: NumPy's and the Array API's sum adds integers and bools in
+    the default integer, int64; NumPy's mean divides them in float64. (A graph node that
+    said int32 while its kernel gave int64 misled every rule after it.)"""
+    def rule(x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> tuple:
+        dtype = S.dtype_of(x)
+        return S.reduced(x, axis, keepdims), dtype if dtype in S.FLOATS or dtype is None \
+            else other
+    return rule
 
 
 def _expand(g: Any, x: Any, axis: tuple[int, ...] | None, keepdims: bool) -> Any:
@@ -141,7 +154,7 @@ def write_reduction(prim: Any, args: list[str], params: dict,
 
 
 SUM = primitive(
-    "sum", sum_kernel, _reduce_shape,
+    "sum", sum_kernel, _reduce_shape_as("int64"),
     jvp=[lambda t, out, x, axis, keepdims: sum(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims)],
     cost="expensive", batch=B.reduction("sum"),
@@ -149,7 +162,7 @@ SUM = primitive(
     impl_with=with_params(sum_kernel, _NUMPY_REDUCTIONS["sum"]))
 
 MEAN = primitive(
-    "mean", mean_kernel, _reduce_shape,
+    "mean", mean_kernel, _reduce_shape_as("float64"),
     jvp=[lambda t, out, x, axis, keepdims: mean(t, axis, keepdims)],
     vjp=[lambda g, out, x, axis, keepdims: _expand(g, x, axis, keepdims) / _count(x, axis)],
     cost="expensive", batch=B.reduction("mean"),
