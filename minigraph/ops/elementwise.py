@@ -42,11 +42,18 @@ def _unbroadcast(*rules):
     return [wrap(i, r) for i, r in enumerate(rules)]
 
 
+_BOOL = np.dtype(bool)
+
+
 def _in_floats(xp: Any, x: Any) -> Any:
     """``x`` as an op of ``S.floating``'s rule computes on it (integers and bools give
     float64): a bool as float64, where NumPy's ufuncs would pick float16, a dtype
-    minigraph has not. (An integer goes to float64 by NumPy's own rule.)"""
-    return xp.astype(x, xp.float64) if x.dtype == xp.bool else x
+    minigraph has not. (An integer goes to float64 by NumPy's own rule.) NumPy's and
+    CuPy's bool dtype is one object, which ``is`` finds in a fifth of the time of ``==``:
+    this runs for every eager ``sin``."""
+    if x.dtype is _BOOL or (type(x) is not np.ndarray and x.dtype == xp.bool):
+        return xp.astype(x, xp.float64)
+    return x
 
 
 def _no_bool_power() -> DTypeError:
