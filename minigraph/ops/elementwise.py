@@ -42,18 +42,15 @@ def _unbroadcast(*rules):
     return [wrap(i, r) for i, r in enumerate(rules)]
 
 
-_BOOL = np.dtype(bool)
-
-
-def _in_floats(xp: Any, x: Any) -> Any:
-    """``x`` as an op of ``S.floating``'s rule computes on it (integers and bools give
-    float64): a bool as float64, where NumPy's ufuncs would pick float16, a dtype
-    minigraph has not. (An integer goes to float64 by NumPy's own rule.) NumPy's and
-    CuPy's bool dtype is one object, which ``is`` finds in a fifth of the time of ``==``:
-    this runs for every eager ``sin``."""
-    if x.dtype is _BOOL or (type(x) is not np.ndarray and x.dtype == xp.bool):
-        return xp.astype(x, xp.float64)
-    return x
+def as_floating(xp: Any, x: Any) -> Any:
+    """``x`` as an op of ``S.floating``'s rule computes on it: integers and bools in
+    float64. NumPy's ufuncs would pick float16 for a bool, a dtype minigraph has not, and
+    softmax's ``x - max(x)`` in integer arithmetic wraps around (int64: 3 - (-2**63) is
+    negative). (A NumPy array's ``dtype.kind`` answers at once; the namespace's
+    ``isdtype`` is a Python function: this runs for every eager ``sin``.)"""
+    if type(x) is np.ndarray:
+        return x if x.dtype.kind == "f" else x.astype(np.float64)
+    return x if xp.isdtype(x.dtype, "real floating") else xp.astype(x, xp.float64)
 
 
 def _no_bool_power() -> DTypeError:
@@ -168,35 +165,35 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
 # -- functions ---------------------------------------------------------------------------
 
 EXP = primitive(
-    "exp", lambda xp, x: xp.exp(_in_floats(xp, x)), S.floating("exp"),
+    "exp", lambda xp, x: xp.exp(as_floating(xp, x)), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
     vjp=[lambda g, out, x: g * out],
     out=ufunc_out("exp"), batch=B.elementwise("exp"),
     public="exp")
 
 LOG = primitive(
-    "log", lambda xp, x: xp.log(_in_floats(xp, x)), S.floating("log"),
+    "log", lambda xp, x: xp.log(as_floating(xp, x)), S.floating("log"),
     jvp=[lambda t, out, x: t / x],
     vjp=[lambda g, out, x: g / x],
     out=ufunc_out("log"), batch=B.elementwise("log"),
     public="log")
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
-    "sin", lambda xp, x: xp.sin(_in_floats(xp, x)), S.floating("sin"),
+    "sin", lambda xp, x: xp.sin(as_floating(xp, x)), S.floating("sin"),
     jvp=[lambda t, out, x: t * cos(x)],
     vjp=[lambda g, out, x: g * cos(x)],
     out=ufunc_out("sin"), batch=B.elementwise("sin"),
     public="sin")
 
 COS = primitive(
-    "cos", lambda xp, x: xp.cos(_in_floats(xp, x)), S.floating("cos"),
+    "cos", lambda xp, x: xp.cos(as_floating(xp, x)), S.floating("cos"),
     jvp=[lambda t, out, x: -(t * sin(x))],
     vjp=[lambda g, out, x: -(g * sin(x))],
     out=ufunc_out("cos"), batch=B.elementwise("cos"),
     public="cos")
 
 TANH = primitive(
-    "tanh", lambda xp, x: xp.tanh(_in_floats(xp, x)), S.floating("tanh"),
+    "tanh", lambda xp, x: xp.tanh(as_floating(xp, x)), S.floating("tanh"),
     jvp=[lambda t, out, x: t * (1.0 - out * out)],
     vjp=[lambda g, out, x: g * (1.0 - out * out)],
     out=ufunc_out("tanh"), batch=B.elementwise("tanh"),
@@ -207,14 +204,14 @@ def _sigmoid_kernel(xp: Any, x: Any) -> Any:
     """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: exp of -|x| never overflows,
     and the second form keeps the tiny values (float32 sigmoid(-20) = 2.06e-9, where
     1 - 1/(1 + e^20) and the tanh form round to 0)."""
-    x = _in_floats(xp, x)
+    x = as_floating(xp, x)
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def _log_sigmoid_kernel(xp: Any, x: Any) -> Any:
     """log(sigmoid(x)) = min(x, 0) - log(1 + e^-|x|): finite for every finite x."""
-    x = _in_floats(xp, x)
+    x = as_floating(xp, x)
     return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
 
 
@@ -286,7 +283,7 @@ RELU = primitive(
     public="relu")
 
 SQRT = primitive(
-    "sqrt", lambda xp, x: xp.sqrt(_in_floats(xp, x)), S.floating("sqrt"),
+    "sqrt", lambda xp, x: xp.sqrt(as_floating(xp, x)), S.floating("sqrt"),
     jvp=[lambda t, out, x: t / (2.0 * out)],
     vjp=[lambda g, out, x: g / (2.0 * out)],
     out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"),

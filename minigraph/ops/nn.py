@@ -39,25 +39,15 @@ from . import shape_rules as S
 from .primitive import Primitive, bind, primitive
 
 
-def _as_floating(xp: Any, x: Any) -> Any:
-    """Integers as float64 before the max is subtracted: in integer arithmetic x - max(x)
-    wraps around (int64: 3 - (-2**63) is negative) and softmax comes out silently wrong.
-    (A NumPy array's dtype answers at once; the namespace's ``isdtype`` is a Python
-    function that takes as long as the subtraction on a batch of logits.)"""
-    if type(x) is np.ndarray:
-        return x if x.dtype.kind == "f" else x.astype(np.float64)
-    return x if xp.isdtype(x.dtype, "real floating") else xp.astype(x, xp.float64)
-
-
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    x = _as_floating(xp, x)
+    x = E.as_floating(xp, x)
     e = xp.exp(x - R.max_kernel(xp, x, axis, True))
     e /= R.sum_kernel(xp, e, axis, True)  # (e is this kernel's own array)
     return e
 
 
 def _log_softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
-    x = _as_floating(xp, x)
+    x = E.as_floating(xp, x)
     z = x - R.max_kernel(xp, x, axis, True)
     z -= xp.log(R.sum_kernel(xp, xp.exp(z), axis, True))
     return z
