@@ -144,10 +144,9 @@ def test_shape_rule_matches_kernel(name):
     """Each recorded step's shape/dtype rule predicts what its kernel produced."""
     f, inputs, _ = CASES[name]
     xs = [mg.tensor(x, requires_grad=True) for x in inputs]
-    recorded, _ = tape._entries([f(*xs)], set())
-    assert recorded, "the case records at least one primitive"
-    for t in recorded:
-        prim, params, _, *args = t._entry
+    entries, _ = tape._entries([f(*xs)], set())
+    assert entries, "the case records at least one primitive"
+    for prim, params, t, args in entries:
         assert prim.shape(*args, **params) == (t.shape, t.dtype), prim.name
 
 
@@ -232,9 +231,8 @@ def test_kernels_that_return_shared_memory_are_marked_view(name):
     what NumPy reports: a kernel whose result shares memory with an argument."""
     f, inputs, _ = CASES[name]
     xs = [mg.tensor(x, requires_grad=True) for x in inputs]
-    recorded, _ = tape._entries([f(*xs)], set())
-    for t in recorded:
-        prim, params, _, *args = t._entry
+    entries, _ = tape._entries([f(*xs)], set())
+    for prim, params, t, args in entries:
         shares = any(isinstance(a, mg.Tensor) and np.shares_memory(np.asarray(t.data), a.data)
                      for a in args)
         assert prim.view or not shares, f"{prim.name} returned a view but is not marked view"

@@ -83,6 +83,8 @@ def reverse_sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
     them itself (source mode, whose record is one stretch of a program: a loop adds each
     share to its accumulator, ``gw = gw + share``).
     """
+    if not gc.isenabled():  # paused already (a caller's sweep, or the tape reading itself)
+        return _sweep(entries, seeds, active, value, total, completed, scope, sum_leaves)
     with collector_paused():
         return _sweep(entries, seeds, active, value, total, completed, scope, sum_leaves)
 
@@ -123,7 +125,8 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
     owner: dict[int, Any] = {}  # id -> the value itself, for scope() (graphs only)
     for out, g in seeds:
         shares.setdefault(id(out), []).append(g)
-        owner[id(out)] = out
+        if scope is not None:
+            owner[id(out)] = out
     for entry in reversed(entries):
         prim, params, out, args = entry
         parts = shares.pop(id(out), None)
@@ -155,9 +158,12 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
                 context.__exit__(None, None, None)
     if not sum_leaves:
         return shares
+    if scope is None:
+        return {k: parts[0] if len(parts) == 1 else _in_readers_order(parts, total)
+                for k, parts in shares.items()}
     adjoints = {}
     for k, parts in shares.items():
-        context = scope(owner[k]) if scope is not None else None
+        context = scope(owner[k])
         if context is not None:
             with context:
                 adjoints[k] = _in_readers_order(parts, total)

@@ -99,8 +99,8 @@ def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     """Run ``f`` on tracked tensors; return the inputs, the tape in order and the names."""
     xs = {name: tensor(v, requires_grad=True) for name, v in inputs.items()}
     out = f(*xs.values())
-    recorded, _ = tape._entries([out], set())
-    recorded.reverse()  # evaluation order: (a.3), (a.4), (a.5)
+    entries, _ = tape._entries([out], set())
+    recorded = [t for _, _, t, _ in entries]  # evaluation order: (a.3), (a.4), (a.5)
     names = {id(t): n for n, t in xs.items()}
     for t, n in zip(recorded, _names(len(recorded), set(xs))):
         names[id(t)] = n

@@ -51,7 +51,7 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
-from .backward import collector_paused, reverse_sweep
+from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
@@ -301,9 +301,12 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 # * The tape records values, not writes. While recording, ``x -= y`` where x or y
 #   requires a gradient computes ``x - y`` as a new tensor, recorded, and rebinds the
 #   name x to it, as Python does for values that cannot change (and as graph nodes and
-#   dual numbers do): every mode gives the same result. Except for a leaf that requires
-#   a gradient (a parameter): rebinding would silently leave the parameter as it was,
-#   so that raises, as in PyTorch. (Inside ``mg.grad``, ``f`` sees boxes, which have no
+#   dual numbers do): every mode gives the same result. Only another name for the same
+#   tensor (``z = x`` before ``x -= y``) tells the difference: it keeps the old value,
+#   where an unrecorded write shows through it (chapter 02 says so; PyTorch tracks
+#   versions of one tensor instead). Except for a leaf that requires a gradient (a
+#   parameter): rebinding would silently leave the parameter as it was, so that raises,
+#   as in PyTorch. (Inside ``mg.grad``, ``f`` sees boxes, which have no
 #   in-place operators: ``x += 1`` rebinds x to ``x + 1``, recorded.)
 # * A write must not change a value that a tape entry recorded. Each write is stamped
 #   with the next sequence number, on the array that owns the memory (a view's base), so
@@ -423,15 +426,15 @@ def _check_writes(recorded: list[Tensor]) -> None:
 # -- the reverse sweep ----------------------------------------------------------------------------
 
 def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
-             ) -> tuple[list[Any], list[Tensor]]:
-    """The recorded tensors behind ``outputs``, latest first, and the leaves reached.
-    (The recorded ones are typed Any: mypy cannot say "a Tensor whose _entry is set".)
+             ) -> tuple[list[Entry], list[Tensor]]:
+    """The tape behind ``outputs`` as the sweep's entries, ``(primitive, params, tensor,
+    arguments)`` in evaluation order, and the leaves reached.
 
     A tensor in ``stop`` is treated as a leaf even if it was computed: ``grad`` asks for
     the derivative with respect to it, not beyond it.
     """
     seen: set[int] = set()
-    found: list[tuple[int, Tensor]] = []  # (sequence number, tensor)
+    found: list[tuple[int, Tensor, tuple]] = []  # (sequence number, tensor, its entry)
     leaves = []
     stack = [t for t in outputs if t.requires_grad]
     while stack:
@@ -450,14 +453,14 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
                 f"earlier backward() and released, as PyTorch does (its saved values are "
                 f"gone). Pass retain_graph=True to the first backward() to go through it "
                 f"again; the gradients then add up in .grad")
-        found.append((entry[2], t))
+        found.append((entry[2], t, entry))
         for a in entry[3:]:
             if type(a) is Tensor and a.requires_grad:
                 stack.append(a)
-    # The tape, read backwards: by sequence number, latest first. (The numbers are unique,
-    # so the pairs never compare their tensors.)
-    found.sort(reverse=True)
-    return [t for _, t in found], leaves
+    # The tape in evaluation order: by sequence number. (The numbers are unique, so the
+    # triples never compare their tensors.)
+    found.sort()
+    return [(e[0], e[1], t, e[3:]) for _, t, e in found], leaves
 
 
 class _Released:
@@ -483,15 +486,14 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = f
     raises instead of silently adding the same gradient twice.
     """
     with collector_paused():  # (reading the tape allocates as much as sweeping it)
-        recorded, leaves = _entries(outputs, stop)
-        if recorded and _last_write > recorded[-1]._entry[2]:  # a write since the oldest entry
-            _check_writes(recorded)
-        entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in reversed(recorded)]
+        entries, leaves = _entries(outputs, stop)
+        if entries and _last_write > entries[0][2]._entry[2]:  # a write since the oldest
+            _check_writes([e[2] for e in entries])
         with _SetGradMode(create_graph):
             adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
         if not retain:
-            for t in recorded:
-                t._entry = RELEASED_ENTRY
+            for e in entries:
+                e[2]._entry = RELEASED_ENTRY
         return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
 
 
