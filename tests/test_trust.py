@@ -238,6 +238,27 @@ def test_every_kernel_that_reads_labels_refuses_one_out_of_range(bad):
                                [np.log(3)] * 2)
 
 
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint64"]),
+       labels=st.lists(st.integers(-130, 130), max_size=6),
+       classes=st.integers(0, 130), rows=st.sampled_from([1, 2]))
+def test_the_label_check_refuses_exactly_the_labels_out_of_range(dtype, labels, classes, rows):
+    """check_label_range reads NumPy's signed labels as unsigned, so that one reduction
+    finds a negative label too: against Python's own comparison, on every integer width
+    (where -1 reads as 255 or 2**64 - 1), unsigned labels, and 2-D label arrays."""
+    from minigraph.ops.nn import check_label_range
+    info = np.iinfo(dtype)
+    labels = [v for v in labels if info.min <= v <= info.max]
+    array = np.array(labels * rows, dtype).reshape(rows, -1) if rows == 2 else \
+        np.array(labels, dtype)
+    bad = [v for v in labels if not 0 <= v < classes]
+    if bad:
+        with pytest.raises(IndexError, match="out of range for"):
+            check_label_range(np, array, classes, "nll_loss")
+    else:
+        check_label_range(np, array, classes, "nll_loss")
+
+
 @pytest.mark.parametrize("bad", [-1, 11, 5])  # 5: a valid class, a control
 def test_the_class_sharded_loss_refuses_a_label_of_no_shard(bad):
     mg.set_virtual_cpus(3)

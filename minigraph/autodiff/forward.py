@@ -18,6 +18,7 @@ constant with zero tangent. The primal and tangent may be any value (a tensor, a
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -132,10 +133,13 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
 def basis_vectors(x: Any) -> list[Tensor]:
     """The unit vectors of x's shape, dtype and device: zeros with a one at flat position
     k, for k = 0, 1, ... (constants, whatever kind of value x is)."""
-    shape = shape_of(x)
-    n = int(np.prod(shape, dtype=np.int64))
-    eye = np.eye(n).reshape((n, *shape))
-    return [tensor(eye[k], dtype=x.dtype, device=x.device) for k in range(n)]
+    shape, xp = shape_of(x), x.device.xp
+    vectors = []
+    for k in range(math.prod(shape)):  # (one small write each: no identity matrix to cut)
+        e = zeros(math.prod(shape), x.dtype, x.device)
+        e.data[k] = 1
+        vectors.append(Tensor(xp.reshape(e.data, shape), x.device))
+    return vectors
 
 
 def identity_rows(x: Any) -> Tensor | None:

@@ -215,16 +215,24 @@ def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
 
 # -- the public functions -----------------------------------------------------------------------
 
-def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
-    """The same elements in a new shape; one size may be -1 (inferred)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    try:  # (sizes are ints: NumPy's ints too, not floats, whose 2.5 would be cut)
+def _sizes(shape: tuple) -> tuple[int, ...]:
+    """A reshape's sizes as ints (NumPy's ints too, not floats, whose 2.5 would be cut),
+    each >= 0 but for one -1."""
+    try:
         shape = tuple(operator.index(n) for n in shape)
     except TypeError:
         raise TypeError(f"reshape: sizes must be integers, got shape {shape}") from None
     if shape.count(-1) > 1 or any(n < -1 for n in shape):
         raise ShapeError(f"reshape: a size must be >= 0, or -1 for one size to be inferred, "
                          f"got shape {shape}")
+    return shape
+
+
+def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
+    """The same elements in a new shape; one size may be -1 (inferred)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not all(type(n) is int and n >= 0 for n in shape):  # (the common case checks once)
+        shape = _sizes(shape)
     if -1 in shape:
         S.rank("reshape to a shape with -1", x)  # (the size to divide must be known)
         known = int(np.prod([n for n in shape if n != -1]))
