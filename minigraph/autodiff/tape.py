@@ -177,21 +177,27 @@ def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
 
 
 def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
-    """:func:`apply` for two arguments without parameters: ``x * y``, ``x @ w``."""
-    if type(x) is Tensor and type(y) is Tensor and x.device is y.device \
-            and x.device.context is None:
+    """:func:`apply` for two arguments without parameters: ``x * y``, ``x @ w``, and a
+    tensor with a Python number, ``lr * g`` (the number stays "weak", as in NumPy)."""
+    tx, ty = type(x), type(y)
+    if tx is Tensor and (ty is Tensor and x.device is y.device or ty in _NUMBERS):
         device = x.device
-        try:
-            data = prim.impl(device.xp, x.data, y.data)
-        except MinigraphError:
-            raise
-        except Exception as exc:
-            raise _kernel_error(prim, (x, y), {}, exc) from exc
-        if (x.requires_grad or y.requires_grad) and prim.differentiable \
-                and (not _blocks_off or _mode.enabled):
-            return Tensor(data, device, True, (prim, NO_PARAMS, next(_sequence), x, y))
-        return Tensor(data, device)
-    return _apply_general(prim, (x, y), {})
+    elif ty is Tensor and tx in _NUMBERS:
+        device = y.device
+    else:
+        return _apply_general(prim, (x, y), {})
+    if device.context is not None:  # a GPU: _apply_general enters its context
+        return _apply_general(prim, (x, y), {})
+    try:
+        data = prim.impl(device.xp, x.data if tx is Tensor else x, y.data if ty is Tensor else y)
+    except MinigraphError:
+        raise
+    except Exception as exc:
+        raise _kernel_error(prim, (x, y), {}, exc) from exc
+    if ((tx is Tensor and x.requires_grad) or (ty is Tensor and y.requires_grad)) \
+            and prim.differentiable and (not _blocks_off or _mode.enabled):
+        return Tensor(data, device, True, (prim, NO_PARAMS, next(_sequence), x, y))
+    return Tensor(data, device)
 
 
 def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
