@@ -21,8 +21,10 @@ which import ``minigraph`` by name, are not loaded).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import io
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -47,6 +49,7 @@ def load_revision(rev: str) -> Any:
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minigraph"],
                          check=True, capture_output=True).stdout
     where = Path(tempfile.mkdtemp(prefix="minigraph-compare-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         archive.extractall(where, filter="data")
     name = "minigraph_" + "".join(c if c.isalnum() else "_" for c in rev)
@@ -132,19 +135,23 @@ def main() -> int:
     print(f"HEAD against {args.rev}, {args.rounds} interleaved rounds of ~20 ms batches per "
           f"workload; both versions in this process\n")
     theirs, ours = workloads(old), workloads(minigraph)
-    rows = []
+    rows, worst = [], None
     for name in ours:
         if name.startswith("building"):
             got, want = [], []
         else:
             got, want = values(ours[name]()), values(theirs[name]())
+        assert len(got) == len(want), f"{name}: {len(got)} values now, {len(want)} at {args.rev}"
         for g, v in zip(got, want):
             check_close(name, g, v, 1e-9)
         results, summary = measure({args.rev: theirs[name], "HEAD": ours[name]}, anchor=args.rev,
                                    rounds=args.rounds)
+        if worst is None or summary["min_cpu_share"] < worst["min_cpu_share"]:
+            worst = summary  # (the rounds of the least clean workload are the ones to show)
         rows.append([name, f"{results[args.rev]['seconds'] * 1e6:.1f}",
                      f"{results['HEAD']['seconds'] * 1e6:.1f}", f"{results['HEAD']['ratio']:.3f}"])
-    print_rounds(summary)
+    if worst is not None:
+        print_rounds(worst)
     print_table(rows, ["workload", f"{args.rev} µs", "HEAD µs", f"HEAD / {args.rev}"])
     return 0
 
