@@ -445,7 +445,11 @@ class SessionStep:
             self.fetches = [loss] + list(mg.gradients(loss, self.holders))
         self.session = mg.Session(g)
         xp = array_library()
-        self.arrays = [xp.asarray(p).copy() for p in params]
+        # The parameters live on the host, as a TF1 loop keeps them: fed every step (the
+        # Session copies them to the graph's device) and updated with NumPy on the
+        # gradients, which Session.run hands back as NumPy arrays. On a GPU this row
+        # therefore pays feed_dict's copies both ways; the data stays on the device.
+        self.arrays = [np.array(to_host(p), copy=True) for p in params]
         self.feed = {xs: xp.asarray(x), ys: xp.asarray(labels)}
 
     def grads(self) -> tuple[Any, tuple[Any, ...]]:
