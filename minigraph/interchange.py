@@ -28,7 +28,8 @@ import numpy as np  # the archive format is NumPy's
 
 from .device import Device, get_device
 from .errors import DeviceError, DTypeError, MinigraphError
-from .tensor import _SUPPORTED, Tensor
+from .ops.shape_rules import DTYPES
+from .tensor import Tensor
 
 # DLPack's device types (dlpack.h, DLDeviceType) that minigraph has devices for.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -67,9 +68,9 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
         raise TypeError(f"from_dlpack: cannot read the {type(x).__name__} through DLPack: "
                         f"{exc}") from exc
     name = source.dtype_name(data.dtype)
-    if name not in _SUPPORTED:
+    if name not in DTYPES:
         raise DTypeError(f"from_dlpack: dtype {name} is not supported; convert the "
-                         f"{type(x).__name__} to one of {', '.join(_SUPPORTED)} first")
+                         f"{type(x).__name__} to one of {', '.join(DTYPES)} first")
     target = source if device is None else get_device(device)
     if target is source and not copy:
         return Tensor(data, source)  # a view of x's memory: its .base is x's owner
@@ -155,9 +156,9 @@ def _host_array(key: str, value: Any) -> np.ndarray:
     else:
         raise TypeError(f"save: the value for {key!r} is a {type(value).__name__}; only "
                         f"tensors and NumPy arrays are stored (mg.tensor(value) first)")
-    if array.dtype.hasobject or array.dtype.name not in _SUPPORTED:
+    if array.dtype.hasobject or array.dtype.name not in DTYPES:
         raise DTypeError(f"save: the value for {key!r} has dtype {array.dtype}, which "
-                         f"mg.load cannot give back; use one of {', '.join(_SUPPORTED)}")
+                         f"mg.load cannot give back; use one of {', '.join(DTYPES)}")
     return array
 
 
@@ -194,8 +195,8 @@ def load(path: "str | os.PathLike[str]",
                                    f"NumPy array (.npy) but {type(array).__name__}")
             if not array.dtype.isnative:  # a big-endian file, on a little-endian machine
                 array = array.astype(array.dtype.newbyteorder("="))
-            if array.dtype.name not in _SUPPORTED:
+            if array.dtype.name not in DTYPES:
                 raise DTypeError(f"load: {os.fspath(path)!r}: the entry {key!r} has dtype "
-                                 f"{array.dtype}; minigraph supports {', '.join(_SUPPORTED)}")
+                                 f"{array.dtype}; minigraph supports {', '.join(DTYPES)}")
             out[key] = Tensor(dev.asarray(array, copy=True), dev)
     return out

@@ -27,9 +27,9 @@ from .device import Device, get_device
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
-from .ops.shape_rules import DTYPES, dtype_name, supported_dtype
+from .ops.shape_rules import FLOATS, dtype_name, supported_dtype
 
-FLOAT_DTYPES = ("float32", "float64")
+FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
 
 
 class Tensor(ArrayOps):
@@ -341,9 +341,6 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
                              f"this one has dtype {t.dtype}")
         t.requires_grad = True
     return t
-
-
-_SUPPORTED = DTYPES  # (the name interchange.py reads)
 
 
 def _refuse_tracked_elements(data: "list | tuple") -> None:

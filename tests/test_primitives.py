@@ -236,3 +236,30 @@ def test_kernels_that_return_shared_memory_are_marked_view(name):
         shares = any(isinstance(a, mg.Tensor) and np.shares_memory(np.asarray(t.data), a.data)
                      for a in args)
         assert prim.view or not shares, f"{prim.name} returned a view but is not marked view"
+
+
+def test_the_ops_that_say_they_return_a_view_do():
+    """``returns_view`` (what the Session's memory plan assumes of a view op on NumPy) is
+    True only where the kernel's result shares its first argument's memory, on every
+    case of the table; and it is given only to ops marked ``view``."""
+    checked = set()
+    for name, (f, inputs, _) in CASES.items():
+        xs = [mg.tensor(x, requires_grad=True) for x in inputs]
+        entries, _ = tape._entries([f(*xs)], set())
+        for prim, params, t, args in entries:
+            if prim.returns_view is not None and isinstance(args[0], mg.Tensor) \
+                    and prim.returns_view(t.shape, params):
+                assert np.shares_memory(np.asarray(t.data), args[0].data), (name, prim.name)
+                checked.add(prim.name)
+    assert all(p.view for p in mg.PRIMITIVES.values() if p.returns_view is not None)
+    assert {"reshape", "transpose", "getitem"} <= checked
+
+
+@pytest.mark.parametrize("index", [np.s_[1:], np.s_[0], np.s_[:, 1], np.s_[None, ..., ::2],
+                                   np.s_[1, 2], np.s_[np.array([0, 2])], np.s_[[0, 1], 1]])
+def test_an_index_says_it_returns_a_view_exactly_when_numpy_does(index):
+    """Basic indexing leaving an axis gives a view; every axis taken by an int gives a
+    NumPy scalar, an integer array a copy: getitem's ``returns_view`` against NumPy."""
+    x = mg.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    ((prim, params, t, args),), _ = tape._entries([x[index]], set())
+    assert prim.returns_view(t.shape, params) == np.shares_memory(np.asarray(t.data), x.data)

@@ -656,6 +656,7 @@ def test_a_buffer_held_through_a_view_goes_to_the_pool_as_itself(recycle):
     feeds = {x: np.linspace(0, 1, 24).reshape(4, 6)}
     planned_agrees_with_dynamic(g, [out], feeds, "planned", recycle)
 
+
 def _returns_its_input(xp, a):
     return a  # no view primitive, and yet not a new array
 

@@ -353,5 +353,9 @@ def test_every_op_that_takes_a_dtype_refuses_one_minigraph_does_not_compute_in()
         mg.nll_loss_grad(mg.tensor(1.0), labels, 3, "int8")
     with pytest.raises(ValueError, match="num_classes must be an int >= 0, got -1"):
         mg.one_hot(labels, -1)
+    with pytest.raises(ValueError, match="nll_loss_grad: num_classes must be an int >= 0, got -3"):
+        mg.nll_loss_grad(mg.tensor(1.0), labels, -3)
+    with pytest.raises(ValueError, match="one_hot: num_classes must be an int >= 0, got True"):
+        mg.one_hot(labels, True)
     assert mg.one_hot(labels, np.int64(3), np.float32).numpy().tolist() == \
         [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]

@@ -12,15 +12,17 @@ from typing import Any
 
 from . import batch_rules as B
 from . import shape_rules as S
-from .primitive import bind, primitive
+from .primitive import always_a_view, bind, primitive
 
 IDENTITY = primitive(
     "identity", lambda xp, x: x, S.same,
     jvp=[lambda t, out, x: t],
-    vjp=[lambda g, out, x: g], view=True, batch=B.elementwise("identity"),
+    vjp=[lambda g, out, x: g], view=True, returns_view=always_a_view,
+    batch=B.elementwise("identity"),
     public="identity", cost="free")
 
 STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
+                          returns_view=always_a_view,
                           batch=B.elementwise("stop_gradient"),
     public="stop_gradient", cost="free")
 

@@ -245,10 +245,15 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """Rows of zeros with a one at each label (no gradient). A label outside
     ``0 .. num_classes - 1`` raises, as in PyTorch (JAX gives it a row of zeros)."""
-    if not isinstance(num_classes, (int, np.integer)) or num_classes < 0:
-        raise ValueError(f"one_hot: num_classes must be an int >= 0, got {num_classes!r}")
-    return bind(ONE_HOT, labels, num_classes=int(num_classes),
+    return bind(ONE_HOT, labels, num_classes=_num_classes("one_hot", num_classes),
                 dtype=S.supported_dtype("one_hot", dtype))
+
+
+def _num_classes(who: str, n: Any) -> int:
+    """A count of classes as an int >= 0 (NumPy's ints too), or a ValueError naming ``who``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"{who}: num_classes must be an int >= 0, got {n!r}")
+    return int(n)
 
 
 def nll_loss(logp: Any, labels: Any) -> Any:
@@ -267,7 +272,8 @@ def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """``-one_hot(labels) * g / N``: nll_loss's VJP for the loss's adjoint ``g`` (a
     scalar), an (N, num_classes) matrix."""
-    return bind(NLL_LOSS_GRAD, g, labels, num_classes=num_classes,
+    return bind(NLL_LOSS_GRAD, g, labels,
+                num_classes=_num_classes("nll_loss_grad", num_classes),
                 dtype=S.supported_dtype("nll_loss_grad", dtype))
 
 

@@ -32,6 +32,12 @@ one operation:
     whether the kernel may return its argument, or a view sharing its memory
     (``reshape``, ``transpose``, basic indexing ...): such a value's buffer is never
     written in place while the view may still be read;
+``returns_view(out_shape, params)`` (optional, for a ``view`` op)
+    whether, on NumPy, the kernel returns its first argument or a view of it for these
+    parameters (a transpose always; an index when it is basic and leaves an axis; a
+    reshape unless it has to copy): the Session's memory plan then counts no new bytes
+    for it, and checks at run time that it did (``runtime/memory.py``). None: the plan
+    assumes nothing (``checkpoint`` returns whatever its function does);
 ``batch(dims, *args, **params)`` (``mg.vmap``)
     the batching rule: the op applied to a whole batch at once. ``dims[i]`` is ``0``
     when argument ``i`` carries the batch axis in front, ``None`` when it is the same for
@@ -100,7 +106,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "impl_with", "shape", "jvp", "vjp", "cost", "out",
                  "in_place", "view", "batch", "differentiable", "symbol", "public",
-                 "positional", "write", "flops", "transfer")
+                 "positional", "write", "flops", "transfer", "returns_view")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
@@ -109,10 +115,11 @@ class Primitive:
                  symbol: str | None = None, public: str | None = None,
                  positional: tuple[str, ...] = (), write: Callable[..., str] | None = None,
                  flops: Callable[..., float] | None = None, transfer: bool = False,
-                 impl_with: Callable[[Any, Any, dict], Any] | None = None):
+                 impl_with: Callable[[Any, Any, dict], Any] | None = None,
+                 returns_view: Callable[[tuple, dict], bool] | None = None):
         self.name = name
         self.symbol, self.public, self.positional, self.write = symbol, public, positional, write
-        self.flops, self.transfer = flops, transfer
+        self.flops, self.transfer, self.returns_view = flops, transfer, returns_view
         self.impl = impl
         self.impl_with = impl_with
         self.shape = shape
@@ -131,6 +138,12 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def always_a_view(out_shape: tuple, params: dict) -> bool:
+    """``returns_view`` of an op whose NumPy kernel always returns its argument or a view
+    of it (``transpose``, ``identity`` ...)."""
+    return True
 
 
 class UfuncOut:
@@ -184,7 +197,7 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               batch: Rule | None = None, **written: Any) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
     optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``,
-    ``impl_with``."""
+    ``impl_with``, ``returns_view``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("free", "cheap", "expensive"):

@@ -22,7 +22,7 @@ from ..errors import ShapeError
 from . import batch_rules as B
 from . import reduce as R
 from . import shape_rules as S
-from .primitive import KINDS, Each, bind, primitive
+from .primitive import KINDS, Each, always_a_view, bind, primitive
 
 
 # -- reshape, transpose, broadcast_to ----------------------------------------------------
@@ -44,6 +44,7 @@ RESHAPE = primitive(
     "reshape", _reshape_kernel, _reshape_shape,
     jvp=[lambda t, out, x, shape: reshape(t, shape)],
     vjp=[lambda g, out, x, shape: reshape(g, S.shape_of(x))], view=True,
+    returns_view=always_a_view,  # (unless it has to copy: the memory plan checks)
     batch=lambda dims, x, shape: reshape(x, S.shape_of(x)[:1] + shape),
     public="reshape", positional=("shape",), cost="free")
 
@@ -69,6 +70,7 @@ TRANSPOSE = primitive(
     "transpose", _transpose_kernel, _transpose_shape,
     jvp=[lambda t, out, x, axes: transpose(t, axes)],
     vjp=[lambda g, out, x, axes: transpose(g, _inverse(axes))], view=True,
+    returns_view=always_a_view,
     batch=lambda dims, x, axes: transpose(x, (0,) + tuple(a + 1 for a in axes)),
     public="transpose", positional=("axes",), cost="free")
 
@@ -83,6 +85,7 @@ BROADCAST_TO = primitive(
     "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), _broadcast_shape,
     jvp=[lambda t, out, x, shape: broadcast_to(t, shape)],
     vjp=[lambda g, out, x, shape: R.sum_to(g, S.shape_of(x))], view=True,
+    returns_view=always_a_view,
     batch=lambda dims, x, shape: _broadcast_batched(x, shape),
     public="broadcast_to", positional=("shape",), cost="free")
 
@@ -157,10 +160,19 @@ def _scatter_add_batched(dims: tuple, g: Any, index: tuple, shape: tuple) -> Any
                 shape=S.shape_of(g)[:1] + tuple(shape))
 
 
+def _basic_index_view(out_shape: tuple, params: dict) -> bool:
+    """NumPy's basic indexing (ints, slices, None, ...) returns a view, unless ints take
+    every axis (then a NumPy scalar); an integer-array index copies."""
+    index = params["index"]
+    return out_shape != () and isinstance(index, tuple) and all(
+        i is None or i is Ellipsis or type(i) is int or isinstance(i, slice) for i in index)
+
+
 GETITEM = primitive(
     "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
     jvp=[lambda t, out, x, index: getitem(t, index)],
     vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True,
+    returns_view=_basic_index_view,
     batch=_getitem_batched,
     symbol="[]", public="getitem", positional=("index",), cost="free")
 

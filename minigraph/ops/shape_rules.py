@@ -36,6 +36,8 @@ def supported_dtype(who: str, dtype: Any) -> str:
         raise DTypeError(f"{who}: dtype {name} is not supported; use one of "
                          f"{', '.join(DTYPES)}")
     return name
+
+
 _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
 
 

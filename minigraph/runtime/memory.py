@@ -394,18 +394,12 @@ def _known(node: Node) -> bool:
     return can_write_into(node) or _foreseen(node)
 
 
-# The view primitives whose NumPy kernel returns its first argument or a view of it:
-# ``checkpoint`` (a view only if its function returns its argument) and ``to_device``
-# (a copy onto another device) are views that usually are not.
-_VIEWS = ("reshape", "transpose", "broadcast_to", "identity", "stop_gradient", "getitem")
-
-
 def _foreseen(node: Node) -> bool:
     """Whether the model knows what the kernel of a node without an ``out`` form returns
     (:meth:`MemoryPlan._value`): on a NumPy device, a new array or a NumPy scalar for an
-    op that is no view, and its input's memory for the views of ``_VIEWS`` (indexing
-    only with a basic index that leaves an axis: ints alone give a NumPy scalar, an
-    integer array a copy).
+    op that is no view, and its input's memory for a view whose table entry says it
+    returns one for these parameters (``Primitive.returns_view``: a transpose always, an
+    index when it is basic; ``checkpoint`` and ``to_device`` say nothing).
 
     A wrong guess costs time, not correctness: the run checks each such value and falls
     back to the dynamic accounting where it is something else (a reshape that copies).
@@ -418,14 +412,10 @@ def _foreseen(node: Node) -> bool:
         return False
     if not prim.view:
         return True
-    if prim.name not in _VIEWS or not node.args or not isinstance(node.args[0], Node):
+    if prim.returns_view is None or not node.args or not isinstance(node.args[0], Node):
         return False
-    if prim.name == "getitem":
-        index = node.params.get("index")
-        return (node.shape != () and isinstance(index, tuple)
-                and all(i is None or i is Ellipsis or type(i) is int or isinstance(i, slice)
-                        for i in index))
-    return True
+    assert node.shape is not None  # (_known checked)
+    return prim.returns_view(node.shape, node.params)
 
 
 _EXTERNAL = object()  # the model's stand-in for a value the run does not own (a feed ...)
