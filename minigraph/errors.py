@@ -32,3 +32,8 @@ class GradientError(MinigraphError, RuntimeError):
 
 class GradcheckError(MinigraphError, AssertionError):
     """Analytic and numerical derivatives disagree (raised by ``mg.gradcheck``)."""
+
+
+class PytreeError(MinigraphError, TypeError):
+    """A list, tuple or dict holding arrays where a transformation takes one array per
+    argument: JAX's and torch.func's *pytrees*, which minigraph does not take."""

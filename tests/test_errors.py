@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.errors import DeviceError, DTypeError, GradientError, ShapeError
@@ -105,3 +107,134 @@ def test_a_tangent_of_another_dtype_or_device_is_refused():
     out, t = mg.jvp(mg.sin, (x32,), (1.0,))  # a number takes the primal's dtype
     assert out.dtype == t.dtype == "float32"
     assert np.allclose(t.numpy(), np.cos([1.0, 2.0]))
+
+
+# -- a list, tuple or dict of arrays given to a transformation --------------------------------
+# JAX and torch.func read one as a pytree (each array an input of its own); minigraph's
+# transformations took it as one array, stacked: vmap(lambda ab: ab[0] * ab[1])((X, X))
+# batched across the two arrays and returned shape (2, 3) where JAX's and torch.func's
+# answer has shape (5, 3), without a word. Every transformation now refuses it.
+
+def _source_sum(ab):  # (source mode reads a function's text: a def, not a lambda)
+    return (ab[0] * ab[1]).sum()
+
+
+_TRANSFORMS = {
+    "grad tape": lambda a: mg.grad(_source_sum)(a),
+    "grad forward": lambda a: mg.grad(_source_sum, mode="forward")(a),
+    "grad graph": lambda a: mg.grad(_source_sum, mode="graph")(a),
+    "grad source": lambda a: mg.grad(_source_sum, mode="source")(a),
+    "value_and_grad": lambda a: mg.value_and_grad(_source_sum)(a),
+    "vjp": lambda a: mg.vjp(_source_sum, a),
+    "jvp primal": lambda a: mg.jvp(_source_sum, (a,), (1.0,)),
+    "jvp tangent": lambda a: mg.jvp(lambda x: x * 2.0, (np.ones(3),), (a,)),
+    "jacrev": lambda a: mg.jacrev(lambda ab: ab[0] * ab[1])(a),
+    "jacfwd": lambda a: mg.jacfwd(lambda ab: ab[0] * ab[1])(a),
+    "hessian": lambda a: mg.hessian(_source_sum)(a),
+    "vmap": lambda a: mg.vmap(lambda ab: ab[0] * ab[1])(a),
+    "vmap of grad": lambda a: mg.vmap(mg.grad(_source_sum))(a),
+    "trace": lambda a: mg.trace(_source_sum)(a),
+    "checkpoint": lambda a: mg.checkpoint(_source_sum)(a),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TRANSFORMS))
+@pytest.mark.parametrize("kind", [tuple, list, "tensors", "dict"])
+def test_a_container_of_arrays_is_refused_by_every_transformation(name, kind):
+    parts = [np.arange(3.0) + 1, np.arange(3.0) - 1]
+    if kind == "tensors":
+        arg = (mg.tensor(parts[0]), mg.tensor(parts[1]))
+    elif kind == "dict":
+        arg = {0: parts[0], 1: parts[1]}
+    else:
+        arg = kind(parts)
+    with pytest.raises(mg.errors.PytreeError, match=r"(argument|primal|tangent) 0 is a "
+                       r"(tuple|list|dict) of arrays or tensors.*separate arguments"):
+        _TRANSFORMS[name](arg)
+    with pytest.raises(TypeError):  # (a PytreeError is a TypeError too)
+        _TRANSFORMS[name](arg)
+
+
+def _nest(depth: int, leaf):
+    """``leaf`` inside ``depth`` lists, tuples or dicts, with numbers beside it."""
+    for k in range(depth):
+        leaf = [1.0, leaf] if k % 3 == 0 else (leaf, 2.0) if k % 3 == 1 else {"w": leaf}
+    return leaf
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(1, 5), shape=st.lists(st.integers(0, 3), max_size=2),
+       which=st.sampled_from(["grad", "vmap", "jacfwd", "vjp"]),
+       leaf_kind=st.sampled_from(["array", "tensor"]))
+def test_an_array_at_any_depth_of_a_container_is_refused(depth, shape, which, leaf_kind):
+    leaf = np.ones(shape) if leaf_kind == "array" else mg.tensor(np.ones(shape))
+    arg = _nest(depth, leaf)
+    call = {"grad": lambda: mg.grad(lambda a: 0.0)(arg),
+            "vmap": lambda: mg.vmap(lambda a: a)(arg),
+            "jacfwd": lambda: mg.jacfwd(lambda a: a)(arg),
+            "vjp": lambda: mg.vjp(lambda a: a, arg)}[which]
+    with pytest.raises(mg.errors.PytreeError):
+        call()
+
+
+def test_nested_lists_of_numbers_are_still_arrays_in_every_transformation():
+    """Numbers in a list are one array, as mg.tensor makes it (no pytree meaning could be
+    confused with it: JAX's vmap refuses a list of scalars). Closed forms: d/dx sum x^3 =
+    3x^2, the Jacobian of x^3 is diag(3x^2), its Hessian diag(6x)."""
+    x = [1.0, 2.0]
+    cube = lambda r: r * r * r  # noqa: E731
+    np.testing.assert_allclose(mg.grad(lambda r: cube(r).sum())(x).numpy(), [3.0, 12.0])
+    np.testing.assert_allclose(mg.grad(lambda r: cube(r).sum(), mode="forward")(x).numpy(),
+                               [3.0, 12.0])
+    # jacrev read the Jacobian's shape from the list itself and raised a reshape error
+    np.testing.assert_allclose(mg.jacrev(cube)(x).numpy(), np.diag([3.0, 12.0]))
+    np.testing.assert_allclose(mg.jacfwd(cube)(x).numpy(), np.diag([3.0, 12.0]))
+    np.testing.assert_allclose(mg.hessian(lambda r: cube(r).sum())(x).numpy(),
+                               np.diag([6.0, 12.0]))
+    np.testing.assert_allclose(mg.vmap(lambda r: r * 2.0)([[1.0, 2.0], [3.0, 4.0]]).numpy(),
+                               [[2.0, 4.0], [6.0, 8.0]])
+    # a tuple of numbers given to a compiled program is a constant of it, as before
+    assert float(mg.trace(lambda v, o: v * o[1])(2.0, (3.0, 4.0))) == 8.0
+
+
+def test_a_container_left_unbatched_is_passed_as_it_is():
+    """in_axes=None: the argument is the same for every example, as in JAX."""
+    X = np.arange(6.0).reshape(3, 2)
+    got = mg.vmap(lambda r, ab: r * ab[0] + ab[1], in_axes=(0, None))(X, (np.ones(2), 1.0))
+    np.testing.assert_allclose(got.numpy(), X + 1.0)
+
+
+def test_grad_names_itself_when_an_argument_is_an_integer():
+    """(It said vjp, the function grad calls.)"""
+    with pytest.raises(DTypeError, match="^grad: cannot differentiate"):
+        mg.grad(lambda r: r * r)(3)
+
+
+def _one_by_one(r):  # (a def: source mode reads it)
+    return (r[:1] * 2.0).reshape((1, 1))
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_every_mode_takes_an_output_of_one_element_whatever_its_shape(mode):
+    """The tape and source mode took a (1, 1) output as a scalar (PyTorch's backward()
+    takes any one-element tensor); forward and graph mode refused all but () and (1,).
+    d/dr (2 r_0) = (2, 0, 0)."""
+    got = mg.grad(_one_by_one, mode=mode)(np.array([0.5, 1.0, 2.0]))
+    np.testing.assert_array_equal(got.numpy(), [2.0, 0.0, 0.0])
+    with pytest.raises(GradientError, match="must return a scalar, it returned shape \\(2, 1\\)"):
+        mg.grad(lambda r: r[:2].reshape((2, 1)), mode="tape" if mode == "source" else mode)(
+            np.array([0.5, 1.0, 2.0]))
+
+
+@pytest.mark.parametrize("returned", [None, {"a": 1.0}, ((1.0, 2.0), 3.0), "text"])
+def test_vmap_and_jvp_name_what_f_returned(returned):
+    """They said "tensor(): dtype object is not supported" (or blamed a list element)."""
+    X = np.ones((4, 2))
+    with pytest.raises(mg.autodiff.batching.BatchingError, match=r"vmap: output 0 is a "
+                       r"(NoneType|dict|tuple|str); f must return a tensor or a number"):
+        out = returned if not isinstance(returned, tuple) else (returned[0], returned[1])
+        mg.vmap(lambda r: out if not isinstance(out, tuple) else (out[0], r))(X)
+    if not isinstance(returned, tuple):
+        with pytest.raises(TypeError, match=f"jvp: f must return a tensor, got "
+                           f"{type(returned).__name__}"):
+            mg.jvp(lambda r: returned, (X,), (X,))

@@ -530,6 +530,12 @@ _SIGNAL_SCRIPT = textwrap.dedent("""
     from minigraph.ops.primitive import Primitive
     from minigraph.ops.shape_rules import same
 
+    # Python turns SIGINT into KeyboardInterrupt only if the signal was not ignored when it
+    # started, and a shell starts a background command (pytest ... &) with SIGINT ignored,
+    # which every child inherits: install the handler, so that the test does not depend
+    # on how pytest was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def ctrl_c(xp, x):  # a kernel on an executor thread presses Ctrl-C in the main one
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         time.sleep(0.05)

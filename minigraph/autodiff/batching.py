@@ -32,7 +32,7 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
-from .levels import new_level
+from .levels import new_level, refuse_pytrees
 from .tape import own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
@@ -168,6 +168,10 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
     the same for every example. ``out_axes``: where the batch axis goes in the result,
     one entry per output if ``f`` returns a tuple; an output that does not depend on the
     batch is repeated along it (``None`` instead returns it unbatched).
+
+    A batched argument is one array (or tensor, or nested list of numbers): a tuple,
+    list or dict of arrays, which JAX would batch array by array (a pytree), is refused
+    (``levels.refuse_pytrees``); pass its arrays as arguments of their own.
     """
     def batched(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -175,6 +179,7 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
                                 f"(got keywords {sorted(kwargs)}); use in_axes to say which "
                                 f"are batched")
         axes = _per_argument(in_axes, len(args))
+        refuse_pytrees(args, [i for i, axis in enumerate(axes) if axis is not None], "vmap")
         level = new_level()
         inputs, sizes = [], []
         for i, (a, axis) in enumerate(zip(args, axes)):
@@ -228,6 +233,10 @@ def _per_output(out_axes: Any, n: int) -> list:
 
 def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any:
     """Output ``k`` with its batch axis moved from the front to ``axis``."""
+    if not (isinstance(out, (Tensor, int, float, np.ndarray, np.generic))
+            or type(out) in KINDS):
+        raise BatchingError(f"vmap: output {k} is a {type(out).__name__}; f must return a "
+                            f"tensor or a number, or a flat tuple or list of them")
     batched = type(out) is BatchTracer and out.level == level
     if axis is None:
         if batched:

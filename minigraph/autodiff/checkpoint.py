@@ -41,7 +41,9 @@ transformation writes the recomputed lines into the reverse sweep.
 
 **What f may do.** Arguments that are tensors (or values of a transformation, or NumPy
 arrays) are f's inputs; any other argument (a number, a string, None) is passed to f as
-it is, as ``torch.utils.checkpoint`` does, and gets no gradient. f returns one tensor.
+it is, as ``torch.utils.checkpoint`` does, and gets no gradient; a list, tuple or dict
+holding arrays or tensors is refused (one array per argument, as every transformation
+takes them: ``levels.refuse_pytrees``). f returns one tensor.
 Gradients go to the arguments only, so f must not read a tensor that requires a gradient
 (or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
 (a closure, a global): that raises, naming the fix. A module is the usual case, so
@@ -68,7 +70,7 @@ from ..ops.shape_rules import FLOATS, dtype_of, shape_of
 from ..tensor import Tensor, shared, tensor
 from .batching import vmap
 from .forward import jvp
-from .levels import transformation
+from .levels import refuse_pytrees, transformation
 from .tape import is_grad_enabled, vjp
 
 
@@ -330,6 +332,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         if kwargs:
             raise CheckpointError(f"checkpoint({name}): pass the arguments by position (got "
                                   f"keywords {sorted(kwargs)}); close over constant options")
+        refuse_pytrees(args, range(len(args)), f"checkpoint({name})")
         inputs, static = [], []
         for i, a in enumerate(args):
             if isinstance(a, Tensor) or type(a) in KINDS:

@@ -30,7 +30,7 @@ from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .argnums import Argnums, normalize_argnums, single
-from .levels import ValueInside, new_level, transformation
+from .levels import ValueInside, new_level, refuse_pytrees, transformation
 
 
 class Dual(ValueInside, ArrayOps):
@@ -104,6 +104,8 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     """
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    refuse_pytrees(primals, range(len(primals)), "jvp", "primal")
+    refuse_pytrees(tangents, range(len(tangents)), "jvp", "tangent")
     level = new_level()
     duals = []
     for p, t in zip(primals, tangents):
@@ -126,6 +128,9 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
         raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__} (for several "
                         f"outputs, one jvp per output, or mg.stack them)")
+    if not (isinstance(out, (Tensor, int, float, np.ndarray, np.generic))
+            or hasattr(out, "_bind")):
+        raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__}")
     out = _as_tensor(out)
     return out, zeros(shape_of(out), out.dtype, out.device)
 
@@ -176,6 +181,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
 
     def jac(*args: Any) -> Any:
         nums = normalize_argnums(argnums, len(args), "jacfwd")
+        refuse_pytrees(args, nums, "jacfwd")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
         for i in nums:
@@ -203,6 +209,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
 
     def wrapped(*args: Any) -> tuple:
         nums = normalize_argnums(argnums, len(args), "grad")
+        refuse_pytrees(args, nums, "grad")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         value = None
         grads = []
@@ -214,7 +221,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             parts = []
             for e in basis_vectors(x):
                 value, t = jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,))
-                if shape_of(value) not in ((), (1,)):
+                if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")
                 parts.append(SH.reshape(t, (1,)))

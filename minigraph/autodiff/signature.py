@@ -39,6 +39,7 @@ from ..device import get_device
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
 from . import tape
+from .levels import refuse_pytrees
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 # Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
@@ -68,6 +69,8 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
         elif isinstance(a, np.ndarray):
             key.append((DATA, get_device(None), a.shape, a.dtype))
         else:
+            if isinstance(a, (tuple, list, dict)):  # (as every transformation: levels.py)
+                refuse_pytrees(args, (k,), "mg.trace, graph and source mode")
             key.append(("static", _constant_key(a, k)))
     return tuple(key)
 
@@ -103,16 +106,21 @@ def arrays(args: tuple, key: tuple, static: bool) -> list | None:
 
 def _constant_key(a: Any, k: int) -> Any:
     """A constant argument's key: its type and value, floats by their bits."""
+    return _key_of(a, k, a)
+
+
+def _key_of(a: Any, k: int, whole: Any) -> Any:
     if isinstance(a, float):
         return float, a.hex()
     if isinstance(a, (tuple, list)):
-        return type(a), tuple(_constant_key(x, k) for x in a)
+        return type(a), tuple(_key_of(x, k, whole) for x in a)
     try:
         hash(a)
     except TypeError:
-        raise TypeError(f"argument {k} ({type(a).__name__}) is neither data (a tensor, an "
-                        f"array, a float) nor a hashable Python value; a compiled program is "
-                        f"built per value of such arguments") from None
+        what = type(whole).__name__ + ("" if a is whole else f" holding a {type(a).__name__}")
+        raise TypeError(f"argument {k} ({what}) is neither data (a tensor, an array, a "
+                        f"float) nor a hashable Python value; a compiled program is built "
+                        f"per value of such arguments") from None
     return type(a), a
 
 

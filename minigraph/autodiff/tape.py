@@ -52,7 +52,7 @@ from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kin
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
 from .backward import Entry, collector_paused, reverse_sweep
-from .levels import ValueInside, new_level, transformation
+from .levels import ValueInside, new_level, refuse_pytrees, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -665,6 +665,7 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y)."""
     if not primals:
         raise TypeError("vjp: give at least one primal to differentiate with respect to")
+    refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
     rec = _Recording()
     boxes = [Box(_differentiable(p, "vjp"), rec) for p in primals]
     with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's rule)
@@ -719,7 +720,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         nums = checked.get(len(args))
         if nums is None:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
-        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *[args[i] for i in nums])
+        refuse_pytrees(args, nums, "grad")
+        xs = [_differentiable(args[i], "grad") for i in nums]  # (its errors say grad)
+        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *xs)
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
@@ -747,6 +750,10 @@ def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
 
     def jac(*args: Any) -> Any:
         nums = normalize_argnums(argnums, len(args), "jacrev")
+        refuse_pytrees(args, nums, "jacrev")
+        # (as tensors here: the Jacobian's shape is read from them, a list has none)
+        args = tuple(_differentiable(a, "jacrev") if i in nums else a
+                     for i, a in enumerate(args))
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
         rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
         if rows is None:

@@ -30,6 +30,8 @@ differentiates through ``jit`` by interpreting its jaxpr.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -175,7 +177,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         out = _constant_output(graph, out)
         if not isinstance(out, Node):
             raise GraphError(f"grad: f must return a graph value, got {type(out).__name__}")
-        if out.shape is not None and out.shape not in ((), (1,)):
+        if out.shape is not None and math.prod(out.shape) != 1:  # (one number, as the tape)
             raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
                                 f"use mg.gradients in a graph for several outputs")
         xs = [inputs[positions[i]] for i in nums]
