@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.autodiff.signature import programs
@@ -460,6 +462,35 @@ def test_an_integer_feed_that_does_not_fit_the_placeholder_is_refused(placeholde
         return
     with pytest.raises(FeedError, match=f"feed for 'i': values .* do not fit dtype {placeholder}"):
         sess.run(out, {i: value})
+
+
+@settings(max_examples=60, deadline=None)
+@given(source=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"]),
+       target=st.sampled_from(["float32", "float64"]),
+       values=st.lists(st.integers(-2**63, 2**64 - 1), min_size=1, max_size=4))
+def test_integers_fed_to_a_float_placeholder_arrive_exactly_or_are_refused(source, target,
+                                                                         values):
+    """int32 labels fed to a float32 placeholder raised NumPy's "Invalid integer data type
+    'f'" (the range check asked np.iinfo about a float). Oracle: Python's own integers,
+    compared with the float that came out. Where NumPy calls the cast safe (int32 ->
+    float64) it is made as NumPy makes it; where not, the value must come out exactly."""
+    info = np.iinfo(source)
+    values = [v for v in values if info.min <= v <= info.max] or [0]
+    array = np.array(values, dtype=source)
+    with mg.Graph() as g:
+        x = mg.placeholder((len(values),), target, name="x")
+        out = x + 0
+    sess = mg.Session(g)
+    if np.can_cast(source, target, "safe"):
+        np.testing.assert_array_equal(sess.run(out, {x: array}), array.astype(target))
+        return
+    exact = all(int(np.array(v, dtype=source).astype(target)) == v for v in values)
+    if exact:
+        got = sess.run(out, {x: array})
+        assert [int(v) for v in np.atleast_1d(got)] == values
+    else:
+        with pytest.raises(FeedError, match=f"feed for 'x': .* have no exact {target}"):
+            sess.run(out, {x: array})
 
 
 def test_fetching_a_node_of_another_graph():

@@ -515,15 +515,8 @@ def fed_value(node: Node, value: Any) -> Any:
                         f"to a node of dtype {node.dtype} "
                         f"(created at {describe_location(node.location)})")
     if node.dtype is not None and dtype.kind in "iu" and array.size \
-            and not np.can_cast(dtype, node.dtype, "safe"):  # int64 -> int32, uint64 -> int64
-        # a narrowing cast wraps a value that does not fit (2**31 fed as int32 becomes
-        # -2**31): the values must fit, as a Python int fed to TensorFlow's must
-        low, high = int(array.min()), int(array.max())
-        info = np.iinfo(node.dtype)
-        if low < info.min or high > info.max:
-            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
-                            f"{node.dtype} ({info.min}..{info.max}) "
-                            f"(created at {describe_location(node.location)})")
+            and not np.can_cast(dtype, node.dtype, "safe"):
+        _check_integers_fit(node, np.asarray(array), np.dtype(node.dtype))
     if node.shape is not None and tuple(array.shape) != node.shape:
         raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
                          f"cannot be fed to a node of shape {node.shape} "
@@ -531,6 +524,28 @@ def fed_value(node: Node, value: Any) -> Any:
     if node.device.remote:  # another rank's placeholder: checked, but fed there
         return array
     return node.device.asarray(array, dtype=node.dtype)
+
+
+def _check_integers_fit(node: Node, array: Any, target: np.dtype) -> None:
+    """Integers fed to a node whose dtype may not hold them: the values must fit, as a
+    Python int fed to TensorFlow's must. A narrowing integer cast (int64 -> int32) wraps
+    a value that does not fit (2**31 becomes -2**31); a cast to a float rounds an integer
+    beyond its mantissa (2**24 + 1 fed as float32 becomes 2**24)."""
+    where = f"(created at {describe_location(node.location)})"
+    if target.kind in "iu":
+        low, high = int(array.min()), int(array.max())
+        info = np.iinfo(target)
+        if low < info.min or high > info.max:
+            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
+                            f"{target} ({info.min}..{info.max}) {where}")
+        return
+    with np.errstate(invalid="ignore"):  # (a float beyond the int range: compared below)
+        back = array.astype(target).astype(array.dtype)
+    changed = array[back != array]
+    if changed.size:
+        raise FeedError(f"feed for '{node.name}': {changed.size} of the {array.dtype} values "
+                        f"(e.g. {int(changed.flat[0])}) have no exact {target}, which would "
+                        f"round them; feed floats, or give the node a wider dtype {where}")
 
 
 def _native(value: Any, node: Node) -> bool:
