@@ -170,6 +170,20 @@ def test_allreduce_gives_every_device_the_sum(algorithm, n, strict_devices):
         np.testing.assert_allclose(o.numpy(), sum(parts), rtol=1e-12)
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "naive", "parameter_server"])
+def test_allreduce_refuses_replicas_of_different_shapes_or_dtypes(algorithm):
+    """A float32 replica beside a float64 one came back float64, its dtype changed by the
+    sum; torch.distributed's all_reduce refuses mixed dtypes, and so does this one."""
+    mixed = [mg.tensor(np.ones(3, np.float32), device=DEVICES[0]),
+             mg.tensor(np.ones(3), device=DEVICES[1])]
+    with pytest.raises(mg.errors.DTypeError,
+                       match=r"allreduce: every device must give the same dtype, .*"
+                             r"\['float32', 'float64'\]"):
+        mg.parallel.allreduce(mixed, algorithm)
+    with pytest.raises(ValueError, match="same shape"):
+        mg.parallel.allreduce([mg.tensor(np.ones(3)), mg.tensor(np.ones(4))], algorithm)
+
+
 def test_ring_allreduce_moves_less_through_the_busiest_device():
     tensors = [mg.tensor(np.ones(3000), device=d) for d in DEVICES]
     _, ring = mg.parallel.allreduce_with_stats(tensors, "ring")

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..device import get_device
+from ..errors import DTypeError
 from ..ops import shape as SH
 from ..tensor import Tensor, tensor
 
@@ -125,6 +126,10 @@ def allreduce_with_stats(tensors: Sequence[Tensor],
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1:
         raise ValueError(f"allreduce: every device must give the same shape, got {sorted(shapes)}")
+    dtypes = {str(t.dtype) for t in tensors}
+    if len(dtypes) != 1:  # (the sum would take the widest, and change the others' dtype)
+        raise DTypeError(f"allreduce: every device must give the same dtype, as "
+                         f"torch.distributed's all_reduce asks, got {sorted(dtypes)}")
     if algorithm == "naive":
         return _naive(tensors)
     if algorithm == "ring":
