@@ -555,7 +555,17 @@ REFUSALS = {  # construct -> (source of f, line of the construct within it)
               "    return x\n", 4),
     "an assignment into part of a value (x[...] = ...)": (
         "def f(x):\n    y = x * 2.0\n    y[0] = 1.0\n    return y.sum()\n", 3),
+    # (argnums was checked first, against no named parameter: "argnums=0 names argument
+    # 0, but the function was called with 0 arguments", before any call)
+    "*args, **kwargs or keyword-only parameters": ("def f(*xs):\n    return xs[0] * 2.0\n", 1),
 }
+
+
+def test_argnums_out_of_range_says_how_many_parameters_f_takes(tmp_path):
+    f, _ = load("def f(x, y):\n    return (x * y).sum()\n", tmp_path)
+    with pytest.raises(IndexError, match="argnums=2 names argument 2, but the function "
+                                         "takes 2 arguments"):
+        mg.grad(f, argnums=2, mode="source")
 
 
 def load(code, tmp_path, name="f"):

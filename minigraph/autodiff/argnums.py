@@ -14,8 +14,10 @@ from typing import Sequence, Union
 Argnums = Union[int, Sequence[int]]
 
 
-def normalize_argnums(argnums: Argnums, nargs: int, who: str) -> tuple[int, ...]:
-    """``argnums`` as a tuple of indices in ``range(nargs)``."""
+def normalize_argnums(argnums: Argnums, nargs: int, who: str,
+                      counted: str = "was called with") -> tuple[int, ...]:
+    """``argnums`` as a tuple of indices in ``range(nargs)``; ``counted`` says where
+    nargs comes from in the error ("takes": its parameters, before any call)."""
     given: tuple = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     if not given:
         raise ValueError(f"{who}: argnums is empty; name at least one argument to "
@@ -28,7 +30,7 @@ def normalize_argnums(argnums: Argnums, nargs: int, who: str) -> tuple[int, ...]
             raise TypeError(f"{who}: argnums must be integers, got {n!r}") from None
         if not -nargs <= k < nargs:
             raise IndexError(f"{who}: argnums={argnums!r} names argument {k}, but the "
-                             f"function was called with {nargs} argument"
+                             f"function {counted} {nargs} argument"
                              f"{'s' if nargs != 1 else ''}")
         nums.append(k % nargs)
     if len(set(nums)) != len(nums):

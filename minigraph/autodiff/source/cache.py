@@ -36,10 +36,12 @@ class SourceGrad:
     def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
         self.f = f
         self.argnums = argnums
+        # refusals happen here, before anything runs (first: they include *args, which
+        # has no parameter count to check argnums against)
+        self._src = _read(f)
         # (source mode reads f's parameters, so argnums is checked against them at once)
-        self.nums = normalize_argnums(argnums, f.__code__.co_argcount, "grad")
+        self.nums = normalize_argnums(argnums, f.__code__.co_argcount, "grad", "takes")
         self.with_value = with_value
-        self._src = _read(f)  # refusals happen here, before anything runs
         self.transforms = 0  # how many programs were written (the cache's misses)
         self.last: Program | None = None
         self.__name__ = f"grad_{f.__name__}"
