@@ -35,7 +35,7 @@ FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
 class Tensor(ArrayOps):
     """An n-dimensional array on a device; records its history when gradients are needed."""
 
-    __slots__ = ("data", "device", "requires_grad", "grad", "_entry", "_nbytes", "__weakref__")
+    __slots__ = ("data", "device", "requires_grad", "_grad", "_entry", "_nbytes", "__weakref__")
     _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
     # (Tensor is not registered with register_kind: bind runs the eager interpreter
     # whenever no registered kind is among the arguments.)
@@ -45,7 +45,7 @@ class Tensor(ArrayOps):
         self.data = data
         self.device = device
         self.requires_grad = requires_grad
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None  # (the slot itself: no check for None)
         self._entry = entry
         # Memory accounting per device: count the bytes of arrays that own their memory
         # (a NumPy view, e.g. from reshape, shares its base's bytes and counts nothing).
@@ -115,6 +115,28 @@ class Tensor(ArrayOps):
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it)."""
         return shared(self.data, self.device)
+
+    @property
+    def grad(self) -> "Tensor | None":
+        """The gradient ``backward()`` accumulated into this tensor (None before any)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        """PyTorch's rule: None, or a tensor of this one's shape, dtype and device. Another
+        would fail at the next accumulation, after the tape was used up, or make a
+        float32 parameter's gradient float64 without a word."""
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"grad: a gradient is a Tensor or None, got "
+                                f"{type(value).__name__}")
+            if value.shape != self.shape or value.dtype != self.dtype \
+                    or value.device is not self.device:
+                raise GradientError(
+                    f"grad: cannot assign a gradient of shape {value.shape} {value.dtype} on "
+                    f"{value.device.name} to a tensor of shape {self.shape} {self.dtype} on "
+                    f"{self.device.name}; they must agree")
+        self._grad = value
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         """Mark a leaf tensor as an input whose gradient ``backward()`` should fill."""
@@ -269,7 +291,7 @@ def _tape() -> Any:
 def shared(data: Any, device: Device) -> Tensor:
     """A tensor over memory another tensor already counts (``detach``): counted once."""
     t = Tensor.__new__(Tensor)
-    t.data, t.device, t.requires_grad, t.grad, t._entry, t._nbytes = data, device, False, \
+    t.data, t.device, t.requires_grad, t._grad, t._entry, t._nbytes = data, device, False, \
         None, None, 0
     return t
 

@@ -194,7 +194,10 @@ def test_sgd_step_momentum_and_weight_decay_follow_pytorch():
 def test_a_failed_sgd_step_leaves_every_parameter_and_buffer_as_it_was(bad, error):
     values = [RNG.normal(size=3) for _ in range(3)]
     params = params_with_grads(values, [np.ones(3), None, np.ones(3)])
-    params[1].grad = bad  # the middle one fails, after the first was computed
+    with pytest.raises(mg.errors.GradientError, match="cannot assign a gradient"):
+        params[1].grad = bad  # refused as PyTorch refuses it ...
+    params[1]._grad = bad  # ... so put behind the check: SGD's own check must hold too
+    # (the middle one fails, after the first was computed)
     opt = nn.SGD(params, lr=0.5, momentum=0.9)
     with pytest.raises(error, match="parameter 1"):
         opt.step()

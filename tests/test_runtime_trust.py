@@ -472,14 +472,16 @@ def test_sgd_refuses_a_repeated_parameter():
 def test_a_failing_sgd_step_is_all_or_nothing(n, data, fault, momentum, weight_decay):
     params = _trained(n)
     bad = data.draw(st.integers(0, n - 1))
+    # (Assigning such a .grad is refused, as in PyTorch: test_tensor.py. It is put into
+    # the slot behind the check, so that SGD's own checks, the second line, are tested.)
     if fault == "shape":
-        params[bad].grad = mg.tensor(np.ones(4))
+        params[bad]._grad = mg.tensor(np.ones(4))
     elif fault == "dtype":
-        params[bad].grad = mg.tensor(np.ones(3, dtype=np.float32))
+        params[bad]._grad = mg.tensor(np.ones(3, dtype=np.float32))
     elif fault == "read-only":
         params[bad].data.flags.writeable = False
     else:
-        params[bad].grad = np.ones(3)  # an array, not a Tensor
+        params[bad]._grad = np.ones(3)  # an array, not a Tensor
     opt = mg.nn.SGD(params, lr=0.1, momentum=momentum, weight_decay=weight_decay)
     before = [p.numpy().copy() for p in params]
     with pytest.raises((ValueError, TypeError)):

@@ -223,7 +223,7 @@ def test_shared_parameter_dicts_stay_empty_and_unwritten():
 
     x = mg.tensor([0.5, -1.0, 2.0], requires_grad=True)
     y = (x * x + mg.sin(x)).sum()
-    (gx,) = [g for _, g in tape.sweep([y], [mg.tensor(1.0)], create_graph=True)]
+    (gx,) = [g for _, g in tape.sweep([y], [mg.tensor(1.0)], create_graph=True)[0]]
     gx.sum().backward()
     y.backward()
     assert tape.NO_PARAMS == {}
@@ -359,3 +359,50 @@ def test_every_op_that_takes_a_dtype_refuses_one_minigraph_does_not_compute_in()
         mg.one_hot(labels, True)
     assert mg.one_hot(labels, np.int64(3), np.float32).numpy().tolist() == \
         [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+
+
+def test_assigning_a_gradient_checks_it_as_pytorch_does():
+    """A .grad of another shape, dtype or device was taken as it was: the next backward()
+    failed halfway (after using up the tape), or a float32 leaf's gradient became float64."""
+    x = mg.tensor(np.ones(3, np.float32), requires_grad=True)
+    for bad, what in [(mg.tensor(np.ones(4, np.float32)), r"shape \(4,\) float32"),
+                      (mg.tensor(np.ones(3)), r"shape \(3,\) float64"),
+                      (mg.tensor(np.ones(3, np.float32), device="cpu:1"), r"shape \(3,\) float32 on cpu:1")]:
+        with pytest.raises(mg.errors.GradientError, match=f"cannot assign a gradient of {what}"):
+            x.grad = bad
+    with pytest.raises(TypeError, match="a Tensor or None, got ndarray"):
+        x.grad = np.ones(3, np.float32)
+    assert x.grad is None
+    x.grad = mg.tensor(np.ones(3, np.float32))  # what fits is taken, as it is
+    (x * 2.0).sum().backward()
+    assert x.grad.dtype == "float32" and x.grad.numpy().tolist() == [3.0, 3.0, 3.0]
+    x.grad = None
+    assert x.grad is None
+
+
+def test_a_backward_that_fails_changes_no_gradient_and_keeps_the_tape(monkeypatch):
+    """Gradients were set leaf by leaf and the tape released before they were: a failure
+    in the second leaf's accumulation left the first leaf's .grad added to, and the tape
+    gone, so backward() could not be run again."""
+    from minigraph.autodiff import tape
+
+    x = mg.tensor(np.ones(3), requires_grad=True)
+    y = mg.tensor(np.ones(3), requires_grad=True)
+    z = (x * 2.0 + y * 3.0).sum()
+    x.grad, y.grad = mg.tensor(np.ones(3)), mg.tensor(np.ones(3))
+    calls = []
+    real = tape._own
+
+    def fail_on_second(g, handed):  # the second leaf's gradient cannot be handed out
+        calls.append(g)
+        if len(calls) == 2:
+            raise MemoryError("injected")
+        return real(g, handed)
+
+    monkeypatch.setattr(tape, "_own", fail_on_second)
+    with pytest.raises(MemoryError, match="injected"):
+        z.backward()
+    assert x.grad.numpy().tolist() == y.grad.numpy().tolist() == [1.0, 1.0, 1.0]
+    monkeypatch.setattr(tape, "_own", real)
+    z.backward()  # the tape is still there
+    assert x.grad.numpy().tolist() == [3.0] * 3 and y.grad.numpy().tolist() == [4.0] * 3

@@ -482,14 +482,13 @@ RELEASED_ENTRY = (RELEASED, NO_PARAMS, -1)
 
 
 def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = frozenset(),
-          create_graph: bool = False, retain: bool = True) -> list[tuple[Tensor, Tensor]]:
-    """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``.
+          create_graph: bool = False) -> tuple[list[tuple[Tensor, Tensor]], list[Entry]]:
+    """Propagate adjoints from ``outputs`` back to the leaves: ``[(leaf, adjoint)]``, and
+    the entries swept (for :func:`release`).
 
     The tape's entries, oldest first, go to the one reverse sweep
     (``backward.reverse_sweep``); the rules run on the tensors themselves, and record
-    their own work when ``create_graph`` is on. Without ``retain`` the entries are
-    released afterwards: their saved values are dropped, and a second sweep through them
-    raises instead of silently adding the same gradient twice.
+    their own work when ``create_graph`` is on.
     """
     with collector_paused():  # (reading the tape allocates as much as sweeping it)
         entries, leaves = _entries(outputs, stop)
@@ -497,10 +496,14 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = f
             _check_writes([e[2] for e in entries])
         with _SetGradMode(create_graph):
             adjoint = reverse_sweep(entries, zip(outputs, seeds), _tracked)
-        if not retain:
-            for e in entries:
-                e[2]._entry = RELEASED_ENTRY
-        return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint]
+        return [(leaf, adjoint[id(leaf)]) for leaf in leaves if id(leaf) in adjoint], entries
+
+
+def release(entries: list[Entry]) -> None:
+    """Drop the saved values of swept entries: a second sweep through them raises
+    instead of silently adding the same gradient twice (PyTorch's ``retain_graph=False``)."""
+    for e in entries:
+        e[2]._entry = RELEASED_ENTRY
 
 
 def _tracked(a: Any) -> bool:
@@ -541,11 +544,20 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
     retain = create_graph if retain_graph is None else retain_graph
     # the memory handed out so far: the caller's seed, then the leaves' gradients
     handed = {id(_owner(seed.data))} if seed is grad else set()
-    for leaf, g in sweep([out], [seed], create_graph=create_graph, retain=retain):
+    adjoints, entries = sweep([out], [seed], create_graph=create_graph)
+    # Every new .grad is computed before any is set, and the tape is released only then:
+    # a failure (an accumulation that cannot add up) leaves the leaves and the tape as
+    # they were, and backward() can be called again.
+    new = []
+    for leaf, g in adjoints:
         g = _own(g, handed)
         if g.data.dtype != leaf.data.dtype:
             g = C.astype(g, leaf.dtype)
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        new.append((leaf, g if leaf._grad is None else leaf._grad + g))
+    for leaf, g in new:
+        leaf._grad = g  # (shape, dtype and device are the leaf's: the setter's checks hold)
+    if not retain:
+        release(entries)
 
 
 def _own(g: Tensor, handed: set[int]) -> Tensor:
