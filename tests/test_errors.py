@@ -238,3 +238,26 @@ def test_vmap_and_jvp_name_what_f_returned(returned):
         with pytest.raises(TypeError, match=f"jvp: f must return a tensor, got "
                            f"{type(returned).__name__}"):
             mg.jvp(lambda r: returned, (X,), (X,))
+
+
+def _takes_a_keyword(x, scale=2.0):
+    return (x * scale).sum()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: mg.grad(_takes_a_keyword)(np.ones(2), scale=3.0),
+    lambda: mg.grad(_takes_a_keyword, mode="forward")(np.ones(2), scale=3.0),
+    lambda: mg.grad(_takes_a_keyword, mode="graph")(np.ones(2), scale=3.0),
+    lambda: mg.grad(_takes_a_keyword, mode="source")(np.ones(2), scale=3.0),
+    lambda: mg.value_and_grad(_takes_a_keyword)(np.ones(2), scale=3.0),
+    lambda: mg.jacrev(_takes_a_keyword)(np.ones(2), scale=3.0),
+    lambda: mg.jacfwd(_takes_a_keyword)(np.ones(2), scale=3.0),
+    lambda: mg.hessian(_takes_a_keyword, argnums=(0,))(np.ones(2), scale=3.0),
+    lambda: mg.trace(_takes_a_keyword)(np.ones(2), scale=3.0),
+])
+def test_a_keyword_argument_is_refused_by_name(call):
+    """Python's own message named an inner function ("grad.<locals>.gradient() got an
+    unexpected keyword argument"); vmap and checkpoint already refused by name."""
+    with pytest.raises(TypeError, match=r"^(grad|jacrev|jacfwd|hessian|trace): pass f's "
+                                        r"arguments by position \(got keywords \['scale'\]\)"):
+        call()

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ..graph import trace
 from . import forward, source, tape
 from .argnums import normalize_argnums
-from .levels import transformation
+from .levels import refuse_keywords, transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep
@@ -56,8 +56,8 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     else:
         vg = value_and_grad(f, argnums, mode)
 
-        def gradient(*args: Any) -> Any:
-            return vg(*args)[1]
+        def gradient(*args: Any, **kwargs: Any) -> Any:
+            return vg(*args, **kwargs)[1]
 
     gradient.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
     return transformation(gradient, f"grad(mode={mode!r})")
@@ -75,7 +75,8 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
     if isinstance(argnums, int):
         return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")
 
-    def blocks(*args: Any) -> tuple:
+    def blocks(*args: Any, **kwargs: Any) -> tuple:
+        refuse_keywords(kwargs, "hessian")
         nums = normalize_argnums(argnums, len(args), "hessian")
         return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
     return transformation(blocks, "hessian")

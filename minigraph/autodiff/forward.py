@@ -30,7 +30,7 @@ from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .argnums import Argnums, normalize_argnums, single
-from .levels import ValueInside, new_level, refuse_pytrees, transformation
+from .levels import ValueInside, new_level, refuse_keywords, refuse_pytrees, transformation
 
 
 class Dual(ValueInside, ArrayOps):
@@ -179,7 +179,8 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     from ..ops.shape import stack
     from .batching import vmap
 
-    def jac(*args: Any) -> Any:
+    def jac(*args: Any, **kwargs: Any) -> Any:
+        refuse_keywords(kwargs, "jacfwd")
         nums = normalize_argnums(argnums, len(args), "jacfwd")
         refuse_pytrees(args, nums, "jacfwd")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
@@ -207,7 +208,8 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Forward mode behind ``mg.value_and_grad(f, mode="forward")``: n passes for n inputs."""
 
-    def wrapped(*args: Any) -> tuple:
+    def wrapped(*args: Any, **kwargs: Any) -> tuple:
+        refuse_keywords(kwargs, "grad")
         nums = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))

@@ -79,6 +79,17 @@ def refuse_pytrees(values: Sequence[Any], positions: Iterable[int], who: str,
                 f"array is meant")
 
 
+def refuse_keywords(kwargs: dict, who: str) -> None:
+    """Refuse keyword arguments to a transformed function, naming them. (JAX and
+    torch.func pass keywords to f undifferentiated; minigraph's transformations, whose
+    compiled programs are cached per positional signature, take positions only.)"""
+    if kwargs:
+        first = sorted(kwargs)[0]
+        raise TypeError(f"{who}: pass f's arguments by position (got keywords "
+                        f"{sorted(kwargs)}); to fix a keyword, transform a function that "
+                        f"sets it: def g(x): return f(x, {first}=...)")
+
+
 class ValueInside:
     """What Python asks of a value a transformation wraps, answered by the value inside
     (``_inside()``: a ``vjp`` box's content, a dual number's primal), as a tensor answers

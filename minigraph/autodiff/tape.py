@@ -52,7 +52,7 @@ from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kin
 from ..ops.shape_rules import shape_of
 from .argnums import Argnums, normalize_argnums, single
 from .backward import Entry, collector_paused, reverse_sweep
-from .levels import ValueInside, new_level, refuse_pytrees, transformation
+from .levels import ValueInside, new_level, refuse_keywords, refuse_pytrees, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -728,7 +728,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
 
     checked: dict[int, tuple[int, ...]] = {}  # argument count -> the normalised argnums
 
-    def wrapped(*args: Any) -> tuple:
+    def wrapped(*args: Any, **kwargs: Any) -> tuple:
+        if kwargs:  # (the cached call's path: no call for none)
+            refuse_keywords(kwargs, "grad")
         nums = checked.get(len(args))
         if nums is None:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
@@ -760,7 +762,8 @@ def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     from .batching import vmap
     from .forward import basis_vectors, identity_rows, jacobian_from_rows
 
-    def jac(*args: Any) -> Any:
+    def jac(*args: Any, **kwargs: Any) -> Any:
+        refuse_keywords(kwargs, "jacrev")
         nums = normalize_argnums(argnums, len(args), "jacrev")
         refuse_pytrees(args, nums, "jacrev")
         # (as tensors here: the Jacobian's shape is read from them, a list has none)

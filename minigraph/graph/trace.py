@@ -37,6 +37,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from ..autodiff.argnums import Argnums, normalize_argnums, single
+from ..autodiff.levels import refuse_keywords
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
@@ -135,7 +136,9 @@ class Traced:
         self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = programs(f, "trace")
         self.recordings = 0  # how many times the Python body ran
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:  # (the cached call's path: no call for none)
+            refuse_keywords(kwargs, "trace")
         key = signature(args)
         entry = self.cache.get(key)
         if entry is None or entry[0].captured.stale():  # (a global tensor written: again)
@@ -191,7 +194,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     # (argnums is checked once per count, not on every call; the errors are the same.)
     options: dict[int, tuple[tuple[int, ...], dict]] = {}
 
-    def wrapped(*args: Any) -> Any:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:  # (the cached call's path: no call for none)
+            refuse_keywords(kwargs, "grad")
         known = options.get(len(args))
         if known is None:
             nums = normalize_argnums(argnums, len(args), "grad")

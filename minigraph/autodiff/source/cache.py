@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeAlias
 
 from ...errors import MinigraphError
 from ..argnums import normalize_argnums, single
+from ..levels import refuse_keywords
 from ..signature import arrays, programs, signature
 from .compiled import Program, _transform, _value
 from .reading import _read
@@ -77,7 +78,9 @@ class SourceGrad:
         self.last = prog
         return prog
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:  # (a keyword would also miss the cache, keyed by positions)
+            refuse_keywords(kwargs, "grad")
         if len(args) < self._n:  # (the call's cost counts: no method call when complete)
             args = self._complete(args)
         key = signature(args, self.nums)
