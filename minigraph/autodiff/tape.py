@@ -735,8 +735,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         if nums is None:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
-        xs = [_differentiable(args[i], "grad") for i in nums]  # (its errors say grad)
-        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *xs)
+        inputs = [_differentiable(args[i], "grad") for i in nums]  # (its errors say grad)
+        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *inputs)
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
