@@ -215,6 +215,24 @@ def test_gradcheck_reports_the_wrong_element():
     assert mg.gradcheck(lambda x: bind(wrong, x), [mg.tensor([1.0, 2.0])], mode="forward")
 
 
+def test_gradcheck_refuses_to_check_nothing_and_explains_float32():
+    """With no floating input it returned True, having checked no derivative (PyTorch's
+    refuses: no input requires a gradient); a float32 input failed with "3 of 3 entries
+    disagree" and nothing said that eps=1e-6 is below float32's resolution."""
+    with pytest.raises(ValueError, match=r"no input is floating \(dtypes \['int64'\]\)"):
+        mg.gradcheck(lambda z: (z * z).sum(), [np.array([1, 2])])
+    with pytest.raises(ValueError, match="mode is 'tape' or 'forward', got 'graph'"):
+        mg.gradcheck(lambda z: z.sum(), [np.ones(2)], mode="graph")
+    x32 = np.array([0.5, -1.0, 2.0], np.float32)
+    with pytest.raises(mg.errors.GradcheckError, match="input 0 is float32, which resolves "
+                                                       "about 1e-7"):
+        mg.gradcheck(lambda z: (mg.sin(z) * z).sum(), [x32])
+    # float32 with a step and tolerances for its resolution passes (d/dz sum z sin z)
+    assert mg.gradcheck(lambda z: (mg.sin(z) * z).sum(), [x32], eps=1e-2, atol=1e-3, rtol=1e-2)
+    with pytest.raises(mg.errors.PytreeError, match="gradcheck: input 0 is a tuple"):
+        mg.gradcheck(lambda ab: (ab[0] * ab[1]).sum(), [(np.ones(2), np.ones(2))])
+
+
 def test_relu_keeps_an_integer_dtype(backend):
     # (the kernel compares floats with 0.0 for speed; an int tensor must stay int, and
     # the Array API refuses a float scalar beside an int array)

@@ -19,7 +19,10 @@ import numpy as np  # the finite differences are computed on the host, in float6
 from ..errors import GradcheckError
 from ..tensor import Tensor, tensor
 from .forward import jacfwd
+from .levels import refuse_pytrees
 from .tape import jacrev
+
+_JACOBIANS = {"tape": jacrev, "forward": jacfwd}
 
 
 def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np.ndarray:
@@ -44,8 +47,16 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
 
     Returns True, or raises ``GradcheckError`` with a report of the worst element.
     """
+    if mode not in _JACOBIANS:
+        raise ValueError(f"gradcheck: mode is {' or '.join(map(repr, _JACOBIANS))}, got {mode!r}")
+    refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")
     args = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
-    jacobian = {"tape": jacrev, "forward": jacfwd}[mode]
+    jacobian = _JACOBIANS[mode]
+    if not any(x.dtype in ("float32", "float64") for x in args):
+        # (True here would say that derivatives were checked when none was)
+        raise ValueError(f"gradcheck: no input is floating (dtypes "
+                         f"{[str(x.dtype) for x in args]}), so there is no derivative to "
+                         f"check; pass the inputs to differentiate as floats")
     for i, x in enumerate(args):
         if x.dtype not in ("float32", "float64"):
             continue  # integer inputs (labels, indices) have no derivative
@@ -63,5 +74,9 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
                 f"{int(bad.sum())} of {bad.size} Jacobian entries disagree.\n"
                 f"  worst: d out{out_idx} / d input{i}{in_idx}: "
                 f"analytic {analytic[worst]:.10g}, numerical {numeric[worst]:.10g} "
-                f"(|difference| {err[worst]:.3g}, allowed {atol + rtol * abs(numeric[worst]):.3g})")
+                f"(|difference| {err[worst]:.3g}, allowed {atol + rtol * abs(numeric[worst]):.3g})"
+                + (f"\n  (input {i} is float32, which resolves about 1e-7: its finite "
+                   f"differences with eps={eps:g} are mostly rounding. Check in float64, as "
+                   f"PyTorch's gradcheck asks, or raise eps and the tolerances)"
+                   if x.dtype == "float32" else ""))
     return True
