@@ -7,7 +7,7 @@ import math
 import pytest
 
 import minigraph as mg
-from minigraph.autodiff.explain import evaluation_trace, forward_trace, reverse_trace
+from minigraph.autodiff.explain import evaluation_trace, explain, forward_trace, reverse_trace
 from minigraph.cli import gradients_by_every_mode, main, textbook_f
 
 DZDX = 3 + math.cos(2)  # y + cos x = 2.5838531634528574
@@ -60,3 +60,17 @@ def test_demo_prints_everything_and_succeeds(capsys):
                   'grad(mode="tape")', 'grad(mode="forward")']:
         assert label in out
     assert " NO" not in out
+
+
+@pytest.mark.parametrize("f, inputs, message", [
+    (lambda x: (x * x).sum(), {"x": [1.0, 2.0]}, r"input x has shape \(2,\)"),
+    (lambda x: 3.0, {"x": 2.0}, "got a float"),
+    (lambda x: mg.stack([x, x]), {"x": 2.0}, r"got shape \(2,\)"),
+    (lambda x: mg.tensor(3.0), {"x": 2.0}, "got a value that no input reaches"),
+    (lambda x: x, {"x": 2.0}, "returned one of its inputs unchanged"),
+])
+def test_explain_refuses_what_has_no_textbook_trace(f, inputs, message):
+    """A vector input's forward trace printed "dx = 1" and a directional derivative under
+    the heading d/dx; a constant output raised AttributeError, the identity IndexError."""
+    with pytest.raises(ValueError, match=message):
+        explain(f, **inputs)

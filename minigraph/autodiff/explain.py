@@ -98,9 +98,22 @@ def _names(n: int, taken: set[str]) -> list[str]:
 def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     """Run ``f`` on tracked tensors; return the inputs, the tape in order and the names."""
     xs = {name: tensor(v, requires_grad=True) for name, v in inputs.items()}
+    for name, x in xs.items():  # (a vector's "dx = 1" would be a direction, not d/dx)
+        if x.shape != ():
+            raise ValueError(f"explain: prints the textbook's traces of numbers; input "
+                             f"{name} has shape {x.shape}. Give a number, or use mg.jacfwd "
+                             f"and mg.jacrev for arrays")
     out = f(*xs.values())
+    if not (isinstance(out, Tensor) and out.requires_grad and out.shape == ()):
+        what = (f"a {type(out).__name__}" if not isinstance(out, Tensor) else
+                f"shape {out.shape}" if out.shape != () else "a value that no input reaches")
+        raise ValueError(f"explain: f must return a number computed from its inputs "
+                         f"(the z of the traces), got {what}")
     entries, _ = tape._entries([out], set())
     recorded = [t for _, _, t, _ in entries]  # evaluation order: (a.3), (a.4), (a.5)
+    if not recorded:
+        raise ValueError("explain: f returned one of its inputs unchanged; there is no "
+                         "operation to trace")
     names = {id(t): n for n, t in xs.items()}
     for t, n in zip(recorded, _names(len(recorded), set(xs))):
         names[id(t)] = n
