@@ -705,3 +705,34 @@ def test_compiled_source_leaves_linecache_with_its_function():
     del fn
     gc.collect()
     assert filename not in linecache.cache  # a traced function's versions do not pile up
+
+
+def test_a_run_of_nothing_returns_the_empty_structure():
+    """run([]) raised IndexError in the planner; TF1's returns [] (and checks the feeds)."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        x * 2.0
+    sess = mg.Session(g)
+    assert sess.run([], {x: np.ones(2)}) == [] and sess.run({}) == {} and sess.run(()) == ()
+    with pytest.raises(ShapeError, match="feed for 'x'"):
+        sess.run([], {x: np.ones(3)})
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_closed_session_runs_nothing(workers):
+    """After close() (or its with block) a run started new worker threads that nothing
+    would stop; TensorFlow raises "Attempted to use a closed Session"."""
+    import threading
+
+    with mg.Graph() as g:
+        x = mg.placeholder((64, 64), name="x")
+        y = (x @ x) + (x @ x.T)
+    with mg.Session(g, workers=workers) as sess:
+        np.testing.assert_allclose(sess.run(y, {x: np.eye(64)}), 2 * np.eye(64))
+    before = threading.active_count()
+    from minigraph.runtime.session import SessionClosedError
+    with pytest.raises(SessionClosedError, match="Session.run: this session was closed"):
+        sess.run(y, {x: np.eye(64)})
+    with pytest.raises(RuntimeError, match="Session.run_async: this session was closed"):
+        sess.run_async(y, {x: np.eye(64)})
+    assert threading.active_count() == before

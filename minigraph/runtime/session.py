@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MinigraphError
 from ..graph.graph import Graph, GraphError, Node, default_graph, fed_value
 from ..graph.topo import fifo_order, needed
 from .cost import CostModel
@@ -57,6 +58,11 @@ from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
 from .scheduler import FeedError, Layout, NodeError, Run, can_overlap  # noqa: F401 - FeedError, NodeError are re-exported
+
+
+class SessionClosedError(MinigraphError, RuntimeError):
+    """A closed session was asked to run (TensorFlow's "Attempted to use a closed
+    Session")."""
 
 
 class Session:
@@ -92,6 +98,7 @@ class Session:
         self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
+        self._closed = False
         self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
         self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
         self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
@@ -105,7 +112,11 @@ class Session:
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
+        self._check_open("run")
         flat = [self._node(f) for f in _flatten(fetches)]
+        if not flat:  # (TF1's run([]): the feeds are checked, nothing runs)
+            self._feeds(feed_dict or {})
+            return _rebuild(fetches, iter(()))
         if self._spans_ranks():  # every rank runs its part; MPI carries the rest
             from .mpi_run import run_across_ranks
 
@@ -274,6 +285,7 @@ class Session:
     def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
         """Start ``run`` in the background; the returned future's ``result()`` waits.
         The caller's NumPy error settings, taken now, hold for that run."""
+        self._check_open("run_async")
         with self._cache_lock:
             if self._background is None:
                 self._background = ThreadPoolExecutor(1, thread_name_prefix="minigraph-async")
@@ -285,11 +297,19 @@ class Session:
             return self.run(fetches, feed_dict)
 
     def close(self) -> None:
-        """Stop the session's threads (also done when the session is garbage-collected)."""
+        """Stop the session's threads (also done when the session is garbage-collected).
+        A closed session runs nothing more, as in TensorFlow: a run would start new
+        threads that nothing would stop."""
+        self._closed = True
         for pool in list(self._pools.values()) + [self._background]:
             if pool is not None:
                 pool.shutdown(wait=True)
         self._pools, self._background = {}, None
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise SessionClosedError(f"Session.{what}: this session was closed (close(), or "
+                                     f"the end of its with block); make a new mg.Session")
 
     def __enter__(self) -> "Session":
         return self
