@@ -292,6 +292,27 @@ def test_auto_place_spreads_independent_branches_and_keeps_chains_together():
                                mg.Session(g).run(out, {x: feed}), rtol=1e-12)
 
 
+@pytest.mark.parametrize("devices", [["cpu", "cpu:2"], ["cpu", "cpu:1", "cpu:2"]])
+def test_auto_place_leaves_explicit_copies_where_they_copy_to(devices, strict_devices):
+    """x.to("cpu:1") was moved like any node: the copy then said cpu while its kernel
+    (to_device, device=cpu:1) put the value on cpu:1, so the partitioner sent nothing
+    where a node read it beside a cpu value, and the kernel met arrays of two devices
+    (array-api-strict's fake devices refuse that; NumPy devices hid it, a GPU would not).
+    Every copy must sit on its destination, and the run must equal NumPy's."""
+    with mg.Graph() as g:
+        x = mg.placeholder((8, 8), name="x")
+        a = x.to("cpu:1")
+        b = mg.sin(a) + x
+        c = (b @ a).to("cpu") + mg.tanh(x)
+    placed = mg.auto_place(g, devices)
+    for n in placed.graph.nodes:
+        if n.prim is not None and n.prim.transfer:
+            assert n.device is mg.get_device(n.params["device"]), n.name
+    feed = np.arange(64.0).reshape(8, 8) / 64
+    np.testing.assert_allclose(mg.Session(placed.graph).run(placed[c], {placed[x]: feed}),
+                               (np.sin(feed) + feed) @ feed + np.tanh(feed), rtol=1e-12)
+
+
 def test_control_dependencies_order_nodes_even_across_devices(strict_devices):
     with mg.Graph() as g:
         w = mg.variable(np.array([1.0, 2.0]), name="w")

@@ -14,7 +14,9 @@ topological order and puts each on the device where it would *finish* first, giv
   sent: its bytes over ``BANDWIDTH``),
 * the node's estimated run time (``estimate``: multiply-adds over ``FLOPS``).
 
-Inputs (placeholders, constants, variables) stay where they are. Greedy means it never
+Inputs (placeholders, constants, variables) stay where they are, and so does an explicit
+copy (``x.to("cpu:1")``, a primitive whose table entry says ``transfer``): its device is
+where the program asked the value to go. Greedy means it never
 revisits a choice, so it is fast and simple, not optimal; a chain stays on one device
 (moving it would only add transfers), two independent branches of equal cost end up on
 two devices. The result is a copy of the graph with new devices; partitioning then adds
@@ -62,6 +64,9 @@ def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
     for n in graph.nodes:
         if n.prim is None:  # inputs and state stay where they were put
             chosen, end = n.device, 0.0
+        elif n.prim.transfer:  # a copy stays where it copies to (its kernel's device
+            # parameter): moved, it would say one device and hold its value on another
+            chosen, end = n.device, _arrival(n, n.device, finish, mapping)
         else:
             chosen, end = min(((d, _finish(n, d, free_at, finish, mapping)) for d in devs),
                               key=lambda pair: pair[1])
@@ -79,10 +84,15 @@ def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
 def _finish(n: Node, device, free_at: dict, finish: dict, mapping: dict) -> float:
     """When ``n`` would finish on ``device``: after the device is free and the inputs
     have arrived there."""
+    return max(_arrival(n, device, finish, mapping), free_at[device.name]) + estimate(n)
+
+
+def _arrival(n: Node, device, finish: dict, mapping: dict) -> float:
+    """When the last of ``n``'s inputs has arrived on ``device``."""
     ready = 0.0
     for i in n.predecessors:
         arrive = finish[id(i)]
         if mapping[id(i)].device is not device and any(i is a for a in n.inputs):
             arrive += _bytes(i) / BANDWIDTH  # a control edge carries no bytes
         ready = max(ready, arrive)
-    return max(ready, free_at[device.name]) + estimate(n)
+    return ready
