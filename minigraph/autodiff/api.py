@@ -14,7 +14,8 @@ from typing import Any, Callable
 from ..graph import trace
 from . import forward, source, tape
 from .argnums import normalize_argnums
-from .levels import refuse_keywords, transformation
+from .argnums import refuse_keywords
+from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep

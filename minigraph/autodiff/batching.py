@@ -32,7 +32,8 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
-from .levels import new_level, refuse_pytrees
+from .argnums import is_value, refuse_pytrees
+from .levels import new_level
 from .tape import own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
@@ -171,7 +172,7 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
 
     A batched argument is one array (or tensor, or nested list of numbers): a tuple,
     list or dict of arrays, which JAX would batch array by array (a pytree), is refused
-    (``levels.refuse_pytrees``); pass its arrays as arguments of their own.
+    (``argnums.refuse_pytrees``); pass its arrays as arguments of their own.
     """
     def batched(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
@@ -233,8 +234,7 @@ def _per_output(out_axes: Any, n: int) -> list:
 
 def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any:
     """Output ``k`` with its batch axis moved from the front to ``axis``."""
-    if not (isinstance(out, (Tensor, int, float, np.ndarray, np.generic))
-            or type(out) in KINDS):
+    if not is_value(out):
         raise BatchingError(f"vmap: output {k} is a {type(out).__name__}; f must return a "
                             f"tensor or a number, or a flat tuple or list of them")
     batched = type(out) is BatchTracer and out.level == level

@@ -19,7 +19,7 @@ import numpy as np  # the finite differences are computed on the host, in float6
 from ..errors import GradcheckError
 from ..tensor import Tensor, tensor
 from .forward import jacfwd
-from .levels import refuse_pytrees
+from .argnums import refuse_pytrees
 from .tape import jacrev
 
 _JACOBIANS = {"tape": jacrev, "forward": jacfwd}

@@ -43,7 +43,7 @@ transformation writes the recomputed lines into the reverse sweep.
 arrays) are f's inputs; any other argument (a number, a string, None) is passed to f as
 it is, as ``torch.utils.checkpoint`` does, and gets no gradient; a list, tuple or dict
 holding arrays or tensors is refused (one array per argument, as every transformation
-takes them: ``levels.refuse_pytrees``). f returns one tensor.
+takes them: ``argnums.refuse_pytrees``). f returns one tensor.
 Gradients go to the arguments only, so f must not read a tensor that requires a gradient
 (or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
 (a closure, a global): that raises, naming the fix. A module is the usual case, so
@@ -70,7 +70,8 @@ from ..ops.shape_rules import FLOATS, dtype_of, shape_of
 from ..tensor import Tensor, shared, tensor
 from .batching import vmap
 from .forward import jvp
-from .levels import refuse_pytrees, transformation
+from .argnums import refuse_pytrees
+from .levels import transformation
 from .tape import is_grad_enabled, vjp
 
 

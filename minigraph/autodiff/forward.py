@@ -29,8 +29,9 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
-from .argnums import Argnums, normalize_argnums, single
-from .levels import ValueInside, new_level, refuse_keywords, refuse_pytrees, transformation
+from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords, refuse_pytrees,
+                      single)
+from .levels import ValueInside, new_level, transformation
 
 
 class Dual(ValueInside, ArrayOps):
@@ -128,8 +129,7 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
         raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__} (for several "
                         f"outputs, one jvp per output, or mg.stack them)")
-    if not (isinstance(out, (Tensor, int, float, np.ndarray, np.generic))
-            or hasattr(out, "_bind")):
+    if not is_value(out):
         raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__}")
     out = _as_tensor(out)
     return out, zeros(shape_of(out), out.dtype, out.device)

@@ -16,11 +16,9 @@ and source variables (20), which are always the innermost, concrete-most interpr
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable
 
-import numpy as np
-
-from ..errors import GradientError, PytreeError
+from ..errors import GradientError
 from ..ops import copy as C
 
 _counter = itertools.count(100)
@@ -37,57 +35,6 @@ def transformation(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     transformation runs on any kind of value."""
     fn.transformation = name  # type: ignore[attr-defined]
     return fn
-
-
-def _holds_arrays(x: Any) -> bool:
-    """Whether the list, tuple or dict ``x`` holds, at any depth, something with a shape
-    that is not a NumPy scalar: an array, a tensor, a value of a transformation."""
-    stack = [x]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif hasattr(v, "shape") and not isinstance(v, np.generic):
-            return True
-    return False
-
-
-def refuse_pytrees(values: Sequence[Any], positions: Iterable[int], who: str,
-                   noun: str = "argument") -> None:
-    """Refuse ``values[i]`` (for i in ``positions``) if it is a list, tuple or dict holding
-    arrays or tensors.
-
-    JAX and torch.func read such an argument as a *pytree*: each array in it is an input
-    of its own (``grad`` returns a tuple of gradients, ``vmap`` batches every array along
-    its own axis). minigraph's transformations take one array per argument (or a number,
-    or a nested list of numbers, which becomes an array as ``mg.tensor`` makes it), and
-    converting the container that way would stack its arrays into one: a gradient of
-    another shape, or a batch axis across the arrays instead of inside each, without a
-    word. So they refuse it, and say what to write instead."""
-    for i in positions:
-        v = values[i]
-        if isinstance(v, (list, tuple, dict)) and _holds_arrays(v):
-            raise PytreeError(
-                f"{who}: {noun} {i} is a {type(v).__name__} of arrays or tensors. minigraph's "
-                f"transformations take one array per argument, not pytrees: JAX and "
-                f"torch.func would treat each array in it as an input of its own, while "
-                f"stacking them into one array would give another derivative and another "
-                f"batch axis. Pass the arrays as separate arguments (f(a, b) with "
-                f"argnums=(0, 1), or in_axes per argument), or mg.stack them first if one "
-                f"array is meant")
-
-
-def refuse_keywords(kwargs: dict, who: str) -> None:
-    """Refuse keyword arguments to a transformed function, naming them. (JAX and
-    torch.func pass keywords to f undifferentiated; minigraph's transformations, whose
-    compiled programs are cached per positional signature, take positions only.)"""
-    if kwargs:
-        first = sorted(kwargs)[0]
-        raise TypeError(f"{who}: pass f's arguments by position (got keywords "
-                        f"{sorted(kwargs)}); to fix a keyword, transform a function that "
-                        f"sets it: def g(x): return f(x, {first}=...)")
 
 
 class ValueInside:

@@ -39,7 +39,7 @@ from ..device import get_device
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
 from . import tape
-from .levels import refuse_pytrees
+from .argnums import refuse_pytrees
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 # Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
@@ -69,7 +69,7 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
         elif isinstance(a, np.ndarray):
             key.append((DATA, get_device(None), a.shape, a.dtype))
         else:
-            if isinstance(a, (tuple, list, dict)):  # (as every transformation: levels.py)
+            if isinstance(a, (tuple, list, dict)):  # (as every transformation: argnums.py)
                 refuse_pytrees(args, (k,), "mg.trace, graph and source mode")
             key.append(("static", _constant_key(a, k)))
     return tuple(key)

@@ -50,9 +50,10 @@ from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape_rules import shape_of
-from .argnums import Argnums, normalize_argnums, single
+from .argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_pytrees,
+                      single)
 from .backward import Entry, collector_paused, reverse_sweep
-from .levels import ValueInside, new_level, refuse_keywords, refuse_pytrees, transformation
+from .levels import ValueInside, new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)

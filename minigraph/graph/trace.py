@@ -36,8 +36,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..autodiff.argnums import Argnums, normalize_argnums, single
-from ..autodiff.levels import refuse_keywords
+from ..autodiff.argnums import Argnums, normalize_argnums, refuse_keywords, single
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind

@@ -14,8 +14,7 @@ import inspect
 from typing import Any, Callable, TypeAlias
 
 from ...errors import MinigraphError
-from ..argnums import normalize_argnums, single
-from ..levels import refuse_keywords
+from ..argnums import normalize_argnums, refuse_keywords, single
 from ..signature import arrays, programs, signature
 from .compiled import Program, _transform, _value
 from .reading import _read
