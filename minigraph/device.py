@@ -351,12 +351,18 @@ def cuda_available() -> bool:
 
 def devices() -> list[str]:
     """Names of the devices available here, e.g. ``["cpu", "cpu:1", ..., "cuda:0"]``."""
-    names = list(_registry)
-    if not any(n.startswith("cuda") for n in names) and cuda_available():
+    names = set(_registry)  # (what has been made so far, in the order it was first used)
+    if cuda_available():
         import cupy
 
-        names += [f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())]
-    return names
+        names |= {f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())}
+    return sorted(names, key=_listing_order)
+
+
+def _listing_order(name: str) -> tuple[bool, str, int]:
+    """``cpu``, ``cpu:1``, ``cpu:2``, ..., then the other kinds, each by its index (10 after 9)."""
+    kind, _, index = name.partition(":")
+    return kind != "cpu", kind, int(index) if index.isdigit() else -1
 
 
 _make_cpus()

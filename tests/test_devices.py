@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import numpy as np
 import pytest
 
@@ -23,6 +24,23 @@ def test_virtual_cpu_count_is_configurable():
     finally:
         mg.set_virtual_cpus(3)
     assert mg.devices()[:4] == ["cpu", "cpu:1", "cpu:2", "cpu:3"]
+
+
+def test_devices_are_listed_cpus_first_whatever_order_they_were_made_in():
+    """On a GPU machine cuda:0 came between cpu:1 and cpu:2 once set_virtual_cpus had
+    remade cpu:2 and cpu:3 after it (the list was the registry's insertion order)."""
+    registry = importlib.import_module("minigraph.device")._registry
+    try:
+        mg.register_device("other:10", np)
+        mg.register_device("other:9", np)
+        mg.set_virtual_cpus(1)
+        mg.set_virtual_cpus(11)
+        listed = mg.devices()
+        assert listed[:13] == ["cpu"] + [f"cpu:{k}" for k in range(1, 12)] + ["other:9"]
+        assert listed.index("other:10") == listed.index("other:9") + 1
+    finally:
+        del registry["other:10"], registry["other:9"]
+        mg.set_virtual_cpus(3)
 
 
 def test_device_scope_sets_the_default(backend):

@@ -105,3 +105,60 @@ def test_every_mode_transform_and_graph_run_on_the_gpu_gives_the_cpus_numbers():
     assert cpu.keys() == gpu.keys()
     for name in cpu:
         np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+# -- the host and the GPU in one graph: copies, counters, placement, allreduce ------------------
+
+def test_a_graph_across_host_and_gpu_counts_the_bytes_it_moves():
+    """The cost-model test of chapter 07 with cuda:0 as the second device: what crosses is
+    what the counters say, forward and backward, and the gradient is the closed form."""
+    X = np.linspace(-1, 1, 200).reshape(40, 5)
+    with mg.Graph() as g:
+        with mg.device("cpu"):
+            x = mg.placeholder((40, 5), name="x")
+            a = mg.tanh(x)
+        with mg.device("cuda:0"):
+            y = mg.sum(mg.exp(a.to("cuda:0")))
+        (gx,) = mg.gradients(y, [x])
+    sess = mg.Session(g)
+    np.testing.assert_allclose(sess.run(gx, {x: X}),
+                               np.exp(np.tanh(X)) * (1 - np.tanh(X) ** 2), rtol=1e-12)
+    assert sess.last_run.bytes_moved == {("cpu", "cuda:0"): X.nbytes, ("cuda:0", "cpu"): X.nbytes}
+
+
+def test_auto_place_over_host_and_gpu_leaves_copies_where_they_copy_to():
+    """A copy moved off its destination met arrays of two devices in one kernel: NumPy's
+    virtual devices hid that, CuPy does not mix host and device arrays."""
+    with mg.Graph() as g:
+        x = mg.placeholder((8, 8), name="x")
+        a = x.to("cuda:0")
+        b = mg.sin(a) + a
+        c = (b @ a).to("cpu") + mg.tanh(x)
+    placed = mg.auto_place(g, ["cpu", "cuda:0"])
+    for n in placed.graph.nodes:
+        if n.prim is not None and n.prim.transfer:
+            assert n.device is mg.get_device(n.params["device"]), n.name
+    feed = np.arange(64.0).reshape(8, 8) / 64
+    np.testing.assert_allclose(mg.Session(placed.graph).run(placed[c], {placed[x]: feed}),
+                               (np.sin(feed) + feed) @ feed + np.tanh(feed), rtol=1e-12)
+
+
+def test_a_host_gradient_cannot_be_set_on_a_gpu_tensor():
+    """PyTorch's .grad setter refuses a gradient on another device; a host array set by
+    hand would reach CuPy's kernels in the next backward()."""
+    p = mg.tensor(np.ones(3), device="cuda:0", requires_grad=True)
+    with pytest.raises(mg.errors.GradientError, match="cuda:0"):
+        p.grad = mg.tensor(np.ones(3))
+    assert p.grad is None
+    (p * p).sum().backward()
+    np.testing.assert_allclose(p.grad.numpy(), 2 * np.ones(3))
+
+
+def test_allreduce_between_host_and_gpu_sums_on_each_device():
+    a = np.arange(10.0)
+    parts = [mg.tensor(a), mg.tensor(2 * a, device="cuda:0"), mg.tensor(3 * a, device="cpu:1")]
+    for algorithm in ("ring", "naive", "parameter_server"):
+        out = mg.parallel.allreduce(parts, algorithm=algorithm)
+        assert [t.device.name for t in out] == ["cpu", "cuda:0", "cpu:1"], algorithm
+        for t in out:
+            np.testing.assert_allclose(t.numpy(), 6 * a, err_msg=algorithm)
