@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import cpu_only
+
 THREADS = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
@@ -59,6 +61,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.steps, args.batch, args.width)
+    if cpu_only("the ranks are processes on CPU cores, and their arrays are NumPy's"):
+        return None
     mpiexec = shutil.which("mpiexec", path=os.path.join(sys.prefix, "bin")) or shutil.which("mpiexec")
     if mpiexec is None:
         raise SystemExit("mpiexec not found: pip install 'minigraph[mpi]'")

@@ -58,3 +58,30 @@ def test_minigraph_bench_and_the_scripts_agree_on_the_device_and_the_skip_line(m
     assert capsys.readouterr().out.startswith("cuda:0: skipped; it measures CPU cores")
     monkeypatch.setenv(common.DEVICE_VAR, "cpu")
     assert not common.cpu_only("it measures CPU cores")
+
+
+# the scripts that measure arrays on the benchmark device; the others measure the CPU
+_ON_THE_DEVICE = {"bench_eager", "bench_graph", "bench_modes"}
+
+
+def test_every_cpu_only_script_says_why_it_skips_a_gpu_before_doing_anything():
+    """bench_mpi started mpiexec on a GPU machine (and failed there as root) where the
+    other CPU-only scripts said why they skip; run each one as `minigraph bench --device
+    cuda:0` would, on a machine without CuPy: its first line is the skip and its reason."""
+    import os
+    import subprocess
+    import sys
+
+    scripts = sorted(_PATH.parent.glob("bench_*.py"))
+    assert _ON_THE_DEVICE <= {p.stem for p in scripts}
+    for script in scripts:
+        if script.stem in _ON_THE_DEVICE:
+            continue
+        env = {**os.environ, common.DEVICE_VAR: "cuda:0"}
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, (script.stem, out.stderr[-2000:])
+        first = out.stdout.split("\n", 1)[0]
+        assert first.startswith("cuda:0: skipped; "), (script.stem, first)
+        reason = first[len("cuda:0: skipped; "):]
+        assert len(reason.split()) >= 5, (script.stem, reason)  # a reason, not a name
