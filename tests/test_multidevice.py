@@ -6,6 +6,7 @@ so a result proves that every cross-device edge went through Send/Recv."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -220,6 +221,43 @@ def test_data_parallel_step_equals_the_single_device_step(strict_devices):
         for g, s in zip(grads, single):
             assert g.device.name == DEVICES[k]
             np.testing.assert_allclose(g.numpy(), s.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_batch_smaller_than_the_devices_gives_the_whole_batch_gradient(rows):
+    """scatter gives a device no rows; its mean loss would be 0/0 (NumPy warned twice per
+    step) and its share is nothing: the gradient is still the whole batch's (PyTorch's)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(rows)
+    x, w = rng.normal(size=(rows, 4)), rng.normal(size=(4, 3))
+    labels = rng.integers(0, 3, size=rows)
+
+    def loss(params, xb, yb):
+        return mg.cross_entropy(mg.tanh(xb @ params[0]), yb)
+
+    wt = torch.tensor(w, requires_grad=True)
+    torch.nn.functional.cross_entropy(torch.tanh(torch.tensor(x) @ wt),
+                                      torch.tensor(labels)).backward()
+    assert len(DEVICES) > rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        per_device = mg.parallel.data_parallel_grads(loss, [mg.tensor(w)], x, labels, DEVICES)
+    for k, (g,) in enumerate(per_device):
+        assert g.device.name == DEVICES[k]
+        np.testing.assert_allclose(g.numpy(), wt.grad.numpy(), rtol=1e-12)
+
+
+def test_data_parallel_gradients_of_an_empty_batch_are_refused():
+    def loss(params, xb, yb):
+        return mg.cross_entropy(xb @ params[0], yb)
+
+    w = mg.tensor(np.ones((4, 3)))
+    empty_x, empty_y = np.zeros((0, 4)), np.zeros(0, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"data_parallel_grads: the batch is empty.*\(0, 4\)"):
+        mg.parallel.data_parallel_grads(loss, [w], empty_x, empty_y, DEVICES)
+    with pytest.raises(ValueError, match="data_parallel_grads_across_ranks: the batch is empty"):
+        mg.parallel.data_parallel_grads_across_ranks(loss, [w], mg.tensor(empty_x),
+                                                     mg.tensor(empty_y))
 
 
 # -- model parallelism ---------------------------------------------------------------------------

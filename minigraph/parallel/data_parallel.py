@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from ..device import get_device
 from ..errors import DTypeError
 from ..ops import shape as SH
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, tensor, zeros
 
 
 @dataclass
@@ -207,16 +207,11 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
     device's loss is the mean over its slice, so it is weighted by the slice's share of
     the batch before the allreduce adds the slices up.
     """
-    from ..autodiff.api import grad
-
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
-    total = sum(xk.shape[0] for xk in xs)
-    local = []
-    for xk, yk, pk in zip(xs, ys, replicas):
-        g = grad(lambda *ps: loss(list(ps), xk, yk) * (xk.shape[0] / total),
-                 argnums=tuple(range(len(pk))))(*pk)
-        local.append(list(g))
+    total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), "data_parallel_grads")
+    # (xs[0].shape is x's when the batch is empty)
+    local = [_weighted_grads(loss, pk, xk, yk, total) for xk, yk, pk in zip(xs, ys, replicas)]
     summed = [allreduce([local[k][j] for k in range(len(devices))], algorithm)
               for j in range(len(params))]
     return [[summed[j][k] for j in range(len(params))] for k in range(len(devices))]
@@ -262,7 +257,26 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     from ..autodiff.api import grad
 
     xs, ys = shard(x), shard(y)
-    total = x.shape[0]
-    local = grad(lambda *ps: loss(list(ps), xs, ys) * (xs.shape[0] / total),
-                 argnums=tuple(range(len(params))))(*params)
-    return allreduce_across_ranks(list(local))
+    total = _batch_size(tuple(x.shape), x.shape[0], "data_parallel_grads_across_ranks")
+    return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total))
+
+
+def _batch_size(shape: tuple, total: int, who: str) -> int:
+    if total == 0:  # (the mean of a loss over no rows is 0/0)
+        raise ValueError(f"{who}: the batch is empty (x has shape {shape}); there is no "
+                         f"mean loss to differentiate")
+    return total
+
+
+def _weighted_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Tensor,
+                    y: Tensor, total: int) -> list[Tensor]:
+    """The gradients of this share's mean loss times its share of the batch, ``n / total``.
+    A share with no rows (a batch smaller than the number of devices or ranks) adds
+    nothing: zeros, without evaluating a mean over no rows, which is 0/0."""
+    from ..autodiff.api import grad
+
+    n = x.shape[0]
+    if n == 0:
+        return [zeros(p.shape, p.dtype, p.device) for p in params]
+    return list(grad(lambda *ps: loss(list(ps), x, y) * (n / total),
+                     argnums=tuple(range(len(params))))(*params))
