@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -30,7 +32,7 @@ def test_reshape_mismatch_names_both_shapes():
 
 @pytest.mark.parametrize("shape, error, message", [
     ((-1, -1), ShapeError, "or -1 for one size to be inferred, got shape \\(-1, -1\\)"),
-    ((-2, -12), ShapeError, "a size must be >= 0"), ((2.0, 12), TypeError, "must be integers")])
+    ((-2, -12), ShapeError, "a size must be >= 0"), ((2.0, 12), TypeError, "must be an integer, got float 2.0")])
 def test_reshape_refuses_sizes_numpy_refuses(shape, error, message):
     """Two -1s became (24, 24) with a message about 576 elements; (-2, -12) passed the
     shape rule (its product is 24), so a graph node got a negative shape."""
@@ -40,6 +42,62 @@ def test_reshape_refuses_sizes_numpy_refuses(shape, error, message):
     with pytest.raises(error, match=message), mg.Graph():
         mg.placeholder((2, 3, 4)).reshape(*shape)
     assert x.reshape(np.int64(4), -1).shape == (4, 6)  # NumPy's ints are ints
+
+
+_X23 = np.arange(6.0).reshape(2, 3)
+
+
+@pytest.mark.parametrize("who, call, error, message", [
+    ("reshape", lambda x: mg.reshape(x, None), TypeError, "a shape is an integer or a tuple"),
+    ("reshape", lambda x: mg.reshape(x, 6.0), TypeError, "a shape is an integer or a tuple"),
+    ("broadcast_to", lambda x: mg.broadcast_to(x, None), TypeError, "a shape is an integer"),
+    ("broadcast_to", lambda x: mg.broadcast_to(x, (4, 2.0, 3)), TypeError,
+     r"every size of the shape \(4, 2.0, 3\) must be an integer, got float 2.0"),
+    ("sum_to", lambda x: mg.sum_to(x, "3"), TypeError, "a shape is an integer or a tuple"),
+    ("placeholder", lambda x: mg.placeholder(2.5), TypeError, "a shape is an integer"),
+    ("placeholder", lambda x: mg.placeholder((2, True)), TypeError, ".*got bool True"),
+    ("placeholder", lambda x: mg.placeholder((-1, 3)), ShapeError, "a size must be >= 0"),
+    ("placeholder", lambda x: mg.placeholder((None, 3)), ShapeError,
+     r"shape \(None, 3\) has a size None .TensorFlow's unknown size.*shape=None"),
+    ("sum", lambda x: mg.sum(x, axis=1.0), TypeError, "axis must be an integer, got float 1.0"),
+    ("mean", lambda x: mg.mean(x, axis=(0, "1")), TypeError, "axis must be an integer, got str"),
+    ("max", lambda x: mg.max(x, axis=True), TypeError, "axis must be an integer, got bool"),
+    ("softmax", lambda x: mg.softmax(x, axis=None), TypeError, "axis must be an integer"),
+    ("concatenate", lambda x: mg.concatenate([x, x], axis=0.0), TypeError, "axis must be an"),
+    ("stack", lambda x: mg.stack(None), TypeError, "takes a list or tuple of tensors, got None"),
+    ("concatenate", lambda x: mg.concatenate(2), TypeError, "takes a list or tuple of tensors"),
+    ("add_n", lambda x: mg.add_n(None), TypeError, "takes a list or tuple of tensors"),
+])
+@pytest.mark.parametrize("where", ["eager", "graph"])
+def test_shapes_axes_and_operands_of_the_wrong_kind_are_refused_by_the_op(who, call, error,
+                                                                         message, where):
+    """A float axis, a None shape or a number where a list of tensors belongs failed deep
+    inside ("'float' object is not iterable", "'<=' not supported between 'int' and
+    'NoneType'"), naming no op; a float 0.0 axis of a 0-d tensor was taken. NumPy refuses
+    each with a TypeError; minigraph names the op, in eager and in graph mode."""
+    with mg.Graph() if where == "graph" else contextlib.nullcontext():
+        x = mg.placeholder((2, 3)) if where == "graph" else mg.tensor(_X23)
+        with pytest.raises(error, match=f"^{who}: {message}"):
+            call(x)
+    with pytest.raises(TypeError, match="^sum: axis must be an integer, got float 0.0"):
+        mg.sum(mg.tensor(1.0), axis=0.0)
+
+
+def test_shapes_and_axes_numpy_takes_are_taken_with_numpy_s_meaning():
+    x = mg.tensor(_X23)
+    for got, want in [(mg.reshape(x, 6), _X23.reshape(6)),
+                      (mg.reshape(x, [np.int64(3), -1]), _X23.reshape(3, -1)),
+                      (mg.broadcast_to(x, [4, 2, 3]), np.broadcast_to(_X23, (4, 2, 3))),
+                      (mg.broadcast_to(x[0], np.int64(3)), np.broadcast_to(_X23[0], 3)),
+                      (mg.sum_to(mg.broadcast_to(x[0], (2, 3)), 3), 2 * _X23[0]),
+                      (mg.sum(x, axis=np.int32(1)), _X23.sum(axis=1)),
+                      (mg.mean(x, axis=[0, 1]), _X23.mean(axis=(0, 1))),
+                      (mg.softmax(x, axis=np.int64(0)), np.exp(_X23) / np.exp(_X23).sum(0)),
+                      (mg.stack(x), np.stack(_X23)), (mg.add_n(x), _X23.sum(0))]:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+        assert got.shape == want.shape
+    with mg.Graph():
+        assert mg.placeholder(3).shape == (3,) and mg.placeholder([2, 3]).shape == (2, 3)
 
 
 def test_backward_on_a_non_scalar_needs_a_gradient():
@@ -265,3 +323,52 @@ def test_a_keyword_argument_is_refused_by_name(call):
     with pytest.raises(TypeError, match=r"^(grad|jacrev|jacfwd|hessian|trace): pass f's "
                                         r"arguments by position \(got keywords \['scale'\]\)"):
         call()
+
+
+def _value_of_f():
+    return mg.sin(mg.tensor(2.0)) * 3.0  # what mg.grad(f(x)) hands over: a value, not f
+
+
+@pytest.mark.parametrize("who, transform", [
+    ("grad", lambda f: mg.grad(f)),
+    *[(f"grad ({mode})", lambda f, mode=mode: mg.grad(f, mode=mode))
+      for mode in ("forward", "graph", "source")],
+    ("value_and_grad", lambda f: mg.value_and_grad(f)),
+    ("jacrev", lambda f: mg.jacrev(f)),
+    ("jacfwd", lambda f: mg.jacfwd(f)),
+    ("hessian", lambda f: mg.hessian(f)),
+    ("hessian", lambda f: mg.hessian(f, argnums=(0,))),
+    ("vmap", lambda f: mg.vmap(f)),
+    ("checkpoint", lambda f: mg.checkpoint(f)),
+    ("trace", lambda f: mg.trace(f)),
+    ("vjp", lambda f: mg.vjp(f, 1.0)),
+    ("jvp", lambda f: mg.jvp(f, (1.0,), (1.0,))),
+    ("gradcheck", lambda f: mg.gradcheck(f, [1.0])),
+])
+@pytest.mark.parametrize("given", ["value", None, "text"])
+def test_a_transformation_given_no_function_says_so_at_once(who, transform, given):
+    """mg.grad(f(x)) failed only at the call, with "'Tensor' object is not callable"
+    (JAX refuses at once: "Expected a callable value"). Every transformation now refuses
+    where it is applied, by its name, and says to pass f itself when given a value."""
+    name = who.split()[0]
+    f = _value_of_f() if given == "value" else given
+    with pytest.raises(TypeError, match=f"^{name}: f must be a function, got "
+                                        f"{'None' if f is None else 'a ' + type(f).__name__}"
+                       ) as caught:
+        transform(f)
+    assert ("pass the function itself" in str(caught.value)) == (given == "value")
+
+
+@pytest.mark.parametrize("who, call", [
+    ("Session", lambda g: mg.Session(g)),
+    ("compile_graph", lambda g: mg.compile_graph(g, [], [])),
+    ("partition", lambda g: mg.partition(g)),
+    ("auto_place", lambda g: mg.auto_place(g, ["cpu", "cpu:1"])),
+])
+@pytest.mark.parametrize("given", ["graph.py", mg.tensor(1.0), False])
+def test_what_takes_a_graph_refuses_anything_else_by_name(who, call, given):
+    """compile_graph, partition and auto_place raised AttributeError ('... has no
+    attribute nodes') from inside; Session took a string and failed at its first run."""
+    with pytest.raises(TypeError, match=f"^{who}: expects a Graph .* got a "
+                                        f"{type(given).__name__}$"):
+        call(given)

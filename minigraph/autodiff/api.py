@@ -13,8 +13,7 @@ from typing import Any, Callable
 
 from ..graph import trace
 from . import forward, source, tape
-from .argnums import normalize_argnums
-from .argnums import refuse_keywords
+from .argnums import normalize_argnums, refuse_keywords, refuse_non_functions
 from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
@@ -36,6 +35,7 @@ GRADIENT_ONLY: dict[str, Callable[..., Callable]] = {
 def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
                    mode: str = "tape") -> Callable[..., tuple]:
     """``v, g = mg.value_and_grad(f, argnums, mode)(*args)``: f's value and gradient."""
+    refuse_non_functions(f, "value_and_grad")
     try:
         make = MODES[mode]
     except KeyError:
@@ -52,6 +52,7 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     ``MODES`` (``"tape"`` by default). Gradients of gradients work:
     ``mg.grad(mg.grad(mg.sin))(1.0) == -sin(1)``.
     """
+    refuse_non_functions(f, "grad")
     if mode in GRADIENT_ONLY:
         gradient = GRADIENT_ONLY[mode](f, argnums)
     else:
@@ -73,6 +74,7 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
     from .forward import jacfwd
     from .tape import jacrev
 
+    refuse_non_functions(f, "hessian")
     if isinstance(argnums, int):
         return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")
 

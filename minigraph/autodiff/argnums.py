@@ -93,6 +93,18 @@ def refuse_pytrees(values: Sequence[Any], positions: Iterable[int], who: str,
                 f"array is meant")
 
 
+def refuse_non_functions(f: Any, who: str) -> None:
+    """A transformation takes the function itself. ``mg.grad(f(x))``, the value where f
+    was meant, is the classic slip; it failed later, at the call, with Python's "'Tensor'
+    object is not callable". JAX refuses at once ("Expected a callable value"); so does
+    this, at the transformation, naming it."""
+    if not callable(f):
+        hint = (f"; pass the function itself, mg.{who}(f), not its value at some point, "
+                f"mg.{who}(f(x))" if is_value(f) else "")
+        what = "None" if f is None else f"a {type(f).__name__}"
+        raise TypeError(f"{who}: f must be a function, got {what}{hint}")
+
+
 def refuse_keywords(kwargs: dict, who: str) -> None:
     """Refuse keyword arguments to a transformed function, naming them. (JAX and
     torch.func pass keywords to f undifferentiated; minigraph's transformations, whose

@@ -32,7 +32,7 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
-from .argnums import is_value, refuse_pytrees
+from .argnums import is_value, refuse_non_functions, refuse_pytrees
 from .levels import new_level
 from .tape import own_results
 
@@ -174,6 +174,8 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
     list or dict of arrays, which JAX would batch array by array (a pytree), is refused
     (``argnums.refuse_pytrees``); pass its arrays as arguments of their own.
     """
+    refuse_non_functions(f, "vmap")
+
     def batched(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise BatchingError(f"vmap: pass the arguments of a vmapped function by position "

@@ -19,7 +19,7 @@ import numpy as np  # the finite differences are computed on the host, in float6
 from ..errors import GradcheckError
 from ..tensor import Tensor, tensor
 from .forward import jacfwd
-from .argnums import refuse_pytrees
+from .argnums import refuse_non_functions, refuse_pytrees
 from .tape import jacrev
 
 _JACOBIANS = {"tape": jacrev, "forward": jacfwd}
@@ -47,6 +47,7 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
 
     Returns True, or raises ``GradcheckError`` with a report of the worst element.
     """
+    refuse_non_functions(f, "gradcheck")
     if mode not in _JACOBIANS:
         raise ValueError(f"gradcheck: mode is {' or '.join(map(repr, _JACOBIANS))}, got {mode!r}")
     refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")

@@ -70,7 +70,7 @@ from ..ops.shape_rules import FLOATS, dtype_of, shape_of
 from ..tensor import Tensor, shared, tensor
 from .batching import vmap
 from .forward import jvp
-from .argnums import refuse_pytrees
+from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .tape import is_grad_enabled, vjp
 
@@ -325,6 +325,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     """``mg.checkpoint(f)``: f, whose intermediates are recomputed in the backward pass
     instead of kept (see the module's docstring). ``f`` may be a module: its parameters
     then become arguments of the checkpoint, so they get their gradients."""
+    refuse_non_functions(f, "checkpoint")
     if callable(getattr(f, "named_parameters", None)):
         return _checkpoint_module(f)
     name = getattr(f, "__name__", type(f).__name__)

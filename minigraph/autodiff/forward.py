@@ -29,8 +29,8 @@ from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
-from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords, refuse_pytrees,
-                      single)
+from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
+                      refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
 
 
@@ -103,6 +103,7 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
 
     A tangent may be a number (broadcast to its primal's shape) or a tensor.
     """
+    refuse_non_functions(f, "jvp")
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     refuse_pytrees(primals, range(len(primals)), "jvp", "primal")
@@ -178,6 +179,8 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     input element, as chapter 02 counts them."""
     from ..ops.shape import stack
     from .batching import vmap
+
+    refuse_non_functions(f, "jacfwd")
 
     def jac(*args: Any, **kwargs: Any) -> Any:
         refuse_keywords(kwargs, "jacfwd")

@@ -50,8 +50,8 @@ from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape_rules import shape_of
-from .argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_pytrees,
-                      single)
+from .argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_non_functions,
+                      refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -676,6 +676,7 @@ def _cotangent(out: Any, g: Any, who: str) -> Any:
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
     """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y)."""
+    refuse_non_functions(f, "vjp")
     if not primals:
         raise TypeError("vjp: give at least one primal to differentiate with respect to")
     refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
@@ -762,6 +763,8 @@ def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     from ..ops.shape import stack
     from .batching import vmap
     from .forward import basis_vectors, identity_rows, jacobian_from_rows
+
+    refuse_non_functions(f, "jacrev")
 
     def jac(*args: Any, **kwargs: Any) -> Any:
         refuse_keywords(kwargs, "jacrev")

@@ -40,7 +40,7 @@ import numpy as np
 from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
-from .graph import Graph, GraphError, Node, fed_value
+from .graph import Graph, GraphError, Node, check_graph, fed_value
 from .topo import fifo_order, needed
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -119,6 +119,7 @@ def own_copy(value: Any, device: Device) -> Any:
 def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
                   name: str = "compiled") -> CompiledFunction:
     """Python source computing ``outputs`` from ``inputs``, compiled with compile/exec."""
+    check_graph(graph, "compile_graph")
     inputs, outputs = list(inputs), list(outputs)
     fed = {id(n) for n in inputs}
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)

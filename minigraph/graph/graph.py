@@ -43,6 +43,7 @@ from ..errors import MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, register_kind
+from ..ops.shape_rules import sizes
 from ..tensor import Tensor, tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -465,6 +466,16 @@ def _short(v: Any) -> str:
     return repr(v)
 
 
+def check_graph(graph: Any, who: str) -> Graph:
+    """``graph`` if it is a Graph; else a TypeError naming ``who`` (it was an
+    AttributeError about ``.nodes`` from deep inside, or, for a Session, nothing until
+    its first run)."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{who}: expects a Graph (with mg.Graph() as g: ...), got "
+                        f"{'None' if graph is None else 'a ' + type(graph).__name__}")
+    return graph
+
+
 def default_graph() -> Graph:
     """The graph of the innermost ``with Graph():`` block (or a global one outside)."""
     if _defaults.graphs:
@@ -566,9 +577,11 @@ def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
     ``shape=None`` accepts any shape; the shapes that depend on it are then known only
     when the graph runs, and ``mg.gradients`` needs them known (give a shape).
     """
-    shape = None if shape is None else tuple(shape)
-    if shape is not None and any(not isinstance(n, int) or n < 0 for n in shape):
-        raise ShapeError(f"placeholder: a shape is a tuple of sizes >= 0, got {shape}")
+    if isinstance(shape, (tuple, list)) and None in shape:
+        raise ShapeError(f"placeholder: shape {tuple(shape)} has a size None (TensorFlow's "
+                         f"unknown size), which minigraph does not have: give every size, or "
+                         f"shape=None for a placeholder of any shape")
+    shape = None if shape is None else sizes("placeholder", shape)
     get_device(None).dtype(str(dtype))  # an unknown dtype name fails here, not at run time
     return default_graph().add_special("Placeholder", (), shape, str(dtype), name or "Placeholder")
 

@@ -36,7 +36,8 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..autodiff.argnums import Argnums, normalize_argnums, refuse_keywords, single
+from ..autodiff.argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_non_functions,
+                                 single)
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
@@ -129,6 +130,7 @@ class Traced:
     """``mg.trace(f)``: records ``f`` per signature, then replays the compiled graph."""
 
     def __init__(self, f: Callable[..., Any]):
+        refuse_non_functions(f, "trace")
         self.f = f
         self.name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
         # signature -> (compiled function, single output?, graph): the one cache

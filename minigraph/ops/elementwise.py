@@ -446,7 +446,7 @@ def sqrt(x: Any) -> Any:
 
 def add_n(xs: "list[Any] | tuple[Any, ...]") -> Any:
     """The sum of several values of one shape (one AddN node in a graph)."""
-    xs = list(xs)
+    xs = S.operands("add_n", xs)
     return xs[0] if len(xs) == 1 else bind(ADD_N, *xs)
 
 

@@ -188,7 +188,9 @@ def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
     if axis is None:
         return None
     ndim = S.rank(who, x)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if not all(type(a) is int for a in axes):
+        axes = tuple(S.integer(who, "axis", a) for a in axes)
     if ndim == 0 and all(a in (0, -1) for a in axes):
         return ()  # a 0-d tensor over "its" axis 0: over no axis at all, as NumPy does
     out = [S.check_axis(who, a, x) for a in axes]
@@ -228,6 +230,8 @@ def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
 
 def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``x`` down to ``shape``: the adjoint of broadcasting ``shape`` to ``x.shape``."""
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        shape = S.sizes("sum_to", shape)  # (the common case checks once)
     xshape = S.shape_of(x)
     if xshape == tuple(shape):
         return x

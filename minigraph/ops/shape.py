@@ -12,7 +12,6 @@ they were given and shift every axis they name by one.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
@@ -227,24 +226,10 @@ def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
 
 # -- the public functions -----------------------------------------------------------------------
 
-def _sizes(shape: tuple) -> tuple[int, ...]:
-    """A reshape's sizes as ints (NumPy's ints too, not floats, whose 2.5 would be cut),
-    each >= 0 but for one -1."""
-    try:
-        shape = tuple(operator.index(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"reshape: sizes must be integers, got shape {shape}") from None
-    if shape.count(-1) > 1 or any(n < -1 for n in shape):
-        raise ShapeError(f"reshape: a size must be >= 0, or -1 for one size to be inferred, "
-                         f"got shape {shape}")
-    return shape
-
-
 def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
     """The same elements in a new shape; one size may be -1 (inferred)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not all(type(n) is int and n >= 0 for n in shape):  # (the common case checks once)
-        shape = _sizes(shape)
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        shape = S.sizes("reshape", shape, infer=True)  # (the common case checks once)
     if -1 in shape:
         S.rank("reshape to a shape with -1", x)  # (the size to divide must be known)
         known = int(np.prod([n for n in shape if n != -1]))
@@ -276,7 +261,8 @@ def matrix_transpose(x: Any) -> Any:
 
 def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
     """Repeat ``x`` along new or size-1 axes to ``shape``, like ``numpy.broadcast_to``."""
-    shape = tuple(shape)
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        shape = S.sizes("broadcast_to", shape)  # (the common case checks once)
     if S.shape_of(x) == shape:
         return x
     return bind(BROADCAST_TO, x, shape=shape)
@@ -308,12 +294,12 @@ def getitem(x: Any, index: Any) -> Any:
 
 def scatter_add(g: Any, index: tuple, shape: tuple[int, ...]) -> Any:
     """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up)."""
-    return bind(SCATTER_ADD, g, index=index, shape=tuple(shape))
+    return bind(SCATTER_ADD, g, index=index, shape=S.sizes("scatter_add", shape))
 
 
 def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     """Join tensors along an existing axis, like ``numpy.concatenate``."""
-    xs = list(xs)
+    xs = S.operands("concatenate", xs)
     if not xs:
         raise ValueError("concatenate: needs at least one tensor")
     ndim = S.rank("concatenate", xs[0])
@@ -330,7 +316,7 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     pieces are concatenated, so its derivatives in every mode and its batching rule are
     those of ``reshape`` and ``concatenate``, and the tape records those two steps.
     """
-    xs = list(xs)
+    xs = S.operands("stack", xs)
     if not xs:
         raise ValueError("stack: needs at least one tensor")
     shapes = [S.shape_of(x) for x in xs]

@@ -12,6 +12,7 @@ array it meets (``float32_array * 2.0`` stays float32); two arrays promote
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -67,11 +68,54 @@ def rank(op: str, x: Any) -> int:
     return len(shape)
 
 
+def integer(op: str, what: str, n: Any) -> int:
+    """``n`` as an int (a NumPy integer too); a float, a bool or anything else is refused
+    with a ``TypeError`` naming the op, as NumPy refuses them (a float axis or size used
+    to fail deep inside, with "'float' object is not iterable" or "'<=' not supported")."""
+    if not isinstance(n, (bool, np.bool_)):
+        try:
+            return operator.index(n)
+        except TypeError:
+            pass
+    raise TypeError(f"{op}: {what} must be an integer, got {type(n).__name__} {n!r}")
+
+
+def sizes(op: str, shape: Any, infer: bool = False) -> tuple[int, ...]:
+    """A shape given by the user as a tuple of ints, each >= 0 (or, with ``infer``, one
+    of them -1, as reshape takes it): an integer n means (n,), as in NumPy; a list or
+    tuple of integers is the shape (NumPy's integers too; a float, whose 2.5 would be
+    cut, is refused)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{op}: a shape is an integer or a tuple of integers, got "
+                        f"{type(shape).__name__} {shape!r}")
+    out = tuple(integer(op, f"every size of the shape {tuple(shape)}", n) for n in shape)
+    if infer and (out.count(-1) > 1 or any(n < -1 for n in out)):
+        raise ShapeError(f"{op}: a size must be >= 0, or -1 for one size to be inferred, "
+                         f"got shape {out}")
+    if not infer and any(n < 0 for n in out):
+        raise ShapeError(f"{op}: a size must be >= 0, got shape {out}")
+    return out
+
+
+def operands(op: str, xs: Any) -> list[Any]:
+    """The operands an op takes as one sequence (stack, concatenate, add_n), as a list."""
+    if not isinstance(xs, (str, bytes)):
+        try:
+            return list(xs)  # (a tensor or array too: its rows, as NumPy takes it)
+        except TypeError:
+            pass
+    raise TypeError(f"{op}: takes a list or tuple of tensors, got {type(xs).__name__}")
+
+
 def check_axis(op: str, axis: int, x: Any, new: int = 0) -> int:
     """``axis`` as an index among the axes of ``x`` (plus ``new`` axes the op adds, as
     stack does); negative counts from the end, as in NumPy. Out of range, an
     :class:`AxisError` that names the op, the axis, the shape and the rank, never a
     silent wrap-around to another axis."""
+    if type(axis) is not int:
+        axis = integer(op, "axis", axis)
     ndim = rank(op, x) + new
     if not -ndim <= axis < ndim:
         raise AxisError(f"{op}: axis {axis} is out of range for a tensor of shape "

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import AbstractSet, Any, Sequence
 
 from ..device import Device
-from ..graph.graph import Graph, Node
+from ..graph.graph import Graph, Node, check_graph
 from ..graph.topo import fifo_order, needed
 from .rendezvous import make_key
 
@@ -73,6 +73,7 @@ class Partition(dict):
 def partition(graph: Graph, fetches: Sequence[Node] | None = None,
               fed: AbstractSet[int] = frozenset()) -> Partition:
     """Cut ``graph`` (or the part of it ``fetches`` need) into one graph per device."""
+    check_graph(graph, "partition")
     keep = needed(fetches, set(fed)) if fetches is not None else {id(n) for n in graph.nodes}
     return _Partitioner(graph).run(fifo_order(graph.nodes, keep, set(fed)), fed)
 

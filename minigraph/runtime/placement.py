@@ -29,7 +29,7 @@ import math
 from typing import Sequence
 
 from ..device import get_device
-from ..graph.graph import Graph, Node
+from ..graph.graph import Graph, Node, check_graph
 from ..graph.passes import PassResult
 
 FLOPS = 1e9        # multiply-adds per second assumed for every device
@@ -55,6 +55,7 @@ def _bytes(node: Node) -> int:
 
 def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
     """A copy of ``graph`` with its computing nodes spread over ``devices`` (greedy)."""
+    check_graph(graph, "auto_place")
     devs = [get_device(d) for d in devices]
     free_at = {d.name: 0.0 for d in devs}
     finish: dict[int, float] = {}

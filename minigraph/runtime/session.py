@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MinigraphError
-from ..graph.graph import Graph, GraphError, Node, default_graph, fed_value
+from ..graph.graph import Graph, GraphError, Node, check_graph, default_graph, fed_value
 from ..graph.topo import fifo_order, needed
 from .cost import CostModel
 from .memory import Memory, MemoryPlan, plan_memory, root
@@ -86,7 +86,7 @@ class Session:
             raise ValueError(f"Session: workers must be >= 1, got {workers}")
         if cost_model not in ("static", "measured"):
             raise ValueError(f"Session: cost_model is 'static' or 'measured', got {cost_model!r}")
-        self.graph = graph if graph is not None else default_graph()
+        self.graph = check_graph(graph, "Session") if graph is not None else default_graph()
         self.workers = workers
         self.recycle = recycle
         self.debug = debug
