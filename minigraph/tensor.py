@@ -40,8 +40,12 @@ class Tensor(ArrayOps):
     # (Tensor is not registered with register_kind: bind runs the eager interpreter
     # whenever no registered kind is among the arguments.)
 
-    def __init__(self, data: Any, device: Device, requires_grad: bool = False,
-                 entry: tuple | None = None):
+    def __init__(self, data: Any, device: Device = None,  # type: ignore[assignment]
+                 requires_grad: bool = False, entry: tuple | None = None):
+        # (The library's own constructor: ``data`` is already an array of ``device``. The
+        # default None only lets ``mg.Tensor([1.0, 2.0])``, PyTorch's torch.Tensor habit,
+        # reach the except clauses below, which point to mg.tensor; they cost nothing
+        # until they catch.)
         self.data = data
         self.device = device
         self.requires_grad = requires_grad
@@ -54,9 +58,14 @@ class Tensor(ArrayOps):
         try:
             nbytes = 0 if data.base is not None else data.nbytes
         except AttributeError:  # arrays without .base/.nbytes (array-api-strict ...)
+            if not hasattr(data, "shape"):
+                raise TypeError(_not_the_constructor(data)) from None
             nbytes = 0 if getattr(data, "base", None) is not None else _nbytes(data)
         self._nbytes = nbytes
-        live = device.live_bytes + nbytes
+        try:
+            live = device.live_bytes + nbytes
+        except AttributeError:
+            raise TypeError(_not_the_constructor(data, device)) from None
         device.live_bytes = live
         if live > device.peak_bytes:
             device.peak_bytes = live
@@ -324,6 +333,14 @@ def _unpickle(values: Any, device_name: str, requires_grad: bool) -> Tensor:
 # (Registered with copyreg because a Device's __slots__ hold its array module, which no
 # pickle can hold; ``copy.deepcopy`` uses the same rule, and gets the same object back.)
 copyreg.pickle(Device, lambda d: (_device_by_name, (d.name,)))
+
+
+def _not_the_constructor(data: Any, device: Any = None) -> str:
+    """What ``mg.Tensor(...)`` says when it is called as ``torch.Tensor`` is."""
+    given = f"{type(data).__name__}" + ("" if device is None else f", {device!r}")
+    return (f"Tensor({given}): mg.Tensor(array, device) wraps an array already on a minigraph "
+            f"Device and is the library's own; make a tensor with mg.tensor(data, "
+            f"dtype=..., device=..., requires_grad=...), as torch.tensor")
 
 
 def _nbytes(data: Any) -> int:

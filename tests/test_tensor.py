@@ -406,3 +406,15 @@ def test_a_backward_that_fails_changes_no_gradient_and_keeps_the_tape(monkeypatc
     monkeypatch.setattr(tape, "_own", real)
     z.backward()  # the tape is still there
     assert x.grad.numpy().tolist() == [3.0] * 3 and y.grad.numpy().tolist() == [4.0] * 3
+
+
+@pytest.mark.parametrize("call", [lambda: mg.Tensor([1.0, 2.0]), lambda: mg.Tensor(np.ones(2)),
+                                  lambda: mg.Tensor(np.ones(2), "cpu")])
+def test_mg_Tensor_called_as_torch_Tensor_points_to_mg_tensor(call):
+    """torch.Tensor([1.0, 2.0]) makes a tensor; mg.Tensor is the library's wrapper of an
+    array already on a Device, and said "missing 1 required positional argument: 'device'"
+    or "'str' object has no attribute 'live_bytes'"."""
+    before = mg.get_device("cpu").live_bytes
+    with pytest.raises(TypeError, match=r"^Tensor\(.*\): .*make a tensor with mg\.tensor\("):
+        call()
+    assert mg.get_device("cpu").live_bytes == before  # nothing counted for it
