@@ -418,3 +418,52 @@ def test_mg_Tensor_called_as_torch_Tensor_points_to_mg_tensor(call):
     with pytest.raises(TypeError, match=r"^Tensor\(.*\): .*make a tensor with mg\.tensor\("):
         call()
     assert mg.get_device("cpu").live_bytes == before  # nothing counted for it
+
+
+# -- nested lists are arrays, in every op ---------------------------------------------------------
+# The eager interpreter turns a list into a tensor when the kernel runs; the op's front
+# function read its shape first, as a number's (), so mg.sum(L, axis=0) gave L back
+# unsummed, mg.max(L, axis=-1) too, and matmul recursed without end. NumPy is the oracle.
+_L = [[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]]
+_LIST_CASES = {
+    "sum axis 0": (lambda L: mg.sum(L, axis=0), lambda A: A.sum(axis=0)),
+    "max axis -1": (lambda L: mg.max(L, axis=-1), lambda A: A.max(axis=-1)),
+    "mean axis 1": (lambda L: mg.mean(L, axis=1), lambda A: A.mean(axis=1)),
+    "sum_to": (lambda L: mg.sum_to(L, (3,)), lambda A: A.sum(axis=0)),
+    "softmax": (lambda L: mg.softmax(L, axis=1),
+                lambda A: np.exp(A) / np.exp(A).sum(1, keepdims=True)),
+    "reshape -1": (lambda L: mg.reshape(L, (3, -1)), lambda A: A.reshape(3, -1)),
+    "transpose": (lambda L: mg.transpose(L), lambda A: A.T),
+    "stack": (lambda L: mg.stack([L[0], L[1]], axis=1), lambda A: np.stack([A[0], A[1]], 1)),
+    "concatenate": (lambda L: mg.concatenate([L[0], L[1]]), lambda A: A.reshape(-1)),
+    "matmul": (lambda L: mg.matmul(L, [[1.0], [2.0], [3.0]]), lambda A: A @ [[1.0], [2.0], [3.0]]),
+    "matmul vectors": (lambda L: mg.matmul(L[0], L[1]), lambda A: A[0] @ A[1]),
+    "astype": (lambda L: mg.astype(L, "float32"), lambda A: A.astype("float32")),
+    "cross_entropy": (lambda L: mg.cross_entropy(L, [2, 0]),
+                      lambda A: -(A - np.log(np.exp(A).sum(1, keepdims=True)))[[0, 1], [2, 0]]
+                      .mean()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LIST_CASES))
+def test_an_op_given_nested_lists_computes_what_numpy_computes(name):
+    op, numpy_op = _LIST_CASES[name]
+    got, want = op(_L), np.asarray(numpy_op(np.array(_L)))
+    assert (got.shape, got.dtype) == (want.shape, want.dtype.name)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+
+
+def test_gradients_through_ops_that_read_a_list_s_shape():
+    """d/dx sum(max(x * L, axis=-1)) with L a list: the max's axis is L's, not a number's;
+    in graph mode matmul read the list's shape as () and refused it."""
+    A = np.array(_L)
+    x = np.array([[0.5], [2.0]])
+    for mode in ("tape", "forward", "graph"):
+        g = mg.grad(lambda x: mg.sum(mg.max(x * _L, axis=-1)), mode=mode)(x)
+        # the max of each row of x * A is x * (the max of A's row, as x > 0)
+        np.testing.assert_allclose(g.numpy(), A.max(axis=1, keepdims=True), rtol=1e-12,
+                                   err_msg=mode)
+        # x.T @ L: a graph node (or tensor) times a matrix given as a list
+        g = mg.grad(lambda x: mg.sum(mg.matmul(mg.transpose(x), _L)), mode=mode)(x)
+        np.testing.assert_allclose(g.numpy(), A.sum(axis=1, keepdims=True), rtol=1e-12,
+                                   err_msg=mode)

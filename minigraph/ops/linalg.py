@@ -72,6 +72,8 @@ def matmul(x: Any, y: Any) -> Any:
         return bind_two(MATMUL, x, y)
     if not xs or not ys:
         raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
+    if len(xs) > 1 and len(ys) > 1:  # matrices given as nested lists (they have no ndim)
+        return bind_two(MATMUL, x, y)
     if len(xs) == 1 and len(ys) == 1:
         return SH.reshape(matmul(SH.reshape(x, (1, -1)), SH.reshape(y, (-1, 1))), ())
     if len(xs) == 1:

@@ -42,15 +42,27 @@ def supported_dtype(who: str, dtype: Any) -> str:
 _RANK = {"bool": 0, "int32": 1, "int64": 2, "float32": 3, "float64": 4}
 
 
+_NO_SHAPE = object()
+_LISTS = (list, tuple)  # nested lists of numbers: arrays, once an op's kernel is given them
+
+
 def shape_of(v: Any) -> tuple[int, ...]:
-    """The shape of any value kind (a Python number has shape ``()``)."""
-    return getattr(v, "shape", ())
+    """The shape of any value kind: a Python number has shape ``()``, a nested list of
+    numbers the shape NumPy gives it (the eager interpreter makes it a tensor; a rule that
+    took it for a number gave ``mg.sum([[1, 2], [3, 4]], axis=0)`` back unsummed)."""
+    shape = getattr(v, "shape", _NO_SHAPE)
+    if shape is _NO_SHAPE:
+        return np.shape(v) if type(v) in _LISTS else ()
+    return shape
 
 
 def dtype_of(v: Any) -> str | None:
-    """The dtype name of a value (``"float32"``); ``None`` for a weak Python number."""
+    """The dtype name of a value (``"float32"``); ``None`` for a weak Python number; for a
+    nested list, the dtype NumPy (and ``mg.tensor``) makes of it."""
     if isinstance(v, (bool, int, float)):
         return None
+    if type(v) in _LISTS:
+        return dtype_name(np.asarray(v).dtype)
     dtype = v.dtype  # a name for minigraph's values, a dtype object for NumPy arrays
     return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
 
