@@ -50,7 +50,7 @@ def shape_of(v: Any) -> tuple[int, ...]:
     """The shape of any value kind: a Python number has shape ``()``, a nested list of
     numbers the shape NumPy gives it (the eager interpreter makes it a tensor; a rule that
     took it for a number gave ``mg.sum([[1, 2], [3, 4]], axis=0)`` back unsummed)."""
-    shape = getattr(v, "shape", _NO_SHAPE)
+    shape: Any = getattr(v, "shape", _NO_SHAPE)
     if shape is _NO_SHAPE:
         return np.shape(v) if type(v) in _LISTS else ()
     return shape
