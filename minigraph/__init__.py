@@ -15,7 +15,7 @@ from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
 from .autodiff.checkpoint import checkpoint
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
-from .ops import (PRIMITIVES, add, astype, binary_cross_entropy_with_logits, broadcast_to,
+from .ops import (PRIMITIVES, abs, add, astype, binary_cross_entropy_with_logits, broadcast_to,
                   concatenate, cos, cross_entropy, div, equal, exp, getitem, greater,
                   greater_equal, identity, less, less_equal, log, log_sigmoid, log_softmax,
                   log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, mul, neg,
@@ -44,7 +44,7 @@ __all__ = [
     "errors", "MODES", "grad", "source_grad", "SourceTransformError", "value_and_grad", "gradcheck",
     "Dual", "jacfwd", "jvp", "enable_grad", "is_grad_enabled", "cuda_available", "jacrev",
     "no_grad", "vjp", "Device", "device", "devices", "get_device", "register_device",
-    "set_virtual_cpus", "PRIMITIVES", "add", "astype", "broadcast_to", "concatenate", "getitem",
+    "set_virtual_cpus", "PRIMITIVES", "abs", "add", "astype", "broadcast_to", "concatenate", "getitem",
     "cos",
     "cross_entropy", "div", "equal", "exp", "greater", "greater_equal", "identity", "less",
     "less_equal", "log", "log_softmax", "log_softmax_grad", "nll_loss_grad", "matmul",

@@ -57,6 +57,7 @@ CASES = {
     "sigmoid": (mg.sigmoid, (A23,), lambda x: 1 / (1 + np.exp(-x))),
     "log_sigmoid": (mg.log_sigmoid, (A23,), lambda x: -np.log1p(np.exp(-x))),
     "relu": (mg.relu, (DISTINCT,), lambda x: np.maximum(x, 0)),
+    "abs": (mg.abs, (DISTINCT,), np.abs),
     # relu's VJP; its derivative by y is 0 away from y = 0 (the rule is None)
     "relu_grad": (mg.relu_grad, (B23, DISTINCT), lambda g, y: g * (y > 0)),
     "sqrt": (mg.sqrt, (P23,), np.sqrt),

@@ -539,6 +539,7 @@ _ANY_DTYPE_OPS = {
     "concatenate": lambda a: mg.concatenate([a, a]), "softmax": mg.softmax,
     "where": lambda a: mg.where(a > 0, a, a), "less": lambda a: a < 1,
     "sqrt": mg.sqrt, "tanh": mg.tanh, "sigmoid": mg.sigmoid, "log_sigmoid": mg.log_sigmoid,
+    "abs": mg.abs, "abs builtin": lambda a: abs(a),
     "pow int": lambda a: a ** 2, "pow float": lambda a: a ** 0.5, "pow self": lambda a: a ** a,
 }
 

@@ -96,6 +96,7 @@ CASES = [
     ("sigmoid", mg.sigmoid, [u(2, 3)], lambda x: 1 / (1 + np.exp(-x))),
     ("log_sigmoid", mg.log_sigmoid, [u(2, 3)], lambda x: -np.log1p(np.exp(-x))),
     ("relu", mg.relu, [u(2, 3)], lambda x: np.maximum(x, 0)),
+    ("abs", mg.abs, [u(2, 3)], np.abs),
     ("relu_grad", mg.relu_grad, [u(2, 3), u(3)], lambda g, y: g * (y > 0)),
     ("sqrt", mg.sqrt, [pos(2, 3)], np.sqrt),
     ("where", mg.where, [cond(2, 3), u(3), u(2, 1)], np.where),

@@ -164,6 +164,13 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
 
 # -- functions ---------------------------------------------------------------------------
 
+ABS = primitive(  # d|x| = sign(x) dx, 0 at x = 0 (as PyTorch and JAX): a subgradient there
+    "abs", lambda xp, x: xp.abs(x), S.same,
+    jvp=[lambda t, out, x: t * (_mask(x > 0, t) - _mask(x < 0, t))],
+    vjp=[lambda g, out, x: g * (_mask(x > 0, g) - _mask(x < 0, g))],
+    out=ufunc_out("absolute"), batch=B.elementwise("abs"),
+    public="abs")
+
 EXP = primitive(
     "exp", lambda xp, x: xp.exp(as_floating(xp, x)), S.floating("exp"),
     jvp=[lambda t, out, x: t * out],
@@ -391,6 +398,11 @@ def pow(x: Any, y: Any) -> Any:  # noqa: A001 - the operator's own name
 def maximum(x: Any, y: Any) -> Any:
     """Elementwise maximum; at ties the gradient goes to ``x``."""
     return bind_two(MAXIMUM, x, y)
+
+
+def abs(x: Any) -> Any:  # noqa: A001 - NumPy's and PyTorch's name (builtin abs(x) calls it)
+    """|x|, elementwise; its derivative at 0 is taken as 0, as in PyTorch and JAX."""
+    return bind_one(ABS, x, {})
 
 
 def exp(x: Any) -> Any:

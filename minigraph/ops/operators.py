@@ -43,6 +43,7 @@ class ArrayOps:
     def __rmatmul__(self, other: Any) -> Any: return L.matmul(other, self)
     def __neg__(self) -> Any: return bind_one(E.NEG, self, {})
     def __pos__(self) -> Any: return self
+    def __abs__(self) -> Any: return E.abs(self)
 
     # -- comparisons: bool results, no gradient ---------------------------------------------
     def __lt__(self, other: Any) -> Any: return E.less(self, other)
