@@ -35,7 +35,7 @@ def test_devices_are_listed_cpus_first_whatever_order_they_were_made_in():
         mg.register_device("other:9", np)
         mg.set_virtual_cpus(1)
         mg.set_virtual_cpus(11)
-        listed = mg.devices()
+        listed = [n for n in mg.devices() if not n.startswith("cuda")]  # (a GPU's, if any)
         assert listed[:13] == ["cpu"] + [f"cpu:{k}" for k in range(1, 12)] + ["other:9"]
         assert listed.index("other:10") == listed.index("other:9") + 1
     finally:

@@ -162,3 +162,60 @@ def test_allreduce_between_host_and_gpu_sums_on_each_device():
         assert [t.device.name for t in out] == ["cpu", "cuda:0", "cpu:1"], algorithm
         for t in out:
             np.testing.assert_allclose(t.numpy(), 6 * a, err_msg=algorithm)
+
+
+# -- DLPack and files with GPU memory ----------------------------------------------------------
+
+def test_from_dlpack_of_gpu_memory_makes_a_gpu_tensor_copied_unless_asked_to_share():
+    import cupy
+
+    for make in (lambda: cupy.arange(6.0).reshape(2, 3), _torch_cuda_arange):
+        source = make()
+        if source is None:
+            continue
+        t = mg.from_dlpack(source)
+        assert (t.device.name, t.dtype, t.shape) == ("cuda:0", "float64", (2, 3))
+        t -= 1.0  # its own copy: the producer's array is as it was
+        np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(source)),
+                                      np.arange(6.0).reshape(2, 3))
+        shared = mg.from_dlpack(source, copy=False)
+        shared -= 1.0  # one buffer: the producer sees the write
+        mg.device("cuda:0").synchronize()
+        np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(source)),
+                                      np.arange(6.0).reshape(2, 3) - 1)
+        on_host = mg.from_dlpack(source, device="cpu")  # a move is a copy
+        assert on_host.device.name == "cpu"
+        np.testing.assert_array_equal(on_host.numpy(), np.arange(6.0).reshape(2, 3) - 1)
+
+
+def _torch_cuda_arange():
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.arange(6, dtype=torch.float64, device="cuda").reshape(2, 3)
+
+
+def test_a_gpu_tensor_goes_to_torch_through_dlpack_on_the_gpu():
+    source = _torch_cuda_arange()
+    if source is None:
+        pytest.skip("needs PyTorch with CUDA")
+    import torch
+
+    t = mg.tensor(np.arange(6.0).reshape(2, 3), device="cuda:0")
+    view = torch.from_dlpack(t)
+    assert view.device.type == "cuda"
+    torch.testing.assert_close(view, source)
+
+
+def test_save_and_load_a_gpu_state_dict(tmp_path):
+    w = mg.tensor(np.arange(4.0), device="cuda:0")
+    mg.save({"w": w, "b": mg.tensor(np.ones(2))}, tmp_path / "m.npz")
+    back = mg.load(tmp_path / "m.npz")  # the file holds host arrays; cpu unless asked
+    assert [t.device.name for t in back.values()] == ["cpu", "cpu"]
+    np.testing.assert_array_equal(back["w"].numpy(), np.arange(4.0))
+    on_gpu = mg.load(tmp_path / "m.npz", device="cuda:0")
+    assert on_gpu["w"].device.name == "cuda:0"
+    np.testing.assert_array_equal(on_gpu["w"].numpy(), np.arange(4.0))
