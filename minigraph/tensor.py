@@ -27,7 +27,7 @@ from .device import Device, get_device
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
-from .ops.shape_rules import FLOATS, dtype_name, supported_dtype
+from .ops.shape_rules import FLOATS, dtype_name, sizes, supported_dtype
 
 FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
 
@@ -185,7 +185,28 @@ class Tensor(ArrayOps):
         return int(self.item())
 
     def __bool__(self) -> bool:
+        if self.size != 1:  # (item() would say item(), which the user did not call)
+            raise ValueError(f"bool() of a tensor of {self.size} elements (shape {self.shape}) "
+                             f"is ambiguous, as in NumPy and PyTorch: use mg.max(...) > 0 "
+                             f"for 'any', or compare elements one by one")
         return bool(self.item())
+
+    def __index__(self) -> int:
+        """A one-element integer tensor as an index: ``range(n)``, ``xs[i]`` (PyTorch's)."""
+        if self.dtype not in ("int64", "int32"):
+            raise TypeError(f"only an integer tensor can be an index; this one is {self.dtype}")
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a one-element tensor's number, as PyTorch's does;
+        without a format spec, a tensor is its text (what print shows)."""
+        if not spec:
+            return str(self)
+        if self.size != 1:
+            raise TypeError(f"format spec {spec!r}: it formats a one-element tensor's number, "
+                            f"and this tensor has {self.size} elements (shape {self.shape}); "
+                            f"format x.tolist() or each element")
+        return format(self.item(), spec)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -411,17 +432,24 @@ def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
 def zeros(shape: "tuple[int, ...] | int", dtype: str = "float64",
           device: "str | Device | None" = None) -> Tensor:
     """A tensor of zeros."""
-    return full(shape, 0, dtype, device)
+    return _filled("zeros", shape, 0, dtype, device)
 
 
 def ones(shape: "tuple[int, ...] | int", dtype: str = "float64",
          device: "str | Device | None" = None) -> Tensor:
     """A tensor of ones."""
-    return full(shape, 1, dtype, device)
+    return _filled("ones", shape, 1, dtype, device)
 
 
 def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: str = "float64",
          device: "str | Device | None" = None) -> Tensor:
     """A tensor of ``shape`` filled with ``value``."""
+    return _filled("full", shape, value, dtype, device)
+
+
+def _filled(who: str, shape: Any, value: "float | int", dtype: str,
+            device: "str | Device | None") -> Tensor:
+    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+        shape = sizes(who, shape)  # (an int is (n,); anything else but integers is refused)
     dev = get_device(device)
     return Tensor(dev.full(shape, value, dtype), dev)

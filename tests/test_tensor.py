@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.errors import DTypeError
+from minigraph.errors import DTypeError, ShapeError
 
 
 def test_dtype_defaults_follow_numpy(backend):
@@ -467,3 +467,43 @@ def test_gradients_through_ops_that_read_a_list_s_shape():
         g = mg.grad(lambda x: mg.sum(mg.matmul(mg.transpose(x), _L)), mode=mode)(x)
         np.testing.assert_allclose(g.numpy(), A.sum(axis=1, keepdims=True), rtol=1e-12,
                                    err_msg=mode)
+
+
+def test_a_one_element_tensor_formats_its_number_as_pytorch_s_does():
+    """print(f"loss {loss:.4f}") in a training loop raised "unsupported format string"."""
+    torch = pytest.importorskip("torch")
+    for value in (3.14159, -2.5e-7, 12):
+        for spec in (".2f", ".3e", "8.3f", "", "g"):
+            ours = format(mg.tensor(value), spec)
+            if spec:
+                assert ours == format(torch.tensor(value), spec) == format(value, spec)
+            else:  # no spec: the tensor's text, as print shows it
+                assert ours == str(mg.tensor(value))
+    assert f"{mg.tensor([[7]]):d}" == "7"
+    with pytest.raises(TypeError, match=r"format spec '\.2f'.*2 elements \(shape \(2,\)\)"):
+        f"{mg.tensor([1.0, 2.0]):.2f}"
+
+
+def test_an_integer_tensor_is_an_index_and_a_float_one_is_not():
+    assert list(range(mg.tensor(3))) == [0, 1, 2] and "abc"[mg.tensor(1, dtype="int32")] == "b"
+    with pytest.raises(TypeError, match="only an integer tensor can be an index; this one is "
+                                        "float64"):
+        range(mg.tensor(3.0))
+
+
+def test_bool_of_several_elements_is_ambiguous_and_says_bool():
+    with pytest.raises(ValueError, match=r"^bool\(\) of a tensor of 2 elements .*ambiguous"):
+        bool(mg.tensor([1.0, 2.0]))
+    assert bool(mg.tensor([[0.5]])) and not bool(mg.tensor(0.0))
+
+
+@pytest.mark.parametrize("make", [mg.zeros, mg.ones])
+def test_zeros_and_ones_take_shapes_as_numpy_does(make):
+    for shape in (3, (2, np.int64(3)), [2, 2], ()):
+        want = np.zeros(shape) if make is mg.zeros else np.ones(shape)
+        np.testing.assert_array_equal(make(shape).numpy(), want)
+    for bad in (2.0, None, (2, 1.5)):
+        with pytest.raises(TypeError, match=f"^{make.__name__}: "):
+            make(bad)
+    with pytest.raises(ShapeError, match=f"^{make.__name__}: a size must be >= 0"):
+        make((-1, 2))
