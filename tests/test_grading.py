@@ -278,6 +278,64 @@ def test_hidden_tests_are_graded_after_published_and_left_out_of_the_release(tmp
     assert "test_add_secretly" not in released and "test_add(" in released
 
 
+# -- an object that says yes to everything -----------------------------------------------------
+
+_TRUTH_TESTS = '''
+
+
+@pytest.mark.points(1)
+def test_sign_is_not_zero(exercises):
+    assert exercises.sign(2) != 0
+
+
+@pytest.mark.points(1)
+def test_sign_is_truthy(exercises):
+    assert exercises.sign(5)
+
+
+@pytest.mark.points(1)
+def test_sign_equals(exercises):
+    assert exercises.sign(-3) == -1
+'''
+
+_YES_MAN = '''
+class Yes:
+    """Equal to everything, unequal to everything, true, and a number when asked."""
+    def __eq__(self, other): return True
+    def __ne__(self, other): return True
+    def __bool__(self): return True
+    def __hash__(self): return 0
+    def __float__(self): return -1.0
+    def __int__(self): return -1
+def sign(x):
+    return Yes()
+'''
+
+
+def test_an_object_that_says_yes_to_everything_passes_nothing(tmp_path):
+    """A handle to the student's object was truthy and unequal to everything (Python's
+    defaults, answered in the grader without the object): returning any object passed
+    `assert exercises.sign(5)` and `assert exercises.sign(2) != 0`. Asking the object's
+    own __bool__/__eq__ instead would let it say yes. Those tests must fail for it, and
+    pass for the honest solution."""
+    course = tmp_path / "course"
+    shutil.copytree(EXAMPLE, course / EXAMPLE.name)
+    tests = course / EXAMPLE.name / "test_exercises.py"
+    tests.write_text(tests.read_text() + _TRUTH_TESTS)
+    names = ["test_sign_is_not_zero", "test_sign_is_truthy", "test_sign_equals"]
+    honest = grade(course / EXAMPLE.name, course=course, timeout=TIMEOUT)
+    assert {r.name: r.status for r in honest.results if r.name in names} == \
+        dict.fromkeys(names, "passed")
+    student = tmp_path / "student" / EXAMPLE.name  # (the chapter is named by its folder)
+    student.mkdir(parents=True)
+    (student / "exercises.py").write_text(textwrap.dedent(_YES_MAN))
+    report = grade(student, course=course, timeout=TIMEOUT)
+    got = {r.name: r for r in report.results if r.name in names}
+    assert {name: r.status for name, r in got.items()} == dict.fromkeys(names, "failed"), \
+        report.table(width=200)
+    assert "returned a Yes object where a value was expected" in got["test_sign_is_truthy"].output
+
+
 def cli(argv):
     """The command line as minigraph/cli.py builds it."""
     parser = argparse.ArgumentParser(prog="minigraph")

@@ -30,7 +30,10 @@ can touch.
   pytest, the tests, their oracles and assertions run in the grader's process; the
   student's module runs in a sandbox process reached through the ``exercises`` proxy.
   Values cross as JSON with .npy arrays (``allow_pickle=False``), never pickle; objects
-  that are not data stay where they live, as handles whose equality is identity.
+  that are not data stay where they live, as handles: a test can call them, read their
+  attributes and apply operators, but a handle has no truth value or equality (``assert
+  exercises.f(x)`` or ``!= wrong`` on an object of the student's fails), since neither
+  Python's defaults nor the object's own answer can be trusted.
 - *Isolation and limits* (:mod:`.isolation`): as root, the sandbox drops to an account of
   its own (created with ``useradd --system``) before the student's file is read; the
   course is closed to others, the results live in a 0700 folder; rlimits bound CPU,

@@ -123,6 +123,29 @@ class RemoteRef:
                                  "stopped (after a crash or a timeout)")
         return self._sandbox.request("operator", name=name, args=self._sandbox.peer.encode(list(args)))
 
+    # ``bool(ref)``, ``ref == x``, ``ref != x``: Python's defaults answered these without
+    # the object (a handle is truthy, and unequal to everything but itself), so an object
+    # returned where a truth value or a number belongs passed ``assert exercises.f(x)``
+    # and ``assert exercises.f(x) != wrong``. The student's own __bool__ and __eq__ cannot
+    # be asked instead: an object that says yes to everything would pass every test. So a
+    # test that reads a truth value from a handle fails, saying what came back.
+    def __bool__(self) -> bool:
+        raise self._not_a_value()
+
+    def __eq__(self, other: object) -> bool:
+        raise self._not_a_value()
+
+    def __ne__(self, other: object) -> bool:
+        raise self._not_a_value()
+
+    __hash__ = object.__hash__  # (defining __eq__ would remove it; handles stay hashable)
+
+    def _not_a_value(self) -> TypeError:
+        return TypeError(f"the submission returned a {self.type_name} object where a value was "
+                         f"expected (a number, bool, string, array or tensor); an object of "
+                         f"the submission's own type has no truth value or equality that the "
+                         f"grader can trust")
+
     def __repr__(self) -> str:
         kind = "function" if self._ref.get("type") == "function" else f"{self.type_name} object"
         name = self._ref.get("name") or ""
@@ -141,6 +164,7 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
 for _name in ("neg", "pos", "abs"):
     setattr(RemoteRef, f"__{_name}__", lambda self, _n=_name: self._operator(_n, self))
 setattr(RemoteRef, "__getitem__", lambda self, key: self._operator("getitem", self, key))
+
 setattr(RemoteRef, "__len__", lambda self: int(self._operator("len", self)))
 
 
