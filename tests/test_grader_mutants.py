@@ -336,6 +336,16 @@ MUTANTS = [
             cuts = np.cumsum([0] + [s.shape[1] for s in shards])
             return loss, [p[:, a:b] / n for a, b in zip(cuts, cuts[1:])]
      """, FORBIDDEN),
+    # the right loss and no gradients at all: the stability test zipped them with the
+    # expected ones, and zip stopped at once
+    ("07-data-and-model-parallelism", 2, "loss-without-gradients",
+     ["test_parallel_cross_entropy_gradients",
+      "test_parallel_cross_entropy_is_stable_for_large_logits"], """
+        # reference: parallel_cross_entropy as reference_parallel_cross_entropy
+        def parallel_cross_entropy(shards, labels):
+            loss, _ = reference_parallel_cross_entropy(shards, labels)
+            return loss, []
+     """, "AssertionError"),
     # -- 08 -----------------------------------------------------------------------------
     ("08-pipeline-parallelism", 1, "gpipe-from-the-library", ["test_gpipe_schedule"], """
         from minigraph.parallel import pipeline as pp
@@ -404,6 +414,7 @@ MUTANTS = [
 # cycles as well as a FIFO one
 RIGHT_ON = {("03-ad-on-dataflow-graphs", "test_reverse_sweep_textbook"),
             ("05-scheduling-and-memory", "test_fifo_order_detects_a_cycle"),
+            ("07-data-and-model-parallelism", "test_parallel_cross_entropy_loss"),
             ("09-composing-transformations", "test_per_example_gradients_closed_forms[1-3]")}
 
 SETS = sorted({(chapter, number) for chapter, number, *_ in MUTANTS})
