@@ -736,3 +736,33 @@ def test_a_closed_session_runs_nothing(workers):
     with pytest.raises(RuntimeError, match="Session.run_async: this session was closed"):
         sess.run_async(y, {x: np.eye(64)})
     assert threading.active_count() == before
+
+
+def test_grad_ys_given_as_numbers_arrays_or_tensors_seed_graph_nodes():
+    """A number in grad_ys flowed through the rules as an eager value: the gradient of
+    sum(x) came back as a tensor, which a Session cannot fetch. Every kind becomes a
+    constant of the graph; the closed forms are g * cos(x) and g."""
+    X = np.array([0.1, -0.7, 2.0])
+    G = np.array([1.0, 2.0, -3.0])
+    with mg.Graph() as g:
+        x = mg.placeholder((3,), name="x")
+        of_sum = mg.gradients(mg.sum(x), [x], grad_ys=[2.0])
+        seeded = [mg.gradients(mg.sin(x), [x], grad_ys=[given])[0]
+                  for given in (G, mg.tensor(G), mg.constant(G), [1.0, 2.0, -3.0])]
+    assert all(isinstance(n, mg.Node) for n in of_sum + seeded)
+    got = mg.Session(g).run([of_sum[0]] + seeded, {x: X})
+    np.testing.assert_allclose(got[0], [2.0, 2.0, 2.0])
+    for value in got[1:]:
+        np.testing.assert_allclose(value, G * np.cos(X), rtol=1e-15)
+
+
+def test_gradients_refuses_grad_ys_of_another_shape_and_no_ys():
+    with mg.Graph():
+        x = mg.placeholder((3,), name="x")
+        with pytest.raises(ShapeError, match=r"gradients: grad_ys\[0\] has shape \(2,\), but "
+                                             r"'sin' has shape \(3,\)"):
+            mg.gradients(mg.sin(x), [x], grad_ys=[np.ones(2)])
+        with pytest.raises(ShapeError, match=r"grad_ys\[0\] has shape \(\)"):
+            mg.gradients(mg.sin(x), [x], grad_ys=[1.0])  # (PyTorch's backward refuses too)
+        with pytest.raises(GradientError, match="gradients: no ys to differentiate"):
+            mg.gradients([], [x])

@@ -29,9 +29,9 @@ from collections import deque
 from typing import Any
 
 from ..autodiff.backward import collector_paused, reverse_sweep
-from ..errors import GradientError
+from ..errors import GradientError, ShapeError
 from ..ops.elementwise import add_n
-from ..ops.shape_rules import FLOATS
+from ..ops.shape_rules import FLOATS, shape_of
 from .graph import Graph, GraphError, Node, user_location
 
 def _as_list(v: Any) -> list:
@@ -70,9 +70,15 @@ def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int,
 
 
 def _seed(y: Node, g: Any) -> Any:
-    """The adjoint a y starts with: ``grad_ys`` or ones of y's shape."""
-    if g is not None:
+    """The adjoint a y starts with: ``grad_ys`` or ones of y's shape. A ``grad_ys`` given as
+    a number or an array becomes a constant of the graph (as a number it flowed through the
+    rules as an eager value, and the gradient of ``sum(x)`` came back as a tensor, not a
+    node)."""
+    if isinstance(g, Node):
         return g
+    if g is not None:
+        with y.device:
+            return y.graph.constant(g, dtype=y.dtype, name="grad_ys")
     if y.shape is None:
         raise GradientError(f"gradients: '{y.name}' has an unknown shape; give the "
                             f"placeholders it depends on a shape")
@@ -177,6 +183,9 @@ def _unique(nodes: list[Node]) -> list[Node]:
 
 
 def _check(ys: list, xs: list, grad_ys: list) -> Graph:
+    if not ys:
+        raise GradientError("gradients: no ys to differentiate (an empty list); give the "
+                            "value(s) whose gradient you want")
     for v in ys + xs:
         if not isinstance(v, Node):
             raise GraphError(f"gradients: expected graph nodes, got {type(v).__name__}; "
@@ -191,4 +200,10 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
         if y.dtype is not None and y.dtype not in FLOATS:
             raise GradientError(f"gradients: '{y.name}' has dtype {y.dtype}; only floating "
                                 f"values have gradients")
+    for k, (y, g) in enumerate(zip(ys, grad_ys)):  # (TensorFlow's and PyTorch's rule)
+        if g is not None and y.shape is not None and shape_of(g) is not None \
+                and tuple(shape_of(g)) != tuple(y.shape):
+            raise ShapeError(f"gradients: grad_ys[{k}] has shape {tuple(shape_of(g))}, but "
+                             f"'{y.name}' has shape {y.shape}: a y's starting adjoint has "
+                             f"its shape")
     return graph
