@@ -372,3 +372,16 @@ def test_what_takes_a_graph_refuses_anything_else_by_name(who, call, given):
     with pytest.raises(TypeError, match=f"^{who}: expects a Graph .* got a "
                                         f"{type(given).__name__}$"):
         call(given)
+
+
+@pytest.mark.parametrize("tangent", [np.array([1.0]), np.ones(3), mg.tensor(1.0),
+                                     np.ones((2, 1))])
+def test_jvp_refuses_an_array_tangent_of_another_shape_than_its_primal(tangent):
+    """A (1,) tangent for a (2,) primal was broadcast to [1, 1], a direction the caller
+    never wrote (jax.jvp and torch.func.jvp refuse it); a (3,) one failed inside
+    broadcast_to. A Python number is still broadcast, as documented."""
+    x = np.array([1.0, 2.0])
+    with pytest.raises(ShapeError, match=r"^jvp: tangent 0 has shape .*, its primal \(2,\)"):
+        mg.jvp(lambda v: v * 3.0, (x,), (tangent,))
+    _, t = mg.jvp(lambda v: v * 3.0, (x,), (2.0,))
+    np.testing.assert_array_equal(t.numpy(), [6.0, 6.0])

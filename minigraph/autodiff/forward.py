@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import DTypeError, GradientError
+from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
@@ -110,18 +110,22 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     refuse_pytrees(tangents, range(len(tangents)), "jvp", "tangent")
     level = new_level()
     duals = []
-    for p, t in zip(primals, tangents):
+    for k, (p, given) in enumerate(zip(primals, tangents)):
         p = _as_tensor(p)
         if p.dtype not in FLOAT_DTYPES:
             raise GradientError(f"jvp: a primal of dtype {p.dtype} has no tangent; pass floats")
-        t = _as_tensor(t) if not isinstance(t, (int, float)) else tensor(
-            t, dtype=p.dtype, device=p.device)
+        number = isinstance(given, (int, float))
+        t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
         if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
             # primal's kind; a float64 tangent would make the float32 result's tangent float64)
             raise DTypeError(f"jvp: a tangent must have its primal's dtype and device: primal "
                              f"{p.dtype} on {p.device.name}, tangent {t.dtype} on "
                              f"{t.device.name} (a Python number takes the primal's)")
         if shape_of(t) != shape_of(p):
+            if not number:  # (JAX's and torch.func's rule)
+                raise ShapeError(f"jvp: tangent {k} has shape {shape_of(t)}, its primal "
+                                 f"{shape_of(p)}; a tangent is a direction in the primal's "
+                                 f"space, of its shape (a Python number is broadcast to it)")
             t = SH.broadcast_to(t, shape_of(p))
         duals.append(Dual(p, t, level))
     out = f(*duals)
