@@ -32,6 +32,7 @@ from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
+from .tape import enable_grad, is_grad_enabled
 
 
 class Dual(ValueInside, ArrayOps):
@@ -60,6 +61,8 @@ class Dual(ValueInside, ArrayOps):
                 primals.append(a)
                 tangents.append(None)
         out = bind(prim, *primals, **params)
+        if self.level in _GRAD_LEVELS and not is_grad_enabled():
+            return out  # inside no_grad, under forward-mode grad: a constant (see _jvp)
         tangent = push_tangents(prim, params, out, primals, tangents)
         if tangent is None:
             return out  # a zero tangent: the result is a constant at this level
@@ -101,8 +104,22 @@ def _as_tensor(x: Any) -> Any:
 def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     """``out, tangent_out = mg.jvp(f, (x, y), (dx, dy))``: one forward-mode pass.
 
-    A tangent may be a number (broadcast to its primal's shape) or a tensor.
+    A tangent may be a number (broadcast to its primal's shape) or a tensor. A ``with
+    mg.no_grad():`` block inside f does not stop tangents (the tape's switch; nor does it
+    stop torch.func.jvp); ``mg.stop_gradient`` does.
     """
+    return _jvp(f, primals, tangents, for_grad=False)
+
+
+# The levels of mg.grad(f, mode="forward")'s passes. There a value computed inside ``with
+# mg.no_grad():`` is a constant, as on the tape and in torch.func.grad, so that every
+# mode gives the same gradient; mg.jvp's own passes ignore the block, as torch.func.jvp.
+_GRAD_LEVELS: set[int] = set()
+
+
+def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
+         for_grad: bool) -> tuple[Any, Any]:
+    """:func:`jvp`, or one pass of forward-mode ``grad`` (``for_grad``)."""
     refuse_non_functions(f, "jvp")
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
@@ -128,7 +145,15 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
                                  f"space, of its shape (a Python number is broadcast to it)")
             t = SH.broadcast_to(t, shape_of(p))
         duals.append(Dual(p, t, level))
-    out = f(*duals)
+    if for_grad:
+        _GRAD_LEVELS.add(level)
+        try:
+            with enable_grad():  # (an outer no_grad does not stop a transformation)
+                out = f(*duals)
+        finally:
+            _GRAD_LEVELS.discard(level)
+    else:
+        out = f(*duals)
     if type(out) is Dual and out.level == level:
         return out.primal, out.tangent
     if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
@@ -229,7 +254,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                                     f"of dtype {x.dtype}; pass floats (e.g. 2.0 rather than 2)")
             parts = []
             for e in basis_vectors(x):
-                value, t = jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,))
+                value, t = _jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,),
+                                for_grad=True)
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 import numpy as np  # host-side checks of fed values
 from array_api_compat import array_namespace
 
-from ..autodiff.tape import NO_PARAMS
+from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
 from ..errors import MinigraphError, ShapeError
 from ..ops import copy as C
@@ -150,8 +150,11 @@ class Node(ArrayOps):
         # this frame and theirs are minigraph's, so the search for the user's line can
         # start above them (the user's own frame, at the nearest)
         graph = self.graph
-        return graph.add(prim, args, params,
-                         location=graph._location or user_location(skip=2))
+        location = graph._location or user_location(skip=2)
+        node = graph.add(prim, args, params, location=location)
+        if graph.recording and not is_grad_enabled():  # (the tape records nothing here)
+            return graph.add(C.STOP_GRADIENT, (node,), NO_PARAMS, location=location)
+        return node
 
     @property
     def cost(self) -> str:
@@ -246,6 +249,9 @@ class Graph:
         # where new nodes are said to be created, when the caller knows it better than
         # the stack does (mg.gradients: every gradient node comes from its call)
         self._location: tuple[str, int] | None = None
+        # set while a function is recorded (mg.trace, mode="graph"): a value it computes
+        # inside ``with mg.no_grad():`` is then a constant for derivatives, as on the tape
+        self.recording = False
 
     # -- the default graph ---------------------------------------------------------------
     def __enter__(self) -> "Graph":

@@ -39,6 +39,7 @@ import numpy as np
 from ..autodiff.argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_non_functions,
                                  single)
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
+from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -88,10 +89,15 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
 
 
 def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:
-    """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs."""
+    """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
+
+    A value f computes inside ``with mg.no_grad():`` gets a ``stop_gradient`` node, so
+    the graph differentiates as the tape does (PyTorch's torch.func.grad respects such a
+    block too); an outer no_grad around the call does not count, as for every
+    transformation."""
     graph = Graph(name)
     inputs, call_args = [], []
-    with graph:
+    with graph, enable_grad():
         for k, a in enumerate(args):
             if _is_array_like(a):
                 t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
@@ -101,7 +107,11 @@ def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[N
                 call_args.append(node)
             else:
                 call_args.append(a)
-        out = f(*call_args)
+        graph.recording = True
+        try:
+            out = f(*call_args)
+        finally:
+            graph.recording = False
     return graph, inputs, out
 
 
