@@ -351,7 +351,7 @@ def cuda_available() -> bool:
 
 def devices() -> list[str]:
     """Names of the devices available here, e.g. ``["cpu", "cpu:1", ..., "cuda:0"]``."""
-    names = set(_registry)  # (what has been made so far, in the order it was first used)
+    names = set(_registry)  # (the devices made so far; the order is decided below)
     if cuda_available():
         import cupy
 

@@ -187,8 +187,8 @@ class Tensor(ArrayOps):
     def __bool__(self) -> bool:
         if self.size != 1:  # (item() would say item(), which the user did not call)
             raise ValueError(f"bool() of a tensor of {self.size} elements (shape {self.shape}) "
-                             f"is ambiguous, as in NumPy and PyTorch: use mg.max(...) > 0 "
-                             f"for 'any', or compare elements one by one")
+                             f"is ambiguous, as in NumPy and PyTorch: reduce it to one "
+                             f"element first (mg.max, mg.sum, a comparison of the result)")
         return bool(self.item())
 
     def __index__(self) -> int:
