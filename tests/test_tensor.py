@@ -507,3 +507,24 @@ def test_zeros_and_ones_take_shapes_as_numpy_does(make):
             make(bad)
     with pytest.raises(ShapeError, match=f"^{make.__name__}: a size must be >= 0"):
         make((-1, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "bool"])
+def test_astype_to_the_same_dtype_is_a_new_tensor_as_numpy_s(dtype):
+    """astype returned x itself when the dtype was already right, so an in-place update
+    of the converted tensor changed x; NumPy's astype and the Array API's copy."""
+    a = np.array([1, 0, 2]).astype(dtype)
+    for x in (mg.tensor(a), mg.tensor(a)):
+        converted = [mg.astype(x, dtype), x.astype(dtype)]
+        for c in converted:
+            assert c is not x and not np.shares_memory(c.numpy(), x.numpy())
+            np.testing.assert_array_equal(c.numpy(), a)
+        assert mg.astype(x, dtype, copy=False) is x
+    if dtype.startswith("float"):
+        w = mg.tensor(a, requires_grad=True)
+        with mg.no_grad():
+            moved = w.astype(dtype)
+            moved -= 1.0
+        np.testing.assert_array_equal(w.numpy(), a)  # the parameter is as it was
+        g = mg.grad(lambda v: mg.sum(v.astype(dtype) * 3.0))(mg.tensor(a))
+        np.testing.assert_array_equal(g.numpy(), np.full(3, 3.0, dtype))

@@ -207,7 +207,8 @@ class _Pullback:
         grads = _pull(g, args, self.fn, self.static, None, one_node=False)
         parts = [grads[k] for k in _float_positions(args)]
         dtype = "float64" if any(p.dtype == "float64" for p in parts) else "float32"
-        flat = [SH.reshape(C.astype(p, dtype), (math.prod(shape_of(p)),)) for p in parts]
+        flat = [SH.reshape(C.astype(p, dtype, copy=False), (math.prod(shape_of(p)),))
+                for p in parts]
         return flat[0] if len(flat) == 1 else SH.concatenate(flat)
 
 
@@ -218,7 +219,7 @@ def _unpack(packed: Any, args: tuple, wrt: list[int]) -> list:
         shape = tuple(shape_of(args[k]))
         n = math.prod(shape)
         piece = SH.reshape(SH.getitem(packed, (slice(start, start + n),)), shape)
-        grads[k] = C.astype(piece, str(dtype_of(args[k])))
+        grads[k] = C.astype(piece, str(dtype_of(args[k])), copy=False)
         start += n
     return grads
 

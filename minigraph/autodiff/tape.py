@@ -553,7 +553,7 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
     for leaf, g in adjoints:
         g = _own(g, handed)
         if g.data.dtype != leaf.data.dtype:
-            g = C.astype(g, leaf.dtype)
+            g = C.astype(g, leaf.dtype, copy=False)
         new.append((leaf, g if leaf._grad is None else leaf._grad + g))
     for leaf, g in new:
         leaf._grad = g  # (shape, dtype and device are the leaf's: the setter's checks hold)
@@ -721,7 +721,7 @@ def _as_gradient(g: Any, x: Any) -> Any:
     if isinstance(g, (int, float)):  # a rule's share can be a Python number (x * 2.0)
         return C.ones_like(x) * g
     if g.dtype != x.dtype:
-        g = C.astype(g, x.dtype)
+        g = C.astype(g, x.dtype, copy=False)
     return g
 
 

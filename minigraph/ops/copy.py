@@ -12,7 +12,7 @@ from typing import Any
 
 from . import batch_rules as B
 from . import shape_rules as S
-from .primitive import always_a_view, bind, primitive
+from .primitive import KINDS, always_a_view, bind, primitive
 
 IDENTITY = primitive(
     "identity", lambda xp, x: x, S.same,
@@ -29,8 +29,8 @@ STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
     lambda x, dtype: (S.shape_of(x), dtype),
-    jvp=[lambda t, out, x, dtype: astype(t, dtype)],
-    vjp=[lambda g, out, x, dtype: astype(g, x.dtype)],
+    jvp=[lambda t, out, x, dtype: astype(t, dtype, copy=False)],
+    vjp=[lambda g, out, x, dtype: astype(g, x.dtype, copy=False)],
     batch=B.elementwise("astype"),
     public="astype", positional=("dtype",))
 
@@ -79,10 +79,15 @@ def stop_gradient(x: Any) -> Any:
     return bind(STOP_GRADIENT, x)
 
 
-def astype(x: Any, dtype: str) -> Any:
-    """``x`` converted to ``dtype``; casting to an integer or bool stops gradients."""
+def astype(x: Any, dtype: str, copy: bool = True) -> Any:
+    """``x`` converted to ``dtype``; casting to an integer or bool stops gradients.
+
+    A new tensor even when ``x`` has the dtype already, as NumPy's and the Array API's
+    ``astype`` (it returned ``x`` itself, so an in-place update of the "converted" tensor
+    changed ``x``); ``copy=False`` gives ``x`` itself then, as the library's own rules ask.
+    (Values of a transformation or a graph cannot be written in place: no copy is made.)"""
     dtype = S.supported_dtype("astype", dtype)
-    if S.dtype_of(x) == dtype:
+    if S.dtype_of(x) == dtype and (not copy or type(x) in KINDS):
         return x
     if dtype not in S.FLOATS:
         x = stop_gradient(x)

@@ -151,7 +151,7 @@ def _mask(condition: Any, like: Any) -> Any:
     only where g is inf or nan (0 * inf is nan)."""
     # like is a tangent or an adjoint, which has a dtype (dtype_of is None only for a
     # Python number)
-    return C.astype(condition, cast(str, S.dtype_of(like)))
+    return C.astype(condition, cast(str, S.dtype_of(like)), copy=False)
 
 
 MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow

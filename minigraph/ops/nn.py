@@ -219,7 +219,7 @@ def _nll_grad_batched(dims: tuple, g: Any, labels: Any, num_classes: int, dtype:
     if dims[0] is not None:
         g = SH.reshape(g, S.shape_of(g) + (1, 1))
     n = S.shape_of(labels)[-1]
-    return C.astype(one_hot(labels, num_classes, dtype) * (-g / n), dtype)
+    return C.astype(one_hot(labels, num_classes, dtype) * (-g / n), dtype, copy=False)
 
 
 # Linear in g, and its transpose is nll_loss itself: sum(G * -onehot / N) = nll_loss(G).

@@ -88,8 +88,8 @@ class ArrayOps:
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
         return R.max(self, axis, keepdims)
 
-    def astype(self, dtype: str) -> Any:
-        return C.astype(self, dtype)
+    def astype(self, dtype: str, copy: bool = True) -> Any:
+        return C.astype(self, dtype, copy)
 
     def to(self, device: Any) -> Any:
         return C.to_device(self, device)

@@ -63,7 +63,7 @@ def _count(x: Any, axis: tuple[int, ...] | None) -> int:
 
 
 def _max_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
-    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype)  # 1 where x is the max
+    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)  # 1 where x is the max
     return _expand(g, x, axis, keepdims) * hit / _expand(sum(hit, axis, True), x, axis, True)
 
 
@@ -171,7 +171,7 @@ MEAN = primitive(
 
 def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
     """The tangent of a max: the mean of the tangents of the elements that attain it."""
-    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype)
+    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)
     return sum(t * hit, axis, keepdims) / sum(hit, axis, keepdims)
 
 

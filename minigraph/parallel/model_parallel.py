@@ -109,7 +109,7 @@ def _shard_one_hot(labels: Any, offset: int, width: int, dtype: Any, first: bool
     if holds is None:  # one shard: every label is its
         return NN.one_hot(labels - offset, width, dtype)
     onehot = NN.one_hot(E.where(holds, labels - offset, 0), width, dtype)
-    return onehot * C.astype(holds, dtype).reshape(-1, 1)
+    return onehot * C.astype(holds, dtype, copy=False).reshape(-1, 1)
 
 
 class LayerSplitMLP:
