@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
+from across_devices import check_adjoints_come_back
 from minigraph.parallel import cost_model as cm
 from minigraph.parallel import pipeline as pp
 
@@ -61,21 +62,7 @@ def test_a_run_across_two_devices_counts_every_crossing_value():
 
 
 def test_gradients_across_devices_count_the_adjoints_coming_back():
-    with mg.Graph() as g:
-        with mg.device("cpu"):
-            x = mg.placeholder((40, 5), name="x")
-            a = mg.tanh(x)
-        with mg.device("cpu:1"):
-            y = mg.sum(mg.exp(a.to("cpu:1")))
-        (gx,) = mg.gradients(y, [x])
-    X = np.linspace(-1, 1, 200).reshape(40, 5)
-    sess = mg.Session(g)
-    got = sess.run(gx, {x: X})
-    np.testing.assert_allclose(got, np.exp(np.tanh(X)) * (1 - np.tanh(X) ** 2), rtol=1e-12)
-    # a goes out, the adjoint of a (40 x 5) comes back; nothing else crosses
-    assert sess.last_run.bytes_moved == {("cpu", "cpu:1"): X.nbytes, ("cpu:1", "cpu"): X.nbytes}
-    sess.run(y, {x: X})   # the forward alone: only a crosses
-    assert sess.last_run.bytes_moved == {("cpu", "cpu:1"): X.nbytes}
+    check_adjoints_come_back("cpu:1")  # (test_gpu.py runs it with cuda:0)
 
 
 def test_a_run_on_one_device_moves_nothing():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
+from across_devices import check_adjoints_come_back, check_auto_place_keeps_copies
 
 pytestmark = pytest.mark.skipif(not mg.cuda_available(),
                                 reason="needs CuPy and a CUDA GPU")
@@ -89,6 +90,7 @@ def _on(device):
     out["hessian"] = mg.hessian(f)(X[0])
     out["checkpoint"] = mg.grad(lambda v: mg.sum(mg.checkpoint(lambda u: mg.tanh(Wt @ u))(v)))(X[0])
     out["trace"] = mg.trace(mg.grad(f))(X[0])
+    out["abs"] = mg.grad(lambda v: mg.sum(abs(v) * v.astype("float64")))(X[0])  # 2|v|
     with mg.Graph() as g, mg.device(device):
         v = mg.placeholder((4,), name="v")
         (gv,) = mg.gradients(mg.sum(mg.tanh(mg.constant(W) @ v) ** 2), [v])
@@ -110,37 +112,14 @@ def test_every_mode_transform_and_graph_run_on_the_gpu_gives_the_cpus_numbers():
 # -- the host and the GPU in one graph: copies, counters, placement, allreduce ------------------
 
 def test_a_graph_across_host_and_gpu_counts_the_bytes_it_moves():
-    """The cost-model test of chapter 07 with cuda:0 as the second device: what crosses is
-    what the counters say, forward and backward, and the gradient is the closed form."""
-    X = np.linspace(-1, 1, 200).reshape(40, 5)
-    with mg.Graph() as g:
-        with mg.device("cpu"):
-            x = mg.placeholder((40, 5), name="x")
-            a = mg.tanh(x)
-        with mg.device("cuda:0"):
-            y = mg.sum(mg.exp(a.to("cuda:0")))
-        (gx,) = mg.gradients(y, [x])
-    sess = mg.Session(g)
-    np.testing.assert_allclose(sess.run(gx, {x: X}),
-                               np.exp(np.tanh(X)) * (1 - np.tanh(X) ** 2), rtol=1e-12)
-    assert sess.last_run.bytes_moved == {("cpu", "cuda:0"): X.nbytes, ("cuda:0", "cpu"): X.nbytes}
+    """The cost-model test of chapter 07 with cuda:0 as the second device."""
+    check_adjoints_come_back("cuda:0")
 
 
 def test_auto_place_over_host_and_gpu_leaves_copies_where_they_copy_to():
     """A copy moved off its destination met arrays of two devices in one kernel: NumPy's
     virtual devices hid that, CuPy does not mix host and device arrays."""
-    with mg.Graph() as g:
-        x = mg.placeholder((8, 8), name="x")
-        a = x.to("cuda:0")
-        b = mg.sin(a) + a
-        c = (b @ a).to("cpu") + mg.tanh(x)
-    placed = mg.auto_place(g, ["cpu", "cuda:0"])
-    for n in placed.graph.nodes:
-        if n.prim is not None and n.prim.transfer:
-            assert n.device is mg.get_device(n.params["device"]), n.name
-    feed = np.arange(64.0).reshape(8, 8) / 64
-    np.testing.assert_allclose(mg.Session(placed.graph).run(placed[c], {placed[x]: feed}),
-                               (np.sin(feed) + feed) @ feed + np.tanh(feed), rtol=1e-12)
+    check_auto_place_keeps_copies(["cpu", "cuda:0"], "cuda:0")
 
 
 def test_a_host_gradient_cannot_be_set_on_a_gpu_tensor():

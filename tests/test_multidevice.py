@@ -18,6 +18,8 @@ from minigraph.ops.primitive import Primitive
 from minigraph.ops.shape_rules import same
 from minigraph.runtime.session import NodeError
 
+from across_devices import check_auto_place_keeps_copies
+
 DEVICES = ["cpu", "cpu:1", "cpu:2"]
 A = np.random.default_rng(3).normal(size=(4, 4)) * 0.5
 
@@ -337,18 +339,7 @@ def test_auto_place_leaves_explicit_copies_where_they_copy_to(devices, strict_de
     where a node read it beside a cpu value, and the kernel met arrays of two devices
     (array-api-strict's fake devices refuse that; NumPy devices hid it, a GPU would not).
     Every copy must sit on its destination, and the run must equal NumPy's."""
-    with mg.Graph() as g:
-        x = mg.placeholder((8, 8), name="x")
-        a = x.to("cpu:1")
-        b = mg.sin(a) + x
-        c = (b @ a).to("cpu") + mg.tanh(x)
-    placed = mg.auto_place(g, devices)
-    for n in placed.graph.nodes:
-        if n.prim is not None and n.prim.transfer:
-            assert n.device is mg.get_device(n.params["device"]), n.name
-    feed = np.arange(64.0).reshape(8, 8) / 64
-    np.testing.assert_allclose(mg.Session(placed.graph).run(placed[c], {placed[x]: feed}),
-                               (np.sin(feed) + feed) @ feed + np.tanh(feed), rtol=1e-12)
+    check_auto_place_keeps_copies(devices, "cpu:1")  # (test_gpu.py: cpu and cuda:0)
 
 
 def test_control_dependencies_order_nodes_even_across_devices(strict_devices):

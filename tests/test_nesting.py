@@ -470,3 +470,29 @@ def test_a_no_grad_block_inside_f_is_a_constant_for_grad_in_every_mode():
     np.testing.assert_allclose(mg.jacfwd(f)(x).numpy(),
                                tf.jacfwd(_with_a_constant_inside(torch))(torch.tensor(x)).numpy(),
                                rtol=1e-12)
+
+
+def test_a_no_grad_block_is_a_constant_at_every_level_of_every_pairing():
+    """grad of grad, each of tape, forward and graph outside and inside, and vmap of
+    grad: the block's value is a constant at both levels, as in torch.func."""
+    torch = pytest.importorskip("torch")
+    import torch.func as tf
+
+    def g(lib):
+        def h(x):
+            with lib.no_grad():
+                c = x * x
+            return lib.sin(x) * c
+        return h
+    x0 = 0.7
+    want = tf.grad(tf.grad(g(torch)))(torch.tensor(x0, dtype=torch.float64)).item()
+    assert want == pytest.approx(-x0 ** 2 * math.sin(x0), rel=1e-12)  # -c sin(x), c held
+    modes = ("tape", "forward", "graph")
+    for outer, inner in itertools.product(modes, modes):
+        got = mg.grad(mg.grad(g(mg), mode=inner), mode=outer)(x0).item()
+        assert got == pytest.approx(want, rel=1e-12), (outer, inner)
+    xs = np.array([0.2, 0.7, 1.3])
+    per_example = tf.vmap(tf.grad(g(torch)))(torch.tensor(xs)).numpy()
+    for mode in modes:
+        np.testing.assert_allclose(mg.vmap(mg.grad(g(mg), mode=mode))(xs).numpy(),
+                                   per_example, rtol=1e-12, err_msg=mode)

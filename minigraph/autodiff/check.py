@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np  # the finite differences are computed on the host, in float64
 
 from ..errors import GradcheckError
-from ..tensor import Tensor, tensor
+from ..tensor import FLOAT_DTYPES, Tensor, tensor
 from .forward import jacfwd
 from .argnums import refuse_non_functions, refuse_pytrees
 from .tape import jacrev
@@ -53,13 +53,13 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")
     args = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
     jacobian = _JACOBIANS[mode]
-    if not any(x.dtype in ("float32", "float64") for x in args):
+    if not any(x.dtype in FLOAT_DTYPES for x in args):
         # (True here would say that derivatives were checked when none was)
         raise ValueError(f"gradcheck: no input is floating (dtypes "
                          f"{[str(x.dtype) for x in args]}), so there is no derivative to "
                          f"check; pass the inputs to differentiate as floats")
     for i, x in enumerate(args):
-        if x.dtype not in ("float32", "float64"):
+        if x.dtype not in FLOAT_DTYPES:
             continue  # integer inputs (labels, indices) have no derivative
         analytic = np.asarray(jacobian(f, argnums=i)(*args).numpy(), dtype=np.float64)
         numeric = _numeric_jacobian(f, args, i, eps)
