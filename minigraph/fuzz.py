@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import itertools
 import random
+import shutil
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -386,7 +385,7 @@ class Program:
         """Reproducer text: write the module to a file, import it, define the inputs."""
         xs = np.stack([self.x * (1.0 - 0.25 * k) + 0.125 * k for k in range(self.batch)])
         return (f"SOURCE = {self.source()!r}\n"
-                "path = pathlib.Path(tempfile.mkdtemp()) / 'fuzz_program.py'\n"
+                "path = pathlib.Path(tempfile.mkdtemp(prefix='minigraph-fuzz-')) / 'fuzz_program.py'\n"
                 "path.write_text(SOURCE)  # source mode reads the function's text\n"
                 "spec = importlib.util.spec_from_file_location('fuzz_program', path)\n"
                 "m = importlib.util.module_from_spec(spec)\n"
@@ -475,20 +474,26 @@ def check_program(prog: Program, only: str | None = None) -> tuple[dict[str, str
     ns = _namespace()
     setup = prog.setup()
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            exec(compile(setup, "<fuzz setup>", "exec"), ns)
-            # no verdict where the oracle itself overflows or is undefined
-            want = ns["as_numpy"](ns["m"].v_torch(ns["T"](prog.x), ns["T"](prog.y)))
-    except Exception as e:  # noqa: BLE001 - torch refusing the program: not our business
-        raise _Skip(str(e)) from e
-    if not np.all(np.isfinite(want)) or np.max(np.abs(want), initial=0.0) > 1e6:
-        raise _Skip("oracle overflow")
-    results = {}
-    for name, text in prog.checks().items():
-        if only is None or name == only:
-            results[name] = _run_check("", text, ns)
-    return results, setup
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                exec(compile(setup, "<fuzz setup>", "exec"), ns)
+                # no verdict where the oracle itself overflows or is undefined
+                want = ns["as_numpy"](ns["m"].v_torch(ns["T"](prog.x), ns["T"](prog.y)))
+        except Exception as e:  # noqa: BLE001 - torch refusing the program: not our business
+            raise _Skip(str(e)) from e
+        if not np.all(np.isfinite(want)) or np.max(np.abs(want), initial=0.0) > 1e6:
+            raise _Skip("oracle overflow")
+        results = {}
+        for name, text in prog.checks().items():
+            if only is None or name == only:
+                results[name] = _run_check("", text, ns)
+        return results, setup
+    finally:
+        # The setup wrote the program's module into a folder of its own, which source mode
+        # reads during the checks; a run checks thousands of programs, so none may stay.
+        if "path" in ns:
+            shutil.rmtree(ns["path"].parent, ignore_errors=True)
 
 
 def shrink_program(prog: Program, name: str, deadline: float) -> Program:

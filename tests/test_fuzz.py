@@ -8,6 +8,7 @@ the same cases every time. Longer runs are for the command line:
 from __future__ import annotations
 
 import io
+import tempfile
 
 import numpy as np
 import pytest
@@ -27,17 +28,23 @@ def known_findings(kind: str, check: str) -> bool:
     return False
 
 
-def test_seeded_run_finds_nothing_new():
+def test_seeded_run_finds_nothing_new_and_leaves_no_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp() makes folders
     out = io.StringIO()
     cases = {"programs": 10, "dags": 10, "adversarial": 100}  # about 15 s
     report = fuzz.run(seed=0, cases=cases, exclude=known_findings, shrink_seconds=5, out=out)
     assert report.cases == cases
     assert report.checks["programs"] > 0 and report.checks["dags"] > 0
     assert not report.findings, out.getvalue()
+    # each program's module is written to a folder of its own (source mode reads the file);
+    # a long run checks thousands, and left behind they once filled a disk
+    left = [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")]
+    assert left == []  # (torchinductor_<user> is torch's own cache, made by torch.func)
 
 
-def test_a_wrong_gradient_is_found_and_shrunk(monkeypatch):
+def test_a_wrong_gradient_is_found_and_shrunk(monkeypatch, tmp_path):
     """Break one op and the fuzzer must say so, with a reproducer that still fails."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the reproducer writes a file
     real_sin = mg.sin
     monkeypatch.setattr(mg, "sin", lambda x: real_sin(x) * 1.001)  # the programs read mg.sin
     out = io.StringIO()

@@ -409,13 +409,18 @@ def test_chapter_tests_also_run_under_plain_pytest_with_strict_markers(tmp_path)
     for name in ("exercises.py", "test_exercises.py"):
         shutil.copy(EXAMPLE / name, tmp_path)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(REPO)}
+    temp = tmp_path / "temp"   # the run's temporary folder: the sandbox's folder goes there
+    temp.mkdir()
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(REPO),
+           "TMPDIR": str(temp)}
     env.pop("PYTEST_ADDOPTS", None)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "--strict-markers", "-p", "minigraph.grading.plugin"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"{len(ALL_TESTS)} passed" in run.stdout
+    # the sandbox's folder is removed when the session ends (every run once left one)
+    assert [p.name for p in temp.iterdir() if not p.name.startswith("pytest-of-")] == []
 
 
 # -- loading exercises.py -----------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -223,6 +224,7 @@ class Sandbox:
         self._signalled = False
         self._root = isolation.is_root() and settings.isolate
         self._dir: Path | None = None
+        self._made: Path | None = None   # the folder _spawn made for the sandbox, if any
         self._ready = False
 
     # the process ------------------------------------------------------------------------
@@ -242,7 +244,9 @@ class Sandbox:
         if self._root and self.account is None:
             self.account = isolation.claim_account()
         if self._dir is None:
-            parent = self.settings.workdir or isolation.private_dir("minigraph-sandbox-")
+            parent = self.settings.workdir
+            if parent is None:  # a folder of our own, removed by close()
+                parent = self._made = isolation.private_dir("minigraph-sandbox-")
             self._dir = isolation.sandbox_dir(Path(parent), self.account)
         isolation.copy_for_sandbox(Path(self.settings.exercises), self._dir, self.account)
         child_reads, grader_writes = os.pipe()
@@ -338,6 +342,9 @@ class Sandbox:
             isolation.kill_account(self.account.uid)
             isolation.release_account(self.account)
             self.account = None
+        if self._made is not None:  # after the kills: nothing can write there any more
+            shutil.rmtree(self._made, ignore_errors=True)
+            self._made = self._dir = None
 
     # requests -----------------------------------------------------------------------------
 
