@@ -208,11 +208,6 @@ class Tensor(ArrayOps):
                             f"format x.tolist() or each element")
         return format(self.item(), spec)
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
-
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype)

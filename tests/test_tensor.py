@@ -491,6 +491,43 @@ def test_an_integer_tensor_is_an_index_and_a_float_one_is_not():
         range(mg.tensor(3.0))
 
 
+def test_iteration_goes_over_the_first_axis_and_refuses_a_0d_tensor_as_numpy_does():
+    """A 0-d tensor iterated as empty: list(t) == [], sum(t) == 0, np.zeros(t) had shape ()."""
+    for a in (np.arange(3.0), np.arange(6.0).reshape(2, 3), np.zeros((0, 2))):
+        rows = list(mg.tensor(a))
+        assert len(rows) == len(a) == len(mg.tensor(a))
+        for row, want in zip(rows, a, strict=True):
+            np.testing.assert_array_equal(row.numpy(), want)
+    assert float(sum(mg.tensor([1.5, 2.0, 4.0]))) == sum(np.array([1.5, 2.0, 4.0]))
+    assert np.zeros(mg.tensor(3)).shape == np.zeros(np.array(3)).shape == (3,)
+    batch = np.arange(6.0).reshape(2, 3)  # under vmap, each example's rows
+    np.testing.assert_array_equal(mg.vmap(lambda r: sum(r))(batch).numpy(), batch.sum(axis=1))
+    for zero_d in (mg.tensor(3.0), mg.tensor(3)):
+        with pytest.raises(TypeError):
+            iter(np.asarray(zero_d))  # the oracle refuses too
+        with pytest.raises(TypeError, match=r"^iteration over a 0-d tensor.*x\.item\(\)"):
+            list(zero_d)
+        with pytest.raises(TypeError, match="0-d tensor"):
+            sum(zero_d)
+        with pytest.raises(TypeError, match=r"^len\(\) of a 0-d tensor"):
+            len(zero_d)
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_python_s_sum_over_a_vector_differentiates_in_every_mode(mode):
+    """sum() and unpacking iterate: the rows are indexing primitives, so gradients flow."""
+    def f(x):
+        a, b, c = x
+        return sum(x) + a * c  # noqa: the builtin on purpose
+    x = np.array([0.5, -1.0, 2.0])
+    got = mg.grad(f, mode=mode)(x)
+    np.testing.assert_allclose(got.numpy(), [1.0 + x[2], 1.0, 1.0 + x[0]], rtol=1e-12)
+    def total(s):
+        return sum(s)  # noqa: the builtin on purpose
+    with pytest.raises(TypeError, match="iteration over a 0-d"):
+        mg.grad(total, mode=mode)(2.0)
+
+
 def test_bool_of_several_elements_is_ambiguous_and_says_bool():
     with pytest.raises(ValueError, match=r"^bool\(\) of a tensor of 2 elements .*ambiguous"):
         bool(mg.tensor([1.0, 2.0]))

@@ -57,6 +57,20 @@ class ArrayOps:
     # -- indexing and shape ---------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any: return SH.getitem(self, index)
 
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError(f"len() of a 0-d {_kind(self)}")
+        return self.shape[0]
+
+    def __iter__(self) -> Any:
+        # Without __iter__, Python iterates by __getitem__ until an IndexError, and a 0-d
+        # value would iterate as empty: list(t) == [], sum(t) == 0, and np.zeros(t) would
+        # read t as the shape (). NumPy and PyTorch refuse; so do we.
+        if not self.shape:
+            raise TypeError(f"iteration over a 0-d {_kind(self)}: it has no elements to "
+                            f"iterate over (x.item() or float(x) gives its number)")
+        return (self[i] for i in range(self.shape[0]))
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -103,3 +117,9 @@ class ArrayOps:
     def sigmoid(self) -> Any: return E.sigmoid(self)
     def relu(self) -> Any: return E.relu(self)
     def sqrt(self) -> Any: return E.sqrt(self)
+
+
+def _kind(x: Any) -> str:
+    """What an error calls a value: 'tensor', or the kind a transformation made of it."""
+    name = type(x).__name__
+    return "tensor" if name == "Tensor" else f"value ({name}, inside a transformation)"

@@ -67,8 +67,9 @@ Decisions worth knowing (each is visible in the text):
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
   anything that changes as an argument.
 * What Python can decide while the program is written, it decides (shapes, an ``if`` on
-  a shape, calls with constant arguments); ``for i in range(n)`` is written once, not
-  unrolled; plain Python functions are inlined (``normalize.py`` says how).
+  a shape, calls with constant arguments, ``a, b = x`` as the rows ``x[0]``, ``x[1]``);
+  ``for i in range(n)`` is written once, not unrolled; plain Python functions are
+  inlined (``normalize.py`` says how).
 
 Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,

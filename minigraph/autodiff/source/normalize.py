@@ -172,10 +172,7 @@ class _Normaliser:
             env[target.id] = value
             return
         if isinstance(target, (ast.Tuple, ast.List)):
-            if _contains(value, SrcVar) and not isinstance(value, (tuple, list)):
-                raise self.w.refuse("unpacking a tensor into several names",
-                                    "index it (x[0], x[1]) instead")
-            values = list(value)
+            values = list(value)  # a tensor: its rows, x[0], x[1], ... (ArrayOps.__iter__)
             if len(values) != len(target.elts):
                 raise ValueError(f"cannot unpack {len(values)} values into "
                                  f"{len(target.elts)} names [source_grad: {self.w.where}]")
@@ -269,8 +266,10 @@ class _Normaliser:
         """``for i in range(n)``: the body is written once; loop variables carry values."""
         rng = self.expr(node.iter, env)
         if not isinstance(rng, range):
-            raise self.w.refuse(f"a for loop over a {type(rng).__name__}",
-                                "loop with for i in range(n), n known when the program is built")
+            over = "a tensor's rows" if isinstance(rng, SrcVar) else f"a {type(rng).__name__}"
+            raise self.w.refuse(f"a for loop over {over}",
+                                "loop with for i in range(n), n known when the program is "
+                                "built (a tensor's rows: for i in range(len(x)), then x[i])")
         assert isinstance(node.target, ast.Name)  # (reading refused the other targets)
         name = node.target.id
         if isinstance(env.get(name), Index):

@@ -77,11 +77,6 @@ class SrcVar(ArrayOps):
             return _writer().index_by_loop(self, parts)
         return SH.getitem(self, index)
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
-
     def _needs_value(self, what: str) -> SourceTransformError:
         return _writer().refuse(
             f"{what} of a value computed in the function",
@@ -92,7 +87,6 @@ class SrcVar(ArrayOps):
     def __float__(self) -> float: raise self._needs_value("float()")
     def __int__(self) -> int: raise self._needs_value("int()")
     def __index__(self) -> int: raise self._needs_value("using as an integer")
-    def __iter__(self) -> Iterator: raise self._needs_value("iterating over the rows")
     def __array__(self, *a: Any, **k: Any) -> Any: raise self._needs_value("np.asarray()")
     def item(self) -> Any: raise self._needs_value(".item()")
     def numpy(self) -> Any: raise self._needs_value(".numpy()")
