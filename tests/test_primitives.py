@@ -121,6 +121,23 @@ def test_value_matches_numpy(name, backend):
     np.testing.assert_allclose(out.numpy(), ref(*inputs), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("name,k", [(name, k) for name, (_, inputs, _) in sorted(CASES.items())
+                                    if len(inputs) > 1 for k in range(len(inputs))])
+def test_a_python_number_as_any_operand_matches_numpy(name, k, backend):
+    """mg.relu_grad(g, 2.0) raised AttributeError ('bool' has no 'astype'): each operand of
+    each primitive of several operands may be a Python number, as in NumPy, or both refuse."""
+    f, inputs, ref = CASES[name]
+    number = float(np.asarray(inputs[k]).flat[0])
+    args = [number if j == k else mg.tensor(x) for j, x in enumerate(inputs)]
+    try:
+        want = ref(*[np.float64(number) if j == k else x for j, x in enumerate(inputs)])
+    except ValueError:  # NumPy refuses (matmul, concatenate of a 0-d value): so do we, by name
+        with pytest.raises(ValueError):
+            f(*args)
+        return
+    np.testing.assert_allclose(f(*args).numpy(), want, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("name", sorted(VALUE_CASES))
 def test_nondifferentiable_value_matches_numpy(name, backend):
     f, ref = VALUE_CASES[name]

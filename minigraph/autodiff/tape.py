@@ -278,14 +278,14 @@ def _device_error(prim: Primitive, args: tuple) -> DeviceError:
 def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) -> Exception:
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items() if k not in ("device", "source"))
     where = f"{prim.name}({_describe(args)}{', ' + shown if shown else ''})"
-    if isinstance(exc, IndexError):
-        return IndexError(f"{where}: {exc}")
     try:  # the shape rule explains a mismatch better than the kernel's message
         prim.shape(*args, **params)
     except MinigraphError as rule_error:
         return type(rule_error)(f"{rule_error} [in {where}]")
     except Exception:
         pass
+    if isinstance(exc, IndexError):
+        return IndexError(f"{where}: {exc}")
     if "broadcast" in str(exc) or "shape" in str(exc) or "dimension" in str(exc):
         return ShapeError(f"{where}: {exc}")
     if isinstance(exc, TypeError):

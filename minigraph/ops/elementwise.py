@@ -263,7 +263,11 @@ def _positive(xp: Any, y: Any, g: Any) -> Any:
     """The mask ``y > 0``. NumPy and CuPy multiply a float array by a bool array as by
     0.0/1.0; the Array API wants the mask cast to ``g``'s dtype first."""
     mask = y > 0
-    return mask if type(mask) is np.ndarray else xp.astype(mask, g.dtype)
+    if type(mask) is np.ndarray:
+        return mask
+    if isinstance(mask, bool):  # y was a Python number
+        return 1.0 if mask else 0.0
+    return xp.astype(mask, g.dtype if hasattr(g, "dtype") else xp.asarray(g).dtype)
 
 
 # relu's VJP as a primitive of its own, as TensorFlow's ReluGrad (PyTorch's
@@ -301,8 +305,14 @@ def _where_shape(c: Any, x: Any, y: Any) -> tuple:
     return S.broadcast_shapes("where", *map(S.shape_of, (c, x, y))), S.promote(x, y)
 
 
+def _where_kernel(xp: Any, c: Any, x: Any, y: Any) -> Any:
+    # A Python bool condition (where(2.0 > 0, x, y)): NumPy takes it, the Array API wants
+    # an array.
+    return xp.where(xp.asarray(c) if isinstance(c, bool) else c, x, y)
+
+
 WHERE = primitive(
-    "where", lambda xp, c, x, y: xp.where(c, x, y), _where_shape,
+    "where", _where_kernel, _where_shape,
     jvp=[None, lambda t, out, c, x, y: where(c, t, 0.0), lambda t, out, c, x, y: where(c, 0.0, t)],
     vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
                      lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"),

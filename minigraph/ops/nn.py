@@ -68,14 +68,22 @@ LOG_SOFTMAX = primitive(
     public="log_softmax")
 
 
+def _exp_like(xp: Any, y: Any, g: Any) -> Any:
+    """``exp(y)``, a new array the kernels may write into; for a Python number ``y``, of
+    ``g``'s shape, dtype and device (the Array API's exp takes arrays only)."""
+    if not hasattr(y, "shape"):
+        y = xp.full(g.shape, y, dtype=g.dtype, device=array_device(g))
+    return xp.exp(y)
+
+
 def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
-    e = xp.exp(y)
+    e = _exp_like(xp, y, g)
     e *= R.sum_kernel(xp, g, axis, True)  # (e is this kernel's own array)
     return g - e
 
 
 def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
-    e = xp.exp(y)
+    e = _exp_like(xp, y, g)
     e *= R.sum_kernel(xp, g, axis, True)  # g and y are read before out is written
     return xp.subtract(g, e, out=out)
 
@@ -264,9 +272,10 @@ def nll_loss(logp: Any, labels: Any) -> Any:
 
 
 def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
-    """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``."""
+    """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``. The
+    axis is ``g``'s: it is the one summed (``y`` broadcasts, as in the formula)."""
     return bind(LOG_SOFTMAX_GRAD, g, y,
-                axis=S.check_axis("log_softmax_grad", axis, y))
+                axis=S.check_axis("log_softmax_grad", axis, g))
 
 
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
