@@ -23,6 +23,8 @@ import operator
 import sys
 from typing import Any
 
+import numpy as np
+
 from .device import Device, get_device
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
@@ -209,8 +211,11 @@ class Tensor(ArrayOps):
         return format(self.item(), spec)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
-        arr = self.numpy()
-        return arr if dtype is None else arr.astype(dtype)
+        """NumPy's protocol: ``np.asarray(t)`` is ``t.numpy()`` (the tensor's own array on
+        a CPU device), ``np.array(t)`` a copy. NumPy 2 passes ``copy`` on and trusts the
+        answer: ignoring it made ``np.array(t)`` the tensor's own array, so writing into
+        that copy changed the tensor."""
+        return np.asarray(self.numpy(), dtype=dtype, copy=copy)
 
     # -- copies, pickles, DLPack -----------------------------------------------------------------
     # PyTorch's rules, with one difference said below. A copy is a new *leaf* with its own

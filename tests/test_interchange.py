@@ -215,6 +215,29 @@ def test_no_exception_on_stderr_from_del_at_exit_or_after_failed_loads():
 # -- tolist ------------------------------------------------------------------------------------
 
 @given(tensors())
+def test_numpy_array_and_asarray_copy_or_share_as_they_do_for_an_ndarray(t):
+    """np.array(t) returned the tensor's own array (NumPy 2 passes copy=True to __array__
+    and trusts the answer), so writing into that copy changed the tensor."""
+    own = t.numpy()   # on the CPU, the tensor's own array (chapter 01)
+    for call in (lambda a: np.array(a), lambda a: np.array(a, copy=True),
+                 lambda a: np.asarray(a), lambda a: np.asarray(a, copy=None),
+                 lambda a: np.asarray(a, dtype=own.dtype, copy=False)):
+        ours, oracle = call(t), call(own)
+        np.testing.assert_array_equal(ours, oracle)
+        assert np.shares_memory(ours, own) == np.shares_memory(oracle, own)
+    other = np.float32 if own.dtype != np.float32 else np.float64
+    with pytest.raises(ValueError):
+        np.asarray(own, dtype=other, copy=False)  # the oracle: a cast cannot avoid a copy
+    with pytest.raises(ValueError):
+        np.asarray(t, dtype=other, copy=False)
+    before = own.copy()
+    copied = np.array(t)
+    if copied.size:
+        copied[...] = 1 - copied if copied.dtype != bool else ~copied
+    np.testing.assert_array_equal(t.numpy(), before)
+
+
+@given(tensors())
 def test_tolist_is_numpys(t):
     assert t.tolist() == t.numpy().tolist()
     assert type(t.tolist()) is type(t.numpy().tolist())
