@@ -215,6 +215,9 @@ class Tensor(ArrayOps):
         a CPU device), ``np.array(t)`` a copy. NumPy 2 passes ``copy`` on and trusts the
         answer: ignoring it made ``np.array(t)`` the tensor's own array, so writing into
         that copy changed the tensor."""
+        if copy is False and self.device.context is not None:
+            raise ValueError(f"np.asarray(..., copy=False): this tensor lives on {self.device}, "
+                             f"so a NumPy array of it is always a copy (copy=None allows one)")
         return np.asarray(self.numpy(), dtype=dtype, copy=copy)
 
     # -- copies, pickles, DLPack -----------------------------------------------------------------

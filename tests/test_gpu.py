@@ -32,6 +32,15 @@ def test_copies_between_host_and_gpu_and_gradients():
     np.testing.assert_allclose(x.grad.numpy(), 2 * a)
 
 
+def test_numpy_of_a_gpu_tensor_is_a_host_copy_and_copy_false_refuses():
+    t = mg.tensor([1.0, 2.0], device="cuda:0")
+    for a in (np.array(t), np.asarray(t), t.numpy()):
+        a[0] = 99.0  # a host copy: the tensor keeps its values
+    assert t.tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="lives on cuda:0"):
+        np.asarray(t, copy=False)
+
+
 def test_gpu_matches_cpu_on_an_mlp_step():
     rng = np.random.default_rng(0)
     x, w = rng.normal(size=(8, 5)), rng.normal(size=(5, 3))
