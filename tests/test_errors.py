@@ -385,3 +385,38 @@ def test_jvp_refuses_an_array_tangent_of_another_shape_than_its_primal(tangent):
         mg.jvp(lambda v: v * 3.0, (x,), (tangent,))
     _, t = mg.jvp(lambda v: v * 3.0, (x,), (2.0,))
     np.testing.assert_array_equal(t.numpy(), [6.0, 6.0])
+
+
+# -- an integer argument to differentiate -----------------------------------------------------
+# Each mode had its own check, and they disagreed: DTypeError from the tape and source mode,
+# GradientError from forward mode and jvp, TypeError from graph mode for a Python int. JAX
+# raises a TypeError for all of them ("grad requires real- or complex-valued inputs"); now
+# one function (argnums.refuse_integers) does it for every transformation.
+
+def _square_sum(x):  # (source mode reads a function's text: a def, not a lambda)
+    return (x * x).sum()
+
+
+_INTEGER_TAKERS = {
+    **{f"grad {m}": (lambda m: lambda a: mg.grad(_square_sum, mode=m)(a))(m)
+       for m in ("tape", "forward", "graph", "source")},
+    **{f"value_and_grad {m}": (lambda m: lambda a: mg.value_and_grad(_square_sum, mode=m)(a))(m)
+       for m in ("tape", "forward", "graph", "source")},
+    "vjp": lambda a: mg.vjp(_square_sum, a),
+    "jvp": lambda a: mg.jvp(_square_sum, (a,), (1,)),
+    "jacrev": lambda a: mg.jacrev(lambda x: x * 2.0)(a),
+    "jacfwd": lambda a: mg.jacfwd(lambda x: x * 2.0)(a),
+    "hessian": lambda a: mg.hessian(_square_sum)(a),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INTEGER_TAKERS))
+@pytest.mark.parametrize("arg", [3, np.array([1, 2]), mg.tensor([1, 2], dtype="int32")],
+                         ids=["int", "int64 array", "int32 tensor"])
+def test_an_integer_argument_is_refused_alike_by_every_transformation(name, arg):
+    who = name.split()[0].replace("value_and_grad", "grad")
+    who = "jacfwd" if who == "hessian" else who   # hessian is jacfwd of jacrev
+    with pytest.raises(DTypeError, match=rf"^{who}: cannot differentiate with respect to "
+                                         rf"argument 0 of dtype int(64|32); pass floats"):
+        _INTEGER_TAKERS[name](arg)
+

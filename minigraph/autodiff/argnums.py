@@ -19,7 +19,8 @@ from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
 
-from ..errors import PytreeError
+from ..errors import DTypeError, PytreeError
+from ..ops.shape_rules import FLOATS
 
 Argnums = Union[int, Sequence[int]]
 
@@ -103,6 +104,15 @@ def refuse_non_functions(f: Any, who: str) -> None:
                 f"mg.{who}(f(x))" if is_value(f) else "")
         what = "None" if f is None else f"a {type(f).__name__}"
         raise TypeError(f"{who}: f must be a function, got {what}{hint}")
+
+
+def refuse_integers(dtype: Any, position: int, who: str) -> None:
+    """Only floating-point arguments are differentiated, in every mode (JAX's rule; in
+    PyTorch only they can require gradients): the derivative by an integer is not defined,
+    and a gradient of an integer's dtype would round every step away."""
+    if str(dtype) not in FLOATS:
+        raise DTypeError(f"{who}: cannot differentiate with respect to argument {position} "
+                         f"of dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
 
 
 def refuse_keywords(kwargs: dict, who: str) -> None:

@@ -28,8 +28,8 @@ from ..ops import shape as SH
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
-from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
-from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
+from ..tensor import Tensor, tensor, zeros
+from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
 from .tape import enable_grad, is_grad_enabled
@@ -129,8 +129,7 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
     duals = []
     for k, (p, given) in enumerate(zip(primals, tangents)):
         p = _as_tensor(p)
-        if p.dtype not in FLOAT_DTYPES:
-            raise GradientError(f"jvp: a primal of dtype {p.dtype} has no tangent; pass floats")
+        refuse_integers(p.dtype, k, "jvp")
         number = isinstance(given, (int, float))
         t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
         if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
@@ -219,6 +218,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         jacs = []
         for i in nums:
             x = args[i]
+            refuse_integers(x.dtype, i, "jacfwd")
 
             def along(xi: Any) -> Any:
                 return f(*args[:i], xi, *args[i + 1:])
@@ -249,9 +249,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         grads = []
         for i in nums:
             x = args[i]
-            if x.dtype not in FLOAT_DTYPES:
-                raise GradientError(f"grad: cannot differentiate with respect to argument {i} "
-                                    f"of dtype {x.dtype}; pass floats (e.g. 2.0 rather than 2)")
+            refuse_integers(x.dtype, i, "grad")
             parts = []
             for e in basis_vectors(x):
                 value, t = _jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,),

@@ -50,11 +50,11 @@ from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape_rules import shape_of
-from .argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_non_functions,
-                      refuse_pytrees, single)
+from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
+                      refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
-from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
+from ..tensor import Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
 
@@ -642,15 +642,12 @@ class Box(ValueInside, ArrayOps):
 register_kind(Box)
 
 
-def _differentiable(x: Any, who: str) -> Any:
+def _differentiable(x: Any, position: int, who: str) -> Any:
     """``x`` as a value to differentiate: tensors and values of other transformations
     as they are, numbers and arrays as tensors; only floating dtypes."""
     if not (isinstance(x, Tensor) or type(x) in KINDS):
         x = tensor(x)
-    dtype = x.dtype
-    if dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{who}: cannot differentiate with respect to an argument of "
-                         f"dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
+    refuse_integers(x.dtype, position, who)
     return x
 
 
@@ -681,7 +678,7 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         raise TypeError("vjp: give at least one primal to differentiate with respect to")
     refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
     rec = _Recording()
-    boxes = [Box(_differentiable(p, "vjp"), rec) for p in primals]
+    boxes = [Box(_differentiable(p, i, "vjp"), rec) for i, p in enumerate(primals)]
     with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's rule)
         out = f(*boxes)
     if isinstance(out, (int, float)):  # f ignored its inputs: a constant
@@ -737,7 +734,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         if nums is None:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
-        inputs = [_differentiable(args[i], "grad") for i in nums]  # (its errors say grad)
+        inputs = [_differentiable(args[i], i, "grad") for i in nums]  # (errors say grad)
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *inputs)
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
@@ -771,7 +768,7 @@ def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         nums = normalize_argnums(argnums, len(args), "jacrev")
         refuse_pytrees(args, nums, "jacrev")
         # (as tensors here: the Jacobian's shape is read from them, a list has none)
-        args = tuple(_differentiable(a, "jacrev") if i in nums else a
+        args = tuple(_differentiable(a, i, "jacrev") if i in nums else a
                      for i, a in enumerate(args))
         out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
         rows = identity_rows(out)  # e_k: the cotangent that picks out output element k

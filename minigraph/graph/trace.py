@@ -36,13 +36,13 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from ..autodiff.argnums import (Argnums, normalize_argnums, refuse_keywords, refuse_non_functions,
-                                 single)
+from ..autodiff.argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
+                                 refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
-from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
+from ..tensor import Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph
 from .topo import fifo_order, needed
 from .gradients import gradients
@@ -218,13 +218,12 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (checked when first built)
             for i in nums:
+                if isinstance(args[i], int):  # (a Python int: an int64 value to the others)
+                    refuse_integers("int64", i, "grad")
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
                                     f"to be differentiated, got {type(args[i]).__name__}")
-                dtype = str(getattr(args[i], "dtype", "float64"))
-                if dtype not in FLOAT_DTYPES:
-                    raise GradientError(f"grad: cannot differentiate with respect to argument "
-                                        f"{i} of dtype {dtype}; pass floats")
+                refuse_integers(getattr(args[i], "dtype", "float64"), i, "grad")
             compiled = cache[key] = build(args, nums)
         results = _call(compiled, args, key)
         if not with_value:

@@ -21,11 +21,12 @@ import numpy as np
 
 from ...codegen import LITERALS, Names, define
 from ...device import Device, get_device
-from ...errors import DTypeError, GradientError
+from ...errors import GradientError
 from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
-from ...tensor import FLOAT_DTYPES, Tensor, tensor
+from ...tensor import Tensor, tensor
+from ..argnums import refuse_integers
 from ..signature import Captured
 from .adjoint import _Reverse
 from .normalize import _Normaliser
@@ -117,9 +118,8 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
             call_args.append(a)
             continue
         dtype = str(value.dtype)
-        if k in nums and dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"grad: cannot differentiate with respect to argument {k} of "
-                             f"dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
+        if k in nums:
+            refuse_integers(dtype, k, "grad")
         var = SrcVar(tuple(value.shape), dtype, value.device, k in nums, "input")
         var.name = params[k]
         call_args.append(var)
