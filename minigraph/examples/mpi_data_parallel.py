@@ -17,17 +17,14 @@ separate one-rank and two-rank jobs.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before NumPy loads BLAS: one thread per rank
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import minigraph as mg  # noqa: E402
-from minigraph.parallel import LayerSplitMLP, data_parallel_grads_across_ranks  # noqa: E402
+import minigraph as mg
+from minigraph.examples import one_blas_thread
+from minigraph.parallel import LayerSplitMLP, data_parallel_grads_across_ranks
 
 
 def problem(width: int = 512, batch: int = 1024, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray]:
@@ -62,19 +59,14 @@ def gradient_bytes(params: list) -> int:
     return sum(p.numpy().nbytes for p in params)
 
 
-def median_time(fn, repeat: int, sync: bool = True) -> float:
-    """Median seconds of ``fn()``; with ``sync``, every rank starts each call together."""
-    times = []
-    for _ in range(repeat):
-        if sync:
-            mg.distributed.barrier()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
+    one_blas_thread()
     mg.distributed.init()
     me, world = mg.distributed.rank(), mg.distributed.world_size()
     params, x, y = problem()
@@ -85,11 +77,17 @@ def main() -> None:
     error = max(float(np.abs(a.numpy() - b.numpy()).max()) for a, b in zip(new, want))
     print(f"rank {me}: data-parallel step vs one process: max |difference| = {error:.1e}",
           flush=True)
-    t_world = median_time(lambda: data_parallel_step(params, x, y), 5)
-    if me == 0:  # the other ranks wait at the barrier meanwhile
-        t_one = median_time(lambda: one_process_step(params, x, y), 5, sync=False)
+    # The two take turns, round after round, so that a change in the machine's speed
+    # meanwhile (another program, the clock) hits both alike; medians of 7 rounds.
+    world_times, one_times = [], []
+    for _ in range(7):
+        mg.distributed.barrier()  # every rank starts the data-parallel step together
+        world_times.append(seconds(lambda: data_parallel_step(params, x, y)))
+        if me == 0:  # the other ranks wait at the next barrier meanwhile
+            one_times.append(seconds(lambda: one_process_step(params, x, y)))
     mg.distributed.barrier()
     if me == 0:
+        t_world, t_one = statistics.median(world_times), statistics.median(one_times)
         size = gradient_bytes(params)
         print(f"\ndata-parallel step, 512-512-512 tanh MLP, batch {x.shape[0]}, float64:")
         print(f"  one process, whole batch : {t_one * 1e3:7.1f} ms")

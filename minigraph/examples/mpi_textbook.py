@@ -7,22 +7,19 @@ FILE`` writes the Chrome trace of the textbook run, every rank on one timeline).
    builds the same graph, runs it, and prints the same values.
 2. Two independent branches of 512x512 float64 matmuls: both on rank 0, then one on each
    rank, with the bytes that crossed between the processes. The speed-up needs one core
-   per rank; pin BLAS to one thread per process (OPENBLAS_NUM_THREADS=1).
+   per rank: BLAS gets one thread per process (``one_blas_thread``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # before NumPy loads BLAS: one thread per rank
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import minigraph as mg  # noqa: E402
+import minigraph as mg
+from minigraph.examples import one_blas_thread
 
 
 def textbook() -> tuple[mg.Graph, dict, list]:
@@ -57,22 +54,27 @@ def branches(where: tuple[str, str], n: int = 512, depth: int = 4) -> tuple[mg.G
     return g, {a: rng.normal(size=(n, n)), b: rng.normal(size=(n, n))}, out
 
 
-def time_runs(sess: mg.Session, fetch: object, feeds: dict, repeat: int) -> float:
-    """Median seconds of a run (every rank runs; rank 0's clock)."""
-    sess.run(fetch, feeds)  # warm-up: plans, fingerprints, buffers
-    times = []
+def time_runs(runs: list[tuple[mg.Session, object, dict]], repeat: int) -> list[float]:
+    """Median seconds of each run (every rank runs; rank 0's clock). The runs take turns,
+    round after round, so that a machine that speeds up or slows down meanwhile (another
+    program, the clock) changes all of them alike."""
+    for sess, fetch, feeds in runs:
+        sess.run(fetch, feeds)  # warm-up: plans, fingerprints, buffers
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
-        mg.distributed.barrier()
-        start = time.perf_counter()
-        sess.run(fetch, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for seconds, (sess, fetch, feeds) in zip(times, runs):
+            mg.distributed.barrier()
+            start = time.perf_counter()
+            sess.run(fetch, feeds)
+            seconds.append(time.perf_counter() - start)
+    return [statistics.median(s) for s in times]
 
 
 def main() -> None:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", help="write the textbook run's Chrome trace here")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
     mg.distributed.init()
     me, world = mg.distributed.rank(), mg.distributed.world_size()
@@ -100,8 +102,7 @@ def main() -> None:
     two = branches(("rank:0/cpu", "rank:1/cpu"))
     s1, s2 = mg.Session(one[0]), mg.Session(two[0])
     v1, v2 = s1.run(one[2], one[1]), s2.run(two[2], two[1])
-    t1 = time_runs(s1, one[2], one[1], args.repeat)
-    t2 = time_runs(s2, two[2], two[1], args.repeat)
+    t1, t2 = time_runs([(s1, one[2], one[1]), (s2, two[2], two[1])], args.repeat)
     assert s2.last_run is not None  # (set by the runs above)
     if me == 0:
         print(f"\ntwo branches of 4 matmuls 512x512 float64 (same values: "

@@ -29,7 +29,8 @@ reference counting at run time; a kernel that returns anything else hands the re
 the run back to :meth:`Run.run_node`.
 
 In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
-rendezvous, and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
+rendezvous (and, in a serial run, goes ahead of the nodes already queued: another device
+is waiting for it), and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
 gives the thread back; when the tensor arrives, the Recv finishes and its consumers
 become ready. A Recv that blocked its thread could deadlock two devices waiting on
 each other.
@@ -419,7 +420,14 @@ class Run:
                 made = self.execute(ready.popleft())
                 if made is not None:
                     remaining -= 1
-                    ready.extend(made)
+                    for node in made:
+                        # A Send goes first: it only hands a copy to the rendezvous, and
+                        # another device is waiting for it. Queued behind a long kernel,
+                        # it would hold that device idle for the kernel's time.
+                        if node.op == "Send":
+                            ready.appendleft(node)
+                        else:
+                            ready.append(node)
         except BaseException as exc:
             self._stop(exc)
             raise
