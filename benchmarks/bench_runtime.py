@@ -391,8 +391,9 @@ def elementwise_chains(chains: int, length: int) -> tuple[Any, Any, Any]:
 
 
 def auto_placed_branches() -> tuple[Any, Any, dict]:
-    """Chapter 06's example: two chains of 3 matmul+tanh layers of 64x64, on one device
-    and after ``mg.auto_place`` on two virtual CPUs (each device one executor thread)."""
+    """Chapter 06's example at a smaller size (its notebook uses 192x192): two chains of
+    3 matmul+tanh layers of 64x64, on one device and after ``mg.auto_place`` on two
+    virtual CPUs (each device one executor thread)."""
     rng = np.random.default_rng(0)
     n, layers = 64, 3
     weights = [rng.standard_normal((n, n)) / np.sqrt(n) for _ in range(2 * layers)]
