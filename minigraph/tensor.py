@@ -193,6 +193,11 @@ class Tensor(ArrayOps):
                              f"element first (mg.max, mg.sum, a comparison of the result)")
         return bool(self.item())
 
+    def __contains__(self, value: Any) -> bool:
+        """``v in t``: whether some element equals ``v`` (broadcast), as NumPy's and
+        PyTorch's ``in``; without it Python iterated the rows, and a 0-d tensor refused."""
+        return bool(self.device.to_numpy((self == value).data).any())
+
     def __index__(self) -> int:
         """A one-element integer tensor as an index: ``range(n)``, ``xs[i]`` (PyTorch's)."""
         if self.dtype not in ("int64", "int32"):

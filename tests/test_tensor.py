@@ -513,6 +513,18 @@ def test_iteration_goes_over_the_first_axis_and_refuses_a_0d_tensor_as_numpy_doe
             len(zero_d)
 
 
+def test_in_asks_whether_some_element_equals_the_value_as_numpy_does():
+    for a in (np.array(5.0), np.array([1.0, 2.0]), np.arange(6).reshape(2, 3)):
+        for v in (5.0, 2, 7, np.array([3, 4, 5]), mg.tensor(2.0)):
+            try:
+                want = (np.asarray(v) if isinstance(v, mg.Tensor) else v) in a
+            except ValueError:  # shapes that do not broadcast: both refuse
+                with pytest.raises(ValueError):
+                    v in mg.tensor(a)
+                continue
+            assert (v in mg.tensor(a)) == want, (a, v)
+
+
 @pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
 def test_python_s_sum_over_a_vector_differentiates_in_every_mode(mode):
     """sum() and unpacking iterate: the rows are indexing primitives, so gradients flow."""
