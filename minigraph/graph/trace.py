@@ -218,8 +218,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (checked when first built)
             for i in nums:
-                if isinstance(args[i], int):  # (a Python int: an int64 value to the others)
-                    refuse_integers("int64", i, "grad")
+                if isinstance(args[i], int):  # (a Python int or bool, as the other modes see it)
+                    refuse_integers("bool" if isinstance(args[i], bool) else "int64", i, "grad")
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
                                     f"to be differentiated, got {type(args[i]).__name__}")

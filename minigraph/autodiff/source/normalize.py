@@ -33,7 +33,7 @@ from ...tensor import Tensor
 from .. import tape
 from .program import Fill, For, If, Line, Ref, _Writer
 from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
-from .values import Cond, Index, SrcVar, _constant, _contains, _dynamic
+from .values import Cond, Index, SrcVar, _constant, _dynamic
 
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
