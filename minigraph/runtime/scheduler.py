@@ -29,9 +29,9 @@ reference counting at run time; a kernel that returns anything else hands the re
 the run back to :meth:`Run.run_node`.
 
 In a partitioned graph (``partition.py``) a ``Send`` hands a copy of its input to the
-rendezvous (and, in a serial run, goes ahead of the nodes already queued: another device
-is waiting for it), and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor and
-gives the thread back; when the tensor arrives, the Recv finishes and its consumers
+rendezvous (in a serial run it goes ahead of the nodes already queued: another device is
+waiting for it), and a ``Recv`` is *asynchronous*: it asks the rendezvous for its tensor
+and gives the thread back; when the tensor arrives, the Recv finishes and its consumers
 become ready. A Recv that blocked its thread could deadlock two devices waiting on
 each other.
 
