@@ -616,7 +616,74 @@ RUN_TIME_REFUSALS = {  # found while the program is written, before any of it ru
         "    return h.sum()\n", 3),
     "indexing with a tensor computed in the function": (
         "def f(x):\n    k = x.sum()\n    return x[k].sum()\n", 3),
+    # (each of these had no test: coverage showed the refusal never ran)
+    "a recursive call of g": (
+        "def g(x):\n    return g(x) * 2.0\n\ndef f(x):\n    return g(x).sum()\n", 2),
+    "an assert on a value computed in the function": (
+        "def f(x):\n    assert x.sum() > 0\n    return x.sum()\n", 2),
+    "raise inside an if decided at run time": (
+        "def f(x):\n    s = x.sum()\n    if s > 0:\n        raise ValueError('positive')\n"
+        "    return s\n", 4),
+    "k holding different Python values in the two branches of an if decided at run time": (
+        "def f(x):\n    s = x.sum()\n    if s > 0:\n        k = 1\n    else:\n        k = 2\n"
+        "    return s * k\n", 3),
+    "y with shape (3,) float64 after one branch and () float64 after the other": (
+        "def f(x):\n    s = x.sum()\n    if s > 0:\n        y = x * 2.0\n    else:\n"
+        "        y = s\n    return y.sum()\n", 3),
+    "y being 1.0 on one path and a tensor of shape (3,) on another": (
+        "def f(x):\n    s = x.sum()\n    if s > 0:\n        y = x * 2.0\n    else:\n"
+        "        y = 1.0\n    return (y * x).sum()\n", 3),
+    "a conditional expression (a if c else b) on a value of the program": (
+        "def f(x):\n    s = x.sum()\n    return s * 2.0 if s > 0 else s\n", 3),
+    "and/or on a value of the program": (
+        "def f(x):\n    s = x.sum()\n    return (s > 0 and s) * 1.0\n", 3),
+    "formatting a value of the program into a string": (
+        "def f(x):\n    s = x.sum()\n    t = f'{s}'\n    return s\n", 3),
+    "c changing from one iteration to the next as a Python value": (
+        "def f(x):\n    c = 1.0\n    y = x * 1.0\n    for i in range(3):\n        y = y * c\n"
+        "        c = c + 1.0\n    return y.sum()\n", 4),
+    "a nested loop reusing the index name i": (
+        "def f(x):\n    y = x * 1.0\n    for i in range(2):\n        for i in range(2):\n"
+        "            y = y * 2.0\n    return y.sum()\n", 4),
+    "indexing a Python sequence with the loop index": (
+        "SCALE = [1.0, 2.0, 3.0]\ndef f(x):\n    y = x * 1.0\n    for i in range(3):\n"
+        "        y = y * SCALE[i]\n    return y.sum()\n", 5),
+    "the attribute .foo of a value of the program": (
+        "def f(x):\n    return x.foo.sum()\n", 2),
+    "not on a value of the program": (
+        "def f(x):\n    s = x.sum()\n    return (not s) * 1.0\n", 3),
+    "a chained or identity comparison of values of the program": (
+        "def f(x):\n    s = x.sum()\n    return (0 < s < 10) * s\n", 3),
 }
+
+
+SUPPORTED = {  # source of f(x, n) -> its gradient by x at x = (1, 2, 3), n = 2; each ran in
+    # no test before (coverage): what Python decides while the program is written
+    "and/or and a conditional expression on Python values": (
+        "def f(x, n):\n    k = 2.0 if n > 1 and n < 5 else 3.0\n    m = (n == 0) or 4.0\n"
+        "    return (x * k * m).sum()\n", lambda x: np.full(3, 8.0)),
+    "an f-string in an assert's message": (
+        "def f(x, n):\n    assert n >= 0, f'n must be >= 0, got {n!r:>4}'\n"
+        "    return (x * n).sum()\n", lambda x: np.full(3, 2.0)),
+    "an empty loop": (
+        "def f(x, n):\n    y = x * 1.0\n    for i in range(0):\n        y = y * 2.0\n"
+        "    return (y * y).sum()\n", lambda x: 2 * x),
+    "a Python number that every iteration sets alike": (
+        "def f(x, n):\n    c = 2.0\n    y = x * 1.0\n    for i in range(3):\n"
+        "        y = y * c\n        c = 2.0\n    return (y * x).sum()\n", lambda x: 16 * x),
+    "unary minus and plus, an element of a constant tensor": (
+        "def f(x, n):\n    w = mg.tensor([1.0, 2.0, 3.0])\n"
+        "    return (-x * x).sum() + (+x * w[n]).sum()\n", lambda x: -2 * x + 3.0),
+}
+
+
+@pytest.mark.parametrize("construct", list(SUPPORTED))
+def test_python_decides_what_it_can_while_the_program_is_written(construct, tmp_path):
+    code, closed_form = SUPPORTED[construct]
+    f, _ = load(code, tmp_path)
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(mg.grad(f, mode="source")(x, 2).numpy(), closed_form(x),
+                               rtol=1e-12)
 
 
 @pytest.mark.parametrize("construct", list(RUN_TIME_REFUSALS))
@@ -628,6 +695,38 @@ def test_refusals_found_while_writing_the_program(construct, tmp_path):
         gf(np.array([1.0, 2.0, 3.0]))
     assert construct in str(info.value) and info.value.lineno == line + 2
     assert info.value.filename == path and not gf.programs
+
+
+def test_statements_that_write_nothing_or_are_decided_while_writing(tmp_path):
+    """pass, a docstring, an annotated assignment, an assert and a raise that Python decides
+    while the program is written, and an expression whose value nobody reads: each had no
+    test. The gradient of sum(2 x * x) is 4 x."""
+    f, _ = load("def f(x):\n    'a docstring'\n    pass\n    y: float = x * 2.0\n"
+                "    assert x.ndim == 1, 'decided while writing'\n    mg.sin(x)\n"
+                "    if x.shape[0] == 4:\n        raise ValueError('not this shape')\n"
+                "    return (y * x).sum()\n", tmp_path)
+    x = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(mg.grad(f, mode="source")(x).numpy(), 4 * x, rtol=1e-12)
+    with pytest.raises(ValueError, match="not this shape"):
+        mg.grad(f, mode="source")(np.ones(4))
+    with pytest.raises(AssertionError, match="decided while writing"):
+        mg.grad(f, mode="source")(np.ones((2, 2)))
+
+
+def test_a_call_that_does_not_fit_the_function_names_it(tmp_path):
+    f, path = load("def g(x, y):\n    return x * y\n\ndef f(x):\n    return g(x).sum()\n",
+                   tmp_path)
+    with pytest.raises(TypeError, match=r"missing a required argument: 'y' \[source_grad: "
+                                        r"in f, .*line 7\]"):
+        mg.grad(f, mode="source")(np.ones(3))
+
+
+def test_unpacking_a_tensor_into_too_few_names_names_the_line(tmp_path):
+    f, _ = load("def f(x):\n    a, b = x\n    return a * b\n", tmp_path)
+    with pytest.raises(ValueError, match=r"cannot unpack 3 values into 2 names .*line 4"):
+        mg.grad(f, mode="source")(np.ones(3))
+    np.testing.assert_allclose(mg.grad(f, mode="source")(np.array([2.0, 5.0])).numpy(),
+                               [5.0, 2.0])  # d(ab)/da = b, d(ab)/db = a
 
 
 def test_closure_over_a_differentiated_value_is_refused():
