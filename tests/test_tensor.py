@@ -511,6 +511,9 @@ def test_iteration_goes_over_the_first_axis_and_refuses_a_0d_tensor_as_numpy_doe
             sum(zero_d)
         with pytest.raises(TypeError, match=r"^len\(\) of a 0-d tensor"):
             len(zero_d)
+    with mg.Graph():
+        with pytest.raises(TypeError, match=r"^iteration over a 0-d graph node"):
+            list(mg.placeholder((), name="y"))
 
 
 def test_in_asks_whether_some_element_equals_the_value_as_numpy_does():

@@ -120,6 +120,8 @@ class ArrayOps:
 
 
 def _kind(x: Any) -> str:
-    """What an error calls a value: 'tensor', or the kind a transformation made of it."""
+    """What an error calls a value: a tensor, a graph node, or the kind of value a
+    transformation made of it."""
     name = type(x).__name__
-    return "tensor" if name == "Tensor" else f"value ({name}, inside a transformation)"
+    return {"Tensor": "tensor", "Node": "graph node"}.get(
+        name, f"value ({name}, inside a transformation)")
