@@ -514,6 +514,14 @@ def test_iteration_goes_over_the_first_axis_and_refuses_a_0d_tensor_as_numpy_doe
     with mg.Graph():
         with pytest.raises(TypeError, match=r"^iteration over a 0-d graph node"):
             list(mg.placeholder((), name="y"))
+        unknown = mg.placeholder(None, name="any") * 2.0  # a shape known only at run time
+        for ask in (len, list):
+            with pytest.raises(TypeError, match="whose shape is known only when the graph "
+                                                "runs: give its placeholder a shape"):
+                ask(unknown)
+    with pytest.raises(TypeError, match=r"^len\(\) of a 0-d vmap example"):
+        mg.vmap(len)(np.ones(3))
+    assert mg.vmap(lambda r: len(r) * r.sum())(np.ones((2, 3))).tolist() == [9.0, 9.0]
 
 
 def test_in_asks_whether_some_element_equals_the_value_as_numpy_does():

@@ -99,11 +99,6 @@ class BatchTracer(ArrayOps):
     def numpy(self) -> Any:
         raise self._one_number("numpy()")
 
-    def __len__(self) -> int:  # one example's length, as its shape says
-        if not self.shape:
-            raise TypeError("vmap: len() of one example of shape (): it has no axis")
-        return self.shape[0]
-
     def __repr__(self) -> str:
         return f"BatchTracer(level={self.level}, value={self.value!r})"
 

@@ -40,7 +40,7 @@ def transformation(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 class ValueInside:
     """What Python asks of a value a transformation wraps, answered by the value inside
     (``_inside()``: a ``vjp`` box's content, a dual number's primal), as a tensor answers
-    in define-by-run: ``if x > 0:``, ``float(x)``, ``int(x)``, ``x.item()``, ``len(x)``.
+    in define-by-run: ``if x > 0:``, ``float(x)``, ``int(x)``, ``x.item()``.
     Where the value inside has no value (a graph node), its own error says so.
 
     The number drops the derivative, as PyTorch's ``float(x)`` does: asking for a number is
@@ -60,9 +60,6 @@ class ValueInside:
 
     def __int__(self) -> int:
         return int(self._inside())
-
-    def __len__(self) -> int:
-        return len(self._inside())
 
     def item(self) -> Any:
         return self._inside().item()

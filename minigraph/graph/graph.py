@@ -193,11 +193,6 @@ class Node(ArrayOps):
     def __index__(self) -> int:
         raise self._no_value("an index")
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError(f"len() of node '{self.name}' with shape {self.shape}")
-        return self.shape[0]
-
     def _no_value(self, what: str) -> TracedValueError:
         return TracedValueError(
             f"{what} needs the value of graph node '{self.name}' ({self.op}), created at "

@@ -57,19 +57,26 @@ class ArrayOps:
     # -- indexing and shape ---------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any: return SH.getitem(self, index)
 
+    # len() and iteration, once for every value kind: the first axis, as in NumPy. (A
+    # graph node, a vmap example and a dual number read it from their shape too.)
     def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError(f"len() of a 0-d {_kind(self)}")
-        return self.shape[0]
+        return self._first_axis("len() of")
 
     def __iter__(self) -> Any:
         # Without __iter__, Python iterates by __getitem__ until an IndexError, and a 0-d
         # value would iterate as empty: list(t) == [], sum(t) == 0, and np.zeros(t) would
         # read t as the shape (). NumPy and PyTorch refuse; so do we.
-        if not self.shape:
-            raise TypeError(f"iteration over a 0-d {_kind(self)}: it has no elements to "
-                            f"iterate over (x.item() or float(x) gives its number)")
-        return (self[i] for i in range(self.shape[0]))
+        return (self[i] for i in range(self._first_axis("iteration over")))
+
+    def _first_axis(self, what: str) -> int:
+        shape = self.shape
+        if shape is None:  # a graph node whose shape depends on a placeholder of any shape
+            raise TypeError(f"{what} a {_kind(self)} whose shape is known only when the "
+                            f"graph runs: give its placeholder a shape")
+        if not shape:
+            raise TypeError(f"{what} a 0-d {_kind(self)}: it has no axis to go along "
+                            f"(x.item() or float(x) gives its number)")
+        return shape[0]
 
     @property
     def ndim(self) -> int:
@@ -123,5 +130,5 @@ def _kind(x: Any) -> str:
     """What an error calls a value: a tensor, a graph node, or the kind of value a
     transformation made of it."""
     name = type(x).__name__
-    return {"Tensor": "tensor", "Node": "graph node"}.get(
+    return {"Tensor": "tensor", "Node": "graph node", "BatchTracer": "vmap example"}.get(
         name, f"value ({name}, inside a transformation)")
