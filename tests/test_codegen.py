@@ -174,3 +174,35 @@ def test_a_traced_function_is_replayed_right_at_another_level(plain_first):
     assert mg.grad(mg.grad(traced))(X, Y).item() == pytest.approx(-math.sin(X), abs=1e-12)
     assert traced(X, Y).item() == pytest.approx(X * Y + math.sin(X))
     assert len(programs(f, "trace")) == 1
+
+
+# -- a function's name is no identifier ---------------------------------------------------------
+
+def _squares(x):
+    return mg.sum(x * x)
+
+
+def _named(name):
+    def fn(x):
+        return _squares(x)
+    fn.__name__ = name
+    return fn
+
+
+@pytest.mark.parametrize("make", [lambda: _named("my-function 2"), lambda: _named("class"),
+                                  lambda: mg.checkpoint(_squares)])  # (named "checkpoint(_squares)")
+@pytest.mark.parametrize("mode", ["graph", "trace"])
+def test_a_function_whose_name_is_no_identifier_compiles(make, mode):
+    """The generated function is named after f, made an identifier in one place
+    (compile_graph); before, ``def grad_checkpoint(_squares)(...)`` was a SyntaxError."""
+    x = mg.tensor(XS)
+    if mode == "trace":
+        assert mg.trace(make())(x).item() == pytest.approx(float(np.sum(XS * XS)))
+    else:
+        np.testing.assert_allclose(mg.grad(make(), mode="graph")(x).numpy(), 2 * XS)
+
+
+def test_source_mode_names_the_program_after_the_def_it_read():
+    g = mg.grad(_named("my-function 2"), mode="source")
+    np.testing.assert_allclose(g(mg.tensor(XS)).numpy(), 2 * XS)
+    assert g.source.startswith("def grad_fn(x):")  # (the def's own name, always an identifier)

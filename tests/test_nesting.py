@@ -496,3 +496,108 @@ def test_a_no_grad_block_is_a_constant_at_every_level_of_every_pairing():
     for mode in modes:
         np.testing.assert_allclose(mg.vmap(mg.grad(g(mg), mode=mode))(xs).numpy(),
                                    per_example, rtol=1e-12, err_msg=mode)
+
+
+# -- a transformation handed to another as it is ------------------------------------------
+# mg.grad(mg.grad(f, mode="source"), mode="source"), as JAX users write grad(grad(f)): source
+# mode writes a function that calls the inner transformation and reads that (the other modes
+# call it anyway). Checked against torch.func, never against another minigraph mode.
+
+def _torch_at(fn, *args):
+    return float(fn(*[torch.tensor(a, dtype=torch.float64) for a in args]))
+
+
+INNER = {  # name -> (the inner transformation of cube, torch's, as functions of (x, y))
+    **{f"grad(mode={m!r})": (lambda m=m: mg.grad(cube, mode=m), lambda: tf.grad(cube_torch))
+       for m in MODES},
+    "source_grad": (lambda: mg.source_grad(cube), lambda: tf.grad(cube_torch)),
+    "jacfwd": (lambda: mg.jacfwd(cube), lambda: tf.jacfwd(cube_torch)),
+    "jacrev": (lambda: mg.jacrev(cube), lambda: tf.jacrev(cube_torch)),
+    "checkpoint": (lambda: mg.checkpoint(cube), lambda: cube_torch),
+    "trace": (lambda: mg.trace(cube), lambda: cube_torch),
+}
+
+
+@pytest.mark.parametrize("inner", sorted(INNER))
+@pytest.mark.parametrize("argnums", [0, 1])
+def test_source_mode_transforms_a_transformation_handed_to_it(inner, argnums):
+    make, make_torch = INNER[inner]
+    got = mg.grad(make(), argnums=argnums, mode="source")(0.7, -1.3)
+    want = _torch_at(tf.grad(make_torch(), argnums=argnums), 0.7, -1.3)
+    assert as_float(got) == pytest.approx(want, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("inner", MODES)
+def test_source_mode_three_levels_deep_on_transformations_themselves(inner):
+    g3 = mg.grad(mg.grad(mg.grad(cube, mode=inner), mode="source"), argnums=1, mode="source")
+    want = _torch_at(tf.grad(tf.grad(tf.grad(cube_torch)), argnums=1), 0.7, -1.3)
+    assert as_float(g3(0.7, -1.3)) == pytest.approx(want, rel=1e-10)
+
+
+def test_the_printed_program_of_a_gradient_of_a_gradient():
+    gg = mg.source_grad(mg.source_grad(f))
+    assert as_float(gg(2.0, 3.0)) == pytest.approx(-math.sin(2.0), rel=1e-12)
+    text = gg.source
+    assert text.startswith("def grad_grad_f(x, y):")  # f's parameters, named after both
+    assert "mg.cos(x)" in text and "mg.sin(x)" in text  # the inner adjoint's line, reversed
+
+
+def _calls_vjp(x, y):
+    out, back = mg.vjp(cube, x, y)
+    gx, gy = back(1.0)
+    return gx * out + gy
+
+
+def _calls_vjp_torch(x, y):
+    out = cube_torch(x, y)
+    gx, gy = torch.autograd.grad(out, (x, y), create_graph=True)
+    return gx * out + gy
+
+
+def _calls_jvp(x, y):
+    out, t = mg.jvp(cube, (x, y), (1.0, 0.5))
+    return t * out
+
+
+def _calls_jvp_torch(x, y):
+    out, t = tf.jvp(cube_torch, (x, y), (torch.tensor(1.0, dtype=torch.float64),
+                                         torch.tensor(0.5, dtype=torch.float64)))
+    return t * out
+
+
+def _calls_trace(x, y):
+    return mg.trace(cube)(x, y) * x
+
+
+def _calls_source_grad(x, y):
+    return mg.source_grad(cube, argnums=1)(x, y) * y
+
+
+@pytest.mark.parametrize("fn,oracle", [(_calls_vjp, _calls_vjp_torch), (_calls_jvp, _calls_jvp_torch),
+                                       (_calls_trace, lambda x, y: cube_torch(x, y) * x),
+                                       (_calls_source_grad,
+                                        lambda x, y: tf.grad(cube_torch, argnums=1)(x, y) * y)])
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_differentiates_a_function_calling_vjp_jvp_trace_or_source_grad(fn, oracle,
+                                                                                  mode):
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor(-1.3, dtype=torch.float64, requires_grad=True)
+    want = torch.autograd.grad(oracle(x, y), (x, y))
+    got = mg.grad(fn, argnums=(0, 1), mode=mode)(0.7, -1.3)
+    assert [as_float(g) for g in got] == pytest.approx([float(w) for w in want], rel=1e-10)
+
+
+@pytest.mark.parametrize("make", [lambda: mg.grad(cube), lambda: mg.grad(cube, mode="source"),
+                                  lambda: mg.value_and_grad(cube, mode="graph"),
+                                  lambda: mg.jacfwd(cube), lambda: mg.jacrev(cube),
+                                  lambda: mg.hessian(cube), lambda: mg.vmap(cube),
+                                  lambda: mg.checkpoint(cube), lambda: mg.trace(cube),
+                                  lambda: mg.source_grad(cube)])
+def test_a_transformation_has_its_functions_parameters(make):
+    import inspect
+    assert inspect.signature(make()) == inspect.signature(cube)  # (functools.wraps, as JAX)
+
+
+def test_source_mode_of_vjp_itself_refuses_naming_it():
+    with pytest.raises(mg.SourceTransformError, match=r"vjp\(f, \*primals\)"):
+        mg.grad(mg.vjp, mode="source")

@@ -41,7 +41,7 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     except KeyError:
         raise ValueError(f"grad: unknown mode {mode!r}; available here: "
                          f"{', '.join(MODES)}") from None
-    return transformation(make(f, argnums), f"value_and_grad(mode={mode!r})")
+    return transformation(make(f, argnums), f"value_and_grad(mode={mode!r})", f)
 
 
 def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
@@ -62,7 +62,7 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
             return vg(*args, **kwargs)[1]
 
     gradient.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
-    return transformation(gradient, f"grad(mode={mode!r})")
+    return transformation(gradient, f"grad(mode={mode!r})", f)
 
 
 def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable[..., Any]:
@@ -76,10 +76,10 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
 
     refuse_non_functions(f, "hessian")
     if isinstance(argnums, int):
-        return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian")
+        return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian", f)
 
     def blocks(*args: Any, **kwargs: Any) -> tuple:
         refuse_keywords(kwargs, "hessian")
         nums = normalize_argnums(argnums, len(args), "hessian")
         return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
-    return transformation(blocks, "hessian")
+    return transformation(blocks, "hessian", f)

@@ -33,7 +33,7 @@ from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .argnums import is_value, refuse_non_functions, refuse_pytrees
-from .levels import new_level
+from .levels import new_level, transformation
 from .tape import own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
@@ -216,8 +216,7 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
     batched.__doc__ = f.__doc__
     # Marks a transformation (levels.py): source transformation may then call it on the
     # values of the program it writes, since vmap runs on any value kind.
-    batched.transformation = "vmap"  # type: ignore[attr-defined]
-    return batched
+    return transformation(batched, "vmap", f)
 
 
 def _per_output(out_axes: Any, n: int) -> list:

@@ -352,7 +352,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
 
     checkpointed.__name__ = f"checkpoint({name})"
     checkpointed.__doc__ = f.__doc__
-    return transformation(checkpointed, "checkpoint")
+    return transformation(checkpointed, "checkpoint", f)
 
 
 _MODULE_CALLS: "weakref.WeakKeyDictionary[Any, _ModuleCall]" = weakref.WeakKeyDictionary()

@@ -111,6 +111,9 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     return _jvp(f, primals, tangents, for_grad=False)
 
 
+transformation(jvp, "jvp")  # (it takes the values: see mg.vjp's mark in tape.py)
+
+
 # The levels of mg.grad(f, mode="forward")'s passes. There a value computed inside ``with
 # mg.no_grad():`` is a constant, as on the tape and in torch.func.grad, so that every
 # mode gives the same gradient; mg.jvp's own passes ignore the block, as torch.func.jvp.
@@ -234,7 +237,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
             jacs.append(jacobian_from_rows(columns, out, x, outputs_first=False))
         return jacs[0] if single(argnums) else tuple(jacs)
 
-    return transformation(jac, "jacfwd")
+    return transformation(jac, "jacfwd", f)
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:

@@ -29,11 +29,17 @@ def new_level() -> int:
     return next(_counter)
 
 
-def transformation(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+def transformation(fn: Callable[..., Any], name: str,
+                   of: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """Mark ``fn`` as made by a transformation (``fn.transformation`` names it): source
     transformation lets such a function see the values of its program, since every
-    transformation runs on any kind of value."""
+    transformation runs on any kind of value. ``of`` is the function transformed, which
+    takes the same arguments: it becomes ``fn.__wrapped__``, as ``functools.wraps`` (and
+    JAX's transformations) set it, so ``inspect.signature(fn)`` names f's parameters
+    (source mode writes them into the function that calls ``fn``: ``reading.py``)."""
     fn.transformation = name  # type: ignore[attr-defined]
+    if of is not None:
+        fn.__wrapped__ = of  # type: ignore[attr-defined]
     return fn
 
 

@@ -707,7 +707,11 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
         return tuple(own_results(grads, handed))
 
-    return value, vjp_fn
+    return value, transformation(vjp_fn, "vjp")
+
+
+# (mg.vjp itself takes the values: a function source mode reads may call it on its own)
+transformation(vjp, "vjp")
 
 
 def _as_gradient(g: Any, x: Any) -> Any:
@@ -784,4 +788,4 @@ def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
                      for j, i in enumerate(nums))
         return jacs[0] if single(argnums) else jacs
 
-    return transformation(jac, "jacrev")
+    return transformation(jac, "jacrev", f)

@@ -124,6 +124,9 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
     fed = {id(n) for n in inputs}
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
     names = Names()
+    # The function's own name first: the graph's or the traced function's, which may be
+    # no identifier (``<lambda>``, ``checkpoint(f)``, anything a user set as __name__).
+    name = names.identifier(name.replace("<lambda>", "lambda_"))
     # Every node's variable first (the user's names, where free), so that the names of
     # kernels and constants, given out while the lines are written, never hide one.
     local: dict[int, str] = {}

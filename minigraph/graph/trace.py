@@ -139,10 +139,13 @@ def _outputs(out: Any, fname: str, graph: Graph) -> tuple[list[Node], bool]:
 class Traced:
     """``mg.trace(f)``: records ``f`` per signature, then replays the compiled graph."""
 
+    transformation = "trace"  # (runs on any kind of value: see levels.transformation)
+
     def __init__(self, f: Callable[..., Any]):
         refuse_non_functions(f, "trace")
         self.f = f
-        self.name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
+        self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
+        self.name = getattr(f, "__name__", "f")
         # signature -> (compiled function, single output?, graph): the one cache
         self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = programs(f, "trace")
         self.recordings = 0  # how many times the Python body ran
@@ -183,7 +186,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     reverse-graph pass, compile value and gradients into one function, cache it per
     signature. With ``with_value=False`` (``mg.grad``) the function returns the gradients
     only, and its program leaves out what only f's value needs."""
-    name = getattr(f, "__name__", "f").replace("<lambda>", "lambda_")
+    name = getattr(f, "__name__", "f")
 
     def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
         graph, inputs, out = record(f, args, f"grad_{name}")

@@ -70,6 +70,12 @@ Decisions worth knowing (each is visible in the text):
   a shape, calls with constant arguments, ``a, b = x`` as the rows ``x[0]``, ``x[1]``);
   ``for i in range(n)`` is written once, not unrolled; plain Python functions are
   inlined (``normalize.py`` says how).
+* minigraph's transformations run on the program's values like any minigraph function
+  (``mg.grad(g)(x)``, ``mg.vjp``, ``mg.jvp``, ``mg.vmap``, ``mg.trace`` inside f write
+  their own lines), and a transformation handed to source mode as it is,
+  ``mg.grad(mg.grad(f, mode="source"), mode="source")``, is read as a ``def`` that calls
+  it with f's parameters (``reading.py``'s ``_calling``): the adjoint of an adjoint
+  program, as google/tangent writes higher derivatives.
 
 Not supported (refused with the construct and its line): ``while``, ``try``, ``with``,
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,

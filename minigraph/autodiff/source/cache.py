@@ -33,20 +33,24 @@ class SourceGrad:
     without them: see ``compiled.py``'s ``_kernels``); ``.programs`` the cache.
     """
 
+    transformation = "source_grad"  # (runs on any kind of value: see levels.transformation)
+
     def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
         self.f = f
+        self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
         self.argnums = argnums
         # refusals happen here, before anything runs (first: they include *args, which
         # has no parameter count to check argnums against)
         self._src = _read(f)
+        code = self._src.fn.__code__  # (f's, or that of the def calling a transformation)
         # (source mode reads f's parameters, so argnums is checked against them at once)
-        self.nums = normalize_argnums(argnums, f.__code__.co_argcount, "grad", "takes")
+        self.nums = normalize_argnums(argnums, code.co_argcount, "grad", "takes")
         self.with_value = with_value
         self.transforms = 0  # how many programs were written (the cache's misses)
         self.last: Program | None = None
-        self.__name__ = f"grad_{f.__name__}"
-        self._defaults = f.__defaults__ or ()
-        self._n = f.__code__.co_argcount
+        self.__name__ = f"grad_{self._src.node.name}"
+        self._defaults = self._src.fn.__defaults__ or ()
+        self._n = code.co_argcount
         # the one cache, shared by every source gradient of f with these argnums
         # (argnums=0 and argnums=(0,) differ in what they return: two programs)
         self._programs = programs(f, "source", (self.nums, single(argnums)))

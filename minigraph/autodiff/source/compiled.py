@@ -164,11 +164,12 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)
     _collect_consts(whole, namer, consts, writer.hints)
-    name = f"grad_{src.fn.__name__}"
+    # (the name the def statement gives: the function's __name__ may be no identifier)
+    name = f"grad_{src.node.name}"
     returned = [out] + grads
     loops = any(isinstance(s, (For, If)) for s in whole)
     source, primal, kernel_text = _texts(
-        src.fn.__name__, params, forward, backward, out, grads, single, consts, namer,
+        src.node.name, params, forward, backward, out, grads, single, consts, namer,
         [cast(str, v.name) for v in runtime] if loops else None)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})

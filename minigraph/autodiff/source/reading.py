@@ -21,7 +21,7 @@ import textwrap
 import types
 import weakref
 from collections import Counter
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 from ...errors import MinigraphError
 
@@ -69,7 +69,8 @@ def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
 class _Source:
     """A function's parsed definition and what it can see (globals, closure cells)."""
 
-    __slots__ = ("_fn", "node", "filename", "lines", "closure", "loads", "names")
+    __slots__ = ("_fn", "node", "filename", "lines", "closure", "loads", "names", "keep")
+    keep: Any  # (what must outlive the function's weak reference: see _calling)
 
     def __init__(self, fn: types.FunctionType, node: ast.FunctionDef):
         self._fn = weakref.ref(fn)  # weak: the cache below must not keep fn alive
@@ -140,6 +141,8 @@ if hasattr(ast, "TryStar"):
 
 def _read(fn: Callable[..., Any]) -> _Source:
     """Parse ``fn`` (cached) and refuse unsupported constructs before anything runs."""
+    if getattr(fn, "transformation", None) is not None:
+        return _calling(fn)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"source_grad: expects a plain function defined with def, got "
                         f"{type(fn).__name__} {fn!r}")
@@ -148,6 +151,45 @@ def _read(fn: Callable[..., Any]) -> _Source:
         src = _parse(fn)
         _check(src)
         _SOURCES[fn] = src
+    return src
+
+
+def _calling(t: Any) -> _Source:
+    """Source mode of another transformation, ``mg.grad(mg.grad(f, mode="source"),
+    mode="source")``: the text of a function that calls it, read as any other::
+
+        def grad_f(x, y):
+            return _transformed(x, y)
+
+    Run on source variables, the inner transformation writes its own lines (an inner
+    source gradient, its adjoint program's), whose adjoint the outer one then writes:
+    google/tangent differentiates its own output the same way. The parameters are f's
+    (``inspect.signature`` follows ``__wrapped__``: ``levels.transformation``)."""
+    from ...codegen import Names, define  # (codegen imports the primitive table)
+
+    try:
+        params = list(inspect.signature(t).parameters.values())
+    except (TypeError, ValueError):  # (a callable object without a Python signature)
+        params = []
+    if not params or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        code = getattr(t, "__code__", None)
+        stars: dict[Any, str] = {inspect.Parameter.VAR_POSITIONAL: "*",
+                                 inspect.Parameter.VAR_KEYWORD: "**"}
+        shown = ", ".join(stars.get(p.kind, "") + p.name for p in params) or "..."
+        raise SourceTransformError(
+            f"transforming {t.transformation}({shown}) itself", Where(
+                getattr(t, "__qualname__", t.transformation),
+                code.co_filename if code else "<minigraph>", code.co_firstlineno if code else 0),
+            f"source mode writes a function that calls {t.transformation} with its "
+            f"parameters, and these are not plain positional ones: write that function with "
+            f"def yourself (def g(x, y): ...) and transform g", "a transformation itself")
+    names = Names(taken=["_transformed"])
+    name = names.identifier(getattr(t, "__name__", None) or t.transformation)
+    args = ", ".join(names.identifier(p.name) for p in params)
+    text = f"def {name}({args}):\n    return _transformed({args})\n"
+    fn = define(text, name, f"<source_grad of {t.transformation}>", {"_transformed": t})
+    src = _Source(fn, cast(ast.FunctionDef, ast.parse(text).body[0]))
+    src.keep = fn  # (only t's SourceGrad holds this source: nothing else keeps fn alive)
     return src
 
 
