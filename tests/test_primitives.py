@@ -299,3 +299,45 @@ def test_an_index_says_it_returns_a_view_exactly_when_numpy_does(index):
     x = mg.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
     ((prim, params, t, args),), _ = tape._entries([x[index]], set())
     assert prim.returns_view(t.shape, params) == np.shares_memory(np.asarray(t.data), x.data)
+
+
+# -- the neutral numbers of the table, and the two places that drop such operations ------------
+
+NEUTRAL = [(p, k) for p in PRIMITIVES.values() if p.neutral is not None for k in p.neutral[1]]
+
+
+def test_the_table_names_the_neutral_numbers_of_add_sub_mul_div_and_pow():
+    assert sorted((p.name, k) for p, k in NEUTRAL) == [
+        ("add", 0), ("add", 1), ("div", 1), ("mul", 0), ("mul", 1), ("pow", 1), ("sub", 1)]
+
+
+@pytest.mark.parametrize("prim,k", NEUTRAL, ids=lambda v: getattr(v, "name", str(v)))
+def test_a_neutral_number_gives_the_other_argument_by_numpys_arithmetic(prim, k):
+    x = np.array([-2.5, -0.5, 0.25, 3.0, np.inf, -np.inf])
+    args = [x, x]
+    args[k] = prim.neutral[0]
+    np.testing.assert_array_equal(prim.impl(np, *args), x)  # (NumPy computes it, not a rule)
+
+
+@pytest.mark.parametrize("prim,k", NEUTRAL, ids=lambda v: getattr(v, "name", str(v)))
+def test_graph_optimisation_and_source_mode_both_drop_a_neutral_operation(prim, k, tmp_path):
+    """Both read the entry's ``neutral``: the op vanishes from the optimised graph and from
+    the adjoint program, and the value and gradient stay NumPy's and the closed form's."""
+    symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**"}[prim.name]
+    unit = prim.neutral[0]
+    expr = f"(x {symbol} {unit!r})" if k == 1 else f"({unit!r} {symbol} x)"
+    path = tmp_path / f"neutral_{prim.name}_{k}.py"
+    path.write_text(f"import minigraph as mg\n\ndef f(x):\n    y = mg.sin({expr})\n"
+                    f"    return mg.sum(y)\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    f = namespace["f"]
+    x = mg.tensor(np.array([0.3, -1.2, 2.0]))
+    traced = mg.trace(f)
+    assert traced(x).item() == pytest.approx(np.sin(x.numpy()).sum())
+    ops = [n.op for n in traced.graph(x).nodes]
+    assert prim.name in ops  # recorded as the user wrote it ...
+    assert f"k_{prim.name}(" not in traced.source(x)  # ... and dropped when compiled
+    grad = mg.source_grad(f)
+    np.testing.assert_allclose(grad(x).numpy(), np.cos(x.numpy()), rtol=1e-12)
+    assert symbol + " " + repr(unit) not in grad.source and repr(unit) + " " + symbol not in grad.source

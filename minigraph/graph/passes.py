@@ -10,8 +10,9 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
   inputs and the same parameters compute the same value; keep the first;
 * ``fold_constants``: a node whose inputs are all constants is computed now and becomes
   a constant;
-* ``simplify``: ``x * 1``, ``x + 0``, ``x - 0`` and ``x / 1`` are ``x`` (the reverse-graph
-  pass leaves many: it seeds a scalar output's adjoint with ones).
+* ``simplify``: ``x * 1``, ``x + 0``, ``x - 0``, ``x / 1`` and ``x ** 1`` are ``x`` (each
+  primitive's table entry says which number is ``neutral`` where; the reverse-graph pass
+  leaves many: it seeds a scalar output's adjoint with ones).
 
 ``optimize`` does the four in one walk over the graph.
 """
@@ -194,10 +195,6 @@ def _folding(changes: list[str]) -> Rewrite:
     return rewrite
 
 
-# op -> (the neutral value, the argument positions where it is neutral)
-NEUTRAL = {"mul": (1, (0, 1)), "add": (0, (0, 1)), "sub": (0, (1,)), "div": (1, (1,))}
-
-
 def _is_constant(a: object, value: float) -> bool:
     """Whether ``a`` is the number ``value``, or a Const node all of whose elements are."""
     if isinstance(a, Node):
@@ -206,10 +203,11 @@ def _is_constant(a: object, value: float) -> bool:
 
 
 def _neutral_operand(n: Node, args: tuple) -> Node | None:
-    """The argument ``n`` merely passes on (``x`` in ``x * 1``), if there is one."""
-    if n.op not in NEUTRAL or len(args) != 2:
+    """The argument ``n`` merely passes on (``x`` in ``x * 1``), if there is one: the
+    primitive's table entry says which number is ``neutral`` where."""
+    if n.prim is None or n.prim.neutral is None or len(args) != 2:
         return None
-    value, positions = NEUTRAL[n.op]
+    value, positions = n.prim.neutral
     for k in positions:
         other = args[1 - k]
         if _is_constant(args[k], value) and isinstance(other, Node) \
@@ -219,7 +217,7 @@ def _neutral_operand(n: Node, args: tuple) -> Node | None:
 
 
 def simplify(graph: Graph, fetches: Sequence[Node]) -> PassResult:
-    """Drop the operations with a neutral operand: x * 1, x + 0, x - 0, x / 1."""
+    """Drop the operations with a neutral operand: x * 1, x + 0, x - 0, x / 1, x ** 1."""
     return _run_pass(graph, fetches, _simplifying)
 
 

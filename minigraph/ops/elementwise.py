@@ -86,28 +86,28 @@ ADD = primitive(
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g),
     out=ufunc_out("add"), batch=B.elementwise("add"),
-    symbol="+")
+    symbol="+", neutral=(0, (0, 1)))
 
 SUB = primitive(
     "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g),
     out=ufunc_out("subtract"), batch=B.elementwise("sub"),
-    symbol="-")
+    symbol="-", neutral=(0, (1,)))
 
 MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
     "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
     jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
     vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
     out=ufunc_out("multiply"), batch=B.elementwise("mul"),
-    symbol="*")
+    symbol="*", neutral=(1, (0, 1)))
 
 DIV = primitive(
     "div", lambda xp, x, y: x / y, S.floating("div"),
     jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
     vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
     out=ufunc_out("divide"), batch=B.elementwise("div"),
-    symbol="/")
+    symbol="/", neutral=(1, (1,)))
 
 NEG = primitive(
     "neg", lambda xp, x: -x, S.same,
@@ -143,7 +143,7 @@ POW = primitive(
     jvp=[_pow_dx, _pow_dy],
     vjp=_unbroadcast(_pow_dx, _pow_dy),
     out=ufunc_out("pow"), batch=B.elementwise("pow"),
-    symbol="**")
+    symbol="**", neutral=(1, (1,)))
 
 def _mask(condition: Any, like: Any) -> Any:
     """A 0/1 mask of ``like``'s dtype. Multiplying by it keeps g where the condition

@@ -59,7 +59,12 @@ How an op is written, and what the runtime needs beyond its rules, also sit in i
     not given; m*n*k for matmul);
 ``transfer``
     whether it copies between devices (``to_device``): partitioning turns it into a
-    Send/Recv pair.
+    Send/Recv pair;
+``neutral``
+    ``(value, positions)``: the number that, as the argument at one of ``positions``,
+    makes the op return its other argument (``x * 1`` and ``1 * x``: ``(1, (0, 1))``;
+    ``x - 0``: ``(0, (1,))``). Graph optimisation and source transformation drop such
+    operations (``graph/passes.py``'s ``simplify``, ``source/program.py``).
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -106,7 +111,7 @@ class Primitive:
 
     __slots__ = ("name", "impl", "impl_with", "shape", "jvp", "vjp", "cost", "out",
                  "in_place", "view", "batch", "differentiable", "symbol", "public",
-                 "positional", "write", "flops", "transfer", "returns_view")
+                 "positional", "write", "flops", "transfer", "returns_view", "neutral")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
@@ -116,8 +121,10 @@ class Primitive:
                  positional: tuple[str, ...] = (), write: Callable[..., str] | None = None,
                  flops: Callable[..., float] | None = None, transfer: bool = False,
                  impl_with: Callable[[Any, Any, dict], Any] | None = None,
-                 returns_view: Callable[[tuple, dict], bool] | None = None):
+                 returns_view: Callable[[tuple, dict], bool] | None = None,
+                 neutral: tuple[float, tuple[int, ...]] | None = None):
         self.name = name
+        self.neutral = neutral
         self.symbol, self.public, self.positional, self.write = symbol, public, positional, write
         self.flops, self.transfer, self.returns_view = flops, transfer, returns_view
         self.impl = impl
@@ -197,7 +204,7 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               batch: Rule | None = None, **written: Any) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
     optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``,
-    ``impl_with``, ``returns_view``."""
+    ``impl_with``, ``returns_view``, ``neutral``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("free", "cheap", "expensive"):

@@ -187,17 +187,14 @@ class _Writer:
         return bind(SH.GETITEM, x, index=parts)
 
 
-# x + 0, x - 0, x * 1, x / 1 and x ** 1 are x, and so are 0 + x and 1 * x
-_UNITS = {"add": 0, "sub": 0, "mul": 1, "div": 1, "pow": 1}
-
-
 def _identity(prim: Primitive, args: tuple, shape: tuple, dtype: str) -> SrcVar | None:
-    """``x`` for ``x + 0`` and the like (``_UNITS``), if the result has x's shape and dtype."""
-    unit = _UNITS.get(prim.name)
-    if unit is None or len(args) != 2:
+    """``x`` for ``x + 0``, ``1 * x``, ``x ** 1`` and the like (the number the primitive's
+    table entry calls ``neutral``), if the result has x's shape and dtype."""
+    if prim.neutral is None or len(args) != 2:
         return None
-    orders = [args, args[::-1]] if prim.name in ("add", "mul") else [args]  # (commutative)
-    for x, y in orders:
+    unit, positions = prim.neutral
+    for k in positions:
+        x, y = args[1 - k], args[k]
         if type(y) in (int, float) and y == unit and type(x) is SrcVar and \
                 (x.shape, x.dtype) == (shape, dtype):
             return x
