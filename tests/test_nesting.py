@@ -601,3 +601,13 @@ def test_a_transformation_has_its_functions_parameters(make):
 def test_source_mode_of_vjp_itself_refuses_naming_it():
     with pytest.raises(mg.SourceTransformError, match=r"vjp\(f, \*primals\)"):
         mg.grad(mg.vjp, mode="source")
+
+
+def _with_default(x, y=-1.3):
+    return cube(x, y)
+
+
+def test_source_mode_of_a_transformation_keeps_fs_defaults():
+    want = _torch_at(tf.grad(tf.grad(cube_torch)), 0.7, -1.3)
+    got = mg.grad(mg.grad(_with_default, mode="source"), mode="source")(0.7)  # y defaulted
+    assert as_float(got) == pytest.approx(want, rel=1e-10)

@@ -188,6 +188,8 @@ def _calling(t: Any) -> _Source:
     args = ", ".join(names.identifier(p.name) for p in params)
     text = f"def {name}({args}):\n    return _transformed({args})\n"
     fn = define(text, name, f"<source_grad of {t.transformation}>", {"_transformed": t})
+    # f's defaults, as values (they need not have a literal text): y=2.0 stays optional
+    fn.__defaults__ = tuple(p.default for p in params if p.default is not p.empty) or None
     src = _Source(fn, cast(ast.FunctionDef, ast.parse(text).body[0]))
     src.keep = fn  # (only t's SourceGrad holds this source: nothing else keeps fn alive)
     return src
