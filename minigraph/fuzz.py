@@ -343,6 +343,7 @@ class Program:
     wrt: int = 0           # the outer derivative is d/dx or d/dy of (sum sin grad_x f)
     vmap_mode: str = "tape"
     batch: int = 2
+    handed: str = "checkpoint"  # the transformation of f that source mode is handed as it is
 
     def shapes(self) -> list[Shape] | None:
         """Every value's shape, or None when a step does not apply (after shrinking)."""
@@ -419,6 +420,10 @@ class Program:
             "in_axes=(0, None))(mg.tensor(xs), mg.tensor(y))\n"
             "want = tf.vmap(tf.grad(m.f_torch, argnums=0), in_dims=(0, None))(T(xs), T(y))\n"
             "why = verdict(got, want)\n")
+        c[f"grad[source] of {self.handed}(f)"] = (
+            f"got = mg.grad(mg.{self.handed}(m.f), argnums=(0, 1), mode='source')({args_mg})\n"
+            "want = tf.grad(m.f_torch, argnums=(0, 1))(T(x), T(y))\n"
+            "why = verdict(got, want)\n")
         return c
 
 
@@ -445,7 +450,7 @@ def random_program(rng: random.Random) -> Program:
                 break
     return Program(x, y, steps, outer=rng.choice(MODES), inner=rng.choice(MODES),
                    wrt=rng.randint(0, 1), vmap_mode=rng.choice(MODES),
-                   batch=rng.randint(1, 3))
+                   batch=rng.randint(1, 3), handed=rng.choice(["checkpoint", "trace"]))
 
 
 def _random_step(rng: random.Random, n: int, shapes: list[Shape]) -> Step:
