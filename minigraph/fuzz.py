@@ -12,7 +12,9 @@ It tries three kinds of case, in turn, until the time is up:
    (source transformation reads a function's *text*, so the program must be a real file),
    once with ``mg.`` and once with ``torch.``. minigraph's value, its gradient in each of
    the four modes, a second derivative through a random (outer, inner) pairing of modes,
-   ``jvp`` and ``vmap`` of ``grad`` are compared with PyTorch (``torch.func``) in float64.
+   ``jvp`` and ``vmap`` of ``grad``, and source mode's gradient of ``mg.checkpoint(f)`` or
+   ``mg.trace(f)`` handed to it as it is, are compared with PyTorch (``torch.func``) in
+   float64.
 2. **dags**: a random dataflow graph of placeholders and ops, each node placed at random on
    ``cpu``, ``cpu:1`` or ``cpu:2``, sometimes with its gradient graph. Runs with 2 and 4
    workers, partitioned and not, with and without memory recycling, twice in one session,
