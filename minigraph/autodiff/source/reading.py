@@ -60,10 +60,13 @@ def _refusal(construct: str, where: Where, why: str = "") -> SourceTransformErro
 
 
 def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
-    """The same kind of error, with the user's line appended to its message."""
-    if where is None or isinstance(exc, SourceTransformError):
+    """The same kind of error, with the user's line appended to its message (once: the
+    writer of a line and the statement around it both catch the same shape error)."""
+    if where is None or isinstance(exc, SourceTransformError) or hasattr(exc, "where"):
         return exc
-    return type(exc)(f"{exc} [source_grad: {where}: {where.text.strip()}]")
+    located = type(exc)(f"{exc} [source_grad: {where}: {where.text.strip()}]")
+    located.where = where  # type: ignore[attr-defined]
+    return located
 
 
 class _Source:
