@@ -611,3 +611,42 @@ def test_source_mode_of_a_transformation_keeps_fs_defaults():
     want = _torch_at(tf.grad(tf.grad(cube_torch)), 0.7, -1.3)
     got = mg.grad(mg.grad(_with_default, mode="source"), mode="source")(0.7)  # y defaulted
     assert as_float(got) == pytest.approx(want, rel=1e-10)
+
+
+# -- a gradient has its input's dtype, in every mode (PyTorch's and JAX's rule) --------------
+
+def _mixed(x, y):  # x float32, y float64: the arithmetic is float64
+    return mg.sum(x * y + mg.sin(x))
+
+
+def _mixed_torch(x, y):
+    return torch.sum(x * y + torch.sin(x))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gradient_has_its_inputs_dtype_in_every_mode(mode):
+    x32, y64 = np.array([0.5, -1.0], np.float32), np.array([2.0, 3.0])
+    tx, ty = torch.tensor(x32), torch.tensor(y64)
+    want = tf.grad(_mixed_torch, argnums=(0, 1))(tx, ty)
+    got = mg.grad(_mixed, argnums=(0, 1), mode=mode)(mg.tensor(x32), mg.tensor(y64))
+    assert [g.dtype for g in got] == ["float32", "float64"] == [str(w.dtype)[6:] for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6)
+    batched = mg.vmap(mg.grad(_mixed, mode=mode), in_axes=(0, None))(
+        mg.tensor(np.stack([x32, -x32])), mg.tensor(y64))
+    assert batched.dtype == "float32"
+    hess = mg.jacfwd(mg.grad(_mixed, mode=mode))(mg.tensor(x32), mg.tensor(y64))
+    want_h = tf.jacfwd(tf.grad(_mixed_torch))(tx, ty)
+    assert hess.dtype == str(want_h.dtype)[6:] == "float32"
+    np.testing.assert_allclose(hess.numpy(), want_h.numpy(), rtol=1e-6)
+
+
+def test_mg_gradients_of_a_float32_placeholder_is_float32():
+    with mg.Graph():
+        x = mg.placeholder((2,), "float32", name="x")
+        y = mg.sum(x * mg.constant(np.array([2.0, 3.0])))  # float64 arithmetic
+        (gx,) = mg.gradients(y, [x])
+        assert gx.dtype == "float32"
+        with mg.Session() as sess:
+            out = sess.run(gx, {x: np.array([1.0, 1.0], np.float32)})
+    assert out.dtype == np.float32 and out.tolist() == [2.0, 3.0]

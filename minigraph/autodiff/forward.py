@@ -32,7 +32,7 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
-from .tape import enable_grad, is_grad_enabled
+from .tape import as_gradient, enable_grad, is_grad_enabled
 
 
 class Dual(ValueInside, ArrayOps):
@@ -261,8 +261,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")
                 parts.append(SH.reshape(t, (1,)))
-            grads.append(SH.reshape(SH.concatenate(parts), shape_of(x)) if parts else
-                         zeros(shape_of(x), x.dtype, x.device))
+            grads.append(as_gradient(SH.reshape(SH.concatenate(parts), shape_of(x)), x)
+                         if parts else zeros(shape_of(x), x.dtype, x.device))
         if value is None:
             value = f(*args)
         return value, grads[0] if single(argnums) else tuple(grads)

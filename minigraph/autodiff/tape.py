@@ -701,7 +701,7 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         if out_box is None:
             return tuple(C.zeros_like(b.value) for b in boxes)
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
-        grads = [_as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
+        grads = [as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
         # The caller's own arrays, apart from each other and from the caller's ``g`` (the
         # gradient of ``x + 0.0`` is g itself).
         handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
@@ -714,9 +714,11 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
 transformation(vjp, "vjp")
 
 
-def _as_gradient(g: Any, x: Any) -> Any:
+def as_gradient(g: Any, x: Any) -> Any:
     """An input's adjoint as its gradient: zeros where no path led, x's dtype (a float32
-    parameter used in float64 arithmetic still gets a float32 gradient)."""
+    parameter used in float64 arithmetic still gets a float32 gradient, as in PyTorch and
+    JAX). Every mode's gradient goes through here: the tape's, forward mode's, the
+    reverse-graph pass's (nodes) and source mode's (lines of the adjoint program)."""
     if g is None:
         return C.zeros_like(x)
     if isinstance(g, (int, float)):  # a rule's share can be a Python number (x * 2.0)

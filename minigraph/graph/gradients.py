@@ -29,6 +29,7 @@ from collections import deque
 from typing import Any
 
 from ..autodiff.backward import collector_paused, reverse_sweep
+from ..autodiff.tape import as_gradient
 from ..errors import GradientError, ShapeError
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS, shape_of
@@ -143,7 +144,8 @@ def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
         else:
             found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
                                        completed=completed, scope=lambda n: n.device))
-    return [found.get(id(x)) for x in xs]
+        # (in x's dtype: a float32 placeholder used in float64 arithmetic gets a cast node)
+        return [None if id(x) not in found else as_gradient(found[id(x)], x) for x in xs]
 
 
 def _sweep_order(ys: list[Node], relevant: dict[int, Node],

@@ -16,6 +16,7 @@ from typing import Any
 from ...errors import MinigraphError
 from ...ops import copy as C
 from ..backward import Entry, reverse_sweep
+from ..tape import as_gradient
 from .program import Fill, For, If, Line, Op, Ref, _defined, _Writer
 from .values import SrcVar
 
@@ -84,7 +85,17 @@ class _Reverse:
             shares[id(out)] = [seed]
         self.block(forward, shares)
         grads = [self.complete(x, shares) for x in reversed(inputs)][::-1]
-        return [g if g is not None else self.zeros(x) for g, x in zip(grads, inputs)]
+        return [self.gradient(g, x) if g is not None else self.zeros(x)
+                for g, x in zip(grads, inputs)]
+
+    @staticmethod
+    def gradient(g: SrcVar, x: SrcVar) -> SrcVar:
+        """x's adjoint in x's dtype (``tape.as_gradient``): ``gx_1 = mg.astype(gx,
+        'float32')`` for a float32 x used in float64 arithmetic, named as x's too."""
+        cast = as_gradient(g, x)
+        if cast is not g:
+            cast.role, cast.hint = "adjoint", x
+        return cast
 
     def zeros(self, like: SrcVar) -> SrcVar:
         z = _adjoint_of(like)
