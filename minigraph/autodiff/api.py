@@ -50,7 +50,9 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
 
     ``argnums`` an int gives one gradient, a tuple gives a tuple. ``mode`` is one of
     ``MODES`` (``"tape"`` by default). Gradients of gradients work:
-    ``mg.grad(mg.grad(mg.sin))(1.0) == -sin(1)``.
+    ``mg.grad(mg.grad(mg.sin))(1.0) == -sin(1)``. A gradient has its argument's shape,
+    dtype and device in every mode (a float32 argument used in float64 arithmetic gets a
+    float32 gradient), as in PyTorch and JAX.
     """
     refuse_non_functions(f, "grad")
     if mode in GRADIENT_ONLY:
