@@ -10,6 +10,7 @@ the construct, function, file and line.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import math
 import re
@@ -914,3 +915,46 @@ def test_float_arguments_not_differentiated_are_data():
     for s in np.linspace(-2.0, 2.0, 25):
         np.testing.assert_array_equal(gf(x, float(s)).numpy(), np.full(3, s))
     assert len(gf.programs) == 1
+
+
+# -- the user's names never hide the program's globals ------------------------------------------
+# The program's text reads mg, range and reversed from its namespace, and the kernel text
+# _k_sin, _xp ...: a parameter or variable of f with such a name hid them (a crash, and a
+# printed .source that computed something else). Oracle: PyTorch autograd.
+
+SHADOWING = {  # source (import minigraph as M), the same in torch (import torch as T)
+    "a parameter named mg": "def f(mg, x):\n    return M.sin(x) * mg + x * x\n",
+    "parameters named range and reversed":
+        "def f(range_, x, reversed):\n    y = x\n    for i in range(2):\n"
+        "        y = M.sin(y) * reversed + range_\n    return y\n",
+    "a parameter named _xp": "def f(_xp, x):\n    y = x\n    for i in range(2):\n"
+                             "        y = M.sin(y) * _xp\n    return y\n",
+    "variables named like kernels": "def f(w, x):\n    _xp = x\n    for i in range(2):\n"
+                                    "        _k_sin = M.sin(_xp) * w\n        _xp = _k_sin + x\n"
+                                    "    return _xp\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHADOWING))
+def test_names_of_the_users_never_hide_the_programs_globals(case, tmp_path):
+    torch = pytest.importorskip("torch")
+    text = SHADOWING[case]
+    path = tmp_path / f"shadow_{next(_modules)}.py"
+    path.write_text("import minigraph as M\n\n" + text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    f = module.f
+    namespace: dict = {"M": torch}
+    exec(text, namespace)
+    n = len(inspect.signature(f).parameters)
+    values = [0.7, 0.5, 1.3][:n]
+    ts = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values]
+    want = torch.autograd.grad(namespace["f"](*ts), ts, create_graph=True)
+    nums = tuple(range(n))
+    got = mg.grad(f, argnums=nums, mode="source")(*values)  # (kernels on arrays)
+    assert [g.item() for g in got] == pytest.approx([w.item() for w in want], rel=1e-12)
+    # the printed program itself, run on values of an outer transformation (jacfwd: duals)
+    second = mg.jacfwd(mg.grad(f, argnums=n - 1, mode="source"), argnums=n - 1)(*values)
+    want2 = torch.autograd.grad(want[n - 1], ts[n - 1])[0]
+    assert second.item() == pytest.approx(want2.item(), rel=1e-10)

@@ -12,6 +12,7 @@ loops or run-time ifs, which no graph holds, is written again with kernel calls
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import sys
 from collections import Counter
@@ -89,7 +90,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
                signature: tuple) -> Program:
     """Read, normalise, reverse, tidy and compile ``src`` for these arguments."""
     writer = _Writer()
-    params = list(inspect.signature(src.fn).parameters)
+    params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer)
@@ -105,6 +106,25 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     runtime = [a for a in call_args if type(a) is SrcVar]  # (the arguments read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
                    writer, single, signature)
+
+
+# The names the program's text reads from its namespace. A parameter of f named like one
+# would hide it (``def grad_f(mg, x): a = mg.sin(x)``), and so would one starting with _,
+# as the globals of the kernel text do (``_k_sin``, ``_xp``): such a parameter is renamed
+# in the program (``mg_1``), which is called by position.
+_GLOBALS = ("mg", "range", "reversed")
+
+
+def _program_params(names: list[str]) -> list[str]:
+    """f's parameter names as the program's: the user's, unless they would hide a global."""
+    taken, params = set(names) | set(_GLOBALS), []
+    for name in names:
+        if name in _GLOBALS or name.startswith("_"):
+            base = name.strip("_") or "arg"
+            name = next(f"{base}_{k}" for k in itertools.count(1) if f"{base}_{k}" not in taken)
+            taken.add(name)
+        params.append(name)
+    return params
 
 
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
@@ -159,7 +179,7 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     """Dead code, the stack, names, text, compile."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
-    namer = _Namer(set(params) | {"mg", "range", "reversed", "stack", "_stack"},
+    namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack"},
                    writer.reserved)
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints)

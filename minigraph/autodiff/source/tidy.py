@@ -140,8 +140,9 @@ class _Namer:
         self.counter = itertools.count(1)
 
     def free(self, name: str, claim: bool = False) -> bool:
+        # (not a name starting with _: the kernel text's globals do, _k_sin and _xp)
         return (name.isidentifier() and not keyword.iskeyword(name) and name not in self.taken
-                and (claim or name not in self.reserved))
+                and not name.startswith("_") and (claim or name not in self.reserved))
 
     def take(self, name: str) -> str:
         self.taken.add(name)
