@@ -206,3 +206,35 @@ def test_source_mode_names_the_program_after_the_def_it_read():
     g = mg.grad(_named("my-function 2"), mode="source")
     np.testing.assert_allclose(g(mg.tensor(XS)).numpy(), 2 * XS)
     assert g.source.startswith("def grad_fn(x):")  # (the def's own name, always an identifier)
+
+
+# -- NumPy's scalars are what Python's numbers are ----------------------------------------------
+
+def _fs(x, y):
+    return mg.sum(x * y + mg.sin(x) * 2.0)
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+@pytest.mark.parametrize("x", [np.float32(0.5), np.float64(0.5), np.array(0.5, np.float32)],
+                         ids=["float32", "float64", "0-d array"])
+def test_a_numpy_float_scalar_is_differentiated_in_its_dtype(mode, x):
+    """np.float32(0.5) is data, as a float is (graph mode refused it as 'not a float',
+    source mode crashed on it): d/dx (x y + 2 sin x) = y + 2 cos x, in x's dtype."""
+    g = mg.grad(_fs, mode=mode)(x, 2.0)
+    assert g.dtype == str(np.asarray(x).dtype)
+    assert g.item() == pytest.approx(2.0 + 2 * math.cos(0.5), rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+@pytest.mark.parametrize("x", [np.int64(2), np.bool_(True)], ids=["int64", "bool"])
+def test_a_numpy_integer_scalar_gets_the_one_integer_refusal(mode, x):
+    with pytest.raises(mg.errors.DTypeError, match=f"argument 0 of dtype {np.asarray(x).dtype}"):
+        mg.grad(_fs, mode=mode)(x, 2.0)
+
+
+def test_one_traced_program_serves_every_value_of_a_numpy_float():
+    traced = mg.trace(_fs)
+    for v in (0.5, 0.75, -1.0):
+        assert traced(np.float32(v), 2.0).item() == pytest.approx(2 * v + 2 * math.sin(v),
+                                                                  rel=1e-6)
+    assert traced.recordings == 1  # (it was a constant, one program per value)

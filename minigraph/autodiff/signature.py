@@ -4,8 +4,8 @@ A compiled program (a traced graph, a graph-mode gradient, a source-transformed 
 is specialised to its arguments: it is built on the first call and replayed by every
 later call whose arguments have the same *signature*:
 
-* an argument that is data (a tensor, a NumPy array, a Python float, a value of another
-  transformation, or a number being differentiated) by its device, shape and dtype: its
+* an argument that is data (a tensor, a NumPy array, a Python or NumPy float, a value of
+  another transformation, or a number being differentiated) by its device, shape and dtype: its
   value does not matter, the program reads it when it runs. A float or an array becomes
   a tensor on the default device (``mg.device``), so the default device is part of it;
 * any other argument (an int, a string, None, a tuple ...) is a constant of the program,
@@ -46,6 +46,9 @@ DATA = "data"  # the first item of an argument's signature when the program read
 # 0-d float64 tensor on the default device share one program.
 _PYTHON_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np.dtype(bool)}
 _FLOAT64 = _PYTHON_DTYPES[float]
+# NumPy's scalars (np.float32(2.0), np.int64(3)) are what Python's numbers are: a float one
+# is data, of its own dtype; an integer or bool one is a constant unless differentiated.
+NUMPY_SCALARS = (np.floating, np.integer, np.bool_)
 
 
 def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
@@ -61,7 +64,9 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
             if default is None:
                 default = get_device(None)
             key.append((DATA, default, (), _FLOAT64))
-        elif isinstance(a, float) or (t in (int, bool) and k in nums):  # (np.float64 too)
+        elif isinstance(a, NUMPY_SCALARS) and (isinstance(a, np.floating) or k in nums):
+            key.append((DATA, get_device(None), (), a.dtype))  # (np.float32(2.0): a 0-d array)
+        elif isinstance(a, float) or (t in (int, bool) and k in nums):
             key.append((DATA, get_device(None), (), _PYTHON_DTYPES[t if t in
                                                                    _PYTHON_DTYPES else float]))
         elif t in KINDS:

@@ -51,7 +51,8 @@ from .passes import optimize
 
 
 def _is_array_like(a: Any) -> bool:
-    return isinstance(a, (Tensor, np.ndarray, float)) or type(a) in KINDS
+    """Whether the graph reads ``a`` as an input (a placeholder): as ``signature`` says."""
+    return isinstance(a, (Tensor, np.ndarray, float, np.floating)) or type(a) in KINDS
 
 
 def _array_args(args: tuple, key: tuple) -> list:
@@ -221,8 +222,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (checked when first built)
             for i in nums:
-                if isinstance(args[i], int):  # (a Python int or bool, as the other modes see it)
-                    refuse_integers("bool" if isinstance(args[i], bool) else "int64", i, "grad")
+                if isinstance(args[i], (int, np.integer, np.bool_)):  # (as the other modes see it)
+                    refuse_integers(getattr(args[i], "dtype", None) or
+                                    ("bool" if isinstance(args[i], bool) else "int64"), i, "grad")
                 if not _is_array_like(args[i]):
                     raise TypeError(f"grad: argument {i} must be a float, array or tensor "
                                     f"to be differentiated, got {type(args[i]).__name__}")

@@ -151,7 +151,8 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
 def _value(a: Any, differentiated: bool) -> Any:
     """An argument as the ``mg.`` program takes it: arrays and numbers to differentiate
     become tensors; other Python values are the program's own (built in)."""
-    if isinstance(a, (np.ndarray, float)) or (differentiated and type(a) in (int, bool)):
+    if isinstance(a, (np.ndarray, float, np.floating)) or \
+            (differentiated and isinstance(a, (int, np.integer, np.bool_))):
         return tensor(a)
     return a
 
