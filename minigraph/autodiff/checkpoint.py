@@ -274,6 +274,8 @@ class _Tangent:
 
     def __init__(self, fn: Callable[..., Any], static: Static, i: int):
         self.fn, self.static, self.i = fn, static, i
+        # (what explain's forward trace prints for it)
+        self.__name__ = f"tangent_of_{getattr(fn, '__name__', 'f')}_along_{i}"
 
     def __call__(self, t: Any, *args: Any) -> Any:
         i = self.i

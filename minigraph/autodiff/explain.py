@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..codegen import literal
 from ..ops.operators import ArrayOps
 from ..ops.primitive import ATOM, PRECEDENCE, UNARY, Primitive, bind, register_kind
 from ..tensor import Tensor, tensor
@@ -74,8 +75,15 @@ def _make(prim: Primitive, args: tuple, params: dict, value: Any) -> Sym:
         return Sym(text, value, prec)
     if sym == "-" and len(args) == 1:
         return Sym(f"-{_text(args[0], UNARY)}", value, UNARY)
-    shown = [_text(a, 0) for a in args] + [f"{k}={v!r}" for k, v in params.items()]
+    shown = [_text(a, 0) for a in args] + [f"{k}={_param(v)}" for k, v in params.items()]
     return Sym(f"{prim.name}({', '.join(shown)})", value)
+
+
+def _param(v: Any) -> str:
+    """A parameter as text: numbers and tuples as Python writes them, a function (and a
+    device) by its name, not its repr (``fn=f``, not ``fn=<function f at 0x7f...>``)."""
+    return literal(v, lambda o: getattr(o, "__name__", None) or getattr(o, "name", None)
+                   or type(o).__name__)
 
 
 def _number(v: Any) -> str:
@@ -120,9 +128,16 @@ def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     return xs, recorded, names
 
 
-def _sym_args(args: tuple, names: dict[int, str], prefix: str = "") -> list[Any]:
-    return [Sym(prefix + names[id(a)], a.detach()) if isinstance(a, Tensor) else a
-            for a in args]
+def _symbol(a: Any, names: dict[int, str]) -> Any:
+    """A recorded tensor as its name (``a``); a tensor f made without recording it (a
+    constant, a value computed under no_grad) as its number: ``a = x * 2``."""
+    if not isinstance(a, Tensor):
+        return a
+    return Sym(names[id(a)] if id(a) in names else _number(a), a.detach())
+
+
+def _sym_args(args: tuple, names: dict[int, str]) -> list[Any]:
+    return [_symbol(a, names) for a in args]
 
 
 def evaluation_trace(f: Callable[..., Any], label: str = "a", **inputs: Any) -> list[str]:
@@ -169,9 +184,6 @@ def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> lis
     z = recorded[-1]
     lines = [f"g{names[id(z)]} = 1"]
 
-    def symbol(a: Any) -> Any:
-        return Sym(names[id(a)], a.detach()) if isinstance(a, Tensor) else a
-
     def completed(t: Tensor, g: Sym) -> Sym:
         if t is not z:
             lines.append(f"g{names[id(t)]} = {g.expr} = {_number(g)}")
@@ -179,8 +191,8 @@ def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> lis
 
     entries = [(t._entry[0], t._entry[1], t, t._entry[3:]) for t in recorded]
     adjoint = reverse_sweep(entries, [(z, Sym("1", tensor(1.0)))],
-                            lambda a: isinstance(a, Tensor) and a.requires_grad, symbol,
-                            completed=completed)
+                            lambda a: isinstance(a, Tensor) and a.requires_grad,
+                            lambda a: _symbol(a, names), completed=completed)
     for n, x in reversed(list(xs.items())):
         g = adjoint.get(id(x))
         lines.append(f"g{n} = {g.expr} = {_number(g)}" if g is not None else f"g{n} = 0")
