@@ -958,3 +958,11 @@ def test_names_of_the_users_never_hide_the_programs_globals(case, tmp_path):
     second = mg.jacfwd(mg.grad(f, argnums=n - 1, mode="source"), argnums=n - 1)(*values)
     want2 = torch.autograd.grad(want[n - 1], ts[n - 1])[0]
     assert second.item() == pytest.approx(want2.item(), rel=1e-10)
+
+
+def test_a_function_the_program_captures_is_named_after_itself(tmp_path):
+    f, _ = load("def inner(x, y):\n    return x * y + mg.sin(x)\n\n"
+                "def f(x, y):\n    return mg.checkpoint(inner)(x, y) * x\n", tmp_path)
+    g = mg.source_grad(f)
+    assert g(2.0, 3.0).item() == pytest.approx(2 * (3 + math.cos(2.0)) + 6 + math.sin(2.0))
+    assert "a = mg.checkpoint(inner)(x, y)" in g.source  # (it was 'c1')

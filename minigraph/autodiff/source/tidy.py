@@ -200,9 +200,10 @@ def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
 
 
 def _const_name(value: Any, namer: _Namer, consts: dict, hints: dict) -> str:
-    """The namespace name of a constant: the user's name for it where known, else c1 ..."""
+    """The namespace name of a constant: the user's name for it where known (a function's
+    own: ``mg.checkpoint(f)``), else c1 ..."""
     if id(value) not in consts:
-        hint = hints.get(id(value), (None, None))[1]
+        hint = hints.get(id(value), (None, getattr(value, "__name__", None)))[1]
         name = hint if hint and namer.free(hint, claim=True) else None
         consts[id(value)] = (value, namer.take(name) if name else namer.series("c"))
     return consts[id(value)][1]
