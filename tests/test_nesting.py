@@ -650,3 +650,19 @@ def test_mg_gradients_of_a_float32_placeholder_is_float32():
         with mg.Session() as sess:
             out = sess.run(gx, {x: np.array([1.0, 1.0], np.float32)})
     assert out.dtype == np.float32 and out.tolist() == [2.0, 3.0]
+
+
+def _defaulted(x, w=3.0):
+    return x * x * w  # d/dx = 2 x w, d/dw = x^2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_argnums_count_the_arguments_passed_when_defaults_fill_the_rest(mode):
+    """As in JAX: argnums=-1 is the last argument passed, and an argnum that names a
+    default is refused. Source mode counted f's parameters instead, so argnums=-1
+    differentiated the default w: another answer than the other modes, without a word."""
+    assert as_float(mg.grad(_defaulted, argnums=-1, mode=mode)(2.0)) == 12.0  # d/dx
+    assert as_float(mg.grad(_defaulted, argnums=-1, mode=mode)(2.0, 3.0)) == 4.0  # d/dw
+    with pytest.raises(IndexError, match="argnums=1 names argument 1, but the function was "
+                                         "called with 1 argument"):
+        mg.grad(_defaulted, argnums=1, mode=mode)(2.0)

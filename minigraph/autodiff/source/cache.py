@@ -54,6 +54,7 @@ class SourceGrad:
         # the one cache, shared by every source gradient of f with these argnums
         # (argnums=0 and argnums=(0,) differ in what they return: two programs)
         self._programs = programs(f, "source", (self.nums, single(argnums)))
+        self._short: dict[int, tuple[tuple[int, ...], dict]] = {}  # see _passed
 
     @property
     def programs(self) -> dict:
@@ -67,27 +68,41 @@ class SourceGrad:
             return args + self._defaults[len(self._defaults) - missing:]
         return args
 
+    def _passed(self, count: int) -> tuple[tuple[int, ...], dict]:
+        """argnums and the programs' cache for a call that passes ``count`` arguments and
+        lets f's defaults fill the rest: argnums count the arguments passed, as in every
+        other mode (and JAX), so argnums=-1 is the last one passed, and one that names a
+        default is refused, not differentiated."""
+        if count not in self._short:
+            nums = normalize_argnums(self.argnums, count, "grad")
+            self._short[count] = nums, programs(self.f, "source", (nums, single(self.argnums)))
+        return self._short[count]
+
     def program_for(self, *args: Any) -> Program:
         """The program for these arguments' signature (built if needed)."""
+        nums, cache = self._passed(len(args)) if len(args) < self._n else \
+            (self.nums, self._programs)
         args = self._complete(args)
-        return self._program(args, signature(args, self.nums))
+        return self._program(args, signature(args, nums), nums, cache)
 
-    def _program(self, args: tuple, key: tuple) -> Program:
-        prog = self._programs.get(key)  # the cache: no rewriting
+    def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
+        prog = cache.get(key)  # the cache: no rewriting
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
-            prog = _transform(self._src, args, self.nums, single(self.argnums), key)
+            prog = _transform(self._src, args, nums, single(self.argnums), key)
             self.transforms += 1
-            self._programs[key] = prog
+            cache[key] = prog
         self.last = prog
         return prog
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (a keyword would also miss the cache, keyed by positions)
             refuse_keywords(kwargs, "grad")
+        nums, cache = self.nums, self._programs
         if len(args) < self._n:  # (the call's cost counts: no method call when complete)
+            nums, cache = self._passed(len(args))
             args = self._complete(args)
-        key = signature(args, self.nums)
-        return _run(self._program(args, key), args, key, self.nums, self.with_value)
+        key = signature(args, nums)
+        return _run(self._program(args, key, nums, cache), args, key, nums, self.with_value)
 
     def _example(self) -> Program:
         if self.last is None:
