@@ -238,3 +238,21 @@ def test_one_traced_program_serves_every_value_of_a_numpy_float():
         assert traced(np.float32(v), 2.0).item() == pytest.approx(2 * v + 2 * math.sin(v),
                                                                   rel=1e-6)
     assert traced.recordings == 1  # (it was a constant, one program per value)
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+def test_a_list_of_numbers_to_differentiate_is_an_array_in_every_mode(mode):
+    """As mg.tensor makes it, and as the tape and forward mode took it; graph mode refused
+    it ('must be a float, array or tensor') and source mode crashed on it."""
+    g = mg.grad(_fs, mode=mode)([0.5, -1.0], 2.0)
+    np.testing.assert_allclose(g.numpy(), 2.0 + 2 * np.cos([0.5, -1.0]), rtol=1e-12)
+    with pytest.raises(mg.errors.DTypeError, match="argument 0 of dtype int64"):
+        mg.grad(_fs, mode=mode)([1, 2], 2.0)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+@pytest.mark.parametrize("value", ["abc", None])
+def test_what_is_no_array_is_refused_by_name_when_differentiated(mode, value):
+    with pytest.raises(TypeError, match=f"argument 0 must be a float, array or tensor to be "
+                                        f"differentiated, got {type(value).__name__}"):
+        mg.grad(_fs, mode=mode)(value, 2.0)

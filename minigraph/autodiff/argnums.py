@@ -115,6 +115,13 @@ def refuse_integers(dtype: Any, position: int, who: str) -> None:
                          f"of dtype {dtype}; pass floats (e.g. 2.0 rather than 2)")
 
 
+def not_data(value: Any, position: int, who: str) -> TypeError:
+    """The error for an argument to differentiate that is no array at all (a string,
+    None): graph and source mode read it as a constant of the program."""
+    return TypeError(f"{who}: argument {position} must be a float, array or tensor to be "
+                     f"differentiated, got {type(value).__name__}")
+
+
 def refuse_keywords(kwargs: dict, who: str) -> None:
     """Refuse keyword arguments to a transformed function, naming them. (JAX and
     torch.func pass keywords to f undifferentiated; minigraph's transformations, whose

@@ -73,6 +73,10 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
             key.append((DATA, a.device, tuple(a.shape), np.dtype(str(a.dtype))))
         elif isinstance(a, np.ndarray):
             key.append((DATA, get_device(None), a.shape, a.dtype))
+        elif isinstance(a, (tuple, list)) and k in nums:  # numbers to differentiate: an
+            refuse_pytrees(args, (k,), "mg.trace, graph and source mode")  # array, as on
+            array = np.asarray(a)                                          # the tape
+            key.append((DATA, get_device(None), array.shape, array.dtype))
         else:
             if isinstance(a, (tuple, list, dict)):  # (as every transformation: argnums.py)
                 refuse_pytrees(args, (k,), "mg.trace, graph and source mode")

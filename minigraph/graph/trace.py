@@ -34,10 +34,9 @@ import math
 
 from typing import Any, Callable, cast
 
-import numpy as np
 
-from ..autodiff.argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
-                                 refuse_non_functions, single)
+from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
+                                 refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, programs, signature
 from ..autodiff.tape import enable_grad
 from ..errors import GradientError
@@ -48,11 +47,6 @@ from .topo import fifo_order, needed
 from .gradients import gradients
 from .graph import Graph, GraphError, Node, placeholder
 from .passes import optimize
-
-
-def _is_array_like(a: Any) -> bool:
-    """Whether the graph reads ``a`` as an input (a placeholder): as ``signature`` says."""
-    return isinstance(a, (Tensor, np.ndarray, float, np.floating)) or type(a) in KINDS
 
 
 def _array_args(args: tuple, key: tuple) -> list:
@@ -89,8 +83,11 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     return fn.wrap(fn.raw(*data))
 
 
-def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[Node], Any]:
+def record(f: Callable[..., Any], args: tuple, name: str,
+           key: tuple) -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
+    The arguments that are data by their signature ``key`` become placeholders; the
+    others are constants of the graph.
 
     A value f computes inside ``with mg.no_grad():`` gets a ``stop_gradient`` node, so
     the graph differentiates as the tape does (PyTorch's torch.func.grad respects such a
@@ -99,8 +96,8 @@ def record(f: Callable[..., Any], args: tuple, name: str) -> tuple[Graph, list[N
     graph = Graph(name)
     inputs, call_args = [], []
     with graph, enable_grad():
-        for k, a in enumerate(args):
-            if _is_array_like(a):
+        for k, (a, entry) in enumerate(zip(args, key)):
+            if entry[0] == DATA:
                 t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
                 with t.device:
                     node = placeholder(tuple(t.shape), str(t.dtype), name=f"arg{k}")
@@ -157,7 +154,7 @@ class Traced:
         key = signature(args)
         entry = self.cache.get(key)
         if entry is None or entry[0].captured.stale():  # (a global tensor written: again)
-            graph, inputs, out = record(self.f, args, self.name)
+            graph, inputs, out = record(self.f, args, self.name, key)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name), one, graph)
@@ -189,9 +186,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     only, and its program leaves out what only f's value needs."""
     name = getattr(f, "__name__", "f")
 
-    def build(args: tuple, nums: tuple[int, ...]) -> CompiledFunction:
-        graph, inputs, out = record(f, args, f"grad_{name}")
-        positions = _input_positions(args)
+    def build(args: tuple, nums: tuple[int, ...], key: tuple) -> CompiledFunction:
+        graph, inputs, out = record(f, args, f"grad_{name}", key)
+        positions = _input_positions(key)
         out = _constant_output(graph, out)
         if not isinstance(out, Node):
             raise GraphError(f"grad: f must return a graph value, got {type(out).__name__}")
@@ -218,18 +215,14 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
             known = options[len(args)] = (nums, programs(f, "graph", (nums,) if with_value
                                                          else (nums, "gradients only")))
         nums, cache = known
-        key = signature(args)
+        key = signature(args, nums)
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (checked when first built)
-            for i in nums:
-                if isinstance(args[i], (int, np.integer, np.bool_)):  # (as the other modes see it)
-                    refuse_integers(getattr(args[i], "dtype", None) or
-                                    ("bool" if isinstance(args[i], bool) else "int64"), i, "grad")
-                if not _is_array_like(args[i]):
-                    raise TypeError(f"grad: argument {i} must be a float, array or tensor "
-                                    f"to be differentiated, got {type(args[i]).__name__}")
-                refuse_integers(getattr(args[i], "dtype", "float64"), i, "grad")
-            compiled = cache[key] = build(args, nums)
+            for i in nums:  # (the signature read an int, a list ... being differentiated)
+                if key[i][0] != DATA:
+                    raise not_data(args[i], i, "grad")
+                refuse_integers(getattr(args[i], "dtype", None) or key[i][3], i, "grad")
+            compiled = cache[key] = build(args, nums, key)
         results = _call(compiled, args, key)
         if not with_value:
             return results[0] if single(argnums) else results
@@ -254,11 +247,7 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str) -
     return fn
 
 
-def _input_positions(args: tuple) -> dict[int, int]:
-    """argument index -> index among the placeholders (array-like arguments only)."""
-    positions, k = {}, 0
-    for i, a in enumerate(args):
-        if _is_array_like(a):
-            positions[i] = k
-            k += 1
-    return positions
+def _input_positions(key: tuple) -> dict[int, int]:
+    """argument index -> index among the placeholders (the data arguments of ``key``)."""
+    data = [i for i, entry in enumerate(key) if entry[0] == DATA]
+    return {i: k for k, i in enumerate(data)}

@@ -27,7 +27,7 @@ from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
 from ...tensor import Tensor, tensor
-from ..argnums import refuse_integers
+from ..argnums import not_data, refuse_integers
 from ..signature import Captured
 from .adjoint import _Reverse
 from .normalize import _Normaliser
@@ -135,6 +135,8 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
     for k, a in enumerate(args):
         value = _value(a, k in nums)
         if not isinstance(value, Tensor) and type(value) not in KINDS:
+            if k in nums:
+                raise not_data(a, k, "grad")
             call_args.append(a)
             continue
         dtype = str(value.dtype)
@@ -152,7 +154,7 @@ def _value(a: Any, differentiated: bool) -> Any:
     """An argument as the ``mg.`` program takes it: arrays and numbers to differentiate
     become tensors; other Python values are the program's own (built in)."""
     if isinstance(a, (np.ndarray, float, np.floating)) or \
-            (differentiated and isinstance(a, (int, np.integer, np.bool_))):
+            (differentiated and isinstance(a, (int, np.integer, np.bool_, list, tuple))):
         return tensor(a)
     return a
 
