@@ -666,3 +666,17 @@ def test_argnums_count_the_arguments_passed_when_defaults_fill_the_rest(mode):
     with pytest.raises(IndexError, match="argnums=1 names argument 1, but the function was "
                                          "called with 1 argument"):
         mg.grad(_defaulted, argnums=1, mode=mode)(2.0)
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda h: h(np.ones(3), w=2.0), TypeError),          # a keyword
+    (lambda h: h(2), mg.errors.DTypeError),                # an integer to differentiate
+    (lambda h: h([mg.tensor(1.0)]), mg.errors.PytreeError),  # a pytree
+])
+@pytest.mark.parametrize("argnums", [0, (0,)])
+def test_hessians_errors_name_hessian_not_the_jacfwd_inside_it(call, error, argnums):
+    h = mg.hessian(lambda x, w=1.0: mg.sum(x * x * w), argnums=argnums)
+    with pytest.raises(error, match=r"^hessian: "):
+        call(h)
+    with pytest.raises(IndexError, match=r"^hessian: argnums"):
+        mg.hessian(cube, argnums=3)(0.5, 1.0)

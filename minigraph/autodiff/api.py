@@ -13,7 +13,9 @@ from typing import Any, Callable
 
 from ..graph import trace
 from . import forward, source, tape
-from .argnums import normalize_argnums, refuse_keywords, refuse_non_functions
+from ..tensor import tensor
+from .argnums import (normalize_argnums, refuse_integers, refuse_keywords, refuse_non_functions,
+                      refuse_pytrees)
 from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
@@ -77,11 +79,16 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
     from .tape import jacrev
 
     refuse_non_functions(f, "hessian")
-    if isinstance(argnums, int):
-        return transformation(jacfwd(jacrev(f, argnums), argnums), "hessian", f)
 
-    def blocks(*args: Any, **kwargs: Any) -> tuple:
+    def hess(*args: Any, **kwargs: Any) -> Any:
+        # (checked here, so that an error names hessian, not the jacfwd inside it)
         refuse_keywords(kwargs, "hessian")
         nums = normalize_argnums(argnums, len(args), "hessian")
+        refuse_pytrees(args, nums, "hessian")
+        for i in nums:
+            a = args[i]
+            refuse_integers(a.dtype if hasattr(a, "dtype") else tensor(a).dtype, i, "hessian")
+        if isinstance(argnums, int):
+            return jacfwd(jacrev(f, argnums), argnums)(*args)
         return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
-    return transformation(blocks, "hessian", f)
+    return transformation(hess, "hessian", f)
