@@ -190,7 +190,7 @@ def _named(name):
 
 
 @pytest.mark.parametrize("make", [lambda: _named("my-function 2"), lambda: _named("class"),
-                                  lambda: mg.checkpoint(_squares)])  # (named "checkpoint(_squares)")
+                                  lambda: mg.checkpoint(_squares)])  # named checkpoint(_squares)
 @pytest.mark.parametrize("mode", ["graph", "trace"])
 def test_a_function_whose_name_is_no_identifier_compiles(make, mode):
     """The generated function is named after f, made an identifier in one place

@@ -573,7 +573,8 @@ def _calls_source_grad(x, y):
     return mg.source_grad(cube, argnums=1)(x, y) * y
 
 
-@pytest.mark.parametrize("fn,oracle", [(_calls_vjp, _calls_vjp_torch), (_calls_jvp, _calls_jvp_torch),
+@pytest.mark.parametrize("fn,oracle", [(_calls_vjp, _calls_vjp_torch),
+                                       (_calls_jvp, _calls_jvp_torch),
                                        (_calls_trace, lambda x, y: cube_torch(x, y) * x),
                                        (_calls_source_grad,
                                         lambda x, y: tf.grad(cube_torch, argnums=1)(x, y) * y)])

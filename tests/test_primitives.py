@@ -340,4 +340,4 @@ def test_graph_optimisation_and_source_mode_both_drop_a_neutral_operation(prim, 
     assert f"k_{prim.name}(" not in traced.source(x)  # ... and dropped when compiled
     grad = mg.source_grad(f)
     np.testing.assert_allclose(grad(x).numpy(), np.cos(x.numpy()), rtol=1e-12)
-    assert symbol + " " + repr(unit) not in grad.source and repr(unit) + " " + symbol not in grad.source
+    assert f"{symbol} {unit!r}" not in grad.source and f"{unit!r} {symbol}" not in grad.source

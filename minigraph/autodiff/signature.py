@@ -5,9 +5,10 @@ is specialised to its arguments: it is built on the first call and replayed by e
 later call whose arguments have the same *signature*:
 
 * an argument that is data (a tensor, a NumPy array, a Python or NumPy float, a value of
-  another transformation, or a number being differentiated) by its device, shape and dtype: its
-  value does not matter, the program reads it when it runs. A float or an array becomes
-  a tensor on the default device (``mg.device``), so the default device is part of it;
+  another transformation, or a number or list of numbers being differentiated) by its
+  device, shape and dtype: its value does not matter, the program reads it when it runs.
+  A float or an array becomes a tensor on the default device (``mg.device``), so the
+  default device is part of it;
 * any other argument (an int, a string, None, a tuple ...) is a constant of the program,
   by its type and value: ``range(n)`` is unrolled or looped over for that n. The type
   keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
@@ -73,9 +74,10 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
             key.append((DATA, a.device, tuple(a.shape), np.dtype(str(a.dtype))))
         elif isinstance(a, np.ndarray):
             key.append((DATA, get_device(None), a.shape, a.dtype))
-        elif isinstance(a, (tuple, list)) and k in nums:  # numbers to differentiate: an
-            refuse_pytrees(args, (k,), "mg.trace, graph and source mode")  # array, as on
-            array = np.asarray(a)                                          # the tape
+        elif isinstance(a, (tuple, list)) and k in nums:
+            # numbers to differentiate: an array, as mg.tensor makes it (and the tape)
+            refuse_pytrees(args, (k,), "mg.trace, graph and source mode")
+            array = np.asarray(a)
             key.append((DATA, get_device(None), array.shape, array.dtype))
         else:
             if isinstance(a, (tuple, list, dict)):  # (as every transformation: argnums.py)
