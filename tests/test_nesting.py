@@ -681,3 +681,12 @@ def test_hessians_errors_name_hessian_not_the_jacfwd_inside_it(call, error, argn
         call(h)
     with pytest.raises(IndexError, match=r"^hessian: argnums"):
         mg.hessian(cube, argnums=3)(0.5, 1.0)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (3,), (2, 3), (0,)])
+def test_forward_modes_gradient_has_the_arguments_shape(shape):
+    """One pass per element; a single element's tangent is the gradient, reshaped."""
+    x = np.linspace(-1.0, 1.0, math.prod(shape)).reshape(shape)
+    g = mg.grad(lambda v: mg.sum(mg.sin(v) * v), mode="forward")(mg.tensor(x))
+    assert g.shape == shape
+    np.testing.assert_allclose(g.numpy(), np.cos(x) * x + np.sin(x), rtol=1e-12)

@@ -167,6 +167,17 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
     return out, zeros(shape_of(out), out.dtype, out.device)
 
 
+def _gather(parts: list, shape: tuple) -> Any:
+    """The gradient of shape ``shape`` from its elements' tangents, one pass each (each of
+    one element). A single element, a scalar x, needs no concatenation, a reshape at
+    most: the concatenation and reshapes took a quarter of the time of the textbook's
+    gradient by forward mode (141 against 103 µs, ``benchmarks/bench_eager.py``'s row)."""
+    if len(parts) == 1:
+        t = parts[0]
+        return t if shape_of(t) == shape else SH.reshape(t, shape)
+    return SH.reshape(SH.concatenate([SH.reshape(t, (1,)) for t in parts]), shape)
+
+
 def basis_vectors(x: Any) -> list[Tensor]:
     """The unit vectors of x's shape, dtype and device: zeros with a one at flat position
     k, for k = 0, 1, ... (constants, whatever kind of value x is)."""
@@ -260,8 +271,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")
-                parts.append(SH.reshape(t, (1,)))
-            grads.append(as_gradient(SH.reshape(SH.concatenate(parts), shape_of(x)), x)
+                parts.append(t)
+            grads.append(as_gradient(_gather(parts, shape_of(x)), x)
                          if parts else zeros(shape_of(x), x.dtype, x.device))
         if value is None:
             value = f(*args)
