@@ -39,6 +39,7 @@ class Tensor(ArrayOps):
 
     __slots__ = ("data", "device", "requires_grad", "_grad", "_entry", "_nbytes", "__weakref__")
     _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
+    _noun = "tensor"
     # (Tensor is not registered with register_kind: bind runs the eager interpreter
     # whenever no registered kind is among the arguments.)
 

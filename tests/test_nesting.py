@@ -690,3 +690,11 @@ def test_forward_modes_gradient_has_the_arguments_shape(shape):
     g = mg.grad(lambda v: mg.sum(mg.sin(v) * v), mode="forward")(mg.tensor(x))
     assert g.shape == shape
     np.testing.assert_allclose(g.numpy(), np.cos(x) * x + np.sin(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_source_mode_of_value_and_grad_refuses_its_tuple_naming_it(mode):
+    """value_and_grad returns (value, gradient): no scalar to differentiate. The refusal
+    names the function source mode wrote to call it (it said 'in wrapped')."""
+    with pytest.raises(TypeError, match=r"got tuple \[source_grad: in value_and_grad_cube"):
+        mg.grad(mg.value_and_grad(cube, mode=mode), mode="source")(0.7, -1.3)

@@ -13,9 +13,7 @@ from typing import Any, Callable
 
 from ..graph import trace
 from . import forward, source, tape
-from ..tensor import tensor
-from .argnums import (normalize_argnums, refuse_integers, refuse_keywords, refuse_non_functions,
-                      refuse_pytrees)
+from .argnums import normalize_argnums, refuse_keywords, refuse_non_functions, refuse_pytrees
 from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
@@ -43,7 +41,9 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     except KeyError:
         raise ValueError(f"grad: unknown mode {mode!r}; available here: "
                          f"{', '.join(MODES)}") from None
-    return transformation(make(f, argnums), f"value_and_grad(mode={mode!r})", f)
+    made = make(f, argnums)
+    made.__name__ = f"value_and_grad_{getattr(f, '__name__', 'f')}"  # (as grad names its own)
+    return transformation(made, f"value_and_grad(mode={mode!r})", f)
 
 
 def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
@@ -86,8 +86,7 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
         nums = normalize_argnums(argnums, len(args), "hessian")
         refuse_pytrees(args, nums, "hessian")
         for i in nums:
-            a = args[i]
-            refuse_integers(a.dtype if hasattr(a, "dtype") else tensor(a).dtype, i, "hessian")
+            tape._differentiable(args[i], i, "hessian")  # (floats only: the tape's one check)
         if isinstance(argnums, int):
             return jacfwd(jacrev(f, argnums), argnums)(*args)
         return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)

@@ -48,6 +48,7 @@ class BatchTracer(ArrayOps):
     """A batch of values that presents itself as one example (``shape`` omits axis 0)."""
 
     __slots__ = ("value", "level", "_priority")
+    _noun = "vmap example"
 
     def __init__(self, value: Any, level: int):
         self.value = value  # the whole batch, batch axis first

@@ -98,6 +98,7 @@ class Node(ArrayOps):
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "shape",
                  "dtype", "device", "location", "value", "control_inputs", "_cost")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
+    _noun = "graph node"
 
     def __init__(self, graph: "Graph", name: str, op: str, prim: Primitive | None,
                  args: tuple, params: dict, shape: tuple | None, dtype: str | None,

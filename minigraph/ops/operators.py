@@ -21,6 +21,9 @@ from .primitive import bind_one, bind_two
 class ArrayOps:
     __slots__ = ()
     shape: tuple[int, ...]
+    # What an error calls a value of this kind ("tensor", "graph node"); a kind that does
+    # not say is named by its class, as a value inside a transformation.
+    _noun: str = ""
     # ``ndarray @ x`` and ``ndarray * x``: NumPy must hand the operator to our reflected
     # methods (__rmatmul__ ...) instead of converting x to an array, which would drop it
     # from the tape or the graph.
@@ -71,12 +74,15 @@ class ArrayOps:
     def _first_axis(self, what: str) -> int:
         shape = self.shape
         if shape is None:  # a graph node whose shape depends on a placeholder of any shape
-            raise TypeError(f"{what} a {_kind(self)} whose shape is known only when the "
+            raise TypeError(f"{what} a {self._kind()} whose shape is known only when the "
                             f"graph runs: give its placeholder a shape")
         if not shape:
-            raise TypeError(f"{what} a 0-d {_kind(self)}: it has no axis to go along "
+            raise TypeError(f"{what} a 0-d {self._kind()}: it has no axis to go along "
                             f"(x.item() or float(x) gives its number)")
         return shape[0]
+
+    def _kind(self) -> str:
+        return self._noun or f"value ({type(self).__name__}, inside a transformation)"
 
     @property
     def ndim(self) -> int:
@@ -125,10 +131,3 @@ class ArrayOps:
     def relu(self) -> Any: return E.relu(self)
     def sqrt(self) -> Any: return E.sqrt(self)
 
-
-def _kind(x: Any) -> str:
-    """What an error calls a value: a tensor, a graph node, or the kind of value a
-    transformation made of it."""
-    name = type(x).__name__
-    return {"Tensor": "tensor", "Node": "graph node", "BatchTracer": "vmap example"}.get(
-        name, f"value ({name}, inside a transformation)")
