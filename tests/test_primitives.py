@@ -341,3 +341,23 @@ def test_graph_optimisation_and_source_mode_both_drop_a_neutral_operation(prim, 
     grad = mg.source_grad(f)
     np.testing.assert_allclose(grad(x).numpy(), np.cos(x.numpy()), rtol=1e-12)
     assert f"{symbol} {unit!r}" not in grad.source and f"{unit!r} {symbol}" not in grad.source
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("xs, ys", [((1, 1), (1, 3)), ((4, 1), (1, 1)), ((1,), (1, 3)),
+                                    ((4, 1), (1,)), ((1, 1), (1, 1)), ((2, 1), (1, 3))])
+def test_matmul_keeps_ieee_nans_beside_a_one_by_one_matrix(xs, ys, dtype):
+    """0 * inf is NaN (IEEE 754; PyTorch, NumPy's ``@``). NumPy's ``dot``, which the
+    kernel calls for two matrices, takes a 1x1 one for a scalar and skips its zero
+    products: a 0 instead of NaN."""
+    torch = pytest.importorskip("torch")
+    gen = np.random.default_rng(abs(hash((xs, ys))) % 2**32)
+    for _ in range(20):
+        x = gen.choice([0.0, 1.5, -2.0, np.inf, -np.inf, np.nan], size=xs).astype(dtype)
+        y = gen.choice([0.0, 1.5, -2.0, np.inf, -np.inf, np.nan], size=ys).astype(dtype)
+        want = (torch.from_numpy(x) @ torch.from_numpy(y)).numpy()
+        with np.errstate(all="ignore"):
+            eager = (mg.tensor(x) @ mg.tensor(y)).numpy()
+            graph = mg.trace(lambda a, b: a @ b)(x, y).numpy()
+        np.testing.assert_array_equal(eager, want)
+        np.testing.assert_array_equal(graph, want)

@@ -40,9 +40,12 @@ def _matmul_kernel(xp: Any, x: Any, y: Any) -> Any:
     """``x @ y`` (the Array API's operator: no library's Python wrapper). For two
     C-ordered NumPy matrices, ``x.dot(y)``: the same BLAS call with the same bits,
     without the ufunc machinery that ``@`` goes through, which takes half the time of a
-    4x4 product. (Other layouts may take another BLAS routine in ``dot``: they keep ``@``.)"""
+    4x4 product. (Other layouts may take another BLAS routine in ``dot``: they keep ``@``.
+    So does a 1x1 matrix beside a larger one: ``dot`` takes it for a scalar and skips
+    the products where it is 0, so that ``[[0]] . [[inf, 1]]`` gives 0 where IEEE
+    arithmetic, ``@`` and PyTorch give NaN.)"""
     if type(x) is np.ndarray and type(y) is np.ndarray and x.ndim == 2 == y.ndim \
-            and x.flags.c_contiguous and y.flags.c_contiguous:
+            and x.flags.c_contiguous and y.flags.c_contiguous and x.size != 1 and y.size != 1:
         return x.dot(y)
     return x @ y
 
