@@ -168,6 +168,9 @@ class Tensor(ArrayOps):
     def _update(self, prim: Any, write: Any, other: Any) -> "Tensor":
         return _tape().update_in_place(self, prim, write, other)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _tape().assign_item(self, index, value)
+
     def __iadd__(self, other: Any) -> "Tensor":
         return self._update(E.ADD, operator.iadd, other)
 

@@ -208,3 +208,158 @@ def test_a_read_only_array_refuses_the_update_and_is_not_stamped():
         x -= 1.0
     assert tape._last_write == before and id(x.data.base) not in tape._written
     np.testing.assert_array_equal(x.numpy(), [0.0, 1.0, 2.0])
+
+
+# -- views and item assignment while recording ----------------------------------------------------
+# Unrecorded, a write into a view shows through in the tensor it views (NumPy's rule, the
+# oracle below); recorded, ``v += y`` would rebind v and leave that tensor as it was, and
+# ``x[i] = y`` can only write: both refuse instead of giving another value.
+
+VIEWS = {
+    "slice": lambda h: h[0:2],
+    "row": lambda h: h.reshape(2, 2)[1],
+    "reshape": lambda h: h.reshape(4, 1),
+    "transpose": lambda h: h.reshape(2, 2).T,
+}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_an_update_of_a_view_writes_through_unrecorded_and_refuses_recorded(view):
+    start = np.array([1.0, 2.0, 3.0, 4.0])
+    want = start.copy()
+    part = VIEWS[view](want)
+    part += 10.0  # NumPy: the write shows through
+    h = mg.tensor(start.copy())
+    v = VIEWS[view](h)
+    v += 10.0
+    np.testing.assert_array_equal(h.numpy(), want)
+
+    x = mg.tensor(start.copy(), requires_grad=True)
+    h = x * 1.0
+    v = VIEWS[view](h)
+    with pytest.raises(GradientError, match=r"add in place .*view of another tensor"):
+        v += 10.0
+    np.testing.assert_array_equal(h.numpy(), start)  # nothing changed
+    h.sum().backward()  # and the tape is as it was
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(4))
+
+
+def test_an_unrecorded_view_updated_with_a_recorded_value_is_refused():
+    w = mg.zeros(3)
+    p = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    v = w[1:]
+    with pytest.raises(GradientError, match="view of another tensor"):
+        v += p
+    np.testing.assert_array_equal(w.numpy(), np.zeros(3))
+
+
+def test_a_recorded_tensor_that_owns_its_memory_is_still_rebound():
+    x = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    h = x * 2.0
+    h += x[::-1] * 1.0  # a view on the right-hand side is only read
+    h.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+INDICES = st.one_of(
+    st.integers(-4, 3),
+    st.builds(slice, st.one_of(st.none(), st.integers(-4, 4)), st.one_of(st.none(), st.integers(-4, 4)),
+              st.sampled_from([None, 1, 2, -1])),
+    st.lists(st.integers(-4, 3), min_size=1, max_size=3).map(np.array),
+    st.lists(st.booleans(), min_size=4, max_size=4).map(np.array),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(index=INDICES, column=st.one_of(st.none(), st.integers(0, 2)),
+       as_tensors=st.booleans(), number=st.floats(-5, 5))
+def test_item_assignment_matches_numpy(index, column, as_tensors, number):
+    """A number, then an array of values, into rows picked by an int, a slice, an integer
+    array or a mask (as an array or a tensor), and a column or all."""
+    key = index if column is None else (index, column)
+    ours = (mg.tensor(index) if as_tensors and isinstance(index, np.ndarray) else index,) + \
+        (() if column is None else (column,))
+    want = rng.normal(size=(4, 3))
+    t = mg.tensor(want.copy())
+    want[key] = number
+    t[ours] = number
+    np.testing.assert_array_equal(t.numpy(), want)
+    values = rng.normal(size=want[key].shape)
+    want[key] = values
+    t[ours] = mg.tensor(values) if as_tensors else values
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+@pytest.mark.parametrize("key, value, error, message", [
+    (7, 1.0, IndexError, "index 7 is out of bounds"),
+    (np.s_[:2], np.ones(3), ShapeError, "could not broadcast"),
+    (np.s_[0], lambda: mg.tensor(np.ones(3), device="cpu:1"), DeviceError, "cpu:1"),
+])
+def test_a_bad_item_assignment_raises_and_changes_nothing(key, value, error, message):
+    x = mg.tensor(np.arange(3.0))
+    with pytest.raises(error, match=message):
+        x[key] = value() if callable(value) else value
+    np.testing.assert_array_equal(x.numpy(), [0.0, 1.0, 2.0])
+
+
+def test_item_assignment_while_recording_is_refused_and_allowed_under_no_grad():
+    """PyTorch's rule for parameters: ``with torch.no_grad(): w[0] = 0``."""
+    w = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with pytest.raises(GradientError, match=r"x\[\.\.\.\] = value .*while gradients are being "
+                                            r"recorded.*mg\.where"):
+        w[0] = 0.0
+    h = w * 3.0
+    with pytest.raises(GradientError, match="while gradients are being recorded"):
+        h[1] = 0.0
+    buffer = mg.zeros(2)
+    with pytest.raises(GradientError, match="while gradients are being recorded"):
+        buffer[0] = w[0]
+    np.testing.assert_array_equal(buffer.numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(h.numpy(), [3.0, 6.0])
+    with mg.no_grad():
+        w[0] = 0.0
+    np.testing.assert_array_equal(w.numpy(), [0.0, 2.0])
+    (w * w).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 4.0])
+
+
+def test_item_assignment_is_a_write_that_backward_sees():
+    w = mg.tensor(np.array([0.5, -1.0]), requires_grad=True)
+    h = mg.exp(w)  # exp's rule reads its result
+    with mg.no_grad():
+        h[0] = 1.0
+    with pytest.raises(GradientError, match=r"exp recorded its result.*x\[i\] = "):
+        h.backward(np.ones(2))
+
+
+def test_item_assignment_into_a_scalar_result():
+    z = mg.tensor(np.array([1.0, 2.0])).sum()  # a NumPy scalar inside
+    z[...] = 5.0
+    assert z.item() == 5.0
+
+
+def _assigns(x):
+    x[0] = 1.0
+    return x.sum()
+
+
+@pytest.mark.parametrize("how", ["tape", "forward", "graph", "vmap"])
+def test_a_value_of_a_transformation_cannot_be_assigned_into(how):
+    x = mg.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    call = (lambda: mg.vmap(_assigns)(x)) if how == "vmap" else \
+        (lambda: mg.grad(_assigns, mode=how)(x))
+    kind = {"graph": "graph node", "vmap": "vmap example"}.get(how, "inside a transformation")
+    with pytest.raises(TypeError, match=rf"x\[\.\.\.\] = value: x is a .*{kind}.*mg\.where"):
+        call()
+
+
+def test_a_value_of_a_transformation_cannot_be_written_into_a_tensor():
+    buffer = mg.zeros(2)
+
+    def leaks(x):
+        buffer[0] = x
+        return x * 2.0
+
+    with pytest.raises(TypeError, match="belongs to a transformation"):
+        mg.grad(leaks)(1.0)
+    np.testing.assert_array_equal(buffer.numpy(), [0.0, 0.0])

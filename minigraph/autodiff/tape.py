@@ -49,6 +49,7 @@ from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, Sha
 from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
+from ..ops.shape import host_index
 from ..ops.shape_rules import shape_of
 from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
@@ -313,8 +314,12 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 #   where an unrecorded write shows through it (chapter 02 says so; PyTorch tracks
 #   versions of one tensor instead). Except for a leaf that requires a gradient (a
 #   parameter): rebinding would silently leave the parameter as it was, so that raises,
-#   as in PyTorch. (Inside ``mg.grad``, ``f`` sees boxes, which have no
-#   in-place operators: ``x += 1`` rebinds x to ``x + 1``, recorded.)
+#   as in PyTorch. So does an update of a *view* (``v = h[:2]; v += 1``, a reshape, a
+#   transpose): unrecorded, the write shows through in h; rebinding v would leave h as
+#   it was, another value for the same line (PyTorch rewrites its graph for views; we
+#   refuse). Item assignment, ``x[i] = y``, can only write, so it refuses while being
+#   recorded. (Inside ``mg.grad``, ``f`` sees boxes, which have no in-place operators:
+#   ``x += 1`` rebinds x to ``x + 1``, recorded.)
 # * A write must not change a value that a tape entry recorded. Each write is stamped
 #   with the next sequence number, on the array that owns the memory (a view's base), so
 #   a write through a view counts for every tensor that shares the memory. Sequence
@@ -338,6 +343,13 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"requires a gradient, and gradients are being recorded, so the update would "
                 f"make a new tensor and leave this one as it was. Update parameters inside "
                 f"`with mg.no_grad():`, as an optimizer step does, or write x = x - y")
+        if _a_view(x):
+            raise GradientError(
+                f"{prim.name} in place ({_describe((x, other))}): the tensor is a view of "
+                f"another tensor's memory, and gradients are being recorded, so the update "
+                f"would make a new tensor and leave the one it views as it was (without "
+                f"recording, the write shows through, as in NumPy). Write v = v + y, or "
+                f"build the whole new value (mg.where, mg.concatenate)")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
     if type(other) is Tensor:
         if other.device is not x.device:
@@ -361,6 +373,52 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         raise _kernel_error(prim, (x, other), {}, exc) from exc
     _stamp(x.data)
     return x
+
+
+def _a_view(x: Tensor) -> bool:
+    """Whether ``x``'s array is (a view of) another tensor's: made by a view primitive
+    (reshape, transpose, basic indexing, identity ...), or, unrecorded, a view at all."""
+    entry = x._entry
+    if entry is None:
+        return _owner(x.data) is not x.data
+    prim = entry[0]
+    return bool(getattr(prim, "view", False)) and (
+        prim.returns_view is None or prim.returns_view(x.shape, entry[1]))
+
+
+def assign_item(x: Tensor, index: Any, value: Any) -> None:
+    """``x[index] = value``: NumPy's item assignment into x's array, stamped as a write
+    (see the rules above); refused while recorded, where it could only write."""
+    if type(value) in KINDS:
+        raise TypeError(f"x[...] = value: the value belongs to a transformation or a graph "
+                        f"({value._kind()}), and a write into a tensor would take it out of "
+                        f"there: build the new value with mg.where or mg.concatenate instead")
+    if _mode.enabled and (x.requires_grad or getattr(value, "requires_grad", False)):
+        raise GradientError(
+            f"x[...] = value ({_describe((x, value))}) while gradients are being recorded: "
+            f"an item assignment writes into the tensor, and the tape records operations "
+            f"that make new tensors. Build the new value (mg.where(mask, value, x), "
+            f"mg.concatenate of the pieces), or assign inside `with mg.no_grad():`")
+    if type(value) is Tensor:
+        if value.device is not x.device:
+            raise DeviceError(f"x[...] = value: x lives on {x.device.name}, the value on "
+                              f"{value.device.name}; move it with .to('{x.device.name}')")
+        value = value.data
+    elif type(value) not in _NUMBERS:
+        value = tensor(value, device=x.device).data
+    where = tuple(host_index(i) for i in (index if isinstance(index, tuple) else (index,)))
+    if isinstance(x.data, np.generic):  # a 0-d kernel result: a NumPy scalar, read-only
+        x.data = np.array(x.data)
+    try:
+        if x.device.context is not None:
+            with x.device.context:
+                x.data[where] = value
+        else:
+            x.data[where] = value
+    except Exception as exc:  # (NumPy checks everything before it writes anything)
+        error = ShapeError if "broadcast" in str(exc) else type(exc)
+        raise error(f"x[...] = value ({_describe((x,))}, index {index!r}): {exc}") from exc
+    _stamp(x.data)
 
 
 def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
@@ -425,7 +483,7 @@ def _check_writes(recorded: list[Tensor]) -> None:
                     f"an argument ({_describe((a,))})"
                 raise GradientError(
                     f"backward: {prim.name} recorded {what}, and that tensor was changed "
-                    f"in place afterwards (x -= ..., x += ...): the value it recorded, "
+                    f"in place afterwards (x -= ..., x[i] = ...): the value it recorded, "
                     f"which its derivative may need, is gone. Update tensors in place after "
                     f"backward(), or write x = x - y to keep the old value")
 

@@ -60,6 +60,15 @@ class ArrayOps:
     # -- indexing and shape ---------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any: return SH.getitem(self, index)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        # (a Tensor writes into its array: Tensor.__setitem__; every other kind is a value
+        # of a transformation or a graph, which a write cannot reach, as in JAX)
+        raise TypeError(
+            f"x[...] = value: x is a {self._kind()}, which cannot be written into: a graph "
+            f"node stands for a value computed later, and a transformation's values are "
+            f"recorded as operations that make new values. Build the new value instead: "
+            f"mg.where(mask, value, x), or mg.concatenate of the pieces")
+
     # len() and iteration, once for every value kind: the first axis, as in NumPy. (A
     # graph node, a vmap example and a dual number read it from their shape too.)
     def __len__(self) -> int:

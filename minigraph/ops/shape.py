@@ -268,7 +268,7 @@ def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
     return bind(BROADCAST_TO, x, shape=shape)
 
 
-def _host_index(i: Any) -> Any:
+def host_index(i: Any) -> Any:
     """Index parts as the kernel takes them: integer tensors become host arrays."""
     if i is None or i is Ellipsis or isinstance(i, (int, slice)):
         return i
@@ -289,7 +289,7 @@ def getitem(x: Any, index: Any) -> Any:
     if not any(i is Ellipsis for i in index) and \
             sum(i is not None for i in index) < S.rank("getitem", x):
         index = index + (Ellipsis,)  # NumPy's implicit trailing ':'s, spelled out
-    return bind(GETITEM, x, index=tuple(_host_index(i) for i in index))
+    return bind(GETITEM, x, index=tuple(host_index(i) for i in index))
 
 
 def scatter_add(g: Any, index: tuple, shape: tuple[int, ...]) -> Any:
