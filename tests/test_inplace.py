@@ -363,3 +363,24 @@ def test_a_value_of_a_transformation_cannot_be_written_into_a_tensor():
     with pytest.raises(TypeError, match="belongs to a transformation"):
         mg.grad(leaks)(1.0)
     np.testing.assert_array_equal(buffer.numpy(), [0.0, 0.0])
+
+
+def _reads_a_global(x):
+    return (x * CAPTURED).sum()
+
+
+CAPTURED = mg.tensor(np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_item_assignment_into_a_captured_tensor_rebuilds_the_program(mode):
+    """A compiled program holds the tensors it read as constants; a write makes it stale
+    (``signature.Captured``), an item assignment as much as ``-=``."""
+    g = mg.grad(_reads_a_global, mode=mode)
+    ones = np.ones(2)
+    np.testing.assert_array_equal(g(ones).numpy(), [1.0, 2.0])
+    try:
+        CAPTURED[0] = 5.0
+        np.testing.assert_array_equal(g(ones).numpy(), [5.0, 2.0])
+    finally:
+        CAPTURED[0] = 1.0
