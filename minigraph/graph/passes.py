@@ -10,7 +10,7 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
   inputs and the same parameters compute the same value; keep the first;
 * ``fold_constants``: a node whose inputs are all constants is computed now and becomes
   a constant;
-* ``simplify``: ``x * 1``, ``x + 0``, ``x - 0``, ``x / 1`` and ``x ** 1`` are ``x`` (each
+* ``simplify``: ``x * 1``, ``x + -0.0``, ``x - 0``, ``x / 1`` and ``x ** 1`` are ``x`` (each
   primitive's table entry says which number is ``neutral`` where; the reverse-graph pass
   leaves many: it seeds a scalar output's adjoint with ones).
 
@@ -195,29 +195,25 @@ def _folding(changes: list[str]) -> Rewrite:
     return rewrite
 
 
-def _is_constant(a: object, value: float) -> bool:
-    """Whether ``a`` is the number ``value``, or a Const node all of whose elements are."""
-    if isinstance(a, Node):
-        return a.op == "Const" and bool((a.device.to_numpy(a.value) == value).all())
-    return type(a) in (int, float) and a == value
-
-
 def _neutral_operand(n: Node, args: tuple) -> Node | None:
     """The argument ``n`` merely passes on (``x`` in ``x * 1``), if there is one: the
     primitive's table entry says which number is ``neutral`` where."""
     if n.prim is None or n.prim.neutral is None or len(args) != 2:
         return None
-    value, positions = n.prim.neutral
-    for k in positions:
-        other = args[1 - k]
-        if _is_constant(args[k], value) and isinstance(other, Node) \
+    for k in n.prim.neutral[1]:
+        other, unit = args[1 - k], args[k]
+        if isinstance(unit, Node):  # a Const node: its array
+            if unit.op != "Const":
+                continue
+            unit = unit.device.to_numpy(unit.value)
+        if n.prim.is_neutral(unit, k) and isinstance(other, Node) \
                 and other.shape == n.shape and other.dtype == n.dtype:
             return other  # same shape and dtype: dropping the op changes nothing
     return None
 
 
 def simplify(graph: Graph, fetches: Sequence[Node]) -> PassResult:
-    """Drop the operations with a neutral operand: x * 1, x + 0, x - 0, x / 1, x ** 1."""
+    """Drop the operations with a neutral operand: x * 1, x + -0.0, x - 0, x / 1, x ** 1."""
     return _run_pass(graph, fetches, _simplifying)
 
 

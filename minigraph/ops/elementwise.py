@@ -86,7 +86,7 @@ ADD = primitive(
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: g),
     out=ufunc_out("add"), batch=B.elementwise("add"),
-    symbol="+", neutral=(0, (0, 1)))
+    symbol="+", neutral=(-0.0, (0, 1)))  # (x + 0.0 is +0.0 where x is -0.0)
 
 SUB = primitive(
     "sub", lambda xp, x, y: x - y, S.elementwise("sub"),

@@ -62,9 +62,11 @@ How an op is written, and what the runtime needs beyond its rules, also sit in i
     Send/Recv pair;
 ``neutral``
     ``(value, positions)``: the number that, as the argument at one of ``positions``,
-    makes the op return its other argument (``x * 1`` and ``1 * x``: ``(1, (0, 1))``;
-    ``x - 0``: ``(0, (1,))``). Graph optimisation and source transformation drop such
-    operations (``graph/passes.py``'s ``simplify``, ``source/program.py``).
+    makes the op return its other argument, bit for bit (``x * 1`` and ``1 * x``:
+    ``(1, (0, 1))``; ``x - 0``: ``(0, (1,))``; for ``add`` it is -0.0, since
+    ``-0.0 + 0.0`` is ``+0.0`` in IEEE arithmetic, which ``1 / x`` tells apart). Graph
+    optimisation and source transformation drop such operations (``graph/passes.py``'s
+    ``simplify``, ``source/program.py``), asking :meth:`Primitive.is_neutral`.
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
 index, a condition, labels). Both rule lists are written with minigraph's own functions,
@@ -95,7 +97,10 @@ down, so nested transformations never confuse their perturbations.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 Rule = Callable[..., Any]
 
@@ -142,6 +147,18 @@ class Primitive:
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         return bind(self, *args, **params)
+
+    def is_neutral(self, value: Any, k: int) -> bool:
+        """Whether ``value``, a Python number or a NumPy array, as argument ``k`` makes
+        this op return its other argument: every element the table's ``neutral`` number,
+        the sign of a zero included (``x + 0.0`` is not ``x`` where x is -0.0)."""
+        if self.neutral is None or k not in self.neutral[1]:
+            return False
+        unit = self.neutral[0]
+        negative = math.copysign(1.0, unit) < 0  # (-0.0 < 0 is False: the sign bit says)
+        if type(value) in (int, float):
+            return value == unit and (math.copysign(1.0, value) < 0) == negative
+        return bool((value == unit).all() and (np.signbit(value) == negative).all())
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"

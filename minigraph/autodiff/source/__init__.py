@@ -61,7 +61,7 @@ Decisions worth knowing (each is visible in the text):
 * ``gz = 1`` is a tensor of ones of z's shape, dtype and device, not a number folded into
   the lines that read it, so every line of (g.*) appears as the textbook writes it
   (``gb = gz``, ``ga = gz``, ``gy = ga * x``); folding would save two multiplications.
-  Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x + 0``, ``x * 1`` and
+  Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x - 0``, ``x * 1`` and
   ``x ** 1`` are ``x``; lines nobody reads are removed.
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass

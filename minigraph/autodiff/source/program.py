@@ -7,7 +7,7 @@ blocks of their own (``.blocks``: a loop's body, a branch's two, none for a line
 
 :class:`_Writer` is the program being written, where ``SrcVar._bind`` appends its lines:
 :meth:`_Writer.op` runs the primitive's shape rule (so errors are found while the program
-is written, at the user's line), writes ``x + 0`` or ``x * 1`` as ``x``
+is written, at the user's line), writes ``x * 1`` or ``x - 0`` as ``x``
 (:func:`_identity`) and appends ``t = prim(...)`` to the current block;
 :meth:`_Writer.into` switches to another block (a loop body, a branch).
 """
@@ -188,14 +188,13 @@ class _Writer:
 
 
 def _identity(prim: Primitive, args: tuple, shape: tuple, dtype: str) -> SrcVar | None:
-    """``x`` for ``x + 0``, ``1 * x``, ``x ** 1`` and the like (the number the primitive's
+    """``x`` for ``x - 0``, ``1 * x``, ``x ** 1`` and the like (the number the primitive's
     table entry calls ``neutral``), if the result has x's shape and dtype."""
     if prim.neutral is None or len(args) != 2:
         return None
-    unit, positions = prim.neutral
-    for k in positions:
+    for k in prim.neutral[1]:
         x, y = args[1 - k], args[k]
-        if type(y) in (int, float) and y == unit and type(x) is SrcVar and \
+        if type(y) in (int, float) and prim.is_neutral(y, k) and type(x) is SrcVar and \
                 (x.shape, x.dtype) == (shape, dtype):
             return x
     return None
