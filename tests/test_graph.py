@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -581,7 +582,7 @@ def test_trace_records_once_per_signature_and_replays():
     tf(np.ones((5, 3)), w, 2)  # a new shape records again
     tf(x, w, 3)  # so does a new static argument
     assert tf.recordings == 3
-    assert "def f(arg0, arg1):" in tf.source(x, w, 2)
+    assert "def f(x, w):" in tf.source(x, w, 2)  # (the parameters' names)
 
 
 def test_trace_detects_data_dependent_control_flow():
@@ -592,6 +593,27 @@ def test_trace_detects_data_dependent_control_flow():
 
     with pytest.raises(TracedValueError, match="mg.where"):
         mg.trace(f)(np.ones(3))
+
+
+def _scaled_if_positive(x, s):
+    if s > 0:
+        return (x * s).sum()
+    return x.sum()
+
+
+def test_a_branch_on_a_float_argument_names_it_and_how_to_make_it_a_constant():
+    """A float is one of the graph's inputs (one graph for all its values), as a number
+    is a tracer under jax.jit; the error names the argument and the fixes."""
+    x = np.array([1.0, 2.0])
+    with pytest.raises(TracedValueError, match=r"records f with its tensors and floats as "
+                                               r"the graph's inputs.*functools\.partial"):
+        mg.grad(_scaled_if_positive, mode="graph")(x, 0.5)
+    with pytest.raises(TracedValueError, match=r"graph node 's' \(Placeholder\)"):
+        mg.trace(lambda x, s: x * float(s))(x, 0.5)
+    bound = functools.partial(_scaled_if_positive, s=0.5)
+    np.testing.assert_array_equal(mg.grad(bound, mode="graph")(x).numpy(), [0.5, 0.5])
+    np.testing.assert_array_equal(mg.grad(_scaled_if_positive, mode="graph")(x, -1).numpy(),
+                                  [1.0, 1.0])  # an int is a constant of the graph
 
 
 def test_graph_mode_grad_is_cached_per_signature():

@@ -195,11 +195,17 @@ class Node(ArrayOps):
         raise self._no_value("an index")
 
     def _no_value(self, what: str) -> TracedValueError:
+        recorded = (" Graph mode (mg.grad(..., mode='graph'), mg.trace) records f with its "
+                    "tensors and floats as the graph's inputs, so that one graph serves all "
+                    "their values: to branch on a number, pass it as an int, or bind it "
+                    "into f (functools.partial(f, s=0.5)), which makes it a constant."
+                    if self.graph.recording else "")
         return TracedValueError(
             f"{what} needs the value of graph node '{self.name}' ({self.op}), created at "
             f"{describe_location(self.location)}; a graph node has no value until the graph "
             f"runs. Python control flow on it cannot be recorded in the graph: use "
-            f"mg.where(...) for a choice between values, or run the graph with mg.Session")
+            f"mg.where(...) for a choice between values, or run the graph with "
+            f"mg.Session.{recorded}")
 
     def __repr__(self) -> str:
         return f"<Node {self.name}: {self.op} {_type_text(self)} on {self.device.name}>"

@@ -30,6 +30,7 @@ differentiates through ``jit`` by interpreting its jaxpr.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from typing import Any, Callable, cast
@@ -95,12 +96,13 @@ def record(f: Callable[..., Any], args: tuple, name: str,
     transformation."""
     graph = Graph(name)
     inputs, call_args = [], []
+    names = _parameter_names(f, len(args))
     with graph, enable_grad():
         for k, (a, entry) in enumerate(zip(args, key)):
             if entry[0] == DATA:
                 t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
                 with t.device:
-                    node = placeholder(tuple(t.shape), str(t.dtype), name=f"arg{k}")
+                    node = placeholder(tuple(t.shape), str(t.dtype), name=names[k])
                 inputs.append(node)
                 call_args.append(node)
             else:
@@ -111,6 +113,18 @@ def record(f: Callable[..., Any], args: tuple, name: str,
         finally:
             graph.recording = False
     return graph, inputs, out
+
+
+def _parameter_names(f: Callable[..., Any], count: int) -> list[str]:
+    """The names of f's first ``count`` positional parameters, for its graph's inputs (and
+    so for the compiled function's parameters); ``arg{k}`` where f has none (``*args``,
+    a callable without a Python signature)."""
+    try:
+        params = [p.name for p in inspect.signature(f).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [params[k] if k < len(params) else f"arg{k}" for k in range(count)]
 
 
 def _constant_output(graph: Graph, out: Any) -> Any:
