@@ -106,8 +106,18 @@ class Tensor(ArrayOps):
         return self._entry is None
 
     def numpy(self) -> Any:
-        """The values as a NumPy array (copied to the host if they live elsewhere)."""
-        return self.device.to_numpy(self.data)
+        """The values as a NumPy array: on a CPU device the tensor's own array, as
+        PyTorch's ``.numpy()`` (an in-place update shows through it); from a GPU a copy.
+
+        For a tensor that requires a gradient, a read-only view of it: ``backward()``
+        reads such values, and a write through NumPy would pass the tape's guard unseen
+        (``autodiff/tape.py``) and change the gradient without a word. PyTorch refuses
+        ``.numpy()`` there; ``t.detach().numpy()`` is the writable array in both."""
+        array = self.device.to_numpy(self.data)
+        if self.requires_grad and array is self.data:
+            array = array.view()
+            array.flags.writeable = False
+        return array
 
     def item(self) -> "float | int | bool":
         """The value of a one-element tensor as a Python number."""

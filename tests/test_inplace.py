@@ -384,3 +384,29 @@ def test_item_assignment_into_a_captured_tensor_rebuilds_the_program(mode):
         np.testing.assert_array_equal(g(ones).numpy(), [5.0, 2.0])
     finally:
         CAPTURED[0] = 1.0
+
+
+def test_numpy_of_a_tensor_that_requires_a_gradient_is_a_read_only_view():
+    """A write through NumPy would pass the write guard unseen and change backward()'s
+    gradient silently (PyTorch refuses .numpy() there); reading, and seeing later
+    updates, stay as they were. detach().numpy() is the writable array, as in PyTorch."""
+    w = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    h = w * 3.0
+    loss = (h * h).sum()
+    for t in (w, h):
+        for view in (t.numpy(), np.asarray(t)):
+            assert np.shares_memory(view, t.data) and not view.flags.writeable
+            with pytest.raises(ValueError, match="read-only"):
+                view[0] = 100.0
+    seen = w.numpy()
+    copy = np.array(w)
+    copy[0] = 7.0  # a copy is the caller's own
+    loss.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), 18.0 * np.array([1.0, 2.0]))
+    with mg.no_grad():
+        w -= 1.0
+    np.testing.assert_array_equal(seen, [0.0, 1.0])  # the view shows the update
+    plain = mg.tensor(np.array([1.0, 2.0]))
+    assert plain.numpy() is plain.data and plain.numpy().flags.writeable
+    detached = w.detach().numpy()
+    assert detached.flags.writeable and np.shares_memory(detached, w.data)
