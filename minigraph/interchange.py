@@ -62,6 +62,8 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
                         f"that supports DLPack (NumPy >= 2, PyTorch, CuPy)")
     kind, index = x.__dlpack_device__()
     source = _device_of(int(kind), int(index), type(x).__name__)
+    if copy and isinstance(x, Tensor):  # (its values, copied below: no write reaches x, so
+        x = x.detach()                  # a tensor that requires a gradient may export them)
     try:
         data = source.xp.from_dlpack(x)  # shares x's memory (DLPack's contract)
     except (BufferError, TypeError, RuntimeError, ValueError) as exc:

@@ -289,10 +289,19 @@ class Tensor(ArrayOps):
         array and this tensor are one buffer, as with ``t.numpy()`` on the CPU. A write on
         either side (``t -= 1``, an optimizer step, ``torch_view.add_(1)``) is seen by
         both. Copy on the consumer's side (``np.from_dlpack(t).copy()``) to get values of
-        your own. The consumer only gets values: no gradient flows back through them
-        (PyTorch refuses to export a tensor that requires a gradient; minigraph exports
-        its values, as ``t.numpy()`` gives them).
+        your own. The consumer only gets values: no gradient flows back through them.
+        A tensor that requires a gradient is refused unless the consumer asks for a copy,
+        as PyTorch refuses it: a write on the consumer's side would change a value that
+        ``backward()`` reads, unseen by the tape (``t.numpy()`` is a read-only view there,
+        but PyTorch ignores DLPack's read-only flag). ``t.detach()`` exports the memory.
         """
+        if self.requires_grad and not copy:
+            raise BufferError(
+                f"__dlpack__: this tensor ({self.shape} {self.dtype}) requires a gradient, "
+                f"and the consumer's array would share its memory: a write there (torch's "
+                f"add_, ...) would change a value backward() reads, unseen by the tape. "
+                f"Export t.detach() (the same memory, cut from the tape) or ask for a copy "
+                f"(np.from_dlpack(t, copy=True)); PyTorch refuses such an export too")
         data = self.data
         if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
             data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact

@@ -256,6 +256,8 @@ def test_tolist_gives_python_numbers():
 
 @given(tensors())
 def test_numpy_and_torch_read_a_tensor_through_dlpack(t):
+    if t.requires_grad:  # (refused, as PyTorch refuses it: see the next test)
+        t = t.detach()
     a = np.from_dlpack(t)
     np.testing.assert_array_equal(a, t.numpy())
     assert a.dtype == np.dtype(t.dtype) and a.shape == t.shape
@@ -265,6 +267,25 @@ def test_numpy_and_torch_read_a_tensor_through_dlpack(t):
     np.testing.assert_array_equal(tt.numpy(), t.numpy())
     assert tuple(tt.shape) == t.shape and str(tt.dtype) == f"torch.{t.dtype}"
     assert t.__dlpack_device__()[0] == 1  # kDLCPU
+
+
+def test_a_tensor_that_requires_a_gradient_is_exported_only_detached_or_copied():
+    """torch.from_dlpack ignores DLPack's read-only flag: a shared export would let
+    view.add_(1) change a value backward() reads, and the gradient, without a word."""
+    w = mg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    for consumer in (np.from_dlpack, torch.from_dlpack):
+        with pytest.raises(BufferError, match=r"requires a gradient.*t\.detach\(\)"):
+            consumer(w)
+    copied = np.from_dlpack(w, copy=True)
+    copied += 10.0
+    shared = torch.from_dlpack(w.detach())  # the explicit way out, as in PyTorch
+    assert np.shares_memory(shared.numpy(), w.data) and not np.shares_memory(copied, w.data)
+    loss.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])
+    torch_w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises((BufferError, RuntimeError), match="require"):  # (the convention)
+        torch_w.__dlpack__()
 
 
 def test_dlpack_export_shares_memory_both_ways():
