@@ -43,7 +43,7 @@ from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..tensor import Tensor, tensor, zeros
-from .compile import CompiledFunction, compile_graph
+from .compile import CompiledFunction, compile_graph, last_uses
 from .topo import fifo_order, needed
 from .gradients import gradients
 from .graph import Graph, GraphError, Node, placeholder
@@ -57,10 +57,15 @@ def _array_args(args: tuple, key: tuple) -> list:
 
 
 def replay(fn: CompiledFunction, args: list) -> tuple:
-    """Run a compiled graph node by node through ``bind``, on values of any kind."""
+    """Run a compiled graph node by node through ``bind``, on values of any kind: only
+    the nodes its outputs need from its inputs, each value dropped after its last use
+    (as the compiled code deletes it), so memory falls as it goes."""
     env: dict[int, Any] = {id(n): a for n, a in zip(fn.inputs, args)}
     graph = (fn.outputs or fn.inputs)[0].graph
-    for node in fifo_order(graph.nodes, needed(fn.outputs, set(env)), set(env)):
+    fed = set(env)
+    order = fifo_order(graph.nodes, needed(fn.outputs, fed), fed)
+    dead = last_uses(order, fed, fn.outputs)
+    for node in order:
         if id(node) in env:
             continue
         if node.op in ("Const", "Variable"):  # a constant of the outer computation
@@ -72,6 +77,8 @@ def replay(fn: CompiledFunction, args: list) -> tuple:
         else:
             raise GraphError(f"{node.op} node '{node.name}' cannot run on the values of "
                              f"another transformation (only primitives and constants can)")
+        for value in dead.get(id(node), ()):
+            del env[id(value)]
     return tuple(env[id(n)] for n in fn.outputs)
 
 
