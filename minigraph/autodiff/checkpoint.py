@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..device import Device, get_device
 from ..errors import MinigraphError
@@ -238,7 +238,7 @@ def _replayed_pull(g: Any, out: Any, args: tuple, wrt: list[int], fn: Callable[.
     from ..graph.trace import replay  # (graph modules import this one)
 
     grads: list = [None] * len(args)
-    results = replay(program, [v.detach() for v in (*args, out, g)])
+    results = replay(program.inputs, program.outputs, [v.detach() for v in (*args, out, g)])
     for k, gk in zip(wrt, results):
         grads[k] = gk
     return grads
@@ -247,11 +247,18 @@ def _replayed_pull(g: Any, out: Any, args: tuple, wrt: list[int], fn: Callable[.
 _UNTRACEABLE: Any = object()  # (the cache's answer for an f that graph mode cannot record)
 
 
+class _Backward(NamedTuple):
+    """f's pullback as a graph: ``inputs`` (f's arguments, its result, the adjoint) to
+    ``outputs`` (the gradients), and the tensors f read from outside when recorded."""
+    inputs: list
+    outputs: list
+    captured: Captured
+
+
 def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: list[int],
                       key: tuple) -> Any:
-    """f's pullback as a graph: ``(*args, result, g) -> gradients of wrt``."""
-    from ..graph.compile import compile_graph  # (graph modules import this one)
-    from ..graph.gradients import gradients
+    """f's pullback as a graph (:class:`_Backward`), or ``_UNTRACEABLE``."""
+    from ..graph.gradients import gradients  # (graph modules import this one)
     from ..graph.trace import record
 
     try:
@@ -268,10 +275,7 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
         seed = placeholder(tuple(result.shape), str(result.dtype), name="g")
         grads = [gx if gx is not None else C.zeros_like(x)
                  for gx, x in zip(gradients(result, xs, [seed]), xs)]
-    program = compile_graph(graph, inputs + [result, seed], grads,
-                            f"backward_of_{getattr(fn, '__name__', 'f')}")
-    program.captured = captured  # type: ignore[attr-defined]
-    return program
+    return _Backward(inputs + [result, seed], grads, captured)
 
 
 class _Pullback:

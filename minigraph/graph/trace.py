@@ -33,7 +33,7 @@ from __future__ import annotations
 import inspect
 import math
 
-from typing import Any, Callable, cast
+from typing import Any, Callable, Sequence, cast
 
 
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
@@ -56,15 +56,16 @@ def _array_args(args: tuple, key: tuple) -> list:
     return [a for a, entry in zip(args, key) if entry[0] == DATA]  # (is_data, inline)
 
 
-def replay(fn: CompiledFunction, args: list) -> tuple:
-    """Run a compiled graph node by node through ``bind``, on values of any kind: only
-    the nodes its outputs need from its inputs, each value dropped after its last use
-    (as the compiled code deletes it), so memory falls as it goes."""
-    env: dict[int, Any] = {id(n): a for n, a in zip(fn.inputs, args)}
-    graph = (fn.outputs or fn.inputs)[0].graph
+def replay(inputs: Sequence[Node], outputs: Sequence[Node], args: list) -> tuple:
+    """Run a graph's ``outputs`` from ``args`` given to its ``inputs`` node by node
+    through ``bind``, on values of any kind: only the nodes the outputs need from the
+    inputs, each value dropped after its last use (as compiled code deletes it), so
+    memory falls as it goes."""
+    env: dict[int, Any] = {id(n): a for n, a in zip(inputs, args)}
+    graph = (list(outputs) or list(inputs))[0].graph
     fed = set(env)
-    order = fifo_order(graph.nodes, needed(fn.outputs, fed), fed)
-    dead = last_uses(order, fed, fn.outputs)
+    order = fifo_order(graph.nodes, needed(outputs, fed), fed)
+    dead = last_uses(order, fed, list(outputs))
     for node in order:
         if id(node) in env:
             continue
@@ -79,7 +80,7 @@ def replay(fn: CompiledFunction, args: list) -> tuple:
                              f"another transformation (only primitives and constants can)")
         for value in dead.get(id(node), ()):
             del env[id(value)]
-    return tuple(env[id(n)] for n in fn.outputs)
+    return tuple(env[id(n)] for n in outputs)
 
 
 def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
@@ -87,7 +88,7 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     on ``args``, whose signature is ``key``."""
     data = arrays(args, key, static=False)
     if data is None:
-        return replay(fn, _array_args(args, key))
+        return replay(fn.inputs, fn.outputs, _array_args(args, key))
     return fn.wrap(fn.raw(*data))
 
 
