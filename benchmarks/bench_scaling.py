@@ -65,13 +65,16 @@ b. **A chain of N nodes**, y <- sin(y) applied N times to x = 1.5, for N = 10^3,
    **Target** (DESIGN.md, last row of the targets): a 10^5-node chain differentiates in
    every mode and its time grows linearly with the length. The verdict uses the growth
    ratio time(10^5) / (100 x time(10^3)), per-node time at 10^5 over per-node time at
-   10^3: it is met when this ratio lies in ``LINEAR_BAND`` = (0.6, 2.0) for every mode.
+   10^3: it is met when this ratio is at most ``GROWTH_LIMIT`` = 2.0 for every mode.
    Over the factor 100 between the sizes, 2.0 is what a cost growing like N^1.15 gives
-   (100^0.15 = 2.0) and a quadratic one would give 100; 0.6 (100^-0.11) allows for fixed
-   costs per call that weigh at 10^3 nodes but not at 10^5. The band is wide because the
+   (100^0.15 = 2.0) and a quadratic one would give 100. The limit is wide because the
    speed of a shared 2-core machine drifts by tens of percent (up to 2x between runs
-   minutes apart); it catches a superlinear algorithm, not a 20% drift. The table also
-   shows the ratio from 10^4 to 10^5.
+   minutes apart); it catches a superlinear algorithm, not a 20% drift. A ratio below 1
+   is a cost per call (a Session's plan, a compilation) that weighs at 10^3 nodes and
+   not at 10^5: time a + b N is linear too. (Until 2026-11-26 the verdict also wanted
+   the ratio above 0.6, and graph mode, whose Session plans each call, "missed" at
+   0.53-0.56 by being faster per node at 10^5.) The table also shows the ratio from
+   10^4 to 10^5.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ ROUNDS, BATCH = 7, 0.02                # common.measure: rounds, seconds per bat
 
 CHAIN_SIZES = [1_000, 10_000, 100_000]
 X0 = 1.5
-LINEAR_BAND = (0.6, 2.0)  # growth ratio time(10^5) / (100 x time(10^3)) counted as linear
+GROWTH_LIMIT = 2.0  # growth ratio time(10^5) / (100 x time(10^3)) still counted as linear
 BATCH_CHAIN = 0.1         # seconds per batch of calls at one length ...
 MIN_CALLS = 3             # ... and at least this many calls unless one call lasts longer
 ROUND_BUDGET = 4.0        # seconds of interleaved rounds per mode ...
@@ -479,16 +482,15 @@ def report_construction(construction: dict[int, dict[str, Any]]) -> None:
 
 def target_line(modes: dict[str, dict[str, Any]]) -> str:
     """DESIGN's target on chains, with the verdict for every mode."""
-    low, high = LINEAR_BAND
     failures = []
     for mode in MODES:
         if "unsupported" in modes[mode]:
             failures.append(f"{mode} unsupported")
             continue
         ratio = modes[mode]["growth"]["from_1e3"]
-        if not low <= ratio <= high:
+        if ratio > GROWTH_LIMIT:
             failures.append(f"{mode} {ratio:.3f}x")
-    band = f"per-node time at 10^5 within {low}x-{high}x of 10^3"
+    band = f"per-node time at 10^5 at most {GROWTH_LIMIT}x that at 10^3"
     verdict = (f"met: {band} in every mode" if not failures
                else f"MISSED: {band} fails for " + ", ".join(failures))
     if any(f.startswith("tape ") for f in failures) and "growth" in modes.get(NO_GC, {}):
@@ -593,7 +595,7 @@ def main() -> None:
                 "round), construction excluded and reported separately",
         "jacobians": {"by_n": by_n, "by_m": by_m, "grows_from_slope": GROWS,
                       "flat_up_to_slope": FLAT},
-        "chains": {**chains, "sizes": CHAIN_SIZES, "linear_band": LINEAR_BAND,
+        "chains": {**chains, "sizes": CHAIN_SIZES, "growth_limit": GROWTH_LIMIT,
                    "target": target_line(chains["modes"])},
     })
     plot_jacobians(by_n, by_m, jac_png)  # (save_results made RESULTS_DIR)
