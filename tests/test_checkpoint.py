@@ -168,7 +168,7 @@ def test_the_backward_recomputes_only_what_the_rules_read():
     params = [mg.tensor(p, requires_grad=True) for p in mlp_params(4, 4)]
     loss = (segment(x, *params) ** 2).sum()
     loss.backward()
-    program = programs(layers, "checkpoint backward", ((),))[signature((x, *params))]
+    program = programs(layers, "checkpoint backward", ())[signature((x, *params))]
     fed = {id(n) for n in program.inputs}
     ops = [n.op for n in fifo_order(program.inputs[0].graph.nodes,
                                     needed(program.outputs, fed), fed) if id(n) not in fed]
@@ -227,6 +227,24 @@ def test_the_replayed_pullback_gives_torchs_gradients_or_leaves_it_to_the_tape(f
         close(w.grad, wt.grad)
     with mg.no_grad():
         SCALE[0] = 1.0
+
+
+def _scaled(h, w, s):
+    return mg.tanh(h * w) * s
+
+
+def test_the_replayed_pullback_keys_static_arguments_by_type_and_value():
+    """0.0 == -0.0 and 1 == 1.0 == True in Python, but each records its own graph: the
+    gradient for s = -0.0 has torch's signs after one for s = 0.0."""
+    h0, w0 = np.abs(RNG.normal(size=(3, 2))), RNG.normal(size=(3, 2))
+    for s in (0.0, -0.0, 1, 1.0, True):
+        w = mg.tensor(w0, requires_grad=True)
+        mg.checkpoint(_scaled)(mg.tensor(h0), w, s).sum().backward()
+        wt = torch.tensor(w0, requires_grad=True)
+        torch_checkpoint(lambda h, w: torch.tanh(h * w) * s, torch.tensor(h0), wt,
+                         use_reentrant=False).sum().backward()
+        close(w.grad, wt.grad)
+        assert np.array_equal(np.signbit(w.grad.numpy()), np.signbit(wt.grad.numpy()))
 
 
 def test_the_peak_falls_inside_mg_grad_too():

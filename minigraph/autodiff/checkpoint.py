@@ -74,7 +74,7 @@ from .batching import vmap
 from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
-from .signature import Captured, programs, signature
+from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, vjp
 
 
@@ -166,7 +166,7 @@ def _float_positions(args: tuple) -> list[int]:
 def _pull(g: Any, args: tuple, fn: Callable[..., Any], static: Static, device: Any,
           one_node: bool = True, out: Any = None) -> list:
     """Every argument's gradient (None for those that cannot have one), f recomputed.
-    ``out``, f's result where the caller has it, lets plain tensors take the compiled
+    ``out``, f's result where the caller has it, lets plain tensors take the replayed
     pullback (:func:`_replayed_pull`)."""
     wrt = _float_positions(args)
     if not wrt:
@@ -222,15 +222,16 @@ def _replayed_pull(g: Any, out: Any, args: tuple, wrt: list[int], fn: Callable[.
     so the device's memory counters see the recomputation.)
     """
     values = (g, out, *args)
-    if not all(type(v) is Tensor for v in values) or any(
-            v.requires_grad for v in values) and is_grad_enabled():
+    if not all(type(v) is Tensor for v in values) or (
+            is_grad_enabled() and any(v.requires_grad for v in values)):
         return None  # (values of other transformations, or a recording backward)
-    try:
-        cache = programs(fn, "checkpoint backward", (static,))
-        key = signature(args)
-        program = cache.get(key)
+    try:  # (static arguments by type and value, as every cache keys them: 0.0 is not -0.0)
+        options = tuple((i, constant_key(v, i)) for i, v in static)
     except TypeError:  # an unhashable static argument: no key for the cache
         return None
+    cache = programs(fn, "checkpoint backward", options)
+    key = signature(args)
+    program = cache.get(key)
     if program is None or program is not _UNTRACEABLE and program.captured.stale():
         program = cache[key] = _backward_program(fn, static, args, wrt, key)
     if program is _UNTRACEABLE:

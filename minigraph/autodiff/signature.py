@@ -82,7 +82,7 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
         else:
             if isinstance(a, (tuple, list, dict)):  # (as every transformation: argnums.py)
                 refuse_pytrees(args, (k,), "mg.trace, graph and source mode")
-            key.append(("static", _constant_key(a, k)))
+            key.append(("static", constant_key(a, k)))
     return tuple(key)
 
 
@@ -115,7 +115,7 @@ def arrays(args: tuple, key: tuple, static: bool) -> list | None:
     return out
 
 
-def _constant_key(a: Any, k: int) -> Any:
+def constant_key(a: Any, k: int) -> Any:
     """A constant argument's key: its type and value, floats by their bits."""
     return _key_of(a, k, a)
 
