@@ -6,13 +6,15 @@ operation while gradients are recorded also keeps ``_entry``, its line of the ta
 which primitive made it, with which parameters, when, and from which arguments
 (``(primitive, parameters, sequence number, *arguments)``, see ``autodiff/tape.py``).
 Operators and methods come from ``ArrayOps`` and call the primitives, so a Tensor
-computes eagerly: define-by-run. ``x -= y`` and the other augmented assignments write
-into ``x``'s array outside recording (``tape.update_in_place``).
+computes eagerly: define-by-run. ``x -= y``, the other augmented assignments and
+``x[i] = y`` write into ``x``'s array outside recording (``tape.update_in_place``,
+``tape.assign_item``).
 
 Copies and interchange (PyTorch's conventions, see "Copies, pickles, DLPack" below):
 ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new tensor with its own copy of
 the values (a device travels by its name); ``__dlpack__`` hands the array to NumPy,
-PyTorch or CuPy without a copy; ``tolist()`` gives Python numbers.
+PyTorch or CuPy without a copy (a tensor that requires a gradient, only copied or
+detached); ``tolist()`` gives Python numbers.
 """
 
 from __future__ import annotations
