@@ -12,9 +12,9 @@ It tries three kinds of case, in turn, until the time is up:
    (source transformation reads a function's *text*, so the program must be a real file),
    once with ``mg.`` and once with ``torch.``. minigraph's value, its gradient in each of
    the four modes, a second derivative through a random (outer, inner) pairing of modes,
-   ``jvp`` and ``vmap`` of ``grad``, and source mode's gradient of ``mg.checkpoint(f)`` or
-   ``mg.trace(f)`` handed to it as it is, are compared with PyTorch (``torch.func``) in
-   float64.
+   ``jvp`` and ``vmap`` of ``grad``, source mode's gradient of ``mg.checkpoint(f)`` or
+   ``mg.trace(f)`` handed to it as it is, and ``backward()`` through ``mg.checkpoint(f)``
+   (its replayed pullback) are compared with PyTorch (``torch.func``) in float64.
 2. **dags**: a random dataflow graph of placeholders and ops, each node placed at random on
    ``cpu``, ``cpu:1`` or ``cpu:2``, sometimes with its gradient graph. Runs with 2 and 4
    workers, partitioned and not, with and without memory recycling, twice in one session,
@@ -424,6 +424,12 @@ class Program:
             "why = verdict(got, want)\n")
         c[f"grad[source] of {self.handed}(f)"] = (
             f"got = mg.grad(mg.{self.handed}(m.f), argnums=(0, 1), mode='source')({args_mg})\n"
+            "want = tf.grad(m.f_torch, argnums=(0, 1))(T(x), T(y))\n"
+            "why = verdict(got, want)\n")
+        c["backward() through checkpoint(f)"] = (  # (its replayed, pruned pullback)
+            "xt, yt = mg.tensor(x, requires_grad=True), mg.tensor(y, requires_grad=True)\n"
+            "mg.checkpoint(m.f)(xt, yt).backward()\n"
+            "got = tuple(t.grad if t.grad is not None else mg.zeros_like(t) for t in (xt, yt))\n"
             "want = tf.grad(m.f_torch, argnums=(0, 1))(T(x), T(y))\n"
             "why = verdict(got, want)\n")
         return c
