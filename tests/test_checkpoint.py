@@ -579,6 +579,9 @@ def test_the_bytes_chapter_08_quotes():
     for run, quoted in ((layers, "54.0"), (segment, "14.0")):
         got = peak_in_activations(h0, weights, 4, run) / (512 * 64 * 8)
         assert f"{got:.1f}" == quoted and f"# {quoted}:" in text
+    sweep = [f"{peak_in_activations(h0, weights, 16 // k, segment) / (512 * 64 * 8):.1f}"
+             for k in (1, 2, 4, 8, 16)]  # (the notebook's U, which the text quotes)
+    assert f"({', '.join(sweep[:-1])} and {sweep[-1]} activations;" in " ".join(text.split())
 
     rng = np.random.default_rng(0)  # DESIGN.md's: 16 layers, 128 wide, batch 2048
     x = mg.tensor(rng.normal(size=(2048, 128)))

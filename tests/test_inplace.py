@@ -237,7 +237,8 @@ def test_an_update_of_a_view_writes_through_unrecorded_and_refuses_recorded(view
     x = mg.tensor(start.copy(), requires_grad=True)
     h = x * 1.0
     v = VIEWS[view](h)
-    with pytest.raises(GradientError, match=r"add in place .*view of another tensor"):
+    with pytest.raises(GradientError, match=r"add in place .*view \(made by (getitem|"
+                                            r"reshape|transpose)\) of another tensor"):
         v += 10.0
     np.testing.assert_array_equal(h.numpy(), start)  # nothing changed
     h.sum().backward()  # and the tape is as it was
@@ -300,6 +301,25 @@ def test_a_bad_item_assignment_raises_and_changes_nothing(key, value, error, mes
     with pytest.raises(error, match=message):
         x[key] = value() if callable(value) else value
     np.testing.assert_array_equal(x.numpy(), [0.0, 1.0, 2.0])
+
+
+def test_item_assignment_keeps_the_dtype_as_an_update_in_place_does():
+    """NumPy casts on item assignment (2.5 into an int64 array is 2); minigraph's x -= y
+    refuses a result of another dtype, and x[i] = y follows it."""
+    counts = mg.tensor(np.array([1, 2, 3]))
+    with pytest.raises(DTypeError, match=r"x\[\.\.\.\] = value .*dtype float64 would be "
+                                         r"cast to the tensor's int64"):
+        counts[0] = 2.5
+    x32 = mg.tensor(np.zeros(3, dtype=np.float32))
+    with pytest.raises(DTypeError, match="float64 would be cast to the tensor's float32"):
+        x32[:2] = np.array([1.0, 2.0])
+    np.testing.assert_array_equal(counts.numpy(), [1, 2, 3])
+    np.testing.assert_array_equal(x32.numpy(), [0, 0, 0])
+    counts[0] = 7          # an int into ints, and weak numbers into float32, as NumPy does
+    x32[1] = 0.1
+    x32[2] = 3
+    assert counts.numpy().tolist() == [7, 2, 3] and x32.numpy().dtype == np.float32
+    np.testing.assert_array_equal(x32.numpy(), np.array([0, 0.1, 3], dtype=np.float32))
 
 
 def test_item_assignment_while_recording_is_refused_and_allowed_under_no_grad():

@@ -50,7 +50,7 @@ from ..ops import copy as C
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
-from ..ops.shape_rules import shape_of
+from ..ops.shape_rules import promote, shape_of
 from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
@@ -344,10 +344,11 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"make a new tensor and leave this one as it was. Update parameters inside "
                 f"`with mg.no_grad():`, as an optimizer step does, or write x = x - y")
         if _a_view(x):
+            view = "a view" if x._entry is None else f"a view (made by {x._entry[0].name})"
             raise GradientError(
-                f"{prim.name} in place ({_describe((x, other))}): the tensor is a view of "
-                f"another tensor's memory, and gradients are being recorded, so the update "
-                f"would make a new tensor and leave the one it views as it was (without "
+                f"{prim.name} in place ({_describe((x, other))}): the tensor is {view} "
+                f"of another tensor's memory, and gradients are being recorded, so "
+                f"the update would make a new tensor and leave the one it views as it was (without "
                 f"recording, the write shows through, as in NumPy). Write v = v + y, or "
                 f"build the whole new value (mg.where, mg.concatenate)")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
@@ -403,9 +404,15 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
         if value.device is not x.device:
             raise DeviceError(f"x[...] = value: x lives on {x.device.name}, the value on "
                               f"{value.device.name}; move it with .to('{x.device.name}')")
-        value = value.data
     elif type(value) not in _NUMBERS:
-        value = tensor(value, device=x.device).data
+        value = tensor(value, device=x.device)
+    if promote(x, value) != x.dtype:  # (the rule of x -= y: NumPy would cast, 2.5 into 2)
+        raise DTypeError(f"x[...] = value ({_describe((x, value))}): a value of dtype "
+                         f"{promote(value)} would be cast to the tensor's {x.dtype}; an "
+                         f"update in place keeps the tensor's dtype: convert the value first "
+                         f"(mg.astype(value, '{x.dtype}'))")
+    if type(value) is Tensor:
+        value = value.data
     where = tuple(host_index(i) for i in (index if isinstance(index, tuple) else (index,)))
     if isinstance(x.data, np.generic):  # a 0-d kernel result: a NumPy scalar, read-only
         x.data = np.array(x.data)

@@ -197,8 +197,9 @@ class Node(ArrayOps):
     def _no_value(self, what: str) -> TracedValueError:
         recorded = (" Graph mode (mg.grad(..., mode='graph'), mg.trace) records f with its "
                     "tensors and floats as the graph's inputs, so that one graph serves all "
-                    "their values: to branch on a number, pass it as an int, or bind it "
-                    "into f (functools.partial(f, s=0.5)), which makes it a constant."
+                    "their values: to branch on a number, bind it into f "
+                    "(functools.partial(f, s=0.5)), which makes it a constant of the graph, "
+                    "as an int argument is already."
                     if self.graph.recording else "")
         return TracedValueError(
             f"{what} needs the value of graph node '{self.name}' ({self.op}), created at "
