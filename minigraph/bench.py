@@ -22,6 +22,7 @@ import contextlib
 import io
 import os
 import platform
+import re
 import runpy
 import sys
 import time
@@ -117,13 +118,35 @@ def run(names: Sequence[str] = (), device: str = "cpu") -> int:
 
 
 def update_readme(readme: Path, outputs: dict[str, list[str]]) -> bool:
-    """Replace the text between the markers with this run's targets and outputs."""
+    """Replace the text between the markers with this run's targets and outputs. A section
+    already on the page whose script this machine has no output of (a GPU run's, made on
+    another machine) is kept as it is, while its script exists."""
     text = readme.read_text() if readme.exists() else ""
     if BEGIN not in text or END not in text:
         return False
     head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return bool(readme.write_text(head + BEGIN + "\n" + render(outputs) + END + tail))
+    generated, tail = rest.split(END, 1)
+    kept = {name: section for name, section in sections(generated).items()
+            if (BENCHMARKS / f"{name.split('-')[0]}.py").exists()}
+    merged = dict(sorted({**kept, **outputs}.items(), key=lambda item: item[0].split("-")))
+    return bool(readme.write_text(head + BEGIN + "\n" + render(merged) + END + tail))
+
+
+# A section as render writes it: "### `bench_x.py` on cuda:0 (2026-11-26 13:06, 16 s)",
+# a blank line, then the output in a fenced block, which ends where the next section or the
+# generated part (its end marker) does.
+_SECTION = re.compile(r"^### `(bench_\w+)\.py`(?: on (\S+))? \((\S+) (\S+), (\S+) s\)\n\n"
+                      r"```\n(.*?)\n```(?=\n\n### |\n*(?:<!--|\Z))", re.MULTILINE | re.DOTALL)
+
+
+def sections(generated: str) -> dict[str, list[str]]:
+    """The sections of a page's generated part, read back in the form ``render`` takes."""
+    found = {}
+    for script, device, day, hour, seconds, out in _SECTION.findall(generated):
+        device = device or "cpu"
+        name = script if device == "cpu" else f"{script}-{device.replace(':', '')}"
+        found[name] = [f"{day} {hour} {seconds} {device}", out + "\n"]
+    return found
 
 
 def targets(outputs: dict[str, list[str]]) -> list[str]:

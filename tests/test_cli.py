@@ -45,6 +45,28 @@ def test_a_device_run_gets_sections_of_its_own(tmp_path):
     assert "### `bench_x.py` on cuda:0 (2026-11-22 09:00, 30 s)" in text
 
 
+def test_a_run_keeps_the_sections_it_has_no_output_of(tmp_path, monkeypatch):
+    """The GPU's sections are made on another machine: a CPU run here, with no GPU output
+    in its results folder, once dropped them from the page. A deleted script's go."""
+    monkeypatch.setattr(bench, "BENCHMARKS", tmp_path)
+    for name in ("bench_x", "bench_y"):
+        (tmp_path / f"{name}.py").write_text("")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{bench.BEGIN}\n{bench.END}\n")
+    gpu = {"bench_x-cuda0": ["2026-11-22 09:00 30 cuda:0", "gpu table\n```\nnot a fence\n"],
+           "bench_gone-cuda0": ["2026-11-22 09:00 3 cuda:0", "old\n"]}
+    assert bench.update_readme(readme, gpu)
+    assert bench.sections(readme.read_text()) == gpu  # render's sections, read back
+    cpu = {"bench_x": ["2026-11-23 08:00 12 cpu", "cpu table\ntarget: t  (met)\n"],
+           "bench_y": ["2026-11-23 08:01 2 cpu", "y\n"]}
+    assert bench.update_readme(readme, cpu)
+    text = readme.read_text()
+    assert bench.sections(text) == {**cpu, "bench_x-cuda0": gpu["bench_x-cuda0"]}
+    assert text.index("### `bench_x.py` (") < text.index("### `bench_x.py` on cuda:0") \
+        < text.index("### `bench_y.py`")
+    assert "- `bench_x`: t  (met)" in text
+
+
 def test_bench_on_a_missing_device_says_what_is_missing_before_running(capsys):
     if mg.cuda_available():
         pytest.skip("this machine has CuPy and a GPU")

@@ -207,3 +207,58 @@ def test_save_and_load_a_gpu_state_dict(tmp_path):
     on_gpu = mg.load(tmp_path / "m.npz", device="cuda:0")
     assert on_gpu["w"].device.name == "cuda:0"
     np.testing.assert_array_equal(on_gpu["w"].numpy(), np.arange(4.0))
+
+
+# -- the CPU's last fixes, where CuPy's arrays could behave otherwise --------------------------
+
+def test_backward_through_checkpoint_replays_its_recorded_program_on_the_gpu():
+    """checkpoint's pullback replays a recorded program of f's backward; on cuda:0 every
+    value must stay CuPy's, and the gradient of sum(tanh(W x)) is W^T (1 - tanh^2(W x))."""
+    rng = np.random.default_rng(4)
+    W, x = rng.normal(size=(3, 4)), rng.normal(size=4)
+    Wt = mg.tensor(W, device="cuda:0")
+    for _ in range(2):  # the first backward records the program, the second replays it
+        v = mg.tensor(x, device="cuda:0", requires_grad=True)
+        mg.sum(mg.checkpoint(lambda u: mg.tanh(Wt @ u))(v)).backward()
+        assert v.grad.device.name == "cuda:0"
+        np.testing.assert_allclose(v.grad.numpy(), W.T @ (1 - np.tanh(W @ x) ** 2),
+                                   rtol=1e-12)
+
+
+def test_item_assignment_on_the_gpu_writes_what_numpy_writes():
+    a = np.arange(12.0).reshape(3, 4)
+    t, want = mg.tensor(a, device="cuda:0"), a.copy()
+    t[0, 1] = 7.0
+    want[0, 1] = 7.0
+    t[:, 2] = mg.tensor([1.0, 2.0, 3.0], device="cuda:0")
+    want[:, 2] = [1.0, 2.0, 3.0]
+    t[mg.tensor([2, 0], device="cuda:0")] = -1.0  # an index tensor on the GPU
+    want[[2, 0]] = -1.0
+    t[np.array([1]), 1:3] = 5.0
+    want[np.array([1]), 1:3] = 5.0
+    np.testing.assert_array_equal(t.numpy(), want)
+    with pytest.raises(mg.errors.DeviceError, match="cuda:0.*cpu"):
+        t[0] = mg.tensor(np.zeros(4))
+    np.testing.assert_array_equal(t.numpy(), want)  # a refused write changed nothing
+
+
+def test_a_1x1_matmul_on_the_gpu_keeps_ieees_nan():
+    """0 * inf is NaN; NumPy's ndarray.dot skipped it next to a 1x1 matrix on the CPU."""
+    for a, b in [([[0.0]], [[np.inf, 1.0]]), ([0.0], [[np.inf, 1.0]]),
+                 ([[np.inf], [1.0]], [[0.0]])]:
+        got = mg.tensor(a, device="cuda:0") @ mg.tensor(b, device="cuda:0")
+        with np.errstate(invalid="ignore"):  # (NumPy warns of the NaN it makes)
+            want = np.asarray(a) @ np.asarray(b)
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_gpu_tensor_that_requires_a_gradient_is_not_shared_through_dlpack():
+    import cupy
+
+    t = mg.tensor(np.arange(3.0), device="cuda:0", requires_grad=True)
+    with pytest.raises(BufferError, match="requires a gradient"):
+        cupy.from_dlpack(t)
+    shared = cupy.from_dlpack(t.detach())  # the same memory, cut from the tape
+    shared += 1.0
+    mg.device("cuda:0").synchronize()
+    np.testing.assert_array_equal(t.detach().numpy(), np.arange(3.0) + 1)
