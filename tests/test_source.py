@@ -966,3 +966,46 @@ def test_a_function_the_program_captures_is_named_after_itself(tmp_path):
     g = mg.source_grad(f)
     assert g(2.0, 3.0).item() == pytest.approx(2 * (3 + math.cos(2.0)) + 6 + math.sin(2.0))
     assert "a = mg.checkpoint(inner)(x, y)" in g.source  # (it was 'c1')
+
+
+# -- a float32 input that meets float64 values: its gradient is float32 ------------------------
+
+_C64 = np.array([0.5, 1.5, -2.0])  # float64 values read by a float32 input's users
+
+
+def _c64_straight(x):
+    return mg.sum(x + mg.tensor(_C64))
+
+
+def _c64_loop(x):
+    h = mg.sum(mg.tensor(_C64) * 0.0)  # (float64 from the start: a loop keeps one dtype)
+    for i in range(3):
+        h = h + mg.sum(x * mg.tensor(_C64))
+    return h
+
+
+def _c64_branch(x):
+    if mg.sum(x) > 0:
+        y = x * mg.tensor(_C64)
+    else:
+        y = x + mg.tensor(_C64)
+    return mg.sum(y * x)
+
+
+@pytest.mark.parametrize("f, torch_f", [
+    (_c64_straight, lambda x, c: (x + c).sum()),
+    (_c64_loop, lambda x, c: 3 * (x * c).sum()),
+    (_c64_branch, lambda x, c: ((x * c if x.sum() > 0 else x + c) * x).sum()),
+], ids=["straight", "loop", "branch"])
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["positive", "negative"])
+def test_a_float32_input_gets_a_float32_gradient_next_to_float64_values(f, torch_f, sign):
+    """An adjoint line ``gx = ga`` (or a loop's or an if's accumulator) was declared with
+    x's float32 while it held ga's float64, so the cast back to x's dtype was left out
+    and the gradient came back float64. PyTorch's gradient has x's dtype."""
+    torch = pytest.importorskip("torch")
+    x = sign * np.array([0.3, -0.7, 1.1], dtype=np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    torch_f(xt, torch.tensor(_C64)).backward()
+    got = mg.grad(f, mode="source")(mg.tensor(x))
+    assert got.dtype == "float32" == str(xt.grad.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-6)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import MinigraphError
 from ...ops import copy as C
+from ...ops.shape_rules import promote
 from ..backward import Entry, reverse_sweep
 from ..tape import as_gradient
 from .program import Fill, For, If, Line, Op, Ref, _defined, _Writer
@@ -26,9 +27,18 @@ def _active(a: Any) -> bool:
     return type(a) is SrcVar and a.active
 
 
-def _adjoint_of(v: SrcVar) -> SrcVar:
-    """A new variable for v's adjoint, ``gv`` (tidy.py names it g + v's name)."""
-    return SrcVar(v.shape, v.dtype, v.device, False, "adjoint", v)
+def _adjoint_of(v: SrcVar, dtype: str | None = None) -> SrcVar:
+    """A new variable for v's adjoint, ``gv`` (tidy.py names it g + v's name), of v's dtype
+    or ``dtype``: the adjoint of a float32 x that meets float64 values is float64 until
+    :meth:`_Reverse.gradient` casts it, as the tape's is (``tape.as_gradient``)."""
+    return SrcVar(v.shape, dtype or v.dtype, v.device, False, "adjoint", v)
+
+
+def _as(total: SrcVar, var: SrcVar) -> SrcVar:
+    """``total`` in ``var``'s dtype, for the line ``var = total``: a variable of the program
+    has one dtype (an accumulator in a loop, an adjoint joined after an if), and the
+    shares added into it may be wider (a float64 share of a float32 variable's)."""
+    return total if total.dtype == var.dtype else C.astype(total, var.dtype, copy=False)
 
 
 def _checked(v: SrcVar, share: Any) -> SrcVar:
@@ -117,7 +127,7 @@ class _Reverse:
             return g
         if g.role == "adjoint" and g.hint is v:
             return g
-        alias = _adjoint_of(v)
+        alias = _adjoint_of(v, g.dtype)  # (g's dtype, which gradient() casts to v's)
         self.w.emit((alias,), Ref((g,)))
         return alias
 
@@ -134,23 +144,25 @@ class _Reverse:
     def assign(self, var: SrcVar, parts: list) -> None:
         """``var = sum of parts`` (or zeros when there is none)."""
         total = self.total(parts)
-        self.w.emit((var,), Ref((total,)) if total is not None else Fill(0, var))
+        self.w.emit((var,), Ref((_as(total, var),)) if total is not None else Fill(0, var))
 
     def add(self, v: SrcVar, share: Any, shares: dict) -> None:
         """Record a share of v's adjoint; inside a loop, outer variables accumulate."""
-        share, acc = _checked(v, share), self.accumulator(v)
+        share = _checked(v, share)
+        acc = self.accumulator(v, share)
         if acc is not None:
-            self.w.emit((acc,), Ref((acc + share,)))  # gw = gw + ...
+            self.w.emit((acc,), Ref((_as(acc + share, acc),)))  # gw = gw + ...
         else:
             self.vars[id(v)] = v
             shares.setdefault(id(v), []).append(share)
 
-    def accumulator(self, v: SrcVar) -> SrcVar | None:
-        """The accumulator ``gv`` if v is defined outside a loop being reversed."""
+    def accumulator(self, v: SrcVar, share: SrcVar) -> SrcVar | None:
+        """The accumulator ``gv`` if v is defined outside a loop being reversed (of the
+        dtype of v and its first ``share``)."""
         for ctx in self.loops:  # the outermost loop v is defined outside of
             if id(v) not in ctx.defined:
                 if id(v) not in ctx.accs:
-                    ctx.accs[id(v)] = (v, _adjoint_of(v))
+                    ctx.accs[id(v)] = (v, _adjoint_of(v, promote(v, share)))
                 return ctx.accs[id(v)][1]
         return None
 
@@ -200,7 +212,7 @@ class _Reverse:
         with self.w.into(body):
             self.block(fwd.body, inner)
             updates = [(var, self.total(inner.pop(id(lv), []))) for lv, var in la.values()]
-            moved = [(var, t) for var, t in updates if t is not None and t is not var]
+            moved = [(var, _as(t, var)) for var, t in updates if t is not None and t is not var]
             if moved:
                 self.w.emit(tuple(p[0] for p in moved), Ref(tuple(p[1] for p in moved)))
             for var, t in updates:
@@ -235,10 +247,11 @@ class _Reverse:
             lefts.append(local)
         outer = {k: self.vars[k] for left in lefts for k in left}  # from before the if
         for v in outer.values():
-            acc = _adjoint_of(v)
-            for block, local in zip(blocks, lefts):
+            parts = [shares.get(id(v), []) + local.get(id(v), []) for local in lefts]
+            acc = _adjoint_of(v, promote(v, *(p for ps in parts for p in ps)))  # (the wider)
+            for block, ps in zip(blocks, parts):
                 with self.w.into(block):  # (the branch's shares arrived after the outer ones)
-                    self.assign(acc, shares.get(id(v), []) + local.get(id(v), []))
+                    self.assign(acc, ps)
             shares[id(v)] = [acc]
         rev = If(fwd.cond, blocks[0], blocks[1])
         self.w.block.append(rev)
