@@ -315,11 +315,17 @@ def test_item_assignment_keeps_the_dtype_as_an_update_in_place_does():
         x32[:2] = np.array([1.0, 2.0])
     np.testing.assert_array_equal(counts.numpy(), [1, 2, 3])
     np.testing.assert_array_equal(x32.numpy(), [0, 0, 0])
+    with pytest.raises(DTypeError, match="float64 would be cast to the tensor's int64"):
+        counts[:2] = [2.5, 1]  # a list of Python numbers: a float among ints refuses
     counts[0] = 7          # an int into ints, and weak numbers into float32, as NumPy does
     x32[1] = 0.1
     x32[2] = 3
     assert counts.numpy().tolist() == [7, 2, 3] and x32.numpy().dtype == np.float32
     np.testing.assert_array_equal(x32.numpy(), np.array([0, 0.1, 3], dtype=np.float32))
+    x32[:2] = [0.25, 1]    # ... and a list of them, as PyTorch takes it
+    counts[1:] = [[5, 6]]
+    np.testing.assert_array_equal(x32.numpy(), np.array([0.25, 1, 3], dtype=np.float32))
+    assert counts.numpy().tolist() == [7, 5, 6]
 
 
 def test_item_assignment_while_recording_is_refused_and_allowed_under_no_grad():

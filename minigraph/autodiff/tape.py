@@ -404,6 +404,10 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
         if value.device is not x.device:
             raise DeviceError(f"x[...] = value: x lives on {x.device.name}, the value on "
                               f"{value.device.name}; move it with .to('{x.device.name}')")
+    elif isinstance(value, (list, tuple)):  # Python numbers, weak as one number is: x's
+        numbers = np.asarray(value).ravel().tolist()  # dtype where each of them fits it
+        value = tensor(value, dtype=x.dtype if promote(x, *numbers) == x.dtype else None,
+                       device=x.device)
     elif type(value) not in _NUMBERS:
         value = tensor(value, device=x.device)
     if promote(x, value) != x.dtype:  # (the rule of x -= y: NumPy would cast, 2.5 into 2)
