@@ -19,7 +19,7 @@ from minigraph.autodiff.signature import arrays, programs, signature
 from minigraph.codegen import Names, define, literal, mg_call
 from minigraph.ops import PRIMITIVES
 
-X, Y = 2.0, 3.0
+X, Y = np.float64(2.0), np.float64(3.0)  # strong, as the nested calls' values: one program
 XS = np.array([-1.0, 0.5, 2.0])
 
 

@@ -146,8 +146,10 @@ def signature(args):
     A graph recorded for some arguments can be replayed for others when nothing it
     was specialised for differs: for a tensor (``mg.Tensor``), a NumPy array or a Python
     float, its shape, dtype and device (a NumPy array and a float live on ``"cpu"``; a
-    float is a float64 of shape ``()``); for any other argument (an int, a string,
-    None, a tuple ...), which is baked into the graph, its value. Return a hashable
+    float is a float64 of shape ``()``, but a *weak* one, which takes the dtype of the
+    tensors it meets, so it never shares a signature with a 0-d float64 tensor or
+    array); for any other argument (an int, a string, None, a tuple ...), which is
+    baked into the graph, its value. Return a hashable
     value; two argument tuples must get equal signatures exactly when
     ``minigraph.graph.trace.signature`` gives them equal signatures.
     """
@@ -159,7 +161,7 @@ def signature(args):
         elif isinstance(a, np.ndarray):
             key.append(("tensor", a.shape, a.dtype.name, "cpu"))
         elif isinstance(a, float):
-            key.append(("tensor", (), "float64", "cpu"))
+            key.append(("weak", (), "float64", "cpu"))
         else:
             key.append(("static", a))
     return tuple(key)

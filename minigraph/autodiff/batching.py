@@ -30,6 +30,7 @@ from ..ops import shape as SH
 from ..ops.batch_rules import moveaxis
 from ..ops.operators import ArrayOps
 from ..ops.primitive import KINDS, Primitive, register_kind
+from ..ops.weak import strong
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .argnums import is_value, refuse_non_functions, refuse_pytrees
@@ -132,7 +133,8 @@ def _check_level(a: Any, i: int, level: int) -> None:
 
 def _as_value(x: Any) -> Any:
     """Tensors and the values of other transformations as they are; the rest (Python
-    numbers, NumPy arrays, lists) becomes a tensor."""
+    numbers, NumPy arrays, lists, a recorded function's float) becomes a tensor."""
+    x = strong(x)
     return x if isinstance(x, Tensor) or type(x) in KINDS else tensor(x)
 
 

@@ -69,6 +69,7 @@ from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.primitive import KINDS, Each, bind, primitive
 from ..ops.shape_rules import FLOATS, dtype_of, shape_of
+from ..ops.weak import Weak
 from ..tensor import Tensor, shared, tensor
 from .batching import vmap
 from .forward import jvp
@@ -157,10 +158,12 @@ def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> t
 
 # -- reverse mode: recompute, then pull back ------------------------------------------------------
 
-def _float_positions(args: tuple) -> list[int]:
-    """The arguments that can have a gradient: floating tensors of any kind."""
-    return [k for k, a in enumerate(args)
-            if not isinstance(a, (bool, int, float)) and dtype_of(a) in FLOATS]
+def _float_positions(args: tuple, fn: Callable[..., Any]) -> list[int]:
+    """The arguments that can have a gradient: floating tensors of any kind, but not a
+    recorded function's float (:class:`_Weakly`), a constant of f in eager mode."""
+    weak = getattr(fn, "weak_inputs", ())
+    return [k for k, a in enumerate(args) if k not in weak and
+            not isinstance(a, (bool, int, float)) and dtype_of(a) in FLOATS]
 
 
 def _pull(g: Any, args: tuple, fn: Callable[..., Any], static: Static, device: Any,
@@ -168,7 +171,7 @@ def _pull(g: Any, args: tuple, fn: Callable[..., Any], static: Static, device: A
     """Every argument's gradient (None for those that cannot have one), f recomputed.
     ``out``, f's result where the caller has it, lets plain tensors take the replayed
     pullback (:func:`_replayed_pull`)."""
-    wrt = _float_positions(args)
+    wrt = _float_positions(args, fn)
     if not wrt:
         return [None] * len(args)
     if out is not None:
@@ -291,7 +294,7 @@ class _Pullback:
 
     def __call__(self, g: Any, *args: Any) -> Any:
         grads = _pull(g, args, self.fn, self.static, None, one_node=False)
-        parts = [grads[k] for k in _float_positions(args)]
+        parts = [grads[k] for k in _float_positions(args, self.fn)]
         dtype = "float64" if any(p.dtype == "float64" for p in parts) else "float32"
         flat = [SH.reshape(C.astype(p, dtype, copy=False), (math.prod(shape_of(p)),))
                 for p in parts]
@@ -408,6 +411,29 @@ CHECKPOINT = primitive(
     write=_write)
 
 
+class _Weakly:
+    """f with its arguments at ``positions`` handed to it as ``Weak`` values again: a
+    recorded function's floats (ops/weak.py), which checkpoint carries as data (its inputs
+    at ``weak_inputs``) and f must see as the Python numbers they are in eager mode,
+    whatever values it is recomputed on. They are constants of f, as there: no gradient
+    is taken for them, so no transformation's value takes their place (a Weak around
+    one would hide it from its level; where one arrives anyway, f gets it as it is)."""
+
+    def __init__(self, fn: Callable[..., Any], positions: tuple[int, ...],
+                 weak_inputs: tuple[int, ...]):
+        self.fn, self.positions, self.weak_inputs = fn, positions, weak_inputs
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*(Weak(a) if i in self.positions and not _a_level(a) else a
+                         for i, a in enumerate(args)))
+
+
+def _a_level(a: Any) -> bool:
+    """Whether ``a`` is a value of a transformation level (levels.py: 100 and above)."""
+    return type(a) in KINDS and a._priority >= 100
+
+
 # -- the public function ---------------------------------------------------------------------------
 
 def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -419,13 +445,22 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         return _checkpoint_module(f)
     name = getattr(f, "__name__", type(f).__name__)
 
+    weakly: dict[tuple, _Weakly] = {}  # (one per pattern: checkpoint's caches key on it)
+
     def checkpointed(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             raise CheckpointError(f"checkpoint({name}): pass the arguments by position (got "
                                   f"keywords {sorted(kwargs)}); close over constant options")
         refuse_pytrees(args, range(len(args)), f"checkpoint({name})")
-        inputs, static = [], []
+        inputs: list = []
+        static: list = []
+        weak: list[int] = []  # (positions of f's weak floats, and among the inputs)
+        weak_inputs: list[int] = []
         for i, a in enumerate(args):
+            if type(a) is Weak:  # a recorded function's float: data, handed to f weak
+                weak.append(i)
+                weak_inputs.append(len(inputs))
+                a = a.value
             if isinstance(a, Tensor) or type(a) in KINDS:
                 inputs.append(a)
             elif hasattr(a, "__array__") and hasattr(a, "dtype"):  # a NumPy array
@@ -436,7 +471,9 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
             return f(*args)  # nothing to differentiate, batch or trace: a plain call
         device = next((a.device for a in inputs if isinstance(getattr(a, "device", None),
                                                                Device)), get_device(None))
-        return bind(CHECKPOINT, *inputs, fn=f, static=tuple(static), device=device)
+        key = (tuple(weak), tuple(weak_inputs))
+        fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
+        return bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
 
     checkpointed.__name__ = f"checkpoint({name})"
     checkpointed.__doc__ = f.__doc__

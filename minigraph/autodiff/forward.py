@@ -28,6 +28,7 @@ from ..ops import shape as SH
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
+from ..ops.weak import Weak
 from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
@@ -98,6 +99,10 @@ def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
 
 
 def _as_tensor(x: Any) -> Any:
+    """A primal as a tensor, as eager mode makes one of a number (a recorded function's
+    float, a ``Weak``, included: its float64 value)."""
+    if type(x) is Weak:
+        return x.value
     return x if isinstance(x, (Tensor, Dual)) or hasattr(x, "_bind") else tensor(x)
 
 

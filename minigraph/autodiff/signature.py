@@ -8,7 +8,10 @@ later call whose arguments have the same *signature*:
   another transformation, or a number or list of numbers being differentiated) by its
   device, shape and dtype: its value does not matter, the program reads it when it runs.
   A float or an array becomes a tensor on the default device (``mg.device``), so the
-  default device is part of it;
+  default device is part of it. A Python float that is not differentiated is *weak*
+  (``WEAK`` ends its entry): recorded as a :class:`~minigraph.ops.weak.Weak`, it takes
+  the dtype of the tensors it meets, as in eager mode, so ``x * s`` is float32 for a
+  float32 ``x`` in every mode;
 * any other argument (an int, a string, None, a tuple ...) is a constant of the program,
   by its type and value: ``range(n)`` is unrolled or looped over for that n. The type
   keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
@@ -38,13 +41,15 @@ import numpy as np
 
 from ..device import get_device
 from ..ops.primitive import KINDS
+from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
-# Dtypes are NumPy's dtype objects throughout, so that a float, a 0-d float64 array and a
-# 0-d float64 tensor on the default device share one program.
+WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
+# Dtypes are NumPy's dtype objects throughout, so that a 0-d float64 array and a 0-d
+# float64 tensor on the default device share one program (a Python float is weak: its own).
 _PYTHON_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np.dtype(bool)}
 _FLOAT64 = _PYTHON_DTYPES[float]
 # NumPy's scalars (np.float32(2.0), np.int64(3)) are what Python's numbers are: a float one
@@ -64,12 +69,16 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
         elif t is float:  # ... and a Python float's, without the tests below)
             if default is None:
                 default = get_device(None)
-            key.append((DATA, default, (), _FLOAT64))
+            key.append((DATA, default, (), _FLOAT64) if k in nums else
+                       (DATA, default, (), _FLOAT64, WEAK))
         elif isinstance(a, NUMPY_SCALARS) and (isinstance(a, np.floating) or k in nums):
             key.append((DATA, get_device(None), (), a.dtype))  # (np.float32(2.0): a 0-d array)
         elif isinstance(a, float) or (t in (int, bool) and k in nums):
             key.append((DATA, get_device(None), (), _PYTHON_DTYPES[t if t in
-                                                                   _PYTHON_DTYPES else float]))
+                                                                   _PYTHON_DTYPES else float])
+                       + (() if k in nums else (WEAK,)))
+        elif t is Weak and k not in nums:  # (a recorded function's float, passed on)
+            key.append((DATA, a.device, (), np.dtype(a.dtype), WEAK))
         elif t in KINDS:
             key.append((DATA, a.device, tuple(a.shape), np.dtype(str(a.dtype))))
         elif isinstance(a, np.ndarray):
@@ -89,6 +98,11 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
 def is_data(entry: tuple) -> bool:
     """Whether an argument with this signature entry is read when the program runs."""
     return entry[0] == DATA
+
+
+def is_weak(entry: tuple) -> bool:
+    """Whether it is a weak Python number, recorded as a ``Weak`` of its input."""
+    return entry[-1] == WEAK
 
 
 def arrays(args: tuple, key: tuple, static: bool) -> list | None:

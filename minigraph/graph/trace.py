@@ -38,10 +38,11 @@ from typing import Any, Callable, Sequence, cast
 
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
-from ..autodiff.signature import DATA, Captured, arrays, programs, signature
+from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
 from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
+from ..ops.weak import Weak, strong
 from ..tensor import Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph, last_uses
 from .topo import fifo_order, needed
@@ -52,8 +53,9 @@ from .passes import optimize
 
 def _array_args(args: tuple, key: tuple) -> list:
     """The arguments that are graph inputs: the data ones, as ``key`` (their signature,
-    ``autodiff/signature.py``) already says."""
-    return [a for a, entry in zip(args, key) if entry[0] == DATA]  # (is_data, inline)
+    ``autodiff/signature.py``) already says; a weak number differentiated as a tensor."""
+    return [a if is_weak(entry) else strong(a) for a, entry in zip(args, key)
+            if entry[0] == DATA]  # (is_data, inline)
 
 
 def replay(inputs: Sequence[Node], outputs: Sequence[Node], args: list) -> tuple:
@@ -96,7 +98,9 @@ def record(f: Callable[..., Any], args: tuple, name: str,
            key: tuple) -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
     The arguments that are data by their signature ``key`` become placeholders; the
-    others are constants of the graph.
+    others are constants of the graph. A weak Python float (its entry says so) is handed
+    to f as a :class:`~minigraph.ops.weak.Weak` of its placeholder: it takes the dtype of
+    the tensors it meets there, as the float itself does in eager mode.
 
     A value f computes inside ``with mg.no_grad():`` gets a ``stop_gradient`` node, so
     the graph differentiates as the tape does (PyTorch's torch.func.grad respects such a
@@ -112,7 +116,7 @@ def record(f: Callable[..., Any], args: tuple, name: str,
                 with t.device:
                     node = placeholder(tuple(t.shape), str(t.dtype), name=names[k])
                 inputs.append(node)
-                call_args.append(node)
+                call_args.append(Weak(node) if is_weak(entry) else node)
             else:
                 call_args.append(a)
         graph.recording = True
@@ -137,7 +141,9 @@ def _parameter_names(f: Callable[..., Any], count: int) -> list[str]:
 
 def _constant_output(graph: Graph, out: Any) -> Any:
     """An output that does not depend on the inputs (a number, a tensor) as a constant
-    node of the graph: its derivative is zero, not an error."""
+    node of the graph: its derivative is zero, not an error. A weak number is its node,
+    as eager mode makes a float64 tensor of a returned float."""
+    out = strong(out)
     if isinstance(out, (int, float)):
         out = tensor(float(out))
     if isinstance(out, Tensor):

@@ -63,6 +63,12 @@ Decisions worth knowing (each is visible in the text):
   (``gb = gz``, ``ga = gz``, ``gy = ga * x``); folding would save two multiplications.
   Python numbers the user wrote stay numbers (``gx = gz * 2.0``); ``x - 0``, ``x * 1`` and
   ``x ** 1`` are ``x``; lines nobody reads are removed.
+* A Python float argument that is not differentiated is *weak*, as in eager mode
+  (``ops/weak.py``): Python's arithmetic on it stays float64 (``t = s * 3.0``), and
+  where it meets a float32 tensor a line casts it first (``a = mg.astype(t,
+  'float32')``), so ``x * s`` is float32 as ``x`` is. It stays weak through an ``if``
+  that keeps it a number on both paths and through a loop of such arithmetic; a path on
+  which it is a number and another on which it is a tensor is refused.
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
   anything that changes as an argument.

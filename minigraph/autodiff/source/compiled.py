@@ -26,9 +26,10 @@ from ...errors import GradientError
 from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
 from ...ops.primitive import KINDS
+from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
-from ..signature import Captured
+from ..signature import Captured, is_weak
 from .adjoint import _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
@@ -93,7 +94,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
     try:
-        inputs, call_args = _inputs(src, args, nums, params, writer)
+        inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
         out = _output(norm.call(src, call_args, {}), writer, src)
         forward = writer.block
@@ -103,7 +104,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         backward = writer.block
     finally:
         _writing.writer = saved
-    runtime = [a for a in call_args if type(a) is SrcVar]  # (the arguments read at run time)
+    runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
                    writer, single, signature)
 
@@ -128,9 +129,11 @@ def _program_params(names: list[str]) -> list[str]:
 
 
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
-            writer: _Writer) -> tuple[list[SrcVar], tuple]:
+            writer: _Writer, signature: tuple) -> tuple[list[SrcVar], tuple]:
     """Source variables for the run-time arguments (tensors, another transformation's
-    values, and what :func:`_value` makes a tensor); other arguments stay Python values."""
+    values, and what :func:`_value` makes a tensor); other arguments stay Python values.
+    A weak Python float (its signature says so) is f's as a ``Weak`` of its variable: it
+    takes the dtype of the tensors it meets, as in eager mode (``ops/weak.py``)."""
     call_args: list = []
     for k, a in enumerate(args):
         value = _value(a, k in nums)
@@ -144,7 +147,7 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
             refuse_integers(dtype, k, "grad")
         var = SrcVar(tuple(value.shape), dtype, value.device, k in nums, "input")
         var.name = params[k]
-        call_args.append(var)
+        call_args.append(Weak(var) if is_weak(signature[k]) else var)
     writer.where = src.where()
     # the gradients come in argnums' order: argnums=(1, 0) gives (d/dy, d/dx)
     return [call_args[k] for k in nums], tuple(call_args)
@@ -152,7 +155,10 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
 
 def _value(a: Any, differentiated: bool) -> Any:
     """An argument as the ``mg.`` program takes it: arrays and numbers to differentiate
-    become tensors; other Python values are the program's own (built in)."""
+    become tensors; other Python values are the program's own (built in). A weak number
+    to differentiate is the tensor of its value, as eager mode makes one of a float."""
+    if differentiated:
+        a = strong(a)
     if isinstance(a, (np.ndarray, float, np.floating)) or \
             (differentiated and isinstance(a, (int, np.integer, np.bool_, list, tuple))):
         return tensor(a)
@@ -161,6 +167,7 @@ def _value(a: Any, differentiated: bool) -> Any:
 
 def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
     """f's returned value as a variable of the program; it must be one scalar."""
+    out = strong(out)
     if isinstance(out, Tensor):
         out = _constant(out)
     elif type(out) in (int, float):

@@ -28,7 +28,9 @@ import numpy as np
 
 from ...device import Device
 from ...errors import MinigraphError
+from ...ops import copy as C
 from ...ops.primitive import KINDS
+from ...ops.weak import Weak
 from ...tensor import Tensor
 from .. import tape
 from .program import Fill, For, If, Line, Ref, _Writer
@@ -167,8 +169,9 @@ class _Normaliser:
 
     def assign(self, target: ast.expr, value: Any, env: dict) -> None:
         if isinstance(target, ast.Name):
-            if type(value) is SrcVar and value.role == "temp" and value.hint is None:
-                value.hint = target.id  # the user's name for a forward result
+            var = value.value if type(value) is Weak else value  # (s * 3.0: a weak float)
+            if type(var) is SrcVar and var.role == "temp" and var.hint is None:
+                var.hint = target.id  # the user's name for a forward result
             env[target.id] = value
             return
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -231,6 +234,15 @@ class _Normaliser:
                 not isinstance(a, (Tensor, np.ndarray)) and a == b:
             env[name] = a
             return None
+        if type(a) is Weak and type(b) is Weak and a.dtype == b.dtype:
+            # a Python number on both paths (s or s * 2.0): it stays one, weak
+            j = SrcVar((), a.dtype, a.device, a.value.active or b.value.active, "join", name)
+            for v, blk in zip((a.value, b.value), blocks):
+                blk.append(Line((j,), Ref((v,)), "join"))
+            env[name] = Weak(j)
+            return j
+        if Weak in (type(a), type(b)):
+            raise self._weak_on_a_path(name)
         like = a if type(a) is SrcVar else b
         if type(like) is not SrcVar:
             raise self.w.refuse(f"{name} holding different Python values in the two branches "
@@ -251,6 +263,14 @@ class _Normaliser:
         """A value as a variable of ``like``'s kind: constants are lifted, numbers filled."""
         if type(v) is SrcVar:
             return v
+        if type(v) is Weak:  # a loop variable starting as a Python float argument: in the
+            if like.shape != ():  # loop's dtype, as a number (Fill, below)
+                raise self.w.refuse(
+                    f"{name} starting as a Python float argument and becoming a tensor of "
+                    f"shape {like.shape} in the loop",
+                    f"start it with the right shape, e.g. mg.zeros({like.shape}, ...)")
+            with self.w.into(block):
+                return C.astype(v.value, like.dtype, copy=False)
         if isinstance(v, Tensor):
             return _constant(v)
         if type(v) in (int, float, bool) and like.shape == ():
@@ -260,6 +280,17 @@ class _Normaliser:
         raise self.w.refuse(f"{name} being {v!r} on one path and a tensor of shape "
                             f"{like.shape} on another", "make it a tensor on every path "
                             "(for example mg.zeros(shape, dtype, device))")
+
+    def _weak_on_a_path(self, name: str) -> SourceTransformError:
+        """A Python float argument (or arithmetic on it) that meets a tensor where the
+        paths of an if join: in eager mode it is a Python number on one path and a tensor
+        on the other, whose dtypes can differ (ops/weak.py); one variable has one."""
+        return self.w.refuse(
+            f"{name} holding a Python float argument (or Python arithmetic on it) on one "
+            f"path of an if and a tensor on the other",
+            "a Python float takes the dtype of the tensors it meets, so its variable "
+            "would have a different dtype on each path: make it a tensor of the dtype "
+            "you want before the if or loop (s = mg.astype(s, 'float32'))")
 
     # -- for ------------------------------------------------------------------------------------
     def s_For(self, node: ast.For, env: dict) -> None:
@@ -287,8 +318,10 @@ class _Normaliser:
         # tensor's spec or inactive into active, so the rounds end.
         specs = {n: _spec(env.get(n, _MISSING)) for n in carried}
         while True:
-            lvs = {n: SrcVar(*s, "loop", n) for n, s in specs.items() if s is not None}
-            body_env = {**env, name: index, **lvs}
+            lvs = {n: SrcVar(*s[:4], "loop", n) for n, s in specs.items() if s is not None}
+            weak = {n for n, s in specs.items() if s is not None and s.weak}
+            body_env = {**env, name: index,
+                        **{n: Weak(lv) if n in weak else lv for n, lv in lvs.items()}}
             body, _ = self.sub_block(node.body, body_env)
             ends = {n: body_env.get(n, _MISSING) for n in carried}
             settled = {n: self.settle(n, env.get(n, _MISSING), ends[n], specs[n])
@@ -299,7 +332,7 @@ class _Normaliser:
         self.emit_loop(index, rng, body, lvs, ends, env)
         for n in carried:
             if n in lvs:
-                env[n] = lvs[n]
+                env[n] = Weak(lvs[n]) if n in weak else lvs[n]
             elif not _dynamic(ends[n]) and ends[n] is not _MISSING:
                 env[n] = ends[n]
         for n in _assigned(node.body):
@@ -313,6 +346,8 @@ class _Normaliser:
         while it is a Python value that stays the same."""
         if end is _MISSING:
             return spec
+        if type(end) is Weak or spec is not None and spec.weak:
+            return self.settle_weak(name, init, end, spec)
         if type(end) is not SrcVar:
             if spec is None and (init is end or (_number(init) and _number(end) and init == end)):
                 return None  # the same Python value on every iteration: nothing to carry
@@ -332,6 +367,18 @@ class _Normaliser:
                 f"{name} changing shape or dtype in the loop, from {spec.shape} {spec.dtype} "
                 f"to {end.shape} {end.dtype}", "a loop variable keeps one shape and dtype")
         return spec._replace(active=spec.active or end.active)
+
+    def settle_weak(self, name: str, init: Any, end: Any, spec: _Spec | None) -> _Spec:
+        """A loop variable that Python's arithmetic on a float argument keeps a Python
+        number (``t = s``, then ``t = t * 2.0``): a weak variable (ops/weak.py)."""
+        if type(end) is Weak and (spec is None and (type(init) is Weak or _number(init))
+                                  or spec is not None and spec.weak and spec.dtype == end.dtype):
+            return _Spec((), end.dtype, end.device,
+                         end.value.active or spec is not None and spec.active, True)
+        raise self.w.refuse(f"{name} changing between a tensor and a Python float argument "
+                            f"(or Python arithmetic on one) in the loop",
+                            "make it a tensor of the dtype you want before the loop "
+                            "(t = mg.astype(s, 'float32'))")
 
     def emit_loop(self, index: Index, rng: range, body: list, lvs: dict, ends: dict,
                   env: dict) -> None:
@@ -562,11 +609,12 @@ def _absorb(stmts: list[ast.stmt], k: int) -> ast.If | None:
 
 
 class _Spec(NamedTuple):
-    """What a loop variable is: the arguments of its SrcVar."""
+    """What a loop variable is: the arguments of its SrcVar, and whether it is weak."""
     shape: tuple[int, ...]
     dtype: str
     device: Device
     active: bool  # (it depends on a differentiated input)
+    weak: bool = False  # (a Python float argument's: handed to the body as a Weak)
 
 
 def _spec(v: Any) -> _Spec | None:

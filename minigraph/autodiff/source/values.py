@@ -20,6 +20,7 @@ from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.operators import ArrayOps
 from ...ops.primitive import ADD, ATOM, CMP, MUL, UNARY, Primitive, register_kind
+from ...ops.weak import Weak
 from .reading import SourceTransformError
 
 if TYPE_CHECKING:  # for annotations only: program.py imports this module
@@ -217,7 +218,7 @@ def _contains(v: Any, kind: type | tuple[type, ...]) -> bool:
 
 def _dynamic(v: Any) -> bool:
     """Whether ``v`` is (or holds) something only known when the program runs."""
-    return _contains(v, (SrcVar, Index, Cond))
+    return _contains(v, (SrcVar, Index, Cond, Weak))
 
 
 def _concrete(v: Any, k: int = 0) -> Any:

@@ -1,0 +1,128 @@
+"""A Python number that a compiled program reads as data: weak, as in eager mode.
+
+Eager mode hands a Python float to the kernel as it is, and NumPy (NEP 50) lets it take
+the dtype of the array it meets: ``x * 0.5`` is float32 for a float32 ``x``. A compiled
+program (``mg.trace``, graph and source mode) reads the same float as a 0-d float64 input,
+so that one program serves all its values; left at that, ``x * s`` would be float64
+there. So while f is recorded, such an argument is a :class:`Weak` around its input
+(a graph node, a source variable), and it behaves as the float would in eager mode:
+
+* Python's arithmetic on it and on Python numbers (``s * 3.0``, ``-s``, ``abs(s)``,
+  ``s ** 2``, ``s > 0``) gives a weak value, as it gives a Python number there;
+* where it meets a value that has a dtype (``x * s``, ``mg.where(c, x, s)``) or enters an
+  ``mg`` function (``mg.sin(s)``, which makes a float64 tensor of a float), it is cast
+  first to the dtype the Python number would have taken there:
+  :func:`~minigraph.ops.shape_rules.promote` with it as a number.
+
+A transformation that turns a float into a tensor in eager mode (the argument ``mg.grad``
+differentiates, ``mg.jvp``'s primal) takes :func:`strong` of it. JAX calls such values
+weakly typed. What a program cannot follow is Python's own behaviour that depends on the
+value: ``(-s) ** 0.5`` is a complex number and ``s / 0.0`` raises in Python, where the
+program computes NaN and inf, as NumPy does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import copy as C
+from . import elementwise as E
+from .primitive import Primitive, bind, bind_one, bind_two, register_kind
+from .shape_rules import promote
+
+_NUMBERS = (bool, int, float)
+# The Python number a weak value stands for, by its dtype, for promote
+_AS_NUMBER = {"float64": 1.0, "int64": 1, "bool": True}
+
+
+class Weak:
+    """A 0-d value of a recording (``value``: a graph node, a source variable) that
+    stands for a Python number: a float argument, or Python's arithmetic on one."""
+
+    __slots__ = ("value",)
+    _priority = 30  # above graph nodes (10) and source variables (20), below every level
+    __array_ufunc__ = None  # NumPy defers to our operators (np.float64(2) * s)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    shape: tuple[int, ...] = ()
+
+    @property
+    def dtype(self) -> str:
+        return self.value.dtype
+
+    @property
+    def device(self) -> Any:
+        return self.value.device
+
+    def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
+        """An ``mg`` function of weak values, or an operator where one meets a value with
+        a dtype: each weak value cast first to the dtype its number would take."""
+        return bind(prim, *cast(args), **params)
+
+    # -- Python's arithmetic: weak on weak values and numbers, as on Python numbers -------
+    def _arith(self, prim: Primitive, a: Any, b: Any) -> Any:
+        if (type(a) is Weak or type(a) in _NUMBERS) and (type(b) is Weak or type(b) in _NUMBERS):
+            return Weak(bind_two(prim, _inner(a), _inner(b)))
+        return bind_two(prim, a, b)  # the other value's dtype decides: _bind casts
+
+    def __add__(self, o: Any) -> Any: return self._arith(E.ADD, self, o)
+    def __radd__(self, o: Any) -> Any: return self._arith(E.ADD, o, self)
+    def __sub__(self, o: Any) -> Any: return self._arith(E.SUB, self, o)
+    def __rsub__(self, o: Any) -> Any: return self._arith(E.SUB, o, self)
+    def __mul__(self, o: Any) -> Any: return self._arith(E.MUL, self, o)
+    def __rmul__(self, o: Any) -> Any: return self._arith(E.MUL, o, self)
+    def __truediv__(self, o: Any) -> Any: return self._arith(E.DIV, self, o)
+    def __rtruediv__(self, o: Any) -> Any: return self._arith(E.DIV, o, self)
+    def __pow__(self, o: Any) -> Any: return self._arith(E.POW, self, o)
+    def __rpow__(self, o: Any) -> Any: return self._arith(E.POW, o, self)
+    def __lt__(self, o: Any) -> Any: return self._arith(E.LESS, self, o)
+    def __le__(self, o: Any) -> Any: return self._arith(E.LESS_EQUAL, self, o)
+    def __gt__(self, o: Any) -> Any: return self._arith(E.GREATER, self, o)
+    def __ge__(self, o: Any) -> Any: return self._arith(E.GREATER_EQUAL, self, o)
+    def __eq__(self, o: Any) -> Any: return self._arith(E.EQUAL, self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return self._arith(E.NOT_EQUAL, self, o)  # type: ignore[override]
+    __hash__ = object.__hash__
+    def __neg__(self) -> "Weak": return Weak(bind_one(E.NEG, self.value, {}))
+    def __pos__(self) -> "Weak": return self
+    def __abs__(self) -> "Weak": return Weak(E.abs(self.value))
+    def __matmul__(self, o: Any) -> Any: return self.value @ o  # (a 0-d value: the error)
+    def __rmatmul__(self, o: Any) -> Any: return o @ self.value
+
+    # -- what needs the number itself: the recording's own refusal --------------------------
+    def __bool__(self) -> bool: return bool(self.value)
+    def __float__(self) -> float: return float(self.value)
+    def __int__(self) -> int: return int(self.value)
+    def __index__(self) -> int: return self.value.__index__()
+    def item(self) -> Any: return self.value.item()
+    def numpy(self) -> Any: return self.value.numpy()
+
+    def _kind(self) -> str:  # (what an error calls it, as ArrayOps._kind)
+        return "float argument of a function being recorded (mg.trace, graph or source mode)"
+
+    def __repr__(self) -> str:
+        return f"Weak({self.value!r})"
+
+
+register_kind(Weak)
+
+
+def _inner(v: Any) -> Any:
+    return v.value if type(v) is Weak else v
+
+
+def cast(args: tuple) -> tuple:
+    """``args`` with each weak value replaced by its value in the dtype its Python number
+    would take among them (NEP 50, as :func:`promote` says): ``x * s`` reads ``s`` in
+    ``x``'s float32, ``mg.sin(s)`` in float64."""
+    dtype = promote(*(_AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a for a in args
+                      if not isinstance(a, (tuple, list, str, type(None)))))
+    return tuple(C.astype(a.value, dtype, copy=False) if type(a) is Weak else a
+                 for a in args)
+
+
+def strong(x: Any) -> Any:
+    """``x``, and a weak value as the 0-d tensor of its own dtype that eager mode makes
+    of a Python number (``mg.tensor(2.0)`` is float64)."""
+    return x.value if type(x) is Weak else x

@@ -1,0 +1,254 @@
+"""A Python float argument is weak in every mode, as NumPy (NEP 50) and eager mode make it.
+
+``x * s`` with a float32 ``x`` and a Python float ``s`` is float32 in eager mode; a
+compiled program (mg.trace, graph and source mode) reads ``s`` as a 0-d float64 input so
+that one program serves all its values, and gave float64 until ``s`` was recorded as a
+weak value (``minigraph/ops/weak.py``). Random expressions in ``x`` and ``s`` are run by
+NumPy on arrays and Python floats (the oracle for the dtype and the value) and by every
+mode; gradients are checked against PyTorch's autograd in float64.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import shutil
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+
+torch = pytest.importorskip("torch")
+
+# Expressions as text over x (a tensor) and s (a Python float), with ``mg.`` functions,
+# so that one text is a module's function for source mode and runs on NumPy's and
+# PyTorch's stand-ins for mg below. Smooth ones only for the gradient check: a kink
+# (abs, where, maximum) decided in float32 and in float64 may fall on different sides.
+SMOOTH_UNARY = ["-{}", "mg.sin({})", "mg.tanh({})", "({} * 3.0)", "({} ** 2)", "(2.0 - {})"]
+KINKED_UNARY = ["abs({})", "mg.where(x > s, {}, s)", "mg.maximum({}, s)"]
+BINARY = ["({} + {})", "({} - {})", "({} * {})", "({} / (1.0 + {} ** 2))"]
+
+
+def expressions(unary):
+    leaves = st.sampled_from(["x", "s", "s", "0.5"])
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.builds(lambda u, a: u.format(a), st.sampled_from(unary), inner),
+            st.builds(lambda b, a, c: b.format(a, c), st.sampled_from(BINARY), inner, inner)),
+        max_leaves=6)
+
+
+NP = types.SimpleNamespace(sin=np.sin, tanh=np.tanh, where=np.where, maximum=np.maximum,
+                           sum=np.sum)
+
+
+def _t(v):
+    return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float64)
+
+
+TORCH = types.SimpleNamespace(sin=lambda a: torch.sin(_t(a)), tanh=lambda a: torch.tanh(_t(a)),
+                              where=lambda c, a, b: torch.where(_t(c), _t(a), _t(b)),
+                              maximum=lambda a, b: torch.maximum(_t(a), _t(b)),
+                              sum=lambda a: torch.sum(_t(a)))
+
+TOLERANCE = {"float32": 2e-5, "float64": 1e-12}
+
+
+def _module(text):
+    """``def f(x, s): return mg.sum(<text>)`` as a function in a module file (source
+    mode reads the function's text), and the folder to remove afterwards."""
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "weak_program.py"
+    path.write_text(f"import minigraph as mg\n\n\ndef f(x, s):\n    return mg.sum({text})\n")
+    spec = importlib.util.spec_from_file_location(f"weak_program_{abs(hash(text))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.f, folder
+
+
+def _oracle(text, x, s, namespace):
+    return eval(f"mg.sum({text})", {"mg": namespace, "x": x, "s": s})  # noqa: S307
+
+
+dtypes = st.sampled_from(["float32", "float64", "int32", "int64"])
+xs = st.lists(st.sampled_from([-1.5, -0.75, 0.25, 0.5, 1.25, 2.0]), min_size=3, max_size=3)
+ss = st.sampled_from([-2.0, -0.5, 0.75, 1.5, 3.0])
+
+
+@settings(max_examples=120, deadline=None)
+@given(expressions(SMOOTH_UNARY + KINKED_UNARY), dtypes, xs, ss)
+def test_every_mode_gives_numpys_dtype_and_value(text, dtype, x, s):
+    x_np = np.array(x, dtype=dtype)
+    with np.errstate(all="ignore"):
+        want = np.asarray(_oracle(text, x_np, s, NP))
+    f, folder = _module(text)
+    try:
+        results = {"eager": f(mg.tensor(x_np), s), "trace": mg.trace(f)(mg.tensor(x_np), s)}
+        for mode in ("tape", "graph", "source") if dtype.startswith("float") else ():
+            results[mode] = mg.value_and_grad(f, mode=mode)(mg.tensor(x_np), s)[0]
+    finally:
+        shutil.rmtree(folder)
+        sys.modules.pop(f.__module__, None)
+    for mode, got in results.items():
+        assert got.dtype == want.dtype.name, f"{mode}: {text} with x {dtype}"
+        tol = TOLERANCE.get(want.dtype.name, 0)  # (integers: exact)
+        np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol,
+                                   err_msg=f"{mode}: {text}")
+
+
+@settings(max_examples=60, deadline=None)
+@given(expressions(SMOOTH_UNARY), st.sampled_from(["float32", "float64"]), xs, ss)
+def test_gradients_have_xs_dtype_and_pytorchs_value(text, dtype, x, s):
+    x_t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    out = _oracle(text, x_t, s, TORCH)
+    (want,) = torch.autograd.grad(out, x_t, allow_unused=True) if out.requires_grad else (None,)
+    want = np.zeros(3) if want is None else want.numpy()
+    f, folder = _module(text)
+    try:
+        for mode in ("tape", "forward", "graph", "source"):
+            g = mg.grad(f, mode=mode)(mg.tensor(np.array(x, dtype=dtype)), s)
+            assert g.dtype == dtype, f"{mode}: {text}"
+            scale = max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-4 if dtype == "float32"
+                                       else 1e-10, atol=1e-4 * scale, err_msg=f"{mode}: {text}")
+    finally:
+        shutil.rmtree(folder)
+        sys.modules.pop(f.__module__, None)
+
+
+def scale(x, s):
+    return mg.sum(x * s)
+
+
+def test_one_program_serves_every_value_of_a_weak_float():
+    traced = mg.trace(scale)
+    x = mg.tensor(np.ones(2, dtype=np.float32))
+    for s in (0.5, -2.0, 3.25):
+        out = traced(x, s)
+        assert (out.dtype, out.item()) == ("float32", 2 * s)
+    assert traced.recordings == 1
+
+
+def test_a_differentiated_float_is_a_float64_tensor_as_in_eager_mode():
+    """mg.grad makes a tensor of the number it differentiates, as mg.tensor(2.0) is
+    float64: x * s is float64 then, in every mode, nested in a trace too."""
+    x = mg.tensor(np.ones(2, dtype=np.float32))
+    for mode in ("tape", "forward", "graph", "source"):
+        v, g = mg.value_and_grad(scale, argnums=1, mode=mode)(x, 2.0)
+        assert (v.dtype, g.dtype, g.item()) == ("float64", "float64", 2.0), mode
+    inner = mg.trace(lambda x, s: mg.grad(scale, argnums=1)(x, s))(x, 2.0)
+    assert (inner.dtype, inner.item()) == ("float64", 2.0)
+
+
+def test_a_numpy_float_and_a_0d_array_stay_strong():
+    """NEP 50: np.float64(2.0) and a 0-d array are not Python numbers; x * it is float64."""
+    x = mg.tensor(np.ones(2, dtype=np.float32))
+    for s in (np.float64(2.0), np.array(2.0), mg.tensor(2.0)):
+        assert scale(x, s).dtype == "float64"
+        assert mg.trace(scale)(x, s).dtype == "float64"
+        assert mg.value_and_grad(scale, mode="source")(x, s)[0].dtype == "float64"
+
+
+def weak_on_one_path(x, s):
+    t = s
+    if mg.sum(x) > 0:
+        t = mg.sin(s)
+    return mg.sum(x * t)
+
+
+def test_a_weak_float_on_one_path_of_an_if_is_refused_in_source_mode():
+    """Eager mode's dtype depends on the path (float32 with s, float64 with mg.sin(s)):
+    one program cannot follow it, so source mode says so instead of picking one."""
+    x = mg.tensor(np.ones(2, dtype=np.float32))
+    assert weak_on_one_path(x, 2.0).dtype == "float64"
+    assert weak_on_one_path(-x, 2.0).dtype == "float32"
+    with pytest.raises(mg.SourceTransformError, match="Python float argument"):
+        mg.grad(weak_on_one_path, mode="source")(x, 2.0)
+
+
+def weak_on_both_paths(x, s):
+    t = s * 2.0
+    if mg.sum(x) > 0:
+        t = s * 3.0
+    return mg.sum(x * t)
+
+
+def weak_loop(x, s):
+    t = s
+    for i in range(3):
+        t = t * 2.0 - 1.0
+    return mg.sum(x * t)
+
+
+def loop_from_weak(x, s):
+    h = s
+    for i in range(3):
+        h = h * 0.5 + mg.sum(x * x)
+    return h
+
+
+def _np_loop_from_weak(x, s):
+    h = s
+    for _ in range(3):
+        h = h * 0.5 + np.sum(x * x)
+    return h
+
+
+@pytest.mark.parametrize("f, oracle", [
+    (weak_on_both_paths, lambda x, s: np.sum(x * (s * 3.0 if np.sum(x) > 0 else s * 2.0))),
+    (weak_loop, lambda x, s: np.sum(x * (((s * 2.0 - 1.0) * 2.0 - 1.0) * 2.0 - 1.0))),
+    (loop_from_weak, _np_loop_from_weak),
+], ids=["if", "loop", "loop from a float"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_source_mode_follows_a_weak_float_through_ifs_and_loops(f, oracle, sign):
+    """A Python number on both paths of an if, or kept one by Python's arithmetic in a
+    loop, stays weak; a loop variable that starts as one takes the loop's dtype, as a
+    number does (eager's dtype from the first iteration on). NumPy is the oracle."""
+    x = sign * np.array([0.5, -1.25, 2.0], dtype=np.float32)
+    want = np.asarray(oracle(x, 0.75))
+    for mode in ("graph", "source") if f is not weak_on_both_paths else ("source",):
+        v, g = mg.value_and_grad(f, mode=mode)(mg.tensor(x), 0.75)
+        assert (v.dtype, g.dtype) == (want.dtype.name, "float32"), mode
+        np.testing.assert_allclose(v.numpy(), want, rtol=1e-6, err_msg=mode)
+
+
+def _segment(a, b):
+    return a * b + mg.sin(a) * b
+
+
+def _checkpointed(x, s):
+    return mg.sum(mg.checkpoint(_segment)(x, s))
+
+
+def test_checkpoint_hands_f_a_weak_float_inside_a_recording():
+    """Eager checkpoint hands f the float itself; inside a recording checkpoint carries it
+    as data and hands it to f weak again, in the forward pass and in the recomputation."""
+    x = np.array([0.5, -1.25], dtype=np.float32)
+    f = _checkpointed
+    want = np.cos(x.astype(np.float64)) * 2.0 + 2.0  # d/dx of x s + sin(x) s at s = 2
+    for mode in ("graph", "source"):
+        v, g = mg.value_and_grad(f, mode=mode)(mg.tensor(x), 2.0)
+        assert (v.dtype, g.dtype) == ("float32", "float32"), mode
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-6, err_msg=mode)
+    assert mg.trace(f)(mg.tensor(x), 2.0).dtype == "float32"
+
+
+def test_weak_arithmetic_is_pythons_in_float64():
+    """s * 3.0, -s, abs(s), s ** 2 stay weak and compute in float64, as Python does; the
+    program shows the cast where the value meets x."""
+    def f(x, s):
+        return x * (abs(-s) ** 2 * 3.0)
+    x = mg.tensor(np.ones(2, dtype=np.float32))
+    s = 1.0 + 2.0 ** -30  # not a float32: the float64 arithmetic shows in the last bits
+    want = np.float32(abs(-s) ** 2 * 3.0)
+    assert mg.trace(f)(x, s).numpy().tolist() == [want, want]
+    assert "astype" in mg.trace(f).source(x, s)
+    assert math.isclose(float(want), 3.0, rel_tol=1e-6)
