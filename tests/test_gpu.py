@@ -262,3 +262,22 @@ def test_a_gpu_tensor_that_requires_a_gradient_is_not_shared_through_dlpack():
     shared += 1.0
     mg.device("cuda:0").synchronize()
     np.testing.assert_array_equal(t.detach().numpy(), np.arange(3.0) + 1)
+
+
+def _scaled(x, s):
+    return mg.sum(x * (s * 3.0))
+
+
+def test_a_python_float_is_weak_on_the_gpu_in_every_compiled_mode():
+    """The cast a weak float gets where it meets x (an astype node or line) runs on CuPy:
+    float32 in, float32 out, as NumPy says for x * 1.5 on the host."""
+    x = np.array([0.5, -1.25, 2.0], dtype=np.float32)
+    want = np.sum(x * (0.5 * 3.0))
+    t = mg.tensor(x, device="cuda:0")
+    results = {"trace": mg.trace(_scaled)(t, 0.5)}
+    for mode in ("graph", "source"):
+        results[mode], g = mg.value_and_grad(_scaled, mode=mode)(t, 0.5)
+        assert (g.dtype, g.device.name) == ("float32", "cuda:0"), mode
+    for mode, v in results.items():
+        assert (v.dtype, v.device.name) == ("float32", "cuda:0"), mode
+        np.testing.assert_allclose(v.numpy(), want, rtol=1e-6, err_msg=mode)

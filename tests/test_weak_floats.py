@@ -252,3 +252,18 @@ def test_weak_arithmetic_is_pythons_in_float64():
     assert mg.trace(f)(x, s).numpy().tolist() == [want, want]
     assert "astype" in mg.trace(f).source(x, s)
     assert math.isclose(float(want), 3.0, rel_tol=1e-6)
+
+
+def test_a_weak_float_meets_x_on_xs_device():
+    """A Python number has no device: eager x * s runs on x's. The float's input lives
+    on the default device, so the recording moves its cast value to x's (cpu:1 here);
+    source mode refused the two devices before it did."""
+    x = np.array([0.5, -1.25, 2.0], dtype=np.float32)
+    t = mg.tensor(x, device="cpu:1")
+    results = {"eager": scale(t, 0.5), "trace": mg.trace(scale)(t, 0.5)}
+    for mode in ("graph", "source"):
+        results[mode], g = mg.value_and_grad(scale, mode=mode)(t, 0.5)
+        assert (g.dtype, g.device.name) == ("float32", "cpu:1"), mode
+    for mode, v in results.items():
+        assert (v.dtype, v.device.name) == ("float32", "cpu:1"), mode
+        assert v.item() == pytest.approx(float(np.sum(x * np.float32(0.5))))

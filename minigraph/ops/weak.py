@@ -115,11 +115,20 @@ def _inner(v: Any) -> Any:
 def cast(args: tuple) -> tuple:
     """``args`` with each weak value replaced by its value in the dtype its Python number
     would take among them (NEP 50, as :func:`promote` says): ``x * s`` reads ``s`` in
-    ``x``'s float32, ``mg.sin(s)`` in float64."""
+    ``x``'s float32, ``mg.sin(s)`` in float64; and on their device, since a number has
+    none (the float's input lives on the default device, x on any)."""
     dtype = promote(*(_AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a for a in args
                       if not isinstance(a, (tuple, list, str, type(None)))))
-    return tuple(C.astype(a.value, dtype, copy=False) if type(a) is Weak else a
-                 for a in args)
+    device = next((a.device for a in args if type(a) is not Weak and  # (a Device: not
+                   hasattr(getattr(a, "device", None), "name")), None)  # NumPy's "cpu")
+    return tuple(_as(a.value, dtype, device) if type(a) is Weak else a for a in args)
+
+
+def _as(value: Any, dtype: str, device: Any) -> Any:
+    value = C.astype(value, dtype, copy=False)
+    if device is not None and device.name != value.device.name:
+        value = C.to_device(value, device)
+    return value
 
 
 def strong(x: Any) -> Any:
