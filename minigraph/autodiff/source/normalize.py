@@ -290,7 +290,7 @@ class _Normaliser:
             f"path of an if and a tensor on the other",
             "a Python float takes the dtype of the tensors it meets, so its variable "
             "would have a different dtype on each path: make it a tensor of the dtype "
-            "you want before the if or loop (s = mg.astype(s, 'float32'))")
+            "you want before the if (s = mg.astype(s, 'float32'))")
 
     # -- for ------------------------------------------------------------------------------------
     def s_For(self, node: ast.For, env: dict) -> None:
