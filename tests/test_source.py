@@ -634,6 +634,10 @@ RUN_TIME_REFUSALS = {  # found while the program is written, before any of it ru
     "y being 1.0 on one path and a tensor of shape (3,) on another": (
         "def f(x):\n    s = x.sum()\n    if s > 0:\n        y = x * 2.0\n    else:\n"
         "        y = 1.0\n    return (y * x).sum()\n", 3),
+    "y being the Python number 0.5 on one path of an if and a float64 tensor of shape () "
+    "on another": (
+        "def f(x):\n    s = x.sum()\n    if s > 0:\n        y = s * 2.0\n    else:\n"
+        "        y = 0.5\n    return (y * x).sum()\n", 3),
     "a conditional expression (a if c else b) on a value of the program": (
         "def f(x):\n    s = x.sum()\n    return s * 2.0 if s > 0 else s\n", 3),
     "and/or on a value of the program": (

@@ -174,6 +174,70 @@ def test_a_weak_float_on_one_path_of_an_if_is_refused_in_source_mode():
         mg.grad(weak_on_one_path, mode="source")(x, 2.0)
 
 
+def number_on_one_path(x, y):
+    if mg.sum(x) > 0:
+        t = 0.1
+    else:
+        t = mg.sum(x)
+    return mg.sum(y * t)
+
+
+def tensor_on_both_paths(x, y):
+    if mg.sum(x) > 0:
+        t = mg.tensor(0.1, dtype="float32")
+    else:
+        t = mg.sum(x)
+    return mg.sum(y * t)
+
+
+def test_a_number_on_one_path_of_an_if_and_a_tensor_on_the_other_is_refused():
+    """In eager mode t is the Python number 0.1 on one path, which keeps its float64
+    value in y * t, and a float32 tensor on the other. The join variable used to be
+    filled as float32 and gave 0.4000000059604645 where eager mode (and NumPy) give 0.4;
+    as float64 it would make x32 * t float64. The error names the fix, which is exact."""
+    x, y = np.array([1.0, 2.0], dtype=np.float32), np.array([1.0, 3.0])
+    assert number_on_one_path(mg.tensor(x), mg.tensor(y)).item() == np.sum(y * 0.1)
+    with pytest.raises(mg.SourceTransformError,
+                       match=r"(?s)t being the Python number 0.1 on one path of an if and a "
+                             r"float32 tensor .*mg.tensor\(0.1, dtype='float32'\)"):
+        mg.grad(number_on_one_path, argnums=1, mode="source")(mg.tensor(x), mg.tensor(y))
+    for sign in (1.0, -1.0):
+        xs = sign * x
+        want = np.sum(y * (np.float32(0.1) if sign > 0 else np.sum(xs)))
+        v, g = mg.value_and_grad(tensor_on_both_paths, argnums=1, mode="source")(
+            mg.tensor(xs), mg.tensor(y))
+        assert v.item() == want and g.dtype == "float64"
+
+
+def weak_or_number(x, s):
+    t = s
+    if mg.sum(x) > 0:
+        t = 0.1
+    return mg.sum(x * t)
+
+
+def weak_or_int(x, s):
+    t = s
+    if mg.sum(x) > 0:
+        t = 2
+    return mg.sum(x * t)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_float_argument_or_a_float_literal_on_the_paths_of_an_if_stays_weak(sign):
+    """Both are Python floats in eager mode: the join is weak, and x32 * t float32 on
+    either path, with the literal's float64 value cast as NumPy casts it. A Python int on
+    one path promotes differently (int32 * 2 is int32, int32 * 2.0 float64): refused."""
+    x = sign * np.array([0.5, -1.25, 2.0], dtype=np.float32)
+    want = np.sum(x * (0.1 if np.sum(x) > 0 else 0.75))
+    v, g = mg.value_and_grad(weak_or_number, mode="source")(mg.tensor(x), 0.75)
+    assert (v.dtype, g.dtype) == ("float32", "float32") and v.item() == want
+    np.testing.assert_array_equal(g.numpy(), np.full(3, np.float32(0.1 if sign > 0 else 0.75)))
+    with pytest.raises(mg.SourceTransformError, match="a Python int on one path of an if"
+                                                      " and a Python float"):
+        mg.grad(weak_or_int, mode="source")(mg.tensor(x), 0.75)
+
+
 def weak_on_both_paths(x, s):
     t = s * 2.0
     if mg.sum(x) > 0:

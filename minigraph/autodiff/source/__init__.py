@@ -67,8 +67,10 @@ Decisions worth knowing (each is visible in the text):
   (``ops/weak.py``): Python's arithmetic on it stays float64 (``t = s * 3.0``), and
   where it meets a float32 tensor a line casts it first (``a = mg.astype(t,
   'float32')``), so ``x * s`` is float32 as ``x`` is. It stays weak through an ``if``
-  that keeps it a number on both paths and through a loop of such arithmetic; a path on
-  which it is a number and another on which it is a tensor is refused.
+  that keeps it a number on both paths (a float literal on the other path included) and
+  through a loop of such arithmetic. A path on which a variable is a Python number (an
+  argument or a literal, ``t = 0.1``) and another on which it is a tensor is refused: in
+  eager mode its dtype, and the digits of 0.1, would depend on the path.
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
   anything that changes as an argument.

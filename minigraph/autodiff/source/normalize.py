@@ -234,20 +234,26 @@ class _Normaliser:
                 not isinstance(a, (Tensor, np.ndarray)) and a == b:
             env[name] = a
             return None
-        if type(a) is Weak and type(b) is Weak and a.dtype == b.dtype:
-            # a Python number on both paths (s or s * 2.0): it stays one, weak
-            j = SrcVar((), a.dtype, a.device, a.value.active or b.value.active, "join", name)
-            for v, blk in zip((a.value, b.value), blocks):
+        if Weak in (type(a), type(b)) and _weak_kind(a) == _weak_kind(b):
+            # a Python number of one kind on both paths (s, s * 2.0, 0.5): it stays one,
+            # weak; a literal is filled exactly (float64 holds every Python float)
+            w = a if type(a) is Weak else b
+            va, vb = (self.as_var(v.value if type(v) is Weak else v, w.value, name, blk)
+                      for v, blk in zip((a, b), blocks))
+            j = SrcVar((), w.dtype, w.device, va.active or vb.active, "join", name)
+            for v, blk in zip((va, vb), blocks):
                 blk.append(Line((j,), Ref((v,)), "join"))
             env[name] = Weak(j)
             return j
         if Weak in (type(a), type(b)):
-            raise self._weak_on_a_path(name)
+            raise self._weak_on_a_path(name, a, b)
         like = a if type(a) is SrcVar else b
         if type(like) is not SrcVar:
             raise self.w.refuse(f"{name} holding different Python values in the two branches "
                                 "of an if decided at run time",
                                 "make it a tensor in both branches")
+        if (_number(a) or _number(b)) and like.shape == ():  # (other shapes: as_var refuses)
+            raise self._number_on_a_path(name, a if _number(a) else b, like)
         va, vb = (self.as_var(v, like, name, blk) for v, blk in zip((a, b), blocks))
         if (va.shape, va.dtype, va.device.name) != (vb.shape, vb.dtype, vb.device.name):
             raise self.w.refuse(
@@ -281,16 +287,37 @@ class _Normaliser:
                             f"{like.shape} on another", "make it a tensor on every path "
                             "(for example mg.zeros(shape, dtype, device))")
 
-    def _weak_on_a_path(self, name: str) -> SourceTransformError:
-        """A Python float argument (or arithmetic on it) that meets a tensor where the
-        paths of an if join: in eager mode it is a Python number on one path and a tensor
-        on the other, whose dtypes can differ (ops/weak.py); one variable has one."""
+    def _weak_on_a_path(self, name: str, a: Any, b: Any) -> SourceTransformError:
+        """A Python float argument (or arithmetic on it) that meets a tensor, or a Python
+        number of another kind, where the paths of an if join: in eager mode the dtypes
+        that follow can differ by path (ops/weak.py); one variable has one."""
+        if _number(b if type(a) is Weak else a):
+            ka, kb = (_NUMBER_NAMES.get(_weak_kind(v), "value") for v in (a, b))
+            return self.w.refuse(
+                f"{name} holding a Python {ka} on one path of an if and a Python {kb} on "
+                "the other",
+                "Python's kinds of number promote differently (x32 * 2 and x32 * 2.0 "
+                "agree, xi32 * 2 and xi32 * 2.0 do not): write the number as the other's "
+                "kind (2.0)")
         return self.w.refuse(
             f"{name} holding a Python float argument (or Python arithmetic on it) on one "
             f"path of an if and a tensor on the other",
             "a Python float takes the dtype of the tensors it meets, so its variable "
             "would have a different dtype on each path: make it a tensor of the dtype "
             "you want before the if (s = mg.astype(s, 'float32'))")
+
+    def _number_on_a_path(self, name: str, number: Any, like: SrcVar) -> SourceTransformError:
+        """A Python number on one path of an if and a tensor on the other. In eager mode
+        the number is weak (it takes the dtype of what it meets: x32 * 0.1 is float32) and
+        keeps its float64 value, while the tensor keeps its dtype: one variable of one
+        dtype cannot be both (filled as float32, 0.1 would lose digits; as float64, x32 * t
+        would become float64)."""
+        return self.w.refuse(
+            f"{name} being the Python number {number!r} on one path of an if and a "
+            f"{like.dtype} tensor of shape {like.shape} on another",
+            f"a Python number takes the dtype of the tensors it meets, so {name}'s dtype "
+            "would depend on the path: make it a tensor on every path, "
+            f"e.g. mg.tensor({number!r}, dtype={like.dtype!r})")
 
     # -- for ------------------------------------------------------------------------------------
     def s_For(self, node: ast.For, env: dict) -> None:
@@ -628,6 +655,16 @@ def _spec(v: Any) -> _Spec | None:
 
 def _number(v: Any) -> bool:
     return type(v) in (int, float, bool)
+
+
+_NUMBER_NAMES: dict[str | None, str] = {"bool": "bool", "int64": "int", "float64": "float"}
+
+
+def _weak_kind(v: Any) -> str | None:
+    """The dtype a weak value or a Python number is read in (ops/weak.py), else None."""
+    if type(v) is Weak:
+        return str(v.dtype)
+    return {bool: "bool", int: "int64", float: "float64"}.get(type(v))
 
 
 def _user_function(fn: Any) -> types.FunctionType | None:
