@@ -145,6 +145,16 @@ class Device:
             moved = to_device(array, self.native)
             return self.xp.asarray(moved, copy=True) if moved is array else moved
 
+    def copy_sent(self, array: Any, source: "Device") -> Any:
+        """What a Send from ``source`` hands this device's Recv: :meth:`copy_from`, and
+        between virtual CPU devices :func:`copy_keeping_layout`, a copy that kernels walk
+        as they walk the original, so that a partitioned run gives the serial run's bits.
+        (Only a Send's: the copy may be a read-only broadcast, which a copy that someone
+        writes into, a clone or an optimiser's buffer, must not be.)"""
+        if self.native is None and source.xp is self.xp and type(array) is np.ndarray:
+            return copy_keeping_layout(array)
+        return self.copy_from(array, source)
+
     def _check_remote_use(self) -> None:
         """An array on another rank's device is only a value a graph holds (a constant
         built inside ``with mg.Graph():``); an eager tensor there would compute here while
@@ -218,6 +228,28 @@ class Device:
 
 _registry: dict[str, Device] = {}
 _virtual_cpus = int(os.environ.get("MINIGRAPH_VIRTUAL_CPUS", "3"))
+
+
+def copy_keeping_layout(array: np.ndarray) -> np.ndarray:
+    """A copy of a NumPy array that NumPy's kernels walk as they walk the original.
+
+    A kernel's bits can depend on its inputs' layout: ``sum`` adds in memory order, and
+    an elementwise op lays its result out after its inputs' strides, in which a broadcast
+    input (stride 0) has no say. ``np.array(x, copy=True)`` keeps the order of the axes
+    but fills a broadcast view in (``mg.add_n`` of a broadcast and a transposed value then
+    came out C-ordered instead of Fortran-ordered) and turns a reversed axis forward. So
+    a Send between virtual CPU devices copies only the distinct elements (one along a
+    broadcast axis, a reversed axis read forward) and puts the same view back on the copy:
+    a partitioned run then gives the serial run's bits (``minigraph.fuzz``'s dags).
+    """
+    strides = [s if n > 1 else 1 for s, n in zip(array.strides, array.shape)]  # (an axis
+    if array.size == 0 or all(s > 0 for s in strides):  # of length 1 is walked alike)
+        return np.array(array, copy=True)  # (order "K": the axes keep their order)
+    index = tuple(slice(0, 1) if s == 0 else slice(None, None, -1) if s < 0 else slice(None)
+                  for s in strides)
+    copy = np.array(array[index], copy=True)[tuple(  # (a reversed axis reversed again)
+        slice(None, None, -1) if s < 0 else slice(None) for s in strides)]
+    return np.broadcast_to(copy, array.shape) if 0 in strides else copy
 
 
 class _Scope(threading.local):

@@ -443,6 +443,89 @@ def test_any_workers_partition_and_recycling_give_the_serial_bits(dag):
                             np.testing.assert_array_equal(o, r)
 
 
+def test_a_transfer_keeps_the_layout_the_kernels_see():
+    """Found by ``python -m minigraph.fuzz --seed 9907`` (dags), shrunk: the gradient's
+    AddN on cpu:2 adds a broadcast (stride 0) and a transposed value. In the serial run it
+    comes out Fortran-ordered, after the transposed one; the Recv used to fill the
+    broadcast in, the two inputs then voted C order, and the sum that reads it added in
+    another order: a gradient 5.6e-17 off the serial run's bits."""
+    def build(placed):
+        def on(device):
+            return mg.device(device if placed else "cpu")
+        with mg.Graph() as g:
+            with on("cpu"):
+                p0, p1 = mg.placeholder(shape=(4, 4)), mg.placeholder(shape=(4, 4))
+                n0 = mg.exp(mg.tanh(p1))
+            with on("cpu:2"):
+                n1 = mg.sum(n0) * 0.01 + n0
+            with on("cpu"):  # (the gradients too, as the fuzz case placed them)
+                n3 = mg.transpose(mg.sum(n1) * 0.01 + n1)
+                n5 = mg.tanh(mg.add_n([n3, p0, n3]))
+                fetches = [n5] + list(mg.gradients(mg.sum(n5), [p0, p1]))
+        return g, [p0, p1], fetches
+    rng = np.random.RandomState(10)  # (these values differ in the last bit; many do not)
+    feeds = [rng.randn(4, 4) * 0.5 for _ in range(2)]
+    g, ps, fetches = build(False)
+    want = mg.Session(g, workers=1, recycle=False).run(fetches, dict(zip(ps, feeds)))
+    g, ps, fetches = build(True)
+    for workers in (1, 2):
+        got = mg.Session(g, workers=workers).run(fetches, dict(zip(ps, feeds)))
+        for a, b in zip(got, want):
+            assert a.tobytes() == b.tobytes()
+
+
+@st.composite
+def views(draw):
+    """A NumPy array and a view of it as kernels meet them: transposed, broadcast,
+    reversed or strided along some axes."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    a = np.random.RandomState(draw(st.integers(0, 2**16))).randn(*shape)
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["transpose", "broadcast", "reverse", "step"]))
+        axis = draw(st.integers(0, a.ndim - 1))
+        if kind == "transpose":
+            a = a.transpose(draw(st.permutations(range(a.ndim))))
+        elif kind == "broadcast":
+            a = np.broadcast_to(a[(slice(None),) * axis + (slice(0, 1),)],
+                                a.shape[:axis] + (draw(st.integers(2, 4)),) + a.shape[axis + 1:])
+        else:
+            a = a[(slice(None),) * axis + (slice(None, None, -1 if kind == "reverse" else 2),)]
+    return a
+
+
+@SETTINGS
+@given(views())
+def test_a_copy_between_cpus_gives_every_kernel_the_originals_bits(view):
+    """NumPy on the view itself is the oracle: a sum over all axes and over each, and the
+    layout of an elementwise result next to a C- and a Fortran-ordered partner."""
+    from minigraph.device import copy_keeping_layout
+
+    copy = copy_keeping_layout(view)
+    assert copy.shape == view.shape and not np.shares_memory(copy, view)
+    assert copy.tobytes() == view.tobytes()  # (tobytes: the values, in C order)
+    for axis in (None, *range(view.ndim)):
+        assert np.add.reduce(copy, axis).tobytes() == np.add.reduce(view, axis).tobytes()
+    for partner in (np.ones(view.shape), np.asfortranarray(np.ones(view.shape))):
+        assert (copy + partner).strides == (view + partner).strides
+        assert np.add.reduce(copy + partner, None) == np.add.reduce(view + partner, None)
+
+
+def test_a_fetched_broadcast_is_the_callers_to_write_into():
+    """A broadcast's elements share memory, so NumPy makes it read-only; what a run hands
+    over is the caller's, in a serial run and after a Send alike. An eager copy to another
+    device is a tensor to write into too (only a Send keeps the broadcast)."""
+    with mg.Graph() as g:
+        p = mg.placeholder(shape=(1, 3))
+        b = mg.broadcast_to(p * 2.0, (4, 3))
+        with mg.device("cpu:1"):
+            c = mg.identity(b)
+    eager = mg.broadcast_to(mg.tensor([[2.0, 2.0, 2.0]]), (4, 3)).to("cpu:1")
+    for v in mg.Session(g).run([b, c], {p: np.ones((1, 3))}) + [eager]:
+        v[0, 0] = 5.0
+        np.testing.assert_array_equal(np.asarray(v.numpy() if isinstance(v, mg.Tensor) else v),
+                                      [[5.0, 2.0, 2.0]] + [[2.0] * 3] * 3)
+
+
 # -- 5. atomicity: all or nothing, no thread left behind --------------------------------------
 
 def _trained(n):

@@ -344,7 +344,7 @@ class Run:
             empty = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
             self.rendezvous.send(node.key, empty)
         else:
-            copy = dst.copy_from(value, node.device)  # a real copy
+            copy = dst.copy_sent(value, node.device)  # a real copy
             link = (node.send_device, node.recv_device)
             with self.lock:
                 self.moved[link] = self.moved.get(link, 0) + int(getattr(copy, "nbytes", 0))

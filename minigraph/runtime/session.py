@@ -398,14 +398,16 @@ def _handed_over(fetches: list[Node], values: dict[int, Any], kept: list[Any]) -
     ``kept`` are the arrays the library keeps or the caller still holds (feeds, constants,
     variables): a fetched value whose memory is one of them is copied, and so is a value
     whose memory an earlier fetch of this run already handed over (``run([y, y])``, or a
-    view and its base). Anything else the run made and nobody else holds: no copy.
+    view and its base), and a read-only one (a broadcast, whose elements share memory: the
+    caller can write into what a run hands over). Anything else the run made and nobody
+    else holds: no copy.
     """
     owned = {id(root(a)) for a in kept}
     results = []
     for n in fetches:
         value = _to_numpy(n, values[id(n)])
         if isinstance(value, np.ndarray):  # (a 0-d result is a NumPy scalar, a copy)
-            if id(root(value)) in owned:
+            if id(root(value)) in owned or not value.flags.writeable:
                 value = value.copy()
             owned.add(id(root(value)))
         results.append(value)
