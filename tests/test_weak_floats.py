@@ -284,6 +284,55 @@ def test_source_mode_follows_a_weak_float_through_ifs_and_loops(f, oracle, sign)
         np.testing.assert_allclose(v.numpy(), want, rtol=1e-6, err_msg=mode)
 
 
+def number_then_wider_tensor(x, y):
+    h = 0.1
+    acc = mg.sum(y) * 0.0
+    for i in range(2):
+        acc = acc + mg.sum(x * h)
+        h = mg.sum(y)
+    return acc
+
+
+def nested_sum_from_zero(x):
+    acc = 0.0
+    for i in range(2):
+        for j in range(3):
+            acc = acc + x[i, j] * x[i, j]
+    return acc
+
+
+def signed_sum_from_int_zero(x):
+    acc = 0
+    for i in range(3):
+        if x[i] > 0:
+            acc = acc + x[i]
+        else:
+            acc = acc - x[i]
+    return acc
+
+
+def test_a_loop_variable_that_starts_as_a_number_is_read_as_eager_modes_first_iteration():
+    """In eager mode the first iteration reads the number, weak: x32 * 0.1 is float32,
+    while the program's h is float64 (the loop makes it mg.sum(y)) and gave 3.4 where
+    eager mode gives 3.4000000059604645: refused. Where every operation on it computes in
+    the loop's dtype both ways (acc = 0.0, then acc + x[i]; nested, or through an if),
+    the program is eager mode's: NumPy is the oracle."""
+    x, y = np.array([1.0, 3.0], dtype=np.float32), np.array([0.5, 0.25])
+    assert number_then_wider_tensor(mg.tensor(x), mg.tensor(y)).item() == \
+        np.sum(x * 0.1) + np.sum(x * np.sum(y))
+    with pytest.raises(mg.SourceTransformError, match=r"(?s)h starting as the Python number "
+                       r"0.1 before a loop .*mul computes in float32 with the number and in "
+                       r"float64 with the tensor.*h = mg.tensor\(0.1, dtype='float64'\)"):
+        mg.grad(number_then_wider_tensor, argnums=1, mode="source")(mg.tensor(x), mg.tensor(y))
+    a = np.array([[0.5, -1.25, 2.0], [1.5, 0.25, -3.0]], dtype=np.float32)
+    for f, x, want, grad in [
+            (nested_sum_from_zero, a, np.sum(a * a), 2 * a),
+            (signed_sum_from_int_zero, a[0], np.sum(np.abs(a[0])), np.sign(a[0]))]:
+        v, g = mg.value_and_grad(f, mode="source")(mg.tensor(x))
+        assert v.dtype == g.dtype == "float32" and v.item() == want, f.__name__
+        np.testing.assert_array_equal(g.numpy(), grad)
+
+
 def _segment(a, b):
     return a * b + mg.sin(a) * b
 

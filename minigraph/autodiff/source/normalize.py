@@ -30,10 +30,11 @@ from ...device import Device
 from ...errors import MinigraphError
 from ...ops import copy as C
 from ...ops.primitive import KINDS
+from ...ops.shape_rules import promote
 from ...ops.weak import Weak
 from ...tensor import Tensor
 from .. import tape
-from .program import Fill, For, If, Line, Ref, _Writer
+from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
 from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
 from .values import Cond, Index, SrcVar, _constant, _dynamic
 
@@ -356,6 +357,9 @@ class _Normaliser:
             if settled == specs:
                 break
             specs = settled
+        for n, lv in lvs.items():
+            if _number(env.get(n)) and n not in weak:
+                self.first_iteration(n, env[n], lv, body)
         self.emit_loop(index, rng, body, lvs, ends, env)
         for n in carried:
             if n in lvs:
@@ -406,6 +410,40 @@ class _Normaliser:
                             f"(or Python arithmetic on one) in the loop",
                             "make it a tensor of the dtype you want before the loop "
                             "(t = mg.astype(s, 'float32'))")
+
+    def first_iteration(self, name: str, number: Any, lv: SrcVar, body: list) -> None:
+        """A loop variable that starts as a Python number (``acc = 0.0``) and becomes a
+        tensor: in eager mode the first iteration reads the number, weak; the program reads
+        ``lv``, filled with it in the loop's dtype. The two agree where every operation on
+        ``lv`` (or on an alias of it: a join, an inner loop's start) computes in that dtype
+        both ways, ``acc + x[i]``: the weak number is then cast to it, as the fill is.
+        ``x32 * h`` with ``h`` float64 from the second iteration on is float32 in eager
+        mode's first one, which one program cannot follow: refused."""
+        tracked = {id(lv)}
+        for stmt in _walk(body):
+            e = getattr(stmt, "expr", None)
+            if isinstance(e, Ref):
+                tracked.update(id(t) for t, v in zip(stmt.targets, e.values) if id(v) in tracked)
+                continue
+            read = [v for v in _uses(stmt) if id(v) in tracked]
+            if not read:
+                continue
+            if isinstance(e, Op) and all(any(a is v for a in e.args) for v in read):
+                strong = promote(*(a for a in e.args if _has_dtype(a)))
+                weak = promote(*(number if id(a) in tracked else a for a in e.args
+                                 if _has_dtype(a)))
+                if strong == weak == lv.dtype:
+                    continue
+                why = (f"{e.prim.name} computes in {weak} with the number and in {strong} "
+                       "with the tensor")
+            else:
+                why = "it is read where the program cannot follow both"
+            raise self.w.refuse(
+                f"{name} starting as the Python number {number!r} before a loop that makes "
+                f"it a {lv.dtype} tensor ({why})",
+                f"in eager mode the first iteration reads the number, which takes the dtype "
+                f"of what it meets: start with a tensor, {name} = mg.tensor({number!r}, "
+                f"dtype={lv.dtype!r})")
 
     def emit_loop(self, index: Index, rng: range, body: list, lvs: dict, ends: dict,
                   env: dict) -> None:
@@ -655,6 +693,11 @@ def _spec(v: Any) -> _Spec | None:
 
 def _number(v: Any) -> bool:
     return type(v) in (int, float, bool)
+
+
+def _has_dtype(a: Any) -> bool:
+    """An argument that takes part in promotion: a variable or a number (not a shape)."""
+    return type(a) is SrcVar or _number(a) or isinstance(a, Tensor)
 
 
 _NUMBER_NAMES: dict[str | None, str] = {"bool": "bool", "int64": "int", "float64": "float"}
