@@ -676,6 +676,9 @@ SUPPORTED = {  # source of f(x, n) -> its gradient by x at x = (1, 2, 3), n = 2;
     "a Python number that every iteration sets alike": (
         "def f(x, n):\n    c = 2.0\n    y = x * 1.0\n    for i in range(3):\n"
         "        y = y * c\n        c = 2.0\n    return (y * x).sum()\n", lambda x: 16 * x),
+    "a loop whose variable nothing differentiated reads (no reverse loop)": (
+        "def f(x, n):\n    h = x\n    for i in range(3):\n        h = h + x * x[i]\n"
+        "    return (x * x).sum()\n", lambda x: 2 * x),
     "unary minus and plus, an element of a constant tensor": (
         "def f(x, n):\n    w = mg.tensor([1.0, 2.0, 3.0])\n"
         "    return (-x * x).sum() + (+x * w[n]).sum()\n", lambda x: -2 * x + 3.0),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import minigraph as mg
@@ -311,19 +311,41 @@ def signed_sum_from_int_zero(x):
     return acc
 
 
+def number_until_the_second_iteration(x, y):
+    a = 0.1
+    b = 0.1
+    acc = mg.sum(y) * 0.0
+    for i in range(3):
+        acc = acc + mg.sum(x * a)
+        a = b
+        b = mg.sum(y)
+    return acc
+
+
 def test_a_loop_variable_that_starts_as_a_number_is_read_as_eager_modes_first_iteration():
     """In eager mode the first iteration reads the number, weak: x32 * 0.1 is float32,
-    while the program's h is float64 (the loop makes it mg.sum(y)) and gave 3.4 where
-    eager mode gives 3.4000000059604645: refused. Where every operation on it computes in
-    the loop's dtype both ways (acc = 0.0, then acc + x[i]; nested, or through an if),
-    the program is eager mode's: NumPy is the oracle."""
+    while h is float64 from the second iteration on (mg.sum(y)). The program read h as a
+    float64 0.1 in every iteration and gave 3.4 where eager mode and NumPy give
+    3.4000000059604645. Such a first iteration is now written on its own, as straight
+    code; where every operation on the number computes in the loop's dtype both ways
+    (acc = 0.0, then acc + x[i]; nested, or through an if) the loop is written once.
+    NumPy is the oracle of the values, the closed forms of the gradients."""
     x, y = np.array([1.0, 3.0], dtype=np.float32), np.array([0.5, 0.25])
-    assert number_then_wider_tensor(mg.tensor(x), mg.tensor(y)).item() == \
-        np.sum(x * 0.1) + np.sum(x * np.sum(y))
-    with pytest.raises(mg.SourceTransformError, match=r"(?s)h starting as the Python number "
-                       r"0.1 before a loop .*mul computes in float32 with the number and in "
-                       r"float64 with the tensor.*h = mg.tensor\(0.1, dtype='float64'\)"):
-        mg.grad(number_then_wider_tensor, argnums=1, mode="source")(mg.tensor(x), mg.tensor(y))
+    want = np.sum(x * 0.1) + np.sum(x * np.sum(y))
+    v, g = mg.value_and_grad(number_then_wider_tensor, argnums=1, mode="source")(
+        mg.tensor(x), mg.tensor(y))
+    assert v.dtype == "float64" and v.item() == want == 3.4000000059604645
+    np.testing.assert_array_equal(g.numpy(), np.full(2, np.sum(x, dtype=np.float64)))
+    gf = mg.source_grad(number_then_wider_tensor, argnums=1)
+    gf(mg.tensor(x), mg.tensor(y))
+    (text,) = [p.source for p in gf.programs.values()]
+    assert "x * 0.1" in text and "for i in range(1, 2):" in text
+    with pytest.raises(mg.SourceTransformError, match=r"(?s)a starting as the Python number "
+                       r"0.1 before a loop .*only in its second iteration \(mul computes "
+                       r"in float32 with the number and in float64 with the tensor\)"
+                       r".*a = mg.astype\(a, 'float64'\)"):
+        mg.grad(number_until_the_second_iteration, argnums=1, mode="source")(
+            mg.tensor(x), mg.tensor(y))
     a = np.array([[0.5, -1.25, 2.0], [1.5, 0.25, -3.0]], dtype=np.float32)
     for f, x, want, grad in [
             (nested_sum_from_zero, a, np.sum(a * a), 2 * a),
@@ -331,6 +353,9 @@ def test_a_loop_variable_that_starts_as_a_number_is_read_as_eager_modes_first_it
         v, g = mg.value_and_grad(f, mode="source")(mg.tensor(x))
         assert v.dtype == g.dtype == "float32" and v.item() == want, f.__name__
         np.testing.assert_array_equal(g.numpy(), grad)
+        gf = mg.source_grad(f)
+        gf(mg.tensor(x))
+        assert "for i in range(" in [p.source for p in gf.programs.values()][0]
 
 
 def _segment(a, b):
@@ -380,3 +405,83 @@ def test_a_weak_float_meets_x_on_xs_device():
     for mode, v in results.items():
         assert (v.dtype, v.device.name) == ("float32", "cpu:1"), mode
         assert v.item() == pytest.approx(float(np.sum(x * np.float32(0.5))))
+
+
+# -- random programs with run-time ifs and loops -----------------------------------------
+# f(x, y, s): x float32 and y float64, both of shape (3,), s a Python float. Its values
+# are tensors of both dtypes and shapes (3,) and (), Python floats and ints, on the paths
+# of an if on a run-time value and in loops that start from a number: the class of the
+# two bugs above. NumPy runs the same text (mg -> NumPy) and is the oracle of the dtype
+# and of the bits; source mode must agree or refuse.
+
+CONTROL_LEAVES = ["x", "y", "s", "0.1", "0.5", "2", "mg.sum(x)", "mg.sum(y)"]
+
+
+@st.composite
+def control_programs(draw):
+    names = list(CONTROL_LEAVES)
+
+    def expr():
+        a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names))
+        return draw(st.sampled_from(["{} + {}", "{} - {}", "{} * {}", "mg.tanh({})"])
+                    ).format(a, b)
+
+    lines = []
+    for k in range(draw(st.integers(1, 4))):
+        v = f"v{k}"
+        kind = draw(st.sampled_from(["assign", "if", "loop"]))
+        if kind == "assign":
+            lines.append(f"{v} = {expr()}")
+        elif kind == "if":
+            cond = draw(st.sampled_from(["mg.sum(x)", "mg.sum(y)"] +
+                                        [n for n in names if n.startswith("v")]))
+            lines += [f"if mg.sum({cond}) > {draw(st.sampled_from(['0.0', '1.5']))}:",
+                      f"    {v} = {expr()}", "else:", f"    {v} = {expr()}"]
+        else:
+            element = draw(st.sampled_from(["x[i]", "y[i]", "x[i] * y[i]"]))
+            lines += [f"{v} = {draw(st.sampled_from(names))}", "for i in range(3):",
+                      f"    {v} = {v} {draw(st.sampled_from(['+', '*']))} "
+                      f"{draw(st.sampled_from(names))} * {element}"]
+        names.append(v)
+    return "\n".join(lines + [f"return mg.sum({names[-1]})"])
+
+
+def _control_module(body):
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "control_program.py"
+    path.write_text("import minigraph as mg\n\n\ndef f(x, y, s):\n" +
+                    "".join(f"    {line}\n" for line in body.splitlines()))
+    spec = importlib.util.spec_from_file_location(f"control_{abs(hash(body))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, folder
+
+
+@settings(max_examples=150, deadline=None)
+@given(control_programs(), st.lists(st.floats(-1.5, 1.5), min_size=6, max_size=6),
+       st.sampled_from([0.1, -0.75, 1.25]))
+# The first two programs it found: a loop nobody reads crashed the reverse sweep (its
+# variable's adjoint had no name), and the first iteration of a loop from s computes
+# s * s in Python, then in float32 with x[0], where the program computed in float64.
+@example(body="v0 = x\nfor i in range(3):\n    v0 = v0 + x * x[i]\nv1 = x + x\n"
+              "return mg.sum(v1)", values=[0.0] * 6, s=0.1)
+@example(body="v0 = s\nfor i in range(3):\n    v0 = v0 * s * x[i] * y[i]\n"
+              "return mg.sum(v0)", values=[1.0] * 6, s=0.1)
+def test_source_mode_gives_numpys_dtype_and_bits_through_ifs_and_loops_or_refuses(
+        body, values, s):
+    x, y = np.array(values[:3], dtype=np.float32), np.array(values[3:])
+    module, folder = _control_module(body)
+    try:
+        module.mg = NP
+        with np.errstate(all="ignore"):
+            want = np.asarray(module.f(x, y, s))
+        module.mg = mg
+        try:
+            v, g = mg.value_and_grad(module.f, mode="source")(mg.tensor(x), mg.tensor(y), s)
+        except mg.SourceTransformError:
+            return  # (a refusal names what it cannot follow; the tests above check some)
+    finally:
+        shutil.rmtree(folder)
+        sys.modules.pop(module.__name__, None)
+    assert (v.dtype, g.dtype) == (want.dtype.name, "float32"), body
+    assert v.numpy().tobytes() == want.tobytes(), f"{body}\n{v.item()!r} != {want!r}"

@@ -32,7 +32,7 @@ from .shape_rules import promote
 
 _NUMBERS = (bool, int, float)
 # The Python number a weak value stands for, by its dtype, for promote
-_AS_NUMBER = {"float64": 1.0, "int64": 1, "bool": True}
+AS_NUMBER = {"float64": 1.0, "int64": 1, "bool": True}
 
 
 class Weak:
@@ -117,7 +117,7 @@ def cast(args: tuple) -> tuple:
     would take among them (NEP 50, as :func:`promote` says): ``x * s`` reads ``s`` in
     ``x``'s float32, ``mg.sin(s)`` in float64; and on their device, since a number has
     none (the float's input lives on the default device, x on any)."""
-    dtype = promote(*(_AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a for a in args
+    dtype = promote(*(AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a for a in args
                       if not isinstance(a, (tuple, list, str, type(None)))))
     device = next((a.device for a in args if type(a) is not Weak and  # (a Device: not
                    hasattr(getattr(a, "device", None), "name")), None)  # NumPy's "cpu")

@@ -71,10 +71,11 @@ Decisions worth knowing (each is visible in the text):
   through a loop of such arithmetic. A path on which a variable is a Python number (an
   argument or a literal, ``t = 0.1``) and another on which it is a tensor is refused: in
   eager mode its dtype, and the digits of 0.1, would depend on the path. A loop variable
-  that starts as a number (``acc = 0.0``) is filled in the loop's dtype, which is what
-  eager mode's first iteration computes where every operation on it is in that dtype
-  (``acc + x[i]``); elsewhere (``x32 * h``, h float64 from the second iteration on) the
-  loop is refused.
+  that starts as a number (``acc = 0.0``, or a float argument) is filled in the loop's
+  dtype, which is what eager mode's first iteration computes where every operation on it
+  is in that dtype (``acc + x[i]``). Elsewhere (``x32 * h``, h float64 from the second
+  iteration on; ``h * 0.3``, Python's float64 arithmetic in the first) the first
+  iteration is written on its own, as straight code, and the loop runs from the second.
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
   anything that changes as an argument.

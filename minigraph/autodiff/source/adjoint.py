@@ -136,11 +136,6 @@ class _Reverse:
         total = self.total(shares.pop(id(v), []))
         return None if total is None else self.named(v, total)
 
-    def carried(self, lv: SrcVar, shares: dict) -> SrcVar:
-        """``gh``: the adjoint of loop variable h, carried backwards through the loop."""
-        g = self.complete(lv, shares)
-        return g if g is not None else self.zeros(lv)
-
     def assign(self, var: SrcVar, parts: list) -> None:
         """``var = sum of parts`` (or zeros when there is none)."""
         total = self.total(parts)
@@ -200,9 +195,14 @@ class _Reverse:
 
         The loop variables' adjoints (``gh``) are carried backwards: the adjoint of h at
         the end of an iteration is given to the value h was assigned from, and the
-        adjoint h's start value collects becomes ``gh`` for the iteration before.
+        adjoint h's start value collects becomes ``gh`` for the iteration before. A loop
+        none of whose variables has an adjoint after it (nothing differentiated reads
+        them) has no reverse loop: the values it would carry back are zeros.
         """
-        la = {id(lv): (lv, self.carried(lv, shares)) for lv, _ in fwd.carry if lv.active}
+        after = {id(lv): (lv, self.complete(lv, shares)) for lv, _ in fwd.carry if lv.active}
+        if all(g is None for _, g in after.values()):
+            return  # nothing read after the loop has an adjoint: none flows into it
+        la = {k: (lv, g if g is not None else self.zeros(lv)) for k, (lv, g) in after.items()}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
         body: list = []  # the reverse loop's statements

@@ -31,7 +31,7 @@ from ...errors import MinigraphError
 from ...ops import copy as C
 from ...ops.primitive import KINDS
 from ...ops.shape_rules import promote
-from ...ops.weak import Weak
+from ...ops.weak import AS_NUMBER, Weak
 from ...tensor import Tensor
 from .. import tape
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
@@ -322,7 +322,13 @@ class _Normaliser:
 
     # -- for ------------------------------------------------------------------------------------
     def s_For(self, node: ast.For, env: dict) -> None:
-        """``for i in range(n)``: the body is written once; loop variables carry values."""
+        """``for i in range(n)``: the body is written once; loop variables carry values.
+
+        A loop variable that starts as a Python number and becomes a tensor is read as
+        the number, weak, in eager mode's first iteration only; where that iteration
+        would compute otherwise than the loop's body (:meth:`first_iteration`), it is
+        written on its own, as straight code with ``i`` its first value, and the loop
+        covers the others."""
         rng = self.expr(node.iter, env)
         if not isinstance(rng, range):
             over = "a tensor's rows" if isinstance(rng, SrcVar) else f"a {type(rng).__name__}"
@@ -335,10 +341,39 @@ class _Normaliser:
             raise self.w.refuse(f"a nested loop reusing the index name {name}")
         if len(rng) == 0:
             return None
-        index = Index(name, (rng[0], rng[-1]))
         loads_in = _loads(node.body)
         carried = [n for n in _assigned(node.body)
                    if n != name and (n in env or self.src.loads[n] > loads_in[n])]
+        index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+        differs = self.first_iteration(lvs, weak, body, env)
+        if differs is not None:
+            env[name] = rng[0]  # the first iteration, as Python runs it
+            if self.block(node.body, env) is not None:  # (reading refused return in a loop)
+                raise MinigraphError("source_grad: internal error: return in a loop")
+            if len(rng) == 1:
+                return None
+            rng = rng[1:]
+            index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+            again = self.first_iteration(lvs, weak, body, env)
+            if again is not None:  # (a variable that becomes a tensor only in the second)
+                raise again
+        self.emit_loop(index, rng, body, lvs, ends, env)
+        for n in carried:
+            if n in lvs:
+                env[n] = Weak(lvs[n]) if n in weak else lvs[n]
+            elif not _dynamic(ends[n]) and ends[n] is not _MISSING:
+                env[n] = ends[n]
+        for n in _assigned(node.body):
+            if n not in carried and n != name:
+                env.pop(n, None)
+        env[name] = rng[-1]  # after the loop the index is its last value, a known int
+        return None
+
+    def loop_body(self, node: ast.For, name: str, rng: range, carried: list, env: dict
+                  ) -> tuple[Index, list, dict, dict, set]:
+        """The loop's index, its body written once, its loop variables, what each carried
+        name holds at the end of the body, and the names of the weak loop variables."""
+        index = Index(name, (rng[0], rng[-1]))
         # What each loop variable is (shape, dtype, device, active) comes from its value
         # before the loop and at the end of the body, so writing the body may change it
         # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
@@ -355,22 +390,8 @@ class _Normaliser:
             settled = {n: self.settle(n, env.get(n, _MISSING), ends[n], specs[n])
                        for n in carried}
             if settled == specs:
-                break
+                return index, body, lvs, ends, weak
             specs = settled
-        for n, lv in lvs.items():
-            if _number(env.get(n)) and n not in weak:
-                self.first_iteration(n, env[n], lv, body)
-        self.emit_loop(index, rng, body, lvs, ends, env)
-        for n in carried:
-            if n in lvs:
-                env[n] = Weak(lvs[n]) if n in weak else lvs[n]
-            elif not _dynamic(ends[n]) and ends[n] is not _MISSING:
-                env[n] = ends[n]
-        for n in _assigned(node.body):
-            if n not in carried and n != name:
-                env.pop(n, None)
-        env[name] = rng[-1]  # after the loop the index is its last value, a known int
-        return None
 
     def settle(self, name: str, init: Any, end: Any, spec: _Spec | None) -> _Spec | None:
         """What loop variable ``name`` must be, after a round that ended with ``end``: None
@@ -411,39 +432,77 @@ class _Normaliser:
                             "make it a tensor of the dtype you want before the loop "
                             "(t = mg.astype(s, 'float32'))")
 
-    def first_iteration(self, name: str, number: Any, lv: SrcVar, body: list) -> None:
-        """A loop variable that starts as a Python number (``acc = 0.0``) and becomes a
-        tensor: in eager mode the first iteration reads the number, weak; the program reads
-        ``lv``, filled with it in the loop's dtype. The two agree where every operation on
-        ``lv`` (or on an alias of it: a join, an inner loop's start) computes in that dtype
-        both ways, ``acc + x[i]``: the weak number is then cast to it, as the fill is.
-        ``x32 * h`` with ``h`` float64 from the second iteration on is float32 in eager
-        mode's first one, which one program cannot follow: refused."""
-        tracked = {id(lv)}
+    def first_iteration(self, lvs: dict, weak: set, body: list, env: dict
+                        ) -> SourceTransformError | None:
+        """Why the loop's body would not compute eager mode's first iteration, if it
+        would not. A loop variable that starts as a Python number (``acc = 0.0``, or a
+        float argument) and becomes a tensor is read in the first iteration as the
+        number, weak; the body reads ``lv``, filled with it in the loop's dtype. The two
+        agree where every operation on ``lv`` (or on an alias of it: a join, an inner
+        loop's start) computes in that dtype both ways, ``acc + x[i]``: the weak number is
+        then cast to it, as the fill is. ``x32 * h`` with ``h`` float64 from the second
+        iteration on is float32 in eager mode's first one; ``h * 0.3`` is float64 there,
+        a Python float's arithmetic."""
+        for name, lv in lvs.items():
+            number = env.get(name)
+            if name in weak or not (_number(number) or type(number) is Weak):
+                continue
+            if type(number) is Weak:  # (a float argument: a Python float stands for it)
+                number, what = AS_NUMBER.get(str(number.dtype), 1.0), "a Python float argument"
+            else:
+                what = f"the Python number {number!r}"
+            weak_before = {id(v.value): AS_NUMBER.get(str(v.dtype), 1.0)
+                           for v in env.values() if type(v) is Weak}
+            weak_before.update({id(lvs[n]): 1.0 for n in weak})
+            why = self.read_otherwise(lv, number, body, weak_before)
+            if why is not None:
+                return self.w.refuse(
+                    f"{name} starting as {what} before a loop that makes it a {lv.dtype} "
+                    f"tensor, and becoming one only in its second iteration ({why})",
+                    "in eager mode an iteration reads the number, which takes the dtype of "
+                    "what it meets: start with a tensor of the loop's dtype, e.g. "
+                    f"{name} = mg.astype({name}, {lv.dtype!r}) before the loop")
+        return None
+
+    @staticmethod
+    def read_otherwise(lv: SrcVar, number: Any, body: list, weak_before: dict
+                       ) -> str | None:
+        """How an operation of ``body`` would compute otherwise in the first iteration,
+        with ``number`` in ``lv``'s place, or None where none would.
+
+        ``weak`` maps the variables that are Python numbers in that iteration to a
+        number of their kind: ``lv``, the float arguments (``weak_before``), and what
+        Python's arithmetic makes of them, casts included (``x * s`` casts ``s`` only
+        because it meets ``x``). An operation on such values alone is Python's arithmetic
+        there, in float64: the program must compute in float64 too. One that meets a
+        tensor casts them to the dtype ``promote`` gives them as numbers: the program must
+        compute in that dtype, with them in it. (Where a value is a number only in the
+        eyes of this walk, the answer can only be a needless "otherwise".)"""
+        weak = {id(lv): number, **weak_before}
         for stmt in _walk(body):
             e = getattr(stmt, "expr", None)
             if isinstance(e, Ref):
-                tracked.update(id(t) for t, v in zip(stmt.targets, e.values) if id(v) in tracked)
+                weak.update((id(t), weak[id(v)]) for t, v in zip(stmt.targets, e.values)
+                            if id(v) in weak)
                 continue
-            read = [v for v in _uses(stmt) if id(v) in tracked]
+            read = [v for v in _uses(stmt) if id(v) in weak]
             if not read:
                 continue
-            if isinstance(e, Op) and all(any(a is v for a in e.args) for v in read):
-                strong = promote(*(a for a in e.args if _has_dtype(a)))
-                weak = promote(*(number if id(a) in tracked else a for a in e.args
-                                 if _has_dtype(a)))
-                if strong == weak == lv.dtype:
-                    continue
-                why = (f"{e.prim.name} computes in {weak} with the number and in {strong} "
-                       "with the tensor")
-            else:
-                why = "it is read where the program cannot follow both"
-            raise self.w.refuse(
-                f"{name} starting as the Python number {number!r} before a loop that makes "
-                f"it a {lv.dtype} tensor ({why})",
-                f"in eager mode the first iteration reads the number, which takes the dtype "
-                f"of what it meets: start with a tensor, {name} = mg.tensor({number!r}, "
-                f"dtype={lv.dtype!r})")
+            if not (isinstance(e, Op) and all(any(a is v for a in e.args) for v in read)):
+                return "it is read where the program cannot follow both"
+            args = [a for a in e.args if _has_dtype(a)]
+            strong = promote(*args)
+            as_numbers = promote(*(weak.get(id(a), a) for a in args))
+            if e.prim.name == "astype" and len(args) == 1:  # (a cast of a number: in
+                weak[id(stmt.targets[0])] = weak[id(args[0])]  # eager mode, no cast)
+                continue
+            if strong != as_numbers or any(a.dtype != strong for a in read):
+                return (f"{e.prim.name} computes in {as_numbers} with the number and in "
+                        f"{strong} with the tensor")
+            if all(id(a) in weak or _number(a) for a in args):
+                for t in stmt.targets:
+                    weak[id(t)] = AS_NUMBER.get(str(t.dtype), 1.0)
+        return None
 
     def emit_loop(self, index: Index, rng: range, body: list, lvs: dict, ends: dict,
                   env: dict) -> None:
