@@ -100,6 +100,46 @@ def test_augmented_assignment_differentiates_alike_in_every_mode(mode):
                                6 * (3 * x + 1), rtol=1e-13)
 
 
+def widens(x, y):
+    v = x * 0.5
+    v *= y          # float32 *= float64: NumPy would cast down, minigraph refuses
+    return v.sum()
+
+
+def grows(x, y):
+    v = x * 0.5
+    v += y          # (3,) += (2, 3): the result would not fit v
+    return v.sum()
+
+
+def scales_a_constant(x, y):
+    v = mg.tensor(np.ones(3))  # not recorded: its array takes x's values only if it can
+    v *= y          # a recorded y: v is rebound to v * y, as in every transformation
+    return (v * x).sum()
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1)])
+def test_an_update_keeps_shape_and_dtype_in_every_mode_as_without_recording(mode, argnums):
+    """Without recording, ``v32 *= y64`` and ``v += wider`` are refused (an update in
+    place keeps the tensor's shape and dtype). Recorded, the update binds ``v * y`` to the
+    name, and used to give float64 and (2, 3) in tape, forward and graph mode and source
+    mode alike, whichever argument was recorded; the tape crashed with "dtype object" on a
+    plain tensor updated with a recorded value."""
+    x32, y64 = np.array([1.0, 2.0, 3.0], dtype=np.float32), np.array([1.0, 2.0, 3.0])
+    with pytest.raises(DTypeError, match="float64; an in-place update keeps the tensor's "
+                                         "dtype float32"):
+        widens(mg.tensor(x32), mg.tensor(y64))
+    with pytest.raises(DTypeError, match="mul in place .*float32.*keeps the tensor's dtype"):
+        mg.grad(widens, argnums=argnums, mode=mode)(mg.tensor(x32), mg.tensor(y64))
+    with pytest.raises(ShapeError, match=r"has shape \(2, 3\); an in-place update keeps "):
+        mg.grad(grows, argnums=argnums, mode=mode)(mg.tensor(np.ones(3)),
+                                                   mg.tensor(np.ones((2, 3))))
+    x, y = np.array([1.0, -2.0, 0.5]), np.array([3.0, 0.25, -1.0])
+    g = mg.grad(scales_a_constant, argnums=(0, 1), mode=mode)(x, y)
+    np.testing.assert_allclose([g[0].numpy(), g[1].numpy()], [y, x], rtol=1e-15)
+
+
 def test_updating_a_parameter_while_recording_is_refused():
     """Rebinding would leave the parameter as it was: the loop would silently not train."""
     p = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)

@@ -47,7 +47,7 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import ArrayOps
+from ..ops.operators import ArrayOps, check_in_place, updated
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -352,7 +352,10 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"the update would make a new tensor and leave the one it views as it was (without "
                 f"recording, the write shows through, as in NumPy). Write v = v + y, or "
                 f"build the whole new value (mg.where, mg.concatenate)")
+        _check_in_place(prim, x, other)  # (as an update without recording refuses)
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
+    if type(other) in KINDS and type(other) is not Tensor:  # a transformation's value: it
+        return updated(prim, x, other)  # cannot be written into x's array (as recorded)
     if type(other) is Tensor:
         if other.device is not x.device:
             raise _device_error(prim, (x, other))
@@ -435,14 +438,7 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
 
 def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
     """The primitive's shape rule: the result must keep ``x``'s shape and dtype."""
-    shape, dtype = prim.shape(x, other)
-    where = f"{prim.name} in place ({_describe((x, other))})"
-    if tuple(shape) != x.shape:
-        raise ShapeError(f"{where}: the result has shape {tuple(shape)}; an in-place update "
-                         f"keeps the tensor's shape {x.shape}")
-    if dtype != x.dtype:
-        raise DTypeError(f"{where}: the result has dtype {dtype}; an in-place update keeps "
-                         f"the tensor's dtype {x.dtype}")
+    check_in_place(prim, x, other, f"{prim.name} in place ({_describe((x, other))})")
 
 
 def _owner(array: Any) -> Any:

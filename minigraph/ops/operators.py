@@ -12,6 +12,9 @@ from typing import Any
 
 from . import copy as C
 from . import elementwise as E
+from . import shape_rules as S
+from .weak import AS_NUMBER, Weak
+from ..errors import DTypeError, ShapeError
 from . import linalg as L
 from . import reduce as R
 from . import shape as SH
@@ -47,6 +50,14 @@ class ArrayOps:
     def __neg__(self) -> Any: return bind_one(E.NEG, self, {})
     def __pos__(self) -> Any: return self
     def __abs__(self) -> Any: return E.abs(self)
+
+    # -- x op= y: a value that cannot be written into (a transformation's, a graph's) gets
+    # x op y, bound to the name by Python, as in JAX; a Tensor writes into its array
+    # (Tensor.__iadd__). Either way the result keeps x's shape and dtype, or it is refused.
+    def __iadd__(self, other: Any) -> Any: return updated(E.ADD, self, other)
+    def __isub__(self, other: Any) -> Any: return updated(E.SUB, self, other)
+    def __imul__(self, other: Any) -> Any: return updated(E.MUL, self, other)
+    def __itruediv__(self, other: Any) -> Any: return updated(E.DIV, self, other)
 
     # -- comparisons: bool results, no gradient ---------------------------------------------
     def __lt__(self, other: Any) -> Any: return E.less(self, other)
@@ -140,3 +151,26 @@ class ArrayOps:
     def relu(self) -> Any: return E.relu(self)
     def sqrt(self) -> Any: return E.sqrt(self)
 
+
+
+def updated(prim: Any, x: Any, other: Any) -> Any:
+    """``x op= other`` on a value that cannot be written into: ``x op other``, after the
+    check an update in place makes (:func:`check_in_place`)."""
+    check_in_place(prim, x, other, f"{prim.name} in place (a {x._kind()} of shape "
+                                   f"{x.shape} {x.dtype}, and {S.dtype_of(other)})")
+    return bind_two(prim, x, other)
+
+
+def check_in_place(prim: Any, x: Any, other: Any, where: str) -> None:
+    """An update in place keeps ``x``'s shape and dtype: the primitive's shape rule must
+    give them, or the update is refused (``x32 *= y64``: NumPy would cast the result down,
+    x += y of a wider shape would not fit)."""
+    if type(other) is Weak:  # (a recorded function's float: as the number it stands for)
+        other = AS_NUMBER.get(str(other.dtype), 1.0)
+    shape, dtype = prim.shape(x, other)
+    if shape is not None and x.shape is not None and tuple(shape) != tuple(x.shape):
+        raise ShapeError(f"{where}: the result has shape {tuple(shape)}; an in-place update "
+                         f"keeps the tensor's shape {tuple(x.shape)}")
+    if dtype is not None and dtype != S.dtype_of(x):
+        raise DTypeError(f"{where}: the result has dtype {dtype}; an in-place update keeps "
+                         f"the tensor's dtype {S.dtype_of(x)}")

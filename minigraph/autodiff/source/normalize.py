@@ -44,6 +44,8 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
            ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_IN_PLACE = {ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul,
+             ast.Div: operator.itruediv}
 _UNARYOPS = {ast.USub: operator.neg, ast.UAdd: lambda v: v, ast.Not: operator.not_,
              ast.Invert: operator.invert}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
@@ -148,9 +150,16 @@ class _Normaliser:
             self.assign(node.target, self.expr(node.value, env), env)
 
     def s_AugAssign(self, node: ast.AugAssign, env: dict) -> None:
+        """``h += y``: Python's in-place operator on a value of the program, which binds
+        ``h + y`` to the name (as every transformation does: ops/operators.py) once the
+        result keeps h's shape and dtype, as an update in place must; else ``h = h + y``."""
         assert isinstance(node.target, ast.Name)  # (reading refused the other targets)
-        current = self.load(node.target.id, env)
-        self.assign(node.target, self.binop(node.op, current, self.expr(node.value, env)), env)
+        current, value = self.load(node.target.id, env), self.expr(node.value, env)
+        update = _IN_PLACE.get(type(node.op))
+        if update is not None and (_dynamic(current) or _dynamic(value)):
+            self.assign(node.target, self.guard(lambda: update(current, value)), env)
+        else:
+            self.assign(node.target, self.binop(node.op, current, value), env)
 
     def s_Return(self, node: ast.Return, env: dict) -> _Return:
         return _Return(None if node.value is None else self.expr(node.value, env))
