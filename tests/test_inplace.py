@@ -140,6 +140,21 @@ def test_an_update_keeps_shape_and_dtype_in_every_mode_as_without_recording(mode
     np.testing.assert_allclose([g[0].numpy(), g[1].numpy()], [y, x], rtol=1e-15)
 
 
+def test_a_graph_node_of_unknown_shape_is_updated_as_its_rules_allow():
+    """A placeholder of any shape: the check waits for the run, as every shape rule does
+    on such a node; a known float32 node updated with a float64 one is refused at once."""
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=None)
+        y = x * 2.0
+        y += x
+        z = mg.placeholder(shape=(3,), dtype="float32")
+        w = z * 1.0
+        with pytest.raises(DTypeError, match=r"add in place \(a graph node of shape \(3,\) "
+                                             r"float32, and a value of shape \(3,\) float64"):
+            w += mg.placeholder(shape=(3,))
+    np.testing.assert_array_equal(mg.Session(g).run(y, {x: np.ones(2)}), [3.0, 3.0])
+
+
 def test_updating_a_parameter_while_recording_is_refused():
     """Rebinding would leave the parameter as it was: the loop would silently not train."""
     p = mg.tensor(np.array([1.0, 2.0]), requires_grad=True)

@@ -495,6 +495,8 @@ def views(draw):
 
 @SETTINGS
 @given(views())
+# (NumPy gives an axis of length 1 any stride: this one's differs, and is never walked)
+@example(view=np.arange(30.0).reshape(2, 3, 5)[:1, :, ::4].transpose(0, 2, 1))
 def test_a_copy_between_cpus_gives_every_kernel_the_originals_bits(view):
     """NumPy on the view itself is the oracle: a sum over all axes and over each, and the
     layout of an elementwise result next to a C- and a Fortran-ordered partner."""
@@ -505,8 +507,11 @@ def test_a_copy_between_cpus_gives_every_kernel_the_originals_bits(view):
     assert copy.tobytes() == view.tobytes()  # (tobytes: the values, in C order)
     for axis in (None, *range(view.ndim)):
         assert np.add.reduce(copy, axis).tobytes() == np.add.reduce(view, axis).tobytes()
+    def layout(a):  # (the stride of an axis of length 1 is never walked: any will do)
+        return [s for s, n in zip(a.strides, a.shape) if n > 1]
+
     for partner in (np.ones(view.shape), np.asfortranarray(np.ones(view.shape))):
-        assert (copy + partner).strides == (view + partner).strides
+        assert layout(copy + partner) == layout(view + partner)
         assert np.add.reduce(copy + partner, None) == np.add.reduce(view + partner, None)
 
 

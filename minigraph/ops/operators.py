@@ -156,8 +156,10 @@ class ArrayOps:
 def updated(prim: Any, x: Any, other: Any) -> Any:
     """``x op= other`` on a value that cannot be written into: ``x op other``, after the
     check an update in place makes (:func:`check_in_place`)."""
+    value = (f"the number {other!r}" if type(other) in (bool, int, float)
+             else f"a value of shape {S.shape_of(other)} {S.dtype_of(other)}")
     check_in_place(prim, x, other, f"{prim.name} in place (a {x._kind()} of shape "
-                                   f"{x.shape} {x.dtype}, and {S.dtype_of(other)})")
+                                   f"{x.shape} {x.dtype}, and {value})")
     return bind_two(prim, x, other)
 
 
@@ -167,10 +169,12 @@ def check_in_place(prim: Any, x: Any, other: Any, where: str) -> None:
     x += y of a wider shape would not fit)."""
     if type(other) is Weak:  # (a recorded function's float: as the number it stands for)
         other = AS_NUMBER.get(str(other.dtype), 1.0)
+    if x.shape is None or getattr(other, "shape", ()) is None:
+        return  # (a graph node whose shape is known only when the graph runs: as its rule)
     shape, dtype = prim.shape(x, other)
-    if shape is not None and x.shape is not None and tuple(shape) != tuple(x.shape):
+    if tuple(shape) != tuple(x.shape):
         raise ShapeError(f"{where}: the result has shape {tuple(shape)}; an in-place update "
                          f"keeps the tensor's shape {tuple(x.shape)}")
-    if dtype is not None and dtype != S.dtype_of(x):
+    if dtype != S.dtype_of(x):
         raise DTypeError(f"{where}: the result has dtype {dtype}; an in-place update keeps "
                          f"the tensor's dtype {S.dtype_of(x)}")
