@@ -777,6 +777,9 @@ ADV_OPS: dict[str, tuple[int, str, str, str]] = {
     "div": (2, "a / b", "a / b", "a / b"),
     "pow": (2, "a ** b", "a ** b", "a ** b"),
     "maximum": (2, "mg.maximum(a, b)", "torch.maximum(a, b)", "np.maximum(a, b)"),
+    # (not remainder: PyTorch's is a - b * floor(a / b), NaN where a / b overflows,
+    # 1 % 5e-324, where NumPy's, from the exact fmod, is 0; tests/ check it elsewhere)
+    "floor_divide": (2, "a // b", "torch.floor_divide(a, b)", "a // b"),
     "less": (2, "a < b", "a < b", "a < b"),
     "equal": (2, "mg.equal(a, b)", "a == b", "a == b"),
     "where": (2, "mg.where(a > b, a, b)", "torch.where(a > b, a, b)", "np.where(a > b, a, b)"),

@@ -195,6 +195,15 @@ class Tensor(ArrayOps):
     def __itruediv__(self, other: Any) -> "Tensor":
         return self._update(E.DIV, operator.itruediv, other)
 
+    def __ifloordiv__(self, other: Any) -> "Tensor":
+        return self._update(E.FLOOR_DIVIDE, operator.ifloordiv, other)
+
+    def __imod__(self, other: Any) -> "Tensor":
+        return self._update(E.REMAINDER, operator.imod, other)
+
+    def __ipow__(self, other: Any) -> "Tensor":  # type: ignore[misc]
+        return self._update(E.POW, operator.ipow, other)
+
     # -- Python conversions -------------------------------------------------------------------
     def __float__(self) -> float:
         return float(self.item())

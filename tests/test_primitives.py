@@ -49,6 +49,10 @@ CASES = {
     "AddN": (lambda x, y: mg.add_n([x, y, x]), (A23, B23), lambda x, y: 2 * x + y),
     "pow": (lambda x, y: x ** y, (P23, r(3)), lambda x, y: x ** y),
     "maximum": (lambda x, y: mg.maximum(x, y), (A23, B23), np.maximum),
+    # x % y away from its jumps (x / y far from an integer): d/dx 1, d/dy -floor(x / y)
+    "remainder": (lambda x, y: x % y, (np.array([[3.3, -1.7, 0.45], [2.6, -0.35, 1.15]]),
+                                       np.array([[0.7, 0.9, 1.3], [1.7, 0.6, 0.8]])),
+                  np.remainder),
     "exp": (mg.exp, (A23,), np.exp),
     "log": (mg.log, (P23,), np.log),
     "sin": (mg.sin, (A23,), np.sin),
@@ -105,6 +109,7 @@ VALUE_CASES = {
     "greater_equal": (lambda x: x >= 0.2, np.greater_equal),
     "equal": (lambda x: x == x[0], np.equal), "not_equal": (lambda x: x != x[0], np.not_equal),
     "stop_gradient": (mg.stop_gradient, lambda x: x),
+    "floor_divide": (lambda x: x // 0.15, lambda x: np.floor_divide(x, 0.15)),
     "zeros_like": (mg.zeros_like, np.zeros_like), "ones_like": (mg.ones_like, np.ones_like),
     "one_hot": (lambda x: mg.one_hot(mg.tensor([2, 0]), 3), lambda x: np.eye(3)[[2, 0]]),
 }

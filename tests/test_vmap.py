@@ -99,6 +99,8 @@ CASES = [
     ("abs", mg.abs, [u(2, 3)], np.abs),
     ("relu_grad", mg.relu_grad, [u(2, 3), u(3)], lambda g, y: g * (y > 0)),
     ("sqrt", mg.sqrt, [pos(2, 3)], np.sqrt),
+    ("floor_divide", lambda x, y: x // y, [u(2, 3), pos(3)], np.floor_divide),
+    ("remainder", lambda x, y: x % y, [u(2, 3), pos(3)], np.remainder),
     ("where", mg.where, [cond(2, 3), u(3), u(2, 1)], np.where),
     ("AddN", lambda x, y: mg.add_n([x, y, x]), [u(2, 3), u(2, 3)], lambda x, y: 2 * x + y),
     ("less", lambda x, y: x < y, [u(2, 3), u(3)], np.less),

@@ -45,6 +45,10 @@ class ArrayOps:
     def __rtruediv__(self, other: Any) -> Any: return bind_two(E.DIV, other, self)
     def __pow__(self, other: Any) -> Any: return bind_two(E.POW, self, other)
     def __rpow__(self, other: Any) -> Any: return bind_two(E.POW, other, self)
+    def __floordiv__(self, other: Any) -> Any: return bind_two(E.FLOOR_DIVIDE, self, other)
+    def __rfloordiv__(self, other: Any) -> Any: return bind_two(E.FLOOR_DIVIDE, other, self)
+    def __mod__(self, other: Any) -> Any: return bind_two(E.REMAINDER, self, other)
+    def __rmod__(self, other: Any) -> Any: return bind_two(E.REMAINDER, other, self)
     def __matmul__(self, other: Any) -> Any: return L.matmul(self, other)
     def __rmatmul__(self, other: Any) -> Any: return L.matmul(other, self)
     def __neg__(self) -> Any: return bind_one(E.NEG, self, {})
@@ -58,6 +62,9 @@ class ArrayOps:
     def __isub__(self, other: Any) -> Any: return updated(E.SUB, self, other)
     def __imul__(self, other: Any) -> Any: return updated(E.MUL, self, other)
     def __itruediv__(self, other: Any) -> Any: return updated(E.DIV, self, other)
+    def __ifloordiv__(self, other: Any) -> Any: return updated(E.FLOOR_DIVIDE, self, other)
+    def __imod__(self, other: Any) -> Any: return updated(E.REMAINDER, self, other)
+    def __ipow__(self, other: Any) -> Any: return updated(E.POW, self, other)
 
     # -- comparisons: bool results, no gradient ---------------------------------------------
     def __lt__(self, other: Any) -> Any: return E.less(self, other)

@@ -108,7 +108,7 @@ Rule = Callable[..., Any]
 # Python's operator precedences, loosest first, for whoever writes ops as text.
 CMP, ADD, MUL, UNARY, POW, ATOM = 1, 2, 3, 4, 5, 6
 PRECEDENCE = {"<": CMP, "<=": CMP, ">": CMP, ">=": CMP, "==": CMP, "!=": CMP, "+": ADD,
-              "-": ADD, "*": MUL, "/": MUL, "@": MUL, "**": POW}
+              "-": ADD, "*": MUL, "/": MUL, "//": MUL, "%": MUL, "@": MUL, "**": POW}
 
 
 class Primitive:
