@@ -45,7 +45,8 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
            ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 _IN_PLACE = {ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul,
-             ast.Div: operator.itruediv}
+             ast.Div: operator.itruediv, ast.FloorDiv: operator.ifloordiv,
+             ast.Mod: operator.imod, ast.Pow: operator.ipow}
 _UNARYOPS = {ast.USub: operator.neg, ast.UAdd: lambda v: v, ast.Not: operator.not_,
              ast.Invert: operator.invert}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
