@@ -145,6 +145,7 @@ POW = primitive(
     out=ufunc_out("pow"), batch=B.elementwise("pow"),
     symbol="**", neutral=(1, (1,)))
 
+
 def _no_two_bools(name: str, x: Any, y: Any) -> None:
     """NumPy's ``//`` and ``%`` of two bools give int8, which minigraph does not have."""
     if (type(x) is bool or S.dtype_of(x) == "bool") and \
