@@ -303,7 +303,7 @@ class _Normaliser:
         number of another kind, where the paths of an if join: in eager mode the dtypes
         that follow can differ by path (ops/weak.py); one variable has one."""
         if _number(b if type(a) is Weak else a):
-            ka, kb = (_NUMBER_NAMES.get(_weak_kind(v), "value") for v in (a, b))
+            ka, kb = ("float" if type(v) is Weak else type(v).__name__ for v in (a, b))
             return self.w.refuse(
                 f"{name} holding a Python {ka} on one path of an if and a Python {kb} on "
                 "the other",
@@ -453,6 +453,9 @@ class _Normaliser:
         then cast to it, as the fill is. ``x32 * h`` with ``h`` float64 from the second
         iteration on is float32 in eager mode's first one; ``h * 0.3`` is float64 there,
         a Python float's arithmetic."""
+        weak_before = {id(v.value): AS_NUMBER.get(str(v.dtype), 1.0)
+                       for v in env.values() if type(v) is Weak}
+        weak_before.update({id(lvs[n]): 1.0 for n in weak})
         for name, lv in lvs.items():
             number = env.get(name)
             if name in weak or not (_number(number) or type(number) is Weak):
@@ -461,9 +464,6 @@ class _Normaliser:
                 number, what = AS_NUMBER.get(str(number.dtype), 1.0), "a Python float argument"
             else:
                 what = f"the Python number {number!r}"
-            weak_before = {id(v.value): AS_NUMBER.get(str(v.dtype), 1.0)
-                           for v in env.values() if type(v) is Weak}
-            weak_before.update({id(lvs[n]): 1.0 for n in weak})
             why = self.read_otherwise(lv, number, body, weak_before)
             if why is not None:
                 return self.w.refuse(
@@ -769,14 +769,11 @@ def _has_dtype(a: Any) -> bool:
     return type(a) is SrcVar or _number(a) or isinstance(a, Tensor)
 
 
-_NUMBER_NAMES: dict[str | None, str] = {"bool": "bool", "int64": "int", "float64": "float"}
-
-
 def _weak_kind(v: Any) -> str | None:
     """The dtype a weak value or a Python number is read in (ops/weak.py), else None."""
     if type(v) is Weak:
         return str(v.dtype)
-    return {bool: "bool", int: "int64", float: "float64"}.get(type(v))
+    return promote(v) if _number(v) else None
 
 
 def _user_function(fn: Any) -> types.FunctionType | None:
