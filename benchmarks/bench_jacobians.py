@@ -9,7 +9,8 @@ the median of the ratios within a round, anchor torch.func.
 a. ``mg.jacrev`` and ``mg.jacfwd`` of f(x) = tanh(W @ x), R^256 -> R^256, float64:
    the m sweeps (n tangents) run as one batched pass, ``vmap`` over the identity's rows,
    against ``torch.func.jacrev`` / ``jacfwd``; the unbatched loops
-   (``vectorize=False``, one pass per row) are shown beside them. Target: <= 2x.
+   (``vectorize=False``, one pass per row) are shown beside them, and jacrev with the
+   vjp of graph and source mode (a compiled program, vmapped). Target: <= 2x.
 b. Per-example gradients of a squared loss over a batch of 128 examples of R^64:
    ``mg.vmap(mg.grad(loss), in_axes=(None, 0, 0))`` against
    ``torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))``. Target: <= 2x.
@@ -53,6 +54,8 @@ def jacobian_rows(torch: Any, tf: Any) -> tuple[list, dict]:
     methods = {
         "torch.func.jacrev": lambda: tf.jacrev(f_torch)(x_torch),
         "mg.jacrev": lambda: mg.jacrev(f)(x_t),
+        "mg.jacrev(mode='graph')": lambda: mg.jacrev(f, mode="graph")(x_t),
+        "mg.jacrev(mode='source')": lambda: mg.jacrev(f, mode="source")(x_t),
         "torch.func.jacfwd": lambda: tf.jacfwd(f_torch)(x_torch),
         "mg.jacfwd": lambda: mg.jacfwd(f)(x_t),
         "mg.jacrev(vectorize=False)": lambda: mg.jacrev(f, vectorize=False)(x_t),

@@ -6,12 +6,12 @@ mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``j
 """
 
 from . import errors
-from .autodiff.api import MODES, grad, hessian, value_and_grad
+from .autodiff.api import MODES, grad, hessian, jacrev, value_and_grad, vjp
 from .autodiff.batching import vmap
 from .autodiff.check import gradcheck
 from .autodiff.source import SourceTransformError, source_grad
 from .autodiff.forward import Dual, jacfwd, jvp
-from .autodiff.tape import enable_grad, is_grad_enabled, jacrev, no_grad, vjp
+from .autodiff.tape import enable_grad, is_grad_enabled, no_grad
 from .autodiff.checkpoint import checkpoint
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)

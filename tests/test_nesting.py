@@ -600,7 +600,7 @@ def test_a_transformation_has_its_functions_parameters(make):
 
 
 def test_source_mode_of_vjp_itself_refuses_naming_it():
-    with pytest.raises(mg.SourceTransformError, match=r"vjp\(f, \*primals\)"):
+    with pytest.raises(mg.SourceTransformError, match=r"vjp\(f, \*primals"):
         mg.grad(mg.vjp, mode="source")
 
 

@@ -244,8 +244,9 @@ def test_gradcheck_refuses_to_check_nothing_and_explains_float32():
     disagree" and nothing said that eps=1e-6 is below float32's resolution."""
     with pytest.raises(ValueError, match=r"no input is floating \(dtypes \['int64'\]\)"):
         mg.gradcheck(lambda z: (z * z).sum(), [np.array([1, 2])])
-    with pytest.raises(ValueError, match="mode is 'tape' or 'forward', got 'graph'"):
-        mg.gradcheck(lambda z: z.sum(), [np.ones(2)], mode="graph")
+    with pytest.raises(ValueError, match="mode is one of 'tape', 'graph', 'source', "
+                                         "'forward', got 'dual'"):
+        mg.gradcheck(lambda z: z.sum(), [np.ones(2)], mode="dual")
     x32 = np.array([0.5, -1.0, 2.0], np.float32)
     with pytest.raises(mg.errors.GradcheckError, match="input 0 is float32, which resolves "
                                                        "about 1e-7"):

@@ -1,19 +1,25 @@
-"""One entry point, several ways: ``mg.grad(f, mode=...)`` and ``mg.value_and_grad``.
+"""One entry point, several ways: ``mg.grad(f, mode=...)``, ``mg.value_and_grad``,
+``mg.vjp`` and ``mg.jacrev``.
 
 Every mode computes the same derivatives from the same primitive table; they differ in
 *how* the chain rule is organised (the textbook's comparison of forward and reverse
 mode, and of define-by-run and define-and-run). ``MODES`` maps a mode's name to the
 function that builds ``value_and_grad`` in that mode; later parts of the library add
-theirs to it.
+theirs to it. ``PULLBACKS`` maps the compiled reverse modes to what builds their vjp: a
+program per signature that takes the output's adjoint (the tape records f instead).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..errors import DTypeError
 from ..graph import trace
 from . import forward, source, tape
-from .argnums import normalize_argnums, refuse_keywords, refuse_non_functions, refuse_pytrees
+from ..ops.primitive import KINDS
+from ..tensor import Tensor
+from .argnums import (normalize_argnums, refuse_keywords, refuse_non_functions,
+                      refuse_pytrees, single)
 from .levels import transformation
 
 MODES: dict[str, Callable[..., Callable]] = {
@@ -30,6 +36,16 @@ GRADIENT_ONLY: dict[str, Callable[..., Callable]] = {
     "graph": trace.grad,
     "source": source.source_grad,
 }
+
+
+# mode -> (f, argnums) -> an object whose ``value(*args)`` is f's value and whose
+# ``pullback(args, g)`` gives the gradients for argnums from the output's adjoint g, each
+# by a program compiled once per signature (see ``trace.vjp`` and ``source.vjp``).
+PULLBACKS: dict[str, Callable[..., Any]] = {
+    "graph": trace.vjp,
+    "source": source.vjp,
+}
+REVERSE_MODES = ("tape", *PULLBACKS)
 
 
 def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
@@ -76,7 +92,6 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
     x_j.shape``) as a tuple of tuples, as ``torch.func.hessian`` and ``jax.hessian`` give
     them: one forward-over-reverse per block."""
     from .forward import jacfwd
-    from .tape import jacrev
 
     refuse_non_functions(f, "hessian")
 
@@ -91,3 +106,105 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
             return jacfwd(jacrev(f, argnums), argnums)(*args)
         return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
     return transformation(hess, "hessian", f)
+
+
+def vjp(f: Callable[..., Any], *primals: Any, mode: str = "tape"
+        ) -> tuple[Any, Callable[..., tuple]]:
+    """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y).
+
+    ``mode="tape"`` (the default) records f once and sweeps that record at each call of
+    ``vjp_fn``. ``"graph"`` and ``"source"`` compile, once per signature, a program that
+    takes the primals and g and returns the gradients (a reverse graph seeded with g; an
+    adjoint program ``def vjp_f(x, y, gz)``); it runs f's forward sweep again at each
+    call, because a program keeps no values between calls. There g must have the
+    output's dtype, as ``jax.vjp`` requires (the program is written for one).
+    """
+    if mode == "tape":
+        return tape.vjp(f, *primals)
+    pullbacks = _pullbacks(mode, "vjp")
+    refuse_non_functions(f, "vjp")
+    if not primals:
+        raise TypeError("vjp: give at least one primal to differentiate with respect to")
+    refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
+    args = tuple(tape._differentiable(p, i, "vjp") for i, p in enumerate(primals))
+    return _pulled(pullbacks(f, tuple(range(len(args)))), args, mode, "vjp")
+
+
+# (mg.vjp itself takes the values: a function source mode reads may call it on its own)
+transformation(vjp, "vjp")
+
+
+def _pullbacks(mode: str, who: str) -> Callable[..., Any]:
+    """The vjp builder of a compiled mode; an unknown mode, or forward mode, refused."""
+    if mode in PULLBACKS:
+        return PULLBACKS[mode]
+    hint = (" (forward mode computes Jacobian-vector products: mg.jvp, mg.jacfwd)"
+            if mode == "forward" else "")
+    raise ValueError(f"{who}: unknown mode {mode!r}; reverse mode runs in "
+                     f"{', '.join(REVERSE_MODES)}{hint}")
+
+
+def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[..., tuple]]:
+    """``(out, vjp_fn)`` from a compiled mode's ``value`` and ``pullback`` on ``args``;
+    in source mode ``vjp_fn.source`` is the program's text."""
+    out = made.value(*args)
+    if not (isinstance(out, Tensor) or type(out) in KINDS):
+        raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__}")
+
+    def vjp_fn(g: Any = None) -> tuple:
+        seed = tape.cotangent(out, g, "vjp_fn(g)")
+        if str(seed.dtype) != str(out.dtype):
+            raise DTypeError(f"vjp_fn(g): g is {seed.dtype} and f's output {out.dtype}; in "
+                             f"mode {mode!r} the program is written for the output's dtype "
+                             f"(as jax.vjp requires): pass g as {out.dtype}")
+        return tape.hand_over(list(made.pullback(args, seed)), seed, g)
+
+    if hasattr(made, "source"):  # (the program value() used: this signature's)
+        vjp_fn.source = made.source  # type: ignore[attr-defined]
+    return out, transformation(vjp_fn, "vjp")
+
+
+def jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
+           vectorize: bool = True, mode: str = "tape") -> Callable:
+    """The Jacobian by reverse mode: one sweep per *output* element. With ``vectorize``
+    (the default) the m sweeps run as one batched sweep, ``vmap`` of the VJP over the
+    rows of the identity, as JAX does; ``vectorize=False`` runs them one by one, as
+    ``torch.autograd.functional.jacobian`` does by default (chapter 02 counts them).
+    ``mode`` is the vjp's (``"tape"``, ``"graph"`` or ``"source"``: see :func:`vjp`)."""
+    from ..ops.shape import stack
+    from .batching import vmap
+    from .forward import basis_vectors, identity_rows, jacobian_from_rows
+
+    refuse_non_functions(f, "jacrev")
+    if mode != "tape":
+        pullbacks = _pullbacks(mode, "jacrev")
+        made: dict[tuple[int, ...], Any] = {}  # argnums -> the mode's vjp
+
+    def jac(*args: Any, **kwargs: Any) -> Any:
+        refuse_keywords(kwargs, "jacrev")
+        nums = normalize_argnums(argnums, len(args), "jacrev")
+        refuse_pytrees(args, nums, "jacrev")
+        # (as tensors here: the Jacobian's shape is read from them, a list has none)
+        args = tuple(tape._differentiable(a, i, "jacrev") if i in nums else a
+                     for i, a in enumerate(args))
+        if mode == "tape":
+            out, vjp_fn = tape.vjp(lambda *xs: f(*tape.put(args, nums, xs)),
+                                   *(args[i] for i in nums))
+        else:
+            if nums not in made:
+                made[nums] = pullbacks(f, nums)
+            out, vjp_fn = _pulled(made[nums], args, mode, "jacrev")
+        rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
+        if rows is None:
+            per_input = None
+        elif vectorize:
+            per_input = vmap(vjp_fn)(rows)
+        else:
+            sweeps = [vjp_fn(e) for e in basis_vectors(out)]
+            per_input = tuple(stack([s[j] for s in sweeps]) for j in range(len(nums)))
+        jacs = tuple(jacobian_from_rows(None if per_input is None else per_input[j], out,
+                                        args[i], outputs_first=True)
+                     for j, i in enumerate(nums))
+        return jacs[0] if single(argnums) else jacs
+
+    return transformation(jac, "jacrev", f)

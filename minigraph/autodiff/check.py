@@ -12,17 +12,21 @@ to about 1e-8 relative. The analytic side is the full Jacobian of the chosen mod
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np  # the finite differences are computed on the host, in float64
 
 from ..errors import GradcheckError
 from ..tensor import FLOAT_DTYPES, Tensor, tensor
+from .api import REVERSE_MODES, jacrev
 from .forward import jacfwd
 from .argnums import refuse_non_functions, refuse_pytrees
-from .tape import jacrev
 
-_JACOBIANS = {"tape": jacrev, "forward": jacfwd}
+# mode -> the Jacobian checked: reverse mode's rows in each of its modes, forward's columns
+_JACOBIANS: dict[str, Callable[..., Callable]] = {
+    **{mode: functools.partial(jacrev, mode=mode) for mode in REVERSE_MODES},
+    "forward": jacfwd}
 
 
 def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np.ndarray:
@@ -43,13 +47,15 @@ def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np
 
 def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-4, mode: str = "tape") -> bool:
-    """Check ``mode``'s ("tape" or "forward") Jacobian of ``f`` against finite differences.
+    """Check ``mode``'s Jacobian of ``f`` against finite differences: ``"tape"``,
+    ``"graph"`` or ``"source"`` (``mg.jacrev`` in that mode), or ``"forward"``.
 
     Returns True, or raises ``GradcheckError`` with a report of the worst element.
     """
     refuse_non_functions(f, "gradcheck")
     if mode not in _JACOBIANS:
-        raise ValueError(f"gradcheck: mode is {' or '.join(map(repr, _JACOBIANS))}, got {mode!r}")
+        raise ValueError(f"gradcheck: mode is one of {', '.join(map(repr, _JACOBIANS))}, "
+                         f"got {mode!r}")
     refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")
     args = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
     jacobian = _JACOBIANS[mode]

@@ -25,8 +25,8 @@ minigraph code: run while recording (``create_graph=True``), the sweep writes it
 tape, and a second sweep over it gives second derivatives. Without ``retain_graph`` the
 entries are released after the sweep, as in PyTorch, so a second ``backward()`` raises.
 
-**Reverse mode as a transformation** (``mg.vjp``, ``mg.grad``, ``mg.jacrev``, the last
-section) records the same entries on boxes of a level of its own instead of on tensors,
+**Reverse mode as a transformation** (``mg.vjp``, ``mg.grad``, the last section, and
+``mg.jacrev`` built on them in ``api.py``) records the same entries on boxes of a level of its own instead of on tensors,
 so that it runs on any value kind and nests in every other transformation.
 
 **In-place updates** (``x -= y``, :func:`update_in_place`) write into a tensor's array
@@ -649,7 +649,7 @@ def own_results(values: Sequence[Any], handed: "set[int] | None" = None) -> list
             for t in values]
 
 
-# -- reverse mode as a transformation: vjp, grad, jacrev -------------------------------------
+# -- reverse mode as a transformation: vjp and grad -------------------------------------------
 #
 # ``mg.vjp(f, x, y)`` records f at a level of its own (``levels.py``): each argument is put
 # in a :class:`Box`, and every operation that reaches a box is run on the values inside
@@ -720,7 +720,7 @@ def _differentiable(x: Any, position: int, who: str) -> Any:
     return x
 
 
-def _cotangent(out: Any, g: Any, who: str) -> Any:
+def cotangent(out: Any, g: Any, who: str) -> Any:
     """The adjoint the sweep starts from: 1 for a scalar output, else the caller's ``g``."""
     shape = shape_of(out)
     if g is None:
@@ -766,17 +766,20 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         return a.value if type(a) is Box and a.tape is rec else a
 
     def vjp_fn(g: Any = None) -> tuple:
-        seed = _cotangent(value, g, "vjp_fn(g)")
+        seed = cotangent(value, g, "vjp_fn(g)")
         if out_box is None:
             return tuple(C.zeros_like(b.value) for b in boxes)
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
-        grads = [as_gradient(adjoint.get(id(b)), b.value) for b in boxes]
-        # The caller's own arrays, apart from each other and from the caller's ``g`` (the
-        # gradient of ``x + 0.0`` is g itself).
-        handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
-        return tuple(own_results(grads, handed))
+        return hand_over([as_gradient(adjoint.get(id(b)), b.value) for b in boxes], seed, g)
 
     return value, transformation(vjp_fn, "vjp")
+
+
+def hand_over(grads: list, seed: Any, g: Any) -> tuple:
+    """A ``vjp_fn``'s gradients as the caller's own arrays, apart from each other and from
+    the caller's ``g`` (the gradient of ``x + 0.0`` is g itself), in every mode."""
+    handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
+    return tuple(own_results(grads, handed))
 
 
 # (mg.vjp itself takes the values: a function source mode reads may call it on its own)
@@ -810,7 +813,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
         inputs = [_differentiable(args[i], i, "grad") for i in nums]  # (errors say grad)
-        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *inputs)
+        out, vjp_fn = vjp(lambda *xs: f(*put(args, nums, xs)), *inputs)
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
@@ -820,43 +823,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     return wrapped
 
 
-def _put(args: tuple | list, nums: tuple[int, ...], values: tuple) -> list:
+def put(args: tuple | list, nums: tuple[int, ...], values: tuple) -> list:
+    """``args`` with ``values`` in the positions ``nums`` (the arguments differentiated)."""
     args = list(args)
     for i, v in zip(nums, values):
         args[i] = v
     return args
-
-
-def jacrev(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) -> Callable:
-    """The Jacobian by reverse mode: one sweep per *output* element. With ``vectorize``
-    (the default) the m sweeps run as one batched sweep, ``vmap`` of the VJP over the
-    rows of the identity, as JAX does; ``vectorize=False`` runs them one by one, as
-    ``torch.autograd.functional.jacobian`` does by default (chapter 02 counts them)."""
-    from ..ops.shape import stack
-    from .batching import vmap
-    from .forward import basis_vectors, identity_rows, jacobian_from_rows
-
-    refuse_non_functions(f, "jacrev")
-
-    def jac(*args: Any, **kwargs: Any) -> Any:
-        refuse_keywords(kwargs, "jacrev")
-        nums = normalize_argnums(argnums, len(args), "jacrev")
-        refuse_pytrees(args, nums, "jacrev")
-        # (as tensors here: the Jacobian's shape is read from them, a list has none)
-        args = tuple(_differentiable(a, i, "jacrev") if i in nums else a
-                     for i, a in enumerate(args))
-        out, vjp_fn = vjp(lambda *xs: f(*_put(args, nums, xs)), *(args[i] for i in nums))
-        rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
-        if rows is None:
-            per_input = None
-        elif vectorize:
-            per_input = vmap(vjp_fn)(rows)
-        else:
-            sweeps = [vjp_fn(e) for e in basis_vectors(out)]
-            per_input = tuple(stack([s[j] for s in sweeps]) for j in range(len(nums)))
-        jacs = tuple(jacobian_from_rows(None if per_input is None else per_input[j], out,
-                                        args[i], outputs_first=True)
-                     for j, i in enumerate(nums))
-        return jacs[0] if single(argnums) else jacs
-
-    return transformation(jac, "jacrev", f)

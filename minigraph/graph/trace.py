@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from types import SimpleNamespace
 
 from typing import Any, Callable, Sequence, cast
 
@@ -224,10 +225,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
             raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
                                 f"use mg.gradients in a graph for several outputs")
         xs = [inputs[positions[i]] for i in nums]
-        with graph:  # (xs are record's placeholders, made with their arguments' dtypes)
-            grads = [g if g is not None else
-                     graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
-                     for g, x in zip(gradients(out, xs), xs)]
+        grads = _gradients_or_zeros(graph, out, xs)
         return _compile(graph, inputs, [out] + grads if with_value else grads, f"grad_{name}")
 
     # Per number of arguments: the normalised argnums and the programs cached for them.
@@ -258,6 +256,50 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         return value, grads[0] if single(argnums) else tuple(grads)
 
     return wrapped
+
+
+def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
+    """Graph mode behind ``mg.vjp(f, *primals, mode="graph")`` and ``mg.jacrev``: an
+    object whose ``value(*args)`` is f's value by ``mg.trace(f)``'s program, and whose
+    ``pullback(args, g)`` the gradients for ``argnums`` by one compiled program per
+    signature of ``(args, g)``: f's graph, and the reverse-graph pass seeded with a
+    placeholder for the output's adjoint (``gradients``' ``grad_ys``, as in TensorFlow).
+    Each call runs f's forward graph again: a program keeps nothing between calls, where
+    the tape keeps f's values from the call that recorded them."""
+    name = getattr(f, "__name__", "f")
+    cache = programs(f, "graph", (argnums, "vjp"))
+
+    def build(args: tuple, key: tuple) -> CompiledFunction:  # key: the signature of args + g
+        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1])
+        out = _constant_output(graph, out)
+        if not isinstance(out, Node):
+            raise GraphError(f"vjp: f must return a graph value, got {type(out).__name__}")
+        xs = [inputs[_input_positions(key)[i]] for i in argnums]
+        _, device, shape, dtype = key[-1]  # (the caller checked g against f's output)
+        with graph, device:
+            seed = placeholder(shape, str(dtype), name=f"g{out.name}")
+        grads = _gradients_or_zeros(graph, out, xs, seed)
+        return _compile(graph, inputs + [seed], grads, f"vjp_{name}")
+
+    def pullback(args: tuple, g: Any) -> tuple:
+        key = signature(args + (g,), argnums)
+        compiled = cache.get(key)
+        if compiled is None or compiled.captured.stale():  # (a global tensor written: again)
+            compiled = cache[key] = build(args, key)
+        return _call(compiled, args + (g,), key)
+
+    return SimpleNamespace(value=Traced(f), pullback=pullback)
+
+
+def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],
+                        seed: Node | None = None) -> list[Node]:
+    """The reverse-graph pass from ``out`` (seeded with ones, or ``seed``) to ``xs``: a
+    node per x, a constant of zeros where no path leads (xs are record's placeholders,
+    made with their arguments' dtypes, so the zeros have them too)."""
+    with graph:
+        return [g if g is not None else
+                graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
+                for g, x in zip(gradients(out, xs, grad_ys=seed), xs)]
 
 
 def grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:

@@ -98,8 +98,8 @@ converting a value of the program to a Python number, and calling functions othe
 minigraph's (``np.sin(x)``) on values of the program.
 """
 
-from .cache import source_grad, value_and_grad
+from .cache import source_grad, value_and_grad, vjp
 from .compiled import _transform  # noqa: F401  (read by tests; cache.py is where it is called)
 from .reading import SourceTransformError
 
-__all__ = ["SourceTransformError", "source_grad", "value_and_grad"]
+__all__ = ["SourceTransformError", "source_grad", "value_and_grad", "vjp"]

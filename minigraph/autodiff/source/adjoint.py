@@ -86,12 +86,16 @@ class _Reverse:
         # whose values the stack saves (see _insert_stack)
         self.pairs: list[tuple[Any, Any]] = []
 
-    def run(self, forward: list, out: SrcVar, inputs: list[SrcVar]) -> list[SrcVar]:
-        """The reverse sweep of ``forward`` from ``gz = 1``, (g.1); the inputs' adjoints."""
+    def run(self, forward: list, out: SrcVar, inputs: list[SrcVar],
+            seed: SrcVar | None = None) -> list[SrcVar]:
+        """The reverse sweep of ``forward`` from ``gz = 1``, (g.1), or from ``seed``, the
+        output's adjoint as a parameter of the program (``mg.vjp``'s); the inputs'
+        adjoints."""
         shares: dict[int, list] = {}
         if out.active:
-            seed = _adjoint_of(out)  # (g.1): gz = 1
-            self.w.emit((seed,), Fill(1, seed))
+            if seed is None:
+                seed = _adjoint_of(out)  # (g.1): gz = 1
+                self.w.emit((seed,), Fill(1, seed))
             shares[id(out)] = [seed]
         self.block(forward, shares)
         grads = [self.complete(x, shares) for x in reversed(inputs)][::-1]

@@ -5,7 +5,8 @@ devices, and the values of static arguments), kept in the one cache of compiled 
 (``autodiff/signature.py``, shared with graph mode and ``mg.trace``), and
 replayed: on arrays, calling kernels, when the program has them and nothing needs
 recording, else on values (:func:`_run`). ``mg.source_grad(f)`` and
-``mg.value_and_grad(f, mode="source")`` return a :class:`SourceGrad`.
+``mg.value_and_grad(f, mode="source")`` return a :class:`SourceGrad`; ``mg.vjp`` and
+``mg.jacrev`` in source mode use one whose programs take the output's adjoint (:func:`vjp`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class SourceGrad:
 
     transformation = "source_grad"  # (runs on any kind of value: see levels.transformation)
 
-    def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False):
+    def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False,
+                 seeded: bool = False):
         self.f = f
         self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
         self.argnums = argnums
@@ -46,6 +48,8 @@ class SourceGrad:
         # (source mode reads f's parameters, so argnums is checked against them at once)
         self.nums = normalize_argnums(argnums, code.co_argcount, "grad", "takes")
         self.with_value = with_value
+        # a vjp's programs (``seeded``) take the output's adjoint: programs of their own
+        self.seeded, self._kind = seeded, ("vjp",) if seeded else ()
         self.transforms = 0  # how many programs were written (the cache's misses)
         self.last: Program | None = None
         self.__name__ = f"grad_{self._src.node.name}"
@@ -53,7 +57,7 @@ class SourceGrad:
         self._n = code.co_argcount
         # the one cache, shared by every source gradient of f with these argnums
         # (argnums=0 and argnums=(0,) differ in what they return: two programs)
-        self._programs = programs(f, "source", (self.nums, single(argnums)))
+        self._programs = programs(f, "source", (self.nums, single(argnums), *self._kind))
         self._short: dict[int, tuple[tuple[int, ...], dict]] = {}  # see _passed
 
     @property
@@ -75,20 +79,39 @@ class SourceGrad:
         default is refused, not differentiated."""
         if count not in self._short:
             nums = normalize_argnums(self.argnums, count, "grad")
-            self._short[count] = nums, programs(self.f, "source", (nums, single(self.argnums)))
+            self._short[count] = nums, programs(self.f, "source",
+                                                (nums, single(self.argnums), *self._kind))
         return self._short[count]
+
+    def _resolve(self, args: tuple) -> tuple[tuple, tuple[int, ...], dict]:
+        """The arguments completed with f's defaults, argnums and the cache for them."""
+        nums, cache = self._passed(len(args)) if len(args) < self._n else \
+            (self.nums, self._programs)
+        return self._complete(args), nums, cache
 
     def program_for(self, *args: Any) -> Program:
         """The program for these arguments' signature (built if needed)."""
-        nums, cache = self._passed(len(args)) if len(args) < self._n else \
-            (self.nums, self._programs)
-        args = self._complete(args)
+        args, nums, cache = self._resolve(args)
         return self._program(args, signature(args, nums), nums, cache)
+
+    def value(self, *args: Any) -> Any:
+        """f's value by the program's normalised primal (``mg.vjp``'s, in source mode)."""
+        args, nums, cache = self._resolve(args)
+        prog = self._program(args, signature(args, nums), nums, cache)
+        return prog.primal(*[_value(a, k in nums) for k, a in enumerate(args)])
+
+    def pullback(self, args: tuple, g: Any) -> tuple:
+        """The gradients for the output's adjoint ``g`` (a ``seeded`` program's: the vjp's
+        ``vjp_fn(g)``), by the program for ``args``, which takes ``g`` after them."""
+        args, nums, cache = self._resolve(args)
+        key = signature(args, nums)
+        prog = self._program(args, key, nums, cache)
+        return _run(prog, args + (g,), key + signature((g,)), nums, with_value=False)
 
     def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
         prog = cache.get(key)  # the cache: no rewriting
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
-            prog = _transform(self._src, args, nums, single(self.argnums), key)
+            prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded)
             self.transforms += 1
             cache[key] = prog
         self.last = prog
@@ -159,3 +182,15 @@ def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
     """Source mode behind ``mg.value_and_grad(f, mode="source")``: ``(value, grad)``."""
     return SourceGrad(f, argnums, with_value=True)
+
+
+def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SourceGrad:
+    """Source mode behind ``mg.vjp(f, *primals, mode="source")`` and ``mg.jacrev``: an
+    object whose ``value(*args)`` is f's value, by the normalised primal, and whose
+    ``pullback(args, g)`` the gradients for ``argnums`` by the adjoint program, written
+    once per signature of ``args``, that takes the output's adjoint ``g`` as its last
+    parameter (``def vjp_f(x, y, gz)``; a gradient's program starts from ``gz = 1``).
+    Each call runs the forward sweep again: a program keeps nothing between calls, where
+    the tape keeps f's values from the call that recorded them. Its ``source`` is the
+    text of the last program."""
+    return SourceGrad(f, argnums, seeded=True)

@@ -11,6 +11,7 @@ loops or run-time ifs, which no graph holds, is written again with kernel calls
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
@@ -30,7 +31,7 @@ from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
 from ..signature import Captured, is_weak
-from .adjoint import _Reverse
+from .adjoint import _adjoint_of, _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
@@ -43,20 +44,28 @@ class Program:
     """One function's value-and-gradient program for one input signature.
 
     ``source`` is the text (``mg.`` calls) and ``fn`` its compiled function,
-    ``forward_source`` the normalised primal. ``kernels`` is the same program as a graph
-    compiled to kernels on arrays (``graph/compile.py``), returning (value, *gradients),
-    and ``gradient_kernels`` the gradients alone (a :class:`_LoopKernels` each for a
-    program with loops or run-time ifs); both None where there is no such path (several
-    devices, a GPU).
+    ``forward_source`` the normalised primal (``primal`` compiles it on first use).
+    ``kernels`` is the same program as a graph compiled to kernels on arrays
+    (``graph/compile.py``), returning (value, *gradients), and ``gradient_kernels`` the
+    gradients alone (a :class:`_LoopKernels` each for a program with loops or run-time
+    ifs); both None where there is no such path (several devices, a GPU). A program for
+    ``mg.vjp`` (``seeded``) takes one more parameter after f's, the output's adjoint
+    ``gz``, where a gradient's starts from ``gz = 1``.
     """
 
     def __init__(self, signature: tuple, source: str, forward_source: str, fn: Callable,
-                 single: bool):
+                 single: bool, namespace: dict, name: str):
         self.signature, self.source, self.forward_source = signature, source, forward_source
-        self.fn, self.single = fn, single
+        self.fn, self.single, self.namespace, self.name = fn, single, namespace, name
         self.captured = Captured(())  # the tensors it read from outside (set when built)
         self.kernels: CompiledFunction | _LoopKernels | None = None
         self.gradient_kernels: CompiledFunction | _LoopKernels | None = None
+
+    @functools.cached_property
+    def primal(self) -> Callable:
+        """f's value alone, by the normalised primal's text: ``mg.vjp``'s value."""
+        return define(self.forward_source, self.name, f"<source primal {self.name} "
+                      f"{id(self.forward_source):x}>", dict(self.namespace))
 
     @property
     def raw(self) -> Callable | None:
@@ -88,25 +97,28 @@ class _LoopKernels:
 
 
 def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
-               signature: tuple) -> Program:
-    """Read, normalise, reverse, tidy and compile ``src`` for these arguments."""
+               signature: tuple, seeded: bool = False) -> Program:
+    """Read, normalise, reverse, tidy and compile ``src`` for these arguments; ``seeded``:
+    the program of a vjp, whose output may have any shape and whose reverse sweep starts
+    from the output's adjoint passed in as one more parameter."""
     writer = _Writer()
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
-        out = _output(norm.call(src, call_args, {}), writer, src)
+        out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         forward = writer.block
         writer.block, writer.role = [], "rtemp"
         reverse = _Reverse(writer)
-        grads = reverse.run(forward, out, inputs)
+        seed = _adjoint_of(out) if seeded else None
+        grads = reverse.run(forward, out, inputs, seed)
         backward = writer.block
     finally:
         _writing.writer = saved
     runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
-                   writer, single, signature)
+                   writer, single, signature, seed)
 
 
 # The names the program's text reads from its namespace. A parameter of f named like one
@@ -165,8 +177,8 @@ def _value(a: Any, differentiated: bool) -> Any:
     return a
 
 
-def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
-    """f's returned value as a variable of the program; it must be one scalar."""
+def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> SrcVar:
+    """f's returned value as a variable of the program; a gradient's must be a scalar."""
     out = strong(out)
     if isinstance(out, Tensor):
         out = _constant(out)
@@ -175,9 +187,10 @@ def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
         writer.emit((const,), Fill(float(out), const))
         out = const
     if type(out) is not SrcVar:
-        raise TypeError(f"grad: f must return a Tensor, got {type(out).__name__} "
+        raise TypeError(f"{'grad' if scalar else 'vjp'}: f must return a tensor, got "
+                        f"{type(out).__name__} "
                         f"[source_grad: {src.where()}]")
-    if math.prod(out.shape) != 1:
+    if scalar and math.prod(out.shape) != 1:
         raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
                             f"use mg.jacrev for a vector output")
     return out
@@ -185,26 +198,29 @@ def _output(out: Any, writer: _Writer, src: _Source) -> SrcVar:
 
 def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: list,
             backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
-            single: bool, signature: tuple) -> Program:
-    """Dead code, the stack, names, text, compile."""
+            single: bool, signature: tuple, seed: SrcVar | None = None) -> Program:
+    """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
+    last parameter, after f's."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack"},
                    writer.reserved)
     consts: dict[int, tuple[Any, str]] = {}
-    _name_all(namer, forward, backward, out, consts, writer.hints)
+    _name_all(namer, forward, backward, out, consts, writer.hints, seed)
     _collect_consts(whole, namer, consts, writer.hints)
+    if seed is not None:
+        runtime = runtime + [seed]
     # (the name the def statement gives: the function's __name__ may be no identifier)
-    name = f"grad_{src.node.name}"
+    name = f"{'vjp' if seed is not None else 'grad'}_{src.node.name}"
     returned = [out] + grads
     loops = any(isinstance(s, (For, If)) for s in whole)
     source, primal, kernel_text = _texts(
         src.node.name, params, forward, backward, out, grads, single, consts, namer,
-        [cast(str, v.name) for v in runtime] if loops else None)
+        [cast(str, v.name) for v in runtime] if loops else None, seed)
     namespace = {"mg": sys.modules["minigraph"]}
     namespace.update({cname: value for value, cname in consts.values()})
     fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
-    prog = Program(signature, source, primal, fn, single)
+    prog = Program(signature, source, primal, fn, single, namespace, src.node.name)
     prog.captured = Captured(value for value, _ in consts.values())
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
@@ -230,10 +246,12 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
 
 def _texts(name: str, params: list[str], forward: list, backward: list, out: SrcVar,
            grads: list[SrcVar], single: bool, consts: dict, namer: _Namer,
-           kernel_params: list[str] | None) -> tuple[str, str, tuple[str, Names] | None]:
+           kernel_params: list[str] | None, seed: SrcVar | None = None
+           ) -> tuple[str, str, tuple[str, Names] | None]:
     """The program's text (``mg.`` calls) and the normalised primal's; with
     ``kernel_params`` (the arguments read at run time), also the program with kernel
-    calls, taking those and returning (value, *gradients), and the names it binds."""
+    calls, taking those and returning (value, *gradients), and the names it binds. A
+    ``seed`` is the program's last parameter (a vjp's: ``def vjp_f(x, y, gz)``)."""
     counts = Counter(id(v) for s in _walk(forward + backward) for v in _uses(s))
     for v in [out] + grads:
         counts[id(v)] += 1
@@ -255,9 +273,11 @@ def _texts(name: str, params: list[str], forward: list, backward: list, out: Src
         body += text.block(forward, 1, inline=False)
         body.append("    # reverse sweep: the adjoint trace (g.*), in reverse order")
         body += text.block(backward, 1, inline=True)
-        return _function(f"grad_{name}", params, body, ret, consts)
+        return _function(f"{prefix}_{name}", params, body, ret, consts)
 
-    source = program(_Text(consts, counts, plan.used, stack), params, f"{out.name}, {ret}")
+    prefix, seeds = ("grad", []) if seed is None else ("vjp", [cast(str, seed.name)])
+    source = program(_Text(consts, counts, plan.used, stack), params + seeds,
+                     f"{out.name}, {ret}")
     primal = _Text(consts, counts, plan.used, stack=None)  # (it needs no stack)
     primal_source = _function(name, params, primal.block(forward, 1, inline=False),
                               cast(str, out.name), consts)

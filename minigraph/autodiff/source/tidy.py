@@ -174,9 +174,13 @@ def _program_vars(block: list) -> Iterator[SrcVar]:
 
 
 def _name_all(namer: _Namer, forward: list, reverse: list, out: SrcVar,
-              consts: dict[int, tuple[Any, str]], hints: dict) -> None:
-    """Name constants, forward variables (loop and join variables first), adjoints."""
+              consts: dict[int, tuple[Any, str]], hints: dict,
+              seed: SrcVar | None = None) -> None:
+    """Name constants, forward variables (loop and join variables first), adjoints;
+    ``seed``, the output's adjoint that a vjp's program takes, is named ``gz`` as an
+    adjoint is, even where no line reads it."""
     order = list(_program_vars(forward)) + [out] + list(_program_vars(reverse))
+    order += [seed] if seed is not None else []
     for v in order:
         if v.role == "const" and v.value is not None and v.name is None:
             v.name = _const_name(v.value, namer, consts, hints)
