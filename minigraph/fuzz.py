@@ -12,7 +12,8 @@ It tries three kinds of case, in turn, until the time is up:
    (source transformation reads a function's *text*, so the program must be a real file),
    once with ``mg.`` and once with ``torch.``. minigraph's value, its gradient in each of
    the four modes, a second derivative through a random (outer, inner) pairing of modes,
-   ``jvp`` and ``vmap`` of ``grad``, source mode's gradient of ``mg.checkpoint(f)`` or
+   ``jvp`` and ``vmap`` of ``grad``, ``vjp`` and ``jacrev`` of the program's last value
+   (of any shape) in a random reverse mode, source mode's gradient of ``mg.checkpoint(f)`` or
    ``mg.trace(f)`` handed to it as it is, and ``backward()`` through ``mg.checkpoint(f)``
    (its replayed pullback) are compared with PyTorch (``torch.func``) in float64.
 2. **dags**: a random dataflow graph of placeholders and ops, each node placed at random on
@@ -58,6 +59,7 @@ import numpy as np
 Shape = tuple[int, ...]
 DEVICES = ("cpu", "cpu:1", "cpu:2")
 MODES = ("tape", "forward", "graph", "source")
+REVERSE_MODES = ("tape", "graph", "source")
 
 # Imports every reproducer starts with (and the namespace every check runs in).
 PRELUDE = """\
@@ -346,6 +348,7 @@ class Program:
     vmap_mode: str = "tape"
     batch: int = 2
     handed: str = "checkpoint"  # the transformation of f that source mode is handed as it is
+    vjp_mode: str = "tape"      # the reverse mode of vjp and jacrev of v (any output shape)
 
     def shapes(self) -> list[Shape] | None:
         """Every value's shape, or None when a step does not apply (after shrinking)."""
@@ -426,6 +429,17 @@ class Program:
             f"got = mg.grad(mg.{self.handed}(m.f), argnums=(0, 1), mode='source')({args_mg})\n"
             "want = tf.grad(m.f_torch, argnums=(0, 1))(T(x), T(y))\n"
             "why = verdict(got, want)\n")
+        c[f"vjp[{self.vjp_mode}] of v"] = (  # v's value has any shape: a cotangent of it
+            "out_t, pull_t = tf.vjp(m.v_torch, T(x), T(y))\n"
+            "gv = np.cos(np.arange(out_t.numel()) + 0.5).reshape(tuple(out_t.shape))\n"
+            f"out, pull = mg.vjp(m.v, {args_mg}, mode={self.vjp_mode!r})\n"
+            "got = (out,) + pull(mg.tensor(gv))\n"
+            "want = (out_t,) + pull_t(T(gv))\n"
+            "why = verdict(got, want)\n")
+        c[f"jacrev[{self.vjp_mode}] of v"] = (
+            f"got = mg.jacrev(m.v, argnums=(0, 1), mode={self.vjp_mode!r})({args_mg})\n"
+            "want = tf.jacrev(m.v_torch, argnums=(0, 1))(T(x), T(y))\n"
+            "why = verdict(got, want)\n")
         c["backward() through checkpoint(f)"] = (  # (its replayed, pruned pullback)
             "xt, yt = mg.tensor(x, requires_grad=True), mg.tensor(y, requires_grad=True)\n"
             "mg.checkpoint(m.f)(xt, yt).backward()\n"
@@ -458,7 +472,8 @@ def random_program(rng: random.Random) -> Program:
                 break
     return Program(x, y, steps, outer=rng.choice(MODES), inner=rng.choice(MODES),
                    wrt=rng.randint(0, 1), vmap_mode=rng.choice(MODES),
-                   batch=rng.randint(1, 3), handed=rng.choice(["checkpoint", "trace"]))
+                   batch=rng.randint(1, 3), handed=rng.choice(["checkpoint", "trace"]),
+                   vjp_mode=rng.choice(REVERSE_MODES))
 
 
 def _random_step(rng: random.Random, n: int, shapes: list[Shape]) -> Step:

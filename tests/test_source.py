@@ -1016,3 +1016,31 @@ def test_a_float32_input_gets_a_float32_gradient_next_to_float64_values(f, torch
     got = mg.grad(f, mode="source")(mg.tensor(x))
     assert got.dtype == "float32" == str(xt.grad.dtype).removeprefix("torch.")
     np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-6)
+
+
+def _divides_on_one_path(x, n):
+    if mg.sum(x) > 0.0:
+        y = x * (1.0 / n)
+    else:
+        y = x * 2.0
+    return mg.sum(y)
+
+
+def _divides_always(x, n):
+    return mg.sum(x * (1.0 / n))
+
+
+def test_python_arithmetic_that_raises_on_a_run_time_path_is_refused_clearly():
+    """Source mode computes Python numbers while it writes both paths of a run-time if;
+    1.0 / 0 raised a bare ZeroDivisionError there, for a call that eager mode, taking the
+    other path, runs. Now a refusal that says why; where every path computes it, Python's
+    own error, as in eager mode."""
+    x = mg.tensor([-1.0, -2.0])
+    assert mg.grad(_divides_on_one_path)(x, 0).numpy().tolist() == [2.0, 2.0]  # eager
+    with pytest.raises(SourceTransformError, match=r"raises ZeroDivisionError \(float "
+                                                   r"division by zero\) on a path of an if "
+                                                   r"decided at run time"):
+        mg.grad(_divides_on_one_path, mode="source")(x, 0)
+    with pytest.raises(ZeroDivisionError):
+        mg.grad(_divides_always, mode="source")(x, 0)
+    assert mg.grad(_divides_on_one_path, mode="source")(-x, 4).numpy().tolist() == [0.25] * 2

@@ -44,7 +44,7 @@ from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..ops.weak import Weak, strong
-from ..tensor import Tensor, tensor, zeros
+from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph, last_uses
 from .topo import fifo_order, needed
 from .gradients import gradients
@@ -295,11 +295,15 @@ def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],
                         seed: Node | None = None) -> list[Node]:
     """The reverse-graph pass from ``out`` (seeded with ones, or ``seed``) to ``xs``: a
     node per x, a constant of zeros where no path leads (xs are record's placeholders,
-    made with their arguments' dtypes, so the zeros have them too)."""
+    made with their arguments' dtypes, so the zeros have them too). An integer or bool
+    ``out`` is piecewise constant: zeros, as the tape gives (``mg.gradients``, the graph
+    API, refuses one, as TensorFlow does)."""
     with graph:
+        found = gradients(out, xs, grad_ys=seed) if out.dtype in FLOAT_DTYPES else \
+            [None] * len(xs)
         return [g if g is not None else
                 graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
-                for g, x in zip(gradients(out, xs, grad_ys=seed), xs)]
+                for g, x in zip(found, xs)]
 
 
 def grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:

@@ -94,8 +94,10 @@ Not supported (refused with the construct and its line): ``while``, ``try``, ``w
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,
 ``break``/``continue``, assignment into part of a tensor, ``for`` over anything but
 ``range`` with bounds known when the program is built, indexing with a computed tensor,
-converting a value of the program to a Python number, and calling functions other than
-minigraph's (``np.sin(x)``) on values of the program.
+converting a value of the program to a Python number, calling functions other than
+minigraph's (``np.sin(x)``) on values of the program, and Python arithmetic that raises
+(``1.0 / n`` with n = 0) on a path of an if decided at run time, which is written, and
+so computed, whichever path a call takes.
 """
 
 from .cache import source_grad, value_and_grad, vjp

@@ -720,6 +720,16 @@ class _Normaliser:
             raise
         except MinigraphError as exc:
             raise _located(exc, self.w.where) from None
+        except ArithmeticError as exc:
+            if not self.dynamic:  # (eager mode raises it here too: the user's own error)
+                raise
+            # eager mode computes this only where its path is taken
+            raise self.w.refuse(
+                f"Python arithmetic that raises {type(exc).__name__} ({exc}) on a path of "
+                f"an if decided at run time",
+                "source mode computes Python numbers while it writes the program, on both "
+                "paths; compute this one with minigraph functions, which run when the "
+                "program does, or outside the if") from None
         except Exception as exc:
             if self.w.where is not None and hasattr(exc, "add_note"):
                 exc.add_note(f"while source_grad was writing the program: {self.w.where}")
