@@ -26,8 +26,9 @@ tape, and a second sweep over it gives second derivatives. Without ``retain_grap
 entries are released after the sweep, as in PyTorch, so a second ``backward()`` raises.
 
 **Reverse mode as a transformation** (``mg.vjp``, ``mg.grad``, the last section, and
-``mg.jacrev`` built on them in ``api.py``) records the same entries on boxes of a level of its own instead of on tensors,
-so that it runs on any value kind and nests in every other transformation.
+``mg.jacrev`` built on them in ``api.py``) records the same entries on boxes of a level
+of its own instead of on tensors, so that it runs on any value kind and nests in every
+other transformation.
 
 **In-place updates** (``x -= y``, :func:`update_in_place`) write into a tensor's array
 outside recording; each write is stamped with a sequence number, and the sweep refuses

@@ -299,8 +299,8 @@ def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],
     ``out`` is piecewise constant: zeros, as the tape gives (``mg.gradients``, the graph
     API, refuses one, as TensorFlow does)."""
     with graph:
-        found = gradients(out, xs, grad_ys=seed) if out.dtype in FLOAT_DTYPES else \
-            [None] * len(xs)
+        integer = out.dtype is not None and out.dtype not in FLOAT_DTYPES
+        found = [None] * len(xs) if integer else gradients(out, xs, grad_ys=seed)
         return [g if g is not None else
                 graph.constant(zeros(x.shape, cast(str, x.dtype), x.device))
                 for g, x in zip(found, xs)]
