@@ -6,7 +6,7 @@ mode (``jvp``, ``jacfwd``), reverse mode with a tape (``backward``, ``vjp``, ``j
 """
 
 from . import errors
-from .autodiff.api import MODES, grad, hessian, jacrev, value_and_grad, vjp
+from .autodiff.api import MODES, REVERSE_MODES, grad, hessian, jacrev, value_and_grad, vjp
 from .autodiff.batching import vmap
 from .autodiff.check import gradcheck
 from .autodiff.source import SourceTransformError, source_grad
@@ -41,7 +41,8 @@ float32, float64, int64, int32, bool_ = "float32", "float64", "int64", "int32", 
 __version__ = "0.1.0"
 
 __all__ = [
-    "errors", "MODES", "grad", "source_grad", "SourceTransformError", "value_and_grad", "gradcheck",
+    "errors", "MODES", "REVERSE_MODES", "grad", "source_grad", "SourceTransformError",
+    "value_and_grad", "gradcheck",
     "Dual", "jacfwd", "jvp", "enable_grad", "is_grad_enabled", "cuda_available", "jacrev",
     "no_grad", "vjp", "Device", "device", "devices", "get_device", "register_device",
     "set_virtual_cpus", "PRIMITIVES", "abs", "add", "astype", "broadcast_to", "concatenate", "getitem",

@@ -36,9 +36,9 @@ def gradients_by_every_mode(x: float = 2.0, y: float = 3.0) -> dict[str, tuple[f
     textbook_f(tx, ty).backward()
     assert tx.grad is not None and ty.grad is not None  # (backward() set them)
     results["z.backward()"] = (tx.grad.item(), ty.grad.item())
-    _, vjp_fn = mg.vjp(textbook_f, x, y)
-    gx, gy = vjp_fn(1.0)
-    results["vjp(f, x, y)"] = (gx.item(), gy.item())
+    for mode in mg.REVERSE_MODES:
+        gx, gy = mg.vjp(textbook_f, x, y, mode=mode)[1](1.0)
+        results[f'vjp(f, x, y, mode="{mode}")'] = (gx.item(), gy.item())
     results["jvp(f, tangents (1,0) / (0,1))"] = tuple(
         mg.jvp(textbook_f, (x, y), t)[1].item() for t in ((1.0, 0.0), (0.0, 1.0)))
     return results
