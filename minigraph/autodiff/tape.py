@@ -48,7 +48,7 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import ArrayOps, check_in_place, updated
+from ..ops.operators import ArrayOps, check_in_place, refuse_aliased, updated
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -354,6 +354,7 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"recording, the write shows through, as in NumPy). Write v = v + y, or "
                 f"build the whole new value (mg.where, mg.concatenate)")
         _check_in_place(prim, x, other)  # (as an update without recording refuses)
+        refuse_aliased(x, f"{prim.name} in place ({_describe((x, other))})")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
     if type(other) in KINDS and type(other) is not Tensor:  # a transformation's value: it
         return updated(prim, x, other)  # cannot be written into x's array (as recorded)

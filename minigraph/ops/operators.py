@@ -8,13 +8,15 @@ calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device
 from __future__ import annotations
 
 import math
+import sys
+from types import FrameType
 from typing import Any
 
 from . import copy as C
 from . import elementwise as E
 from . import shape_rules as S
 from .weak import AS_NUMBER, Weak
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, GradientError, ShapeError
 from . import linalg as L
 from . import reduce as R
 from . import shape as SH
@@ -57,7 +59,8 @@ class ArrayOps:
 
     # -- x op= y: a value that cannot be written into (a transformation's, a graph's) gets
     # x op y, bound to the name by Python, as in JAX; a Tensor writes into its array
-    # (Tensor.__iadd__). Either way the result keeps x's shape and dtype, or it is refused.
+    # (Tensor.__iadd__). Either way the result keeps x's shape and dtype, or it is refused;
+    # a new value is refused too where another name holds x (refuse_aliased).
     def __iadd__(self, other: Any) -> Any: return updated(E.ADD, self, other)
     def __isub__(self, other: Any) -> Any: return updated(E.SUB, self, other)
     def __imul__(self, other: Any) -> Any: return updated(E.MUL, self, other)
@@ -165,9 +168,37 @@ def updated(prim: Any, x: Any, other: Any) -> Any:
     check an update in place makes (:func:`check_in_place`)."""
     value = (f"the number {other!r}" if type(other) in (bool, int, float)
              else f"a value of shape {S.shape_of(other)} {S.dtype_of(other)}")
-    check_in_place(prim, x, other, f"{prim.name} in place (a {x._kind()} of shape "
-                                   f"{x.shape} {x.dtype}, and {value})")
+    where = f"{prim.name} in place (a {x._kind()} of shape {x.shape} {x.dtype}, and {value})"
+    check_in_place(prim, x, other, where)
+    refuse_aliased(x, where)
     return bind_two(prim, x, other)
+
+
+def refuse_aliased(x: Any, where: str) -> None:
+    """An update that binds a new value to the name (recorded, or on a transformation's
+    value) is refused where the code making it names ``x`` twice: after ``b = a;
+    b *= 2``, eager mode has written into the one value, so ``a`` sees the change too,
+    while here ``a`` would keep the old value and every later read of it would differ.
+    Only the names of the function doing the update are seen (the first frame outside
+    minigraph); a value kept in a list, or by a caller, is not."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _in_minigraph(frame):
+        frame = frame.f_back
+    if frame is None:
+        return
+    names = sorted(k for k, v in frame.f_locals.items() if v is x)
+    if len(names) > 1:
+        raise GradientError(
+            f"{where}: {' and '.join(names)} name the same value. Without recording, the "
+            f"update writes into it and every name sees the change; here it makes a new "
+            f"value for one name and would leave the other with the old one. Write "
+            f"name = name op y for a new value (the other name keeps the old one in every "
+            f"mode), or copy first (b = a * 1.0) if both are meant to change apart")
+
+
+def _in_minigraph(frame: FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return module == "minigraph" or module.startswith("minigraph.")
 
 
 def check_in_place(prim: Any, x: Any, other: Any, where: str) -> None:

@@ -95,7 +95,9 @@ lambdas and nested functions, generators and comprehensions, ``global``/``nonloc
 ``break``/``continue``, assignment into part of a tensor, ``for`` over anything but
 ``range`` with bounds known when the program is built, indexing with a computed tensor,
 converting a value of the program to a Python number, calling functions other than
-minigraph's (``np.sin(x)``) on values of the program, and Python arithmetic that raises
+minigraph's (``np.sin(x)``) on values of the program, an update in place (``h += y``) of
+a value another name holds too (``h = x``: eager mode's write would show through ``x``,
+as in every transformation: ``ops/operators.py``), and Python arithmetic that raises
 (``1.0 / n`` with n = 0) on a path of an if decided at run time, which is written, and
 so computed, whichever path a call takes.
 """

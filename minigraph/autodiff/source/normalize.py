@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import itertools
 import math
 import operator
 import types
@@ -84,6 +85,7 @@ class _Normaliser:
         self.w = writer
         self.stack: list[_Source] = []  # the functions being run (inlined calls nest)
         self.dynamic = 0  # depth inside branches decided at run time
+        self.origins = itertools.count()  # new Python objects, for origin()
 
     @property
     def src(self) -> _Source:
@@ -143,8 +145,9 @@ class _Normaliser:
 
     def s_Assign(self, node: ast.Assign, env: dict) -> None:
         value = self.expr(node.value, env)
+        origin = self.origin_of(node.value, env)  # (a = b = f(x): one value, two names)
         for target in node.targets:
-            self.assign(target, value, env)
+            self.assign(target, value, env, origin)
 
     def s_AnnAssign(self, node: ast.AnnAssign, env: dict) -> None:
         if node.value is not None:
@@ -158,6 +161,18 @@ class _Normaliser:
         current, value = self.load(node.target.id, env), self.expr(node.value, env)
         update = _IN_PLACE.get(type(node.op))
         if update is not None and (_dynamic(current) or _dynamic(value)):
+            mine = self.origin(node.target.id, env)
+            others = sorted(k for k, v in env.items() if v is current and k != node.target.id
+                            and not k.startswith("<") and self.origin(k, env) == mine)
+            if others and type(current) is not Weak:  # (a number is never written into)
+                raise self.w.refuse(
+                    f"an update in place of {node.target.id}, which {' and '.join(others)} "
+                    f"also names",
+                    "without recording the update writes into the one value, so every name "
+                    "sees the change, but the program binds a new value to one name and the "
+                    "other would keep the old one (as every transformation would: "
+                    "ops/operators.py's refuse_aliased). Write h = h + y for a new value, or "
+                    "copy first (b = a * 1.0)")
             self.assign(node.target, self.guard(lambda: update(current, value)), env)
         else:
             self.assign(node.target, self.binop(node.op, current, value), env)
@@ -178,22 +193,44 @@ class _Normaliser:
                                 "check inputs with an if on shapes or Python values")
         raise self.expr(node.exc, env) if node.exc else RuntimeError("raise")
 
-    def assign(self, target: ast.expr, value: Any, env: dict) -> None:
+    def assign(self, target: ast.expr, value: Any, env: dict, origin: Any = None) -> None:
+        """Bind ``value`` to ``target``; ``origin`` says which Python object it is (see
+        :meth:`origin`): another name's for ``b = a``, a new one by default."""
         if isinstance(target, ast.Name):
             var = value.value if type(value) is Weak else value  # (s * 3.0: a weak float)
             if type(var) is SrcVar and var.role == "temp" and var.hint is None:
                 var.hint = target.id  # the user's name for a forward result
             env[target.id] = value
+            env["<origin>" + target.id] = next(self.origins) if origin is None else origin
             return
         if isinstance(target, (ast.Tuple, ast.List)):
             values = list(value)  # a tensor: its rows, x[0], x[1], ... (ArrayOps.__iter__)
             if len(values) != len(target.elts):
                 raise ValueError(f"cannot unpack {len(values)} values into "
                                  f"{len(target.elts)} names [source_grad: {self.w.where}]")
-            for t, v in zip(target.elts, values):
-                self.assign(t, v, env)
+            origins = origin if isinstance(origin, list) and len(origin) == len(values) \
+                else [None] * len(values)  # (a, b = b, a: each keeps its own object)
+            for t, v, o in zip(target.elts, values, origins):
+                self.assign(t, v, env, o)
             return
         raise self.w.refuse(f"assignment to a {type(target).__name__}")
+
+    def origin(self, name: str, env: dict) -> Any:
+        """Which Python object ``name`` holds, as eager mode would have it: two names with
+        one origin are one object (``b = a``), whose update in place both would see. A
+        program variable cannot say so itself: ``x * 1.0`` is written as ``x``, one
+        variable, where eager mode makes a new tensor. A parameter, and a name bound by
+        an if's or a loop's join, is its own object."""
+        return env.get("<origin>" + name, "<own>" + name)
+
+    def origin_of(self, expr: ast.expr, env: dict) -> Any:
+        """The origin of what ``expr`` evaluates to: a name's own, a tuple's per element,
+        and a new object for anything computed."""
+        if isinstance(expr, ast.Name):
+            return self.origin(expr.id, env)
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return [self.origin_of(e, env) for e in expr.elts]
+        return next(self.origins)
 
     # -- if -----------------------------------------------------------------------------------
     def s_If(self, node: ast.If, env: dict) -> _Return | None:
