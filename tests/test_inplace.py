@@ -540,3 +540,24 @@ def test_numpy_of_a_tensor_that_requires_a_gradient_is_a_read_only_view():
     assert plain.numpy() is plain.data and plain.numpy().flags.writeable
     detached = w.detach().numpy()
     assert detached.flags.writeable and np.shares_memory(detached, w.data)
+
+
+def halves_its_data(x, y):
+    y *= 0.5    # y, a plain tensor: without recording this writes into the caller's y
+    return (x * y).sum()
+
+
+def test_forward_modes_runs_do_not_see_each_others_writes():
+    """Forward mode runs f once per input element (jacfwd once per argument); each run
+    halved y in place, so the second run saw y / 4 and the gradient came out wrong.
+    Each run gets its own copies now: torch.func's (one run) and eager mode's value."""
+    x, y = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    want = (y * 0.5).tolist()  # d/dx sum(x * y/2)
+    assert mg.grad(halves_its_data, mode="forward")(x, mg.tensor(y)).numpy().tolist() == want
+    got = mg.jacfwd(halves_its_data, argnums=(0, 1), vectorize=False)(x, mg.tensor(y))
+    assert got[0].numpy().tolist() == want and got[1].numpy().tolist() == (x * 0.5).tolist()
+    assert mg.jacfwd(halves_its_data, argnums=(0, 1))(x, y)[1].numpy().tolist() == \
+        (x * 0.5).tolist()
+    # the value is the one eager run's too
+    value, _ = mg.value_and_grad(halves_its_data, argnums=(0, 1), mode="forward")(x, y)
+    assert value.item() == halves_its_data(mg.tensor(x), mg.tensor(y)).item() == 5.5

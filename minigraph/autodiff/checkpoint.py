@@ -52,7 +52,8 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 ``mg.checkpoint(module)`` passes the module's parameters as arguments for you
 (``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
-backward (``x -= ...``) would give another gradient: the tape refuses that backward.
+backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
+so f itself may not write into its arguments (``y *= 0.5``): refused when it does.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
-from .tape import is_grad_enabled, vjp
+from .tape import is_grad_enabled, last_write, vjp, write_stamp
 
 
 class CheckpointError(MinigraphError, TypeError):
@@ -105,6 +106,18 @@ def _closure_error(what: str) -> CheckpointError:
     return CheckpointError("checkpoint: " + _CLOSURE.format(what=what))
 
 
+def _refuse_written(arrays: tuple, since: int) -> None:
+    """f wrote into an argument in place (``y *= 0.5``): the backward pass runs f again
+    from its arguments and would start from the written value, giving another gradient.
+    (The write has happened, as it would in eager mode; nothing was recorded.)"""
+    for k, a in enumerate(arrays):
+        if hasattr(a, "shape") and write_stamp(a) > since:
+            raise CheckpointError(
+                f"checkpoint: f wrote into its argument {k} in place (shape {a.shape}); "
+                f"the backward pass runs f again from its arguments, and would start from "
+                f"the written value. Inside f, write y = y * 0.5 (a new value) instead")
+
+
 def _tuple_error(out: Any) -> CheckpointError:
     return CheckpointError(f"checkpoint: f returned a {type(out).__name__}; a checkpointed "
                            f"function returns one tensor (checkpoint each output's function, "
@@ -118,7 +131,10 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     """Run f on tensors over the arrays (counted nowhere: their owners count them) and
     return its result's array. The intermediates die here."""
     dev = get_device(device)
+    since = last_write()
     out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
+    if last_write() != since:  # (something was written in place: was it an argument?)
+        _refuse_written(arrays, since)
     if isinstance(out, (tuple, list)):
         raise _tuple_error(out)
     if type(out) in KINDS:

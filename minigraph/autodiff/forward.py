@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DTypeError, GradientError, ShapeError
+from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps
 from ..ops.primitive import Primitive, bind, register_kind
@@ -240,7 +241,8 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
             refuse_integers(x.dtype, i, "jacfwd")
 
             def along(xi: Any) -> Any:
-                return f(*args[:i], xi, *args[i + 1:])
+                own = _own_arguments(args)  # (f runs once per argument, or per element)
+                return f(*own[:i], xi, *own[i + 1:])
 
             rows = identity_rows(x)
             if rows is None:
@@ -254,6 +256,16 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         return jacs[0] if single(argnums) else tuple(jacs)
 
     return transformation(jac, "jacfwd", f)
+
+
+def _own_arguments(args: tuple) -> tuple:
+    """The arguments for one of several runs of f, each tensor and array its own copy:
+    forward mode runs f once per input element (``grad``; ``jacfwd`` once per argument),
+    and a run that writes into an argument in place (``y *= 0.5`` on a plain tensor) must
+    not hand the next run the written value, which eager mode's one run never sees. A
+    tensor's copy is an operation (``astype``), which an outer tape records."""
+    return tuple(C.astype(a, str(a.dtype)) if type(a) is Tensor else
+                 a.copy() if isinstance(a, np.ndarray) else a for a in args)
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
@@ -271,7 +283,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             refuse_integers(x.dtype, i, "grad")
             parts = []
             for e in basis_vectors(x):
-                value, t = _jvp(lambda xi: f(*args[:i], xi, *args[i + 1:]), (x,), (e,),
+                own = _own_arguments(args)
+                value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
                                 for_grad=True)
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
