@@ -77,7 +77,7 @@ from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
-from .tape import is_grad_enabled, last_write, vjp, write_stamp
+from .tape import is_grad_enabled, last_write, vjp, written_since
 
 
 class CheckpointError(MinigraphError, TypeError):
@@ -106,18 +106,6 @@ def _closure_error(what: str) -> CheckpointError:
     return CheckpointError("checkpoint: " + _CLOSURE.format(what=what))
 
 
-def _refuse_written(arrays: tuple, since: int) -> None:
-    """f wrote into an argument in place (``y *= 0.5``): the backward pass runs f again
-    from its arguments and would start from the written value, giving another gradient.
-    (The write has happened, as it would in eager mode; nothing was recorded.)"""
-    for k, a in enumerate(arrays):
-        if hasattr(a, "shape") and write_stamp(a) > since:
-            raise CheckpointError(
-                f"checkpoint: f wrote into its argument {k} in place (shape {a.shape}); "
-                f"the backward pass runs f again from its arguments, and would start from "
-                f"the written value. Inside f, write y = y * 0.5 (a new value) instead")
-
-
 def _tuple_error(out: Any) -> CheckpointError:
     return CheckpointError(f"checkpoint: f returned a {type(out).__name__}; a checkpointed "
                            f"function returns one tensor (checkpoint each output's function, "
@@ -133,8 +121,13 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     dev = get_device(device)
     since = last_write()
     out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
-    if last_write() != since:  # (something was written in place: was it an argument?)
-        _refuse_written(arrays, since)
+    written = written_since(arrays, since)
+    if written is not None:  # the recomputation would start from the written value
+        raise CheckpointError(
+            f"checkpoint: f wrote into its argument {written} in place (shape "
+            f"{arrays[written].shape}); the backward pass runs f again from its arguments, "
+            f"and would start from the written value. Inside f, write y = y * 0.5 (a new "
+            f"value) instead")
     if isinstance(out, (tuple, list)):
         raise _tuple_error(out)
     if type(out) in KINDS:

@@ -34,7 +34,7 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
-from .tape import as_gradient, enable_grad, is_grad_enabled
+from .tape import as_gradient, enable_grad, is_grad_enabled, last_write, written_since
 
 
 class Dual(ValueInside, ArrayOps):
@@ -236,13 +236,17 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         refuse_pytrees(args, nums, "jacfwd")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
+        runs = len(nums) if vectorize else sum(math.prod(shape_of(args[i])) for i in nums)
+        since = last_write()
         for i in nums:
             x = args[i]
             refuse_integers(x.dtype, i, "jacfwd")
 
             def along(xi: Any) -> Any:
-                own = _own_arguments(args)  # (f runs once per argument, or per element)
-                return f(*own[:i], xi, *own[i + 1:])
+                own = _others_copied(args, nums, i)
+                out = f(*own[:i], xi, *own[i + 1:])
+                _refuse_written(args, since, runs, "jacfwd")
+                return out
 
             rows = identity_rows(x)
             if rows is None:
@@ -258,14 +262,30 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     return transformation(jac, "jacfwd", f)
 
 
-def _own_arguments(args: tuple) -> tuple:
-    """The arguments for one of several runs of f, each tensor and array its own copy:
-    forward mode runs f once per input element (``grad``; ``jacfwd`` once per argument),
-    and a run that writes into an argument in place (``y *= 0.5`` on a plain tensor) must
-    not hand the next run the written value, which eager mode's one run never sees. A
-    tensor's copy is an operation (``astype``), which an outer tape records."""
-    return tuple(C.astype(a, str(a.dtype)) if type(a) is Tensor else
-                 a.copy() if isinstance(a, np.ndarray) else a for a in args)
+def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> tuple:
+    """The arguments of the run that perturbs argument i: the other differentiated ones
+    as copies, which f may update in place (``x += 1``) without the next run seeing it,
+    as it may update the tape's boxes (a copy that an outer tape records: ``astype``)."""
+    return tuple(a if k == i or k not in nums or type(a) is not Tensor else
+                 C.astype(a, str(a.dtype)) if a.requires_grad else
+                 Tensor(a.data.copy(), a.device) for k, a in enumerate(args))
+
+
+def _refuse_written(args: tuple, since: int, runs: int, who: str) -> None:
+    """Forward mode runs f ``runs`` times on the same arguments (once per input element;
+    ``jacfwd`` once per argument); a run that wrote into an argument not differentiated
+    (``y *= 0.5`` on a plain tensor; the differentiated ones are copies) would hand the
+    next run the written value, where eager mode's one run sees the original. Refused
+    after that run (whose write, as eager mode's, has happened). One comparison when
+    nothing anywhere was written."""
+    k = written_since([a.data if type(a) is Tensor else None for a in args], since) \
+        if runs > 1 else None
+    if k is not None:
+        raise GradientError(
+            f"{who} (forward mode): f wrote into its argument {k} (shape {args[k].shape} "
+            f"{args[k].dtype}) in place; forward mode runs f {runs} times on the same "
+            f"arguments, and the next run would start from the written value. Inside f, "
+            f"write y = y * 0.5 (a new value), or use a reverse mode, which runs f once")
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
@@ -278,14 +298,16 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         value = None
         grads = []
+        runs, since = sum(math.prod(shape_of(args[i])) for i in nums), last_write()
         for i in nums:
             x = args[i]
             refuse_integers(x.dtype, i, "grad")
             parts = []
             for e in basis_vectors(x):
-                own = _own_arguments(args)
+                own = _others_copied(args, nums, i)
                 value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
                                 for_grad=True)
+                _refuse_written(args, since, runs, "grad")
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")

@@ -479,6 +479,15 @@ def last_write() -> int:
     return _last_write
 
 
+def written_since(arrays: Sequence[Any], since: int) -> int | None:
+    """The position of the first of ``arrays`` written in place after the stamp ``since``
+    (None where none was, or an entry is not an array): did f write into its arguments?"""
+    if _last_write == since:  # (nothing anywhere was written: one comparison)
+        return None
+    return next((k for k, a in enumerate(arrays)
+                 if hasattr(a, "shape") and write_stamp(a) > since), None)
+
+
 def _check_writes(recorded: list[Tensor]) -> None:
     """Refuse a sweep over an entry whose result or arguments were written after it."""
     for t in recorded:
