@@ -150,6 +150,11 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
     out = made.value(*args)
     if not (isinstance(out, Tensor) or type(out) in KINDS):
         raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__}")
+    # The pullback's program, built now: it reads the tensors f reads (a global) as they
+    # are now, as f's value did; a write into one, or into an argument, before vjp_fn is
+    # then refused, as the tape refuses it (the program runs f again from them).
+    captured = made.program(args, out).captured
+    done = tape.last_write()
 
     def vjp_fn(g: Any = None) -> tuple:
         seed = tape.cotangent(out, g, "vjp_fn(g)")
@@ -157,6 +162,10 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
             raise DTypeError(f"vjp_fn(g): g is {seed.dtype} and f's output {out.dtype}; in "
                              f"mode {mode!r} the program is written for the output's dtype "
                              f"(as jax.vjp requires): pass g as {out.dtype}")
+        if tape.last_write() != done:
+            read = list(args) + captured.tensors
+            tape.refuse_changed([a.data if type(a) is Tensor else None for a in read],
+                                done, f"mode {mode!r}")
         return tape.hand_over(list(made.pullback(args, seed)), seed, g)
 
     if hasattr(made, "source"):  # (the program value() used: this signature's)

@@ -479,6 +479,18 @@ def last_write() -> int:
     return _last_write
 
 
+def refuse_changed(arrays: Sequence[Any], done: int, mode: str) -> None:
+    """``vjp_fn(g)`` after a value that f read, or computed, was changed in place since
+    ``mg.vjp`` ran f (stamp ``done``): the pullback would read the new value and give the
+    derivative of another function. PyTorch's version counters refuse the same."""
+    if written_since(arrays, done) is not None:
+        raise GradientError(
+            f"vjp_fn(g): a tensor that f read or computed was changed in place (x += ..., "
+            f"x[i] = ...) after mg.vjp ran f; the pullback ({mode}) would read the new "
+            f"value and give the derivative of another function. Update it after calling "
+            f"vjp_fn, or call mg.vjp again after the update")
+
+
 def written_since(arrays: Sequence[Any], since: int) -> int | None:
     """The position of the first of ``arrays`` written in place after the stamp ``since``
     (None where none was, or an entry is not an array): did f write into its arguments?"""
@@ -776,10 +788,16 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     def unbox(a: Any) -> Any:
         return a.value if type(a) is Box and a.tape is rec else a
 
+    done = last_write()
+
     def vjp_fn(g: Any = None) -> tuple:
         seed = cotangent(value, g, "vjp_fn(g)")
         if out_box is None:
             return tuple(C.zeros_like(b.value) for b in boxes)
+        if last_write() != done:  # (a write since: into a value the rules read?)
+            read = [unbox(v) for e in rec.entries for v in (e[2], *e[3])]
+            refuse_changed([v.data if type(v) is Tensor else None for v in read], done,
+                           "mode 'tape'")
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
         return hand_over([as_gradient(adjoint.get(id(b)), b.value) for b in boxes], seed, g)
 

@@ -261,8 +261,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
 def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
     """Graph mode behind ``mg.vjp(f, *primals, mode="graph")`` and ``mg.jacrev``: an
     object whose ``value(*args)`` is f's value by ``mg.trace(f)``'s program, and whose
-    ``pullback(args, g)`` the gradients for ``argnums`` by one compiled program per
-    signature of ``(args, g)``: f's graph, and the reverse-graph pass seeded with a
+    ``pullback(args, g)`` gives the gradients for ``argnums`` by one compiled program per
+    signature of ``(args, g)`` (``program(args, g)`` builds it, or finds it in the one
+    cache): f's graph, and the reverse-graph pass seeded with a
     placeholder for the output's adjoint (``gradients``' ``grad_ys``, as in TensorFlow).
     Each call runs f's forward graph again: a program keeps nothing between calls, where
     the tape keeps f's values from the call that recorded them."""
@@ -281,14 +282,18 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         grads = _gradients_or_zeros(graph, out, xs, seed)
         return _compile(graph, inputs + [seed], grads, f"vjp_{name}")
 
-    def pullback(args: tuple, g: Any) -> tuple:
+    def program(args: tuple, g: Any) -> CompiledFunction:
+        """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
         key = signature(args + (g,), argnums)
         compiled = cache.get(key)
         if compiled is None or compiled.captured.stale():  # (a global tensor written: again)
             compiled = cache[key] = build(args, key)
-        return _call(compiled, args + (g,), key)
+        return compiled
 
-    return SimpleNamespace(value=Traced(f), pullback=pullback)
+    def pullback(args: tuple, g: Any) -> tuple:
+        return _call(program(args, g), args + (g,), signature(args + (g,), argnums))
+
+    return SimpleNamespace(value=Traced(f), program=program, pullback=pullback)
 
 
 def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],

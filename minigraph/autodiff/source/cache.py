@@ -100,6 +100,10 @@ class SourceGrad:
         prog = self._program(args, signature(args, nums), nums, cache)
         return prog.primal(*[_value(a, k in nums) for k, a in enumerate(args)])
 
+    def program(self, args: tuple, g: Any) -> Program:
+        """The program of ``pullback(args, g)`` (one for every cotangent: f's output's)."""
+        return self.program_for(*args)
+
     def pullback(self, args: tuple, g: Any) -> tuple:
         """The gradients for the output's adjoint ``g`` (a ``seeded`` program's: the vjp's
         ``vjp_fn(g)``), by the program for ``args``, which takes ``g`` after them."""
