@@ -389,8 +389,7 @@ def _a_view(x: Tensor) -> bool:
     if entry is None:
         return _owner(x.data) is not x.data
     prim = entry[0]
-    return bool(getattr(prim, "view", False)) and (
-        prim.returns_view is None or prim.returns_view(x.shape, entry[1]))
+    return getattr(prim, "view", False) and prim.made_a_view(x.shape, entry[1])
 
 
 def assign_item(x: Tensor, index: Any, value: Any) -> None:

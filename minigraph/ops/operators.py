@@ -12,6 +12,8 @@ import sys
 from types import FrameType
 from typing import Any
 
+import numpy as np
+
 from . import copy as C
 from . import elementwise as E
 from . import shape_rules as S
@@ -176,24 +178,57 @@ def updated(prim: Any, x: Any, other: Any) -> Any:
 
 def refuse_aliased(x: Any, where: str) -> None:
     """An update that binds a new value to the name (recorded, or on a transformation's
-    value) is refused where the code making it names ``x`` twice: after ``b = a;
-    b *= 2``, eager mode has written into the one value, so ``a`` sees the change too,
-    while here ``a`` would keep the old value and every later read of it would differ.
-    Only the names of the function doing the update are seen (the first frame outside
-    minigraph); a value kept in a list, or by a caller, is not."""
+    value) is refused where the code making it holds ``x``'s memory under another name:
+    after ``b = a; b *= 2``, eager mode has written into the one value, so ``a`` sees the
+    change too, while here ``a`` would keep the old value and every later read of it
+    would differ. The same holds for a view and what it views (``v = y[:1]``, then
+    ``v += 1`` or ``y += 1``). Only the names of the function doing the update are seen
+    (the first frame outside minigraph); a value kept in a list, or by a caller, is not."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_minigraph(frame):
         frame = frame.f_back
     if frame is None:
         return
-    names = sorted(k for k, v in frame.f_locals.items() if v is x)
+    memory = _memory(x)
+    names = sorted(k for k, v in frame.f_locals.items()
+                   if v is x or (memory is not None and _shares(_memory(v), memory)))
     if len(names) > 1:
         raise GradientError(
-            f"{where}: {' and '.join(names)} name the same value. Without recording, the "
-            f"update writes into it and every name sees the change; here it makes a new "
-            f"value for one name and would leave the other with the old one. Write "
-            f"name = name op y for a new value (the other name keeps the old one in every "
-            f"mode), or copy first (b = a * 1.0) if both are meant to change apart")
+            f"{where}: {' and '.join(names)} name the same value, or views of one memory. "
+            f"Without recording, the update writes into it and every name sees the "
+            f"change; here it makes a new value for one name and would leave the others "
+            f"with the old one. Write name = name op y for a new value (the others keep "
+            f"the old one in every mode), or copy first (b = a * 1.0) if they are meant to "
+            f"change apart")
+
+
+def _memory(v: Any) -> Any:
+    """What ``v``'s value is stored in, as eager mode would have it: under a
+    transformation's wrappers (``_inside``: a box's value, a dual number's primal, a vmap
+    batch), a tensor's array, or the graph node whose memory a chain of view nodes
+    (reshape, basic indexing ...) shares. None for anything else (a number, a source
+    variable: source mode checks its own names)."""
+    for _ in range(100):  # (levels of nesting: a bound, not a loop over the program)
+        inside = getattr(v, "_inside", None)
+        if inside is None or not hasattr(v, "_priority"):
+            break
+        v = inside()
+    data = getattr(v, "data", None)
+    if data is not None and hasattr(data, "shape"):  # a tensor
+        return data
+    if getattr(v, "graph", None) is not None and hasattr(v, "prim"):  # a graph node
+        while v.prim is not None and v.args and v.prim.made_a_view(v.shape, v.params):
+            v = v.args[0]
+        return v
+    return None
+
+
+def _shares(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return bool(np.may_share_memory(a, b))
+    return a is b
 
 
 def _in_minigraph(frame: FrameType) -> bool:

@@ -160,6 +160,13 @@ class Primitive:
             return value == unit and (math.copysign(1.0, value) < 0) == negative
         return bool((value == unit).all() and (np.signbit(value) == negative).all())
 
+    def made_a_view(self, out_shape: Any, params: dict) -> bool:
+        """Whether a result of this op (of ``out_shape``, with ``params``) shares its first
+        argument's memory in eager mode (``reshape``, basic indexing, ``identity`` ...):
+        a write into one then shows through the other."""
+        return self.view and (self.returns_view is None or
+                              bool(self.returns_view(out_shape, params)))
+
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
 

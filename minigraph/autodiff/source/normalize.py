@@ -161,13 +161,16 @@ class _Normaliser:
         current, value = self.load(node.target.id, env), self.expr(node.value, env)
         update = _IN_PLACE.get(type(node.op))
         if update is not None and (_dynamic(current) or _dynamic(value)):
-            mine = self.origin(node.target.id, env)
-            others = sorted(k for k, v in env.items() if v is current and k != node.target.id
-                            and not k.startswith("<") and self.origin(k, env) == mine)
+            mine, root = self.origin(node.target.id, env), _view_root(current)
+            others = sorted(k for k, v in env.items() if k != node.target.id and
+                            not k.startswith("<") and
+                            (self.origin(k, env) == mine if v is current else
+                             root is not None and _view_root(v) is root))
             if others and type(current) is not Weak:  # (a number is never written into)
                 raise self.w.refuse(
-                    f"an update in place of {node.target.id}, which {' and '.join(others)} "
-                    f"also names",
+                    f"an update in place of {node.target.id}, whose value (or memory: a "
+                    f"view) {' and '.join(others)} {'hold' if len(others) > 1 else 'holds'} "
+                    f"too",
                     "without recording the update writes into the one value, so every name "
                     "sees the change, but the program binds a new value to one name and the "
                     "other would keep the old one (as every transformation would: "
@@ -771,6 +774,14 @@ class _Normaliser:
             if self.w.where is not None and hasattr(exc, "add_note"):
                 exc.add_note(f"while source_grad was writing the program: {self.w.where}")
             raise
+
+
+def _view_root(v: Any) -> SrcVar | None:
+    """The variable whose memory ``v`` shares in eager mode: itself, or what a chain of
+    views (``y[:1]``, ``mg.reshape(y, ...)``) was made from; None for a number."""
+    if type(v) is not SrcVar:
+        return None
+    return v if v.view_of is None else v.view_of
 
 
 def _absorb(stmts: list[ast.stmt], k: int) -> ast.If | None:

@@ -163,6 +163,8 @@ class _Writer:
             return same
         active = prim.differentiable and any(type(a) is SrcVar and a.active for a in args)
         out = SrcVar(shape, dtype, device, active, self.role)
+        if args and type(args[0]) is SrcVar and prim.made_a_view(shape, params):
+            out.view_of = args[0] if args[0].view_of is None else args[0].view_of
         self.emit((out,), Op(prim, tuple(args), dict(params)))
         return out
 

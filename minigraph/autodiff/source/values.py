@@ -52,7 +52,8 @@ class SrcVar(ArrayOps):
     for it, or for an adjoint the variable whose adjoint it is.
     """
 
-    __slots__ = ("shape", "dtype", "device", "active", "role", "hint", "name", "value")
+    __slots__ = ("shape", "dtype", "device", "active", "role", "hint", "name", "value",
+                 "view_of")
     _priority = 20  # above tensors and graph nodes: operations on it are written down
     __array_ufunc__ = None  # NumPy defers to our operators (np.float64(2) * v)
 
@@ -63,6 +64,9 @@ class SrcVar(ArrayOps):
         self.active = active  # does it depend on a differentiated input?
         self.role, self.hint, self.value = role, hint, value
         self.name: str | None = None
+        # the variable whose memory this one shares in eager mode (a reshape's, an index's
+        # argument, at the root of a chain of them), for normalize.py's updates in place
+        self.view_of: SrcVar | None = None
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "SrcVar":
         return _writer().op(prim, args, params)
