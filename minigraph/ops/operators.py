@@ -208,9 +208,11 @@ def _memory(v: Any) -> Any:
     batch), a tensor's array, or the graph node whose memory a chain of view nodes
     (reshape, basic indexing ...) shares. None for anything else (a number, a source
     variable: source mode checks its own names)."""
+    if not isinstance(v, ArrayOps):  # (a user's object of another kind: not read)
+        return None
     for _ in range(100):  # (levels of nesting: a bound, not a loop over the program)
         inside = getattr(v, "_inside", None)
-        if inside is None or not hasattr(v, "_priority"):
+        if inside is None:
             break
         v = inside()
     data = getattr(v, "data", None)
