@@ -236,16 +236,17 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         refuse_pytrees(args, nums, "jacfwd")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
-        runs = len(nums) if vectorize else sum(math.prod(shape_of(args[i])) for i in nums)
         since = last_write()
         for i in nums:
             x = args[i]
             refuse_integers(x.dtype, i, "jacfwd")
 
             def along(xi: Any) -> Any:
-                own = _others_copied(args, nums, i)
+                own = _others_copied(args, nums, i) if len(nums) > 1 else args
                 out = f(*own[:i], xi, *own[i + 1:])
-                _refuse_written(args, since, runs, "jacfwd")
+                if last_write() != since:  # (one comparison when nothing was written)
+                    runs = len(nums) if vectorize else _runs(args, nums)
+                    _refuse_written(args, since, runs, "jacfwd")
                 return out
 
             rows = identity_rows(x)
@@ -262,13 +263,22 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
     return transformation(jac, "jacfwd", f)
 
 
-def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> tuple:
+def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
     """The arguments of the run that perturbs argument i: the other differentiated ones
     as copies, which f may update in place (``x += 1``) without the next run seeing it,
     as it may update the tape's boxes (a copy that an outer tape records: ``astype``)."""
-    return tuple(a if k == i or k not in nums or type(a) is not Tensor else
-                 C.astype(a, str(a.dtype)) if a.requires_grad else
-                 Tensor(a.data.copy(), a.device) for k, a in enumerate(args))
+    own = list(args)
+    for k in nums:
+        a = own[k]
+        if k != i and type(a) is Tensor:
+            own[k] = C.astype(a, str(a.dtype)) if a.requires_grad else \
+                Tensor(a.data.copy(), a.device)
+    return own
+
+
+def _runs(args: tuple, nums: tuple[int, ...]) -> int:
+    """How many times forward mode runs f for a gradient: once per input element."""
+    return sum(math.prod(shape_of(args[i])) for i in nums)
 
 
 def _refuse_written(args: tuple, since: int, runs: int, who: str) -> None:
@@ -276,8 +286,8 @@ def _refuse_written(args: tuple, since: int, runs: int, who: str) -> None:
     ``jacfwd`` once per argument); a run that wrote into an argument not differentiated
     (``y *= 0.5`` on a plain tensor; the differentiated ones are copies) would hand the
     next run the written value, where eager mode's one run sees the original. Refused
-    after that run (whose write, as eager mode's, has happened). One comparison when
-    nothing anywhere was written."""
+    after that run (whose write, as eager mode's, has happened). Called where something
+    was written since ``since``."""
     k = written_since([a.data if type(a) is Tensor else None for a in args], since) \
         if runs > 1 else None
     if k is not None:
@@ -298,16 +308,17 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         value = None
         grads = []
-        runs, since = sum(math.prod(shape_of(args[i])) for i in nums), last_write()
+        since = last_write()
         for i in nums:
             x = args[i]
             refuse_integers(x.dtype, i, "grad")
             parts = []
             for e in basis_vectors(x):
-                own = _others_copied(args, nums, i)
+                own = _others_copied(args, nums, i) if len(nums) > 1 else args
                 value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
                                 for_grad=True)
-                _refuse_written(args, since, runs, "grad")
+                if last_write() != since:  # (one comparison when nothing was written)
+                    _refuse_written(args, since, _runs(args, nums), "grad")
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")

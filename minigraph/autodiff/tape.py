@@ -787,13 +787,13 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     def unbox(a: Any) -> Any:
         return a.value if type(a) is Box and a.tape is rec else a
 
-    done = last_write()
+    done = _last_write  # (the module's own stamp: read directly on this per-call path)
 
     def vjp_fn(g: Any = None) -> tuple:
         seed = cotangent(value, g, "vjp_fn(g)")
         if out_box is None:
             return tuple(C.zeros_like(b.value) for b in boxes)
-        if last_write() != done:  # (a write since: into a value the rules read?)
+        if _last_write != done:  # (a write since: into a value the rules read?)
             read = [unbox(v) for e in rec.entries for v in (e[2], *e[3])]
             refuse_changed([v.data if type(v) is Tensor else None for v in read], done,
                            "mode 'tape'")
