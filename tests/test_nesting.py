@@ -22,6 +22,7 @@ import minigraph as mg
 from minigraph.autodiff.batching import BatchingError
 from minigraph.errors import GradientError
 from minigraph.graph.graph import TracedValueError
+from program_files import load_pair  # (tests/program_files.py)
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("torch.func")
@@ -60,17 +61,9 @@ def source_of(prog: list, ns: str, name: str) -> str:
 _counter = itertools.count()
 
 
-def load(prog: list, tmp_path_factory) -> tuple:
+def load(prog, tmp_path_factory) -> tuple:
     """The program as an mg function and a torch function, each defined in a real file."""
-    k = next(_counter)
-    folder = tmp_path_factory.mktemp("programs")
-    path = folder / f"prog{k}.py"
-    path.write_text("import minigraph as mg\nimport torch\n\n" + source_of(prog, "mg", "f")
-                    + "\n\n" + source_of(prog, "torch", "f_torch"))
-    spec = importlib.util.spec_from_file_location(f"prog{k}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.f, module.f_torch
+    return load_pair(source_of, prog, tmp_path_factory)
 
 
 def as_float(v) -> float:

@@ -9,9 +9,6 @@ adjoint program ``def vjp_f(x, y, gz)``). The oracle is PyTorch (``torch.func.vj
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +17,7 @@ from hypothesis import strategies as st
 import minigraph as mg
 from minigraph.autodiff.signature import programs as cached_programs
 from minigraph.errors import DTypeError, GradientError, ShapeError
+from program_files import load_pair  # (tests/program_files.py)
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("torch.func")
@@ -60,19 +58,9 @@ def source_of(prog: tuple, ns: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_counter = itertools.count()
-
-
-def load(prog: tuple, tmp_path_factory) -> tuple:
+def load(prog, tmp_path_factory) -> tuple:
     """The program as an mg function and a torch function, each defined in a real file."""
-    k = next(_counter)
-    path = tmp_path_factory.mktemp("vjp_programs") / f"vprog{k}.py"
-    path.write_text("import minigraph as mg\nimport torch\n\n" + source_of(prog, "mg", "f")
-                    + "\n\n" + source_of(prog, "torch", "f_torch"))
-    spec = importlib.util.spec_from_file_location(f"vprog{k}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.f, module.f_torch
+    return load_pair(source_of, prog, tmp_path_factory)
 
 
 vectors = st.lists(st.floats(-1.5, 1.5), min_size=3, max_size=3)
@@ -395,3 +383,18 @@ def test_a_value_changed_in_place_between_vjp_and_vjp_fn_is_refused(mode, change
 
 def doubled_square(x):
     return x * x
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_backward_through_a_compiled_vjp_is_torchs(mode):
+    """Arguments that require a gradient: the compiled program runs through bind (not its
+    kernels on arrays), so the tensor tape records it and backward() goes through it."""
+    g = np.array([1.0, 2.0, -1.0])
+    xt, yt = (torch.tensor(a, requires_grad=True) for a in (X, Y))
+    gx, gy = tf.vjp(f_torch, xt, yt)[1](_t(g))
+    (gx * gy).sum().backward()
+    x, y = mg.tensor(X, requires_grad=True), mg.tensor(Y, requires_grad=True)
+    a, b = mg.vjp(f, x, y, mode=mode)[1](mg.tensor(g))
+    (a * b).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y.grad.numpy(), yt.grad.numpy(), rtol=1e-12)

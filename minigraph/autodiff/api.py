@@ -38,9 +38,10 @@ GRADIENT_ONLY: dict[str, Callable[..., Callable]] = {
 }
 
 
-# mode -> (f, argnums) -> an object whose ``value(*args)`` is f's value and whose
+# mode -> (f, argnums) -> an object whose ``value(*args)`` is f's value, whose
 # ``pullback(args, g)`` gives the gradients for argnums from the output's adjoint g, each
-# by a program compiled once per signature (see ``trace.vjp`` and ``source.vjp``).
+# by a program compiled once per signature, and whose ``program(args, g)`` is the
+# pullback's program (built if needed; see ``trace.vjp`` and ``source.vjp``).
 PULLBACKS: dict[str, Callable[..., Any]] = {
     "graph": trace.vjp,
     "source": source.vjp,

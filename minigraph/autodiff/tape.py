@@ -312,16 +312,18 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 #   requires a gradient computes ``x - y`` as a new tensor, recorded, and rebinds the
 #   name x to it, as Python does for values that cannot change (and as graph nodes and
 #   dual numbers do): every mode gives the same result. Only another name for the same
-#   tensor (``z = x`` before ``x -= y``) tells the difference: it keeps the old value,
-#   where an unrecorded write shows through it (chapter 02 says so; PyTorch tracks
-#   versions of one tensor instead). Except for a leaf that requires a gradient (a
+#   tensor (``z = x`` before ``x -= y``), or a view of it, would tell the difference: it
+#   would keep the old value, where an unrecorded write shows through it, so an update
+#   that such a name in the updating function sees is refused
+#   (``ops/operators.refuse_aliased``; PyTorch tracks versions of one tensor instead).
+#   Except for a leaf that requires a gradient (a
 #   parameter): rebinding would silently leave the parameter as it was, so that raises,
 #   as in PyTorch. So does an update of a *view* (``v = h[:2]; v += 1``, a reshape, a
 #   transpose): unrecorded, the write shows through in h; rebinding v would leave h as
 #   it was, another value for the same line (PyTorch rewrites its graph for views; we
 #   refuse). Item assignment, ``x[i] = y``, can only write, so it refuses while being
-#   recorded. (Inside ``mg.grad``, ``f`` sees boxes, which have no in-place operators:
-#   ``x += 1`` rebinds x to ``x + 1``, recorded.)
+#   recorded. (Inside ``mg.grad``, ``f`` sees boxes, which cannot be written into:
+#   ``x += 1`` rebinds x to ``x + 1``, recorded, under the same refusal of aliases.)
 # * A write must not change a value that a tape entry recorded. Each write is stamped
 #   with the next sequence number, on the array that owns the memory (a view's base), so
 #   a write through a view counts for every tensor that shares the memory. Sequence
@@ -482,10 +484,12 @@ def refuse_changed(arrays: Sequence[Any], done: int, mode: str) -> None:
     """``vjp_fn(g)`` after a value that f read, or computed, was changed in place since
     ``mg.vjp`` ran f (stamp ``done``): the pullback would read the new value and give the
     derivative of another function. PyTorch's version counters refuse the same."""
-    if written_since(arrays, done) is not None:
+    k = written_since(arrays, done)
+    if k is not None:
         raise GradientError(
-            f"vjp_fn(g): a tensor that f read or computed was changed in place (x += ..., "
-            f"x[i] = ...) after mg.vjp ran f; the pullback ({mode}) would read the new "
+            f"vjp_fn(g): a tensor that f read or computed (shape {tuple(arrays[k].shape)}) "
+            f"was changed in place (x += ..., x[i] = ...) after mg.vjp ran f; the pullback "
+            f"({mode}) would read the new "
             f"value and give the derivative of another function. Update it after calling "
             f"vjp_fn, or call mg.vjp again after the update")
 

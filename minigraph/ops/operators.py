@@ -12,8 +12,6 @@ import sys
 from types import FrameType
 from typing import Any
 
-import numpy as np
-
 from . import copy as C
 from . import elementwise as E
 from . import shape_rules as S
@@ -164,7 +162,6 @@ class ArrayOps:
     def sqrt(self) -> Any: return E.sqrt(self)
 
 
-
 def updated(prim: Any, x: Any, other: Any) -> Any:
     """``x op= other`` on a value that cannot be written into: ``x op other``, after the
     check an update in place makes (:func:`check_in_place`)."""
@@ -193,8 +190,10 @@ def refuse_aliased(x: Any, where: str) -> None:
     names = sorted(k for k, v in frame.f_locals.items()
                    if v is x or (memory is not None and _shares(_memory(v), memory)))
     if len(names) > 1:
+        code = frame.f_code
         raise GradientError(
-            f"{where}: {' and '.join(names)} name the same value, or views of one memory. "
+            f"{where}, in {code.co_name}, {code.co_filename}, line {frame.f_lineno}: "
+            f"{' and '.join(names)} name the same value, or views of one memory. "
             f"Without recording, the update writes into it and every name sees the "
             f"change; here it makes a new value for one name and would leave the others "
             f"with the old one. Write name = name op y for a new value (the others keep "
@@ -205,9 +204,9 @@ def refuse_aliased(x: Any, where: str) -> None:
 def _memory(v: Any) -> Any:
     """What ``v``'s value is stored in, as eager mode would have it: under a
     transformation's wrappers (``_inside``: a box's value, a dual number's primal, a vmap
-    batch), a tensor's array, or the graph node whose memory a chain of view nodes
-    (reshape, basic indexing ...) shares. None for anything else (a number, a source
-    variable: source mode checks its own names)."""
+    batch), a tensor's array with its array namespace, or the graph node whose memory a
+    chain of view nodes (reshape, basic indexing ...) shares. None for anything else (a
+    number, a source variable: source mode checks its own names)."""
     if not isinstance(v, ArrayOps):  # (a user's object of another kind: not read)
         return None
     for _ in range(100):  # (levels of nesting: a bound, not a loop over the program)
@@ -217,20 +216,22 @@ def _memory(v: Any) -> Any:
         v = inside()
     data = getattr(v, "data", None)
     if data is not None and hasattr(data, "shape"):  # a tensor
-        return data
+        return v.device.xp, data
     if getattr(v, "graph", None) is not None and hasattr(v, "prim"):  # a graph node
         while v.prim is not None and v.args and v.prim.made_a_view(v.shape, v.params):
             v = v.args[0]
-        return v
+        return None, v
     return None
 
 
 def _shares(a: Any, b: Any) -> bool:
+    """Whether two ``_memory`` results may overlap: the array namespace's
+    ``may_share_memory`` where it has one (NumPy's, CuPy's), else the same object."""
     if a is None or b is None:
         return False
-    if type(a) is np.ndarray and type(b) is np.ndarray:
-        return bool(np.may_share_memory(a, b))
-    return a is b
+    (xp, a), (other, b) = a, b
+    overlap = getattr(xp, "may_share_memory", None) if xp is other else None
+    return bool(overlap(a, b)) if overlap is not None else a is b
 
 
 def _in_minigraph(frame: FrameType) -> bool:
