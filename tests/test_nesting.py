@@ -205,13 +205,21 @@ def test_vjp_and_value_and_grad_of_a_gradient(mode):
     np.testing.assert_allclose(g.numpy(), torch_hessian() @ u, rtol=1e-10)
 
 
-def test_hessian():
-    np.testing.assert_allclose(mg.hessian(loss)(mg.tensor(W)).numpy(), torch_hessian(),
-                               rtol=1e-10)
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+def test_hessian(mode):
+    """``mode`` is the reverse sweep's, under jacfwd's dual numbers."""
+    np.testing.assert_allclose(mg.hessian(loss, mode=mode)(mg.tensor(W)).numpy(),
+                               torch_hessian(), rtol=1e-10)
 
 
+def test_hessian_refuses_a_mode_without_a_reverse_sweep():
+    with pytest.raises(ValueError, match=r"^hessian: unknown mode 'forward'.*mg.jacfwd"):
+        mg.hessian(loss, mode="forward")
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
 @pytest.mark.parametrize("argnums", [(0, 1), (1, 0), (1,)])
-def test_hessian_blocks_for_several_arguments_are_torchs(argnums):
+def test_hessian_blocks_for_several_arguments_are_torchs(argnums, mode):
     """argnums as a tuple: the blocks d2f / dx_i dx_j as a tuple of tuples, shaped
     x_i.shape + x_j.shape (it raised an internal error: jacfwd cannot take jacrev's tuple)."""
     rng = np.random.default_rng(0)
@@ -223,7 +231,7 @@ def test_hessian_blocks_for_several_arguments_are_torchs(argnums):
     def theirs(a, b):
         return torch.sum(torch.sin(a) * torch.sum(b * b * a))
 
-    got = mg.hessian(mine, argnums=argnums)(x, y)
+    got = mg.hessian(mine, argnums=argnums, mode=mode)(x, y)
     want = tf.hessian(theirs, argnums=argnums)(torch.tensor(x), torch.tensor(y))
     assert len(got) == len(want) == len(argnums)
     for row, wrow in zip(got, want):
@@ -232,7 +240,7 @@ def test_hessian_blocks_for_several_arguments_are_torchs(argnums):
             assert block.shape == tuple(wblock.shape)
             np.testing.assert_allclose(block.numpy(), wblock.numpy(), rtol=1e-10)
     if argnums == (1, 0):  # negative argnums name the same arguments (torch.func's jacfwd
-        again = mg.hessian(mine, argnums=(-1, 0))(x, y)  # gives other numbers for -1)
+        again = mg.hessian(mine, argnums=(-1, 0), mode=mode)(x, y)  # gives other numbers for -1)
         for row, arow in zip(got, again):
             for block, ablock in zip(row, arow):
                 np.testing.assert_array_equal(block.numpy(), ablock.numpy())

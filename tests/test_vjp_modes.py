@@ -9,6 +9,8 @@ adjoint program ``def vjp_f(x, y, gz)``). The oracle is PyTorch (``torch.func.vj
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.autodiff.signature import programs as cached_programs
-from minigraph.errors import DTypeError, GradientError, ShapeError
+from minigraph.errors import DTypeError, GradcheckError, GradientError, ShapeError
 from program_files import load_pair  # (tests/program_files.py)
 
 torch = pytest.importorskip("torch")
@@ -324,6 +326,43 @@ def test_results_land_on_the_default_device(mode):
 @pytest.mark.parametrize("mode", ["tape", "graph", "source", "forward"])
 def test_gradcheck_in_every_mode(mode):
     assert mg.gradcheck(f, [X, Y], mode=mode)
+
+
+def writes_into_its_arguments(x, y):
+    x += 1.0  # (a write into each argument: every evaluation must start from the inputs)
+    y *= 2.0
+    return x * y
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source", "forward"])
+def test_gradcheck_of_a_function_that_writes_into_its_arguments(mode):
+    """gradcheck gives every evaluation of f its own copies of the inputs. It evaluated f
+    on the caller's tensors, so each call saw the previous calls' writes: the finite
+    differences measured those (a false failure, by 2e6) and the inputs came back
+    changed. The Jacobians are the closed forms d/dx = diag(2y), d/dy = diag(2(x+1))."""
+    x, y = mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0])
+    assert mg.gradcheck(writes_into_its_arguments, [x, y], mode=mode)
+    assert x.numpy().tolist() == [1.0, 2.0] and y.numpy().tolist() == [3.0, 4.0]
+    dx = mg.jacfwd if mode == "forward" else functools.partial(mg.jacrev, mode=mode)
+    got = dx(writes_into_its_arguments, argnums=(0, 1))(mg.tensor([1.0, 2.0]),
+                                                           mg.tensor([3.0, 4.0]))
+    np.testing.assert_allclose(got[0].numpy(), np.diag([6.0, 8.0]))
+    np.testing.assert_allclose(got[1].numpy(), np.diag([4.0, 6.0]))
+
+
+def test_gradcheck_still_fails_a_wrong_derivative_of_such_a_function():
+    """(The copies do not hide a wrong Jacobian: a derivative rule made wrong on purpose
+    is caught.)"""
+    from minigraph.ops.primitive import PRIMITIVES
+    mul = PRIMITIVES["mul"]
+    right = mul.vjp
+    mul.vjp = [right[0], lambda g, out, a, b: g * a * 3.0]
+    try:
+        with pytest.raises(GradcheckError, match="input 1"):
+            mg.gradcheck(writes_into_its_arguments,
+                         [mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0])])
+    finally:
+        mul.vjp = right
 
 
 def rounded_down(x):

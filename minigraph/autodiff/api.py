@@ -86,15 +86,26 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     return transformation(gradient, f"grad(mode={mode!r})", f)
 
 
-def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Callable[..., Any]:
+def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
+            mode: str = "tape") -> Callable[..., Any]:
     """The Hessian of a scalar function: ``jacfwd(jacrev(f))``, forward over reverse, as
     in JAX (the reverse sweep makes the gradient, n tangents differentiate it). With a
     tuple of argnums, the blocks ``H[i][j]`` = d2f / dx_i dx_j (shape ``x_i.shape +
     x_j.shape``) as a tuple of tuples, as ``torch.func.hessian`` and ``jax.hessian`` give
-    them: one forward-over-reverse per block."""
+    them: one forward-over-reverse per block. ``mode`` is the reverse sweep's
+    (``"tape"``, ``"graph"`` or ``"source"``, as in :func:`jacrev`): a compiled mode's
+    program runs on the dual numbers of the forward pass around it."""
     from .forward import jacfwd
 
     refuse_non_functions(f, "hessian")
+    if mode != "tape":
+        _pullbacks(mode, "hessian")  # (an unknown mode is refused here, naming hessian)
+    gradients: dict[int, Callable] = {}  # argument -> its gradient (one compiled program each)
+
+    def gradient(i: int) -> Callable:
+        if i not in gradients:
+            gradients[i] = jacrev(f, i, mode=mode)
+        return gradients[i]
 
     def hess(*args: Any, **kwargs: Any) -> Any:
         # (checked here, so that an error names hessian, not the jacfwd inside it)
@@ -104,8 +115,8 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0) -> Call
         for i in nums:
             tape._differentiable(args[i], i, "hessian")  # (floats only: the tape's one check)
         if isinstance(argnums, int):
-            return jacfwd(jacrev(f, argnums), argnums)(*args)
-        return tuple(tuple(jacfwd(jacrev(f, i), j)(*args) for j in nums) for i in nums)
+            return jacfwd(gradient(nums[0]), nums[0])(*args)
+        return tuple(tuple(jacfwd(gradient(i), j)(*args) for j in nums) for i in nums)
     return transformation(hess, "hessian", f)
 
 

@@ -29,10 +29,18 @@ _JACOBIANS: dict[str, Callable[..., Callable]] = {
     "forward": jacfwd}
 
 
+def _fresh(args: Sequence[Tensor]) -> list[Tensor]:
+    """Copies of the inputs for one call of f: a function that writes into its arguments
+    (``x += 1``) then starts every evaluation from the same values, and the caller's
+    tensors are as they were after the check (else each evaluation would see the last
+    one's writes, and the differences would measure those)."""
+    return [Tensor(x.data.copy(), x.device) for x in args]
+
+
 def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np.ndarray:
     x = args[i]
     base = x.numpy().astype(np.float64)
-    out0 = np.asarray(f(*args).numpy())
+    out0 = np.asarray(f(*_fresh(args)).numpy())
     jac = np.zeros(out0.shape + base.shape)
     for k in np.ndindex(base.shape):
         cols = []
@@ -40,7 +48,9 @@ def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np
             moved = base.copy()
             moved[k] += step
             xk = tensor(moved, dtype=x.dtype, device=x.device)
-            cols.append(np.asarray(f(*args[:i], xk, *args[i + 1:]).numpy(), dtype=np.float64))
+            fresh = _fresh(args)
+            fresh[i] = xk
+            cols.append(np.asarray(f(*fresh).numpy(), dtype=np.float64))
         jac[(...,) + k] = (cols[0] - cols[1]) / (2 * eps)
     return jac
 
@@ -67,7 +77,7 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     for i, x in enumerate(args):
         if x.dtype not in FLOAT_DTYPES:
             continue  # integer inputs (labels, indices) have no derivative
-        analytic = np.asarray(jacobian(f, argnums=i)(*args).numpy(), dtype=np.float64)
+        analytic = np.asarray(jacobian(f, argnums=i)(*_fresh(args)).numpy(), dtype=np.float64)
         numeric = _numeric_jacobian(f, args, i, eps)
         err = np.abs(analytic - numeric)
         bad = err > atol + rtol * np.abs(numeric)
