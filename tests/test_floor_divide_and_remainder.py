@@ -111,3 +111,36 @@ def test_a_python_float_stays_weak_with_the_new_operators(mode):
     assert v.dtype == want.dtype.name == "float32" and v.item() == want
     assert mg.trace(weak_remainder)(mg.tensor(x), 0.7).dtype == "float32"
     np.testing.assert_array_equal(g.numpy(), np.ones(3, dtype=np.float32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(operands(), st.sampled_from(["tensor", "number"]), st.booleans())
+def test_divmod_is_numpys(xy, right, reflected):
+    """divmod(x, y) is (x // y, x % y), as np.divmod; with a number on the left too
+    (``__rdivmod__``). It raised a TypeError."""
+    x, y = xy
+    if reflected:  # a number or a tensor on the left, a tensor (nonzero) on the right
+        left = y[0].item() if right == "number" else y
+        want, got = np.divmod(left, y), divmod(left if right == "number" else mg.tensor(left),
+                                               mg.tensor(y))
+    else:
+        other = y if right == "tensor" else y[0].item()
+        want = np.divmod(x, other)
+        got = divmod(mg.tensor(x), mg.tensor(other) if right == "tensor" else other)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype.name
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+def test_divmod_inside_every_mode(mode):
+    """The remainder's half carries its gradient (d(x % 2)/dx = 1), the quotient none."""
+    x = np.array([3.3, -1.7, 0.45])
+
+    def f(v):
+        q, r = divmod(v, 2.0)
+        return mg.sum(q * r * r)
+
+    g = mg.grad(f, mode=mode)(x)
+    q, r = np.divmod(x, 2.0)
+    np.testing.assert_allclose(g.numpy(), 2 * q * r, rtol=1e-13)

@@ -51,6 +51,9 @@ class ArrayOps:
     def __rfloordiv__(self, other: Any) -> Any: return bind_two(E.FLOOR_DIVIDE, other, self)
     def __mod__(self, other: Any) -> Any: return bind_two(E.REMAINDER, self, other)
     def __rmod__(self, other: Any) -> Any: return bind_two(E.REMAINDER, other, self)
+    # divmod(x, y) is (x // y, x % y), as NumPy's np.divmod and Python's divmod give it
+    def __divmod__(self, other: Any) -> Any: return self // other, self % other
+    def __rdivmod__(self, other: Any) -> Any: return other // self, other % self
     def __matmul__(self, other: Any) -> Any: return L.matmul(self, other)
     def __rmatmul__(self, other: Any) -> Any: return L.matmul(other, self)
     def __neg__(self) -> Any: return bind_one(E.NEG, self, {})

@@ -55,7 +55,8 @@ _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
             ast.Is: operator.is_, ast.IsNot: operator.is_not,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 # Builtins that may see values of the program: they only read shapes or add.
-_SAFE_BUILTINS = (len, sum, isinstance, tuple, list, abs)  # (abs(v) is mg.abs: __abs__)
+# (abs(v) is mg.abs, by __abs__; divmod(v, y) is (v // y, v % y), by __divmod__)
+_SAFE_BUILTINS = (len, sum, isinstance, tuple, list, abs, divmod)
 # minigraph functions that must not receive values of the program.
 _FORBIDDEN = {"tensor", "zeros", "ones", "full", "as_tensor"}
 
