@@ -34,7 +34,7 @@ def _fresh(args: Sequence[Tensor]) -> list[Tensor]:
     (``x += 1``) then starts every evaluation from the same values, and the caller's
     tensors are as they were after the check (else each evaluation would see the last
     one's writes, and the differences would measure those)."""
-    return [Tensor(x.data.copy(), x.device) for x in args]
+    return [Tensor(x.device.xp.asarray(x.data, copy=True), x.device) for x in args]
 
 
 def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np.ndarray:

@@ -311,10 +311,10 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
 # * The tape records values, not writes. While recording, ``x -= y`` where x or y
 #   requires a gradient computes ``x - y`` as a new tensor, recorded, and rebinds the
 #   name x to it, as Python does for values that cannot change (and as graph nodes and
-#   dual numbers do): every mode gives the same result. Only another name for the same
-#   tensor (``z = x`` before ``x -= y``), or a view of it, would tell the difference: it
-#   would keep the old value, where an unrecorded write shows through it, so an update
-#   that such a name in the updating function sees is refused
+#   dual numbers do): every mode gives the same result. Only another holder of the same
+#   tensor (``z = x`` before ``x -= y``, a list with x in it), or a view of it, would tell
+#   the difference: it would keep the old value, where an unrecorded write shows through
+#   it, so an update that such a holder in the updating function sees is refused
 #   (``ops/operators.refuse_aliased``; PyTorch tracks versions of one tensor instead).
 #   Except for a leaf that requires a gradient (a
 #   parameter): rebinding would silently leave the parameter as it was, so that raises,

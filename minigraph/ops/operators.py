@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from types import FrameType
+from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
 from . import copy as C
@@ -178,30 +178,71 @@ def updated(prim: Any, x: Any, other: Any) -> Any:
 
 def refuse_aliased(x: Any, where: str) -> None:
     """An update that binds a new value to the name (recorded, or on a transformation's
-    value) is refused where the code making it holds ``x``'s memory under another name:
+    value) is refused where the code making it holds ``x``'s memory in another place:
     after ``b = a; b *= 2``, eager mode has written into the one value, so ``a`` sees the
     change too, while here ``a`` would keep the old value and every later read of it
     would differ. The same holds for a view and what it views (``v = y[:1]``, then
-    ``v += 1`` or ``y += 1``). Only the names of the function doing the update are seen
-    (the first frame outside minigraph); a value kept in a list, or by a caller, is not."""
+    ``v += 1`` or ``y += 1``), and for a value that a list, tuple, dict or set, or an
+    object's attribute, holds (``hs.append(h)``, then ``h += 1``; ``for h in hs: h += 1``).
+    What is looked at: the names of the function doing the update (the first frame
+    outside minigraph), and one level inside each of their values; a value kept two
+    levels deep, or only by a caller, is not seen."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_minigraph(frame):
         frame = frame.f_back
     if frame is None:
         return
     memory = _memory(x)
-    names = sorted(k for k, v in frame.f_locals.items()
-                   if v is x or (memory is not None and _shares(_memory(v), memory)))
+    names = sorted(_holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals))
     if len(names) > 1:
         code = frame.f_code
         raise GradientError(
             f"{where}, in {code.co_name}, {code.co_filename}, line {frame.f_lineno}: "
-            f"{' and '.join(names)} name the same value, or views of one memory. "
-            f"Without recording, the update writes into it and every name sees the "
+            f"{' and '.join(names)} hold the same value, or views of one memory. "
+            f"Without recording, the update writes into it and every holder sees the "
             f"change; here it makes a new value for one name and would leave the others "
             f"with the old one. Write name = name op y for a new value (the others keep "
             f"the old one in every mode), or copy first (b = a * 1.0) if they are meant to "
             f"change apart")
+
+
+def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
+    """Where ``names`` (a frame's locals) hold ``x`` or memory it shares: ``h``,
+    ``hs[0]``, ``d['h']``, ``o.h``, ``an item of s``. At a module's (a notebook's) top
+    level, IPython's record of the cells' results (``_``, ``_3``, ``Out``) is left out:
+    it holds every value a cell displayed, which the user does not read back."""
+    def holds(v: Any) -> bool:
+        return v is x or (memory is not None and _shares(_memory(v), memory))
+
+    found = []
+    for name, v in names.items():
+        if module and (name in _OUTPUT_HISTORY or name[:1] == "_" and name[1:].isdigit()):
+            continue
+        if holds(v):
+            found.append(name)
+        for place, item in _items(v):
+            if holds(item):
+                found.append(name + place)
+    return found
+
+
+_OUTPUT_HISTORY = {"_", "__", "___", "Out", "_oh"}  # IPython's names for earlier results
+
+
+def _items(v: Any) -> Any:
+    """``(place, item)`` for what the container or object ``v`` holds directly (its
+    items; an instance's attributes), each place written as Python reads it."""
+    kind = type(v)
+    if kind is list or kind is tuple:
+        return ((f"[{i}]", item) for i, item in enumerate(v))
+    if kind is dict:
+        return ((f"[{key!r}]", item) for key, item in v.items())
+    if kind is set or kind is frozenset:
+        return ((f" (an item of the {kind.__name__})", item) for item in v)
+    attributes = getattr(v, "__dict__", None)
+    if type(attributes) is dict and not isinstance(v, (type, ModuleType, FunctionType)):
+        return ((f".{key}", item) for key, item in attributes.items())
+    return ()
 
 
 def _memory(v: Any) -> Any:

@@ -162,11 +162,7 @@ class _Normaliser:
         current, value = self.load(node.target.id, env), self.expr(node.value, env)
         update = _IN_PLACE.get(type(node.op))
         if update is not None and (_dynamic(current) or _dynamic(value)):
-            mine, root = self.origin(node.target.id, env), _view_root(current)
-            others = sorted(k for k, v in env.items() if k != node.target.id and
-                            not k.startswith("<") and
-                            (self.origin(k, env) == mine if v is current else
-                             root is not None and _view_root(v) is root))
+            others = self.holders(node.target.id, current, env)
             if others and type(current) is not Weak:  # (a number is never written into)
                 raise self.w.refuse(
                     f"an update in place of {node.target.id}, whose value (or memory: a "
@@ -219,6 +215,30 @@ class _Normaliser:
             return
         raise self.w.refuse(f"assignment to a {type(target).__name__}")
 
+    def holders(self, name: str, current: Any, env: dict) -> list[str]:
+        """The other names, and items of the lists and tuples they hold, that hold the
+        object ``name`` holds (by origin, see :meth:`origin`) or a view of its memory."""
+        mine, root = self.origin(name, env), _view_root(current)
+
+        def same(v: Any, origin: Any) -> bool:
+            if v is current:  # (one variable: one object unless computed apart, x * 1.0)
+                return origin is None or origin == mine
+            return root is not None and _view_root(v) is root
+
+        found = []
+        for k, v in env.items():
+            if k == name or k.startswith("<"):
+                continue
+            if same(v, self.origin(k, env)):
+                found.append(k)
+            if type(v) in (list, tuple):  # (an item's origin where the display said it)
+                origins = env.get("<origin>" + k)
+                for i, item in enumerate(v):
+                    known = type(origins) is list and len(origins) == len(v)
+                    if same(item, origins[i] if known else None):
+                        found.append(f"{k}[{i}]")
+        return sorted(found)
+
     def origin(self, name: str, env: dict) -> Any:
         """Which Python object ``name`` holds, as eager mode would have it: two names with
         one origin are one object (``b = a``), whose update in place both would see. A
@@ -234,6 +254,11 @@ class _Normaliser:
             return self.origin(expr.id, env)
         if isinstance(expr, (ast.Tuple, ast.List)):
             return [self.origin_of(e, env) for e in expr.elts]
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
+                isinstance(expr.slice, ast.Constant) and type(expr.slice.value) is int:
+            origins = self.origin(expr.value.id, env)  # (hs[0]: the item's own object)
+            if type(origins) is list and -len(origins) <= expr.slice.value < len(origins):
+                return origins[expr.slice.value]
         return next(self.origins)
 
     # -- if -----------------------------------------------------------------------------------
