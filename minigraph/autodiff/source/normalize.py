@@ -233,9 +233,10 @@ class _Normaliser:
                 found.append(k)
             if type(v) in (list, tuple):  # (an item's origin where the display said it)
                 origins = env.get("<origin>" + k)
-                for i, item in enumerate(v):
-                    known = type(origins) is list and len(origins) == len(v)
-                    if same(item, origins[i] if known else None):
+                if not (type(origins) is list and len(origins) == len(v)):
+                    origins = [None] * len(v)  # (unknown: an item that is h counts)
+                for i, (item, origin) in enumerate(zip(v, origins)):
+                    if same(item, origin):
                         found.append(f"{k}[{i}]")
         return sorted(found)
 
