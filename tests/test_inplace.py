@@ -293,25 +293,52 @@ def appends_copies(x):
     return (hs[0] * hs[2] * h).sum()
 
 
+def add_one(h):
+    h += 1.0  # without recording: a write into the caller's value
+    return h
+
+
+def updated_by_a_callee(x):
+    h = x * 2.0
+    h2 = add_one(h)
+    return (h * h2).sum()
+
+
+def a_list_item_updated_by_a_callee(x):
+    hs = [x * 2.0]
+    h2 = add_one(hs[0])
+    return (hs[0] * h2).sum()
+
+
+def a_new_value_updated_by_a_callee(x):
+    h2 = add_one(x * 2.0)  # nobody else holds it: the update is the callee's own
+    return (h2 * h2).sum()
+
+
 HELD = {held_by_a_list: ("h and hs[0]", 20.0), appended_to_a_list: ("h and hs[0]", 20.0),
         held_by_a_dict: ("d['h'] and h", 20.0), held_by_an_attribute: ("h and o.h", 20.0),
-        a_loop_over_a_list: ("h and hs[0]", 27.0), a_view_in_a_list: ("vs[0] and y", 2.25)}
+        a_loop_over_a_list: ("h and hs[0]", 27.0), a_view_in_a_list: ("vs[0] and y", 2.25),
+        updated_by_a_callee: ("h and h (in updated_by_a_callee, a caller)", 20.0),
+        a_list_item_updated_by_a_callee:
+            ("h and hs[0] (in a_list_item_updated_by_a_callee, a caller)", 20.0)}
 
 
 @pytest.mark.parametrize("mode", [*mg.MODES, "recorded", "vmap"])
 @pytest.mark.parametrize("f", list(HELD), ids=lambda f: f.__name__)
 def test_an_update_that_a_list_dict_or_attribute_would_miss_is_refused(f, mode):
     """The value is held one level down: by a list, a dict or an attribute, or a list's
-    item is the loop variable. Without recording the write shows through (the oracle:
-    eager mode, NumPy's semantics); a recorded update would leave the held value as it
-    was, and gave 14.0 for 20.0 in every mode. Refused, naming both places; source mode
-    refuses the list's case by origin, and the others by what it cannot read (a dict
+    item is the loop variable; or the caller holds it (a function that updates its
+    argument). Without recording the write shows through (the oracle: eager mode, NumPy's
+    semantics); a recorded update would leave the held value as it was, and gave 14.0
+    for 20.0 in every mode. Refused, naming both places; source mode refuses the lists'
+    and the callers' cases by origin, and the others by what it cannot read (a dict
     display, an attribute assignment, list.append, a loop over a list)."""
     places, eager = HELD[f]
     assert f(mg.tensor(np.array([0.5, 1.5]))).item() == pytest.approx(eager)
     x = np.array([0.5, 1.5])
     if mode == "source":
-        by_origin = f in (held_by_a_list, a_view_in_a_list)
+        by_origin = f in (held_by_a_list, a_view_in_a_list, updated_by_a_callee,
+                          a_list_item_updated_by_a_callee)
         with pytest.raises(mg.SourceTransformError, match=r"holds? too" if by_origin else None):
             mg.grad(f, mode=mode)(x)
         return
@@ -335,6 +362,14 @@ def test_ipythons_record_of_results_is_not_an_alias():
     scope.update(h=h, kept=[h])
     with pytest.raises(GradientError, match=r"h and kept\[0\] hold the same value"):
         exec("h += 1.0", scope)  # noqa: S102
+
+
+@pytest.mark.parametrize("mode", mg.MODES)
+def test_a_callee_updating_a_value_nobody_else_holds_is_fine(mode):
+    """(d/dx of (2x + 1)^2 = 4(2x + 1))"""
+    x = np.array([0.5, 1.5])
+    got = mg.grad(a_new_value_updated_by_a_callee, mode=mode)(x).numpy()
+    np.testing.assert_allclose(got, 4 * (2 * x + 1), rtol=1e-13)
 
 
 @pytest.mark.parametrize("mode", mg.MODES)

@@ -8,7 +8,9 @@ calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device
 from __future__ import annotations
 
 import math
+import os
 import sys
+import sysconfig
 from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
@@ -182,28 +184,48 @@ def refuse_aliased(x: Any, where: str) -> None:
     after ``b = a; b *= 2``, eager mode has written into the one value, so ``a`` sees the
     change too, while here ``a`` would keep the old value and every later read of it
     would differ. The same holds for a view and what it views (``v = y[:1]``, then
-    ``v += 1`` or ``y += 1``), and for a value that a list, tuple, dict or set, or an
-    object's attribute, holds (``hs.append(h)``, then ``h += 1``; ``for h in hs: h += 1``).
-    What is looked at: the names of the function doing the update (the first frame
-    outside minigraph), and one level inside each of their values; a value kept two
-    levels deep, or only by a caller, is not seen."""
+    ``v += 1`` or ``y += 1``), for a value that a list, tuple, dict or set, or an
+    object's attribute, holds (``hs.append(h)``, then ``h += 1``; ``for h in hs: h +=
+    1``), and for the caller's names (``def step(h): h += 1``, called as ``step(h)``).
+    What is looked at: the function doing the update (the first frame outside
+    minigraph) and its callers up to minigraph's call of them, a module's top level, or
+    a library's code; their names, and one level inside each of their values."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_minigraph(frame):
         frame = frame.f_back
     if frame is None:
         return
     memory = _memory(x)
-    names = sorted(_holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals))
+    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals)
+    caller = frame
+    while caller.f_locals is not caller.f_globals:  # (up to a module's top level)
+        caller = caller.f_back  # type: ignore[assignment]
+        if caller is None or _in_minigraph(caller) or _in_a_library(caller):
+            break
+        module = caller.f_locals is caller.f_globals
+        names += [f"{name} (in {caller.f_code.co_name}, a caller)"
+                  for name in _holders(caller.f_locals, x, memory, module)]
     if len(names) > 1:
         code = frame.f_code
         raise GradientError(
             f"{where}, in {code.co_name}, {code.co_filename}, line {frame.f_lineno}: "
-            f"{' and '.join(names)} hold the same value, or views of one memory. "
+            f"{' and '.join(sorted(names))} hold the same value, or views of one memory. "
             f"Without recording, the update writes into it and every holder sees the "
             f"change; here it makes a new value for one name and would leave the others "
             f"with the old one. Write name = name op y for a new value (the others keep "
             f"the old one in every mode), or copy first (b = a * 1.0) if they are meant to "
             f"change apart")
+
+
+# Where Python's own modules and installed packages live: a caller there (pytest, IPython,
+# a thread pool) is not the user's code, and the search for holders stops below it.
+_LIBRARIES = tuple({os.path.join(path, "") for key in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")
+                    if (path := sysconfig.get_paths().get(key))})
+
+
+def _in_a_library(frame: FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(_LIBRARIES)
 
 
 def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
@@ -214,7 +236,7 @@ def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[s
     def holds(v: Any) -> bool:
         return v is x or (memory is not None and _shares(_memory(v), memory))
 
-    found = []
+    found: list[str] = []
     for name, v in names.items():
         if module and (name in _OUTPUT_HISTORY or name[:1] == "_" and name[1:].isdigit()):
             continue

@@ -85,6 +85,7 @@ class _Normaliser:
     def __init__(self, writer: _Writer):
         self.w = writer
         self.stack: list[_Source] = []  # the functions being run (inlined calls nest)
+        self.callers: list[dict] = []  # the names of each caller of an inlined call
         self.dynamic = 0  # depth inside branches decided at run time
         self.origins = itertools.count()  # new Python objects, for origin()
 
@@ -93,22 +94,38 @@ class _Normaliser:
         return self.stack[-1]
 
     # -- functions ------------------------------------------------------------------------
-    def call(self, src: _Source, args: tuple, kwargs: dict) -> Any:
-        """Run ``src``'s body with its parameters bound to ``args`` (inlining a call)."""
+    def call(self, src: _Source, args: tuple, kwargs: dict, caller: dict | None = None,
+             origins: tuple[tuple, dict] = ((), {})) -> Any:
+        """Run ``src``'s body with its parameters bound to ``args`` (inlining a call).
+        ``caller`` is the calling function's names, and ``origins`` the objects its
+        arguments are (:meth:`origin_of`): a parameter is the caller's object, so an
+        update in place of it is checked against the caller's names too."""
         if any(s is src for s in self.stack):
             raise self.w.refuse(f"a recursive call of {src.fn.__name__}",
                                 "the program is written by inlining calls")
         try:
-            bound = inspect.signature(src.fn).bind(*args, **kwargs)
+            signature = inspect.signature(src.fn)
+            bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{exc} [source_grad: {self.w.where}]") from None
         bound.apply_defaults()
+        env = dict(bound.arguments)
+        if caller is not None:  # (the same binding, of the arguments' origins)
+            by_name = signature.bind_partial(*origins[0], **origins[1]).arguments
+            for name, origin in by_name.items():
+                if signature.parameters[name].kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                       inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                       inspect.Parameter.KEYWORD_ONLY):
+                    env["<origin>" + name] = origin
+            self.callers.append(caller)
         self.w.reserved |= src.names
         self.stack.append(src)
         try:
-            result = self.block(src.node.body, dict(bound.arguments))
+            result = self.block(src.node.body, env)
         finally:
             self.stack.pop()
+            if caller is not None:
+                self.callers.pop()
         return None if result is None else result.value
 
     # -- statements -------------------------------------------------------------------------
@@ -217,8 +234,19 @@ class _Normaliser:
 
     def holders(self, name: str, current: Any, env: dict) -> list[str]:
         """The other names, and items of the lists and tuples they hold, that hold the
-        object ``name`` holds (by origin, see :meth:`origin`) or a view of its memory."""
-        mine, root = self.origin(name, env), _view_root(current)
+        object ``name`` holds (by origin, see :meth:`origin`) or a view of its memory: in
+        this function, and in the callers of an inlined call (a parameter is the
+        caller's object: ``def step(h): h += 1`` writes into the caller's ``h``)."""
+        mine = self.origin(name, env)
+        found = self.held(current, mine, env, skip=name)
+        for depth, caller in enumerate(reversed(self.callers), 1):
+            fn = self.stack[-1 - depth].fn.__name__
+            found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)]
+        return found
+
+    def held(self, current: Any, mine: Any, env: dict, skip: str = "") -> list[str]:
+        """Where ``env`` holds the object of origin ``mine`` (:meth:`holders`)."""
+        root = _view_root(current)
 
         def same(v: Any, origin: Any) -> bool:
             if v is current:  # (one variable: one object unless computed apart, x * 1.0)
@@ -227,7 +255,7 @@ class _Normaliser:
 
         found = []
         for k, v in env.items():
-            if k == name or k.startswith("<"):
+            if k == skip or k.startswith("<"):
                 continue
             if same(v, self.origin(k, env)):
                 found.append(k)
@@ -750,7 +778,11 @@ class _Normaliser:
             inlined = _user_function(fn)
             if inlined is not None:
                 self_arg = (fn.__self__,) if isinstance(fn, types.MethodType) else ()
-                return self.call(_read(inlined), self_arg + args, kwargs)
+                origins = (tuple(next(self.origins) for _ in self_arg)
+                           + tuple(self.origin_of(a, env) for a in node.args),
+                           {cast(str, k.arg): self.origin_of(k.value, env)
+                            for k in node.keywords})
+                return self.call(_read(inlined), self_arg + args, kwargs, env, origins)
             self.check_callee(fn)
         result = self.guard(lambda: fn(*args, **kwargs))
         if isinstance(result, Tensor) and len(node.args) == 1 and \
