@@ -62,8 +62,10 @@ _FORBIDDEN = {"tensor", "zeros", "ones", "full", "as_tensor"}
 
 
 class _Return(NamedTuple):
-    """What a ``return`` statement returned: a block's result, ``None`` if it did not."""
+    """What a ``return`` statement returned: a block's result, ``None`` if it did not;
+    with the Python objects it may be (:meth:`_Normaliser.origin_of`)."""
     value: Any
+    origin: Any = frozenset()
 
 
 class _OneBranch(NamedTuple):
@@ -73,6 +75,22 @@ class _OneBranch(NamedTuple):
 
 
 _MISSING = object()
+
+
+def _sharing(env: dict, names: list[str]) -> set[tuple[str, str]]:
+    """The pairs of a name among ``names`` and any name of ``env`` whose objects ``env``
+    says may be one (their origins meet, a loop body's ``<top>`` origins included)."""
+    sets = {k.split(">", 1)[1]: _flat(v) for k, v in env.items()
+            if k.startswith(("<origin>", "<top>"))}
+    return {(a, b) for a in names if a in sets for b in sets
+            if a != b and sets[a] & sets[b]}
+
+
+def _flat(origin: Any) -> frozenset:
+    """An origin as one set: a list's items' together (see ``_Normaliser.origin``)."""
+    if type(origin) is list:
+        return frozenset().union(*(_flat(o) for o in origin))
+    return origin if type(origin) is frozenset else frozenset()
 
 
 class _Normaliser:
@@ -88,6 +106,9 @@ class _Normaliser:
         self.callers: list[dict] = []  # the names of each caller of an inlined call
         self.dynamic = 0  # depth inside branches decided at run time
         self.origins = itertools.count()  # new Python objects, for origin()
+        self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
+        self.last_return: Any = frozenset()  # the origin of the last inlined call's result
+        self.end_origins: dict[str, Any] = {}  # a loop's carried names at its body's end
 
     @property
     def src(self) -> _Source:
@@ -126,6 +147,7 @@ class _Normaliser:
             self.stack.pop()
             if caller is not None:
                 self.callers.pop()
+        self.last_return = self.fresh() if result is None else result.origin
         return None if result is None else result.value
 
     # -- statements -------------------------------------------------------------------------
@@ -163,7 +185,7 @@ class _Normaliser:
 
     def s_Assign(self, node: ast.Assign, env: dict) -> None:
         value = self.expr(node.value, env)
-        origin = self.origin_of(node.value, env)  # (a = b = f(x): one value, two names)
+        origin = self.origin_of(node.value, env, value)  # (a = b = f(x): one object)
         for target in node.targets:
             self.assign(target, value, env, origin)
 
@@ -195,7 +217,10 @@ class _Normaliser:
             self.assign(node.target, self.binop(node.op, current, value), env)
 
     def s_Return(self, node: ast.Return, env: dict) -> _Return:
-        return _Return(None if node.value is None else self.expr(node.value, env))
+        if node.value is None:
+            return _Return(None, self.fresh())
+        value = self.expr(node.value, env)
+        return _Return(value, self.origin_of(node.value, env, value))
 
     def s_Assert(self, node: ast.Assert, env: dict) -> None:
         test = self.expr(node.test, env)
@@ -218,7 +243,8 @@ class _Normaliser:
             if type(var) is SrcVar and var.role == "temp" and var.hint is None:
                 var.hint = target.id  # the user's name for a forward result
             env[target.id] = value
-            env["<origin>" + target.id] = next(self.origins) if origin is None else origin
+            env["<origin>" + target.id] = self.fresh() if origin is None else origin
+            env.pop("<top>" + target.id, None)  # (bound now: see loop_body)
             return
         if isinstance(target, (ast.Tuple, ast.List)):
             values = list(value)  # a tensor: its rows, x[0], x[1], ... (ArrayOps.__iter__)
@@ -233,62 +259,94 @@ class _Normaliser:
         raise self.w.refuse(f"assignment to a {type(target).__name__}")
 
     def holders(self, name: str, current: Any, env: dict) -> list[str]:
-        """The other names, and items of the lists and tuples they hold, that hold the
-        object ``name`` holds (by origin, see :meth:`origin`) or a view of its memory: in
-        this function, and in the callers of an inlined call (a parameter is the
-        caller's object: ``def step(h): h += 1`` writes into the caller's ``h``)."""
-        mine = self.origin(name, env)
+        """The other names, and items of the lists and tuples they hold, that may hold the
+        object ``name`` holds (their origins meet, see :meth:`origin`) or a view of its
+        memory: in this function, and in the callers of an inlined call (a parameter is
+        the caller's object: ``def step(h): h += 1`` writes into the caller's ``h``)."""
+        mine = _flat(self.origin(name, env))
         found = self.held(current, mine, env, skip=name)
         for depth, caller in enumerate(reversed(self.callers), 1):
             fn = self.stack[-1 - depth].fn.__name__
             found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)]
         return found
 
-    def held(self, current: Any, mine: Any, env: dict, skip: str = "") -> list[str]:
-        """Where ``env`` holds the object of origin ``mine`` (:meth:`holders`)."""
+    def held(self, current: Any, mine: frozenset, env: dict, skip: str = "") -> list[str]:
+        """Where ``env`` may hold an object of the origins ``mine`` (:meth:`holders`)."""
         root = _view_root(current)
 
         def same(v: Any, origin: Any) -> bool:
-            if v is current:  # (one variable: one object unless computed apart, x * 1.0)
-                return origin is None or origin == mine
-            return root is not None and _view_root(v) is root
+            if origin is None:  # (an item of a list made elsewhere: unknown, so h counts)
+                return v is current
+            if _flat(origin) & mine:
+                return True
+            # (one variable is not one object: x * 1.0 is written as x; a view of its
+            # memory is another variable with the same root)
+            return v is not current and root is not None and _view_root(v) is root
 
-        found = []
+        found = [k[5:] for k, top in env.items()  # (what a loop's last iteration left)
+                 if k.startswith("<top>") and k[5:] != skip and top & mine]
         for k, v in env.items():
             if k == skip or k.startswith("<"):
                 continue
-            if same(v, self.origin(k, env)):
+            origin = self.origin(k, env)
+            if type(v) in (list, tuple):  # the list is an object of its own; its items
+                items = origin if type(origin) is list and len(origin) == len(v) else \
+                    [None] * len(v)
+                found += [f"{k}[{i}]" for i, (item, o) in enumerate(zip(v, items))
+                          if same(item, o)]
+            elif same(v, origin):
                 found.append(k)
-            if type(v) in (list, tuple):  # (an item's origin where the display said it)
-                origins = env.get("<origin>" + k)
-                if not (type(origins) is list and len(origins) == len(v)):
-                    origins = [None] * len(v)  # (unknown: an item that is h counts)
-                for i, (item, origin) in enumerate(zip(v, origins)):
-                    if same(item, origin):
-                        found.append(f"{k}[{i}]")
         return sorted(found)
 
-    def origin(self, name: str, env: dict) -> Any:
-        """Which Python object ``name`` holds, as eager mode would have it: two names with
-        one origin are one object (``b = a``), whose update in place both would see. A
-        program variable cannot say so itself: ``x * 1.0`` is written as ``x``, one
-        variable, where eager mode makes a new tensor. A parameter, and a name bound by
-        an if's or a loop's join, is its own object."""
-        return env.get("<origin>" + name, "<own>" + name)
+    def fresh(self) -> frozenset:
+        """The origin of a new Python object."""
+        return frozenset((next(self.origins),))
 
-    def origin_of(self, expr: ast.expr, env: dict) -> Any:
-        """The origin of what ``expr`` evaluates to: a name's own, a tuple's per element,
-        and a new object for anything computed."""
+    def origin(self, name: str, env: dict) -> Any:
+        """Which Python objects ``name`` may hold, as eager mode would have it: a set of
+        tokens, one per object made (a list of them for a list or tuple made by a
+        display, one per item). Two names whose sets meet may be one object (``b = a``;
+        ``b = a if c else d``), whose update in place both would see. A program variable
+        cannot say so itself: ``x * 1.0`` is written as ``x``, one variable, where eager
+        mode makes a new tensor, and a join variable after an if is a new variable that
+        may be an old object. A parameter is the caller's object, or its own."""
+        return env.get("<origin>" + name, frozenset(("<own>" + name,)))
+
+    def origin_of(self, expr: ast.expr, env: dict, value: Any = _MISSING) -> Any:
+        """The origin of what ``expr`` evaluated to (``value``): a name's, a tuple's per
+        item, the objects an expression can pass through (``a if c else b``, ``+a``, an
+        inlined function returning its argument, a minigraph call that gave back one of
+        its arguments, ``x.astype(x.dtype, copy=False)``), and otherwise a new object."""
         if isinstance(expr, ast.Name):
             return self.origin(expr.id, env)
         if isinstance(expr, (ast.Tuple, ast.List)):
             return [self.origin_of(e, env) for e in expr.elts]
-        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and \
-                isinstance(expr.slice, ast.Constant) and type(expr.slice.value) is int:
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
             origins = self.origin(expr.value.id, env)  # (hs[0]: the item's own object)
-            if type(origins) is list and -len(origins) <= expr.slice.value < len(origins):
-                return origins[expr.slice.value]
-        return next(self.origins)
+            if type(origins) is list:
+                index = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
+                if type(index) is int and -len(origins) <= index < len(origins):
+                    return origins[index]
+                return _flat(origins)  # (hs[i]: any of them)
+        if isinstance(expr, ast.IfExp):
+            return _flat(self.origin_of(expr.body, env)) | _flat(self.origin_of(expr.orelse,
+                                                                                 env))
+        if isinstance(expr, ast.BoolOp):
+            return frozenset().union(*(_flat(self.origin_of(v, env)) for v in expr.values))
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.UAdd):
+            return self.origin_of(expr.operand, env)  # (+a is a itself)
+        if isinstance(expr, ast.Call):
+            if id(expr) in self.returned:
+                return self.returned.pop(id(expr))
+            if _dynamic(value):  # the same variable as an argument: maybe the same object
+                given = [a for a in expr.args if self.expr_is(a, env, value)]
+                return frozenset().union(self.fresh(), *(_flat(self.origin_of(a, env))
+                                                         for a in given))
+        return self.fresh()
+
+    def expr_is(self, expr: ast.expr, env: dict, value: Any) -> bool:
+        """Whether ``expr`` is a name (or ``self.x``) holding ``value`` itself."""
+        return isinstance(expr, ast.Name) and env.get(expr.id, _MISSING) is value
 
     # -- if -----------------------------------------------------------------------------------
     def s_If(self, node: ast.If, env: dict) -> _Return | None:
@@ -323,8 +381,15 @@ class _Normaliser:
             envs[0]["<return>"], envs[1]["<return>"] = r1.value, r2.value
             names.append("<return>")
         joins = [self.join(n, envs, (b1, b2), env) for n in names]
+        for n in names:  # (after the if, a name may hold the object of either branch)
+            if n in envs[0] and n in envs[1]:
+                a, b = self.origin(n, envs[0]), self.origin(n, envs[1])
+                env["<origin>" + n] = a if a == b else _flat(a) | _flat(b)
         self.w.block.append(If(cond, b1, b2, tuple(j for j in joins if j is not None)))
-        return _Return(env["<return>"]) if r1 is not None else None
+        if r1 is None:
+            return None
+        assert r2 is not None
+        return _Return(env["<return>"], _flat(r1.origin) | _flat(r2.origin))
 
     def join(self, name: str, envs: list, blocks: tuple, env: dict) -> SrcVar | None:
         """The value of ``name`` after the if: a join variable assigned in both branches."""
@@ -450,6 +515,7 @@ class _Normaliser:
         carried = [n for n in _assigned(node.body)
                    if n != name and (n in env or self.src.loads[n] > loads_in[n])]
         index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+        end_origins = self.end_origins
         differs = self.first_iteration(lvs, weak, body, env)
         if differs is not None:
             env[name] = rng[0]  # the first iteration, as Python runs it
@@ -459,6 +525,7 @@ class _Normaliser:
                 return None
             rng = rng[1:]
             index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+            end_origins = self.end_origins
             again = self.first_iteration(lvs, weak, body, env)
             if again is not None:  # (a variable that becomes a tensor only in the second)
                 raise again
@@ -468,6 +535,8 @@ class _Normaliser:
                 env[n] = Weak(lvs[n]) if n in weak else lvs[n]
             elif not _dynamic(ends[n]) and ends[n] is not _MISSING:
                 env[n] = ends[n]
+            if n in end_origins:  # (the loop ran: the object of its last iteration's end)
+                env["<origin>" + n] = end_origins[n]
         for n in _assigned(node.body):
             if n not in carried and n != name:
                 env.pop(n, None)
@@ -484,17 +553,34 @@ class _Normaliser:
         # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
         # is written again until nothing changes. A round can only turn None into a
         # tensor's spec or inactive into active, so the rounds end.
+        # Likewise the objects the body's names may hold at its top: before the loop's
+        # first iteration, or what the body left in them (``b = a`` at its end makes b
+        # and a one object from the second iteration on): the rounds go on until which
+        # names may share an object no longer changes (see :meth:`origin`).
         specs = {n: _spec(env.get(n, _MISSING)) for n in carried}
+        names = _assigned(node.body)
+        tops: dict[str, frozenset] = {}  # name -> what the body's ends left in it
         while True:
             lvs = {n: SrcVar(*s[:4], "loop", n) for n, s in specs.items() if s is not None}
             weak = {n for n, s in specs.items() if s is not None and s.weak}
             body_env = {**env, name: index,
                         **{n: Weak(lv) if n in weak else lv for n, lv in lvs.items()}}
+            for n, top in tops.items():  # (a name the body has not bound yet: "<top>")
+                key = "<origin>" + n if n in env else "<top>" + n
+                body_env[key] = _flat(self.origin(n, env)) | top if n in env else top
+            before = _sharing(body_env, names)
             body, _ = self.sub_block(node.body, body_env)
             ends = {n: body_env.get(n, _MISSING) for n in carried}
+            self.end_origins = {n: body_env["<origin>" + n] for n in carried
+                                if "<origin>" + n in body_env}
+            tops = {n: tops.get(n, frozenset()) | _flat(body_env["<origin>" + n])
+                    for n in names if "<origin>" + n in body_env}
+            for n, top in tops.items():  # (what the next round's top will hold)
+                body_env["<origin>" + n] = _flat(self.origin(n, env)) | top \
+                    if n in env else top
             settled = {n: self.settle(n, env.get(n, _MISSING), ends[n], specs[n])
                        for n in carried}
-            if settled == specs:
+            if settled == specs and _sharing(body_env, names) == before:
                 return index, body, lvs, ends, weak
             specs = settled
 
@@ -778,11 +864,13 @@ class _Normaliser:
             inlined = _user_function(fn)
             if inlined is not None:
                 self_arg = (fn.__self__,) if isinstance(fn, types.MethodType) else ()
-                origins = (tuple(next(self.origins) for _ in self_arg)
+                origins = (tuple(self.fresh() for _ in self_arg)
                            + tuple(self.origin_of(a, env) for a in node.args),
                            {cast(str, k.arg): self.origin_of(k.value, env)
                             for k in node.keywords})
-                return self.call(_read(inlined), self_arg + args, kwargs, env, origins)
+                result = self.call(_read(inlined), self_arg + args, kwargs, env, origins)
+                self.returned[id(node)] = self.last_return  # (for origin_of(node))
+                return result
             self.check_callee(fn)
         result = self.guard(lambda: fn(*args, **kwargs))
         if isinstance(result, Tensor) and len(node.args) == 1 and \
