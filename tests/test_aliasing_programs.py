@@ -1,0 +1,137 @@
+"""Random programs that update values in place while other places hold them: names, lists,
+helpers that write into their arguments, ifs decided at run time, loops.
+
+Without recording, an update writes into the one object, and every holder sees it
+(NumPy's semantics, eager mode's). While recording, and inside every transformation, it
+binds a new value to one name; so each mode must give eager mode's value and derivative,
+or refuse (ops/operators.py's ``refuse_aliased``; source mode's origins in
+``source/normalize.py``). The oracles: eager mode without recording for the value, and
+central finite differences of it for the gradient; never another mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minigraph as mg
+from minigraph.errors import GradientError
+from minigraph.graph.graph import TracedValueError
+from program_files import load_module  # (tests/program_files.py)
+
+HELPERS = '''import minigraph as mg
+
+
+def bump(a, b):
+    a += 0.25 * b
+    return a
+
+
+def scale(a):
+    a *= 1.5
+    return a * 1.0
+
+
+def fresh(a, b):
+    a = a + b
+    return a
+
+
+def f(x):
+    v0 = x * 1.5
+    v1 = mg.cos(x) + 0.1
+'''
+
+name = st.integers(0, 20)  # (taken modulo the names defined so far)
+statement = st.one_of(
+    st.tuples(st.just("new"), name, name, st.sampled_from(["{a} * {b}", "{a} + {b}",
+                                                           "mg.sin({a}) * {b}", "{a} * 0.7",
+                                                           "{a} * 1.0"])),
+    st.tuples(st.just("update"), name, name, st.sampled_from(["+=", "*=", "-="])),
+    st.tuples(st.just("list"), name, name, st.just("")),
+    st.tuples(st.just("item"), name, name, st.sampled_from(["0", "1", "-1"])),
+    st.tuples(st.just("call"), name, name, st.sampled_from(["bump", "scale", "fresh"])),
+    st.tuples(st.just("if"), name, name, st.just("")),
+    st.tuples(st.just("loop"), name, name, st.sampled_from(["{b}", "{b} * 0.9"])),
+    st.tuples(st.just("same"), name, name, st.just("")))
+
+
+def program(statements: list) -> str:
+    """The text of ``f``: a few statements over v0, v1, ...; every value in the result."""
+    lines, k, lists = [], 2, []
+    for kind, i, j, extra in statements:
+        a, b = f"v{i % k}", f"v{j % k}"
+        if kind == "new":
+            lines.append(f"v{k} = " + extra.format(a=a, b=b))
+            k += 1
+        elif kind == "update":
+            lines.append(f"{a} {extra} {b if extra != '*=' else 0.5}")
+        elif kind == "list":
+            lists.append(f"l{len(lists)}")
+            lines.append(f"{lists[-1]} = [{a}, {b}]")
+        elif kind == "item" and lists:
+            lines.append(f"v{k} = {lists[i % len(lists)]}[{extra}]")
+            k += 1
+        elif kind == "call":
+            target = f"v{k}" if j % 2 else a
+            lines.append(f"{target} = {extra}({a}, {b})" if extra != "scale"
+                         else f"{target} = scale({a})")
+            k += target == f"v{k}"
+        elif kind == "if":
+            lines += [f"if mg.sum({a}) > 0.1:", f"    v{k} = {b}", "else:", f"    v{k} = {a} * 0.5"]
+            k += 1
+        elif kind == "loop":
+            lines += ["for i in range(2):", f"    {a} *= 0.5", f"    {b} = " + extra.format(b=a)]
+        elif kind == "same":
+            lines.append(f"v{k} = {a} * 3.0 if False else {a}")
+            k += 1
+    terms = [f"mg.sum(v{i})" for i in range(k)] + [f"mg.sum({n}[0]) + mg.sum({n}[-1])"
+                                                   for n in lists]
+    return HELPERS + "".join(f"    {line}\n" for line in lines) + "    return " + \
+        " + ".join(terms) + "\n"
+
+
+X = np.array([0.3, -0.8])
+
+
+def eager(f, x):
+    return float(f(mg.tensor(x)).item())
+
+
+def finite_differences(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (eager(f, x + e) - eager(f, x - e)) / (2 * eps)
+    return g
+
+
+def recorded(f, x):
+    t = mg.tensor(x, requires_grad=True)
+    value = f(t)
+    value.backward()
+    return value, t.grad
+
+
+REFUSALS = (GradientError, mg.SourceTransformError, TracedValueError)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(statements=st.lists(statement, min_size=2, max_size=8))
+def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_factory):
+    f = load_module(program(statements), tmp_path_factory).f
+    want, want_grad = eager(f, X), finite_differences(f, X)
+    runs = {mode: (lambda mode=mode: mg.value_and_grad(f, mode=mode)(X)) for mode in mg.MODES}
+    runs["recorded"] = lambda: recorded(f, X)
+    for mode, run in runs.items():
+        try:
+            value, grad = run()
+        except REFUSALS:
+            continue  # an alias it cannot follow (or graph mode's if on a value): refused
+        assert float(value.item()) == pytest.approx(want, rel=1e-12, abs=1e-12), mode
+        np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-6,
+                                   err_msg=mode)
