@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.autodiff import tape
+from minigraph.ops import operators
 from minigraph.errors import DeviceError, DTypeError, GradientError, ShapeError
 
 rng = np.random.default_rng(7)
@@ -440,6 +441,15 @@ def test_a_callee_updating_a_value_nobody_else_holds_is_fine(mode):
     x = np.array([0.5, 1.5])
     got = mg.grad(a_new_value_updated_by_a_callee, mode=mode)(x).numpy()
     np.testing.assert_allclose(got, 4 * (2 * x + 1), rtol=1e-13)
+
+
+def test_a_long_list_is_read_by_identity():
+    """A list longer than the views' limit is still searched for the value itself (at
+    C's speed: a loop that appends and updates reads the whole list each time)."""
+    h = mg.tensor(np.ones(2), requires_grad=True) * 2.0
+    kept = [mg.tensor(np.zeros(2)) for _ in range(operators._VIEWS_READ * 2)] + [h]
+    with pytest.raises(GradientError, match=rf"h and kept\[{len(kept) - 1}\] hold"):
+        h += 1.0
 
 
 @pytest.mark.parametrize("mode", mg.MODES)
