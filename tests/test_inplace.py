@@ -443,6 +443,31 @@ def test_a_callee_updating_a_value_nobody_else_holds_is_fine(mode):
     np.testing.assert_allclose(got, 4 * (2 * x + 1), rtol=1e-13)
 
 
+class Cell:
+    def __init__(self):
+        self.hidden = []
+
+    def step(self, h):
+        self.hidden.append(h)
+        h += 1.0  # without recording: self.hidden[-1] sees the write
+        return h
+
+
+def kept_by_a_cell(x):
+    cell = Cell()
+    h = cell.step(x * 2.0)
+    return (cell.hidden[0] * h).sum()
+
+
+def test_a_list_an_object_keeps_is_read_too():
+    """Two levels down where the first is an object's attribute (or a dict's value):
+    ``self.hidden.append(h)``, a module that keeps its states."""
+    assert kept_by_a_cell(mg.tensor(np.array([0.5, 1.5]))).item() == pytest.approx(20.0)
+    for mode in ("tape", "forward", "graph"):
+        with pytest.raises(GradientError, match=r"h and self\.hidden\[0\] hold"):
+            mg.grad(kept_by_a_cell, mode=mode)(np.array([0.5, 1.5]))
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

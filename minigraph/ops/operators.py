@@ -191,7 +191,8 @@ def refuse_aliased(x: Any, where: str) -> None:
     1``), and for the caller's names (``def step(h): h += 1``, called as ``step(h)``).
     What is looked at: the function doing the update (the first frame outside
     minigraph) and its callers up to minigraph's call of them, a module's top level, or
-    a library's code; their names, and one level inside each of their values."""
+    a library's code; their names, one level inside each of their values, and two inside
+    an object's attributes and a dict's values (``self.hidden[3]``, ``d['hs'][0]``)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_minigraph(frame):
         frame = frame.f_back
@@ -244,25 +245,37 @@ def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[s
     def holds(v: Any) -> bool:
         return v is x or (memory is not None and _shares(_memory(v), memory))
 
+    def inside(where: str, v: Any) -> list[str]:
+        """The places in the container ``v`` (named ``where``) that hold x."""
+        items = _contents(v)
+        if not items:
+            return []
+        same = any(map(operator.is_, items, itertools.repeat(x)))
+        views = memory is not None and len(items) <= _VIEWS_READ
+        if not (same or views):
+            return []
+        return [where + place for place, item in _places(v)
+                if item is x or views and _shares(_memory(item), memory)]
+
     found: list[str] = []
     for name, v in names.items():
         if module and (name in _OUTPUT_HISTORY or name[:1] == "_" and name[1:].isdigit()):
             continue
         if holds(v):
             found.append(name)
-        items = _contents(v)
-        if not items:
-            continue
-        same = any(map(operator.is_, items, itertools.repeat(x)))
-        if same or memory is not None and len(items) <= _VIEWS_READ:
-            found += [name + place for place, item in _places(v)
-                      if item is x or memory is not None and len(items) <= _VIEWS_READ
-                      and _shares(_memory(item), memory)]
+        found += inside(name, v)
+        if type(v) is not list and type(v) is not tuple:
+            # an object's or a dict's lists and dicts too (``self.hidden.append(h)``):
+            # a few, where a list's items can be many
+            for place, item in _places(v) if _contents(v) else ():
+                if type(item) in _CONTAINERS:
+                    found += inside(name + place, item)
     return found
 
 
 _OUTPUT_HISTORY = {"_", "__", "___", "Out", "_oh"}  # IPython's names for earlier results
 _VIEWS_READ = 64
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 def _contents(v: Any) -> Any:
@@ -274,7 +287,8 @@ def _contents(v: Any) -> Any:
     if kind is dict:
         return v.values()
     attributes = getattr(v, "__dict__", None)
-    if type(attributes) is dict and not isinstance(v, (type, ModuleType, FunctionType)):
+    if type(attributes) is dict and not isinstance(v, (type, ModuleType, FunctionType)) \
+            and not type(v).__module__.startswith("minigraph."):  # (a graph's own records)
         return attributes.values()
     return None
 
