@@ -383,6 +383,13 @@ def returned_by_a_callee(x):
     return (a * b).sum()
 
 
+def given_back_by_a_method(x):
+    a = x * 2.0
+    b = a.astype("float64", copy=False)  # the same dtype: b is a itself
+    a += 1.0
+    return (a * b).sum()
+
+
 def made_one_by_a_loop(x):
     a = x * 2.0
     b = x * 3.0
@@ -402,11 +409,13 @@ def one_on_a_run_time_path(x):
     return (a * b).sum()
 
 
-@pytest.mark.parametrize("f", [chosen_by_a_static_if, returned_by_a_callee, made_one_by_a_loop,
-                               one_on_a_run_time_path], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", [chosen_by_a_static_if, returned_by_a_callee, given_back_by_a_method,
+                               made_one_by_a_loop, one_on_a_run_time_path],
+                         ids=lambda f: f.__name__)
 def test_source_mode_follows_the_objects_a_name_may_hold(f):
-    """Source mode writes ``b = a if False else a``, ``b = passes_it_through(a)``, a loop's
-    ``b = a`` and an if's join with variables of their own, so whether b is a's object
+    """Source mode writes ``b = a if False else a``, ``b = passes_it_through(a)``,
+    ``b = a.astype(same dtype, copy=False)``, a loop's ``b = a`` and an if's join with
+    variables of their own, so whether b is a's object
     is tracked apart (origins): a set of the objects each name may hold. Each case gave
     eager mode's value in the Python modes' place, silently wrong; now refused, as the
     other modes refuse it (the run-time if: where its path makes b a)."""

@@ -192,7 +192,8 @@ def refuse_aliased(x: Any, where: str) -> None:
     What is looked at: the function doing the update (the first frame outside
     minigraph) and its callers up to minigraph's call of them, a module's top level, or
     a library's code; their names, one level inside each of their values, and two inside
-    an object's attributes and a dict's values (``self.hidden[3]``, ``d['hs'][0]``)."""
+    an object's attributes and a small dict's values (``self.hidden[3]``,
+    ``d['hs'][0]``)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None and _in_minigraph(frame):
         frame = frame.f_back
@@ -233,9 +234,10 @@ def _in_a_library(frame: FrameType) -> bool:
 
 def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
     """Where ``names`` (a frame's locals) hold ``x`` or memory it shares: ``h``,
-    ``hs[0]``, ``d['h']``, ``o.h``, ``an item of s``. At a module's (a notebook's) top level, IPython's record of the cells'
-    results (``_``, ``_3``, ``Out``) is left out: it holds every value a cell displayed,
-    which the user does not read back.
+    ``hs[0]``, ``d['h']``, ``o.h``, ``self.hidden[3]``, ``an item of s``. At a module's
+    (a notebook's) top level, IPython's record of the cells' results (``_``, ``_3``,
+    ``Out``) is left out: it holds every value a cell displayed, which the user does not
+    read back.
 
     The items of a container are compared with ``x`` by identity at C's speed (a loop
     that appends to a list and updates in place reads the whole list at every update);
@@ -264,12 +266,12 @@ def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[s
         if holds(v):
             found.append(name)
         found += inside(name, v)
-        if type(v) is not list and type(v) is not tuple:
-            # an object's or a dict's lists and dicts too (``self.hidden.append(h)``):
-            # a few, where a list's items can be many
-            for place, item in _places(v) if _contents(v) else ():
-                if type(item) in _CONTAINERS:
-                    found += inside(name + place, item)
+        if type(v) is dict and len(v) <= _VIEWS_READ or \
+                type(v) not in _CONTAINERS and _contents(v):
+            # the containers an object's attributes or a small dict's values hold
+            # (``self.hidden.append(h)``): a few, where a list's items can be many
+            found += [hit for place, item in _places(v) if type(item) in _CONTAINERS
+                      for hit in inside(name + place, item)]
     return found
 
 

@@ -339,14 +339,14 @@ class _Normaliser:
             if id(expr) in self.returned:
                 return self.returned.pop(id(expr))
             if _dynamic(value):  # the same variable as an argument: maybe the same object
-                given = [a for a in expr.args if self.expr_is(a, env, value)]
+                inputs = [*expr.args, *(k.value for k in expr.keywords)]
+                if isinstance(expr.func, ast.Attribute):  # (x.astype(...): x is one too)
+                    inputs.append(expr.func.value)
+                given = [a for a in inputs
+                         if isinstance(a, ast.Name) and env.get(a.id, _MISSING) is value]
                 return frozenset().union(self.fresh(), *(_flat(self.origin_of(a, env))
                                                          for a in given))
         return self.fresh()
-
-    def expr_is(self, expr: ast.expr, env: dict, value: Any) -> bool:
-        """Whether ``expr`` is a name (or ``self.x``) holding ``value`` itself."""
-        return isinstance(expr, ast.Name) and env.get(expr.id, _MISSING) is value
 
     # -- if -----------------------------------------------------------------------------------
     def s_If(self, node: ast.If, env: dict) -> _Return | None:
