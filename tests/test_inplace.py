@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.autodiff import tape
-from minigraph.ops import operators
 from minigraph.errors import DeviceError, DTypeError, GradientError, ShapeError
+from minigraph.ops import operators
 
 rng = np.random.default_rng(7)
 
@@ -414,11 +414,11 @@ def one_on_a_run_time_path(x):
                          ids=lambda f: f.__name__)
 def test_source_mode_follows_the_objects_a_name_may_hold(f):
     """Source mode writes ``b = a if False else a``, ``b = passes_it_through(a)``,
-    ``b = a.astype(same dtype, copy=False)``, a loop's ``b = a`` and an if's join with
-    variables of their own, so whether b is a's object
-    is tracked apart (origins): a set of the objects each name may hold. Each case gave
-    eager mode's value in the Python modes' place, silently wrong; now refused, as the
-    other modes refuse it (the run-time if: where its path makes b a)."""
+    ``b = a.astype(same dtype, copy=False)``, a loop's ``b = a`` and an if's join as
+    variables of their own, so whether b is a's object is tracked apart (origins: the
+    set of objects each name may hold). In each case b is a in eager mode, so a += 1
+    shows through b; source mode gave another value, silently. Now it refuses, as the
+    other modes do (the run-time if: on the path that makes b a)."""
     x = np.array([0.5, 1.5])
     with pytest.raises(mg.SourceTransformError, match=r"holds? too"):
         mg.grad(f, mode="source")(x)
