@@ -477,6 +477,23 @@ def test_a_list_an_object_keeps_is_read_too():
             mg.grad(kept_by_a_cell, mode=mode)(np.array([0.5, 1.5]))
 
 
+def scaled_twice(x):
+    h = x * 2.0
+    hs = [h]
+    h *= x - 0.5  # the error suggests h = h * (x - 0.5)
+    return (hs[0] * h).sum()
+
+
+def test_the_refusal_writes_the_users_update_as_a_new_value():
+    with pytest.raises(GradientError, match=re.escape("Write h = h * (x - 0.5) for a new")):
+        mg.grad(scaled_twice)(np.array([0.5, 1.5]))
+    with pytest.raises(GradientError, match=re.escape("Write h = h + 1.0 for a new")):
+        mg.grad(held_by_a_list)(np.array([0.5, 1.5]))
+    with pytest.raises(mg.SourceTransformError,
+                       match=re.escape("Write h = h * (x - 0.5) for a new")):
+        mg.grad(scaled_twice, mode="source")(np.array([0.5, 1.5]))
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

@@ -8,9 +8,11 @@ calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device
 from __future__ import annotations
 
 import itertools
+import linecache
 import math
 import operator
 import os
+import re
 import sys
 import sysconfig
 from types import FrameType, FunctionType, ModuleType
@@ -216,9 +218,24 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"{' and '.join(sorted(names))} hold the same value, or views of one memory. "
             f"Without recording, the update writes into it and every holder sees the "
             f"change; here it makes a new value for one name and would leave the others "
-            f"with the old one. Write name = name op y for a new value (the others keep "
-            f"the old one in every mode), or copy first (b = a * 1.0) if they are meant to "
-            f"change apart")
+            f"with the old one. Write {_rebinding(frame)} for a new value (the others "
+            f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
+            f"meant to change apart")
+
+
+_AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\*\*|//|[-+*/%@])=\s*(.+?)\s*(#.*)?$")
+
+
+def _rebinding(frame: FrameType) -> str:
+    """The user's update written as a new value: ``h += 0.5 * y`` as ``h = h + (0.5 *
+    y)``, from the line's text; ``name = name op y`` where the line is not one."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    match = _AUGMENTED.match(line)
+    if match is None:
+        return "name = name op y"
+    name, op, value = match.group(1, 2, 3)
+    simple = re.fullmatch(r"[\w.]+", value) is not None  # (a name or a number: no brackets)
+    return f"{name} = {name} {op} {value if simple else f'({value})'}"
 
 
 # Where Python's own modules and installed packages live: a caller there (pytest, IPython,

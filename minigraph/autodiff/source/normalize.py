@@ -203,15 +203,16 @@ class _Normaliser:
         if update is not None and (_dynamic(current) or _dynamic(value)):
             others = self.holders(node.target.id, current, env)
             if others and type(current) is not Weak:  # (a number is never written into)
+                rebound = ast.unparse(ast.BinOp(node.target, node.op, node.value))
                 raise self.w.refuse(
                     f"an update in place of {node.target.id}, whose value (or memory: a "
                     f"view) {' and '.join(others)} {'hold' if len(others) > 1 else 'holds'} "
                     f"too",
-                    "without recording the update writes into the one value, so every name "
-                    "sees the change, but the program binds a new value to one name and the "
-                    "other would keep the old one (as every transformation would: "
-                    "ops/operators.py's refuse_aliased). Write h = h + y for a new value, or "
-                    "copy first (b = a * 1.0)")
+                    f"without recording the update writes into the one value, so every name "
+                    f"sees the change, but the program binds a new value to one name and the "
+                    f"other would keep the old one (as every transformation would: "
+                    f"ops/operators.py's refuse_aliased). Write {node.target.id} = "
+                    f"{rebound} for a new value, or copy first (b = a * 1.0)")
             self.assign(node.target, self.guard(lambda: update(current, value)), env)
         else:
             self.assign(node.target, self.binop(node.op, current, value), env)
