@@ -48,7 +48,7 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import ArrayOps, check_in_place, refuse_aliased, updated
+from ..ops.operators import ArrayOps, check_in_place, rebinding, refuse_aliased, updated
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -346,14 +346,14 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"{prim.name} in place ({_describe((x, other))}): the tensor is a leaf that "
                 f"requires a gradient, and gradients are being recorded, so the update would "
                 f"make a new tensor and leave this one as it was. Update parameters inside "
-                f"`with mg.no_grad():`, as an optimizer step does, or write x = x - y")
+                f"`with mg.no_grad():`, as an optimizer step does, or write {rebinding()}")
         if _a_view(x):
             view = "a view" if x._entry is None else f"a view (made by {x._entry[0].name})"
             raise GradientError(
                 f"{prim.name} in place ({_describe((x, other))}): the tensor is {view} "
                 f"of another tensor's memory, and gradients are being recorded, so "
                 f"the update would make a new tensor and leave the one it views as it was (without "
-                f"recording, the write shows through, as in NumPy). Write v = v + y, or "
+                f"recording, the write shows through, as in NumPy). Write {rebinding()}, or "
                 f"build the whole new value (mg.where, mg.concatenate)")
         _check_in_place(prim, x, other)  # (as an update without recording refuses)
         refuse_aliased(x, f"{prim.name} in place ({_describe((x, other))})")

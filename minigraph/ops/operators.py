@@ -196,9 +196,7 @@ def refuse_aliased(x: Any, where: str) -> None:
     a library's code; their names, one level inside each of their values, and two inside
     an object's attributes and a small dict's values (``self.hidden[3]``,
     ``d['hs'][0]``)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and _in_minigraph(frame):
-        frame = frame.f_back
+    frame = user_frame()
     if frame is None:
         return
     memory = _memory(x)
@@ -218,24 +216,35 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"{' and '.join(sorted(names))} hold the same value, or views of one memory. "
             f"Without recording, the update writes into it and every holder sees the "
             f"change; here it makes a new value for one name and would leave the others "
-            f"with the old one. Write {_rebinding(frame)} for a new value (the others "
+            f"with the old one. Write {rebinding(frame)} for a new value (the others "
             f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
             f"meant to change apart")
 
 
-_AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\*\*|//|[-+*/%@])=\s*(.+?)\s*(#.*)?$")
+def user_frame() -> FrameType | None:
+    """The frame of the code that called into minigraph: the first one outside it."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and _in_minigraph(frame):
+        frame = frame.f_back
+    return frame
 
 
-def _rebinding(frame: FrameType) -> str:
+def rebinding(frame: FrameType | None = None) -> str:
     """The user's update written as a new value: ``h += 0.5 * y`` as ``h = h + (0.5 *
-    y)``, from the line's text; ``name = name op y`` where the line is not one."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    y)``, from the text of the line ``frame`` (the user's, by default) is at; ``name =
+    name op y`` where the line is not one."""
+    frame = frame or user_frame()
+    line = "" if frame is None else linecache.getline(frame.f_code.co_filename,
+                                                      frame.f_lineno)
     match = _AUGMENTED.match(line)
     if match is None:
         return "name = name op y"
     name, op, value = match.group(1, 2, 3)
     simple = re.fullmatch(r"[\w.]+", value) is not None  # (a name or a number: no brackets)
     return f"{name} = {name} {op} {value if simple else f'({value})'}"
+
+
+_AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\*\*|//|[-+*/%@])=\s*(.+?)\s*(#.*)?$")
 
 
 # Where Python's own modules and installed packages live: a caller there (pytest, IPython,
