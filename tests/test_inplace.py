@@ -495,6 +495,33 @@ def test_the_refusal_writes_the_users_update_as_a_new_value():
         mg.grad(scaled_twice, mode="source")(np.array([0.5, 1.5]))
 
 
+KEPT: list = []  # a module's list, which a function appends to
+
+
+def kept_by_a_global_list(x):
+    h = x * 2.0
+    KEPT.append(h)
+    h += 1.0  # without recording: KEPT[-1] sees the write
+    return (KEPT[-1] * h).sum()
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "recorded"])
+def test_a_global_the_function_reads_is_read_too(mode):
+    """The module's names that the function's code reads: here a list it appends to
+    (14.0 for eager mode's 20.0, silently, before)."""
+    x = np.array([0.5, 1.5])
+    try:
+        assert kept_by_a_global_list(mg.tensor(x)).item() == pytest.approx(20.0)
+        KEPT.clear()
+        with pytest.raises(GradientError, match=r"KEPT\[0\] \(a global\) and h hold"):
+            if mode == "recorded":
+                kept_by_a_global_list(mg.tensor(x, requires_grad=True))
+            else:
+                mg.grad(kept_by_a_global_list, mode=mode)(x)
+    finally:
+        KEPT.clear()
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

@@ -190,7 +190,8 @@ def refuse_aliased(x: Any, where: str) -> None:
     would differ. The same holds for a view and what it views (``v = y[:1]``, then
     ``v += 1`` or ``y += 1``), for a value that a list, tuple, dict or set, or an
     object's attribute, holds (``hs.append(h)``, then ``h += 1``; ``for h in hs: h +=
-    1``), and for the caller's names (``def step(h): h += 1``, called as ``step(h)``).
+    1``), for the caller's names (``def step(h): h += 1``, called as ``step(h)``), and
+    for a module's names the function reads (``G.append(h)``).
     What is looked at: the function doing the update (the first frame outside
     minigraph) and its callers up to minigraph's call of them, a module's top level, or
     a library's code; their names, one level inside each of their values, and two inside
@@ -200,15 +201,22 @@ def refuse_aliased(x: Any, where: str) -> None:
     if frame is None:
         return
     memory = _memory(x)
-    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals)
+    seen: set[tuple[int, str]] = set()  # (module, name): a global read by several frames
+    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals) + \
+        [f"{name} (a global)"
+         for name in _holders(_globals_read(frame, seen), x, memory, False)]
     caller = frame
     while caller.f_locals is not caller.f_globals:  # (up to a module's top level)
         caller = caller.f_back  # type: ignore[assignment]
         if caller is None or _in_minigraph(caller) or _in_a_library(caller):
             break
         module = caller.f_locals is caller.f_globals
+        here = caller.f_locals if not module else {  # (a module's: not the globals read)
+            k: v for k, v in caller.f_locals.items() if (id(caller.f_globals), k) not in seen}
         names += [f"{name} (in {caller.f_code.co_name}, a caller)"
-                  for name in _holders(caller.f_locals, x, memory, module)]
+                  for name in _holders(here, x, memory, module)] + \
+            [f"{name} (a global)"
+             for name in _holders(_globals_read(caller, seen), x, memory, False)]
     if len(names) > 1:
         code = frame.f_code
         raise GradientError(
@@ -219,6 +227,19 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"with the old one. Write {rebinding(frame)} for a new value (the others "
             f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
             f"meant to change apart")
+
+
+def _globals_read(frame: FrameType, seen: set[tuple[int, str]]) -> dict[str, Any]:
+    """The module's names that the frame's code reads (``G.append(h)`` in a function),
+    unless the frame is the module's own (whose locals they are) or ``seen`` has them
+    (another frame of the search read them); adds them to ``seen``."""
+    values = frame.f_globals
+    if frame.f_locals is values:
+        return {}
+    read = {n: values[n] for n in frame.f_code.co_names
+            if n in values and n not in frame.f_locals and (id(values), n) not in seen}
+    seen.update((id(values), n) for n in read)
+    return read
 
 
 def user_frame() -> FrameType | None:
