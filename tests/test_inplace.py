@@ -522,6 +522,42 @@ def test_a_global_the_function_reads_is_read_too(mode):
         KEPT.clear()
 
 
+SCALE = mg.tensor(np.array([1.0, 2.0]))  # a module's tensor, which a function reads
+
+
+def writes_into_a_global(x):
+    h = SCALE  # the module's tensor itself
+    h += x  # without recording: SCALE changes
+    return (h * SCALE).sum()
+
+
+def passes_a_global_on(x):
+    return (add_x(SCALE, x) * SCALE).sum()
+
+
+def add_x(h, x):
+    h += x
+    return h
+
+
+@pytest.mark.parametrize("f", [writes_into_a_global, passes_a_global_on],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("mode", mg.MODES)
+def test_an_update_of_a_global_tensor_is_refused_in_every_mode(mode, f):
+    """Source mode reads a global as a constant, so the update made a new value and left
+    SCALE as it was: 8.5 for eager mode's 14.5, silently. It now asks the globals and
+    closure variables the functions being run read, as the other modes ask theirs."""
+    global SCALE
+    x = np.array([0.5, 1.5])
+    before = SCALE.numpy().copy()  # (numpy() is the tensor's own array, as in PyTorch)
+    assert f(mg.tensor(x)).item() == pytest.approx(14.5)  # (eager mode writes into SCALE)
+    SCALE = mg.tensor(before)
+    error = mg.SourceTransformError if mode == "source" else GradientError
+    with pytest.raises(error, match=r"SCALE \((a global|outside the function)\)"):
+        mg.grad(f, mode=mode)(x)
+    assert SCALE.numpy().tolist() == before.tolist()
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

@@ -229,6 +229,13 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"meant to change apart")
 
 
+def holders_among(names: dict[str, Any], x: Any) -> list[str]:
+    """Where ``names`` hold ``x`` or memory it shares, one level inside their values
+    too (:func:`_holders`): source mode asks it of the globals and closure variables a
+    function reads, which its own names do not show."""
+    return _holders(names, x, _memory(x), False)
+
+
 def _globals_read(frame: FrameType, seen: set[tuple[int, str]]) -> dict[str, Any]:
     """The module's names that the frame's code reads (``G.append(h)`` in a function),
     unless the frame is the module's own (whose locals they are) or ``seen`` has them

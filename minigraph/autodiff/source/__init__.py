@@ -96,8 +96,9 @@ lambdas and nested functions, generators and comprehensions, ``global``/``nonloc
 ``range`` with bounds known when the program is built, indexing with a computed tensor,
 converting a value of the program to a Python number, calling functions other than
 minigraph's (``np.sin(x)``) on values of the program, an update in place (``h += y``) of
-a value another place may hold too (``h = x``, a list's item, the caller's name, a name
-that one path of a run-time if or an earlier iteration of a loop made the same object:
+a value another place may hold too (``h = x``, a list's item, the caller's name, a
+global or closure tensor the function reads, a name that one path of a run-time if or
+an earlier iteration of a loop made the same object:
 eager mode's write would show through it, as in every transformation:
 ``ops/operators.py``; ``normalize.py``'s origins say which objects a name may hold),
 and Python arithmetic that raises

@@ -30,6 +30,7 @@ import numpy as np
 from ...device import Device
 from ...errors import MinigraphError
 from ...ops import copy as C
+from ...ops.operators import holders_among
 from ...ops.primitive import KINDS
 from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
@@ -202,6 +203,13 @@ class _Normaliser:
         update = _IN_PLACE.get(type(node.op))
         if update is not None and (_dynamic(current) or _dynamic(value)):
             others = self.holders(node.target.id, current, env)
+            if type(current) is Tensor:  # a constant: maybe a global's or a closure's
+                outside: dict[str, Any] = {}  # what the functions being run read of them
+                for src in self.stack:
+                    read = inspect.getclosurevars(src.fn)
+                    outside.update(read.globals, **read.nonlocals)
+                others += [f"{k} (outside the function)"
+                           for k in holders_among(outside, current)]
             if others and type(current) is not Weak:  # (a number is never written into)
                 rebound = ast.unparse(ast.BinOp(node.target, node.op, node.value))
                 raise self.w.refuse(
