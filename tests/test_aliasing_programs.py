@@ -1,5 +1,5 @@
 """Random programs that update values in place while other places hold them: names, lists,
-helpers that write into their arguments, ifs decided at run time, loops.
+helpers that write into their arguments, a module's tensor, ifs decided at run time, loops.
 
 Without recording, an update writes into the one object, and every holder sees it
 (NumPy's semantics, eager mode's). While recording, and inside every transformation, it
@@ -22,6 +22,8 @@ from minigraph.graph.graph import TracedValueError
 from program_files import load_module  # (tests/program_files.py)
 
 HELPERS = '''import minigraph as mg
+
+W = mg.tensor([0.7, -0.4])  # a module's tensor: an update of it writes into the module
 
 
 def bump(a, b):
@@ -55,7 +57,8 @@ statement = st.one_of(
     st.tuples(st.just("call"), name, name, st.sampled_from(["bump", "scale", "fresh"])),
     st.tuples(st.just("if"), name, name, st.just("")),
     st.tuples(st.just("loop"), name, name, st.sampled_from(["{b}", "{b} * 0.9"])),
-    st.tuples(st.just("same"), name, name, st.just("")))
+    st.tuples(st.just("same"), name, name, st.just("")),
+    st.tuples(st.just("global"), name, name, st.just("")))
 
 
 def program(statements: list) -> str:
@@ -87,6 +90,9 @@ def program(statements: list) -> str:
         elif kind == "same":
             lines.append(f"v{k} = {a} * 3.0 if False else {a}")
             k += 1
+        elif kind == "global":
+            lines.append(f"v{k} = W")
+            k += 1
     terms = [f"mg.sum(v{i})" for i in range(k)] + [f"mg.sum({n}[0]) + mg.sum({n}[-1])"
                                                    for n in lists]
     return HELPERS + "".join(f"    {line}\n" for line in lines) + "    return " + \
@@ -96,16 +102,17 @@ def program(statements: list) -> str:
 X = np.array([0.3, -0.8])
 
 
-def eager(f, x):
-    return float(f(mg.tensor(x)).item())
+def eager(text, tmp, x):
+    """f's value without recording, in a module of its own (f may write into W)."""
+    return float(load_module(text, tmp).f(mg.tensor(x)).item())
 
 
-def finite_differences(f, x, eps=1e-6):
+def finite_differences(text, tmp, x, eps=1e-6):
     g = np.zeros_like(x)
     for i in range(x.size):
         e = np.zeros_like(x)
         e[i] = eps
-        g[i] = (eager(f, x + e) - eager(f, x - e)) / (2 * eps)
+        g[i] = (eager(text, tmp, x + e) - eager(text, tmp, x - e)) / (2 * eps)
     return g
 
 
@@ -123,13 +130,14 @@ REFUSALS = (GradientError, mg.SourceTransformError, TracedValueError)
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(statements=st.lists(statement, min_size=2, max_size=8))
 def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_factory):
-    f = load_module(program(statements), tmp_path_factory).f
-    want, want_grad = eager(f, X), finite_differences(f, X)
-    runs = {mode: (lambda mode=mode: mg.value_and_grad(f, mode=mode)(X)) for mode in mg.MODES}
-    runs["recorded"] = lambda: recorded(f, X)
-    for mode, run in runs.items():
+    text = program(statements)
+    want = eager(text, tmp_path_factory, X)
+    want_grad = finite_differences(text, tmp_path_factory, X)
+    for mode in [*mg.MODES, "recorded"]:
+        f = load_module(text, tmp_path_factory).f  # (a fresh W for every mode)
         try:
-            value, grad = run()
+            value, grad = recorded(f, X) if mode == "recorded" else \
+                mg.value_and_grad(f, mode=mode)(X)
         except REFUSALS:
             continue  # an alias it cannot follow (or graph mode's if on a value): refused
         assert float(value.item()) == pytest.approx(want, rel=1e-12, abs=1e-12), mode
