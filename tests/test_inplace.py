@@ -932,3 +932,32 @@ def test_forward_mode_refuses_a_run_that_wrote_into_an_argument():
     y1 = mg.tensor([3.0])
     assert mg.grad(halves_its_data, mode="forward")(np.array([1.0]), y1).item() == 1.5
     assert y1.item() == 1.5  # (written once, as eager mode's call writes it)
+
+
+HALVED = [mg.tensor(np.array([3.0, 4.0]))]  # a module's list holding a tensor
+
+
+def halves_a_global(x):
+    w = HALVED[0]
+    w *= 0.5  # a plain tensor, a plain number: a write into the module's tensor
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("call", ["grad", "jacfwd", "checkpoint"])
+def test_a_run_that_wrote_into_a_tensor_read_from_outside_is_refused(call):
+    """The same for a tensor f reads from outside its arguments (here an item of a
+    module's list): forward mode's second run saw it halved twice, [0.75, 1.0] where
+    eager mode gives [1.5, 2.0], without a word; a checkpoint's recomputation too."""
+    x = np.array([1.0, 2.0])
+    HALVED[0] = mg.tensor(np.array([3.0, 4.0]))
+    assert mg.grad(halves_a_global)(x).numpy().tolist() == [1.5, 2.0]  # (one run: right)
+    HALVED[0] = mg.tensor(np.array([3.0, 4.0]))
+    error = mg.autodiff.checkpoint.CheckpointError if call == "checkpoint" else GradientError
+    with pytest.raises(error, match=r"f wrote into HALVED\[0\], a tensor it reads from "
+                                    r"outside its arguments"):
+        if call == "grad":
+            mg.grad(halves_a_global, mode="forward")(x)
+        elif call == "jacfwd":
+            mg.jacfwd(halves_a_global, vectorize=False)(x)
+        else:
+            mg.grad(mg.checkpoint(halves_a_global))(mg.tensor(x))

@@ -34,7 +34,8 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
-from .tape import as_gradient, enable_grad, is_grad_enabled, last_write, written_since
+from .tape import (as_gradient, enable_grad, is_grad_enabled, last_write, written_outside,
+                   written_since)
 
 
 class Dual(ValueInside, ArrayOps):
@@ -246,7 +247,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
                 out = f(*own[:i], xi, *own[i + 1:])
                 if last_write() != since:  # (one comparison when nothing was written)
                     runs = len(nums) if vectorize else _runs(args, nums)
-                    _refuse_written(args, since, runs, "jacfwd")
+                    _refuse_written(f, args, since, runs, "jacfwd")
                 return out
 
             rows = identity_rows(x)
@@ -281,21 +282,31 @@ def _runs(args: tuple, nums: tuple[int, ...]) -> int:
     return sum(math.prod(shape_of(args[i])) for i in nums)
 
 
-def _refuse_written(args: tuple, since: int, runs: int, who: str) -> None:
+def _refuse_written(f: Callable[..., Any], args: tuple, since: int, runs: int,
+                    who: str) -> None:
     """Forward mode runs f ``runs`` times on the same arguments (once per input element;
     ``jacfwd`` once per argument); a run that wrote into an argument not differentiated
-    (``y *= 0.5`` on a plain tensor; the differentiated ones are copies) would hand the
-    next run the written value, where eager mode's one run sees the original. Refused
-    after that run (whose write, as eager mode's, has happened). Called where something
-    was written since ``since``."""
-    k = written_since([a.data if type(a) is Tensor else None for a in args], since) \
-        if runs > 1 else None
+    (``y *= 0.5`` on a plain tensor; the differentiated ones are copies), or into a tensor
+    f reads from outside (a global, a closure variable: ``tape.written_outside``), would
+    hand the next run the written value, where eager mode's one run sees the original.
+    Refused after that run (whose write, as eager mode's, has happened). Called where
+    something was written since ``since``."""
+    if runs <= 1:
+        return
+    k = written_since([a.data if type(a) is Tensor else None for a in args], since)
     if k is not None:
         raise GradientError(
             f"{who} (forward mode): f wrote into its argument {k} (shape {args[k].shape} "
             f"{args[k].dtype}) in place; forward mode runs f {runs} times on the same "
             f"arguments, and the next run would start from the written value. Inside f, "
             f"write y = y * 0.5 (a new value), or use a reverse mode, which runs f once")
+    name = written_outside(f, since)
+    if name is not None:
+        raise GradientError(
+            f"{who} (forward mode): f wrote into {name}, a tensor it reads from outside "
+            f"its arguments, in place; forward mode runs f {runs} times, and the next run "
+            f"would start from the written value. Inside f, write a new value "
+            f"(h = h * 0.5), or use a reverse mode, which runs f once")
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
@@ -318,7 +329,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                 value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
                                 for_grad=True)
                 if last_write() != since:  # (one comparison when nothing was written)
-                    _refuse_written(args, since, _runs(args, nums), "grad")
+                    _refuse_written(f, args, since, _runs(args, nums), "grad")
                 if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                     raise GradientError(f"grad: f must return a scalar, it returned shape "
                                         f"{shape_of(value)}; use mg.jacfwd for a vector output")

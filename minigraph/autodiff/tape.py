@@ -37,6 +37,7 @@ an entry that reads an array written after the entry was made.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import threading
@@ -501,6 +502,28 @@ def written_since(arrays: Sequence[Any], since: int) -> int | None:
         return None
     return next((k for k, a in enumerate(arrays)
                  if hasattr(a, "shape") and write_stamp(a) > since), None)
+
+
+def written_outside(f: Callable[..., Any], since: int) -> str | None:
+    """The name of a tensor that f reads from outside its arguments (a global, a closure
+    variable, or an item of a list or dict one of them holds) and that was written in
+    place after the stamp ``since``: a transformation that runs f more than once would
+    hand the next run the written value. None where none was."""
+    if _last_write == since:  # (nothing anywhere was written: one comparison)
+        return None
+    try:
+        read = inspect.getclosurevars(f)
+    except TypeError:  # (not a Python function: a partial, a callable object ...)
+        return None
+    for name, value in {**read.globals, **read.nonlocals}.items():
+        items = [(name, value)] + ([(f"{name}[{k}]", v) for k, v in enumerate(value)]
+                                   if type(value) in (list, tuple) else
+                                   [(f"{name}[{k!r}]", v) for k, v in value.items()]
+                                   if type(value) is dict else [])
+        for place, v in items:
+            if type(v) is Tensor and write_stamp(v.data) > since:
+                return place
+    return None
 
 
 def _check_writes(recorded: list[Tensor]) -> None:
