@@ -558,6 +558,35 @@ def test_an_update_of_a_global_tensor_is_refused_in_every_mode(mode, f):
     assert SCALE.numpy().tolist() == before.tolist()
 
 
+HALVED_ONCE = mg.tensor(np.array([0.7, -0.4]))  # a module's tensor
+
+
+def halves_a_module_tensor(x):
+    w = HALVED_ONCE
+    w *= 0.5  # a constant tensor and a number: a write into the module's tensor
+    return (x * w).sum() + HALVED_ONCE.sum()
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace"])
+def test_a_compiled_program_refuses_a_write_into_a_tensor_read_from_outside(mode):
+    """The write happens while the program is built, and the program, which runs no
+    Python, would not make it again: a second call gave eager mode's first value, and
+    source mode wrote into a copy (W * 0.5 for w, W itself for the sum: eager mode's
+    2.3 read 2.45), silently."""
+    global HALVED_ONCE
+    x = np.array([0.5, 1.5])
+    HALVED_ONCE = mg.tensor(np.array([0.7, -0.4]))
+    assert mg.grad(halves_a_module_tensor)(x).numpy().tolist() == [0.35, -0.2]  # (tape)
+    HALVED_ONCE = mg.tensor(np.array([0.7, -0.4]))
+    with pytest.raises(GradientError, match=r"f wrote into HALVED_ONCE, a tensor it reads "
+                                            r"from outside its arguments, in place while "
+                                            r"its program was built"):
+        if mode == "trace":
+            mg.trace(halves_a_module_tensor)(mg.tensor(x))
+        else:
+            mg.grad(halves_a_module_tensor, mode=mode)(x)
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

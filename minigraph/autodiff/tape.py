@@ -526,6 +526,20 @@ def written_outside(f: Callable[..., Any], since: int) -> str | None:
     return None
 
 
+def refuse_written_outside(f: Callable[..., Any], since: int, who: str) -> None:
+    """A compiled program (graph mode, ``mg.trace``, source mode) is built by running f
+    once; a write f made into a tensor it reads from outside its arguments happened then,
+    and the program, which runs no Python, would not make it again on later calls (eager
+    mode makes it on every call). Refused after the build."""
+    name = written_outside(f, since)
+    if name is not None:
+        raise GradientError(
+            f"{who}: f wrote into {name}, a tensor it reads from outside its arguments, in "
+            f"place while its program was built; the program runs no Python, so the write "
+            f"would not happen again on later calls, as it does in eager mode. Inside f, "
+            f"write a new value (h = h * 0.5) instead")
+
+
 def _check_writes(recorded: list[Tensor]) -> None:
     """Refuse a sweep over an entry whose result or arguments were written after it."""
     for t in recorded:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence, cast
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
-from ..autodiff.tape import enable_grad
+from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
 from ..errors import GradientError
 from ..ops.primitive import KINDS, bind
 from ..ops.weak import Weak, strong
@@ -121,10 +121,12 @@ def record(f: Callable[..., Any], args: tuple, name: str,
             else:
                 call_args.append(a)
         graph.recording = True
+        since = last_write()
         try:
             out = f(*call_args)
         finally:
             graph.recording = False
+    refuse_written_outside(f, since, "graph mode")
     return graph, inputs, out
 
 

@@ -222,6 +222,11 @@ class _Normaliser:
                     f"ops/operators.py's refuse_aliased). Write {node.target.id} = "
                     f"{rebound} for a new value, or copy first (b = a * 1.0)")
             self.assign(node.target, self.guard(lambda: update(current, value)), env)
+        elif update is not None and isinstance(current, Tensor):
+            # a constant tensor: written into now, as eager mode writes (a global's is
+            # refused once the program is built: compiled.py, tape.refuse_written_outside)
+            self.assign(node.target, self.guard(lambda: update(current, value)), env,
+                        self.origin(node.target.id, env))
         else:
             self.assign(node.target, self.binop(node.op, current, value), env)
 
