@@ -587,6 +587,53 @@ def test_a_compiled_program_refuses_a_write_into_a_tensor_read_from_outside(mode
             mg.grad(halves_a_module_tensor, mode=mode)(x)
 
 
+def doubles_after_use(x, y):
+    z = x * y
+    y *= 2.0  # a plain tensor and a number: a write, after mul read y
+    return z.sum()
+
+
+def doubles_before_use(x, y):
+    y *= 2.0
+    return (x * y).sum()
+
+
+def test_the_tapes_grad_refuses_a_write_after_a_read():
+    """mg.grad's record read y through mul's rule after f had doubled it: [6, 8] where the
+    derivative is y as mul read it, [3, 4], silently (backward() refused it already, as
+    PyTorch's version counters do). A write before the read is fine."""
+    x = np.array([1.0, 2.0])
+    with pytest.raises(GradientError, match=r"f changed a tensor in place after mul had "
+                                            r"read it"):
+        mg.grad(doubles_after_use)(x, mg.tensor([3.0, 4.0]))
+    with pytest.raises(GradientError, match="mul recorded an argument"):
+        doubles_after_use(mg.tensor(x, requires_grad=True), mg.tensor([3.0, 4.0])).backward()
+    assert mg.grad(doubles_before_use)(x, mg.tensor([3.0, 4.0])).numpy().tolist() == [6, 8]
+    for mode in ("graph", "source"):  # (a program reads y when mul runs: right)
+        assert mg.grad(doubles_after_use, mode=mode)(x, mg.tensor([3.0, 4.0])) \
+            .numpy().tolist() == [3.0, 4.0]
+    with pytest.raises(GradientError, match="f wrote into its argument 1"):  # (2 runs)
+        mg.grad(doubles_after_use, mode="forward")(x, mg.tensor([3.0, 4.0]))
+
+
+def halves_a_global_in_a_loop(x):
+    v = HALVED_ONCE  # the module's tensor, then the loop's variable
+    for _ in range(2):
+        v *= 0.5  # without recording: HALVED_ONCE is halved twice
+        y = v * x
+    return (y + HALVED_ONCE).sum()
+
+
+def test_source_mode_refuses_a_loop_variable_that_is_a_global_tensor():
+    """Source mode made v a variable of the loop and the update a new value, leaving the
+    module's tensor as it was: 0.44 for eager mode's 0.22, silently."""
+    global HALVED_ONCE
+    HALVED_ONCE = mg.tensor(np.array([0.7, -0.4]))
+    with pytest.raises(mg.SourceTransformError,
+                       match=r"HALVED_ONCE \(outside the function\) holds too"):
+        mg.grad(halves_a_global_in_a_loop, mode="source")(np.array([0.5, 1.5]))
+
+
 def test_a_long_list_is_read_by_identity():
     """A list longer than the views' limit is still searched for the value itself (at
     C's speed: a loop that appends and updates reads the whole list each time)."""

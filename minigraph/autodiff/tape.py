@@ -468,6 +468,8 @@ def _stamp(array: Any) -> None:
             ref = owner    # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
+    for rec in _recording:  # (a vjp running f: which of its entries came before the write)
+        rec.writes.append((len(rec.entries), key))
 
 
 def write_stamp(array: Any) -> int:
@@ -728,13 +730,19 @@ def own_results(values: Sequence[Any], handed: "set[int] | None" = None) -> list
 
 
 class _Recording:
-    """The tape of one ``vjp`` call: its level and its entries in evaluation order."""
+    """The tape of one ``vjp`` call: its level, its entries in evaluation order, and the
+    writes in place made while f ran: (how many entries there were, the memory written)."""
 
-    __slots__ = ("level", "entries")
+    __slots__ = ("level", "entries", "writes")
 
     def __init__(self) -> None:
         self.level = new_level()
         self.entries: list[tuple] = []
+        self.writes: list[tuple[int, int]] = []
+
+
+# The recordings whose f is running (nested vjp calls): every write is logged in each.
+_recording: list[_Recording] = []
 
 
 class Box(ValueInside, ArrayOps):
@@ -811,8 +819,14 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
     rec = _Recording()
     boxes = [Box(_differentiable(p, i, "vjp"), rec) for i, p in enumerate(primals)]
-    with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's rule)
-        out = f(*boxes)
+    _recording.append(rec)
+    try:
+        with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's)
+            out = f(*boxes)
+    finally:
+        _recording.remove(rec)
+    if rec.writes:
+        _refuse_written_after_read(rec)
     if isinstance(out, (int, float)):  # f ignored its inputs: a constant
         out = tensor(float(out))
     if type(out) is Box and out.tape is rec:
@@ -842,6 +856,26 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
         return hand_over([as_gradient(adjoint.get(id(b)), b.value) for b in boxes], seed, g)
 
     return value, transformation(vjp_fn, "vjp")
+
+
+def _refuse_written_after_read(rec: _Recording) -> None:
+    """f changed a tensor in place after an entry of its record had read it (``z = x * y``,
+    then ``y *= 2.0``): the VJP rules would read the new value and give the derivative of
+    another function. Refused, as ``backward()`` refuses it (``_check_writes``)."""
+    first_read: dict[int, tuple[int, Any]] = {}  # memory -> (entry, primitive) first reading it
+    for k, (prim, _, out, args) in enumerate(rec.entries):
+        for v in (out, *args):
+            v = v.value if type(v) is Box and v.tape is rec else v
+            if type(v) is Tensor:
+                first_read.setdefault(id(_owner(v.data)), (k, prim))
+    for count, key in rec.writes:
+        k, prim = first_read.get(key, (count, None))
+        if k < count:
+            raise GradientError(
+                f"f changed a tensor in place after {prim.name} had read it (as y *= 2.0 "
+                f"after z = x * y): the derivative of {prim.name} would read the new value, "
+                f"which is another function's. Write a new value (y = y * 2.0), or change the "
+                f"tensor before it is used")
 
 
 def hand_over(grads: list, seed: Any, g: Any) -> tuple:

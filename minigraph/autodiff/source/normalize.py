@@ -279,6 +279,10 @@ class _Normaliser:
         the caller's object: ``def step(h): h += 1`` writes into the caller's ``h``)."""
         mine = _flat(self.origin(name, env))
         found = self.held(current, mine, env, skip=name)
+        for token in sorted(t for t in mine if type(t) is str and t.startswith("<outside>")):
+            outside = token[len("<outside>"):]  # (v = W, W a global tensor: W holds it)
+            if isinstance(self.outside_value(outside), (Tensor, np.ndarray)):
+                found.append(f"{outside} (outside the function)")
         for depth, caller in enumerate(reversed(self.callers), 1):
             fn = self.stack[-1 - depth].fn.__name__
             found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)]
@@ -324,6 +328,8 @@ class _Normaliser:
         cannot say so itself: ``x * 1.0`` is written as ``x``, one variable, where eager
         mode makes a new tensor, and a join variable after an if is a new variable that
         may be an old object. A parameter is the caller's object, or its own."""
+        if name not in env:  # a global or closure variable: the module's own object
+            return frozenset(("<outside>" + name,))
         return env.get("<origin>" + name, frozenset(("<own>" + name,)))
 
     def origin_of(self, expr: ast.expr, env: dict, value: Any = _MISSING) -> Any:
@@ -764,6 +770,17 @@ class _Normaliser:
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise NameError(f"name {name!r} is not defined [source_grad: {self.w.where}]")
+
+    def outside_value(self, name: str) -> Any:
+        """The value of a closure or global variable of the function being run (None if
+        there is none)."""
+        src = self.src
+        if name in src.closure:
+            try:
+                return src.closure[name].cell_contents
+            except ValueError:
+                return None
+        return src.fn.__globals__.get(name)  # type: ignore[attr-defined]
 
     def outside(self, name: str, v: Any, how: str) -> Any:
         if type(v) in KINDS or (isinstance(v, Tensor) and v.requires_grad):
