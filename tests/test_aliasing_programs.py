@@ -126,7 +126,7 @@ def recorded(f, x):
 REFUSALS = (GradientError, mg.SourceTransformError, TracedValueError)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(statements=st.lists(statement, min_size=2, max_size=8))
 def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_factory):
