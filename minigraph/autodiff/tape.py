@@ -37,7 +37,6 @@ an entry that reads an array written after the entry was made.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 import threading
@@ -49,7 +48,8 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import ArrayOps, check_in_place, rebinding, refuse_aliased, updated
+from ..ops.operators import (ArrayOps, check_in_place, held_values, read_from_outside,
+                             rebinding, refuse_aliased, updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -468,8 +468,11 @@ def _stamp(array: Any) -> None:
             ref = owner    # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
-    for rec in _recording:  # (a vjp running f: which of its entries came before the write)
-        rec.writes.append((len(rec.entries), key))
+    if _recording:  # (a vjp running f: which of its entries came before the write, where)
+        frame = user_frame()
+        line = None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+        for rec in _recording:
+            rec.writes.append((len(rec.entries), key, line))
 
 
 def write_stamp(array: Any) -> int:
@@ -513,18 +516,9 @@ def written_outside(f: Callable[..., Any], since: int) -> str | None:
     hand the next run the written value. None where none was."""
     if _last_write == since:  # (nothing anywhere was written: one comparison)
         return None
-    try:
-        read = inspect.getclosurevars(f)
-    except TypeError:  # (not a Python function: a partial, a callable object ...)
-        return None
-    for name, value in {**read.globals, **read.nonlocals}.items():
-        items = [(name, value)] + ([(f"{name}[{k}]", v) for k, v in enumerate(value)]
-                                   if type(value) in (list, tuple) else
-                                   [(f"{name}[{k!r}]", v) for k, v in value.items()]
-                                   if type(value) is dict else [])
-        for place, v in items:
-            if type(v) is Tensor and write_stamp(v.data) > since:
-                return place
+    for place, v in held_values(read_from_outside(f)):
+        if type(v) is Tensor and write_stamp(v.data) > since:
+            return place
     return None
 
 
@@ -738,7 +732,7 @@ class _Recording:
     def __init__(self) -> None:
         self.level = new_level()
         self.entries: list[tuple] = []
-        self.writes: list[tuple[int, int]] = []
+        self.writes: list[tuple[int, int, tuple[str, int] | None]] = []
 
 
 # The recordings whose f is running (nested vjp calls): every write is logged in each.
@@ -862,20 +856,22 @@ def _refuse_written_after_read(rec: _Recording) -> None:
     """f changed a tensor in place after an entry of its record had read it (``z = x * y``,
     then ``y *= 2.0``): the VJP rules would read the new value and give the derivative of
     another function. Refused, as ``backward()`` refuses it (``_check_writes``)."""
-    first_read: dict[int, tuple[int, Any]] = {}  # memory -> (entry, primitive) first reading it
+    first_read: dict[int, tuple[int, Any, Tensor]] = {}  # memory -> the first entry reading it
     for k, (prim, _, out, args) in enumerate(rec.entries):
         for v in (out, *args):
             v = v.value if type(v) is Box and v.tape is rec else v
             if type(v) is Tensor:
-                first_read.setdefault(id(_owner(v.data)), (k, prim))
-    for count, key in rec.writes:
-        k, prim = first_read.get(key, (count, None))
-        if k < count:
-            raise GradientError(
-                f"f changed a tensor in place after {prim.name} had read it (as y *= 2.0 "
-                f"after z = x * y): the derivative of {prim.name} would read the new value, "
-                f"which is another function's. Write a new value (y = y * 2.0), or change the "
-                f"tensor before it is used")
+                first_read.setdefault(id(_owner(v.data)), (k, prim, v))
+    for count, key, line in rec.writes:
+        if key not in first_read or first_read[key][0] >= count:
+            continue  # (written before any entry read it, or never read: nothing lost)
+        _, prim, read = first_read[key]
+        where = "" if line is None else f", at {line[0]}, line {line[1]}"
+        raise GradientError(
+            f"f changed a tensor (shape {read.shape} {read.dtype}) in place{where}, after "
+            f"{prim.name} had read it (as y *= 2.0 after z = x * y): the derivative of "
+            f"{prim.name} would read the new value, which is another function's. Write a "
+            f"new value (y = y * 2.0), or change the tensor before it is used")
 
 
 def hand_over(grads: list, seed: Any, g: Any) -> tuple:

@@ -7,6 +7,7 @@ calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import linecache
 import math
@@ -227,6 +228,25 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"with the old one. Write {rebinding(frame)} for a new value (the others "
             f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
             f"meant to change apart")
+
+
+def read_from_outside(f: Any) -> dict[str, Any]:
+    """The globals and closure variables that f's code reads (``inspect.getclosurevars``);
+    none for a callable that is not a Python function (a partial, an object)."""
+    try:
+        read = inspect.getclosurevars(f)
+    except TypeError:
+        return {}
+    return {**read.globals, **read.nonlocals}
+
+
+def held_values(names: dict[str, Any]) -> Any:
+    """``(place, value)`` for each of ``names`` and, one level inside a container or an
+    object, for each item it holds: ``W``, ``G[0]``, ``d['k']``, ``o.w``."""
+    for name, v in names.items():
+        yield name, v
+        if _contents(v):
+            yield from ((name + place, item) for place, item in _places(v))
 
 
 def holders_among(names: dict[str, Any], x: Any) -> list[str]:

@@ -30,7 +30,7 @@ import numpy as np
 from ...device import Device
 from ...errors import MinigraphError
 from ...ops import copy as C
-from ...ops.operators import holders_among
+from ...ops.operators import holders_among, read_from_outside
 from ...ops.primitive import KINDS
 from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
@@ -206,8 +206,7 @@ class _Normaliser:
             if type(current) is Tensor:  # a constant: maybe a global's or a closure's
                 outside: dict[str, Any] = {}  # what the functions being run read of them
                 for src in self.stack:
-                    read = inspect.getclosurevars(src.fn)
-                    outside.update(read.globals, **read.nonlocals)
+                    outside.update(read_from_outside(src.fn))
                 others += [f"{k} (outside the function)"
                            for k in holders_among(outside, current)]
             if others and type(current) is not Weak:  # (a number is never written into)
