@@ -41,7 +41,7 @@ def fresh(a, b):
     return a
 
 
-def f(x):
+def f(x, v2):
     v0 = x * 1.5
     v1 = mg.cos(x) + 0.1
 '''
@@ -63,7 +63,7 @@ statement = st.one_of(
 
 def program(statements: list) -> str:
     """The text of ``f``: a few statements over v0, v1, ...; every value in the result."""
-    lines, k, lists = [], 2, []
+    lines, k, lists = [], 3, []  # (v2 is f's argument: the caller's tensor)
     for kind, i, j, extra in statements:
         a, b = f"v{i % k}", f"v{j % k}"
         if kind == "new":
@@ -100,11 +100,14 @@ def program(statements: list) -> str:
 
 
 X = np.array([0.3, -0.8])
+Y = np.array([0.5, 1.2])  # the argument not differentiated, v2: f may write into it
 
 
 def eager(text, tmp, x):
-    """f's value without recording, in a module of its own (f may write into W)."""
-    return float(load_module(text, tmp).f(mg.tensor(x)).item())
+    """f's value without recording, in a module of its own (f may write into W), and
+    what f left in the caller's tensor ``Y``."""
+    y = mg.tensor(Y)
+    return float(load_module(text, tmp).f(mg.tensor(x), y).item()), y.numpy()
 
 
 def finite_differences(text, tmp, x, eps=1e-6):
@@ -112,13 +115,13 @@ def finite_differences(text, tmp, x, eps=1e-6):
     for i in range(x.size):
         e = np.zeros_like(x)
         e[i] = eps
-        g[i] = (eager(text, tmp, x + e) - eager(text, tmp, x - e)) / (2 * eps)
+        g[i] = (eager(text, tmp, x + e)[0] - eager(text, tmp, x - e)[0]) / (2 * eps)
     return g
 
 
-def recorded(f, x):
+def recorded(f, x, y):
     t = mg.tensor(x, requires_grad=True)
-    value = f(t)
+    value = f(t, y)
     value.backward()
     return value, t.grad
 
@@ -131,15 +134,18 @@ REFUSALS = (GradientError, mg.SourceTransformError, TracedValueError)
 @given(statements=st.lists(statement, min_size=2, max_size=8))
 def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_factory):
     text = program(statements)
-    want = eager(text, tmp_path_factory, X)
+    want, want_y = eager(text, tmp_path_factory, X)
     want_grad = finite_differences(text, tmp_path_factory, X)
     for mode in [*mg.MODES, "recorded"]:
         f = load_module(text, tmp_path_factory).f  # (a fresh W for every mode)
+        y = mg.tensor(Y)
         try:
-            value, grad = recorded(f, X) if mode == "recorded" else \
-                mg.value_and_grad(f, mode=mode)(X)
+            value, grad = recorded(f, X, y) if mode == "recorded" else \
+                mg.value_and_grad(f, mode=mode)(X, y)
         except REFUSALS:
             continue  # an alias it cannot follow (or graph mode's if on a value): refused
         assert float(value.item()) == pytest.approx(want, rel=1e-12, abs=1e-12), mode
         np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-6,
                                    err_msg=mode)
+        np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"{mode}: the caller's tensor after f")

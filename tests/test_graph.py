@@ -790,3 +790,25 @@ def test_gradients_refuses_grad_ys_of_another_shape_and_no_ys():
             mg.gradients(mg.sin(x), [x], grad_ys=[1.0])  # (PyTorch's backward refuses too)
         with pytest.raises(GradientError, match="gradients: no ys to differentiate"):
             mg.gradients([], [x])
+
+
+def test_an_update_in_place_of_a_variable_is_refused_and_assign_changes_it():
+    """``w -= 0.5`` on a Variable bound the name to a new node, w - 0.5, and left the
+    variable as it was on every run: a loop that ran it "trained" nothing, silently (the
+    PyTorch habit; TF2's ``assign_sub``). Refused, naming the line and ``assign``; the
+    graph keeps no node of the refused update. The oracle: 1.0 - 0.5 - 0.5."""
+    with mg.Graph() as g:
+        w = mg.variable(1.0, name="w")
+        nodes = len(g.nodes)
+        with pytest.raises(GraphError, match=r"test_graph.py:\d+: w -= 0.5: 'w' is a "
+                                              r"Variable.*w.assign\(w - \.\.\.\)"):
+            w -= 0.5
+        assert len(g.nodes) == nodes
+        step = w.assign(w - 0.5)
+        other = mg.placeholder((), name="p")
+        other -= 0.5  # (any other node: a new value, as before)
+    sess = mg.Session(g)
+    sess.run(step)
+    sess.run(step)
+    assert float(sess.run(w)) == 0.0
+    assert float(sess.run(other, {g["p"]: 2.0})) == 1.5

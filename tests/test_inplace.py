@@ -610,9 +610,10 @@ def test_the_tapes_grad_refuses_a_write_after_a_read():
     with pytest.raises(GradientError, match="mul recorded an argument"):
         doubles_after_use(mg.tensor(x, requires_grad=True), mg.tensor([3.0, 4.0])).backward()
     assert mg.grad(doubles_before_use)(x, mg.tensor([3.0, 4.0])).numpy().tolist() == [6, 8]
-    for mode in ("graph", "source"):  # (a program reads y when mul runs: right)
-        assert mg.grad(doubles_after_use, mode=mode)(x, mg.tensor([3.0, 4.0])) \
-            .numpy().tolist() == [3.0, 4.0]
+    for mode in ("graph", "source"):  # (the program would not double the caller's y)
+        with pytest.raises((GradientError, mg.SourceTransformError),
+                           match="the tensor passed to grad as argument 1"):
+            mg.grad(doubles_after_use, mode=mode)(x, mg.tensor([3.0, 4.0]))
     with pytest.raises(GradientError, match="f wrote into its argument 1"):  # (2 runs)
         mg.grad(doubles_after_use, mode="forward")(x, mg.tensor([3.0, 4.0]))
 
@@ -1038,3 +1039,114 @@ def test_a_run_that_wrote_into_a_tensor_read_from_outside_is_refused(call):
             mg.jacfwd(halves_a_global, vectorize=False)(x)
         else:
             mg.grad(mg.checkpoint(halves_a_global))(mg.tensor(x))
+
+
+# -- a tensor the caller handed a transformation as it is ------------------------------------
+
+def adds_into_the_callers(x, y):
+    y += x          # y is not differentiated: eager mode writes x into the caller's y
+    return (x * y).sum()
+
+
+def adds_a_number_into_the_callers(x, y):
+    y += 1.0
+    return (x * y).sum()
+
+
+def _torch_grad_and_written(f_torch, x, y):
+    """The oracle: torch.func.grad, which writes into the y it was handed (as eager
+    PyTorch does), and that y afterwards."""
+    torch = pytest.importorskip("torch")
+    from torch.func import grad
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    return grad(f_torch)(tx, ty).numpy(), ty.numpy()
+
+
+REFUSED = {  # call(f, x, y) -> the refusal's words
+    "tape grad": (lambda f, x, y: mg.grad(f)(x, y), "passed to grad as argument 1"),
+    "forward grad": (lambda f, x, y: mg.grad(f, mode="forward")(x, y),
+                     "passed to grad as argument 1"),
+    "graph grad": (lambda f, x, y: mg.grad(f, mode="graph")(x, y),
+                   "passed to grad as argument 1"),
+    "source grad": (lambda f, x, y: mg.grad(f, mode="source")(x, y),
+                    "passed to grad as argument 1"),
+    "graph jacrev": (lambda f, x, y: mg.jacrev(f, mode="graph")(x, y),
+                     "passed to vjp as argument 1"),
+    "source jacrev": (lambda f, x, y: mg.jacrev(f, mode="source")(x, y),
+                      "passed to vjp as argument 1"),
+    "tape jacrev": (lambda f, x, y: mg.jacrev(f)(x, y), "passed to jacrev as argument 1"),
+    "jacfwd": (lambda f, x, y: mg.jacfwd(f)(x, y), "passed to jacfwd as argument 1"),
+    "mg.trace": (lambda f, x, y: mg.trace(f)(x, y), "passed to mg.trace as argument 1"),
+    "vmap": (lambda f, x, y: mg.vmap(f, in_axes=(0, None))(mg.stack([x, x]), y),
+             "passed to vmap as argument 1"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_an_update_the_transformation_cannot_make_in_the_callers_tensor_is_refused(name):
+    """``y += x`` on a tensor the caller passed and the transformation does not
+    differentiate: eager mode (and torch.func.grad, the oracle) writes x into the
+    caller's y; every transformation here made a new value and left the caller's y as
+    it was, silently (its later calls read the old y; eager mode's read the new one).
+    Refused, naming the argument; the caller's y is untouched by the refused call."""
+    x, y0 = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    want, written = _torch_grad_and_written(lambda a, b: (a * b.add_(a)).sum(), x, y0)
+    assert want.tolist() == [5.0, 8.0] and written.tolist() == [4.0, 6.0]  # y + 2x; y + x
+    call, words = REFUSED[name]
+    y = mg.tensor(y0)
+    error = mg.SourceTransformError if name.startswith("source") else GradientError
+    with pytest.raises(error, match=words):
+        call(adds_into_the_callers, mg.tensor(x), y)
+    assert y.numpy().tolist() == [3.0, 4.0]
+
+
+def test_an_update_the_tape_can_make_writes_into_the_callers_tensor():
+    """``y += 1.0``, a number: the tape writes it into the caller's y, once, as eager mode
+    and torch.func.grad do; the gradient is torch's."""
+    x, y0 = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    want, written = _torch_grad_and_written(lambda a, b: (a * b.add_(1.0)).sum(), x, y0)
+    for y in (mg.tensor(y0), y0.copy()):  # a tensor, and a NumPy array
+        got = mg.grad(adds_a_number_into_the_callers)(mg.tensor(x), y)
+        np.testing.assert_array_equal(got.numpy(), want)
+        np.testing.assert_array_equal(np.asarray(y.numpy() if isinstance(y, mg.Tensor)
+                                                 else y), written)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_a_compiled_mode_refuses_a_number_added_into_the_callers_tensor(mode):
+    """The same update in graph and source mode: the program would add 1.0 to a value
+    of its own, and the caller's y (a tensor or a NumPy array) would stay as it was."""
+    error = mg.SourceTransformError if mode == "source" else GradientError
+    for y in (mg.tensor([3.0, 4.0]), np.array([3.0, 4.0])):
+        with pytest.raises(error, match="passed to grad as argument 1"):
+            mg.grad(adds_a_number_into_the_callers, mode=mode)(mg.tensor([1.0, 2.0]), y)
+
+
+def test_forward_mode_refuses_a_numpy_array_written_before_its_next_run():
+    """A NumPy array is written by NumPy, which minigraph's log of writes does not see:
+    forward mode's second run read y + 1 and the gradient came out [4, 6] (y + 1 is
+    [4, 5]), and y was written twice. The array is read-only during the runs now: the
+    first write raises, and y is as it was."""
+    y = np.array([3.0, 4.0])
+    for call in (lambda: mg.grad(adds_a_number_into_the_callers, mode="forward"),
+                 lambda: mg.jacfwd(adds_a_number_into_the_callers, vectorize=False)):
+        with pytest.raises(GradientError, match=r"wrote into a NumPy array it does not "
+                                                r"differentiate \(argument 1\)"):
+            call()(mg.tensor([1.0, 2.0]), y)
+        assert y.tolist() == [3.0, 4.0] and y.flags.writeable
+    # one run (a scalar x), as eager mode: written once
+    assert mg.grad(adds_a_number_into_the_callers, mode="forward")(
+        mg.tensor(1.0), y).item() == 4.0 + 5.0
+    assert y.tolist() == [4.0, 5.0]
+
+
+def test_a_differentiated_argument_updated_in_place_is_rebound_in_every_mode():
+    """The differentiated arguments are the transformation's own values (a box, a dual
+    number, a placeholder): ``x *= 3.0`` binds 3x to the name in every mode, as JAX does,
+    and the caller's x stays as it was (the rule the refusals above leave alone). The
+    closed form: d/dx sum((3x + 1)^2) = 6(3x + 1)."""
+    x = mg.tensor([1.0, 2.0])
+    for mode in mg.MODES:
+        got = mg.grad(updates_its_argument, mode=mode)(x)
+        np.testing.assert_allclose(got.numpy(), [24.0, 42.0], rtol=1e-15)
+        assert x.numpy().tolist() == [1.0, 2.0]

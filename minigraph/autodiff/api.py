@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ..errors import DTypeError
 from ..graph import trace
 from . import forward, source, tape
+from ..ops.operators import passed_as_is
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
 from .argnums import (normalize_argnums, refuse_keywords, refuse_non_functions,
@@ -209,8 +210,9 @@ def jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
         args = tuple(tape._differentiable(a, i, "jacrev") if i in nums else a
                      for i, a in enumerate(args))
         if mode == "tape":
-            out, vjp_fn = tape.vjp(lambda *xs: f(*tape.put(args, nums, xs)),
-                                   *(args[i] for i in nums))
+            with passed_as_is(args, nums, "jacrev"):
+                out, vjp_fn = tape.vjp(lambda *xs: f(*tape.put(args, nums, xs)),
+                                       *(args[i] for i in nums))
         else:
             if nums not in made:
                 made[nums] = pullbacks(f, nums)

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import MinigraphError, ShapeError
 from ..ops import shape as SH
 from ..ops.batch_rules import moveaxis
-from ..ops.operators import ArrayOps
+from ..ops.operators import ArrayOps, passed_as_is
 from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.weak import strong
 from ..ops.shape_rules import shape_of
@@ -205,7 +205,9 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
             raise ShapeError("vmap: the batched arguments have different sizes: " + ", ".join(
                 f"argument {i} has size {n} along axis {axis}" for i, axis, n in sizes))
         size = sizes[0][2]
-        out = f(*inputs)
+        with passed_as_is(inputs, [i for i, axis in enumerate(axes) if axis is not None],
+                          "vmap", args):
+            out = f(*inputs)
         # The results are the caller's own arrays, apart from each other: the gradients of
         # x + y with respect to x and y are one batched value, an unbatched output is a
         # broadcast view (see tape.own_results)

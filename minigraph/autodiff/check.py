@@ -74,10 +74,15 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
         raise ValueError(f"gradcheck: no input is floating (dtypes "
                          f"{[str(x.dtype) for x in args]}), so there is no derivative to "
                          f"check; pass the inputs to differentiate as floats")
-    for i, x in enumerate(args):
-        if x.dtype not in FLOAT_DTYPES:
-            continue  # integer inputs (labels, indices) have no derivative
-        analytic = np.asarray(jacobian(f, argnums=i)(*_fresh(args)).numpy(), dtype=np.float64)
+    # integer inputs (labels, indices) have no derivative; the floating ones are all
+    # differentiated in one call, so that f's updates in place of them are the
+    # transformation's own values in every mode (a compiled mode refuses an update of a
+    # tensor it is handed as it is: it could not write into it, as eager mode does)
+    floats = tuple(i for i, x in enumerate(args) if x.dtype in FLOAT_DTYPES)
+    jacobians = jacobian(f, argnums=floats)(*_fresh(args))
+    for i, jac in zip(floats, jacobians):
+        x = args[i]
+        analytic = np.asarray(jac.numpy(), dtype=np.float64)
         numeric = _numeric_jacobian(f, args, i, eps)
         err = np.abs(analytic - numeric)
         bad = err > atol + rtol * np.abs(numeric)

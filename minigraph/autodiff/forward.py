@@ -19,14 +19,15 @@ constant with zero tangent. The primal and tangent may be any value (a tensor, a
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
-from ..ops.operators import ArrayOps
+from ..ops.operators import ArrayOps, passed_as_is
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
@@ -238,27 +239,30 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
         since = last_write()
-        for i in nums:
-            x = args[i]
-            refuse_integers(x.dtype, i, "jacfwd")
+        runs = len(nums) if vectorize else _runs(args, nums)
+        with _read_only(args, nums, runs, "jacfwd"):
+            for i in nums:
+                x = args[i]
+                refuse_integers(x.dtype, i, "jacfwd")
 
-            def along(xi: Any) -> Any:
-                own = _others_copied(args, nums, i) if len(nums) > 1 else args
-                out = f(*own[:i], xi, *own[i + 1:])
-                if last_write() != since:  # (one comparison when nothing was written)
-                    runs = len(nums) if vectorize else _runs(args, nums)
-                    _refuse_written(f, args, since, runs, "jacfwd")
-                return out
+                def along(xi: Any) -> Any:
+                    own = _others_copied(args, nums, i) if len(nums) > 1 else args
+                    with passed_as_is(own, nums, "jacfwd"):
+                        out = f(*own[:i], xi, *own[i + 1:])
+                    if last_write() != since:  # (one comparison when nothing was written)
+                        _refuse_written(f, args, since, runs, "jacfwd")
+                    return out
 
-            rows = identity_rows(x)
-            if rows is None:
-                columns, out = None, along(x)
-            elif vectorize:  # the output once (unbatched), its tangents as a batch
-                out, columns = vmap(lambda t: jvp(along, (x,), (t,)), out_axes=(None, 0))(rows)
-            else:
-                passes = [jvp(along, (x,), (e,)) for e in basis_vectors(x)]
-                out, columns = passes[0][0], stack([t for _, t in passes])
-            jacs.append(jacobian_from_rows(columns, out, x, outputs_first=False))
+                rows = identity_rows(x)
+                if rows is None:
+                    columns, out = None, along(x)
+                elif vectorize:  # the output once (unbatched), its tangents as a batch
+                    out, columns = vmap(lambda t: jvp(along, (x,), (t,)),
+                                        out_axes=(None, 0))(rows)
+                else:
+                    passes = [jvp(along, (x,), (e,)) for e in basis_vectors(x)]
+                    out, columns = passes[0][0], stack([t for _, t in passes])
+                jacs.append(jacobian_from_rows(columns, out, x, outputs_first=False))
         return jacs[0] if single(argnums) else tuple(jacs)
 
     return transformation(jac, "jacfwd", f)
@@ -273,8 +277,35 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
         a = own[k]
         if k != i and type(a) is Tensor:
             own[k] = C.astype(a, str(a.dtype)) if a.requires_grad else \
-                Tensor(a.data.copy(), a.device)
+                Tensor(a.device.asarray(a.data, copy=True), a.device)
     return own
+
+
+@contextmanager
+def _read_only(args: tuple, nums: tuple[int, ...], runs: int, who: str) -> Iterator[None]:
+    """While forward mode runs f ``runs`` times: the NumPy arrays among the arguments it
+    does not differentiate are read-only, so that a run writing into one (``y += 1.0``,
+    which eager mode's one run makes once) raises instead of handing the next run the
+    written value. NumPy writes without minigraph seeing it (a tensor's write is logged,
+    and :func:`_refuse_written` finds it after the run), so the array must refuse."""
+    frozen = {k: a for k, a in enumerate(args) if k not in nums and
+              type(a) is np.ndarray and a.flags.writeable} if runs > 1 else {}
+    for a in frozen.values():
+        a.flags.writeable = False
+    try:
+        yield
+    except ValueError as exc:
+        if not (frozen and "read-only" in str(exc)):
+            raise
+        raise GradientError(
+            f"{who} (forward mode): f wrote into a NumPy array it does not differentiate "
+            f"(argument {' or '.join(map(str, frozen))}) in place; forward mode runs f "
+            f"{runs} times on the same arguments, and the next run would start from the "
+            f"written value. Inside f, write y = y * 0.5 (a new value), or use a reverse "
+            f"mode, which runs f once") from exc
+    finally:
+        for a in frozen.values():
+            a.flags.writeable = True
 
 
 def _runs(args: tuple, nums: tuple[int, ...]) -> int:
@@ -320,22 +351,24 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         value = None
         grads = []
         since = last_write()
-        for i in nums:
-            x = args[i]
-            refuse_integers(x.dtype, i, "grad")
-            parts = []
-            for e in basis_vectors(x):
-                own = _others_copied(args, nums, i) if len(nums) > 1 else args
-                value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
-                                for_grad=True)
-                if last_write() != since:  # (one comparison when nothing was written)
-                    _refuse_written(f, args, since, _runs(args, nums), "grad")
-                if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
-                    raise GradientError(f"grad: f must return a scalar, it returned shape "
-                                        f"{shape_of(value)}; use mg.jacfwd for a vector output")
-                parts.append(t)
-            grads.append(as_gradient(_gather(parts, shape_of(x)), x)
-                         if parts else zeros(shape_of(x), x.dtype, x.device))
+        with _read_only(args, nums, _runs(args, nums), "grad"):
+            for i in nums:
+                x = args[i]
+                refuse_integers(x.dtype, i, "grad")
+                parts = []
+                for e in basis_vectors(x):
+                    own = _others_copied(args, nums, i) if len(nums) > 1 else args
+                    with passed_as_is(own, nums, "grad"):
+                        value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
+                                        for_grad=True)
+                    if last_write() != since:  # (one comparison when nothing was written)
+                        _refuse_written(f, args, since, _runs(args, nums), "grad")
+                    if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
+                        raise GradientError(f"grad: f must return a scalar, it returned shape "
+                                            f"{shape_of(value)}; use mg.jacfwd for a vector output")
+                    parts.append(t)
+                grads.append(as_gradient(_gather(parts, shape_of(x)), x)
+                             if parts else zeros(shape_of(x), x.dtype, x.device))
         if value is None:
             value = f(*args)
         return value, grads[0] if single(argnums) else tuple(grads)

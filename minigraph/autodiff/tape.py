@@ -48,8 +48,9 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import (ArrayOps, check_in_place, held_values, read_from_outside,
-                             rebinding, refuse_aliased, updated, user_frame)
+from ..ops.operators import (ArrayOps, check_in_place, held_values, passed_as_is,
+                             read_from_outside, rebinding, refuse_aliased, updated,
+                             user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -912,7 +913,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
         inputs = [_differentiable(args[i], i, "grad") for i in nums]  # (errors say grad)
-        out, vjp_fn = vjp(lambda *xs: f(*put(args, nums, xs)), *inputs)
+        with passed_as_is(args, nums, "grad"):
+            out, vjp_fn = vjp(lambda *xs: f(*put(args, nums, xs)), *inputs)
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")

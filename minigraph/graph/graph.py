@@ -166,6 +166,19 @@ class Node(ArrayOps):
             self._cost = static_cost(self)
         return self._cost
 
+    def _refuse_update(self, where: str) -> None:
+        # ``w -= lr * gw`` would bind the name to a new node, w - lr * gw, and leave the
+        # variable as it was on every run, where the PyTorch habit means a change of the
+        # state: in a graph, an Assign node (TF1 rebound, with a warning to use assign_sub)
+        if self.op == "Variable":
+            raise GraphError(
+                f"{where}, at {describe_location(user_location())}: '{self.name}' is a "
+                f"Variable, whose value changes only when an "
+                f"assign node runs; here the update would make a new node and leave the "
+                f"variable as it was. Write step = {self.name}.assign({self.name} - ...) "
+                f"and run step (chapter 04), or new = {self.name} - ... for a value of "
+                f"its own")
+
     def assign(self, value: Any) -> "Node":
         """An ``Assign`` node that stores ``value`` in this variable when it is run."""
         if self.op != "Variable":

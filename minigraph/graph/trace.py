@@ -42,6 +42,7 @@ from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_int
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
 from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
 from ..errors import GradientError
+from ..ops.operators import passed_as_is
 from ..ops.primitive import KINDS, bind
 from ..ops.weak import Weak, strong
 from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
@@ -95,8 +96,8 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     return fn.wrap(fn.raw(*data))
 
 
-def record(f: Callable[..., Any], args: tuple, name: str,
-           key: tuple) -> tuple[Graph, list[Node], Any]:
+def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
+           nums: tuple[int, ...] = (), who: str = "mg.trace") -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
     The arguments that are data by their signature ``key`` become placeholders; the
     others are constants of the graph. A weak Python float (its entry says so) is handed
@@ -106,7 +107,12 @@ def record(f: Callable[..., Any], args: tuple, name: str,
     A value f computes inside ``with mg.no_grad():`` gets a ``stop_gradient`` node, so
     the graph differentiates as the tape does (PyTorch's torch.func.grad respects such a
     block too); an outer no_grad around the call does not count, as for every
-    transformation."""
+    transformation.
+
+    An argument that is the caller's tensor (or NumPy array) and not one of ``nums``,
+    those differentiated, is the caller's too while f runs (``operators.passed_as_is``):
+    f's ``y += 1.0`` on its placeholder, which eager mode makes as a write into the
+    caller's tensor, is refused, since the program would make a new value instead."""
     graph = Graph(name)
     inputs, call_args = [], []
     names = _parameter_names(f, len(args))
@@ -123,7 +129,8 @@ def record(f: Callable[..., Any], args: tuple, name: str,
         graph.recording = True
         since = last_write()
         try:
-            out = f(*call_args)
+            with passed_as_is(call_args, nums, who, args):
+                out = f(*call_args)
         finally:
             graph.recording = False
     refuse_written_outside(f, since, "graph mode")
@@ -170,9 +177,11 @@ class Traced:
 
     transformation = "trace"  # (runs on any kind of value: see levels.transformation)
 
-    def __init__(self, f: Callable[..., Any]):
+    def __init__(self, f: Callable[..., Any], nums: tuple[int, ...] = (),
+                 who: str = "mg.trace"):
         refuse_non_functions(f, "trace")
         self.f = f
+        self.nums, self.who = nums, who  # (the arguments a vjp differentiates: see record)
         self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
         self.name = getattr(f, "__name__", "f")
         # signature -> (compiled function, single output?, graph): the one cache
@@ -185,7 +194,7 @@ class Traced:
         key = signature(args)
         entry = self.cache.get(key)
         if entry is None or entry[0].captured.stale():  # (a global tensor written: again)
-            graph, inputs, out = record(self.f, args, self.name, key)
+            graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name), one, graph)
@@ -218,7 +227,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     name = getattr(f, "__name__", "f")
 
     def build(args: tuple, nums: tuple[int, ...], key: tuple) -> CompiledFunction:
-        graph, inputs, out = record(f, args, f"grad_{name}", key)
+        graph, inputs, out = record(f, args, f"grad_{name}", key, nums, "grad")
         positions = _input_positions(key)
         out = _constant_output(graph, out)
         if not isinstance(out, Node):
@@ -273,7 +282,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
     cache = programs(f, "graph", (argnums, "vjp"))
 
     def build(args: tuple, key: tuple) -> CompiledFunction:  # key: the signature of args + g
-        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1])
+        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1], argnums, "vjp")
         out = _constant_output(graph, out)
         if not isinstance(out, Node):
             raise GraphError(f"vjp: f must return a graph value, got {type(out).__name__}")
@@ -295,7 +304,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
     def pullback(args: tuple, g: Any) -> tuple:
         return _call(program(args, g), args + (g,), signature(args + (g,), argnums))
 
-    return SimpleNamespace(value=Traced(f), program=program, pullback=pullback)
+    return SimpleNamespace(value=Traced(f, argnums, "vjp"), program=program, pullback=pullback)
 
 
 def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],

@@ -19,6 +19,8 @@ import sysconfig
 from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
+import numpy as np
+
 from . import copy as C
 from . import elementwise as E
 from . import shape_rules as S
@@ -27,7 +29,7 @@ from ..errors import DTypeError, GradientError, ShapeError
 from . import linalg as L
 from . import reduce as R
 from . import shape as SH
-from .primitive import bind_one, bind_two
+from .primitive import KINDS, bind_one, bind_two
 
 
 class ArrayOps:
@@ -124,6 +126,10 @@ class ArrayOps:
     def _kind(self) -> str:
         return self._noun or f"value ({type(self).__name__}, inside a transformation)"
 
+    def _refuse_update(self, where: str) -> None:
+        """A kind whose ``x op= y`` must not rebind the name raises here (see ``updated``):
+        a graph's Variable, whose state only an ``assign`` node changes."""
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -179,6 +185,7 @@ def updated(prim: Any, x: Any, other: Any) -> Any:
              else f"a value of shape {S.shape_of(other)} {S.dtype_of(other)}")
     where = f"{prim.name} in place (a {x._kind()} of shape {x.shape} {x.dtype}, and {value})"
     check_in_place(prim, x, other, where)
+    x._refuse_update(where)
     refuse_aliased(x, where)
     return bind_two(prim, x, other)
 
@@ -192,7 +199,9 @@ def refuse_aliased(x: Any, where: str) -> None:
     ``v += 1`` or ``y += 1``), for a value that a list, tuple, dict or set, or an
     object's attribute, holds (``hs.append(h)``, then ``h += 1``; ``for h in hs: h +=
     1``), for the caller's names (``def step(h): h += 1``, called as ``step(h)``), and
-    for a module's names the function reads (``G.append(h)``).
+    for a module's names the function reads (``G.append(h)``), and for the caller of a
+    transformation that handed f its own tensor (:class:`passed_as_is`: ``y += x`` in
+    ``mg.grad(f)(x, y)`` writes into the caller's ``y`` without the transformation).
     What is looked at: the function doing the update (the first frame outside
     minigraph) and its callers up to minigraph's call of them, a module's top level, or
     a library's code; their names, one level inside each of their values, and two inside
@@ -218,7 +227,9 @@ def refuse_aliased(x: Any, where: str) -> None:
                   for name in _holders(here, x, memory, module)] + \
             [f"{name} (a global)"
              for name in _holders(_globals_read(caller, seen), x, memory, False)]
-    if len(names) > 1:
+    passed = [what for held, what in _PASSED if _shares(memory, held)]
+    names += passed
+    if len(names) > 1 or passed:
         code = frame.f_code
         raise GradientError(
             f"{where}, in {code.co_name}, {code.co_filename}, line {frame.f_lineno}: "
@@ -228,6 +239,48 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"with the old one. Write {rebinding(frame)} for a new value (the others "
             f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
             f"meant to change apart")
+
+
+# The arguments that running transformations handed f as the caller's own objects, each
+# as (its memory, which argument it is): see passed_as_is.
+_PASSED: list[tuple[Any, str]] = []
+
+
+class passed_as_is:
+    """``with passed_as_is(args, nums, "grad"):`` around a transformation's run of f: the
+    arguments at positions other than ``nums`` that are the caller's tensors (``values``
+    as f gets them: the tensor itself, or in graph mode the placeholder that stands for
+    it) are held by the caller. Without the transformation, ``y += x`` writes into the
+    caller's ``y``; inside it, an update that makes a new value instead (``x`` is a value
+    being differentiated, or ``y`` a placeholder) would leave the caller's tensor as it
+    was, so :func:`refuse_aliased` refuses it, as PyTorch's ``torch.func.grad`` writes
+    into it. (The differentiated arguments are the transformation's own values, which
+    every mode rebinds, as JAX does.)"""
+
+    __slots__ = ("entries", "start")
+
+    def __init__(self, values: Any, nums: Any, who: str, caller: Any = None):
+        held = caller_held(values if caller is None else caller, nums, who)
+        self.entries = [(_memory(values[k]), what) for k, what in held.items()
+                        if _memory(values[k]) is not None]
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = len(_PASSED)
+        _PASSED.extend(self.entries)
+
+    def __exit__(self, *exc: object) -> None:
+        del _PASSED[self.start:]
+
+
+def caller_held(given: Any, nums: Any, who: str) -> dict[int, str]:
+    """The positions of a transformation's arguments ``given`` that it does not
+    differentiate (``nums``) and whose value eager mode's ``y += 1`` writes into (a
+    tensor, the one value kind not registered with ``bind``, or a NumPy array), each
+    with what an error calls it."""
+    return {k: f"the tensor passed to {who} as argument {k}" for k, v in enumerate(given)
+            if k not in nums and (isinstance(v, np.ndarray) or
+                                  isinstance(v, ArrayOps) and type(v) not in KINDS)}
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ...device import Device, get_device
 from ...errors import GradientError
 from ...graph.compile import CompiledFunction, compile_graph, own_copy
 from ...graph.graph import Graph
+from ...ops.operators import caller_held
 from ...ops.primitive import KINDS
 from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
@@ -109,6 +110,11 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
+        names = [p.name for p in inspect.signature(src.fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        norm.passed = {names[k]: what for k, what in
+                       caller_held(args, nums, "vjp" if seeded else "grad").items()
+                       if k < len(names)}
         out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         refuse_written_outside(src.fn, since, "source_grad")
         forward = writer.block

@@ -110,6 +110,9 @@ class _Normaliser:
         self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
         self.last_return: Any = frozenset()  # the origin of the last inlined call's result
         self.end_origins: dict[str, Any] = {}  # a loop's carried names at its body's end
+        # f's parameters that hold the caller's own tensors (not differentiated): eager
+        # mode's update writes into them (operators.caller_held), the program cannot
+        self.passed: dict[str, str] = {}
 
     @property
     def src(self) -> _Source:
@@ -282,6 +285,7 @@ class _Normaliser:
             outside = token[len("<outside>"):]  # (v = W, W a global tensor: W holds it)
             if isinstance(self.outside_value(outside), (Tensor, np.ndarray)):
                 found.append(f"{outside} (outside the function)")
+        found += [what for name, what in self.passed.items() if "<own>" + name in mine]
         for depth, caller in enumerate(reversed(self.callers), 1):
             fn = self.stack[-1 - depth].fn.__name__
             found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)]
