@@ -625,3 +625,26 @@ def test_a_function_that_writes_into_its_argument_is_refused(how):
             mg.checkpoint(_halves_its_argument)(x, y).backward()
         else:
             mg.grad(mg.checkpoint(_halves_its_argument), mode=how)(x, y)
+
+
+CK_SCALE = 2.0
+
+
+def _scaled_sin(x):
+    return mg.sin(x) * CK_SCALE
+
+
+def test_a_global_bound_anew_before_the_backward_pass_is_refused(monkeypatch):
+    """The backward pass recomputes f: with CK_SCALE bound to 3.0 after the forward pass
+    it read 3.0, and the gradient came out 3 cos x for the forward's 2 sin x, silently
+    (torch.utils.checkpoint's documented hazard). Refused, naming the global; nothing
+    is accumulated, and a new forward pass gives 3 cos x (the closed form)."""
+    x = mg.tensor([0.5, 1.0], requires_grad=True)
+    y = mg.checkpoint(_scaled_sin)(x).sum()
+    monkeypatch.setitem(globals(), "CK_SCALE", 3.0)
+    with pytest.raises(CheckpointError, match="f reads CK_SCALE, which holds another value "
+                                              "since the forward pass"):
+        y.backward()
+    assert x.grad is None
+    mg.checkpoint(_scaled_sin)(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3.0 * np.cos([0.5, 1.0]), rtol=1e-15)

@@ -332,6 +332,66 @@ def test_compiled_modes_see_an_in_place_update_of_a_global(mode):
             w += 1.0
 
 
+# -- a global or closure variable bound anew: every mode reads the new value ------------------
+
+SCALE_GLOBAL = 2.0
+
+
+def _scaled(x):  # (a helper f calls: its globals are f's too)
+    return x * SCALE_GLOBAL
+
+
+def uses_a_helper_and_a_global(x):
+    return mg.sum(_scaled(x) * W_GLOBAL)
+
+
+def with_a_closure(scale):
+    def f(x):
+        return mg.sum(x * scale)
+
+    def rebind(value):
+        nonlocal scale
+        scale = value
+    return f, rebind
+
+
+COMPILED = {"graph": lambda f: mg.grad(f, mode="graph"),
+            "source": lambda f: mg.grad(f, mode="source"),
+            "trace of the tape's grad": lambda f: mg.trace(mg.grad(f)),
+            "graph vjp": lambda f: lambda x: mg.vjp(f, x, mode="graph")[1]()[0],
+            "source vjp": lambda f: lambda x: mg.vjp(f, x, mode="source")[1]()[0],
+            "tape": lambda f: mg.grad(f), "forward": lambda f: mg.grad(f, mode="forward")}
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_every_mode_sees_a_global_bound_anew(mode, monkeypatch):
+    """``SCALE = 3.0`` or ``W = mg.tensor(...)`` after the first call: graph mode,
+    mg.trace and source mode kept computing with the old value (the tape and forward
+    mode, which run f, with the new one). A name that f, or a helper it calls, reads is
+    a constant of the program, which is stale once the name holds another object. The
+    oracle: d/dx sum(SCALE * x * W) = SCALE * W."""
+    g = COMPILED[mode](uses_a_helper_and_a_global)
+    x = np.array([3.0, 4.0])
+    np.testing.assert_array_equal(g(x).numpy(), [2.0, 4.0])
+    monkeypatch.setitem(globals(), "SCALE_GLOBAL", 3.0)  # read by the helper
+    np.testing.assert_array_equal(g(x).numpy(), [3.0, 6.0])
+    monkeypatch.setitem(globals(), "W_GLOBAL", mg.tensor([5.0, 5.0]))  # read by f
+    np.testing.assert_array_equal(g(x).numpy(), [15.0, 15.0])
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_a_closure_variable_bound_anew_is_read_again_and_nothing_else_rebuilds(mode):
+    f, rebind = with_a_closure(2.0)
+    traced, g = mg.trace(f), mg.grad(f, mode=mode)
+    x = np.array([3.0, 4.0])
+    for _ in range(3):  # nothing changed: one recording serves every call
+        assert traced(x).item() == 14.0 and g(x).numpy().tolist() == [2.0, 2.0]
+    assert traced.recordings == 1
+    rebind(0.5)
+    assert traced(x).item() == 3.5 and g(x).numpy().tolist() == [0.5, 0.5]
+    assert traced.recordings == 2
+
+
 # -- leaks and unknown shapes ---------------------------------------------------------------
 
 def test_in_place_updates_of_0d_results_keep_no_bookkeeping():
@@ -565,3 +625,21 @@ def test_a_graph_node_has_the_dtype_its_kernel_gives(op, dtype):
         node = f(p)
     ran = np.asarray(mg.Session(g).run(node, {p: a}))
     assert node.dtype == eager.dtype == ran.dtype.name, (node.dtype, eager.dtype, ran.dtype)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_vjp_fn_refuses_a_global_bound_anew_after_vjp(mode, monkeypatch):
+    """The tape's vjp_fn sweeps the values mg.vjp recorded: d/dx at SCALE = 2. A
+    compiled mode's runs f's program again, which the new binding makes stale: it would
+    be rebuilt with SCALE = 3, the derivative of another function than ``out``'s.
+    Refused, naming the global; a new mg.vjp gives the new derivative."""
+    x = mg.tensor([3.0, 4.0])
+    out, vjp_fn = mg.vjp(uses_a_helper_and_a_global, x, mode=mode)
+    _, tape_fn = mg.vjp(uses_a_helper_and_a_global, x)
+    monkeypatch.setitem(globals(), "SCALE_GLOBAL", 3.0)
+    assert tape_fn()[0].numpy().tolist() == [2.0, 4.0]  # SCALE * W, as recorded
+    with pytest.raises(GradientError, match=r"f reads SCALE_GLOBAL, which holds another "
+                                            r"value since mg.vjp ran f"):
+        vjp_fn()
+    assert mg.vjp(uses_a_helper_and_a_global, x, mode=mode)[1]()[0].numpy().tolist() \
+        == [3.0, 6.0]

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import DTypeError
+from ..errors import DTypeError, GradientError
 from ..graph import trace
 from . import forward, source, tape
-from ..ops.operators import passed_as_is
+from ..ops.operators import passed_as_is, rebound
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
 from .argnums import (normalize_argnums, refuse_keywords, refuse_non_functions,
@@ -179,6 +179,13 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
             read = list(args) + captured.tensors
             tape.refuse_changed([a.data if type(a) is Tensor else None for a in read],
                                 done, f"mode {mode!r}")
+        name = rebound(captured.reads)
+        if name is not None:  # (the program would be built again, from the new value)
+            raise GradientError(
+                f"vjp_fn(g): f reads {name}, which holds another value since mg.vjp ran f "
+                f"(a name bound anew); the pullback (mode {mode!r}) runs f's program, which "
+                f"would read the new value and give the derivative of another function. "
+                f"Call mg.vjp again after binding it")
         return tape.hand_over(list(made.pullback(args, seed)), seed, g)
 
     if hasattr(made, "source"):  # (the program value() used: this signature's)

@@ -53,7 +53,10 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 (``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
-so f itself may not write into its arguments (``y *= 0.5``): refused when it does.
+so f itself may not write into its arguments (``y *= 0.5``): refused when it does. A
+global or closure variable f reads that is bound to another value before the backward
+(``SCALE = 3.0``) is refused there too, where ``torch.utils.checkpoint`` recomputes with
+the new value.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_outside, written_since
+from ..ops.operators import outside_reads, rebound
 
 
 class CheckpointError(MinigraphError, TypeError):
@@ -292,7 +296,7 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
     if not isinstance(result, Node) or result.graph is not graph or \
             any(result is x for x in inputs):
         return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save)
-    captured = Captured(t for t, _ in graph._consts.values())
+    captured = Captured((t for t, _ in graph._consts.values()), fn)
     xs = [inputs[k] for k in wrt]
     with graph:
         seed = placeholder(tuple(result.shape), str(result.dtype), name="g")
@@ -349,6 +353,25 @@ def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callabl
         return lambda: v
 
 
+# The globals and closure variables f read (operators.outside_reads) when a checkpoint's
+# result was computed, by the id of that result (a tensor's == compares its elements): the
+# backward pass recomputes f, which must read the same values, or it would give the
+# derivative of another function. An entry leaves with its tensor.
+_READS: dict[int, tuple[Any, list]] = {}
+
+
+def _refuse_rebound(out: Any) -> None:
+    """Refuse to recompute f for ``out`` where a name f read holds another value now."""
+    ref, reads = _READS.get(id(out), (None, []))
+    name = rebound(reads) if ref is not None and ref() is out else None
+    if name is not None:
+        raise CheckpointError(
+            f"checkpoint: f reads {name}, which holds another value since the forward pass "
+            f"(a name bound anew); the backward pass recomputes f, which would read the new "
+            f"value and give the derivative of another function (torch.utils.checkpoint "
+            f"gives it silently). Bind it after backward(), or pass it to f as an argument")
+
+
 def _vjp_rule(i: int) -> Callable[..., Any]:
     def rule(g: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
              device: Any) -> Any:
@@ -357,6 +380,7 @@ def _vjp_rule(i: int) -> Callable[..., Any]:
             and memo.grads[i] is not _TAKEN  # (taken already: a new sweep, recompute)
         if not hit:
             memo.key, memo.grads = (), []
+            _refuse_rebound(out)
             grads = _pull(g, args, fn, static, device, out=out)
             state = memo.__dict__  # this thread's memo, for the callback
 
@@ -489,7 +513,18 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
                                                                Device)), get_device(None))
         key = (tuple(weak), tuple(weak_inputs))
         fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
-        return bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
+        out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
+        value = out
+        for _ in range(100):  # (a transformation's value: the tensor inside its wrappers)
+            inside = getattr(value, "_inside", None)
+            if inside is None:
+                break
+            value = inside()
+        if type(value) is Tensor:  # (what its backward pass will recompute f against)
+            ident = id(value)
+            _READS[ident] = (weakref.ref(value, lambda _: _READS.pop(ident, None)),
+                             outside_reads(f))
+        return out
 
     checkpointed.__name__ = f"checkpoint({name})"
     checkpointed.__doc__ = f.__doc__

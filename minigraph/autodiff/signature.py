@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..device import get_device
+from ..ops.operators import outside_reads, rebound
 from ..ops.primitive import KINDS
 from ..ops.weak import Weak
 from ..tensor import Tensor
@@ -150,24 +151,30 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
 
 
 class Captured:
-    """The tensors a compiled program read from outside its arguments (a global, a
-    closure's variable), with the write stamps they had when it was built.
+    """What a compiled program read from outside its arguments when it was built: the
+    tensors among its constants, with their write stamps, and the globals and closure
+    variables of the function it was built from (``operators.outside_reads``).
 
-    Such a tensor is a constant of the program, as in ``jax.jit``; but an in-place update
-    of it (``w -= lr * g``) would leave the program computing with the old value while the
-    tape, which reads tensors when it runs, uses the new one. So the program is *stale*
-    once one of them has been written, and its cache builds it again: every mode agrees.
-    The check costs one comparison per call while no tensor anywhere is written.
+    Such a value is a constant of the program, as in ``jax.jit``; but an in-place update
+    of a tensor (``w -= lr * g``), or a name bound to another value (``LR = 0.001``,
+    ``W = W - lr * g``), would leave the program computing with the old value while the
+    tape, which runs the function, uses the new one. So the program is *stale* once one
+    of them has changed, and its cache builds it again (as ``torch.compile``'s guards
+    do): every mode agrees. The check costs a dictionary lookup per name read, and one
+    comparison while no tensor anywhere is written.
     """
 
-    __slots__ = ("tensors", "stamps", "built_at")
+    __slots__ = ("tensors", "stamps", "built_at", "reads")
 
-    def __init__(self, tensors: Any):
+    def __init__(self, tensors: Any, f: Any = None):
         self.tensors = [t for t in tensors if isinstance(t, Tensor)]
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
+        self.reads = outside_reads(f) if f is not None else []
 
     def stale(self) -> bool:
+        if self.reads and rebound(self.reads) is not None:
+            return True
         if not self.tensors or tape.last_write() <= self.built_at:
             return False
         return any(tape.write_stamp(t.data) != s for t, s in zip(self.tensors, self.stamps))

@@ -197,7 +197,7 @@ class Traced:
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
-            self.cache[key] = (_compile(graph, inputs, outputs, self.name), one, graph)
+            self.cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
         fn, one, _ = self.cache[key]
         results = _call(fn, args, key)
         return results[0] if one else results
@@ -237,7 +237,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
                                 f"use mg.gradients in a graph for several outputs")
         xs = [inputs[positions[i]] for i in nums]
         grads = _gradients_or_zeros(graph, out, xs)
-        return _compile(graph, inputs, [out] + grads if with_value else grads, f"grad_{name}")
+        return _compile(graph, inputs, [out] + grads if with_value else grads, f"grad_{name}",
+                        f)
 
     # Per number of arguments: the normalised argnums and the programs cached for them.
     # (argnums is checked once per count, not on every call; the errors are the same.)
@@ -291,7 +292,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         with graph, device:
             seed = placeholder(shape, str(dtype), name=f"g{out.name}")
         grads = _gradients_or_zeros(graph, out, xs, seed)
-        return _compile(graph, inputs + [seed], grads, f"vjp_{name}")
+        return _compile(graph, inputs + [seed], grads, f"vjp_{name}", f)
 
     def program(args: tuple, g: Any) -> CompiledFunction:
         """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
@@ -327,9 +328,11 @@ def grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     return value_and_grad(f, argnums, with_value=False)
 
 
-def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str) -> CompiledFunction:
-    """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python."""
-    captured = Captured(t for t, _ in graph._consts.values())  # before optimising folds them
+def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
+             f: Callable[..., Any]) -> CompiledFunction:
+    """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python; the
+    program is stale once what f read from outside has changed (``Captured``)."""
+    captured = Captured((t for t, _ in graph._consts.values()), f)  # (before folding)
     result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
     fn = compile_graph(result.graph, [result[n] for n in inputs],
                        [result[n] for n in outputs], name)

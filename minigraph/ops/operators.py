@@ -7,7 +7,7 @@ calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device
 
 from __future__ import annotations
 
-import inspect
+import functools
 import itertools
 import linecache
 import math
@@ -284,13 +284,74 @@ def caller_held(given: Any, nums: Any, who: str) -> dict[int, str]:
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
-    """The globals and closure variables that f's code reads (``inspect.getclosurevars``);
-    none for a callable that is not a Python function (a partial, an object)."""
-    try:
-        read = inspect.getclosurevars(f)
-    except TypeError:
-        return {}
-    return {**read.globals, **read.nonlocals}
+    """The globals and closure variables that f's code reads, by name; none for a
+    callable that is not a Python function (a partial, an object)."""
+    return {name: value for _, name, value in outside_reads(f, depth=0)}
+
+
+def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
+    """``(where, name, value)`` for each global and closure variable that f's code reads
+    (its nested functions' and comprehensions' code too): ``where`` is the module's
+    namespace, a dict, or the closure's cell. And, up to ``depth`` calls further, those
+    that the user's Python functions among the values read read (a helper f calls).
+    A compiled program (``signature.Captured``) keeps them, to see a name bound anew.
+    A transformed function (``mg.grad(f)``, whose ``__wrapped__`` is f) and a
+    ``functools.partial`` read what their function reads."""
+    found: list[tuple[Any, str, Any]] = []
+    todo, seen = [(f, 0)], set()
+    while todo:
+        fn, level = todo.pop()
+        for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
+            if not (isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__")):
+                break
+            fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
+        code = getattr(fn, "__code__", None)
+        if type(fn) is not FunctionType or code is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        names, codes = set(), [code]
+        while codes:  # (a comprehension's or a nested function's code is a constant)
+            c = codes.pop()
+            names.update(c.co_names)
+            codes += [k for k in c.co_consts if type(k) is type(code)]
+        module = fn.__globals__
+        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(names)
+                                             if n in module]
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                reads.append((cell, name, cell.cell_contents))
+            except ValueError:  # (a cell not yet filled)
+                continue
+        found += reads
+        if level < depth:
+            todo += [(v, level + 1) for _, _, v in reads if type(v) is FunctionType
+                     and (hasattr(v, "__wrapped__") or _users(v))]
+    return found
+
+
+def _users(fn: FunctionType) -> bool:
+    """Whether ``fn`` is the user's code: neither minigraph's nor a library's."""
+    return not (fn.__module__ or "").startswith("minigraph") and \
+        not fn.__code__.co_filename.startswith(_LIBRARIES)
+
+
+_UNBOUND = object()
+
+
+def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
+    """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
+    (``LR = 0.001``, ``W = W - lr * g``), or None."""
+    for where, name, value in reads:
+        if type(where) is dict:
+            if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
+                return name
+        else:
+            try:
+                if where.cell_contents is not value:
+                    return name
+            except ValueError:
+                return name
+    return None
 
 
 def held_values(names: dict[str, Any]) -> Any:

@@ -230,7 +230,7 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     namespace.update({cname: value for value, cname in consts.values()})
     fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
     prog = Program(signature, source, primal, fn, single, namespace, src.node.name)
-    prog.captured = Captured(value for value, _ in consts.values())
+    prog.captured = Captured((value for value, _ in consts.values()), src.fn)
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
