@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minigraph as mg
+from minigraph import nn
 from minigraph.errors import GradientError
 
 torch = pytest.importorskip("torch")
@@ -643,3 +644,67 @@ def test_vjp_fn_refuses_a_global_bound_anew_after_vjp(mode, monkeypatch):
         vjp_fn()
     assert mg.vjp(uses_a_helper_and_a_global, x, mode=mode)[1]()[0].numpy().tolist() \
         == [3.0, 6.0]
+
+
+class _Scaled:
+    def __init__(self):
+        self.scale = 2.0
+
+    def total(self, x):
+        return mg.sum(x * self.scale)
+
+
+@pytest.mark.parametrize("mode", ["graph", "trace of the tape's grad"])
+def test_a_methods_attribute_bound_anew_is_read_again(mode):
+    """``obj.scale = 3.0`` after the first call of a method's compiled gradient: the
+    program kept 2.0. The attributes a method's code reads are guarded too. The oracle:
+    d/dx sum(x * scale) = scale."""
+    obj = _Scaled()
+    g = COMPILED[mode](obj.total)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [2.0, 2.0]
+    obj.scale = 3.0
+    assert g(x).numpy().tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
+def test_a_layers_parameter_bound_anew_is_read_again(mode):
+    """``layer.weight = ...`` (a hand-written SGD step that makes new tensors) after the
+    first call: the program kept the old weight, so the "training" changed nothing the
+    compiled gradient saw. A module's parameters, the whole tree, are guarded. The
+    oracle: d/dx sum(x @ W2.T @ W1.T ...) through two linear layers, in NumPy."""
+    model = nn.Sequential(nn.Linear(2, 3, seed=0), nn.Linear(3, 1, seed=1))
+
+    def loss(x):
+        return mg.sum(model(x))
+
+    def want():
+        w1, w2 = model[0].weight.numpy(), model[1].weight.numpy()
+        return (np.ones((1, 1)) @ w2 @ w1).ravel()
+
+    g = COMPILED[mode](loss)
+    x = np.array([[3.0, 4.0]])
+    np.testing.assert_allclose(g(x).numpy().ravel(), want(), rtol=1e-14)
+    model[1].weight = mg.tensor(model[1].weight.numpy() * 2.0, requires_grad=True)
+    np.testing.assert_allclose(g(x).numpy().ravel(), want(), rtol=1e-14)
+
+
+class _Config:
+    lr = 2.0
+
+
+CONFIG = _Config()
+CONFIG.lr = 2.0  # (an instance attribute: the object's own dict)
+
+
+def reads_an_attribute_of_a_global(x):
+    return mg.sum(x * CONFIG.lr)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
+def test_an_attribute_of_a_global_object_bound_anew_is_read_again(mode, monkeypatch):
+    g = COMPILED[mode](reads_an_attribute_of_a_global)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [2.0, 2.0]
+    monkeypatch.setattr(CONFIG, "lr", 0.5)
+    assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
