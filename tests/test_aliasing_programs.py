@@ -103,19 +103,25 @@ X = np.array([0.3, -0.8])
 Y = np.array([0.5, 1.2])  # the argument not differentiated, v2: f may write into it
 
 
-def eager(text, tmp, x):
-    """f's value without recording, in a module of its own (f may write into W), and
-    what f left in the caller's tensor ``Y``."""
+W_AGAIN = np.array([-0.3, 1.1])  # what the module's W is bound to before a second call
+
+
+def eager(text, tmp, x, w=None):
+    """f's value without recording, in a module of its own (f may write into W; ``w``:
+    W bound to a new tensor of it first), and what f left in the caller's tensor ``Y``."""
     y = mg.tensor(Y)
-    return float(load_module(text, tmp).f(mg.tensor(x), y).item()), y.numpy()
+    module = load_module(text, tmp)
+    if w is not None:
+        module.W = mg.tensor(w)
+    return float(module.f(mg.tensor(x), y).item()), y.numpy()
 
 
-def finite_differences(text, tmp, x, eps=1e-6):
+def finite_differences(text, tmp, x, w=None, eps=1e-6):
     g = np.zeros_like(x)
     for i in range(x.size):
         e = np.zeros_like(x)
         e[i] = eps
-        g[i] = (eager(text, tmp, x + e)[0] - eager(text, tmp, x - e)[0]) / (2 * eps)
+        g[i] = (eager(text, tmp, x + e, w)[0] - eager(text, tmp, x - e, w)[0]) / (2 * eps)
     return g
 
 
@@ -136,12 +142,15 @@ def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_fact
     text = program(statements)
     want, want_y = eager(text, tmp_path_factory, X)
     want_grad = finite_differences(text, tmp_path_factory, X)
+    again, _ = eager(text, tmp_path_factory, X, W_AGAIN)
+    again_grad = finite_differences(text, tmp_path_factory, X, W_AGAIN)
     for mode in [*mg.MODES, "recorded"]:
-        f = load_module(text, tmp_path_factory).f  # (a fresh W for every mode)
+        module = load_module(text, tmp_path_factory)  # (a fresh W for every mode)
         y = mg.tensor(Y)
+        call = (lambda x, y: recorded(module.f, x, y)) if mode == "recorded" else \
+            mg.value_and_grad(module.f, mode=mode)
         try:
-            value, grad = recorded(f, X, y) if mode == "recorded" else \
-                mg.value_and_grad(f, mode=mode)(X, y)
+            value, grad = call(X, y)
         except REFUSALS:
             continue  # an alias it cannot follow (or graph mode's if on a value): refused
         assert float(value.item()) == pytest.approx(want, rel=1e-12, abs=1e-12), mode
@@ -149,3 +158,11 @@ def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_fact
                                    err_msg=mode)
         np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-12, atol=1e-12,
                                    err_msg=f"{mode}: the caller's tensor after f")
+        # a second call after W is bound to a new tensor: a compiled program that kept
+        # the old one is stale, and must be built again
+        module.W = mg.tensor(W_AGAIN)
+        value, grad = call(X, mg.tensor(Y))
+        assert float(value.item()) == pytest.approx(again, rel=1e-12, abs=1e-12), \
+            f"{mode}, after W was bound anew"
+        np.testing.assert_allclose(grad.numpy(), again_grad, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{mode}, after W was bound anew")
