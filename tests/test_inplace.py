@@ -1150,3 +1150,39 @@ def test_a_differentiated_argument_updated_in_place_is_rebound_in_every_mode():
         got = mg.grad(updates_its_argument, mode=mode)(x)
         np.testing.assert_allclose(got.numpy(), [24.0, 42.0], rtol=1e-15)
         assert x.numpy().tolist() == [1.0, 2.0]
+
+
+def test_a_transformation_ending_in_another_thread_leaves_this_ones_refusal():
+    """Thread A's mg.grad starts, then thread B's, and A's ends while B's f still runs:
+    with one list of registered arguments for the process, A's exit dropped B's entry
+    too, and B's ``y += x`` then made a new value silently. Each thread keeps its own."""
+    import threading
+
+    a_started, b_started, a_done = threading.Event(), threading.Event(), threading.Event()
+    outcome = {}
+
+    def a_f(x, y):
+        a_started.set()
+        b_started.wait(5)  # B's transformation has begun: its entry is after A's
+        return (x * y).sum()
+
+    def b_f(x, y):
+        b_started.set()
+        a_done.wait(5)     # A's transformation has ended
+        y += x             # the caller's y: refused
+        return (x * y).sum()
+
+    def run_b():
+        a_started.wait(5)
+        try:
+            mg.grad(b_f)(mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0]))
+            outcome["b"] = "no error"
+        except GradientError as exc:
+            outcome["b"] = str(exc)
+
+    b = threading.Thread(target=run_b)
+    b.start()
+    mg.grad(a_f)(mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0]))
+    a_done.set()
+    b.join(10)
+    assert "the tensor passed to grad as argument 1" in outcome["b"]

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import sysconfig
+import threading
 from types import FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
@@ -227,7 +228,7 @@ def refuse_aliased(x: Any, where: str) -> None:
                   for name in _holders(here, x, memory, module)] + \
             [f"{name} (a global)"
              for name in _holders(_globals_read(caller, seen), x, memory, False)]
-    passed = [what for held, what in _PASSED if _shares(memory, held)]
+    passed = [what for held, what in _passed() if _shares(memory, held)]
     names += passed
     if len(names) > 1 or passed:
         code = frame.f_code
@@ -242,8 +243,17 @@ def refuse_aliased(x: Any, where: str) -> None:
 
 
 # The arguments that running transformations handed f as the caller's own objects, each
-# as (its memory, which argument it is): see passed_as_is.
-_PASSED: list[tuple[Any, str]] = []
+# as (its memory, which argument it is): see passed_as_is. One list per thread: two
+# threads may run transformations at once, and neither may drop the other's entries
+# when its own run ends.
+_THREAD = threading.local()
+
+
+def _passed() -> list[tuple[Any, str]]:
+    passed = getattr(_THREAD, "passed", None)
+    if passed is None:
+        passed = _THREAD.passed = []
+    return passed
 
 
 class passed_as_is:
@@ -266,11 +276,12 @@ class passed_as_is:
         self.start = 0
 
     def __enter__(self) -> None:
-        self.start = len(_PASSED)
-        _PASSED.extend(self.entries)
+        passed = _passed()
+        self.start = len(passed)
+        passed.extend(self.entries)
 
     def __exit__(self, *exc: object) -> None:
-        del _PASSED[self.start:]
+        del _passed()[self.start:]
 
 
 def caller_held(given: Any, nums: Any, who: str) -> dict[int, str]:
