@@ -1,12 +1,15 @@
 """Random programs that update values in place while other places hold them: names, lists,
-helpers that write into their arguments, a module's tensor, ifs decided at run time, loops.
+helpers that write into their arguments, a module's tensor, an argument the caller holds
+(``v2``), ifs decided at run time, loops. Each mode is then called again after the
+module's ``W`` is bound to a new tensor: a compiled program must see it (``Captured``).
 
 Without recording, an update writes into the one object, and every holder sees it
 (NumPy's semantics, eager mode's). While recording, and inside every transformation, it
 binds a new value to one name; so each mode must give eager mode's value and derivative,
 or refuse (ops/operators.py's ``refuse_aliased``; source mode's origins in
-``source/normalize.py``). The oracles: eager mode without recording for the value, and
-central finite differences of it for the gradient; never another mode.
+``source/normalize.py``). The oracles: eager mode without recording for the value and
+for what f leaves in the caller's tensor, and central finite differences of it for the
+gradient; never another mode.
 """
 
 from __future__ import annotations

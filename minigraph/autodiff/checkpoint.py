@@ -54,8 +54,8 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
 so f itself may not write into its arguments (``y *= 0.5``): refused when it does. A
-global or closure variable f reads that is bound to another value before the backward
-(``SCALE = 3.0``) is refused there too, where ``torch.utils.checkpoint`` recomputes with
+name f reads (a global, a closure variable, an attribute) that is bound to another value
+before the backward (``SCALE = 3.0``) is refused there too, where ``torch.utils.checkpoint`` recomputes with
 the new value.
 """
 
@@ -353,8 +353,8 @@ def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callabl
         return lambda: v
 
 
-# The globals and closure variables f read (operators.outside_reads) when a checkpoint's
-# result was computed, by the id of that result (a tensor's == compares its elements): the
+# What f read by name (operators.outside_reads: globals, closure variables, attributes)
+# when a checkpoint's result was computed, by the id of that result (a tensor's == compares its elements): the
 # backward pass recomputes f, which must read the same values, or it would give the
 # derivative of another function. An entry leaves with its tensor.
 _READS: dict[int, tuple[Any, list]] = {}

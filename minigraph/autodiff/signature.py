@@ -152,12 +152,13 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
 
 class Captured:
     """What a compiled program read from outside its arguments when it was built: the
-    tensors among its constants, with their write stamps, and the globals and closure
-    variables of the function it was built from (``operators.outside_reads``).
+    tensors among its constants, with their write stamps, and what the function it was
+    built from reads by name (``operators.outside_reads``: its globals and closure
+    variables, the attributes its code names, a module's parameters).
 
     Such a value is a constant of the program, as in ``jax.jit``; but an in-place update
     of a tensor (``w -= lr * g``), or a name bound to another value (``LR = 0.001``,
-    ``W = W - lr * g``), would leave the program computing with the old value while the
+    ``W = W - lr * g``, ``layer.weight = ...``), would leave the program computing with the old value while the
     tape, which runs the function, uses the new one. So the program is *stale* once one
     of them has changed, and its cache builds it again (as ``torch.compile``'s guards
     do): every mode agrees. The check costs a dictionary lookup per name read, and one
