@@ -16,12 +16,13 @@ from typing import Any, Callable
 from ..errors import DTypeError, GradientError
 from ..graph import trace
 from . import forward, source, tape
-from ..ops.operators import passed_as_is, rebound
+from ..ops.operators import passed_as_is
 from ..ops.primitive import KINDS
 from ..tensor import Tensor
 from .argnums import (normalize_argnums, refuse_keywords, refuse_non_functions,
                       refuse_pytrees, single)
 from .levels import transformation
+from .reads import rebound
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep

@@ -81,7 +81,8 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_outside, written_since
-from ..ops.operators import outside_reads, rebound
+from .reads import outside_reads, rebound
+from ..ops.operators import innermost
 
 
 class CheckpointError(MinigraphError, TypeError):
@@ -353,7 +354,7 @@ def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callabl
         return lambda: v
 
 
-# What f read by name (operators.outside_reads: globals, closure variables, attributes)
+# What f read by name (reads.outside_reads: globals, closure variables, attributes)
 # when a checkpoint's result was computed, by the id of that result (a tensor's == compares its elements): the
 # backward pass recomputes f, which must read the same values, or it would give the
 # derivative of another function. An entry leaves with its tensor.
@@ -514,12 +515,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         key = (tuple(weak), tuple(weak_inputs))
         fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
         out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
-        value = out
-        for _ in range(100):  # (a transformation's value: the tensor inside its wrappers)
-            inside = getattr(value, "_inside", None)
-            if inside is None:
-                break
-            value = inside()
+        value = innermost(out)  # (a transformation's value: the tensor inside it)
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
             ident = id(value)
             _READS[ident] = (weakref.ref(value, lambda _: _READS.pop(ident, None)),

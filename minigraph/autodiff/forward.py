@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
-from ..ops.operators import ArrayOps, passed_as_is
+from ..ops.operators import ArrayOps, passed_as_is, raised_at
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
@@ -297,12 +297,13 @@ def _read_only(args: tuple, nums: tuple[int, ...], runs: int, who: str) -> Itera
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
+        arrays = " or ".join(f"{k} (shape {a.shape} {a.dtype})" for k, a in frozen.items())
         raise GradientError(
-            f"{who} (forward mode): f wrote into a NumPy array it does not differentiate "
-            f"(argument {' or '.join(map(str, frozen))}) in place; forward mode runs f "
-            f"{runs} times on the same arguments, and the next run would start from the "
-            f"written value. Inside f, write y = y * 0.5 (a new value), or use a reverse "
-            f"mode, which runs f once") from exc
+            f"{who} (forward mode): f wrote into a NumPy array it does not differentiate, "
+            f"its argument {arrays}, in place, at {raised_at(exc) or 'an unknown line'}; "
+            f"forward mode runs f {runs} times on the same arguments, and the next run "
+            f"would start from the written value. Inside f, write y = y * 0.5 (a new "
+            f"value), or use a reverse mode, which runs f once") from exc
     finally:
         for a in frozen.values():
             a.flags.writeable = True

@@ -40,12 +40,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..device import get_device
-from ..ops.operators import outside_reads, rebound
 from ..ops.primitive import KINDS
 from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
+from .reads import outside_reads, rebound
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
@@ -153,7 +153,7 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
 class Captured:
     """What a compiled program read from outside its arguments when it was built: the
     tensors among its constants, with their write stamps, and what the function it was
-    built from reads by name (``operators.outside_reads``: its globals and closure
+    built from reads by name (``reads.outside_reads``: its globals and closure
     variables, the attributes its code names, a module's parameters).
 
     Such a value is a constant of the program, as in ``jax.jit``; but an in-place update

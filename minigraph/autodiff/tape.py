@@ -49,8 +49,7 @@ from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import (ArrayOps, check_in_place, held_values, passed_as_is,
-                             read_from_outside, rebinding, refuse_aliased, updated,
-                             user_frame)
+                             rebinding, refuse_aliased, updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -59,6 +58,7 @@ from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywor
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
+from .reads import read_from_outside
 from ..tensor import Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)

@@ -41,7 +41,7 @@ from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
 from ..errors import MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import ArrayOps
+from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
 from ..ops.shape_rules import sizes
 from ..tensor import Tensor, tensor
@@ -171,13 +171,13 @@ class Node(ArrayOps):
         # variable as it was on every run, where the PyTorch habit means a change of the
         # state: in a graph, an Assign node (TF1 rebound, with a warning to use assign_sub)
         if self.op == "Variable":
+            name, new = rebinding().split(" = ", 1)  # (the user's line: w = w - lr * gw)
             raise GraphError(
                 f"{where}, at {describe_location(user_location())}: '{self.name}' is a "
-                f"Variable, whose value changes only when an "
-                f"assign node runs; here the update would make a new node and leave the "
-                f"variable as it was. Write step = {self.name}.assign({self.name} - ...) "
-                f"and run step (chapter 04), or new = {self.name} - ... for a value of "
-                f"its own")
+                f"Variable, whose value changes only when an assign node runs; here the "
+                f"update would make a new node and leave the variable as it was. Write "
+                f"step = {name}.assign({new}) and run step (chapter 04), or new_{name} = "
+                f"{new} for a value of its own")
 
     def assign(self, value: Any) -> "Node":
         """An ``Assign`` node that stores ``value`` in this variable when it is run."""

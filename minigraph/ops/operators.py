@@ -3,11 +3,16 @@
 ``Tensor``, ``Dual`` (and later graph nodes and source variables) inherit from
 :class:`ArrayOps`, so ``x * y + x.sin()`` and ``x.sum(axis=0)`` mean the same primitive
 calls whatever ``x`` is. A subclass only needs ``shape``, ``dtype`` and ``device``.
+
+``x op= y`` is here too, with the one rule every kind shares: where it makes a new value
+instead of writing into x (while recording, inside a transformation), it is refused if
+another place holds x (:func:`refuse_aliased`: another name, a list, an object, a caller,
+a module, or the caller of the transformation, :class:`passed_as_is`), since eager mode's
+write would show through that place and here it would not.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import linecache
 import math
@@ -17,7 +22,7 @@ import re
 import sys
 import sysconfig
 import threading
-from types import FrameType, FunctionType, MethodType, ModuleType
+from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -271,8 +276,8 @@ class passed_as_is:
 
     def __init__(self, values: Any, nums: Any, who: str, caller: Any = None):
         held = caller_held(values if caller is None else caller, nums, who)
-        self.entries = [(_memory(values[k]), what) for k, what in held.items()
-                        if _memory(values[k]) is not None]
+        memories = [(_memory(values[k]), what) for k, what in held.items()]
+        self.entries = [(memory, what) for memory, what in memories if memory is not None]
         self.start = 0
 
     def __enter__(self) -> None:
@@ -292,119 +297,6 @@ def caller_held(given: Any, nums: Any, who: str) -> dict[int, str]:
     return {k: f"the tensor passed to {who} as argument {k}" for k, v in enumerate(given)
             if k not in nums and (isinstance(v, np.ndarray) or
                                   isinstance(v, ArrayOps) and type(v) not in KINDS)}
-
-
-def read_from_outside(f: Any) -> dict[str, Any]:
-    """The globals and closure variables that f's code reads, by name; none for a
-    callable that is not a Python function (a partial, an object)."""
-    return {name: value for _, name, value in outside_reads(f, depth=0)}
-
-
-def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
-    """``(where, name, value)`` for what f reads from outside its arguments, ``where``
-    being the dict or closure cell that holds ``value`` under ``name``: the globals and
-    closure variables f's code reads (its comprehensions' and nested functions' code
-    too); the attributes of those objects, and of a method's ``self``, that the code
-    names (``CONFIG.lr``, ``self.scale``); every parameter and
-    layer of a module (``nn.Module``: its ``_parameters`` and ``_modules``, the whole
-    tree) that f is, or reads. And, up to ``depth`` calls further, what the user's
-    Python functions among the values read read (a helper f calls). A compiled program
-    (``signature.Captured``) keeps them, to see a name bound anew (``W = ...``,
-    ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
-    ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads."""
-    found: list[tuple[Any, str, Any]] = []
-    todo, seen = [(f, 0)], set()
-    while todo:
-        fn, level = todo.pop()
-        for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
-            if not (isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__")):
-                break
-            fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if _layers(fn) is not None:  # a module: its tree, and its forward's globals
-            found += _module_reads(fn)
-            fn = getattr(fn, "forward", None)
-        owner = fn.__self__ if isinstance(fn, MethodType) else None
-        fn = fn.__func__ if isinstance(fn, MethodType) else fn
-        if type(fn) is not FunctionType:
-            continue
-        code = fn.__code__
-        names: set[str] = set()
-        codes = [code]
-        while codes:  # (a comprehension's or a nested function's code is a constant)
-            c = codes.pop()
-            names.update(c.co_names)
-            codes += [k for k in c.co_consts if type(k) is type(code)]
-        module = fn.__globals__
-        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(names)
-                                             if n in module]
-        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                reads.append((cell, name, cell.cell_contents))
-            except ValueError:  # (a cell not yet filled)
-                continue
-        for obj in [owner] + [v for _, _, v in reads]:  # (self.scale, CONFIG.lr: by name)
-            attributes = getattr(obj, "__dict__", None)
-            if type(attributes) is dict and not isinstance(obj, (type, ModuleType,
-                                                                 FunctionType)):
-                reads += [(attributes, n, attributes[n]) for n in sorted(names)
-                          if n in attributes]
-        found += reads
-        if level < depth:
-            todo += [(v, level + 1) for _, _, v in reads
-                     if _layers(v) is not None or type(v) in (FunctionType, MethodType)
-                     and (hasattr(v, "__wrapped__") or _users(v))]
-    return found
-
-
-def _layers(v: Any) -> dict | None:
-    """A module's table of layers (``nn.Module._modules``), None for anything else."""
-    table = getattr(v, "__dict__", {}).get("_modules") if not isinstance(v, type) else None
-    return table if type(table) is dict and type(v.__dict__.get("_parameters")) is dict \
-        else None
-
-
-def _module_reads(module: Any) -> list[tuple[Any, str, Any]]:
-    """Every parameter and layer of ``module``'s tree, where it keeps them."""
-    found, todo, seen = [], [module], set()
-    while todo:
-        m = todo.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        for table in (m.__dict__["_parameters"], m.__dict__["_modules"]):
-            found += [(table, name, value) for name, value in table.items()]
-        todo += [v for v in m.__dict__["_modules"].values() if _layers(v) is not None]
-    return found
-
-
-def _users(fn: Any) -> bool:
-    """Whether the function (or method) ``fn`` is the user's code: neither minigraph's
-    nor a library's."""
-    fn = getattr(fn, "__func__", fn)
-    return not (fn.__module__ or "").startswith("minigraph") and \
-        not fn.__code__.co_filename.startswith(_LIBRARIES)
-
-
-_UNBOUND = object()
-
-
-def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
-    """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
-    (``LR = 0.001``, ``W = W - lr * g``), or None."""
-    for where, name, value in reads:
-        if type(where) is dict:
-            if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
-                return name
-        else:
-            try:
-                if where.cell_contents is not value:
-                    return name
-            except ValueError:
-                return name
-    return None
 
 
 def held_values(names: dict[str, Any]) -> Any:
@@ -444,6 +336,20 @@ def user_frame() -> FrameType | None:
     return frame
 
 
+def raised_at(exc: BaseException) -> str:
+    """Where the user's code raised ``exc``: ``file, line 12: y += 1.0``, from the
+    innermost frame of its traceback outside minigraph and the libraries ("" if none)."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if not (_in_minigraph(frame) or _in_a_library(frame)):
+            code = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+            found = f"{frame.f_code.co_filename}, line {tb.tb_lineno}: {code}"
+        tb = tb.tb_next
+    return found
+
+
 def rebinding(frame: FrameType | None = None) -> str:
     """The user's update written as a new value: ``h += 0.5 * y`` as ``h = h + (0.5 *
     y)``, from the text of the line ``frame`` (the user's, by default) is at; ``name =
@@ -464,13 +370,13 @@ _AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\*\*|//|[-+*/%@])=\s*(.+?)\s*(#.
 
 # Where Python's own modules and installed packages live: a caller there (pytest, IPython,
 # a thread pool) is not the user's code, and the search for holders stops below it.
-_LIBRARIES = tuple({os.path.join(path, "") for key in ("stdlib", "platstdlib", "purelib",
+LIBRARIES = tuple({os.path.join(path, "") for key in ("stdlib", "platstdlib", "purelib",
                                                        "platlib")
                     if (path := sysconfig.get_paths().get(key))})
 
 
 def _in_a_library(frame: FrameType) -> bool:
-    return frame.f_code.co_filename.startswith(_LIBRARIES)
+    return frame.f_code.co_filename.startswith(LIBRARIES)
 
 
 def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
@@ -556,11 +462,7 @@ def _memory(v: Any) -> Any:
     number, a source variable: source mode checks its own names)."""
     if not isinstance(v, ArrayOps):  # (a user's object of another kind: not read)
         return None
-    for _ in range(100):  # (levels of nesting: a bound, not a loop over the program)
-        inside = getattr(v, "_inside", None)
-        if inside is None:
-            break
-        v = inside()
+    v = innermost(v)
     data = getattr(v, "data", None)
     if data is not None and hasattr(data, "shape"):  # a tensor
         return v.device.xp, data
@@ -569,6 +471,17 @@ def _memory(v: Any) -> Any:
             v = v.args[0]
         return None, v
     return None
+
+
+def innermost(v: Any) -> Any:
+    """The value under a transformation's wrappers (``_inside``: a box's value, a dual
+    number's primal, a vmap batch), as eager mode would have it."""
+    for _ in range(100):  # (levels of nesting: a bound, not a loop over the program)
+        inside = getattr(v, "_inside", None)
+        if inside is None:
+            return v
+        v = inside()
+    return v
 
 
 def _shares(a: Any, b: Any) -> bool:

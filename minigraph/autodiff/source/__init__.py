@@ -97,13 +97,13 @@ lambdas and nested functions, generators and comprehensions, ``global``/``nonloc
 converting a value of the program to a Python number, calling functions other than
 minigraph's (``np.sin(x)``) on values of the program, an update in place (``h += y``) of
 a value another place may hold too (``h = x``, a list's item, the caller's name, a
-global or closure tensor the function reads, a name that one path of a run-time if or
-an earlier iteration of a loop made the same object:
-eager mode's write would show through it, as in every transformation:
-``ops/operators.py``; ``normalize.py``'s origins say which objects a name may hold),
-and Python arithmetic that raises
-(``1.0 / n`` with n = 0) on a path of an if decided at run time, which is written, and
-so computed, whichever path a call takes.
+global or closure tensor the function reads, a tensor argument that is not
+differentiated, which the caller holds, a name that one path of a run-time if or an
+earlier iteration of a loop made the same object: eager mode's write would show through
+it, as in every transformation: ``ops/operators.py``; ``normalize.py``'s origins say
+which objects a name may hold), and Python arithmetic that raises (``1.0 / n`` with
+n = 0) on a path of an if decided at run time, which is written, and so computed,
+whichever path a call takes.
 """
 
 from .cache import source_grad, value_and_grad, vjp

@@ -30,12 +30,13 @@ import numpy as np
 from ...device import Device
 from ...errors import MinigraphError
 from ...ops import copy as C
-from ...ops.operators import holders_among, read_from_outside
+from ...ops.operators import holders_among
 from ...ops.primitive import KINDS
 from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
 from ...tensor import Tensor
 from .. import tape
+from ..reads import read_from_outside
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
 from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
 from .values import Cond, Index, SrcVar, _constant, _dynamic

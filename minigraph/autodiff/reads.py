@@ -1,0 +1,132 @@
+"""What a function reads from outside its arguments, by name.
+
+A compiled program (graph mode, ``mg.trace``, source mode) is built by running, or
+reading, f once; what f read from outside its arguments then became a constant of the
+program: a global (``SCALE``), a closure variable, an attribute (``CONFIG.lr``,
+``self.scale``), a module's parameter (``layer.weight``). :func:`outside_reads` lists
+each with the dict or closure cell that holds it, so that :func:`rebound` can tell, on
+every call, whether one of those names now holds another object: the program is then
+stale (``signature.Captured``), as ``torch.compile``'s guards say, where ``jax.jit``
+would go on with the old value. ``mg.checkpoint`` asks the same before it recomputes f.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import FunctionType, MethodType, ModuleType
+from typing import Any
+
+from ..ops.operators import LIBRARIES
+
+
+def read_from_outside(f: Any) -> dict[str, Any]:
+    """The globals and closure variables that f's code reads, by name; none for a
+    callable that is not a Python function (a partial, an object)."""
+    return {name: value for _, name, value in outside_reads(f, depth=0)}
+
+
+def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
+    """``(where, name, value)`` for what f reads from outside its arguments, ``where``
+    being the dict or closure cell that holds ``value`` under ``name``: the globals and
+    closure variables f's code reads (its comprehensions' and nested functions' code
+    too); the attributes of those objects, and of a method's ``self``, that the code
+    names (``CONFIG.lr``, ``self.scale``); every parameter and
+    layer of a module (``nn.Module``: its ``_parameters`` and ``_modules``, the whole
+    tree) that f is, or reads. And, up to ``depth`` calls further, what the user's
+    Python functions among the values read read (a helper f calls). A compiled program
+    (``signature.Captured``) keeps them, to see a name bound anew (``W = ...``,
+    ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
+    ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads."""
+    found: list[tuple[Any, str, Any]] = []
+    todo, seen = [(f, 0)], set()
+    while todo:
+        fn, level = todo.pop()
+        for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
+            if not (isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__")):
+                break
+            fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if _layers(fn) is not None:  # a module: its tree, and its forward's globals
+            found += _module_reads(fn)
+            fn = getattr(fn, "forward", None)
+        owner = fn.__self__ if isinstance(fn, MethodType) else None
+        fn = fn.__func__ if isinstance(fn, MethodType) else fn
+        if type(fn) is not FunctionType:
+            continue
+        code = fn.__code__
+        names: set[str] = set()
+        codes = [code]
+        while codes:  # (a comprehension's or a nested function's code is a constant)
+            c = codes.pop()
+            names.update(c.co_names)
+            codes += [k for k in c.co_consts if type(k) is type(code)]
+        module = fn.__globals__
+        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(names)
+                                             if n in module]
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                reads.append((cell, name, cell.cell_contents))
+            except ValueError:  # (a cell not yet filled)
+                continue
+        for obj in [owner] + [v for _, _, v in reads]:  # (self.scale, CONFIG.lr: by name)
+            attributes = getattr(obj, "__dict__", None)
+            if type(attributes) is dict and not isinstance(obj, (type, ModuleType,
+                                                                 FunctionType)):
+                reads += [(attributes, n, attributes[n]) for n in sorted(names)
+                          if n in attributes]
+        found += reads
+        if level < depth:
+            todo += [(v, level + 1) for _, _, v in reads
+                     if _layers(v) is not None or type(v) in (FunctionType, MethodType)
+                     and (hasattr(v, "__wrapped__") or _users(v))]
+    return found
+
+
+def _layers(v: Any) -> dict | None:
+    """A module's table of layers (``nn.Module._modules``), None for anything else."""
+    table = getattr(v, "__dict__", {}).get("_modules") if not isinstance(v, type) else None
+    return table if type(table) is dict and type(v.__dict__.get("_parameters")) is dict \
+        else None
+
+
+def _module_reads(module: Any) -> list[tuple[Any, str, Any]]:
+    """Every parameter and layer of ``module``'s tree, where it keeps them."""
+    found, todo, seen = [], [module], set()
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        for table in (m.__dict__["_parameters"], m.__dict__["_modules"]):
+            found += [(table, name, value) for name, value in table.items()]
+        todo += [v for v in m.__dict__["_modules"].values() if _layers(v) is not None]
+    return found
+
+
+def _users(fn: Any) -> bool:
+    """Whether the function (or method) ``fn`` is the user's code: neither minigraph's
+    nor a library's."""
+    fn = getattr(fn, "__func__", fn)
+    return not (fn.__module__ or "").startswith("minigraph") and \
+        not fn.__code__.co_filename.startswith(LIBRARIES)
+
+
+_UNBOUND = object()
+
+
+def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
+    """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
+    (``LR = 0.001``, ``W = W - lr * g``), or None."""
+    for where, name, value in reads:
+        if type(where) is dict:
+            if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
+                return name
+        else:
+            try:
+                if where.cell_contents is not value:
+                    return name
+            except ValueError:
+                return name
+    return None
