@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
+from minigraph.errors import GradientError
 from across_devices import check_adjoints_come_back, check_auto_place_keeps_copies
 
 pytestmark = pytest.mark.skipif(not mg.cuda_available(),
@@ -281,3 +282,39 @@ def test_a_python_float_is_weak_on_the_gpu_in_every_compiled_mode():
     for mode, v in results.items():
         assert (v.dtype, v.device.name) == ("float32", "cuda:0"), mode
         np.testing.assert_allclose(v.numpy(), want, rtol=1e-6, err_msg=mode)
+
+
+# -- a tensor or array the caller hands a transformation, updated in place inside f ---------
+
+def test_an_update_of_the_callers_gpu_tensor_is_written_or_refused_as_on_the_host():
+    """``y += x`` on a cuda:0 tensor that is not differentiated: every transformation of
+    test_inplace.REFUSED refuses it there too, and leaves y as it was; ``y += 1.0`` the
+    tape writes into the caller's y once, as eager mode and torch.func.grad do (the
+    closed form: y becomes [4, 5], and the gradient of sum(x * y) is that y)."""
+    from test_inplace import REFUSED, adds_a_number_into_the_callers, adds_into_the_callers
+
+    for name, (call, words) in REFUSED.items():
+        y = mg.tensor([3.0, 4.0], device="cuda:0")
+        error = mg.SourceTransformError if name.startswith("source") else GradientError
+        with pytest.raises(error, match=words):
+            call(adds_into_the_callers, mg.tensor([1.0, 2.0], device="cuda:0"), y)
+        assert y.numpy().tolist() == [3.0, 4.0], name
+    y = mg.tensor([3.0, 4.0], device="cuda:0")
+    g = mg.grad(adds_a_number_into_the_callers)(mg.tensor([1.0, 2.0], device="cuda:0"), y)
+    assert g.device.name == "cuda:0" and g.numpy().tolist() == [4.0, 5.0]
+    assert y.numpy().tolist() == [4.0, 5.0]
+
+
+def test_forward_mode_refuses_a_cupy_array_written_between_its_runs():
+    """A CuPy array has no read-only flag: forward mode's second run read y + 1 (the
+    gradient came out [4, 6], y written twice). It is compared with a copy after the
+    runs: the write raises, and y holds its old values again."""
+    import cupy
+
+    from test_inplace import adds_a_number_into_the_callers
+
+    y = cupy.asarray([3.0, 4.0])
+    with pytest.raises(GradientError, match=r"its argument 1 \(cupy array of shape \(2,\)"):
+        mg.grad(adds_a_number_into_the_callers, mode="forward")(
+            mg.tensor([1.0, 2.0], device="cuda:0"), y)
+    assert y.tolist() == [3.0, 4.0]

@@ -1130,15 +1130,47 @@ def test_forward_mode_refuses_a_numpy_array_written_before_its_next_run():
     y = np.array([3.0, 4.0])
     for call in (lambda: mg.grad(adds_a_number_into_the_callers, mode="forward"),
                  lambda: mg.jacfwd(adds_a_number_into_the_callers, vectorize=False)):
-        with pytest.raises(GradientError, match=r"wrote into a NumPy array it does not "
-                                                r"differentiate, its argument 1 \(shape "
-                                                r"\(2,\) float64\), in place, at .*"
+        with pytest.raises(GradientError, match=r"wrote into an array it does not "
+                                                r"differentiate, its argument 1 \(numpy array "
+                                                r"of shape \(2,\) float64\), in place, at .*"
                                                 r"test_inplace.py, line \d+: y \+= 1.0"):
             call()(mg.tensor([1.0, 2.0]), y)
         assert y.tolist() == [3.0, 4.0] and y.flags.writeable
     # one run (a scalar x), as eager mode: written once
     assert mg.grad(adds_a_number_into_the_callers, mode="forward")(
         mg.tensor(1.0), y).item() == 4.0 + 5.0
+    assert y.tolist() == [4.0, 5.0]
+
+
+@pytest.mark.parametrize("library", ["array_api_strict", "torch"])
+def test_forward_mode_refuses_an_array_without_a_read_only_flag_written_in_place(library):
+    """The same write into an array that cannot be made read-only (array-api-strict's
+    and PyTorch's here; CuPy's on a GPU, tests/test_gpu.py): forward mode's second run
+    read y + 1, and grad came out [4, 6] with y written twice, where eager mode and
+    torch.func.grad give [4, 5] and write y once. The array is compared with a copy after
+    the runs now: a change raises, and y holds its old values again."""
+    lib = pytest.importorskip(library)
+    y = lib.asarray([3.0, 4.0], dtype=lib.float64)
+    for call in (lambda: mg.grad(adds_a_number_into_the_callers, mode="forward"),
+                 lambda: mg.jacfwd(adds_a_number_into_the_callers, vectorize=False)):
+        with pytest.raises(GradientError, match=rf"wrote into an array it does not "
+                                                rf"differentiate, its argument 1 \({library} "
+                                                rf"array of shape \(2,\) .*float64\), in place"):
+            call()(mg.tensor([1.0, 2.0]), y)
+        assert [float(v) for v in y] == [3.0, 4.0]
+    # a NaN the runs leave alone is no change (NaN == NaN is false)
+    y = lib.asarray([3.0, float("nan")], dtype=lib.float64)
+    got = mg.grad(lambda x, y: (x * x).sum(), mode="forward")(mg.tensor([1.0, 2.0]), y)
+    assert got.numpy().tolist() == [2.0, 4.0]
+
+
+def test_vmap_writes_into_the_callers_numpy_array_once_as_eager_mode_does():
+    """An argument vmap does not batch (in_axes None) is the caller's: f's one run writes
+    y + 1 into it, as eager mode and torch.func.vmap do. vmap wrapped a NumPy array as a
+    tensor of its own (a copy), so the caller's y kept its old values."""
+    y, xs = np.array([3.0, 4.0]), np.array([[1.0, 2.0], [5.0, 6.0]])
+    got = mg.vmap(adds_a_number_into_the_callers, in_axes=(0, None))(mg.tensor(xs), y)
+    np.testing.assert_array_equal(got.numpy(), xs @ np.array([4.0, 5.0]))
     assert y.tolist() == [4.0, 5.0]
 
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence, cast
 
-import numpy as np
-
 from ..errors import MinigraphError, ShapeError
 from ..ops import shape as SH
 from ..ops.batch_rules import moveaxis
@@ -187,9 +185,9 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
         level = new_level()
         inputs, sizes = [], []
         for i, (a, axis) in enumerate(zip(args, axes)):
-            if axis is None:  # a constant: NumPy arrays become tensors, the rest stays
-                _check_level(a, i, level)
-                inputs.append(tensor(a) if isinstance(a, np.ndarray) else a)
+            if axis is None:  # the same for every example: f gets the caller's own value
+                _check_level(a, i, level)  # (y += 1.0 writes the caller's array, as eagerly)
+                inputs.append(a)
                 continue
             a = _as_value(a)
             shape = shape_of(a)

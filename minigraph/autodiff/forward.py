@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import numpy as np
+from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
@@ -283,30 +284,54 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
 
 @contextmanager
 def _read_only(args: tuple, nums: tuple[int, ...], runs: int, who: str) -> Iterator[None]:
-    """While forward mode runs f ``runs`` times: the NumPy arrays among the arguments it
-    does not differentiate are read-only, so that a run writing into one (``y += 1.0``,
-    which eager mode's one run makes once) raises instead of handing the next run the
-    written value. NumPy writes without minigraph seeing it (a tensor's write is logged,
-    and :func:`_refuse_written` finds it after the run), so the array must refuse."""
-    frozen = {k: a for k, a in enumerate(args) if k not in nums and
-              type(a) is np.ndarray and a.flags.writeable} if runs > 1 else {}
+    """While forward mode runs f ``runs`` times: the arrays among the arguments it does
+    not differentiate are read-only, so that a run writing into one (``y += 1.0``, which
+    eager mode's one run makes once) raises instead of handing the next run the written
+    value. NumPy writes without minigraph seeing it (a tensor's write is logged, and
+    :func:`_refuse_written` finds it after the run), so a NumPy array is made to refuse.
+    Other arrays (CuPy's, array-api-strict's, PyTorch's) have no read-only flag: each is
+    kept as a copy, compared after the runs, and put back before the error."""
+    frozen, kept = {}, {}
+    for k, a in enumerate(args):
+        if runs == 1 or k in nums or isinstance(a, Tensor) or not is_array_api_obj(a):
+            continue
+        if type(a) is np.ndarray:
+            if a.flags.writeable:
+                frozen[k] = a
+        else:
+            kept[k] = (a, array_namespace(a).asarray(a, copy=True))
     for a in frozen.values():
         a.flags.writeable = False
     try:
         yield
+        written = {k: a for k, (a, was) in kept.items() if _differs(a, was)}
+        for a, was in (kept[k] for k in written):
+            a[...] = was
+        if written:
+            raise _written_error(written, runs, who, "after f returned")
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
-        arrays = " or ".join(f"{k} (shape {a.shape} {a.dtype})" for k, a in frozen.items())
-        raise GradientError(
-            f"{who} (forward mode): f wrote into a NumPy array it does not differentiate, "
-            f"its argument {arrays}, in place, at {raised_at(exc) or 'an unknown line'}; "
-            f"forward mode runs f {runs} times on the same arguments, and the next run "
-            f"would start from the written value. Inside f, write y = y * 0.5 (a new "
-            f"value), or use a reverse mode, which runs f once") from exc
+        raise _written_error(frozen, runs, who, raised_at(exc) or "an unknown line") from exc
     finally:
         for a in frozen.values():
             a.flags.writeable = True
+
+
+def _differs(a: Any, was: Any) -> bool:
+    """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
+    return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
+
+
+def _written_error(arrays: dict, runs: int, who: str, where: str) -> GradientError:
+    named = " or ".join(f"{k} ({type(a).__module__.split('.')[0]} array of shape "
+                        f"{tuple(a.shape)} {a.dtype})" for k, a in arrays.items())
+    return GradientError(
+        f"{who} (forward mode): f wrote into an array it does not differentiate, its "
+        f"argument {named}, in place, at {where}; forward mode runs f {runs} times on the "
+        f"same arguments, and each run would start from the value the one before wrote "
+        f"(the array holds its old values again). Inside f, write y = y * 0.5 (a new "
+        f"value), or use a reverse mode, which runs f once")
 
 
 def _runs(args: tuple, nums: tuple[int, ...]) -> int:
