@@ -10,6 +10,7 @@ chapter of tests/grading_fixtures (copied into a course folder of their own).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
@@ -265,12 +266,25 @@ def _leftovers() -> list[str]:
             found.append(pid)
     if isolation.is_root():
         for n in range(isolation.ACCOUNTS):
+            name = f"{isolation.ACCOUNT_PREFIX}{n}"
             try:
-                uid = pwd.getpwnam(f"{isolation.ACCOUNT_PREFIX}{n}").pw_uid
+                uid = pwd.getpwnam(name).pw_uid
             except KeyError:
                 continue
-            if isolation.processes_of_user(uid):
-                found.append(f"processes of {isolation.ACCOUNT_PREFIX}{n}")
+            # An account another grading holds now (a test running beside this one, under
+            # pytest -n) has processes of its own: only a released account must have none.
+            # Holding its lock while counting keeps a grading from claiming it meanwhile.
+            fd = os.open(isolation.LOCK_DIR / name, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            try:
+                if isolation.processes_of_user(uid):
+                    found.append(f"processes of {name}")
+            finally:
+                os.close(fd)
     return found
 
 
