@@ -4,6 +4,8 @@ rules for backward twice, gradient dtypes) and closed forms."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph import nn
+from minigraph.autodiff.checkpoint import CheckpointError
 from minigraph.errors import GradientError
 
 torch = pytest.importorskip("torch")
@@ -708,3 +711,102 @@ def test_an_attribute_of_a_global_object_bound_anew_is_read_again(mode, monkeypa
     assert g(x).numpy().tolist() == [2.0, 2.0]
     monkeypatch.setattr(CONFIG, "lr", 0.5)
     assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
+
+
+# -- an item of a list or dict bound anew ----------------------------------------------------
+
+WEIGHTS_LIST = [mg.tensor([1.0, 2.0])]
+SETTINGS = {"layers": [{"w": mg.tensor([1.0, 2.0])}], "scale": 1.0}
+
+
+def reads_a_list_item(x):
+    return mg.sum(x * WEIGHTS_LIST[0])
+
+
+def reads_nested_items(x):
+    return mg.sum(x * SETTINGS["layers"][0]["w"] * SETTINGS["scale"])
+
+
+def _fresh_items(monkeypatch):
+    """New containers behind the two names for one test (the old ones come back after)."""
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "WEIGHTS_LIST", [mg.tensor([1.0, 2.0])])
+    monkeypatch.setattr(here, "SETTINGS", {"layers": [{"w": mg.tensor([1.0, 2.0])}],
+                                           "scale": 1.0})
+
+
+def sums_over_a_list(x):
+    total = mg.sum(x * 0.0)
+    for w in WEIGHTS_LIST:  # (unrolled when the program is built: one term per item)
+        total = total + mg.sum(x * w)
+    return total
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_every_mode_sees_an_item_of_a_list_or_dict_bound_anew(mode, monkeypatch):
+    """``WEIGHTS[0] = w2`` or ``SETTINGS["layers"][0]["w"] = w2`` after the first call:
+    graph mode, mg.trace and source mode kept computing with the old tensor, silently
+    (only names bound anew were guarded). Every item of a list or dict that f reads,
+    nested, is guarded now. The oracle: d/dx sum(x * w * scale) = w * scale."""
+    _fresh_items(monkeypatch)
+    layer = SETTINGS["layers"][0]
+    x = np.array([3.0, 4.0])
+    g, h = COMPILED[mode](reads_a_list_item), COMPILED[mode](reads_nested_items)
+    assert g(x).numpy().tolist() == [1.0, 2.0] and h(x).numpy().tolist() == [1.0, 2.0]
+    WEIGHTS_LIST[0] = mg.tensor([5.0, 7.0])
+    layer["w"] = mg.tensor([5.0, 7.0])
+    assert g(x).numpy().tolist() == [5.0, 7.0] and h(x).numpy().tolist() == [5.0, 7.0]
+    SETTINGS["scale"] = 2.0  # a number in a dict
+    assert h(x).numpy().tolist() == [10.0, 14.0]
+
+
+@pytest.mark.parametrize("mode", ["graph", "trace of the tape's grad", "tape"])
+def test_an_item_appended_to_a_list_f_loops_over_is_seen(mode, monkeypatch):
+    """A loop over a list is unrolled into the program: an item appended after the
+    first call was left out of graph mode's and mg.trace's sum. (Source mode refuses a
+    loop over a list.) The oracle: d/dx sum_k sum(x * w_k) = sum_k w_k."""
+    _fresh_items(monkeypatch)
+    g, x = COMPILED[mode](sums_over_a_list), np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [1.0, 2.0]
+    WEIGHTS_LIST.append(mg.tensor([10.0, 10.0]))
+    assert g(x).numpy().tolist() == [11.0, 12.0]
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_vjp_fn_and_checkpoint_refuse_an_item_bound_anew(mode, monkeypatch):
+    """vjp_fn runs f's program again, and checkpoint's backward pass runs f again: after
+    ``WEIGHTS[0] = w2`` either would give the derivative of another function than the
+    one whose value was returned. Both refuse, naming the list."""
+    _fresh_items(monkeypatch)
+    x = mg.tensor([3.0, 4.0])
+    _, vjp_fn = mg.vjp(reads_a_list_item, x, mode=mode)
+    v = mg.tensor([3.0, 4.0], requires_grad=True)
+    y = mg.checkpoint(reads_a_list_item)(v)
+    WEIGHTS_LIST[0] = mg.tensor([5.0, 7.0])
+    with pytest.raises(GradientError, match=r"f reads an item of WEIGHTS_LIST, which holds "
+                                            r"another value since mg.vjp ran f"):
+        vjp_fn()
+    with pytest.raises(CheckpointError, match=r"f reads an item of WEIGHTS_LIST"):
+        y.backward()
+
+
+RUNS_LOG = []
+
+
+def logs_its_runs(x):
+    RUNS_LOG.append(1)  # a Python side effect: happens while a program is built (chapter 04)
+    return mg.sum(x * x)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
+def test_a_list_f_itself_appends_to_is_its_log_and_leaves_its_programs_alone(mode,
+                                                                             monkeypatch):
+    """A list f writes while it is recorded is f's own record of its runs, not a value
+    the program read: the second signature's recording appends to it, and the first
+    program is still used after that (one recording per signature, as chapter 04's
+    exercise counts), instead of being built again on every call."""
+    monkeypatch.setattr(sys.modules[__name__], "RUNS_LOG", [])
+    g = COMPILED[mode](logs_its_runs)
+    for x in ([1.0, 2.0], [1.0, 2.0, 3.0], [3.0, 4.0], [5.0, 6.0, 7.0]):
+        np.testing.assert_array_equal(g(np.array(x)).numpy(), 2 * np.array(x))
+    assert len(RUNS_LOG) == 2

@@ -184,7 +184,7 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
         if name is not None:  # (the program would be built again, from the new value)
             raise GradientError(
                 f"vjp_fn(g): f reads {name}, which holds another value since mg.vjp ran f "
-                f"(a name bound anew); the pullback (mode {mode!r}) runs f's program, which "
+                f"(a name or an item bound anew); the pullback (mode {mode!r}) runs f's program, which "
                 f"would read the new value and give the derivative of another function. "
                 f"Call mg.vjp again after binding it")
         return tape.hand_over(list(made.pullback(args, seed)), seed, g)

@@ -297,7 +297,7 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
     if not isinstance(result, Node) or result.graph is not graph or \
             any(result is x for x in inputs):
         return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save)
-    captured = Captured((t for t, _ in graph._consts.values()), fn)
+    captured = Captured((t for t, _ in graph._consts.values()), fn, graph.written_by_f)
     xs = [inputs[k] for k in wrt]
     with graph:
         seed = placeholder(tuple(result.shape), str(result.dtype), name="g")
@@ -368,7 +368,7 @@ def _refuse_rebound(out: Any) -> None:
     if name is not None:
         raise CheckpointError(
             f"checkpoint: f reads {name}, which holds another value since the forward pass "
-            f"(a name bound anew); the backward pass recomputes f, which would read the new "
+            f"(a name or an item bound anew); the backward pass recomputes f, which would read the new "
             f"value and give the derivative of another function (torch.utils.checkpoint "
             f"gives it silently). Bind it after backward(), or pass it to f as an argument")
 

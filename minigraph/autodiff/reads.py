@@ -3,7 +3,8 @@
 A compiled program (graph mode, ``mg.trace``, source mode) is built by running, or
 reading, f once; what f read from outside its arguments then became a constant of the
 program: a global (``SCALE``), a closure variable, an attribute (``CONFIG.lr``,
-``self.scale``), a module's parameter (``layer.weight``). :func:`outside_reads` lists
+``self.scale``), an item of a list or dict (``PARAMS[0]``, ``CFG["w"]``), a module's
+parameter (``layer.weight``). :func:`outside_reads` lists
 each with the dict or closure cell that holds it, so that :func:`rebound` can tell, on
 every call, whether one of those names now holds another object: the program is then
 stale (``signature.Captured``), as ``torch.compile``'s guards say, where ``jax.jit``
@@ -22,7 +23,8 @@ from ..ops.operators import LIBRARIES
 def read_from_outside(f: Any) -> dict[str, Any]:
     """The globals and closure variables that f's code reads, by name; none for a
     callable that is not a Python function (a partial, an object)."""
-    return {name: value for _, name, value in outside_reads(f, depth=0)}
+    return {name: value for where, name, value in outside_reads(f, depth=0)
+            if type(where) is not _Items}
 
 
 def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
@@ -30,7 +32,10 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
     being the dict or closure cell that holds ``value`` under ``name``: the globals and
     closure variables f's code reads (its comprehensions' and nested functions' code
     too); the attributes of those objects, and of a method's ``self``, that the code
-    names (``CONFIG.lr``, ``self.scale``); every parameter and
+    names (``CONFIG.lr``, ``self.scale``); the items of the lists and dicts among them,
+    nested, as one entry per container (an ``_Items``, its items compared as a whole:
+    one bound anew, added or removed), and the named attributes of those items; (at
+    most ``_MOST_INSIDE`` objects looked inside per function); every parameter and
     layer of a module (``nn.Module``: its ``_parameters`` and ``_modules``, the whole
     tree) that f is, or reads. And, up to ``depth`` calls further, what the user's
     Python functions among the values read read (a helper f calls). A compiled program
@@ -70,12 +75,26 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
                 reads.append((cell, name, cell.cell_contents))
             except ValueError:  # (a cell not yet filled)
                 continue
-        for obj in [owner] + [v for _, _, v in reads]:  # (self.scale, CONFIG.lr: by name)
+        # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
+        # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
+        labelled = [("self", owner)] + [(n, v) for _, n, v in reads]
+        inside: set[int] = set()
+        for label, obj in labelled:  # (the list grows as items and attributes are found)
+            if id(obj) in inside or len(inside) > _MOST_INSIDE:
+                continue
+            inside.add(id(obj))
+            if type(obj) in (list, dict):
+                reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
+                keys = range(len(obj)) if type(obj) is list else list(obj)
+                labelled += [(f"{label}[{k!r}]", obj[k]) for k in keys]
+                continue
             attributes = getattr(obj, "__dict__", None)
             if type(attributes) is dict and not isinstance(obj, (type, ModuleType,
                                                                  FunctionType)):
-                reads += [(attributes, n, attributes[n]) for n in sorted(names)
-                          if n in attributes]
+                named = [(attributes, n, attributes[n]) for n in sorted(names)
+                         if n in attributes]
+                reads += named
+                labelled += [(f"{label}.{n}", v) for _, n, v in named]
         found += reads
         if level < depth:
             todo += [(v, level + 1) for _, _, v in reads
@@ -113,14 +132,66 @@ def _users(fn: Any) -> bool:
         not fn.__code__.co_filename.startswith(LIBRARIES)
 
 
+# How many objects outside_reads looks inside (their attributes, a container's items)
+# per function: a bound on the work, for a function that reads a very large structure.
+_MOST_INSIDE = 10_000
+
+
+class _Items:
+    """Where a list's or dict's items are: ``rebound`` compares them all with the
+    snapshot taken when f was read (an item bound anew, added or removed)."""
+
+    __slots__ = ("container",)
+
+    def __init__(self, container: "list | dict"):
+        self.container = container
+
+
+def _snapshot(container: "list | dict") -> tuple:
+    """A dict's keys and values, or a list's items (with None for its keys)."""
+    if type(container) is dict:
+        return tuple(container), tuple(container.values())
+    return None, tuple(container)
+
+
+def _same(container: "list | dict", snapshot: tuple) -> bool:
+    """Whether ``container`` holds the keys and the very objects of ``snapshot``."""
+    keys, items = _snapshot(container)
+    return keys == snapshot[0] and len(items) == len(snapshot[1]) and \
+        all(a is b for a, b in zip(items, snapshot[1]))
+
+
+def containers(f: Any) -> dict[int, tuple[Any, tuple]]:
+    """The lists and dicts among what f reads (:func:`outside_reads`), by id, each with
+    a snapshot of its items; :func:`changed` tells, after f ran, which of them it wrote."""
+    return {id(w.container): (w.container, snap) for w, _, snap in outside_reads(f)
+            if type(w) is _Items}
+
+
+def changed(before: dict[int, tuple[Any, tuple]]) -> frozenset[int]:
+    """The ids of the containers of ``before`` (:func:`containers`) that changed since:
+    those f wrote while it ran (``runs.append(1)``, a counter). Such a list is f's own
+    record of its runs, which a compiled program's recording writes and its replays
+    leave alone (chapter 04): it is not guarded (``signature.Captured``)."""
+    return frozenset(k for k, (c, snap) in before.items() if not _same(c, snap))
+
+
+def without(reads: list[tuple[Any, str, Any]], own: frozenset[int]) -> list:
+    """``reads`` less the entries of the containers whose ids are in ``own``."""
+    return [r for r in reads if not (type(r[0]) is _Items and id(r[0].container) in own)]
+
+
 _UNBOUND = object()
 
 
 def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
     """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
-    (``LR = 0.001``, ``W = W - lr * g``), or None."""
+    (``LR = 0.001``, ``W = W - lr * g``, ``PARAMS[0] = w2``), or None."""
     for where, name, value in reads:
-        if type(where) is dict:
+        if type(where) is _Items:
+            if not _same(where.container, value):
+                return name
+        elif type(where) is dict:
             if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
                 return name
         else:

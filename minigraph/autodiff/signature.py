@@ -45,7 +45,7 @@ from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
-from .reads import outside_reads, rebound
+from .reads import outside_reads, rebound, without
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
@@ -167,11 +167,13 @@ class Captured:
 
     __slots__ = ("tensors", "stamps", "built_at", "reads")
 
-    def __init__(self, tensors: Any, f: Any = None):
+    def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
+        """``own``: the ids of the lists and dicts f wrote while it was recorded
+        (``reads.changed``), its own record of its runs, which are not guarded."""
         self.tensors = [t for t in tensors if isinstance(t, Tensor)]
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
-        self.reads = outside_reads(f) if f is not None else []
+        self.reads = without(outside_reads(f), own) if f is not None else []
 
     def stale(self) -> bool:
         if self.reads and rebound(self.reads) is not None:

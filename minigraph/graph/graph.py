@@ -268,6 +268,9 @@ class Graph:
         # set while a function is recorded (mg.trace, mode="graph"): a value it computes
         # inside ``with mg.no_grad():`` is then a constant for derivatives, as on the tape
         self.recording = False
+        # the ids of the lists and dicts the function wrote while it was recorded (its
+        # own log of its runs: reads.changed), which its program does not guard
+        self.written_by_f: frozenset[int] = frozenset()
 
     # -- the default graph ---------------------------------------------------------------
     def __enter__(self) -> "Graph":

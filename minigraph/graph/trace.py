@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence, cast
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
+from ..autodiff.reads import changed, containers
 from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
 from ..errors import GradientError
 from ..ops.operators import passed_as_is
@@ -127,12 +128,13 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
             else:
                 call_args.append(a)
         graph.recording = True
-        since = last_write()
+        since, before = last_write(), containers(f)
         try:
             with passed_as_is(call_args, nums, who, args):
                 out = f(*call_args)
         finally:
             graph.recording = False
+        graph.written_by_f = changed(before)
     refuse_written_outside(f, since, "graph mode")
     return graph, inputs, out
 
@@ -332,7 +334,8 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
              f: Callable[..., Any]) -> CompiledFunction:
     """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python; the
     program is stale once what f read from outside has changed (``Captured``)."""
-    captured = Captured((t for t, _ in graph._consts.values()), f)  # (before folding)
+    captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
+                        graph.written_by_f)
     result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
     fn = compile_graph(result.graph, [result[n] for n in inputs],
                        [result[n] for n in outputs], name)

@@ -31,6 +31,7 @@ from ...ops.primitive import KINDS
 from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
+from ..reads import changed, containers
 from ..signature import Captured, is_weak
 from ..tape import last_write, refuse_written_outside
 from .adjoint import _adjoint_of, _Reverse
@@ -106,7 +107,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     writer = _Writer()
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
-    since = last_write()
+    since, before = last_write(), containers(src.fn)
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
@@ -117,6 +118,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
                        if k < len(names)}
         out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         refuse_written_outside(src.fn, since, "source_grad")
+        written_by_f = changed(before)  # (its own log of its runs: not guarded)
         forward = writer.block
         writer.block, writer.role = [], "rtemp"
         reverse = _Reverse(writer)
@@ -127,7 +129,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         _writing.writer = saved
     runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
-                   writer, single, signature, seed)
+                   writer, single, signature, seed, written_by_f)
 
 
 # The names the program's text reads from its namespace. A parameter of f named like one
@@ -207,9 +209,11 @@ def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> Src
 
 def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: list,
             backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
-            single: bool, signature: tuple, seed: SrcVar | None = None) -> Program:
+            single: bool, signature: tuple, seed: SrcVar | None = None,
+            written_by_f: frozenset[int] = frozenset()) -> Program:
     """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
-    last parameter, after f's."""
+    last parameter, after f's. ``written_by_f``: the lists and dicts f wrote while it
+    was read (``reads.changed``), which the program does not guard."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack"},
@@ -230,7 +234,7 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     namespace.update({cname: value for value, cname in consts.values()})
     fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
     prog = Program(signature, source, primal, fn, single, namespace, src.node.name)
-    prog.captured = Captured((value for value, _ in consts.values()), src.fn)
+    prog.captured = Captured((value for value, _ in consts.values()), src.fn, written_by_f)
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
