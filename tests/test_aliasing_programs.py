@@ -1,7 +1,8 @@
 """Random programs that update values in place while other places hold them: names, lists,
 helpers that write into their arguments, a module's tensor, an argument the caller holds
 (``v2``), ifs decided at run time, loops. Each mode is then called again after the
-module's ``W`` is bound to a new tensor: a compiled program must see it (``Captured``).
+module's ``W``, and the item ``WS["w"]`` of its dict, are bound to new tensors: a
+compiled program must see them (``Captured``).
 
 Without recording, an update writes into the one object, and every holder sees it
 (NumPy's semantics, eager mode's). While recording, and inside every transformation, it
@@ -27,6 +28,7 @@ from program_files import load_module  # (tests/program_files.py)
 HELPERS = '''import minigraph as mg
 
 W = mg.tensor([0.7, -0.4])  # a module's tensor: an update of it writes into the module
+WS = {"w": mg.tensor([0.2, 0.9])}  # a tensor in a module's dict
 
 
 def bump(a, b):
@@ -61,7 +63,7 @@ statement = st.one_of(
     st.tuples(st.just("if"), name, name, st.just("")),
     st.tuples(st.just("loop"), name, name, st.sampled_from(["{b}", "{b} * 0.9"])),
     st.tuples(st.just("same"), name, name, st.just("")),
-    st.tuples(st.just("global"), name, name, st.just("")))
+    st.tuples(st.just("global"), name, name, st.sampled_from(["W", 'WS["w"]'])))
 
 
 def program(statements: list) -> str:
@@ -94,7 +96,7 @@ def program(statements: list) -> str:
             lines.append(f"v{k} = {a} * 3.0 if False else {a}")
             k += 1
         elif kind == "global":
-            lines.append(f"v{k} = W")
+            lines.append(f"v{k} = {extra}")
             k += 1
     terms = [f"mg.sum(v{i})" for i in range(k)] + [f"mg.sum({n}[0]) + mg.sum({n}[-1])"
                                                    for n in lists]
@@ -107,15 +109,23 @@ Y = np.array([0.5, 1.2])  # the argument not differentiated, v2: f may write int
 
 
 W_AGAIN = np.array([-0.3, 1.1])  # what the module's W is bound to before a second call
+WS_AGAIN = np.array([1.4, -0.6])  # and its WS["w"]
+
+
+def bind_anew(module, w):
+    """W and the item WS["w"] bound to new tensors (of ``w``, and of WS_AGAIN)."""
+    module.W = mg.tensor(w)
+    module.WS["w"] = mg.tensor(WS_AGAIN)
 
 
 def eager(text, tmp, x, w=None):
     """f's value without recording, in a module of its own (f may write into W; ``w``:
-    W bound to a new tensor of it first), and what f left in the caller's tensor ``Y``."""
+    W bound to a new tensor of it first, and WS["w"]), and what f left in the caller's
+    tensor ``Y``."""
     y = mg.tensor(Y)
     module = load_module(text, tmp)
     if w is not None:
-        module.W = mg.tensor(w)
+        bind_anew(module, w)
     return float(module.f(mg.tensor(x), y).item()), y.numpy()
 
 
@@ -161,9 +171,9 @@ def test_every_mode_gives_eager_modes_value_or_refuses(statements, tmp_path_fact
                                    err_msg=mode)
         np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-12, atol=1e-12,
                                    err_msg=f"{mode}: the caller's tensor after f")
-        # a second call after W is bound to a new tensor: a compiled program that kept
-        # the old one is stale, and must be built again
-        module.W = mg.tensor(W_AGAIN)
+        # a second call after W and WS["w"] are bound to new tensors: a compiled program
+        # that kept the old ones is stale, and must be built again
+        bind_anew(module, W_AGAIN)
         value, grad = call(X, mg.tensor(Y))
         assert float(value.item()) == pytest.approx(again, rel=1e-12, abs=1e-12), \
             f"{mode}, after W was bound anew"
