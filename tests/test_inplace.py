@@ -1220,3 +1220,104 @@ def test_a_transformation_ending_in_another_thread_leaves_this_ones_refusal():
     a_done.set()
     b.join(10)
     assert "the tensor passed to grad as argument 1" in outcome["b"]
+
+
+# -- a NumPy array f reads from outside, written in place -------------------------------------
+
+HALVED_NP = [np.array([3.0, 4.0])]  # a module's list holding a NumPy array
+
+
+def halves_a_numpy_global(x):
+    w = HALVED_NP[0]
+    w *= 0.5  # NumPy's own write, which minigraph's log of writes does not see
+    return (x * w).sum()
+
+
+NUMPY_OUTSIDE = {
+    "forward grad": lambda x: mg.grad(halves_a_numpy_global, mode="forward")(x),
+    "jacfwd": lambda x: mg.jacfwd(halves_a_numpy_global, vectorize=False)(x),
+    "checkpoint": lambda x: mg.grad(mg.checkpoint(halves_a_numpy_global))(mg.tensor(x)),
+    "graph grad": lambda x: mg.grad(halves_a_numpy_global, mode="graph")(x),
+    "source grad": lambda x: mg.grad(halves_a_numpy_global, mode="source")(x),
+    "mg.trace": lambda x: mg.trace(halves_a_numpy_global)(x),
+}
+
+
+@pytest.mark.parametrize("call", NUMPY_OUTSIDE)
+def test_a_write_into_a_numpy_array_read_from_outside_is_refused(call):
+    """Eager mode halves HALVED_NP[0] once per call, and its gradient is the halved
+    array, [1.5, 2.0]. Forward mode (a run per input element) and a checkpoint (f again
+    in the backward pass) halved it twice and gave [1.5, 1.0] and [0.75, 1.0]; graph
+    mode, mg.trace and source mode halved it once while recording and never again (the
+    program runs no Python; source mode made a new value and never wrote it). NumPy
+    writes without minigraph seeing it, so the array is read-only while f runs there:
+    refused, naming it, and the array is as it was (and writeable again)."""
+    x = np.array([1.0, 2.0])
+    HALVED_NP[0] = np.array([3.0, 4.0])
+    assert mg.grad(halves_a_numpy_global)(x).numpy().tolist() == [1.5, 2.0]  # the oracle
+    assert HALVED_NP[0].tolist() == [1.5, 2.0]  # (eager mode: written once)
+    HALVED_NP[0] = np.array([3.0, 4.0])
+    error = mg.autodiff.checkpoint.CheckpointError if call == "checkpoint" else GradientError
+    with pytest.raises(error, match=r"an item of HALVED_NP.* in place.*w \*= 0.5|"
+                                    r"an item of HALVED_NP.* in place, in halves_a_numpy"):
+        NUMPY_OUTSIDE[call](x)
+    assert HALVED_NP[0].tolist() == [3.0, 4.0] and HALVED_NP[0].flags.writeable
+
+
+def aliases_a_numpy_local(x):
+    a = np.zeros(2)
+    b = a
+    a += 1.0  # NumPy writes into the one array: b sees it
+    return mg.sum(x * b)
+
+
+def test_source_mode_writes_into_a_numpy_array_as_numpy_does():
+    """Source mode made a new array for ``a += 1.0`` on a NumPy array of f's own, so b
+    kept the zeros and the gradient came out [0, 0]; eager mode (NumPy's semantics)
+    gives b = [1, 1]. It writes into the array now, as eager mode does."""
+    x = np.array([2.0, 3.0])
+    assert mg.grad(aliases_a_numpy_local)(x).numpy().tolist() == [1.0, 1.0]  # the oracle
+    assert mg.grad(aliases_a_numpy_local, mode="source")(x).numpy().tolist() == [1.0, 1.0]
+
+
+def adds_into_its_argument(x, y):
+    y += 1.0
+    return mg.sum(x * y)
+
+
+@pytest.mark.parametrize("y", [np.array([3.0, 4.0]), mg.tensor([3.0, 4.0])],
+                         ids=["numpy", "tensor"])
+def test_a_checkpoint_inside_graph_mode_refuses_a_write_into_its_argument(y):
+    """On the tape a checkpoint refuses f's write into its argument (its backward pass
+    recomputes f from it). Inside graph mode, f ran on a placeholder, and ``y += 1.0``
+    made a new node: the caller's y was never written, where eager mode writes it. The
+    placeholders are the caller's too now, and the update is refused there as well."""
+    with pytest.raises(GradientError, match="the tensor passed to checkpoint as argument 1"):
+        mg.grad(lambda x: mg.checkpoint(adds_into_its_argument)(x, y), mode="graph")(
+            mg.tensor([1.0, 2.0]))
+    assert np.asarray(y.numpy() if isinstance(y, mg.Tensor) else y).tolist() == [3.0, 4.0]
+    # (the tape refuses after f ran: a tensor y has been written by then)
+    with pytest.raises(mg.autodiff.checkpoint.CheckpointError, match="argument 1 in place"):
+        mg.grad(lambda x: mg.checkpoint(adds_into_its_argument)(x, y))(mg.tensor([1.0, 2.0]))
+
+
+LOOP_HELD = {"w": mg.tensor([0.2, 0.9])}  # a module's dict holding a tensor
+
+
+def halves_an_item_in_a_loop(x):
+    w = LOOP_HELD["w"]
+    for i in range(2):
+        w *= 0.5  # eager mode: written into LOOP_HELD["w"], twice
+        x = w * 0.9
+    return mg.sum(x) + mg.sum(w)
+
+
+def test_source_mode_refuses_a_loops_update_of_an_item_read_from_outside():
+    """Source mode writes a loop once, so ``w`` in the loop is a loop variable, and the
+    update made a new value: LOOP_HELD["w"] was never written, silently (the random
+    aliasing programs found it, with v5 = W["w"] a second name for it). The item's object
+    now has an origin of its own (one per key), which the loop's update finds held."""
+    with pytest.raises(mg.SourceTransformError, match=r"update in place of w, whose value "
+                                                      r".*LOOP_HELD\['w'\] \(outside"):
+        mg.grad(halves_an_item_in_a_loop, mode="source")(np.array([1.0, 2.0]))
+    assert LOOP_HELD["w"].numpy().tolist() == [0.2, 0.9]

@@ -81,8 +81,8 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_outside, written_since
-from .reads import outside_reads, rebound
-from ..ops.operators import innermost
+from .reads import numpy_read_only, outside_reads, rebound
+from ..ops.operators import innermost, passed_as_is
 
 
 class CheckpointError(MinigraphError, TypeError):
@@ -125,7 +125,9 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     return its result's array. The intermediates die here."""
     dev = get_device(device)
     since = last_write()
-    out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
+    with numpy_read_only(fn, "checkpoint", "; the backward pass runs f again, which would "
+                         "start from the written value and write it twice", CheckpointError):
+        out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
     written = written_since(arrays, since)
     if written is not None:  # the recomputation would start from the written value
         raise CheckpointError(
@@ -164,8 +166,9 @@ def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> t
     with graph:
         inputs = [a if isinstance(a, (bool, int, float)) else
                   placeholder(tuple(shape_of(a)), str(dtype_of(a))) for a in args]
-        try:
-            out = _call(fn, static, inputs)
+        try:  # (an update of an argument is refused, as the tape's _impl refuses it)
+            with passed_as_is(inputs, (), "checkpoint", every=True):
+                out = _call(fn, static, inputs)
         except GraphError as exc:  # a node of the enclosing graph met one of these
             raise _closure_error("a node of the graph being built") from exc
     if isinstance(out, (tuple, list)):

@@ -29,6 +29,7 @@ from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps, passed_as_is, raised_at
+from .reads import numpy_arrays
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
@@ -241,7 +242,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         jacs = []
         since = last_write()
         runs = len(nums) if vectorize else _runs(args, nums)
-        with _read_only(args, nums, runs, "jacfwd"):
+        with _read_only(f, args, nums, runs, "jacfwd"):
             for i in nums:
                 x = args[i]
                 refuse_integers(x.dtype, i, "jacfwd")
@@ -283,23 +284,31 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
 
 
 @contextmanager
-def _read_only(args: tuple, nums: tuple[int, ...], runs: int, who: str) -> Iterator[None]:
+def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: int,
+               who: str) -> Iterator[None]:
     """While forward mode runs f ``runs`` times: the arrays among the arguments it does
-    not differentiate are read-only, so that a run writing into one (``y += 1.0``, which
-    eager mode's one run makes once) raises instead of handing the next run the written
-    value. NumPy writes without minigraph seeing it (a tensor's write is logged, and
-    :func:`_refuse_written` finds it after the run), so a NumPy array is made to refuse.
-    Other arrays (CuPy's, array-api-strict's, PyTorch's) have no read-only flag: each is
-    kept as a copy, compared after the runs, and put back before the error."""
-    frozen, kept = {}, {}
-    for k, a in enumerate(args):
-        if runs == 1 or k in nums or isinstance(a, Tensor) or not is_array_api_obj(a):
-            continue
-        if type(a) is np.ndarray:
-            if a.flags.writeable:
-                frozen[k] = a
-        else:
-            kept[k] = (a, array_namespace(a).asarray(a, copy=True))
+    not differentiate, and the NumPy arrays f reads from outside (a global, an item of
+    one: ``reads.numpy_arrays``), are read-only, so that a run writing into one
+    (``y += 1.0``, which eager mode's one run makes once) raises instead of handing the
+    next run the written value. NumPy writes without minigraph seeing it (a tensor's
+    write is logged, and :func:`_refuse_written` finds it after the run), so a NumPy
+    array is made to refuse. Other arrays (CuPy's, array-api-strict's, PyTorch's) have
+    no read-only flag: each is kept as a copy, compared after the runs, and put back
+    before the error."""
+    frozen: dict[str, Any] = {}
+    kept: dict[str, tuple[Any, Any]] = {}
+    if runs > 1:
+        for k, a in enumerate(args):
+            if k in nums or isinstance(a, Tensor) or not is_array_api_obj(a):
+                continue
+            if type(a) is np.ndarray:
+                if a.flags.writeable:
+                    frozen[f"its argument {k}"] = a
+            else:
+                kept[f"its argument {k}"] = (a, array_namespace(a).asarray(a, copy=True))
+        frozen.update((f"{place}, which it reads from outside its arguments", a)
+                      for place, a in numpy_arrays(f)
+                      if a.flags.writeable and all(a is not b for b in frozen.values()))
     for a in frozen.values():
         a.flags.writeable = False
     try:
@@ -312,7 +321,8 @@ def _read_only(args: tuple, nums: tuple[int, ...], runs: int, who: str) -> Itera
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
-        raise _written_error(frozen, runs, who, raised_at(exc) or "an unknown line") from exc
+        raise _written_error(frozen, runs, who,
+                             f"at {raised_at(exc) or 'an unknown line'}") from exc
     finally:
         for a in frozen.values():
             a.flags.writeable = True
@@ -327,8 +337,8 @@ def _written_error(arrays: dict, runs: int, who: str, where: str) -> GradientErr
     named = " or ".join(f"{k} ({type(a).__module__.split('.')[0]} array of shape "
                         f"{tuple(a.shape)} {a.dtype})" for k, a in arrays.items())
     return GradientError(
-        f"{who} (forward mode): f wrote into an array it does not differentiate, its "
-        f"argument {named}, in place, at {where}; forward mode runs f {runs} times on the "
+        f"{who} (forward mode): f wrote into an array it does not differentiate, "
+        f"{named}, in place, {where}; forward mode runs f {runs} times on the "
         f"same arguments, and each run would start from the value the one before wrote "
         f"(the array holds its old values again). Inside f, write y = y * 0.5 (a new "
         f"value), or use a reverse mode, which runs f once")
@@ -377,7 +387,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         value = None
         grads = []
         since = last_write()
-        with _read_only(args, nums, _runs(args, nums), "grad"):
+        with _read_only(f, args, nums, _runs(args, nums), "grad"):
             for i in nums:
                 x = args[i]
                 refuse_integers(x.dtype, i, "grad")

@@ -14,10 +14,15 @@ would go on with the old value. ``mg.checkpoint`` asks the same before it recomp
 from __future__ import annotations
 
 import functools
+import weakref
+from contextlib import contextmanager
 from types import FunctionType, MethodType, ModuleType
-from typing import Any
+from typing import Any, Iterator
 
-from ..ops.operators import LIBRARIES
+import numpy as np
+
+from ..errors import GradientError
+from ..ops.operators import LIBRARIES, raised_at
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
@@ -201,3 +206,76 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
             except ValueError:
                 return name
     return None
+
+
+class ReadOnlyWrite(ValueError):
+    """NumPy's refusal of a write into a read-only array that minigraph made for f at
+    ``where``, the user's line (source mode's normaliser runs f's statements itself)."""
+
+    def __init__(self, exc: ValueError, where: Any):
+        super().__init__(str(exc))
+        self.where = where
+
+
+BUILT = (", while its program was built; the program runs no Python, so the write would "
+         "not happen again on later calls, as it does in eager mode")
+
+
+@contextmanager
+def numpy_read_only(f: Any, who: str, why: str = BUILT,
+                    error: type[Exception] = GradientError) -> Iterator[None]:
+    """While a compiled program is built from f (or a checkpoint runs it, to run it
+    again in the backward pass: ``why`` says what the write would do), the NumPy arrays
+    f reads from outside
+    its arguments (a global, a closure variable, an item or attribute one level inside
+    one) are read-only. f's ``Y += 1.0`` would write once, while recording, where eager
+    mode writes on every call; NumPy writes without minigraph seeing it, so the array
+    refuses the write, as a tensor's is refused after the build
+    (``tape.refuse_written_outside``)."""
+    frozen = {id(v): (place, v) for place, v in numpy_arrays(f) if v.flags.writeable}
+    for _, v in frozen.values():
+        v.flags.writeable = False
+    try:
+        yield
+    except ValueError as exc:
+        if not (frozen and "read-only" in str(exc)):
+            raise
+        arrays = " or ".join(f"{p} (shape {v.shape} {v.dtype})" for p, v in frozen.values())
+        raise error(
+            f"{who}: f wrote into a NumPy array it reads from outside its arguments, "
+            f"{arrays}, in place, {_line(exc)}{why}. Inside f, write a new value "
+            f"(y = y + 1.0) instead") from exc
+    finally:
+        for _, v in frozen.values():
+            v.flags.writeable = True
+
+
+# f -> (what it reads, the NumPy arrays among it): found again once a name is bound anew
+_ARRAYS: "weakref.WeakKeyDictionary[Any, tuple[list, list]]" = weakref.WeakKeyDictionary()
+
+
+def numpy_arrays(f: Any) -> list[tuple[str, np.ndarray]]:
+    """The NumPy arrays f reads from outside its arguments (:func:`outside_reads`: by
+    name, attribute, or as an item of a list or dict), each with where it is."""
+    try:
+        reads, arrays = _ARRAYS[f]
+        if rebound(reads) is None:  # (a name's or an item's object is the same one)
+            return arrays
+    except (KeyError, TypeError):  # (not seen yet; or f cannot be weakly referenced)
+        pass
+    reads = outside_reads(f)
+    arrays = [(name, v) for where, name, v in reads if type(v) is np.ndarray]
+    arrays += [(name, item) for where, name, v in reads if type(where) is _Items
+               for item in v[1] if type(item) is np.ndarray]
+    try:
+        _ARRAYS[f] = (reads, arrays)
+    except TypeError:
+        pass
+    return arrays
+
+
+def _line(exc: BaseException) -> str:
+    """Where the user's code made the write that raised ``exc``."""
+    if isinstance(exc, ReadOnlyWrite):
+        return str(exc.where)
+    return f"at {raised_at(exc) or 'an unknown line'}"

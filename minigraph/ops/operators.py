@@ -274,8 +274,13 @@ class passed_as_is:
 
     __slots__ = ("entries", "start")
 
-    def __init__(self, values: Any, nums: Any, who: str, caller: Any = None):
-        held = caller_held(values if caller is None else caller, nums, who)
+    def __init__(self, values: Any, nums: Any, who: str, caller: Any = None,
+                 every: bool = False):
+        """``every``: each argument but a number is held, whatever its kind (checkpoint's
+        arguments, which its backward pass recomputes f from)."""
+        held = caller_held(values if caller is None else caller, nums, who) if not every \
+            else {k: f"the tensor passed to {who} as argument {k}"
+                  for k, v in enumerate(values) if not isinstance(v, (bool, int, float))}
         memories = [(_memory(values[k]), what) for k, what in held.items()]
         self.entries = [(memory, what) for memory, what in memories if memory is not None]
         self.start = 0

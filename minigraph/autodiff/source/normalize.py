@@ -36,7 +36,7 @@ from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
 from ...tensor import Tensor
 from .. import tape
-from ..reads import read_from_outside
+from ..reads import ReadOnlyWrite, read_from_outside
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
 from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
 from .values import Cond, Index, SrcVar, _constant, _dynamic
@@ -225,11 +225,19 @@ class _Normaliser:
                     f"ops/operators.py's refuse_aliased). Write {node.target.id} = "
                     f"{rebound} for a new value, or copy first (b = a * 1.0)")
             self.assign(node.target, self.guard(lambda: update(current, value)), env)
-        elif update is not None and isinstance(current, Tensor):
-            # a constant tensor: written into now, as eager mode writes (a global's is
-            # refused once the program is built: compiled.py, tape.refuse_written_outside)
-            self.assign(node.target, self.guard(lambda: update(current, value)), env,
-                        self.origin(node.target.id, env))
+        elif update is not None and isinstance(current, (Tensor, np.ndarray)):
+            # a constant tensor or NumPy array: written into now, as eager mode writes (a
+            # global's is refused: a tensor's once the program is built, compiled.py's
+            # tape.refuse_written_outside; a NumPy array is read-only while it is built,
+            # reads.numpy_read_only)
+            def write() -> Any:
+                try:
+                    return update(current, value)
+                except ValueError as exc:  # (read-only: say the user's line, not ours)
+                    if type(current) is np.ndarray and not current.flags.writeable:
+                        raise ReadOnlyWrite(exc, self.w.where) from exc
+                    raise
+            self.assign(node.target, self.guard(write), env, self.origin(node.target.id, env))
         else:
             self.assign(node.target, self.binop(node.op, current, value), env)
 
@@ -283,8 +291,15 @@ class _Normaliser:
         mine = _flat(self.origin(name, env))
         found = self.held(current, mine, env, skip=name)
         for token in sorted(t for t in mine if type(t) is str and t.startswith("<outside>")):
-            outside = token[len("<outside>"):]  # (v = W, W a global tensor: W holds it)
-            if isinstance(self.outside_value(outside), (Tensor, np.ndarray)):
+            outside = token[len("<outside>"):]  # (v = W, W a global tensor: W holds it;
+            name, _, key = outside.partition("[")  # v = W["w"]: W["w"] does)
+            value = self.outside_value(name)
+            if key:
+                try:
+                    value = value[ast.literal_eval(key[:-1])]
+                except (LookupError, TypeError, ValueError):
+                    value = None
+            if isinstance(value, (Tensor, np.ndarray)):
                 found.append(f"{outside} (outside the function)")
         found += [what for name, what in self.passed.items() if "<own>" + name in mine]
         for depth, caller in enumerate(reversed(self.callers), 1):
@@ -347,11 +362,14 @@ class _Normaliser:
             return [self.origin_of(e, env) for e in expr.elts]
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
             origins = self.origin(expr.value.id, env)  # (hs[0]: the item's own object)
+            index = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
             if type(origins) is list:
-                index = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
                 if type(index) is int and -len(origins) <= index < len(origins):
                     return origins[index]
                 return _flat(origins)  # (hs[i]: any of them)
+            if index is not None:  # (W["w"] of a dict or list made elsewhere: the same
+                # object on every read, since f cannot assign an item: reading.py)
+                return frozenset(f"{t}[{index!r}]" for t in origins)
         if isinstance(expr, ast.IfExp):
             return _flat(self.origin_of(expr.body, env)) | _flat(self.origin_of(expr.orelse,
                                                                                  env))
