@@ -184,9 +184,9 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
         if name is not None:  # (the program would be built again, from the new value)
             raise GradientError(
                 f"vjp_fn(g): f reads {name}, which holds another value since mg.vjp ran f "
-                f"(a name or an item bound anew); the pullback (mode {mode!r}) runs f's program, which "
-                f"would read the new value and give the derivative of another function. "
-                f"Call mg.vjp again after binding it")
+                f"(a name or an item bound anew); the pullback (mode {mode!r}) runs f's "
+                f"program, which would read the new value and give the derivative of "
+                f"another function. Call mg.vjp again after binding it")
         return tape.hand_over(list(made.pullback(args, seed)), seed, g)
 
     if hasattr(made, "source"):  # (the program value() used: this signature's)

@@ -371,9 +371,10 @@ def _refuse_rebound(out: Any) -> None:
     if name is not None:
         raise CheckpointError(
             f"checkpoint: f reads {name}, which holds another value since the forward pass "
-            f"(a name or an item bound anew); the backward pass recomputes f, which would read the new "
-            f"value and give the derivative of another function (torch.utils.checkpoint "
-            f"gives it silently). Bind it after backward(), or pass it to f as an argument")
+            f"(a name or an item bound anew); the backward pass recomputes f, which would "
+            f"read the new value and give the derivative of another function "
+            f"(torch.utils.checkpoint gives it silently). Bind it after backward(), or pass "
+            f"it to f as an argument")
 
 
 def _vjp_rule(i: int) -> Callable[..., Any]:

@@ -29,7 +29,6 @@ from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps, passed_as_is, raised_at
-from .reads import numpy_arrays
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
@@ -37,6 +36,7 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
+from .reads import numpy_arrays
 from .tape import (as_gradient, enable_grad, is_grad_enabled, last_write, written_outside,
                    written_since)
 

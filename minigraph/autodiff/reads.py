@@ -226,12 +226,12 @@ def numpy_read_only(f: Any, who: str, why: str = BUILT,
                     error: type[Exception] = GradientError) -> Iterator[None]:
     """While a compiled program is built from f (or a checkpoint runs it, to run it
     again in the backward pass: ``why`` says what the write would do), the NumPy arrays
-    f reads from outside
-    its arguments (a global, a closure variable, an item or attribute one level inside
-    one) are read-only. f's ``Y += 1.0`` would write once, while recording, where eager
-    mode writes on every call; NumPy writes without minigraph seeing it, so the array
-    refuses the write, as a tensor's is refused after the build
-    (``tape.refuse_written_outside``)."""
+    f reads from outside its arguments (:func:`numpy_arrays`: a global, a closure
+    variable, an attribute the code names, an item of a list or dict) are read-only.
+    f's ``Y += 1.0`` would write once, while recording, where eager mode writes on every
+    call; NumPy writes without minigraph seeing it, so the array refuses the write, as
+    a tensor's is refused after the build (``tape.refuse_written_outside``). (Another
+    thread writing into such an array meanwhile is refused too.)"""
     frozen = {id(v): (place, v) for place, v in numpy_arrays(f) if v.flags.writeable}
     for _, v in frozen.values():
         v.flags.writeable = False
