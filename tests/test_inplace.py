@@ -1172,6 +1172,11 @@ def test_vmap_writes_into_the_callers_numpy_array_once_as_eager_mode_does():
     got = mg.vmap(adds_a_number_into_the_callers, in_axes=(0, None))(mg.tensor(xs), y)
     np.testing.assert_array_equal(got.numpy(), xs @ np.array([4.0, 5.0]))
     assert y.tolist() == [4.0, 5.0]
+    # returned unbatched (out_axes None): a tensor of its own, as every output of vmap
+    back = mg.vmap(lambda x, y: y, in_axes=(0, None), out_axes=None)(mg.tensor(xs), y)
+    assert isinstance(back, mg.Tensor) and back.tolist() == [4.0, 5.0]
+    back[0] = 9.0
+    assert y.tolist() == [4.0, 5.0]
 
 
 def test_a_differentiated_argument_updated_in_place_is_rebound_in_every_mode():

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence, cast
 
+import numpy as np
+
 from ..errors import MinigraphError, ShapeError
 from ..ops import shape as SH
 from ..ops.batch_rules import moveaxis
@@ -244,7 +246,9 @@ def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any
         if batched:
             raise BatchingError(f"vmap: out_axes[{k}] is None, but output {k} differs from "
                                 f"example to example")
-        return out
+        # (a NumPy array f made or got, e.g. an unbatched argument: a tensor of its own,
+        # as every output of vmap is)
+        return tensor(out) if isinstance(out, (np.ndarray, np.generic)) else out
     if not (isinstance(axis, int) and not isinstance(axis, bool)):
         raise BatchingError(f"vmap: out_axes[{k}] must be an int or None, got {axis!r}")
     if batched:
