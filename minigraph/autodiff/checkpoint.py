@@ -126,7 +126,8 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     dev = get_device(device)
     since = last_write()
     with numpy_read_only(fn, "checkpoint", "; the backward pass runs f again, which would "
-                         "start from the written value and write it twice", CheckpointError):
+                         "start from the written value (and write it twice)", CheckpointError,
+                         arrays):  # (its arguments too: refused before the write is made)
         out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
     written = written_since(arrays, since)
     if written is not None:  # the recomputation would start from the written value

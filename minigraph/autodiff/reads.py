@@ -209,12 +209,13 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
 
 
 class ReadOnlyWrite(ValueError):
-    """NumPy's refusal of a write into a read-only array that minigraph made for f at
-    ``where``, the user's line (source mode's normaliser runs f's statements itself)."""
+    """NumPy's refusal of a write into a read-only ``array`` that minigraph made for f
+    (a tensor's update in place); ``where``: the user's line, where minigraph cannot
+    find it in the traceback (source mode's normaliser runs f's statements itself)."""
 
-    def __init__(self, exc: ValueError, where: Any):
+    def __init__(self, exc: Exception, where: Any = None, array: Any = None):
         super().__init__(str(exc))
-        self.where = where
+        self.where, self.array = where, array
 
 
 BUILT = (", while its program was built; the program runs no Python, so the write would "
@@ -222,8 +223,8 @@ BUILT = (", while its program was built; the program runs no Python, so the writ
 
 
 @contextmanager
-def numpy_read_only(f: Any, who: str, why: str = BUILT,
-                    error: type[Exception] = GradientError) -> Iterator[None]:
+def numpy_read_only(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
+                    arguments: Any = ()) -> Iterator[None]:
     """While a compiled program is built from f (or a checkpoint runs it, to run it
     again in the backward pass: ``why`` says what the write would do), the NumPy arrays
     f reads from outside its arguments (:func:`numpy_arrays`: a global, a closure
@@ -231,8 +232,13 @@ def numpy_read_only(f: Any, who: str, why: str = BUILT,
     f's ``Y += 1.0`` would write once, while recording, where eager mode writes on every
     call; NumPy writes without minigraph seeing it, so the array refuses the write, as
     a tensor's is refused after the build (``tape.refuse_written_outside``). (Another
-    thread writing into such an array meanwhile is refused too.)"""
-    frozen = {id(v): (place, v) for place, v in numpy_arrays(f) if v.flags.writeable}
+    thread writing into such an array meanwhile is refused too.) ``arguments``: f's
+    arguments, whose NumPy arrays are read-only too (a checkpoint's), so that the write
+    is refused before it is made."""
+    frozen = {id(v): (f"its argument {k}", v) for k, v in enumerate(arguments)
+              if type(v) is np.ndarray and v.flags.writeable}
+    frozen.update((id(v), (f"{place}, which it reads from outside its arguments", v))
+                  for place, v in numpy_arrays(f) if v.flags.writeable and id(v) not in frozen)
     for _, v in frozen.values():
         v.flags.writeable = False
     try:
@@ -240,10 +246,12 @@ def numpy_read_only(f: Any, who: str, why: str = BUILT,
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
-        arrays = " or ".join(f"{p} (shape {v.shape} {v.dtype})" for p, v in frozen.values())
+        written = getattr(exc, "array", None)  # (a tensor's update says which it was)
+        named = [frozen[id(written)]] if id(written) in frozen else list(frozen.values())
+        arrays = " or ".join(f"{p} (shape {v.shape} {v.dtype})" for p, v in named)
         raise error(
-            f"{who}: f wrote into a NumPy array it reads from outside its arguments, "
-            f"{arrays}, in place, {_line(exc)}{why}. Inside f, write a new value "
+            f"{who}: f wrote into {arrays}, in place, {_line(exc)}{why}. "
+            f"Inside f, write a new value "
             f"(y = y + 1.0) instead") from exc
     finally:
         for _, v in frozen.values():
@@ -276,6 +284,6 @@ def numpy_arrays(f: Any) -> list[tuple[str, np.ndarray]]:
 
 def _line(exc: BaseException) -> str:
     """Where the user's code made the write that raised ``exc``."""
-    if isinstance(exc, ReadOnlyWrite):
+    if isinstance(exc, ReadOnlyWrite) and exc.where is not None:
         return str(exc.where)
     return f"at {raised_at(exc) or 'an unknown line'}"
