@@ -318,3 +318,29 @@ def test_forward_mode_refuses_a_cupy_array_written_between_its_runs():
         mg.grad(adds_a_number_into_the_callers, mode="forward")(
             mg.tensor([1.0, 2.0], device="cuda:0"), y)
     assert y.tolist() == [3.0, 4.0]
+
+
+GPU_HALVED = []  # a module's list holding a CuPy array (set by the test)
+
+
+def _halves_a_cupy_global(x):
+    w = GPU_HALVED[0]
+    w *= 0.5  # CuPy's own write: no read-only flag to refuse it
+    return mg.sum(x * mg.tensor(w.get(), device="cuda:0"))
+
+
+@pytest.mark.parametrize("mode", ["forward", "graph"])
+def test_a_write_into_a_cupy_array_read_from_outside_is_refused(mode):
+    """Forward mode ran f twice and halved the array twice (its gradient [1.5, 1.0],
+    eager mode's [1.5, 2.0]); graph mode halved it once while recording, never again.
+    The array is kept as a copy, compared after f returned, put back and refused."""
+    import cupy
+
+    x = mg.tensor([1.0, 2.0], device="cuda:0")
+    GPU_HALVED[:] = [cupy.asarray([3.0, 4.0])]
+    assert mg.grad(_halves_a_cupy_global)(x).numpy().tolist() == [1.5, 2.0]  # the oracle
+    GPU_HALVED[:] = [cupy.asarray([3.0, 4.0])]
+    with pytest.raises(GradientError, match=r"an item of GPU_HALVED, which it reads from "
+                                            r"outside its arguments \(cupy array"):
+        mg.grad(_halves_a_cupy_global, mode=mode)(x)
+    assert GPU_HALVED[0].tolist() == [3.0, 4.0]

@@ -81,7 +81,7 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_outside, written_since
-from .reads import numpy_read_only, outside_reads, rebound
+from .reads import read_only_arrays, outside_reads, rebound
 from ..ops.operators import innermost, passed_as_is
 
 
@@ -125,7 +125,7 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     return its result's array. The intermediates die here."""
     dev = get_device(device)
     since = last_write()
-    with numpy_read_only(fn, "checkpoint", "; the backward pass runs f again, which would "
+    with read_only_arrays(fn, "checkpoint", "; the backward pass runs f again, which would "
                          "start from the written value (and write it twice)", CheckpointError,
                          arrays):  # (its arguments too: refused before the write is made)
         out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])

@@ -36,7 +36,7 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
-from .reads import numpy_arrays
+from .reads import differs, outside_arrays
 from .tape import (as_gradient, enable_grad, is_grad_enabled, last_write, written_outside,
                    written_since)
 
@@ -287,8 +287,8 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
 def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: int,
                who: str) -> Iterator[None]:
     """While forward mode runs f ``runs`` times: the arrays among the arguments it does
-    not differentiate, and the NumPy arrays f reads from outside (a global, an item of
-    one: ``reads.numpy_arrays``), are read-only, so that a run writing into one
+    not differentiate, and the arrays f reads from outside (a global, an item of one:
+    ``reads.outside_arrays``), are read-only, so that a run writing into one
     (``y += 1.0``, which eager mode's one run makes once) raises instead of handing the
     next run the written value. NumPy writes without minigraph seeing it (a tensor's
     write is logged, and :func:`_refuse_written` finds it after the run), so a NumPy
@@ -306,14 +306,17 @@ def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: 
                     frozen[f"its argument {k}"] = a
             else:
                 kept[f"its argument {k}"] = (a, array_namespace(a).asarray(a, copy=True))
-        frozen.update((f"{place}, which it reads from outside its arguments", a)
-                      for place, a in numpy_arrays(f)
-                      if a.flags.writeable and all(a is not b for b in frozen.values()))
+        for place, a in outside_arrays(f):
+            place = f"{place}, which it reads from outside its arguments"
+            if type(a) is not np.ndarray:
+                kept[place] = (a, array_namespace(a).asarray(a, copy=True))
+            elif a.flags.writeable and all(a is not b for b in frozen.values()):
+                frozen[place] = a
     for a in frozen.values():
         a.flags.writeable = False
     try:
         yield
-        written = {k: a for k, (a, was) in kept.items() if _differs(a, was)}
+        written = {k: a for k, (a, was) in kept.items() if differs(a, was)}
         for a, was in (kept[k] for k in written):
             a[...] = was
         if written:
@@ -326,11 +329,6 @@ def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: 
     finally:
         for a in frozen.values():
             a.flags.writeable = True
-
-
-def _differs(a: Any, was: Any) -> bool:
-    """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
-    return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
 
 
 def _written_error(arrays: dict, runs: int, who: str, where: str) -> GradientError:

@@ -20,9 +20,10 @@ from types import FunctionType, MethodType, ModuleType
 from typing import Any, Iterator
 
 import numpy as np
+from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import GradientError
-from ..ops.operators import LIBRARIES, raised_at
+from ..ops.operators import LIBRARIES, ArrayOps, raised_at
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
@@ -223,48 +224,69 @@ BUILT = (", while its program was built; the program runs no Python, so the writ
 
 
 @contextmanager
-def numpy_read_only(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
-                    arguments: Any = ()) -> Iterator[None]:
+def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
+                     arguments: Any = ()) -> Iterator[None]:
     """While a compiled program is built from f (or a checkpoint runs it, to run it
-    again in the backward pass: ``why`` says what the write would do), the NumPy arrays
-    f reads from outside its arguments (:func:`numpy_arrays`: a global, a closure
+    again in the backward pass: ``why`` says what the write would do), the arrays f
+    reads from outside its arguments (:func:`outside_arrays`: a global, a closure
     variable, an attribute the code names, an item of a list or dict) are read-only.
     f's ``Y += 1.0`` would write once, while recording, where eager mode writes on every
-    call; NumPy writes without minigraph seeing it, so the array refuses the write, as
-    a tensor's is refused after the build (``tape.refuse_written_outside``). (Another
-    thread writing into such an array meanwhile is refused too.) ``arguments``: f's
-    arguments, whose NumPy arrays are read-only too (a checkpoint's), so that the write
-    is refused before it is made."""
+    call; NumPy writes without minigraph seeing it, so a NumPy array refuses the write,
+    as a tensor's is refused after the build (``tape.refuse_written_outside``). Another
+    array (CuPy's) has no read-only flag: it is kept as a copy, compared after f
+    returned, and put back before the error. (Another thread writing into such an array
+    meanwhile is refused too.) ``arguments``: f's arguments, whose NumPy arrays are
+    read-only too (a checkpoint's), so that the write is refused before it is made."""
     frozen = {id(v): (f"its argument {k}", v) for k, v in enumerate(arguments)
               if type(v) is np.ndarray and v.flags.writeable}
-    frozen.update((id(v), (f"{place}, which it reads from outside its arguments", v))
-                  for place, v in numpy_arrays(f) if v.flags.writeable and id(v) not in frozen)
+    kept = []
+    for place, v in outside_arrays(f):
+        place = f"{place}, which it reads from outside its arguments"
+        if type(v) is not np.ndarray:
+            kept.append((place, v, array_namespace(v).asarray(v, copy=True)))
+        elif v.flags.writeable and id(v) not in frozen:
+            frozen[id(v)] = (place, v)
     for _, v in frozen.values():
         v.flags.writeable = False
     try:
         yield
+        written = [(place, v) for place, v, was in kept if differs(v, was)]
+        for place, v, was in kept:
+            v[...] = was
+        if written:
+            raise error(f"{who}: f wrote into {_described(written)}, in place (found after "
+                        f"f returned; it holds its old values again){why}. Inside f, write "
+                        f"a new value (y = y + 1.0) instead")
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
-        written = getattr(exc, "array", None)  # (a tensor's update says which it was)
-        named = [frozen[id(written)]] if id(written) in frozen else list(frozen.values())
-        arrays = " or ".join(f"{p} (shape {v.shape} {v.dtype})" for p, v in named)
-        raise error(
-            f"{who}: f wrote into {arrays}, in place, {_line(exc)}{why}. "
-            f"Inside f, write a new value "
-            f"(y = y + 1.0) instead") from exc
+        array = getattr(exc, "array", None)  # (a tensor's update says which it was)
+        named = [frozen[id(array)]] if id(array) in frozen else list(frozen.values())
+        raise error(f"{who}: f wrote into {_described(named)}, in place, {_line(exc)}{why}. "
+                    f"Inside f, write a new value (y = y + 1.0) instead") from exc
     finally:
         for _, v in frozen.values():
             v.flags.writeable = True
 
 
-# f -> (what it reads, the NumPy arrays among it): found again once a name is bound anew
+def _described(arrays: list) -> str:
+    return " or ".join(f"{place} ({type(v).__module__.split('.')[0]} array of shape "
+                       f"{tuple(v.shape)} {v.dtype})" for place, v in arrays)
+
+
+def differs(a: Any, was: Any) -> bool:
+    """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
+    return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
+
+
+# f -> (what it reads, the arrays among it): found again once a name is bound anew
 _ARRAYS: "weakref.WeakKeyDictionary[Any, tuple[list, list]]" = weakref.WeakKeyDictionary()
 
 
-def numpy_arrays(f: Any) -> list[tuple[str, np.ndarray]]:
-    """The NumPy arrays f reads from outside its arguments (:func:`outside_reads`: by
-    name, attribute, or as an item of a list or dict), each with where it is."""
+def outside_arrays(f: Any) -> list[tuple[str, Any]]:
+    """The arrays (NumPy's, CuPy's: not tensors) f reads from outside its arguments
+    (:func:`outside_reads`: by name, attribute, or as an item of a list or dict), each
+    with where it is."""
     try:
         reads, arrays = _ARRAYS[f]
         if rebound(reads) is None:  # (a name's or an item's object is the same one)
@@ -272,14 +294,19 @@ def numpy_arrays(f: Any) -> list[tuple[str, np.ndarray]]:
     except (KeyError, TypeError):  # (not seen yet; or f cannot be weakly referenced)
         pass
     reads = outside_reads(f)
-    arrays = [(name, v) for where, name, v in reads if type(v) is np.ndarray]
+    arrays = [(name, v) for where, name, v in reads if _an_array(v)]
     arrays += [(name, item) for where, name, v in reads if type(where) is _Items
-               for item in v[1] if type(item) is np.ndarray]
+               for item in v[1] if _an_array(item)]
     try:
         _ARRAYS[f] = (reads, arrays)
     except TypeError:
         pass
     return arrays
+
+
+def _an_array(v: Any) -> bool:
+    """A NumPy or other library's array, not a tensor (whose writes minigraph logs)."""
+    return type(v) is np.ndarray or not isinstance(v, ArrayOps) and is_array_api_obj(v)
 
 
 def _line(exc: BaseException) -> str:

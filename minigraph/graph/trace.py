@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence, cast
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
-from ..autodiff.reads import changed, containers, numpy_read_only
+from ..autodiff.reads import changed, containers, read_only_arrays
 from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
 from ..errors import GradientError
 from ..ops.operators import passed_as_is
@@ -130,7 +130,7 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
         graph.recording = True
         since, before = last_write(), containers(f)
         try:
-            with passed_as_is(call_args, nums, who, args), numpy_read_only(f, who):
+            with passed_as_is(call_args, nums, who, args), read_only_arrays(f, who):
                 out = f(*call_args)
         finally:
             graph.recording = False

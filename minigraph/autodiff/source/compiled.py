@@ -31,7 +31,7 @@ from ...ops.primitive import KINDS
 from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
-from ..reads import changed, containers, numpy_read_only
+from ..reads import changed, containers, read_only_arrays
 from ..signature import Captured, is_weak
 from ..tape import last_write, refuse_written_outside
 from .adjoint import _adjoint_of, _Reverse
@@ -116,7 +116,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         norm.passed = {names[k]: what for k, what in
                        caller_held(args, nums, "vjp" if seeded else "grad").items()
                        if k < len(names)}
-        with numpy_read_only(src.fn, "source_grad"):
+        with read_only_arrays(src.fn, "source_grad"):
             out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         refuse_written_outside(src.fn, since, "source_grad")
         written_by_f = changed(before)  # (its own log of its runs: not guarded)

@@ -229,7 +229,7 @@ class _Normaliser:
             # a constant tensor or NumPy array: written into now, as eager mode writes (a
             # global's is refused: a tensor's once the program is built, compiled.py's
             # tape.refuse_written_outside; a NumPy array is read-only while it is built,
-            # reads.numpy_read_only)
+            # reads.read_only_arrays)
             def write() -> Any:
                 try:
                     return update(current, value)
