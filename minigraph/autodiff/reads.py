@@ -250,13 +250,13 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
         v.flags.writeable = False
     try:
         yield
-        written = [(place, v) for place, v, was in kept if differs(v, was)]
-        for place, v, was in kept:
+        written = [(place, v, was) for place, v, was in kept if differs(v, was)]
+        for _, v, was in written:
             v[...] = was
         if written:
-            raise error(f"{who}: f wrote into {_described(written)}, in place (found after "
-                        f"f returned; it holds its old values again){why}. Inside f, write "
-                        f"a new value (y = y + 1.0) instead")
+            raise error(f"{who}: f wrote into {_described([w[:2] for w in written])}, in "
+                        f"place (found after f returned; it holds its old values again)"
+                        f"{why}. Inside f, write a new value (y = y + 1.0) instead")
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
@@ -305,8 +305,10 @@ def outside_arrays(f: Any) -> list[tuple[str, Any]]:
 
 
 def _an_array(v: Any) -> bool:
-    """A NumPy or other library's array, not a tensor (whose writes minigraph logs)."""
-    return type(v) is np.ndarray or not isinstance(v, ArrayOps) and is_array_api_obj(v)
+    """A NumPy or other library's array, not a tensor (whose writes minigraph logs) nor
+    a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace)."""
+    return type(v) is np.ndarray or not isinstance(v, (ArrayOps, np.generic)) and \
+        is_array_api_obj(v)
 
 
 def _line(exc: BaseException) -> str:
