@@ -10,7 +10,6 @@ chapter of tests/grading_fixtures (copied into a course folder of their own).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pwd
@@ -274,11 +273,8 @@ def _leftovers() -> list[str]:
             # An account another grading holds now (a test running beside this one, under
             # pytest -n) has processes of its own: only a released account must have none.
             # Holding its lock while counting keeps a grading from claiming it meanwhile.
-            fd = os.open(isolation.LOCK_DIR / name, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
+            fd = isolation.lock_account(name)
+            if fd is None:
                 continue
             try:
                 if isolation.processes_of_user(uid):

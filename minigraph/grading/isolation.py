@@ -78,14 +78,10 @@ class Account:
 
 def claim_account() -> Account:
     """An unprivileged account no other grading is using now (root only)."""
-    LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
     for n in range(ACCOUNTS):
         name = f"{ACCOUNT_PREFIX}{n}"
-        fd = os.open(LOCK_DIR / name, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = lock_account(name)
+        if fd is None:
             continue
         try:
             entry = pwd.getpwnam(name)
@@ -97,6 +93,19 @@ def claim_account() -> Account:
         kill_account(entry.pw_uid)  # leftovers of a grader that was itself killed
         return Account(name, entry.pw_uid, entry.pw_gid, fd)
     raise RuntimeError(f"all {ACCOUNTS} sandbox accounts are in use")
+
+
+def lock_account(name: str) -> int | None:
+    """The open lock file of account ``name``, locked for this process; None where
+    another grading holds it now. Closing the file releases it."""
+    LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(LOCK_DIR / name, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def release_account(account: Account) -> None:
