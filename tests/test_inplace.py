@@ -1130,8 +1130,7 @@ def test_forward_mode_refuses_a_numpy_array_written_before_its_next_run():
     y = np.array([3.0, 4.0])
     for call in (lambda: mg.grad(adds_a_number_into_the_callers, mode="forward"),
                  lambda: mg.jacfwd(adds_a_number_into_the_callers, vectorize=False)):
-        with pytest.raises(GradientError, match=r"wrote into an array it does not "
-                                                r"differentiate, its argument 1 \(numpy array "
+        with pytest.raises(GradientError, match=r"f wrote into its argument 1 \(numpy array "
                                                 r"of shape \(2,\) float64\), in place, at .*"
                                                 r"test_inplace.py, line \d+: y \+= 1.0"):
             call()(mg.tensor([1.0, 2.0]), y)
@@ -1153,8 +1152,7 @@ def test_forward_mode_refuses_an_array_without_a_read_only_flag_written_in_place
     y = lib.asarray([3.0, 4.0], dtype=lib.float64)
     for call in (lambda: mg.grad(adds_a_number_into_the_callers, mode="forward"),
                  lambda: mg.jacfwd(adds_a_number_into_the_callers, vectorize=False)):
-        with pytest.raises(GradientError, match=rf"wrote into an array it does not "
-                                                rf"differentiate, its argument 1 \({library} "
+        with pytest.raises(GradientError, match=rf"f wrote into its argument 1 \({library} "
                                                 rf"array of shape \(2,\) .*float64\), in place"):
             call()(mg.tensor([1.0, 2.0]), y)
         assert [float(v) for v in y] == [3.0, 4.0]

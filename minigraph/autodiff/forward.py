@@ -19,16 +19,15 @@ constant with zero tangent. The primal and tangent may be any value (a tensor, a
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from contextlib import nullcontext
+from typing import Any, Callable
 
 import numpy as np
-from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
-from ..ops.operators import ArrayOps, passed_as_is, raised_at
+from ..ops.operators import ArrayOps, passed_as_is
 from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
@@ -36,7 +35,7 @@ from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
-from .reads import differs, outside_arrays
+from .reads import read_only_arrays
 from .tape import (as_gradient, enable_grad, is_grad_enabled, last_write, written_outside,
                    written_since)
 
@@ -283,63 +282,23 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
     return own
 
 
-@contextmanager
 def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: int,
-               who: str) -> Iterator[None]:
+               who: str) -> Any:
     """While forward mode runs f ``runs`` times: the arrays among the arguments it does
-    not differentiate, and the arrays f reads from outside (a global, an item of one:
-    ``reads.outside_arrays``), are read-only, so that a run writing into one
+    not differentiate, and those f reads from outside (a global, an item of one), are
+    read-only (``reads.read_only_arrays``), so that a run writing into one
     (``y += 1.0``, which eager mode's one run makes once) raises instead of handing the
     next run the written value. NumPy writes without minigraph seeing it (a tensor's
     write is logged, and :func:`_refuse_written` finds it after the run), so a NumPy
-    array is made to refuse. Other arrays (CuPy's, array-api-strict's, PyTorch's) have
-    no read-only flag: each is kept as a copy, compared after the runs, and put back
-    before the error."""
-    frozen: dict[str, Any] = {}
-    kept: dict[str, tuple[Any, Any]] = {}
-    if runs > 1:
-        for k, a in enumerate(args):
-            if k in nums or isinstance(a, Tensor) or not is_array_api_obj(a):
-                continue
-            if type(a) is np.ndarray:
-                if a.flags.writeable:
-                    frozen[f"its argument {k}"] = a
-            else:
-                kept[f"its argument {k}"] = (a, array_namespace(a).asarray(a, copy=True))
-        for place, a in outside_arrays(f):
-            place = f"{place}, which it reads from outside its arguments"
-            if type(a) is not np.ndarray:
-                kept[place] = (a, array_namespace(a).asarray(a, copy=True))
-            elif a.flags.writeable and all(a is not b for b in frozen.values()):
-                frozen[place] = a
-    for a in frozen.values():
-        a.flags.writeable = False
-    try:
-        yield
-        written = {k: a for k, (a, was) in kept.items() if differs(a, was)}
-        for a, was in (kept[k] for k in written):
-            a[...] = was
-        if written:
-            raise _written_error(written, runs, who, "after f returned")
-    except ValueError as exc:
-        if not (frozen and "read-only" in str(exc)):
-            raise
-        raise _written_error(frozen, runs, who,
-                             f"at {raised_at(exc) or 'an unknown line'}") from exc
-    finally:
-        for a in frozen.values():
-            a.flags.writeable = True
-
-
-def _written_error(arrays: dict, runs: int, who: str, where: str) -> GradientError:
-    named = " or ".join(f"{k} ({type(a).__module__.split('.')[0]} array of shape "
-                        f"{tuple(a.shape)} {a.dtype})" for k, a in arrays.items())
-    return GradientError(
-        f"{who} (forward mode): f wrote into an array it does not differentiate, "
-        f"{named}, in place, {where}; forward mode runs f {runs} times on the "
-        f"same arguments, and each run would start from the value the one before wrote "
-        f"(the array holds its old values again). Inside f, write y = y * 0.5 (a new "
-        f"value), or use a reverse mode, which runs f once")
+    array is made to refuse; one without a read-only flag (CuPy's) is compared with a
+    copy after the runs, and put back before the error."""
+    if runs == 1:
+        return nullcontext()
+    return read_only_arrays(f, f"{who} (forward mode)", f"; forward mode runs f {runs} "
+                            f"times on the same arguments, and each run would start from "
+                            f"the value the one before wrote (use a reverse mode, which runs "
+                            f"f once)", GradientError,
+                            [None if k in nums else a for k, a in enumerate(args)])
 
 
 def _runs(args: tuple, nums: tuple[int, ...]) -> int:

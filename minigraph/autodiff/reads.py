@@ -235,16 +235,20 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     as a tensor's is refused after the build (``tape.refuse_written_outside``). Another
     array (CuPy's) has no read-only flag: it is kept as a copy, compared after f
     returned, and put back before the error. (Another thread writing into such an array
-    meanwhile is refused too.) ``arguments``: f's arguments, whose NumPy arrays are
-    read-only too (a checkpoint's), so that the write is refused before it is made."""
-    frozen = {id(v): (f"its argument {k}", v) for k, v in enumerate(arguments)
-              if type(v) is np.ndarray and v.flags.writeable}
-    kept = []
-    for place, v in outside_arrays(f):
-        place = f"{place}, which it reads from outside its arguments"
+    meanwhile is refused too.) ``arguments``: f's arguments whose arrays are guarded the
+    same way (a checkpoint's, forward mode's that it does not differentiate; None for
+    one that is not), so that a NumPy array's write is refused before it is made."""
+    frozen: dict[int, tuple[str, np.ndarray]] = {}
+    kept: list[tuple[str, Any, Any]] = []
+    places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _an_array(v)]
+    places += [(f"{place}, which it reads from outside its arguments", v)
+               for place, v in outside_arrays(f)]
+    for place, v in places:
+        if id(v) in frozen or any(v is k[1] for k in kept):
+            continue
         if type(v) is not np.ndarray:
             kept.append((place, v, array_namespace(v).asarray(v, copy=True)))
-        elif v.flags.writeable and id(v) not in frozen:
+        elif v.flags.writeable:
             frozen[id(v)] = (place, v)
     for _, v in frozen.values():
         v.flags.writeable = False

@@ -292,8 +292,8 @@ class _Normaliser:
         found = self.held(current, mine, env, skip=name)
         for token in sorted(t for t in mine if type(t) is str and t.startswith("<outside>")):
             outside = token[len("<outside>"):]  # (v = W, W a global tensor: W holds it;
-            name, _, key = outside.partition("[")  # v = W["w"]: W["w"] does)
-            value = self.outside_value(name)
+            held_by, _, key = outside.partition("[")  # v = W["w"]: W["w"] does)
+            value = self.outside_value(held_by)
             if key:
                 try:
                     value = value[ast.literal_eval(key[:-1])]
