@@ -24,6 +24,7 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import GradientError
 from ..ops.operators import LIBRARIES, ArrayOps, raised_at
+from ..tensor import Tensor
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
@@ -227,31 +228,33 @@ BUILT = (", while its program was built; the program runs no Python, so the writ
 def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
                      arguments: Any = ()) -> Iterator[None]:
     """While a compiled program is built from f (or a checkpoint runs it, to run it
-    again in the backward pass: ``why`` says what the write would do), the arrays f
-    reads from outside its arguments (:func:`outside_arrays`: a global, a closure
-    variable, an attribute the code names, an item of a list or dict) are read-only.
-    f's ``Y += 1.0`` would write once, while recording, where eager mode writes on every
-    call; NumPy writes without minigraph seeing it, so a NumPy array refuses the write,
-    as a tensor's is refused after the build (``tape.refuse_written_outside``). Another
-    array (CuPy's) has no read-only flag: it is kept as a copy, compared after f
-    returned, and put back before the error. (Another thread writing into such an array
+    again in the backward pass: ``why`` says what the write would do), the tensors and
+    arrays f reads from outside its arguments (:func:`outside_arrays`: a global, a
+    closure variable, an attribute the code names, an item of a list or dict) are
+    read-only. f's ``Y += 1.0`` would write once, while recording, where eager mode
+    writes on every call; a NumPy array (a tensor's too) refuses the write before it is
+    made. Another array (CuPy's) has no read-only flag: it is kept as a copy, compared
+    after f returned, and put back before the error (a CuPy tensor's write is logged,
+    and refused after f ran: ``tape.refuse_written_outside``). (Another thread writing into such an array
     meanwhile is refused too.) ``arguments``: f's arguments whose arrays are guarded the
     same way (a checkpoint's, forward mode's that it does not differentiate; None for
     one that is not), so that a NumPy array's write is refused before it is made."""
-    frozen: dict[int, tuple[str, np.ndarray]] = {}
+    frozen: dict[int, tuple[str, Any, np.ndarray]] = {}  # id(array) -> (place, value, array)
     kept: list[tuple[str, Any, Any]] = []
-    places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _an_array(v)]
+    places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _guarded(v)]
     places += [(f"{place}, which it reads from outside its arguments", v)
                for place, v in outside_arrays(f)]
     for place, v in places:
-        if id(v) in frozen or any(v is k[1] for k in kept):
+        array = v.data if type(v) is Tensor else v  # (a tensor: its array, if NumPy's)
+        if id(array) in frozen or any(array is k[1] for k in kept):
             continue
-        if type(v) is not np.ndarray:
+        if type(array) is np.ndarray:
+            if array.flags.writeable:
+                frozen[id(array)] = (place, v, array)
+        elif type(v) is not Tensor:  # (a tensor's write is logged: refused after f ran)
             kept.append((place, v, array_namespace(v).asarray(v, copy=True)))
-        elif v.flags.writeable:
-            frozen[id(v)] = (place, v)
-    for _, v in frozen.values():
-        v.flags.writeable = False
+    for _, _, array in frozen.values():
+        array.flags.writeable = False
     try:
         yield
         written = [(place, v, was) for place, v, was in kept if differs(v, was)]
@@ -264,18 +267,24 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     except ValueError as exc:
         if not (frozen and "read-only" in str(exc)):
             raise
-        array = getattr(exc, "array", None)  # (a tensor's update says which it was)
-        named = [frozen[id(array)]] if id(array) in frozen else list(frozen.values())
-        raise error(f"{who}: f wrote into {_described(named)}, in place, {_line(exc)}{why}. "
-                    f"Inside f, write a new value (y = y + 1.0) instead") from exc
+        which = getattr(exc, "array", None)  # (a tensor's update says which it was)
+        if which is not None and id(which) not in frozen:
+            raise  # (an array that an enclosing guard made read-only: it names it)
+        named = [frozen[id(which)]] if which is not None else list(frozen.values())
+        raise error(f"{who}: f wrote into {_described([n[:2] for n in named])}, in place, "
+                    f"{_line(exc)}{why}. Inside f, write a new value (y = y + 1.0) "
+                    f"instead") from exc
     finally:
-        for _, v in frozen.values():
-            v.flags.writeable = True
+        for _, _, array in frozen.values():
+            array.flags.writeable = True
 
 
-def _described(arrays: list) -> str:
-    return " or ".join(f"{place} ({type(v).__module__.split('.')[0]} array of shape "
-                       f"{tuple(v.shape)} {v.dtype})" for place, v in arrays)
+def _described(values: list) -> str:
+    """``W (a tensor of shape (2,) float64)``, ``its argument 1 (numpy array of ...)``."""
+    kinds = ["a tensor" if type(v) is Tensor else f"{type(v).__module__.split('.')[0]} array"
+             for _, v in values]
+    return " or ".join(f"{place} ({kind} of shape {tuple(v.shape)} {v.dtype})"
+                       for (place, v), kind in zip(values, kinds))
 
 
 def differs(a: Any, was: Any) -> bool:
@@ -288,7 +297,7 @@ _ARRAYS: "weakref.WeakKeyDictionary[Any, tuple[list, list]]" = weakref.WeakKeyDi
 
 
 def outside_arrays(f: Any) -> list[tuple[str, Any]]:
-    """The arrays (NumPy's, CuPy's: not tensors) f reads from outside its arguments
+    """The tensors and arrays (NumPy's, CuPy's) f reads from outside its arguments
     (:func:`outside_reads`: by name, attribute, or as an item of a list or dict), each
     with where it is."""
     try:
@@ -298,9 +307,9 @@ def outside_arrays(f: Any) -> list[tuple[str, Any]]:
     except (KeyError, TypeError):  # (not seen yet; or f cannot be weakly referenced)
         pass
     reads = outside_reads(f)
-    arrays = [(name, v) for where, name, v in reads if _an_array(v)]
+    arrays = [(name, v) for where, name, v in reads if _guarded(v)]
     arrays += [(name, item) for where, name, v in reads if type(where) is _Items
-               for item in v[1] if _an_array(item)]
+               for item in v[1] if _guarded(item)]
     try:
         _ARRAYS[f] = (reads, arrays)
     except TypeError:
@@ -308,11 +317,11 @@ def outside_arrays(f: Any) -> list[tuple[str, Any]]:
     return arrays
 
 
-def _an_array(v: Any) -> bool:
-    """A NumPy or other library's array, not a tensor (whose writes minigraph logs) nor
-    a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace)."""
-    return type(v) is np.ndarray or not isinstance(v, (ArrayOps, np.generic)) and \
-        is_array_api_obj(v)
+def _guarded(v: Any) -> bool:
+    """A plain tensor, or a NumPy or other library's array; not a transformation's value
+    nor a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace)."""
+    return type(v) is Tensor or type(v) is np.ndarray or \
+        not isinstance(v, (ArrayOps, np.generic)) and is_array_api_obj(v)
 
 
 def _line(exc: BaseException) -> str:

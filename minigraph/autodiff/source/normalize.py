@@ -234,7 +234,9 @@ class _Normaliser:
                 try:
                     return update(current, value)
                 except ValueError as exc:  # (read-only: say the user's line, not ours)
-                    if type(current) is np.ndarray and not current.flags.writeable:
+                    if isinstance(exc, ReadOnlyWrite) and exc.where is None:
+                        exc.where = self.w.where  # (a tensor's update)
+                    elif type(current) is np.ndarray and not current.flags.writeable:
                         raise ReadOnlyWrite(exc, self.w.where) from exc
                     raise
             self.assign(node.target, self.guard(write), env, self.origin(node.target.id, env))
