@@ -590,3 +590,12 @@ def test_outputs_are_the_callers_own_arrays_apart_from_each_other():
     same = mg.vmap(lambda v: w * 2.0)(xs)  # the same for both examples
     same -= 1.0
     np.testing.assert_array_equal(same.numpy(), [[1.0, 3.0, 5.0]] * 2)
+
+
+def test_np_asarray_of_a_batched_value_says_what_it_is():
+    """np.asarray(x) inside vmap read the batch as a sequence and made an object array,
+    which failed later as 'tensor(): dtype object is not supported'. It refuses at once
+    and says why (one value per example), as float(x) and x.item() do."""
+    with pytest.raises(BatchingError, match=r"np.asarray\(\) \(a NumPy array\) of a batched "
+                                            r"value: it has one value per example"):
+        mg.vmap(lambda x: mg.tensor(np.asarray(x)))(mg.tensor([[3.0, 1.0], [2.0, 0.0]]))

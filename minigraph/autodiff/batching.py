@@ -104,6 +104,11 @@ class BatchTracer(ArrayOps):
     def numpy(self) -> Any:
         raise self._one_number("numpy()")
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        # (np.asarray(x) asks this first; without it, NumPy read x as a sequence and made
+        # an object array, which failed later as "dtype object is not supported")
+        raise self._one_number("np.asarray() (a NumPy array)")
+
     def __repr__(self) -> str:
         return f"BatchTracer(level={self.level}, value={self.value!r})"
 
