@@ -53,10 +53,12 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 (``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
-so f itself may not write into its arguments (``y *= 0.5``): refused when it does. A
-name f reads (a global, a closure variable, an attribute) that is bound to another value
-before the backward (``SCALE = 3.0``) is refused there too, where ``torch.utils.checkpoint`` recomputes with
-the new value.
+so f itself may not write into its arguments (``y *= 0.5``), nor into a tensor or array
+it reads from outside them: their arrays are read-only while f runs, and the write is
+refused before it is made (``reads.read_only_arrays``). A name f reads (a global, a
+closure variable, an attribute, an item of a list or dict) that is bound to another
+value before the backward (``SCALE = 3.0``) is refused there too, where
+``torch.utils.checkpoint`` recomputes with the new value.
 """
 
 from __future__ import annotations
@@ -358,10 +360,10 @@ def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callabl
         return lambda: v
 
 
-# What f read by name (reads.outside_reads: globals, closure variables, attributes)
-# when a checkpoint's result was computed, by the id of that result (a tensor's == compares its elements): the
-# backward pass recomputes f, which must read the same values, or it would give the
-# derivative of another function. An entry leaves with its tensor.
+# What f read (reads.outside_reads: globals, closure variables, attributes, items) when
+# a checkpoint's result was computed, by the id of that result (a tensor's == compares
+# its elements): the backward pass recomputes f, which must read the same values, or it
+# would give the derivative of another function. An entry leaves with its tensor.
 _READS: dict[int, tuple[Any, list]] = {}
 
 

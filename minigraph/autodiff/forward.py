@@ -284,14 +284,13 @@ def _others_copied(args: tuple, nums: tuple[int, ...], i: int) -> list:
 
 def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: int,
                who: str) -> Any:
-    """While forward mode runs f ``runs`` times: the arrays among the arguments it does
-    not differentiate, and those f reads from outside (a global, an item of one), are
-    read-only (``reads.read_only_arrays``), so that a run writing into one
-    (``y += 1.0``, which eager mode's one run makes once) raises instead of handing the
-    next run the written value. NumPy writes without minigraph seeing it (a tensor's
-    write is logged, and :func:`_refuse_written` finds it after the run), so a NumPy
-    array is made to refuse; one without a read-only flag (CuPy's) is compared with a
-    copy after the runs, and put back before the error."""
+    """While forward mode runs f ``runs`` times: the tensors and arrays among the
+    arguments it does not differentiate, and those f reads from outside (a global, an
+    item of one), are read-only (``reads.read_only_arrays``), so that a run writing into
+    one (``y += 1.0``, which eager mode's one run makes once) raises before it writes,
+    instead of handing the next run the written value. An array without a read-only
+    flag (CuPy's) is compared with a copy after the runs and put back; a CuPy tensor's
+    write is logged, and :func:`_refuse_written` finds it after the run."""
     if runs == 1:
         return nullcontext()
     return read_only_arrays(f, f"{who} (forward mode)", f"; forward mode runs f {runs} "
@@ -357,8 +356,9 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                     if last_write() != since:  # (one comparison when nothing was written)
                         _refuse_written(f, args, since, _runs(args, nums), "grad")
                     if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
-                        raise GradientError(f"grad: f must return a scalar, it returned shape "
-                                            f"{shape_of(value)}; use mg.jacfwd for a vector output")
+                        raise GradientError(f"grad: f must return a scalar, it returned "
+                                            f"shape {shape_of(value)}; use mg.jacfwd for a "
+                                            f"vector output")
                     parts.append(t)
                 grads.append(as_gradient(_gather(parts, shape_of(x)), x)
                              if parts else zeros(shape_of(x), x.dtype, x.device))

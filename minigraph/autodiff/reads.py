@@ -4,11 +4,17 @@ A compiled program (graph mode, ``mg.trace``, source mode) is built by running, 
 reading, f once; what f read from outside its arguments then became a constant of the
 program: a global (``SCALE``), a closure variable, an attribute (``CONFIG.lr``,
 ``self.scale``), an item of a list or dict (``PARAMS[0]``, ``CFG["w"]``), a module's
-parameter (``layer.weight``). :func:`outside_reads` lists
-each with the dict or closure cell that holds it, so that :func:`rebound` can tell, on
-every call, whether one of those names now holds another object: the program is then
-stale (``signature.Captured``), as ``torch.compile``'s guards say, where ``jax.jit``
-would go on with the old value. ``mg.checkpoint`` asks the same before it recomputes f.
+parameter (``layer.weight``). :func:`outside_reads` lists each with the dict, closure
+cell or container that holds it, so that :func:`rebound` can tell, on every call,
+whether one of those places now holds another object: the program is then stale
+(``signature.Captured``), as ``torch.compile``'s guards say, where ``jax.jit`` would go
+on with the old value. ``mg.checkpoint`` and ``vjp_fn`` ask the same before they run f
+again.
+
+The same values must not be *written* by f where eager mode would write them a
+different number of times: once while a program is recorded (:class:`recording`), twice
+by forward mode's runs or a checkpoint's recomputation. :func:`read_only_arrays` makes
+them read-only while f runs, so the write raises at the user's line before it is made.
 """
 
 from __future__ import annotations
@@ -168,19 +174,11 @@ def _same(container: "list | dict", snapshot: tuple) -> bool:
         all(a is b for a, b in zip(items, snapshot[1]))
 
 
-def containers(f: Any) -> dict[int, tuple[Any, tuple]]:
+def _containers(f: Any) -> dict[int, tuple[Any, tuple]]:
     """The lists and dicts among what f reads (:func:`outside_reads`), by id, each with
-    a snapshot of its items; :func:`changed` tells, after f ran, which of them it wrote."""
+    a snapshot of its items."""
     return {id(w.container): (w.container, snap) for w, _, snap in outside_reads(f)
             if type(w) is _Items}
-
-
-def changed(before: dict[int, tuple[Any, tuple]]) -> frozenset[int]:
-    """The ids of the containers of ``before`` (:func:`containers`) that changed since:
-    those f wrote while it ran (``runs.append(1)``, a counter). Such a list is f's own
-    record of its runs, which a compiled program's recording writes and its replays
-    leave alone (chapter 04): it is not guarded (``signature.Captured``)."""
-    return frozenset(k for k, (c, snap) in before.items() if not _same(c, snap))
 
 
 def without(reads: list[tuple[Any, str, Any]], own: frozenset[int]) -> list:
@@ -227,16 +225,18 @@ BUILT = (", while its program was built; the program runs no Python, so the writ
 @contextmanager
 def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
                      arguments: Any = ()) -> Iterator[None]:
-    """While a compiled program is built from f (or a checkpoint runs it, to run it
-    again in the backward pass: ``why`` says what the write would do), the tensors and
+    """While a compiled program is built from f (or forward mode runs it once per input
+    element, or a checkpoint runs it to run it again in the backward pass: ``why`` says
+    what the write would do), the tensors and
     arrays f reads from outside its arguments (:func:`outside_arrays`: a global, a
     closure variable, an attribute the code names, an item of a list or dict) are
     read-only. f's ``Y += 1.0`` would write once, while recording, where eager mode
     writes on every call; a NumPy array (a tensor's too) refuses the write before it is
     made. Another array (CuPy's) has no read-only flag: it is kept as a copy, compared
     after f returned, and put back before the error (a CuPy tensor's write is logged,
-    and refused after f ran: ``tape.refuse_written_outside``). (Another thread writing into such an array
-    meanwhile is refused too.) ``arguments``: f's arguments whose arrays are guarded the
+    and refused after f ran: ``tape.refuse_written_outside``). (Another thread writing
+    into such an array meanwhile is refused too.) ``arguments``: f's arguments whose
+    arrays are guarded the
     same way (a checkpoint's, forward mode's that it does not differentiate; None for
     one that is not), so that a NumPy array's write is refused before it is made."""
     frozen: dict[int, tuple[str, Any, np.ndarray]] = {}  # id(array) -> (place, value, array)
@@ -290,6 +290,31 @@ def _described(values: list) -> str:
 def differs(a: Any, was: Any) -> bool:
     """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
     return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
+
+
+class recording:
+    """``with recording(f, who) as r:`` around the one run (or reading) of f that builds
+    a compiled program (graph mode, ``mg.trace``, source mode). Meanwhile the tensors and
+    arrays f reads from outside are read-only (:func:`read_only_arrays`); afterwards
+    ``r.written_by_f`` holds the ids of the lists and dicts f wrote: its own record of
+    its runs (``runs.append(1)``, a counter), which the recording writes and the replays
+    leave alone (chapter 04), and which the program does not guard
+    (``signature.Captured``)."""
+
+    def __init__(self, f: Any, who: str):
+        self.f, self.who = f, who
+        self.written_by_f: frozenset[int] = frozenset()
+
+    def __enter__(self) -> "recording":
+        self._before = _containers(self.f)
+        self._arrays = read_only_arrays(self.f, self.who)
+        self._arrays.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        self.written_by_f = frozenset(k for k, (c, snap) in self._before.items()
+                                      if not _same(c, snap))
+        return self._arrays.__exit__(*exc)  # (raises the refusal of a write, if any)
 
 
 # f -> (what it reads, the arrays among it): found again once a name is bound anew

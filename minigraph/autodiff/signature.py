@@ -153,23 +153,25 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
 class Captured:
     """What a compiled program read from outside its arguments when it was built: the
     tensors among its constants, with their write stamps, and what the function it was
-    built from reads by name (``reads.outside_reads``: its globals and closure
-    variables, the attributes its code names, a module's parameters).
+    built from reads (``reads.outside_reads``: its globals and closure variables, the
+    attributes its code names, the items of the lists and dicts among them, a module's
+    parameters).
 
     Such a value is a constant of the program, as in ``jax.jit``; but an in-place update
-    of a tensor (``w -= lr * g``), or a name bound to another value (``LR = 0.001``,
-    ``W = W - lr * g``, ``layer.weight = ...``), would leave the program computing with the old value while the
-    tape, which runs the function, uses the new one. So the program is *stale* once one
-    of them has changed, and its cache builds it again (as ``torch.compile``'s guards
-    do): every mode agrees. The check costs a dictionary lookup per name read, and one
-    comparison while no tensor anywhere is written.
+    of a tensor (``w -= lr * g``), or a name or an item bound to another value
+    (``LR = 0.001``, ``W = W - lr * g``, ``layer.weight = ...``, ``PARAMS[0] = w2``),
+    would leave the program computing with the old value while the tape, which runs the
+    function, uses the new one. So the program is *stale* once one of them has changed,
+    and its cache builds it again (as ``torch.compile``'s guards do): every mode agrees.
+    The check costs an identity comparison per name and item read, and one comparison
+    while no tensor anywhere is written.
     """
 
     __slots__ = ("tensors", "stamps", "built_at", "reads")
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
-        (``reads.changed``), its own record of its runs, which are not guarded."""
+        (``reads.recording``), its own record of its runs, which are not guarded."""
         self.tensors = [t for t in tensors if isinstance(t, Tensor)]
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t.data) for t in self.tensors]

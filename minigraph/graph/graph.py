@@ -269,7 +269,7 @@ class Graph:
         # inside ``with mg.no_grad():`` is then a constant for derivatives, as on the tape
         self.recording = False
         # the ids of the lists and dicts the function wrote while it was recorded (its
-        # own log of its runs: reads.changed), which its program does not guard
+        # own log of its runs: reads.recording), which its program does not guard
         self.written_by_f: frozenset[int] = frozenset()
 
     # -- the default graph ---------------------------------------------------------------

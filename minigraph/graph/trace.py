@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence, cast
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
-from ..autodiff.reads import changed, containers, read_only_arrays
+from ..autodiff.reads import recording
 from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
 from ..errors import GradientError
 from ..ops.operators import passed_as_is
@@ -128,13 +128,13 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
             else:
                 call_args.append(a)
         graph.recording = True
-        since, before = last_write(), containers(f)
+        since = last_write()
         try:
-            with passed_as_is(call_args, nums, who, args), read_only_arrays(f, who):
+            with passed_as_is(call_args, nums, who, args), recording(f, who) as run:
                 out = f(*call_args)
         finally:
             graph.recording = False
-        graph.written_by_f = changed(before)
+        graph.written_by_f = run.written_by_f
     refuse_written_outside(f, since, "graph mode")
     return graph, inputs, out
 

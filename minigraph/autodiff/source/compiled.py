@@ -31,7 +31,7 @@ from ...ops.primitive import KINDS
 from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
-from ..reads import changed, containers, read_only_arrays
+from ..reads import recording
 from ..signature import Captured, is_weak
 from ..tape import last_write, refuse_written_outside
 from .adjoint import _adjoint_of, _Reverse
@@ -107,7 +107,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     writer = _Writer()
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
-    since, before = last_write(), containers(src.fn)
+    since = last_write()
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
@@ -116,10 +116,10 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         norm.passed = {names[k]: what for k, what in
                        caller_held(args, nums, "vjp" if seeded else "grad").items()
                        if k < len(names)}
-        with read_only_arrays(src.fn, "source_grad"):
+        with recording(src.fn, "source_grad") as run:
             out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         refuse_written_outside(src.fn, since, "source_grad")
-        written_by_f = changed(before)  # (its own log of its runs: not guarded)
+        written_by_f = run.written_by_f  # (its own log of its runs: not guarded)
         forward = writer.block
         writer.block, writer.role = [], "rtemp"
         reverse = _Reverse(writer)
@@ -214,7 +214,7 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
             written_by_f: frozenset[int] = frozenset()) -> Program:
     """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
     last parameter, after f's. ``written_by_f``: the lists and dicts f wrote while it
-    was read (``reads.changed``), which the program does not guard."""
+    was read (``reads.recording``), which the program does not guard."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack"},
