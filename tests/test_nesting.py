@@ -419,6 +419,52 @@ def test_a_number_asked_of_a_differentiated_value_is_a_constant_as_in_pytorch(mo
         mg.grad(lambda x: x.numpy() * x, mode=mode)(2.5)
 
 
+def _times_its_list(x):
+    return x * mg.tensor(x.tolist())  # a list of numbers: constants, as float(x) is
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward"])
+def test_tolist_of_a_differentiated_value_is_constants_as_in_pytorch(mode):
+    """x.tolist() answered AttributeError ('Box' object has no attribute 'tolist')."""
+    xt = torch.tensor([2.5, -1.0], dtype=torch.float64, requires_grad=True)
+    torch.sum(xt * torch.tensor(xt.tolist(), dtype=torch.float64)).backward()
+    got = mg.grad(lambda x: mg.sum(_times_its_list(x)), mode=mode)(mg.tensor([2.5, -1.0]))
+    np.testing.assert_array_equal(got.numpy(), xt.grad.numpy())
+
+
+def _through_numpy(x):
+    return mg.tensor(np.asarray(x) * 2.0) * x
+
+
+@pytest.mark.parametrize("transform, error", [
+    (lambda f: mg.grad(f, mode="tape"), GradientError),
+    (lambda f: mg.grad(f, mode="forward"), GradientError),
+    (lambda f: mg.grad(f, mode="graph"), TracedValueError),
+    (lambda f: lambda x: mg.vjp(f, x)[0], GradientError),
+    (lambda f: lambda x: mg.jvp(f, (x,), (1.0,))[1], GradientError),
+    (mg.vmap, BatchingError),
+])
+def test_np_asarray_of_a_transformed_value_refuses_and_says_why(transform, error):
+    """np.asarray(x) of a value being differentiated made a NumPy object array, which
+    failed later as "dtype object is not supported"; PyTorch refuses it ("Can't call
+    numpy() on Tensor that requires grad"). Every transformation now refuses at once."""
+    with pytest.raises(RuntimeError, match="requires grad"):
+        np.asarray(torch.tensor(2.5, requires_grad=True) * 2)
+    with pytest.raises(error, match="np.asarray"):
+        transform(_through_numpy)(mg.tensor([2.5, 0.5]) if transform is mg.vmap else 2.5)
+
+
+def test_np_asarray_of_a_graph_constant_is_its_value():
+    with mg.Graph():
+        c = mg.constant(np.array([1.0, 2.0]))
+        x = mg.placeholder((2,))
+        np.testing.assert_array_equal(np.asarray(c), [1.0, 2.0])
+        assert np.asarray(c, dtype=np.float32).dtype == np.float32
+        assert c.tolist() == [1.0, 2.0]
+        with pytest.raises(TracedValueError, match="tolist"):
+            x.tolist()
+
+
 @pytest.mark.parametrize("ask", [float, int, lambda v: v.item(), lambda v: v.numpy()])
 def test_a_batched_value_refuses_to_be_one_number(ask):
     with pytest.raises(BatchingError, match="one value per example"):

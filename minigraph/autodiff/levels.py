@@ -50,8 +50,9 @@ class ValueInside:
     Where the value inside has no value (a graph node), its own error says so.
 
     The number drops the derivative, as PyTorch's ``float(x)`` does: asking for a number is
-    asking for a constant. ``numpy()`` refuses, as PyTorch's does on a tensor that requires
-    a gradient: an array looks like the value itself, derivative and all."""
+    asking for a constant (``tolist()`` likewise gives numbers). ``numpy()`` and
+    ``np.asarray(x)`` refuse, as PyTorch's do on a tensor that requires a gradient: an
+    array looks like the value itself, derivative and all."""
 
     __slots__ = ()
 
@@ -73,8 +74,20 @@ class ValueInside:
     def detach(self) -> Any:
         return C.stop_gradient(self)
 
+    def tolist(self) -> Any:
+        return self._inside().tolist()
+
     def numpy(self) -> Any:
-        raise GradientError(
-            "numpy(): this value is being differentiated (inside mg.grad, mg.vjp, mg.jvp "
-            "...), and a NumPy array would silently drop its derivative. Use minigraph "
-            "functions on it, or x.detach().numpy() if a constant is really meant")
+        raise _no_array("numpy()")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        # (np.asarray(x) and np.array(x) ask this first; without it, NumPy read x as a
+        # sequence and made an object array, which failed later without saying why)
+        raise _no_array("np.asarray()")
+
+
+def _no_array(what: str) -> GradientError:
+    return GradientError(
+        f"{what}: this value is being differentiated (inside mg.grad, mg.vjp, mg.jvp "
+        "...), and a NumPy array would silently drop its derivative. Use minigraph "
+        "functions on it, or x.detach().numpy() if a constant is really meant")

@@ -192,6 +192,18 @@ class Node(ArrayOps):
             return np.array(self.device.to_numpy(self.value), copy=True)
         raise self._no_value("numpy()")
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        # (np.asarray(node) asks this first; without it, NumPy read a node as a sequence
+        # and made an object array, which failed later without saying why)
+        if self.op in ("Const", "Variable"):
+            return self.numpy() if dtype is None else self.numpy().astype(dtype)
+        raise self._no_value("np.asarray()")
+
+    def tolist(self) -> Any:
+        if self.op in ("Const", "Variable"):
+            return self.numpy().tolist()
+        raise self._no_value("tolist()")
+
     def item(self) -> Any:
         raise self._no_value("item()")
 
