@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ..autodiff.backward import collector_paused
 from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
@@ -118,7 +119,18 @@ def own_copy(value: Any, device: Device) -> Any:
 
 def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
                   name: str = "compiled") -> CompiledFunction:
-    """Python source computing ``outputs`` from ``inputs``, compiled with compile/exec."""
+    """Python source computing ``outputs`` from ``inputs``, compiled with compile/exec.
+
+    (With the cyclic garbage collector paused, as the passes and the reverse sweep pause
+    it: the bookkeeping below makes a list or two per node while the whole graph is
+    alive, and the collector's passes would walk that graph again and again; nothing
+    here makes a reference cycle.)"""
+    with collector_paused():
+        return _compile_graph(graph, inputs, outputs, name)
+
+
+def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
+                   name: str) -> CompiledFunction:
     check_graph(graph, "compile_graph")
     inputs, outputs = list(inputs), list(outputs)
     fed = {id(n) for n in inputs}
