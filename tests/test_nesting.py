@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import minigraph as mg
 from minigraph.autodiff.batching import BatchingError
-from minigraph.errors import GradientError
+from minigraph.errors import DTypeError, GradientError
 from minigraph.graph.graph import TracedValueError
 from program_files import load_pair  # (tests/program_files.py)
 
@@ -452,6 +452,37 @@ def test_np_asarray_of_a_transformed_value_refuses_and_says_why(transform, error
         np.asarray(torch.tensor(2.5, requires_grad=True) * 2)
     with pytest.raises(error, match="np.asarray"):
         transform(_through_numpy)(mg.tensor([2.5, 0.5]) if transform is mg.vmap else 2.5)
+
+
+NUMPY_REDUCTIONS = [(np.sum, torch.sum), (np.mean, torch.mean), (np.max, torch.max)]
+
+
+@pytest.mark.parametrize("np_reduce, torch_reduce", NUMPY_REDUCTIONS)
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph"])
+def test_numpys_reductions_of_a_minigraph_value_are_minigraphs_with_their_gradient(
+        np_reduce, torch_reduce, mode):
+    """np.sum(x), np.mean(x), np.max(x) call x's own method with NumPy's dtype= and out=;
+    it failed with "unexpected keyword argument 'out'" in every mode (eager too)."""
+    x0 = np.array([0.5, -2.0, 3.0])
+    xt = torch.tensor(x0, requires_grad=True)
+    torch_reduce(torch.sin(xt) * xt).backward()
+    got = mg.grad(lambda x: np_reduce(mg.sin(x) * x), mode=mode)(mg.tensor(x0))
+    np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-12)
+    assert float(np_reduce(mg.tensor(x0))) == float(np_reduce(x0))  # eager: NumPy's value
+    rows = np.array([[1.0, 5.0], [4.0, 2.0]])
+    np.testing.assert_array_equal(mg.vmap(np_reduce)(mg.tensor(rows)).numpy(),
+                                  np_reduce(rows, axis=1))
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda t: np.sum(t, dtype=np.float32), DTypeError, "dtype="),
+    (lambda t: np.mean(t, dtype=np.float32), DTypeError, "dtype="),
+    (lambda t: np.sum(t, out=np.zeros(())), TypeError, "out="),
+    (lambda t: np.max(t, out=np.zeros(())), TypeError, "out="),
+])
+def test_numpys_reduction_options_minigraph_has_not_are_refused_by_name(call, error, words):
+    with pytest.raises(error, match=words):
+        call(mg.tensor([1.0, 2.0]))
 
 
 def test_np_asarray_of_a_graph_constant_is_its_value():

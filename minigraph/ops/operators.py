@@ -158,13 +158,26 @@ class ArrayOps:
     def transpose(self, *axes: Any) -> Any:
         return SH.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
 
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+    # (``dtype`` and ``out`` are NumPy's: ``np.sum(x)``, ``np.mean(x)``, ``np.max(x)`` call
+    # the method of a value that is not a NumPy array, passing them, so that the value's
+    # own library computes its reduction. With their defaults, x's is minigraph's, with
+    # its gradient; before, NumPy's call failed with "unexpected keyword argument 'out'",
+    # as it still does on a PyTorch tensor.)
+    def sum(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
+            out: Any = None) -> Any:
+        if dtype is not None or out is not None:
+            raise _numpy_option("sum", dtype, out)
         return R.sum(self, axis, keepdims)
 
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
+    def mean(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
+             out: Any = None) -> Any:
+        if dtype is not None or out is not None:
+            raise _numpy_option("mean", dtype, out)
         return R.mean(self, axis, keepdims)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+    def max(self, axis: Any = None, keepdims: bool = False, *, out: Any = None) -> Any:
+        if out is not None:
+            raise _numpy_option("max", None, out)
         return R.max(self, axis, keepdims)
 
     def astype(self, dtype: str, copy: bool = True) -> Any:
@@ -182,6 +195,16 @@ class ArrayOps:
     def sigmoid(self) -> Any: return E.sigmoid(self)
     def relu(self) -> Any: return E.relu(self)
     def sqrt(self) -> Any: return E.sqrt(self)
+
+
+def _numpy_option(name: str, dtype: Any, out: Any) -> TypeError:
+    """The refusal of NumPy's ``dtype=`` or ``out=`` for a reduction: minigraph's has neither
+    (a TypeError, as Python's for a keyword a function does not take)."""
+    if dtype is not None:
+        return DTypeError(f"{name}: dtype={dtype!r} is not supported (a NumPy option: compute "
+                          f"in that dtype); cast first: x.astype(...).{name}()")
+    return TypeError(f"{name}: out= is not supported (a NumPy option: write the result into "
+                      f"a given array); use the value {name} returns")
 
 
 def updated(prim: Any, x: Any, other: Any) -> Any:
