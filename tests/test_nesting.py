@@ -491,6 +491,11 @@ def test_np_asarray_of_a_graph_constant_is_its_value():
         x = mg.placeholder((2,))
         np.testing.assert_array_equal(np.asarray(c), [1.0, 2.0])
         assert np.asarray(c, dtype=np.float32).dtype == np.float32
+        mine = np.asarray(c)
+        mine[0] = 7.0  # the caller's copy: the constant keeps its value
+        np.testing.assert_array_equal(np.asarray(c), [1.0, 2.0])
+        with pytest.raises(ValueError, match="copy=False"):
+            np.asarray(c, copy=False)
         assert c.tolist() == [1.0, 2.0]
         with pytest.raises(TracedValueError, match="tolist"):
             x.tolist()

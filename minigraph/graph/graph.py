@@ -195,9 +195,12 @@ class Node(ArrayOps):
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         # (np.asarray(node) asks this first; without it, NumPy read a node as a sequence
         # and made an object array, which failed later without saying why)
-        if self.op in ("Const", "Variable"):
-            return self.numpy() if dtype is None else self.numpy().astype(dtype)
-        raise self._no_value("np.asarray()")
+        if self.op not in ("Const", "Variable"):
+            raise self._no_value("np.asarray()")
+        if copy is False:  # (NumPy 2's protocol: say so rather than copy anyway)
+            raise ValueError(f"np.asarray(..., copy=False): graph node '{self.name}' hands "
+                             f"out its value as a copy only (copy=None allows one)")
+        return np.asarray(self.numpy(), dtype=dtype)
 
     def tolist(self) -> Any:
         if self.op in ("Const", "Variable"):
