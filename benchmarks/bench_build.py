@@ -146,8 +146,9 @@ def bench_chains() -> dict[str, dict[int, float]]:
         for mode, call in first_calls(n).items():
             best = math.inf
             # The best of three first calls (each one fresh), at both lengths: the ratio
-            # compares one statistic with itself (a single call at 10^5 against the best
-            # of three at 10^4 made the ratio carry one call's noise, +-15% here).
+            # compares one statistic with itself. (A single call at 10^5 against the best
+            # of three at 10^4 made it carry one call's noise: graph mode's three 10^5
+            # calls in one process took 12.3, 11.5 and 10.7 s.)
             for _ in range(3):
                 gc.collect()
                 start = time.perf_counter()
