@@ -208,6 +208,12 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
     return None
 
 
+def refused_read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is NumPy's refusal of a write into a read-only array ("assignment
+    destination is read-only", a ValueError), the refusal the guards below rely on."""
+    return isinstance(exc, ValueError) and "read-only" in str(exc)
+
+
 class ReadOnlyWrite(ValueError):
     """NumPy's refusal of a write into a read-only ``array`` that minigraph made for f
     (a tensor's update in place); ``where``: the user's line, where minigraph cannot
@@ -227,16 +233,15 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
                      arguments: Any = ()) -> Iterator[None]:
     """While a compiled program is built from f (or forward mode runs it once per input
     element, or a checkpoint runs it to run it again in the backward pass: ``why`` says
-    what the write would do), the tensors and
-    arrays f reads from outside its arguments (:func:`outside_arrays`: a global, a
-    closure variable, an attribute the code names, an item of a list or dict) are
-    read-only. f's ``Y += 1.0`` would write once, while recording, where eager mode
-    writes on every call; a NumPy array (a tensor's too) refuses the write before it is
-    made. Another array (CuPy's) has no read-only flag: it is kept as a copy, compared
-    after f returned, and put back before the error (a CuPy tensor's write is logged,
-    and refused after f ran: ``tape.refuse_written_outside``). (Another thread writing
-    into such an array meanwhile is refused too.) ``arguments``: f's arguments whose
-    arrays are guarded the
+    what the write would do), the tensors and arrays f reads from outside its arguments
+    (:func:`outside_arrays`: a global, a closure variable, an attribute the code names,
+    an item of a list or dict) are read-only. f's ``Y += 1.0`` would write once, while
+    recording, where eager mode writes on every call; a NumPy array (a tensor's too)
+    refuses the write before it is made. Another array (CuPy's) has no read-only flag:
+    it is kept as a copy, compared after f returned, and put back before the error (a
+    CuPy tensor's write is logged, and refused after f ran:
+    ``tape.refuse_written_outside``). (Another thread writing into such an array
+    meanwhile is refused too.) ``arguments``: f's arguments whose arrays are guarded the
     same way (a checkpoint's, forward mode's that it does not differentiate; None for
     one that is not), so that a NumPy array's write is refused before it is made."""
     frozen: dict[int, tuple[str, Any, np.ndarray]] = {}  # id(array) -> (place, value, array)
@@ -265,7 +270,7 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
                         f"place (found after f returned; it holds its old values again)"
                         f"{why}. Inside f, write a new value (y = y + 1.0) instead")
     except ValueError as exc:
-        if not (frozen and "read-only" in str(exc)):
+        if not (frozen and refused_read_only(exc)):
             raise
         which = getattr(exc, "array", None)  # (a tensor's update says which it was)
         if which is not None and id(which) not in frozen:

@@ -58,7 +58,7 @@ from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywor
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
-from .reads import ReadOnlyWrite, read_from_outside
+from .reads import ReadOnlyWrite, read_from_outside, refused_read_only
 from ..tensor import Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -381,8 +381,8 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         else:
             x.data = write(x.data, value)
     except Exception as exc:
-        if isinstance(exc, ValueError) and "read-only" in str(exc):  # (made so by
-            raise ReadOnlyWrite(_kernel_error(prim, (x, other), {}, exc),  # reads.py)
+        if refused_read_only(exc):  # (an array reads.py made read-only while f runs)
+            raise ReadOnlyWrite(_kernel_error(prim, (x, other), {}, exc),
                                 array=x.data) from exc
         raise _kernel_error(prim, (x, other), {}, exc) from exc
     _stamp(x.data)
@@ -441,7 +441,7 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
     except Exception as exc:  # (NumPy checks everything before it writes anything)
         error = ShapeError if "broadcast" in str(exc) else type(exc)
         made = error(f"x[...] = value ({_describe((x,))}, index {index!r}): {exc}")
-        if isinstance(exc, ValueError) and "read-only" in str(exc):  # (see update_in_place)
+        if refused_read_only(exc):  # (see update_in_place)
             raise ReadOnlyWrite(made, array=x.data) from exc
         raise made from exc
     _stamp(x.data)
