@@ -166,18 +166,18 @@ class ArrayOps:
     def sum(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
             out: Any = None) -> Any:
         if dtype is not None or out is not None:
-            raise _numpy_option("sum", dtype, out)
+            raise _numpy_option(self, "sum", dtype, out)
         return R.sum(self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
              out: Any = None) -> Any:
         if dtype is not None or out is not None:
-            raise _numpy_option("mean", dtype, out)
+            raise _numpy_option(self, "mean", dtype, out)
         return R.mean(self, axis, keepdims)
 
     def max(self, axis: Any = None, keepdims: bool = False, *, out: Any = None) -> Any:
         if out is not None:
-            raise _numpy_option("max", None, out)
+            raise _numpy_option(self, "max", None, out)
         return R.max(self, axis, keepdims)
 
     def astype(self, dtype: str, copy: bool = True) -> Any:
@@ -197,14 +197,19 @@ class ArrayOps:
     def sqrt(self) -> Any: return E.sqrt(self)
 
 
-def _numpy_option(name: str, dtype: Any, out: Any) -> TypeError:
+def _numpy_option(x: ArrayOps, name: str, dtype: Any, out: Any) -> TypeError:
     """The refusal of NumPy's ``dtype=`` or ``out=`` for a reduction: minigraph's has neither
     (a TypeError, as Python's for a keyword a function does not take)."""
+    of = f"{name} of a {x._kind()} of shape {S.shape_of(x)} {S.dtype_of(x)}"
     if dtype is not None:
-        return DTypeError(f"{name}: dtype={dtype!r} is not supported (a NumPy option: compute "
+        try:
+            asked = np.dtype(dtype).name  # (np.float32, "float32": the name)
+        except TypeError:
+            asked = repr(dtype)
+        return DTypeError(f"{of}: dtype={asked} is not supported (a NumPy option: compute "
                           f"in that dtype); cast first: x.astype(...).{name}()")
-    return TypeError(f"{name}: out= is not supported (a NumPy option: write the result into "
-                      f"a given array); use the value {name} returns")
+    return TypeError(f"{of}: out= is not supported (a NumPy option: write the result into "
+                     f"a given array); use the value {name} returns")
 
 
 def updated(prim: Any, x: Any, other: Any) -> Any:
