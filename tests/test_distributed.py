@@ -35,9 +35,12 @@ needs_mpi = pytest.mark.skipif(
     not (HAS_MPI4PY and MPIEXEC),
     reason="needs mpi4py and mpiexec: pip install 'minigraph[mpi]' (or -e '.[dev]')")
 
-# One BLAS thread per rank: two ranks on two cores, no oversubscription.
+# One BLAS thread per rank: two ranks on two cores, no oversubscription. Where the
+# mpiexec found is Open MPI's (a system MPI, not the MPICH wheels) and the tests run as
+# root, as in a container, Open MPI refuses to start unless told twice that this is meant.
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-       "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+       "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def launch(scenario: str, tmp_path: Path, n: int = 2, limit: float = 45.0) -> list[dict]:

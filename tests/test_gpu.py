@@ -9,6 +9,7 @@ import pytest
 
 import minigraph as mg
 from minigraph.errors import GradientError
+from minigraph.graph.graph import TracedValueError
 from across_devices import check_adjoints_come_back, check_auto_place_keeps_copies
 
 pytestmark = pytest.mark.skipif(not mg.cuda_available(),
@@ -344,3 +345,31 @@ def test_a_write_into_a_cupy_array_read_from_outside_is_refused(mode):
                                             r"outside its arguments \(cupy array"):
         mg.grad(_halves_a_cupy_global, mode=mode)(x)
     assert GPU_HALVED[0].tolist() == [3.0, 4.0]
+
+
+def _np_sum_of_its_list_and_itself(x):
+    return np.sum(mg.sin(x) * x * mg.tensor(x.tolist(), device="cuda:0"))
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph"])
+def test_numpys_sum_tolist_and_asarray_of_a_gpu_value_being_differentiated(mode):
+    """np.sum(x) calls x.sum(axis=None, dtype=None, out=None); x.tolist() gives constants
+    (PyTorch's convention); np.asarray(x) refuses as PyTorch's numpy() does. The oracle is
+    PyTorch on the host."""
+    import torch
+
+    x0 = np.array([0.5, -2.0, 3.0])
+    xt = torch.tensor(x0, requires_grad=True)
+    torch.sum(torch.sin(xt) * xt * torch.tensor(x0)).backward()
+    x = mg.tensor(x0, device="cuda:0")
+    if mode == "graph":  # tolist of a graph node has no value to give: it refuses
+        got = mg.grad(lambda x: np.sum(mg.sin(x) * x * mg.tensor(x0, device="cuda:0")),
+                      mode=mode)(x)
+    else:
+        got = mg.grad(_np_sum_of_its_list_and_itself, mode=mode)(x)
+    assert got.device.name == "cuda:0"
+    np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-12)
+    with pytest.raises(TracedValueError if mode == "graph" else GradientError,
+                       match="np.asarray"):
+        mg.grad(lambda x: mg.sum(x * mg.tensor(np.asarray(x), device="cuda:0")),
+                mode=mode)(x)
