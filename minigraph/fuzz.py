@@ -237,11 +237,12 @@ ELEMENTWISE: dict[str, tuple[int, str, str]] = {
     "mul": (2, "{a} * {b}", "{a} * {b}"),
     "div": (2, "{a} / (1.5 + {b} * {b})", "{a} / (1.5 + {b} * {b})"),
     "maximum": (2, "mg.maximum({a}, {b})", "torch.maximum({a}, {b})"),
+    "minimum": (2, "mg.minimum({a}, {b})", "torch.minimum({a}, {b})"),
     "where": (2, "mg.where({a} > {b}, {a}, {b} * 0.5)", "torch.where({a} > {b}, {a}, {b} * 0.5)"),
     "pow": (2, "(1.5 + {a} * {a}) ** mg.tanh({b})", "(1.5 + {a} * {a}) ** torch.tanh({b})"),
 }
 REDUCTIONS = {"sum": ("mg.sum", "torch.sum"), "mean": ("mg.mean", "torch.mean"),
-              "max": ("mg.max", "torch.amax")}
+              "max": ("mg.max", "torch.amax"), "min": ("mg.min", "torch.amin")}
 OTHER_OPS = ("reduce", "softmax", "log_softmax", "transpose", "flatten", "reshape_swap",
              "matmul", "matmul_t", "concatenate")
 
@@ -664,6 +665,7 @@ DAG_OPS = {
     "total": "mg.sum({0}) * 0.01 + {1}",
     "softmax": "mg.softmax({0}, axis=-1)",
     "maximum": "mg.maximum({0}, {1})",
+    "minimum": "mg.minimum({0}, {1})",
     "add_n": "mg.add_n([{0}, {1}, {2}])",
     "transpose": "mg.transpose({0})",
     "where": "mg.where({0} > {1}, {0}, {1})",
@@ -776,6 +778,8 @@ ADV_OPS: dict[str, tuple[int, str, str, str]] = {
                     _OVER_AXIS.format("mean", -1)),
     "max": (1, "mg.max(a)", "torch.amax(a)", "np.max(a)"),
     "max_axis0": (1, "mg.max(a, axis=0)", "torch.amax(a, dim=0)", _OVER_AXIS.format("max", 0)),
+    "min": (1, "mg.min(a)", "torch.amin(a)", "np.min(a)"),
+    "min_axis0": (1, "mg.min(a, axis=0)", "torch.amin(a, dim=0)", _OVER_AXIS.format("min", 0)),
     "softmax": (1, "mg.softmax(a, axis=-1)", "torch.softmax(a, dim=-1)",
                 _SOFTMAX.format(f=_AS_FLOAT)),
     "log_softmax": (1, "mg.log_softmax(a, axis=-1)", "torch.log_softmax(a, dim=-1)",
@@ -792,6 +796,7 @@ ADV_OPS: dict[str, tuple[int, str, str, str]] = {
     "div": (2, "a / b", "a / b", "a / b"),
     "pow": (2, "a ** b", "a ** b", "a ** b"),
     "maximum": (2, "mg.maximum(a, b)", "torch.maximum(a, b)", "np.maximum(a, b)"),
+    "minimum": (2, "mg.minimum(a, b)", "torch.minimum(a, b)", "np.minimum(a, b)"),
     # (not remainder: PyTorch's is a - b * floor(a / b), NaN where a / b overflows,
     # 1 % 5e-324, where NumPy's, from the exact fmod, is 0; tests/ check it elsewhere)
     "floor_divide": (2, "a // b", "torch.floor_divide(a, b)", "a // b"),

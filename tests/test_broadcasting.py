@@ -19,6 +19,7 @@ BINARY = {
     "mul": (lambda x, y: x * y, np.multiply),
     "div": (lambda x, y: x / (1.5 + y * y), lambda x, y: x / (1.5 + y * y)),
     "maximum": (mg.maximum, np.maximum),
+    "minimum": (mg.minimum, np.minimum),
     "where": (lambda x, y: mg.where(x > y, x * y, y), lambda x, y: np.where(x > y, x * y, y)),
 }
 
@@ -40,7 +41,7 @@ def operands(draw):
 def test_binary_ops_broadcast_like_numpy(name, data):
     x, y, w = data
     f, ref = BINARY[name]
-    if name in ("maximum", "where"):
+    if name in ("maximum", "minimum", "where"):
         # x == y is a kink; finite differences (step 1e-6) must not straddle one.
         assume(np.all(np.abs(np.subtract(*np.broadcast_arrays(x, y))) > 1e-3))
     np.testing.assert_allclose(f(mg.tensor(x), mg.tensor(y)).numpy(), ref(x, y), rtol=1e-12)

@@ -455,7 +455,8 @@ def test_np_asarray_of_a_transformed_value_refuses_and_says_why(transform, error
         transform(_through_numpy)(2.5)
 
 
-NUMPY_REDUCTIONS = [(np.sum, torch.sum), (np.mean, torch.mean), (np.max, torch.max)]
+NUMPY_REDUCTIONS = [(np.sum, torch.sum), (np.mean, torch.mean), (np.max, torch.max),
+                    (np.min, torch.min)]
 
 
 @pytest.mark.parametrize("np_reduce, torch_reduce", NUMPY_REDUCTIONS)

@@ -49,6 +49,7 @@ CASES = {
     "AddN": (lambda x, y: mg.add_n([x, y, x]), (A23, B23), lambda x, y: 2 * x + y),
     "pow": (lambda x, y: x ** y, (P23, r(3)), lambda x, y: x ** y),
     "maximum": (lambda x, y: mg.maximum(x, y), (A23, B23), np.maximum),
+    "minimum": (lambda x, y: mg.minimum(x, y), (A23, B23), np.minimum),
     # x % y away from its jumps (x / y far from an integer): d/dx 1, d/dy -floor(x / y)
     "remainder": (lambda x, y: x % y, (np.array([[3.3, -1.7, 0.45], [2.6, -0.35, 1.15]]),
                                        np.array([[0.7, 0.9, 1.3], [1.7, 0.6, 0.8]])),
@@ -70,6 +71,7 @@ CASES = {
     "sum": (lambda x: x.sum(axis=0), (A23,), lambda x: x.sum(axis=0)),
     "mean": (lambda x: x.mean(axis=1, keepdims=True), (A23,), lambda x: x.mean(1, keepdims=True)),
     "max": (lambda x: x.max(axis=1), (DISTINCT,), lambda x: x.max(axis=1)),
+    "min": (lambda x: x.min(axis=0), (DISTINCT,), lambda x: x.min(axis=0)),
     "matmul": (lambda x, y: x @ y, (A23.T.copy(), M34[:2]), lambda x, y: x @ y),
     "transpose": (lambda x: mg.transpose(x, (1, 0)), (A23,), lambda x: x.T),
     "reshape": (lambda x: x.reshape(3, 2), (A23,), lambda x: x.reshape(3, 2)),

@@ -141,6 +141,7 @@ AXIS_OPS = {
     "concatenate": lambda x: mg.concatenate([x, x], axis=2),
     "transpose": lambda x: mg.transpose(x, (0, 2)), "sum": lambda x: mg.sum(x, axis=-3),
     "mean": lambda x: mg.mean(x, axis=2), "max": lambda x: x.max(axis=5),
+    "min": lambda x: mg.min(x, axis=-4),
     "stack": lambda x: mg.stack([x, x], axis=4),
 }
 
@@ -431,13 +432,14 @@ def test_a_placeholder_of_unknown_shape_works_or_is_named(name):
 
 # -- the fuzzer's findings (python -m minigraph.fuzz), each a regression test -----------------
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
 def test_reducing_a_0d_tensor_over_axis_0_returns_it_as_pytorch_does(reduce):
     """NumPy refuses axis 0 of a 0-d array; PyTorch (and minigraph, as before) takes it
     to mean "its only element". What matters is that no plain IndexError escapes."""
     got = getattr(mg, reduce)(mg.tensor(3.0), axis=0)
     want = {"sum": torch.sum, "mean": torch.mean,
-            "max": lambda t, dim: torch.amax(t, dim)}[reduce](torch.tensor(3.0), dim=0)
+            "max": lambda t, dim: torch.amax(t, dim),
+            "min": lambda t, dim: torch.amin(t, dim)}[reduce](torch.tensor(3.0), dim=0)
     assert got.shape == () and got.item() == want.item() == 3.0
 
 
@@ -596,8 +598,9 @@ def test_no_grad_in_another_thread_leaves_recording_here_on():
 _ANY_DTYPE_OPS = {
     "sum": lambda a: mg.sum(a), "sum axis": lambda a: mg.sum(a, axis=0),
     "mean": lambda a: mg.mean(a), "mean axis": lambda a: mg.mean(a, axis=1, keepdims=True),
-    "max": lambda a: mg.max(a), "add": lambda a: a + a, "mul int": lambda a: a * 2,
+    "max": lambda a: mg.max(a), "min": lambda a: mg.min(a, axis=0), "add": lambda a: a + a, "mul int": lambda a: a * 2,
     "mul float": lambda a: a * 2.5, "div": lambda a: a / 2, "maximum": lambda a: mg.maximum(a, a),
+    "minimum": lambda a: mg.minimum(a, a),
     "exp": mg.exp, "sin": mg.sin, "relu": mg.relu, "matmul": lambda a: a @ mg.transpose(a),
     "transpose": mg.transpose, "reshape": lambda a: a.reshape(-1), "getitem": lambda a: a[0],
     "concatenate": lambda a: mg.concatenate([a, a]), "softmax": mg.softmax,

@@ -203,6 +203,14 @@ MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
     out=ufunc_out("maximum"), batch=B.elementwise("maximum"),
     public="maximum")
 
+MINIMUM = primitive(  # at ties the derivative goes to x, as maximum's does
+    "minimum", lambda xp, x, y: xp.minimum(x, y), S.elementwise("minimum"),
+    jvp=[lambda t, out, x, y: t * _mask(x <= y, t), lambda t, out, x, y: t * _mask(x > y, t)],
+    vjp=_unbroadcast(lambda g, out, x, y: g * _mask(x <= y, g),
+                     lambda g, out, x, y: g * _mask(x > y, g)),
+    out=ufunc_out("minimum"), batch=B.elementwise("minimum"),
+    public="minimum")
+
 # -- functions ---------------------------------------------------------------------------
 
 ABS = primitive(  # d|x| = sign(x) dx, 0 at x = 0 (as PyTorch and JAX): a subgradient there
@@ -459,6 +467,11 @@ def remainder(x: Any, y: Any) -> Any:
 def maximum(x: Any, y: Any) -> Any:
     """Elementwise maximum; at ties the gradient goes to ``x``."""
     return bind_two(MAXIMUM, x, y)
+
+
+def minimum(x: Any, y: Any) -> Any:
+    """Elementwise minimum; at ties the gradient goes to ``x``."""
+    return bind_two(MINIMUM, x, y)
 
 
 def abs(x: Any) -> Any:  # noqa: A001 - NumPy's and PyTorch's name (builtin abs(x) calls it)

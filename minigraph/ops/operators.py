@@ -158,9 +158,9 @@ class ArrayOps:
     def transpose(self, *axes: Any) -> Any:
         return SH.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
 
-    # (``dtype`` and ``out`` are NumPy's: ``np.sum(x)``, ``np.mean(x)``, ``np.max(x)`` call
-    # the method of a value that is not a NumPy array, passing them, so that the value's
-    # own library computes its reduction. With their defaults, x's is minigraph's, with
+    # (``dtype`` and ``out`` are NumPy's: ``np.sum(x)``, ``np.mean(x)``, ``np.max(x)`` and
+    # ``np.min(x)`` call the method of a value that is not a NumPy array, passing them, so
+    # that the value's own library computes its reduction. With their defaults, x's is minigraph's, with
     # its gradient; before, NumPy's call failed with "unexpected keyword argument 'out'",
     # as it still does on a PyTorch tensor.)
     def sum(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
@@ -179,6 +179,11 @@ class ArrayOps:
         if out is not None:
             raise _numpy_option(self, "max", None, out)
         return R.max(self, axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False, *, out: Any = None) -> Any:
+        if out is not None:
+            raise _numpy_option(self, "min", None, out)
+        return R.min(self, axis, keepdims)
 
     def astype(self, dtype: str, copy: bool = True) -> Any:
         return C.astype(self, dtype, copy)

@@ -1,9 +1,10 @@
-"""Reductions: sum, mean, max over some axes, and ``sum_to`` (undoing a broadcast).
+"""Reductions: sum, mean, max, min over some axes, and ``sum_to`` (undoing a broadcast).
 
 Every reduction's VJP is the same idea: the adjoint of a reduced value is spread back
 over the elements that were reduced. ``_expand`` puts the removed axes back (as size 1)
 and broadcasts; ``sum`` gives each element the whole adjoint, ``mean`` a 1/n share, and
-``max`` gives it to the elements that attained the maximum (split evenly at ties).
+``max`` and ``min`` give it to the elements that attained the result (split evenly at
+ties).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def _count(x: Any, axis: tuple[int, ...] | None) -> int:
     return math.prod(shape[i] for i in (range(len(shape)) if axis is None else axis))
 
 
-def _max_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
-    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)  # 1 where x is the max
+def _extreme_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
+    """The adjoint of a max (or a min): shared by the elements that attain it."""
+    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)  # 1 where x is out
     return _expand(g, x, axis, keepdims) * hit / _expand(sum(hit, axis, True), x, axis, True)
 
 
@@ -72,7 +74,8 @@ def _max_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 # a small sum. (Typed as plain callables: NumPy's stubs make ``keepdims`` keyword-only,
 # but ``reduce`` takes it by position, as the kernel below passes it.)
 _NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.add.reduce,
-                                                    "max": np.maximum.reduce}
+                                                    "max": np.maximum.reduce,
+                                                    "min": np.minimum.reduce}
 
 
 def reduction_kernel(name: str) -> Callable[..., Any]:
@@ -100,6 +103,7 @@ def reduction_kernel(name: str) -> Callable[..., Any]:
 
 sum_kernel = reduction_kernel("sum")
 max_kernel = reduction_kernel("max")
+min_kernel = reduction_kernel("min")
 _numpy_mean = reduction_kernel("mean")
 _INTP = np.intp
 
@@ -169,17 +173,24 @@ MEAN = primitive(
     public="mean", write=write_reduction, impl_with=with_params(mean_kernel))
 
 
-def _max_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
-    """The tangent of a max: the mean of the tangents of the elements that attain it."""
+def _extreme_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
+    """The tangent of a max (or a min): the mean of the tangents of the elements that
+    attain it."""
     hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)
     return sum(t * hit, axis, keepdims) / sum(hit, axis, keepdims)
 
 
 MAX = primitive(
-    "max", max_kernel, _reduce_shape, jvp=[_max_jvp], vjp=[_max_share], cost="expensive",
+    "max", max_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share], cost="expensive",
     batch=B.reduction("max"),
     public="max", write=write_reduction,
     impl_with=with_params(max_kernel, _NUMPY_REDUCTIONS["max"]))
+
+MIN = primitive(  # max's rules: they look for the elements equal to the result
+    "min", min_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share], cost="expensive",
+    batch=B.reduction("min"),
+    public="min", write=write_reduction,
+    impl_with=with_params(min_kernel, _NUMPY_REDUCTIONS["min"]))
 
 
 def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
@@ -226,6 +237,12 @@ def max(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
     """Maximum over ``axis``; the gradient is split evenly between tied maxima."""
     return bind_one(MAX, x, _ALL_AXES if axis is None and not keepdims else
                     _params(x, axis, keepdims, "max"))
+
+
+def min(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Minimum over ``axis``; the gradient is split evenly between tied minima."""
+    return bind_one(MIN, x, _ALL_AXES if axis is None and not keepdims else
+                    _params(x, axis, keepdims, "min"))
 
 
 def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
