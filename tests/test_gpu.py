@@ -373,3 +373,24 @@ def test_numpys_sum_tolist_and_asarray_of_a_gpu_value_being_differentiated(mode)
                        match="np.asarray"):
         mg.grad(lambda x: mg.sum(x * mg.tensor(np.asarray(x), device="cuda:0")),
                 mode=mode)(x)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace", "forward", "checkpoint"])
+def test_a_write_into_a_gpu_tensor_read_from_outside_is_refused_before_it_is_made(mode):
+    """A CuPy tensor's array has no read-only flag: its write was logged and refused after
+    f returned, and the tensor kept the halved values. The tape now refuses the write
+    before it is made, at the user's line (test_inplace.py does the same on
+    array-api-strict's arrays), and a view of it too."""
+    import test_inplace as T
+
+    x = mg.tensor([0.5, 1.5], device="cuda:0")
+    error = mg.autodiff.checkpoint.CheckpointError if mode == "checkpoint" else GradientError
+    for f, name in [(T.halves_a_module_tensor, "HALVED_ONCE"),
+                    (T.halves_a_module_tensor_through_a_view, "WEIGHTS")]:
+        T.HALVED_ONCE = mg.tensor([0.7, -0.4], device="cuda:0")
+        T.WEIGHTS = mg.tensor([1.0, 2.0], device="cuda:0")
+        with pytest.raises(error, match=rf"f wrote into {name}, which it reads from outside "
+                                        rf"its arguments \(a tensor of shape \(2,\) float64\), "
+                                        rf"in place, .*line \d+"):
+            T.run_once(f, mode)(x)
+        assert T.HALVED_ONCE.tolist() == [0.7, -0.4] and T.WEIGHTS.tolist() == [1.0, 2.0]

@@ -590,6 +590,78 @@ def test_a_compiled_program_refuses_a_write_into_a_tensor_read_from_outside(mode
     assert HALVED_ONCE.numpy().tolist() == [0.7, -0.4]
 
 
+def run_once(f, mode):
+    """f transformed by a transformation that runs it to build a program (graph, source,
+    trace) or runs it more than once (forward mode, checkpoint)."""
+    if mode == "trace":
+        return mg.trace(f)
+    if mode == "checkpoint":
+        return mg.grad(mg.checkpoint(f))
+    return mg.grad(f, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace", "forward", "checkpoint"])
+def test_a_tensor_without_a_read_only_flag_refuses_the_write_before_it_is_made(
+        mode, strict_devices):
+    """The same on a device whose arrays have no read-only flag (array-api-strict here,
+    CuPy on a GPU): the write was logged and refused after f returned, and the tensor
+    kept the halved values, where a refusal must leave things as they were. Every write
+    into a tensor goes through the tape, which now refuses it before it is made, at the
+    user's line, as NumPy's flag does."""
+    global HALVED_ONCE
+    HALVED_ONCE = mg.tensor([0.7, -0.4])
+    assert type(HALVED_ONCE.data) is not np.ndarray  # (the fixture's device)
+    x = mg.tensor([0.5, 1.5])
+    error = mg.autodiff.checkpoint.CheckpointError if mode == "checkpoint" else GradientError
+    with pytest.raises(error, match=r"f wrote into HALVED_ONCE, which it reads from outside "
+                                    r"its arguments \(a tensor of shape \(2,\) float64\), in "
+                                    r"place, .*line \d+"):
+        run_once(halves_a_module_tensor, mode)(x)
+    assert [float(v) for v in HALVED_ONCE.data] == [0.7, -0.4]
+    HALVED_ONCE *= 1.0  # (writable again once f returned)
+
+
+TOTAL = mg.sum(mg.tensor([1.0, 1.0]))  # a module's tensor holding a NumPy scalar, 2.0
+WEIGHTS = mg.tensor([1.0, 2.0])
+
+
+def halves_a_module_total(x):
+    s = TOTAL
+    s *= 0.5  # x.data = x.data * 0.5: a NumPy scalar is replaced, not written into
+    return mg.sum(x * s)
+
+
+def halves_a_module_tensor_through_a_view(x):
+    v = WEIGHTS[0:1]
+    v *= 0.5  # writes into WEIGHTS's memory
+    return mg.sum(x * WEIGHTS)
+
+
+@pytest.mark.parametrize("mode", ["graph", "source", "trace", "forward", "checkpoint"])
+@pytest.mark.parametrize("f", [halves_a_module_total, halves_a_module_tensor_through_a_view],
+                         ids=lambda f: f.__name__)
+def test_a_write_into_a_scalar_tensor_or_through_a_view_is_refused_naming_it(f, mode):
+    """A tensor holding a NumPy scalar (the 0-d result of mg.sum) has no read-only flag,
+    and a write replaces its scalar: graph and source mode gave 1.0 on every call where
+    eager mode halves TOTAL each time (1.0, then 0.5), and TOTAL kept one halving. A
+    write through a view of a read-only tensor raised NumPy's bare "output array is
+    read-only", naming neither the tensor nor the reason."""
+    global TOTAL, WEIGHTS
+    x = mg.tensor([3.0, 1.0])
+    TOTAL, WEIGHTS = mg.sum(mg.tensor([1.0, 1.0])), mg.tensor([1.0, 2.0])
+    assert isinstance(TOTAL.data, np.generic)
+    eager = mg.grad(f)  # the tape: f's write happens on each call, as in PyTorch
+    first, second = eager(x).numpy().tolist(), eager(x).numpy().tolist()
+    assert first != second  # (each call halves what the next reads)
+    TOTAL, WEIGHTS = mg.sum(mg.tensor([1.0, 1.0])), mg.tensor([1.0, 2.0])
+    name = "TOTAL" if f is halves_a_module_total else "WEIGHTS"
+    error = mg.autodiff.checkpoint.CheckpointError if mode == "checkpoint" else GradientError
+    with pytest.raises(error, match=rf"f wrote into {name}, which it reads from outside its "
+                                    rf"arguments \(a tensor of shape .*\), in place, .*line \d+"):
+        run_once(f, mode)(x)
+    assert TOTAL.item() == 2.0 and WEIGHTS.tolist() == [1.0, 2.0]
+
+
 def doubles_after_use(x, y):
     z = x * y
     y *= 2.0  # a plain tensor and a number: a write, after mul read y

@@ -82,7 +82,7 @@ from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
-from .tape import is_grad_enabled, last_write, vjp, written_outside, written_since
+from .tape import is_grad_enabled, vjp
 from .reads import read_only_arrays, outside_reads, rebound
 from ..ops.operators import innermost, passed_as_is
 
@@ -126,25 +126,10 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     """Run f on tensors over the arrays (counted nowhere: their owners count them) and
     return its result's array. The intermediates die here."""
     dev = get_device(device)
-    since = last_write()
     with read_only_arrays(fn, "checkpoint", "; the backward pass runs f again, which would "
                          "start from the written value (and write it twice)", CheckpointError,
                          arrays):  # (its arguments too: refused before the write is made)
         out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
-    written = written_since(arrays, since)
-    if written is not None:  # the recomputation would start from the written value
-        raise CheckpointError(
-            f"checkpoint: f wrote into its argument {written} in place (shape "
-            f"{arrays[written].shape}); the backward pass runs f again from its arguments, "
-            f"and would start from the written value. Inside f, write y = y * 0.5 (a new "
-            f"value) instead")
-    outside = written_outside(fn, since)
-    if outside is not None:  # (a global f reads: written twice, once per run)
-        raise CheckpointError(
-            f"checkpoint: f wrote into {outside}, a tensor it reads from outside its "
-            f"arguments, in place; the backward pass runs f again, which would start from "
-            f"the written value and write it twice. Inside f, write a new value "
-            f"(h = h * 0.5) instead")
     if isinstance(out, (tuple, list)):
         raise _tuple_error(out)
     if type(out) in KINDS:

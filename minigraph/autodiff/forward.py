@@ -36,8 +36,7 @@ from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, ref
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
 from .reads import read_only_arrays
-from .tape import (as_gradient, enable_grad, is_grad_enabled, last_write, written_outside,
-                   written_since)
+from .tape import as_gradient, enable_grad, is_grad_enabled
 
 
 class Dual(ValueInside, ArrayOps):
@@ -239,7 +238,6 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         refuse_pytrees(args, nums, "jacfwd")
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         jacs = []
-        since = last_write()
         runs = len(nums) if vectorize else _runs(args, nums)
         with _read_only(f, args, nums, runs, "jacfwd"):
             for i in nums:
@@ -249,10 +247,7 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
                 def along(xi: Any) -> Any:
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args
                     with passed_as_is(own, nums, "jacfwd"):
-                        out = f(*own[:i], xi, *own[i + 1:])
-                    if last_write() != since:  # (one comparison when nothing was written)
-                        _refuse_written(f, args, since, runs, "jacfwd")
-                    return out
+                        return f(*own[:i], xi, *own[i + 1:])
 
                 rows = identity_rows(x)
                 if rows is None:
@@ -289,8 +284,7 @@ def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: 
     item of one), are read-only (``reads.read_only_arrays``), so that a run writing into
     one (``y += 1.0``, which eager mode's one run makes once) raises before it writes,
     instead of handing the next run the written value. An array without a read-only
-    flag (CuPy's) is compared with a copy after the runs and put back; a CuPy tensor's
-    write is logged, and :func:`_refuse_written` finds it after the run."""
+    flag (CuPy's) is compared with a copy after the runs and put back."""
     if runs == 1:
         return nullcontext()
     return read_only_arrays(f, f"{who} (forward mode)", f"; forward mode runs f {runs} "
@@ -305,33 +299,6 @@ def _runs(args: tuple, nums: tuple[int, ...]) -> int:
     return sum(math.prod(shape_of(args[i])) for i in nums)
 
 
-def _refuse_written(f: Callable[..., Any], args: tuple, since: int, runs: int,
-                    who: str) -> None:
-    """Forward mode runs f ``runs`` times on the same arguments (once per input element;
-    ``jacfwd`` once per argument); a run that wrote into an argument not differentiated
-    (``y *= 0.5`` on a plain tensor; the differentiated ones are copies), or into a tensor
-    f reads from outside (a global, a closure variable: ``tape.written_outside``), would
-    hand the next run the written value, where eager mode's one run sees the original.
-    Refused after that run (whose write, as eager mode's, has happened). Called where
-    something was written since ``since``."""
-    if runs <= 1:
-        return
-    k = written_since([a.data if type(a) is Tensor else None for a in args], since)
-    if k is not None:
-        raise GradientError(
-            f"{who} (forward mode): f wrote into its argument {k} (shape {args[k].shape} "
-            f"{args[k].dtype}) in place; forward mode runs f {runs} times on the same "
-            f"arguments, and the next run would start from the written value. Inside f, "
-            f"write y = y * 0.5 (a new value), or use a reverse mode, which runs f once")
-    name = written_outside(f, since)
-    if name is not None:
-        raise GradientError(
-            f"{who} (forward mode): f wrote into {name}, a tensor it reads from outside "
-            f"its arguments, in place; forward mode runs f {runs} times, and the next run "
-            f"would start from the written value. Inside f, write a new value "
-            f"(h = h * 0.5), or use a reverse mode, which runs f once")
-
-
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
     """Forward mode behind ``mg.value_and_grad(f, mode="forward")``: n passes for n inputs."""
 
@@ -342,7 +309,6 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
         value = None
         grads = []
-        since = last_write()
         with _read_only(f, args, nums, _runs(args, nums), "grad"):
             for i in nums:
                 x = args[i]
@@ -353,8 +319,6 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                     with passed_as_is(own, nums, "grad"):
                         value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
                                         for_grad=True)
-                    if last_write() != since:  # (one comparison when nothing was written)
-                        _refuse_written(f, args, since, _runs(args, nums), "grad")
                     if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                         raise GradientError(f"grad: f must return a scalar, it returned "
                                             f"shape {shape_of(value)}; use mg.jacfwd for a "

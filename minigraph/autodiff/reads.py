@@ -214,6 +214,35 @@ def refused_read_only(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and "read-only" in str(exc)
 
 
+# The tensors that a guard below made read-only where NumPy's flag cannot: by the id of
+# their memory where it has no flag (a CuPy array's), by their own where they hold a
+# NumPy scalar (the 0-d result of a kernel), which a write replaces instead of writing
+# into. Every write into a tensor goes through the tape (``x -= ...``, ``x[i] = ...``),
+# which asks ``read_only`` before it writes, as NumPy asks its flag.
+_READ_ONLY: set[int] = set()  # ids; the guard holds each object meanwhile
+
+
+def owner(array: Any) -> Any:
+    """The array that owns ``array``'s memory (NumPy and CuPy keep it as ``.base``)."""
+    base = getattr(array, "base", None)
+    return array if base is None else base
+
+
+def _read_only_key(x: Tensor) -> int:
+    data = x.data
+    return id(x if isinstance(data, np.generic) else owner(data))
+
+
+def read_only(x: Tensor) -> bool:
+    """Whether a guard made tensor ``x``, whose array is not a NumPy array, read-only."""
+    return _read_only_key(x) in _READ_ONLY
+
+
+def refusal_of_a_write() -> ValueError:
+    """The error NumPy raises for a write into a read-only array, for the arrays above."""
+    return ValueError("assignment destination is read-only")
+
+
 class ReadOnlyWrite(ValueError):
     """NumPy's refusal of a write into a read-only ``array`` that minigraph made for f
     (a tensor's update in place); ``where``: the user's line, where minigraph cannot
@@ -237,29 +266,36 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     (:func:`outside_arrays`: a global, a closure variable, an attribute the code names,
     an item of a list or dict) are read-only. f's ``Y += 1.0`` would write once, while
     recording, where eager mode writes on every call; a NumPy array (a tensor's too)
-    refuses the write before it is made. Another array (CuPy's) has no read-only flag:
-    it is kept as a copy, compared after f returned, and put back before the error (a
-    CuPy tensor's write is logged, and refused after f ran:
-    ``tape.refuse_written_outside``). (Another thread writing into such an array
-    meanwhile is refused too.) ``arguments``: f's arguments whose arrays are guarded the
+    refuses the write before it is made, and so does a tensor whose array has no
+    read-only flag (CuPy's, or a NumPy scalar): the tape asks :func:`read_only` before
+    each write. Another
+    array without the flag (a CuPy array) is kept as a copy, compared after f returned,
+    and put back before the error. (Another thread writing into such an array meanwhile
+    is refused too.) ``arguments``: f's arguments whose arrays are guarded the
     same way (a checkpoint's, forward mode's that it does not differentiate; None for
     one that is not), so that a NumPy array's write is refused before it is made."""
-    frozen: dict[int, tuple[str, Any, np.ndarray]] = {}  # id(array) -> (place, value, array)
+    frozen: dict[int, tuple[str, Any, Any]] = {}  # id(array) -> (place, value, array)
     kept: list[tuple[str, Any, Any]] = []
     places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _guarded(v)]
     places += [(f"{place}, which it reads from outside its arguments", v)
                for place, v in outside_arrays(f)]
     for place, v in places:
-        array = v.data if type(v) is Tensor else v  # (a tensor: its array, if NumPy's)
+        array = v.data if type(v) is Tensor else v
         if id(array) in frozen or any(array is k[1] for k in kept):
             continue
         if type(array) is np.ndarray:
             if array.flags.writeable:
                 frozen[id(array)] = (place, v, array)
-        elif type(v) is not Tensor:  # (a tensor's write is logged: refused after f ran)
+        elif type(v) is not Tensor:
             kept.append((place, v, array_namespace(v).asarray(v, copy=True)))
-    for _, _, array in frozen.values():
-        array.flags.writeable = False
+        elif not read_only(v):  # (a tensor's array without the flag, or a NumPy scalar:
+            frozen[id(array)] = (place, v, array)  # its writes go through the tape, which
+            # asks read_only; else an enclosing guard's, which names it)
+    for _, v, array in frozen.values():
+        if type(array) is np.ndarray:
+            array.flags.writeable = False
+        else:
+            _READ_ONLY.add(_read_only_key(v))
     try:
         yield
         written = [(place, v, was) for place, v, was in kept if differs(v, was)]
@@ -272,16 +308,21 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     except ValueError as exc:
         if not (frozen and refused_read_only(exc)):
             raise
-        which = getattr(exc, "array", None)  # (a tensor's update says which it was)
-        if which is not None and id(which) not in frozen:
-            raise  # (an array that an enclosing guard made read-only: it names it)
-        named = [frozen[id(which)]] if which is not None else list(frozen.values())
+        which = getattr(exc, "array", None)  # (a tensor's update says which it was,
+        named = list(frozen.values())        # or a view of it)
+        if which is not None:
+            named = [frozen[k] for k in (id(which), id(owner(which))) if k in frozen][:1]
+            if not named:
+                raise  # (an array that an enclosing guard made read-only: it names it)
         raise error(f"{who}: f wrote into {_described([n[:2] for n in named])}, in place, "
                     f"{_line(exc)}{why}. Inside f, write a new value (y = y + 1.0) "
                     f"instead") from exc
     finally:
-        for _, _, array in frozen.values():
-            array.flags.writeable = True
+        for _, v, array in frozen.values():
+            if type(array) is np.ndarray:
+                array.flags.writeable = True
+            else:
+                _READ_ONLY.discard(_read_only_key(v))
 
 
 def _described(values: list) -> str:

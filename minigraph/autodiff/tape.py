@@ -48,8 +48,8 @@ import numpy as np
 from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
-from ..ops.operators import (ArrayOps, check_in_place, held_values, passed_as_is,
-                             rebinding, refuse_aliased, updated, user_frame)
+from ..ops.operators import (ArrayOps, check_in_place, passed_as_is, rebinding, refuse_aliased,
+                             updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index
 from ..ops.shape_rules import promote, shape_of
@@ -58,7 +58,7 @@ from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywor
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
-from .reads import ReadOnlyWrite, read_from_outside, refused_read_only
+from .reads import ReadOnlyWrite, owner, read_only, refusal_of_a_write, refused_read_only
 from ..tensor import Tensor, tensor, zeros
 
 _NUMBERS = (float, int, bool)
@@ -375,6 +375,10 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
             and other.data.dtype == x.data.dtype):
         _check_in_place(prim, x, other)  # (the common case, p -= lr * g, needs no rule)
     try:
+        # (NumPy's flag refuses a write into a NumPy array that a guard made read-only;
+        # another array, or a NumPy scalar, which the write replaces, asks the guard)
+        if type(x.data) is not np.ndarray and read_only(x):
+            raise refusal_of_a_write()
         if x.device.context is not None:
             with x.device.context:
                 x.data = write(x.data, value)
@@ -394,7 +398,7 @@ def _a_view(x: Tensor) -> bool:
     (reshape, transpose, basic indexing, identity ...), or, unrecorded, a view at all."""
     entry = x._entry
     if entry is None:
-        return _owner(x.data) is not x.data
+        return owner(x.data) is not x.data
     prim = entry[0]
     return getattr(prim, "view", False) and prim.made_a_view(x.shape, entry[1])
 
@@ -430,9 +434,11 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
     if type(value) is Tensor:
         value = value.data
     where = tuple(host_index(i) for i in (index if isinstance(index, tuple) else (index,)))
-    if isinstance(x.data, np.generic):  # a 0-d kernel result: a NumPy scalar, read-only
-        x.data = np.array(x.data)
     try:
+        if type(x.data) is not np.ndarray and read_only(x):  # (see update_in_place)
+            raise refusal_of_a_write()
+        if isinstance(x.data, np.generic):  # a 0-d kernel result: a NumPy scalar, which
+            x.data = np.array(x.data)       # cannot be written into
         if x.device.context is not None:
             with x.device.context:
                 x.data[where] = value
@@ -452,27 +458,21 @@ def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
     check_in_place(prim, x, other, f"{prim.name} in place ({_describe((x, other))})")
 
 
-def _owner(array: Any) -> Any:
-    """The array that owns ``array``'s memory (NumPy and CuPy keep it as ``.base``)."""
-    base = getattr(array, "base", None)
-    return array if base is None else base
-
-
 def _stamp(array: Any) -> None:
     global _last_write
-    owner = _owner(array)
-    if isinstance(owner, np.generic):  # a NumPy scalar (the 0-d result of a kernel) cannot
+    memory = owner(array)
+    if isinstance(memory, np.generic):  # a NumPy scalar (the 0-d result of a kernel) cannot
         return  # be written: x -= y made a new one, and the tape's entries keep the old
-    key = id(owner)
+    key = id(memory)
     if key in _written:
         ref = _written[key][0]
     else:  # forgotten when the array is freed, before its id can be reused
         try:
             # (mypy cannot infer a lambda with a default argument; weakref calls it with
             # the reference alone)
-            ref = weakref.ref(owner, lambda _, key=key: _written.pop(key, None))  # type: ignore[misc]
+            ref = weakref.ref(memory, lambda _, key=key: _written.pop(key, None))  # type: ignore[misc]
         except TypeError:  # memory owned by an object without weak references (bytes):
-            ref = owner    # kept alive, so that its id is never another array's
+            ref = memory   # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
     if _recording:  # (a vjp running f: which of its entries came before the write, where)
@@ -484,7 +484,7 @@ def _stamp(array: Any) -> None:
 
 def write_stamp(array: Any) -> int:
     """The stamp of the last in-place write into ``array``'s memory (-1: never written)."""
-    entry = _written.get(id(_owner(array)))
+    entry = _written.get(id(owner(array)))
     return -1 if entry is None else entry[1]
 
 
@@ -516,33 +516,6 @@ def written_since(arrays: Sequence[Any], since: int) -> int | None:
                  if hasattr(a, "shape") and write_stamp(a) > since), None)
 
 
-def written_outside(f: Callable[..., Any], since: int) -> str | None:
-    """The name of a tensor that f reads from outside its arguments (a global, a closure
-    variable, or an item of a list or dict one of them holds) and that was written in
-    place after the stamp ``since``: a transformation that runs f more than once would
-    hand the next run the written value. None where none was."""
-    if _last_write == since:  # (nothing anywhere was written: one comparison)
-        return None
-    for place, v in held_values(read_from_outside(f)):
-        if type(v) is Tensor and write_stamp(v.data) > since:
-            return place
-    return None
-
-
-def refuse_written_outside(f: Callable[..., Any], since: int, who: str) -> None:
-    """A compiled program (graph mode, ``mg.trace``, source mode) is built by running f
-    once; a write f made into a tensor it reads from outside its arguments happened then,
-    and the program, which runs no Python, would not make it again on later calls (eager
-    mode makes it on every call). Refused after the build."""
-    name = written_outside(f, since)
-    if name is not None:
-        raise GradientError(
-            f"{who}: f wrote into {name}, a tensor it reads from outside its arguments, in "
-            f"place while its program was built; the program runs no Python, so the write "
-            f"would not happen again on later calls, as it does in eager mode. Inside f, "
-            f"write a new value (h = h * 0.5) instead")
-
-
 def _check_writes(recorded: list[Tensor]) -> None:
     """Refuse a sweep over an entry whose result or arguments were written after it."""
     for t in recorded:
@@ -551,7 +524,7 @@ def _check_writes(recorded: list[Tensor]) -> None:
         if seq > _last_write:
             continue
         for a in (t, *args):
-            stamp = _written.get(id(_owner(a.data))) if type(a) is Tensor else None
+            stamp = _written.get(id(owner(a.data))) if type(a) is Tensor else None
             if stamp is not None and stamp[1] > seq:
                 what = f"its result ({_describe((a,))})" if a is t else \
                     f"an argument ({_describe((a,))})"
@@ -676,7 +649,7 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
     seed = _seed(out, grad, "backward()")
     retain = create_graph if retain_graph is None else retain_graph
     # the memory handed out so far: the caller's seed, then the leaves' gradients
-    handed = {id(_owner(seed.data))} if seed is grad else set()
+    handed = {id(owner(seed.data))} if seed is grad else set()
     adjoints, entries = sweep([out], [seed], create_graph=create_graph)
     # Every new .grad is computed before any is set, and the tape is released only then:
     # a failure (an accumulation that cannot add up) leaves the leaves and the tape as
@@ -697,11 +670,11 @@ def _own(g: Tensor, handed: set[int]) -> Tensor:
     """``g``, or a copy of it where its array is not its own: memory in ``handed`` (the
     caller's, or another gradient's: ``x + y`` gives both the same adjoint), or a view
     (a broadcast one cannot even be written). Adds its memory to ``handed``."""
-    owner = _owner(g.data)
-    if id(owner) in handed or owner is not g.data:
+    memory = owner(g.data)
+    if id(memory) in handed or memory is not g.data:
         g = Tensor(g.data.copy(), g.device)
-        owner = g.data
-    handed.add(id(owner))
+        memory = g.data
+    handed.add(id(memory))
     return g
 
 
@@ -868,7 +841,7 @@ def _refuse_written_after_read(rec: _Recording) -> None:
         for v in (out, *args):
             v = v.value if type(v) is Box and v.tape is rec else v
             if type(v) is Tensor:
-                first_read.setdefault(id(_owner(v.data)), (k, prim, v))
+                first_read.setdefault(id(owner(v.data)), (k, prim, v))
     for count, key, line in rec.writes:
         if key not in first_read or first_read[key][0] >= count:
             continue  # (written before any entry read it, or never read: nothing lost)
@@ -884,7 +857,7 @@ def _refuse_written_after_read(rec: _Recording) -> None:
 def hand_over(grads: list, seed: Any, g: Any) -> tuple:
     """A ``vjp_fn``'s gradients as the caller's own arrays, apart from each other and from
     the caller's ``g`` (the gradient of ``x + 0.0`` is g itself), in every mode."""
-    handed = {id(_owner(seed.data))} if seed is g and type(seed) is Tensor else set()
+    handed = {id(owner(seed.data))} if seed is g and type(seed) is Tensor else set()
     return tuple(own_results(grads, handed))
 
 

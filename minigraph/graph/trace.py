@@ -41,7 +41,7 @@ from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_int
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
 from ..autodiff.reads import recording
-from ..autodiff.tape import enable_grad, last_write, refuse_written_outside
+from ..autodiff.tape import enable_grad
 from ..errors import GradientError
 from ..ops.operators import passed_as_is
 from ..ops.primitive import KINDS, bind
@@ -128,14 +128,12 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
             else:
                 call_args.append(a)
         graph.recording = True
-        since = last_write()
         try:
             with passed_as_is(call_args, nums, who, args), recording(f, who) as run:
                 out = f(*call_args)
         finally:
             graph.recording = False
         graph.written_by_f = run.written_by_f
-    refuse_written_outside(f, since, "graph mode")
     return graph, inputs, out
 
 

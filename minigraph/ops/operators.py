@@ -337,15 +337,6 @@ def caller_held(given: Any, nums: Any, who: str) -> dict[int, str]:
                                   isinstance(v, ArrayOps) and type(v) not in KINDS)}
 
 
-def held_values(names: dict[str, Any]) -> Any:
-    """``(place, value)`` for each of ``names`` and, one level inside a container or an
-    object, for each item it holds: ``W``, ``G[0]``, ``d['k']``, ``o.w``."""
-    for name, v in names.items():
-        yield name, v
-        if _contents(v):
-            yield from ((name + place, item) for place, item in _places(v))
-
-
 def holders_among(names: dict[str, Any], x: Any) -> list[str]:
     """Where ``names`` hold ``x`` or memory it shares, one level inside their values
     too (:func:`_holders`): source mode asks it of the globals and closure variables a

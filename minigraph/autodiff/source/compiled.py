@@ -33,7 +33,6 @@ from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
 from ..reads import recording
 from ..signature import Captured, is_weak
-from ..tape import last_write, refuse_written_outside
 from .adjoint import _adjoint_of, _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
@@ -107,7 +106,6 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     writer = _Writer()
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
-    since = last_write()
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
         norm = _Normaliser(writer)
@@ -118,7 +116,6 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
                        if k < len(names)}
         with recording(src.fn, "source_grad") as run:
             out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
-        refuse_written_outside(src.fn, since, "source_grad")
         written_by_f = run.written_by_f  # (its own log of its runs: not guarded)
         forward = writer.block
         writer.block, writer.role = [], "rtemp"

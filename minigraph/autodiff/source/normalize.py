@@ -227,8 +227,7 @@ class _Normaliser:
             self.assign(node.target, self.guard(lambda: update(current, value)), env)
         elif update is not None and isinstance(current, (Tensor, np.ndarray)):
             # a constant tensor or NumPy array: written into now, as eager mode writes (a
-            # global's is refused: a tensor's once the program is built, compiled.py's
-            # tape.refuse_written_outside; a NumPy array is read-only while it is built,
+            # global's is refused: it is read-only while the program is built,
             # reads.read_only_arrays)
             def write() -> Any:
                 try:
