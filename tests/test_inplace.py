@@ -631,6 +631,21 @@ def halves_a_module_total(x):
     return mg.sum(x * s)
 
 
+class _Holder:
+    pass
+
+
+HOLDER = _Holder()
+HOLDER.weight = mg.tensor([1.0, 2.0])
+ATTRIBUTE = "weight"
+
+
+def halves_an_attribute_named_at_run_time(x):
+    w = getattr(HOLDER, ATTRIBUTE)  # (the code's text names no attribute)
+    w *= 0.5
+    return mg.sum(x * w)
+
+
 def halves_a_module_tensor_through_a_view(x):
     v = WEIGHTS[0:1]
     v *= 0.5  # writes into WEIGHTS's memory
@@ -638,28 +653,34 @@ def halves_a_module_tensor_through_a_view(x):
 
 
 @pytest.mark.parametrize("mode", ["graph", "source", "trace", "forward", "checkpoint"])
-@pytest.mark.parametrize("f", [halves_a_module_total, halves_a_module_tensor_through_a_view],
+@pytest.mark.parametrize("f", [halves_a_module_total, halves_a_module_tensor_through_a_view,
+                               halves_an_attribute_named_at_run_time],
                          ids=lambda f: f.__name__)
 def test_a_write_into_a_scalar_tensor_or_through_a_view_is_refused_naming_it(f, mode):
     """A tensor holding a NumPy scalar (the 0-d result of mg.sum) has no read-only flag,
     and a write replaces its scalar: graph and source mode gave 1.0 on every call where
     eager mode halves TOTAL each time (1.0, then 0.5), and TOTAL kept one halving. A
     write through a view of a read-only tensor raised NumPy's bare "output array is
-    read-only", naming neither the tensor nor the reason."""
+    read-only", naming neither the tensor nor the reason. An attribute that getattr
+    names at run time was not guarded at all: graph and source mode gave [0.5, 1.0] on
+    every call, forward mode [0.5, 0.5] (eager mode: [0.5, 1.0], then [0.25, 0.5])."""
     global TOTAL, WEIGHTS
     x = mg.tensor([3.0, 1.0])
     TOTAL, WEIGHTS = mg.sum(mg.tensor([1.0, 1.0])), mg.tensor([1.0, 2.0])
+    HOLDER.weight = mg.tensor([1.0, 2.0])
     assert isinstance(TOTAL.data, np.generic)
     eager = mg.grad(f)  # the tape: f's write happens on each call, as in PyTorch
     first, second = eager(x).numpy().tolist(), eager(x).numpy().tolist()
     assert first != second  # (each call halves what the next reads)
     TOTAL, WEIGHTS = mg.sum(mg.tensor([1.0, 1.0])), mg.tensor([1.0, 2.0])
-    name = "TOTAL" if f is halves_a_module_total else "WEIGHTS"
+    HOLDER.weight = mg.tensor([1.0, 2.0])
+    name = {halves_a_module_total: "TOTAL", halves_a_module_tensor_through_a_view: "WEIGHTS",
+            halves_an_attribute_named_at_run_time: "weight"}[f]
     error = mg.autodiff.checkpoint.CheckpointError if mode == "checkpoint" else GradientError
     with pytest.raises(error, match=rf"f wrote into {name}, which it reads from outside its "
                                     rf"arguments \(a tensor of shape .*\), in place, .*line \d+"):
         run_once(f, mode)(x)
-    assert TOTAL.item() == 2.0 and WEIGHTS.tolist() == [1.0, 2.0]
+    assert TOTAL.item() == 2.0 and WEIGHTS.tolist() == HOLDER.weight.tolist() == [1.0, 2.0]
 
 
 def doubles_after_use(x, y):

@@ -716,6 +716,32 @@ def test_an_attribute_of_a_global_object_bound_anew_is_read_again(mode, monkeypa
     assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
 
 
+LR_NAME = "lr"
+
+
+def reads_an_attribute_named_at_run_time(x):
+    return mg.sum(x * getattr(CONFIG, LR_NAME))
+
+
+def reads_an_attribute_through_vars(x):
+    return mg.sum(x * vars(CONFIG)["lr"])
+
+
+@pytest.mark.parametrize("f", [reads_an_attribute_named_at_run_time,
+                               reads_an_attribute_through_vars], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
+def test_an_attribute_named_at_run_time_bound_anew_is_read_again(mode, f, monkeypatch):
+    """getattr(CONFIG, name) names no attribute in the code's text, so the cached program
+    guarded none: after CONFIG.lr = 0.5 it still gave 2.0, silently. An object read by
+    code that may name an attribute at run time (getattr, vars, __dict__) has all of its
+    attributes read."""
+    g = COMPILED[mode](f)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [2.0, 2.0]
+    monkeypatch.setattr(CONFIG, "lr", 0.5)
+    assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
+
+
 # -- an item of a list or dict bound anew ----------------------------------------------------
 
 WEIGHTS_LIST = [mg.tensor([1.0, 2.0])]

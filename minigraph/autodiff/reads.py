@@ -45,7 +45,8 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
     being the dict or closure cell that holds ``value`` under ``name``: the globals and
     closure variables f's code reads (its comprehensions' and nested functions' code
     too); the attributes of those objects, and of a method's ``self``, that the code
-    names (``CONFIG.lr``, ``self.scale``); the items of the lists and dicts among them,
+    names (``CONFIG.lr``, ``self.scale``), or all of them where the code may name one at
+    run time (``getattr(obj, name)``, ``vars(obj)``); the items of the lists and dicts among them,
     nested, as one entry per container (an ``_Items``, its items compared as a whole:
     one bound anew, added or removed), and the named attributes of those items; (at
     most ``_MOST_INSIDE`` objects looked inside per function); every parameter and
@@ -80,6 +81,7 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
             c = codes.pop()
             names.update(c.co_names)
             codes += [k for k in c.co_consts if type(k) is type(code)]
+        every_attribute = not names.isdisjoint(_ANY_ATTRIBUTE)
         module = fn.__globals__
         reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(names)
                                              if n in module]
@@ -104,7 +106,8 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
             attributes = getattr(obj, "__dict__", None)
             if type(attributes) is dict and not isinstance(obj, (type, ModuleType,
                                                                  FunctionType)):
-                named = [(attributes, n, attributes[n]) for n in sorted(names)
+                named = [(attributes, n, attributes[n]) for n in
+                         (list(attributes) if every_attribute else sorted(names))
                          if n in attributes]
                 reads += named
                 labelled += [(f"{label}.{n}", v) for _, n, v in named]
@@ -144,6 +147,9 @@ def _users(fn: Any) -> bool:
     return not (fn.__module__ or "").startswith("minigraph") and \
         not fn.__code__.co_filename.startswith(LIBRARIES)
 
+
+# Names with which code reads an attribute that it names at run time, not in its text.
+_ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
 
 # How many objects outside_reads looks inside (their attributes, a container's items)
 # per function: a bound on the work, for a function that reads a very large structure.
