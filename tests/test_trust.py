@@ -384,6 +384,34 @@ def test_every_mode_sees_a_global_bound_anew(mode, monkeypatch):
     np.testing.assert_array_equal(g(x).numpy(), [15.0, 15.0])
 
 
+def _fourth(x):  # (f's helper's helper's helper: four calls deep)
+    return x * SCALE_GLOBAL
+
+
+def _third(x):
+    return _fourth(x)
+
+
+def _second(x):
+    return _third(x)
+
+
+def reads_a_global_four_calls_deep(x):
+    return mg.sum(_second(x) * 1.0)
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_global_read_four_calls_deep_bound_anew_is_read_again(mode, monkeypatch):
+    """The names read were followed two calls deep: a global read by the helper of a
+    helper's helper kept its old value in every compiled mode (2.0 after SCALE = 3.0),
+    silently. Every function of the user's that f reaches is read now."""
+    g = COMPILED[mode](reads_a_global_four_calls_deep)
+    x = np.array([3.0, 4.0])
+    np.testing.assert_array_equal(g(x).numpy(), [2.0, 2.0])
+    monkeypatch.setitem(globals(), "SCALE_GLOBAL", 3.0)
+    np.testing.assert_array_equal(g(x).numpy(), [3.0, 3.0])
+
+
 @pytest.mark.parametrize("mode", ["graph", "source"])
 def test_a_closure_variable_bound_anew_is_read_again_and_nothing_else_rebuilds(mode):
     f, rebind = with_a_closure(2.0)

@@ -40,7 +40,7 @@ def read_from_outside(f: Any) -> dict[str, Any]:
             if type(where) is not _Items}
 
 
-def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
+def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]]:
     """``(where, name, value)`` for what f reads from outside its arguments, ``where``
     being the dict or closure cell that holds ``value`` under ``name``: the globals and
     closure variables f's code reads (its comprehensions' and nested functions' code
@@ -51,8 +51,9 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
     one bound anew, added or removed), and the named attributes of those items; (at
     most ``_MOST_INSIDE`` objects looked inside per function); every parameter and
     layer of a module (``nn.Module``: its ``_parameters`` and ``_modules``, the whole
-    tree) that f is, or reads. And, up to ``depth`` calls further, what the user's
-    Python functions among the values read read (a helper f calls). A compiled program
+    tree) that f is, or reads. And what the user's Python functions among the values
+    read read (a helper f calls), and theirs, however deep (``depth`` calls further if
+    given); not what minigraph's or an installed library's functions read. A compiled program
     (``signature.Captured``) keeps them, to see a name bound anew (``W = ...``,
     ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
     ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads."""
@@ -112,7 +113,7 @@ def outside_reads(f: Any, depth: int = 2) -> list[tuple[Any, str, Any]]:
                 reads += named
                 labelled += [(f"{label}.{n}", v) for _, n, v in named]
         found += reads
-        if level < depth:
+        if depth is None or level < depth:
             todo += [(v, level + 1) for _, _, v in reads
                      if _layers(v) is not None or type(v) in (FunctionType, MethodType)
                      and (hasattr(v, "__wrapped__") or _users(v))]
