@@ -770,6 +770,55 @@ def test_an_attribute_named_at_run_time_bound_anew_is_read_again(mode, f, monkey
     assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
 
 
+SCALES_NP = np.array([1.0, 2.0])  # a module's NumPy array, written in place between calls
+CONFIG.scales = np.array([1.0, 2.0])
+ARRAYS = {"scales": np.array([1.0, 2.0])}
+
+
+def reads_a_global_array(x):
+    return mg.sum(x * mg.tensor(SCALES_NP))
+
+
+def reads_an_array_attribute(x):
+    return mg.sum(x * CONFIG.scales)
+
+
+def reads_an_array_in_a_dict(x):
+    return mg.sum(x * ARRAYS["scales"])
+
+
+def reads_a_number_computed_from_an_array(x):
+    return mg.sum(x * float(SCALES_NP.sum()))
+
+
+@pytest.mark.parametrize("f, want", [
+    (reads_a_global_array, [[1.0, 2.0], [3.0, 2.0]]),
+    (reads_an_array_attribute, [[1.0, 2.0], [3.0, 2.0]]),
+    (reads_an_array_in_a_dict, [[1.0, 2.0], [3.0, 2.0]]),
+    (reads_a_number_computed_from_an_array, [[3.0, 3.0], [5.0, 5.0]])],
+    ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_numpy_array_read_from_outside_written_in_place_is_read_again(mode, f, want):
+    """``X[0] = 3.0`` between two calls: NumPy writes the array without minigraph seeing
+    it, and the compiled programs kept computing with the old values ([1, 2] where eager
+    mode, which runs f, gives [3, 2]), silently. The program keeps a copy of each array
+    it read and is built again when the values differ. The oracle: d/dx sum(x * s) = s."""
+    for a in (SCALES_NP, CONFIG.scales, ARRAYS["scales"]):
+        a[:] = [1.0, 2.0]
+    g = COMPILED[mode](f)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == want[0]
+    for a in (SCALES_NP, CONFIG.scales, ARRAYS["scales"]):
+        a[0] = 3.0
+    assert g(x).numpy().tolist() == want[1]
+    for a in (SCALES_NP, CONFIG.scales, ARRAYS["scales"]):
+        a[0] = np.nan
+    assert np.isnan(g(x).numpy()[0])
+    built = getattr(g, "recordings", None)  # (mg.trace counts its recordings)
+    assert np.isnan(g(x).numpy()[0])
+    assert getattr(g, "recordings", None) == built  # NaN equals NaN: not built again
+
+
 # -- an item of a list or dict bound anew ----------------------------------------------------
 
 WEIGHTS_LIST = [mg.tensor([1.0, 2.0])]

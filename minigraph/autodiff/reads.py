@@ -342,6 +342,8 @@ def _described(values: list) -> str:
 
 def differs(a: Any, was: Any) -> bool:
     """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
+    if type(a) is np.ndarray:  # (one pass, without the temporaries below)
+        return not np.array_equal(a, was, equal_nan=a.dtype.kind in "fc")
     return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
 
 
@@ -385,14 +387,20 @@ def outside_arrays(f: Any) -> list[tuple[str, Any]]:
     except (KeyError, TypeError):  # (not seen yet; or f cannot be weakly referenced)
         pass
     reads = outside_reads(f)
-    arrays = [(name, v) for where, name, v in reads if _guarded(v)]
-    arrays += [(name, item) for where, name, v in reads if type(where) is _Items
-               for item in v[1] if _guarded(item)]
+    arrays = arrays_in(reads)
     try:
         _ARRAYS[f] = (reads, arrays)
     except TypeError:
         pass
     return arrays
+
+
+def arrays_in(reads: list[tuple[Any, str, Any]]) -> list[tuple[str, Any]]:
+    """The tensors and arrays among ``reads`` (:func:`outside_reads`) and among the items
+    of its lists and dicts, each with where it is."""
+    arrays = [(name, v) for where, name, v in reads if _guarded(v)]
+    return arrays + [(name, item) for where, name, v in reads if type(where) is _Items
+                     for item in v[1] if _guarded(item)]
 
 
 def _guarded(v: Any) -> bool:

@@ -45,7 +45,9 @@ from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
-from .reads import outside_reads, rebound, without
+from array_api_compat import array_namespace
+
+from .reads import arrays_in, differs, outside_reads, rebound, without
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
@@ -158,16 +160,18 @@ class Captured:
     parameters).
 
     Such a value is a constant of the program, as in ``jax.jit``; but an in-place update
-    of a tensor (``w -= lr * g``), or a name or an item bound to another value
-    (``LR = 0.001``, ``W = W - lr * g``, ``layer.weight = ...``, ``PARAMS[0] = w2``),
-    would leave the program computing with the old value while the tape, which runs the
-    function, uses the new one. So the program is *stale* once one of them has changed,
-    and its cache builds it again (as ``torch.compile``'s guards do): every mode agrees.
-    The check costs an identity comparison per name and item read, and one comparison
-    while no tensor anywhere is written.
+    of a tensor (``w -= lr * g``) or of an array (``X[:] = next_batch``), or a name or an
+    item bound to another value (``LR = 0.001``, ``W = W - lr * g``, ``layer.weight =
+    ...``, ``PARAMS[0] = w2``), would leave the program computing with the old value
+    while the tape, which runs the function, uses the new one. So the program is *stale*
+    once one of them has changed, and its cache builds it again (as ``torch.compile``'s
+    guards do): every mode agrees. The check costs an identity comparison per name and
+    item read, one comparison while no tensor anywhere is written, and a comparison of
+    each NumPy or CuPy array read with its copy (NumPy writes an array without minigraph
+    seeing it, so only its values can tell: data passed as an argument costs nothing).
     """
 
-    __slots__ = ("tensors", "stamps", "built_at", "reads")
+    __slots__ = ("tensors", "stamps", "built_at", "reads", "arrays")
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
@@ -176,9 +180,13 @@ class Captured:
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
         self.reads = without(outside_reads(f), own) if f is not None else []
+        self.arrays = [(a, array_namespace(a).asarray(a, copy=True))
+                       for _, a in arrays_in(self.reads) if type(a) is not Tensor]
 
     def stale(self) -> bool:
         if self.reads and rebound(self.reads) is not None:
+            return True
+        if self.arrays and any(differs(a, was) for a, was in self.arrays):
             return True
         if not self.tensors or tape.last_write() <= self.built_at:
             return False
