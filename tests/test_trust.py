@@ -16,6 +16,8 @@ from minigraph import nn
 from minigraph.autodiff.checkpoint import CheckpointError
 from minigraph.errors import GradientError
 
+import oracle  # (a module of the tests': its attributes are the user's module's)
+
 torch = pytest.importorskip("torch")
 
 
@@ -742,6 +744,64 @@ def test_an_attribute_of_a_global_object_bound_anew_is_read_again(mode, monkeypa
     assert g(x).numpy().tolist() == [2.0, 2.0]
     monkeypatch.setattr(CONFIG, "lr", 0.5)
     assert g(x).numpy().tolist() == [0.5, 0.5]  # d/dx sum(x * lr) = lr
+
+
+class _Settings:  # a class whose attributes are the settings (no instance)
+    lr = 2.0
+
+
+class _Model:
+    lr = 2.0  # a class attribute, read through an instance
+
+    def scaled(self, x):  # a method: what it reads is f's too
+        return x * SCALE_GLOBAL * self.k
+
+
+MODEL = _Model()
+MODEL.k = 1.0
+
+
+def reads_a_class_attribute(x):
+    return mg.sum(x * _Settings.lr)
+
+
+def reads_a_modules_attribute(x):
+    return mg.sum(x * oracle.TEST_LR)
+
+
+def reads_a_class_attribute_through_an_instance(x):
+    return mg.sum(x * MODEL.lr)
+
+
+def calls_a_method(x):
+    return mg.sum(MODEL.scaled(x) * 1.0)
+
+
+@pytest.mark.parametrize("f, change", [
+    (reads_a_class_attribute, lambda mp: mp.setattr(_Settings, "lr", 0.5)),
+    (reads_a_modules_attribute, lambda mp: mp.setattr(oracle, "TEST_LR", 0.5)),
+    (reads_a_class_attribute_through_an_instance, lambda mp: mp.setattr(_Model, "lr", 0.5)),
+    (reads_a_class_attribute_through_an_instance,  # one set on the instance hides it
+     lambda mp: mp.setattr(MODEL, "lr", 0.5, raising=False)),
+    (calls_a_method, lambda mp: mp.setitem(globals(), "SCALE_GLOBAL", 0.5)),  # its global
+    (calls_a_method, lambda mp: mp.setattr(MODEL, "k", 0.25))],  # its self's attribute
+    ids=["class", "module", "class via instance", "instance over class", "method's global",
+         "method's self"])
+@pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
+def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, f, change,
+                                                                          monkeypatch):
+    """Only attributes in an object's own dict were guarded: a class's (``C.lr``), a
+    user's module's (``config.lr``), a class attribute read through an instance, and
+    what a method called on an object reads (its globals, its self's attributes) kept
+    their old value in every compiled mode (2.0 after the change), silently. The oracle:
+    d/dx sum(x * s) = s."""
+    monkeypatch.setattr(oracle, "TEST_LR", 2.0, raising=False)
+    g = COMPILED[mode](f)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [2.0, 2.0]
+    change(monkeypatch)
+    assert g(x).numpy().tolist() == [0.5, 0.5]  # (the method's: 2.0 * 0.25 for self.k)
+    monkeypatch.undo()
 
 
 LR_NAME = "lr"

@@ -20,9 +20,10 @@ them read-only while f runs, so the write raises at the user's line before it is
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from contextlib import contextmanager
-from types import FunctionType, MethodType, ModuleType
+from types import FunctionType, MappingProxyType, MethodType, ModuleType
 from typing import Any, Iterator
 
 import numpy as np
@@ -33,11 +34,14 @@ from ..ops.operators import LIBRARIES, ArrayOps, raised_at
 from ..tensor import Tensor
 
 
+_UNBOUND = object()  # a name absent from where it is looked up
+
+
 def read_from_outside(f: Any) -> dict[str, Any]:
     """The globals and closure variables that f's code reads, by name; none for a
     callable that is not a Python function (a partial, an object)."""
     return {name: value for where, name, value in outside_reads(f, depth=0)
-            if type(where) is not _Items}
+            if type(where) is not _Items and value is not _UNBOUND}
 
 
 def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]]:
@@ -65,9 +69,10 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
             if not (isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__")):
                 break
             fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
-        if id(fn) in seen:
+        key = (id(fn.__func__), id(fn.__self__)) if isinstance(fn, MethodType) else id(fn)
+        if key in seen:  # (a bound method is made anew on each access: its parts say)
             continue
-        seen.add(id(fn))
+        seen.add(key)
         if _layers(fn) is not None:  # a module: its tree, and its forward's globals
             found += _module_reads(fn)
             fn = getattr(fn, "forward", None)
@@ -95,6 +100,7 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
         labelled = [("self", owner)] + [(n, v) for _, n, v in reads]
         inside: set[int] = set()
+        methods = []  # (the user's methods that the code may call on an object read)
         for label, obj in labelled:  # (the list grows as items and attributes are found)
             if id(obj) in inside or len(inside) > _MOST_INSIDE:
                 continue
@@ -104,20 +110,63 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
                 keys = range(len(obj)) if type(obj) is list else list(obj)
                 labelled += [(f"{label}[{k!r}]", obj[k]) for k in keys]
                 continue
-            attributes = getattr(obj, "__dict__", None)
-            if type(attributes) is dict and not isinstance(obj, (type, ModuleType,
-                                                                 FunctionType)):
-                named = [(attributes, n, attributes[n]) for n in
-                         (list(attributes) if every_attribute else sorted(names))
-                         if n in attributes]
-                reads += named
-                labelled += [(f"{label}.{n}", v) for _, n, v in named]
+            named = _attributes(obj, None if every_attribute else sorted(names))
+            reads += named
+            labelled += [(f"{label}.{n}", v) for _, n, v in named if v is not _UNBOUND]
+            methods += [MethodType(v, obj) for home, _, v in named if type(v) is FunctionType
+                        and home is not getattr(obj, "__dict__", None)
+                        and not isinstance(obj, (type, ModuleType))]
         found += reads
         if depth is None or level < depth:
-            todo += [(v, level + 1) for _, _, v in reads
+            todo += [(v, level + 1) for v in [v for _, _, v in reads] + methods
                      if _layers(v) is not None or type(v) in (FunctionType, MethodType)
                      and (hasattr(v, "__wrapped__") or _users(v))]
     return found
+
+
+def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any]]:
+    """``(where, name, value)`` for the attributes of ``obj`` among ``names`` (None: all
+    those of its own dict), where Python finds them: an object's own dict, then its
+    class's and its bases' (the user's classes only); a class's and its bases'; a user's
+    module's (not minigraph's or a library's). A class attribute read through an object
+    is also recorded as absent from the object's own dict, so that one set there later
+    (``obj.lr = 0.5`` over ``class C: lr = 2.0``) is seen."""
+    own = None
+    homes: list[Any]  # (dicts, and a class's read-only view of its dict)
+    if isinstance(obj, ModuleType):
+        homes = [obj.__dict__] if _users_module(obj) else []
+    elif isinstance(obj, type):
+        homes = [c.__dict__ for c in obj.__mro__ if _users_class(c)]
+    elif isinstance(obj, FunctionType):
+        return []
+    else:
+        own = getattr(obj, "__dict__", None)
+        own = own if type(own) is dict else None
+        homes = ([own] if own is not None else []) + \
+            [c.__dict__ for c in type(obj).__mro__ if _users_class(c)]
+    if not homes:
+        return []
+    found = []
+    for n in (list(homes[0]) if names is None else names):
+        for home in homes:
+            if n in home:
+                if own is not None and home is not own:
+                    found.append((own, n, _UNBOUND))
+                found.append((home, n, home[n]))
+                break
+    return found
+
+
+def _users_module(m: Any) -> bool:
+    """Whether module ``m`` is the user's: neither minigraph's nor a library's."""
+    if m is None or m.__name__.startswith("minigraph"):
+        return False
+    path = getattr(m, "__file__", None)  # (a notebook's __main__ has none)
+    return m.__name__ == "__main__" or isinstance(path, str) and not path.startswith(LIBRARIES)
+
+
+def _users_class(c: type) -> bool:
+    return c is not object and _users_module(sys.modules.get(c.__module__))
 
 
 def _layers(v: Any) -> dict | None:
@@ -193,9 +242,6 @@ def without(reads: list[tuple[Any, str, Any]], own: frozenset[int]) -> list:
     return [r for r in reads if not (type(r[0]) is _Items and id(r[0].container) in own)]
 
 
-_UNBOUND = object()
-
-
 def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
     """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
     (``LR = 0.001``, ``W = W - lr * g``, ``PARAMS[0] = w2``), or None."""
@@ -203,7 +249,7 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
         if type(where) is _Items:
             if not _same(where.container, value):
                 return name
-        elif type(where) is dict:
+        elif type(where) is dict or type(where) is MappingProxyType:  # (a class's)
             if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
                 return name
         else:
