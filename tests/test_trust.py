@@ -756,9 +756,14 @@ class _Model:
     def scaled(self, x):  # a method: what it reads is f's too
         return x * SCALE_GLOBAL * self.k
 
+    @property
+    def rate(self):  # a property: what its function reads is f's too
+        return self._rate
+
 
 MODEL = _Model()
-MODEL.k = 1.0
+MODEL.k, MODEL._rate = 1.0, 2.0
+DEFAULT_SCALES = np.array([2.0, 2.0])
 
 
 def reads_a_class_attribute(x):
@@ -777,6 +782,14 @@ def calls_a_method(x):
     return mg.sum(MODEL.scaled(x) * 1.0)
 
 
+def reads_a_property(x):
+    return mg.sum(x * MODEL.rate)
+
+
+def reads_its_default(x, scales=DEFAULT_SCALES):
+    return mg.sum(x * scales)
+
+
 @pytest.mark.parametrize("f, change", [
     (reads_a_class_attribute, lambda mp: mp.setattr(_Settings, "lr", 0.5)),
     (reads_a_modules_attribute, lambda mp: mp.setattr(oracle, "TEST_LR", 0.5)),
@@ -784,9 +797,11 @@ def calls_a_method(x):
     (reads_a_class_attribute_through_an_instance,  # one set on the instance hides it
      lambda mp: mp.setattr(MODEL, "lr", 0.5, raising=False)),
     (calls_a_method, lambda mp: mp.setitem(globals(), "SCALE_GLOBAL", 0.5)),  # its global
-    (calls_a_method, lambda mp: mp.setattr(MODEL, "k", 0.25))],  # its self's attribute
+    (calls_a_method, lambda mp: mp.setattr(MODEL, "k", 0.25)),  # its self's attribute
+    (reads_a_property, lambda mp: mp.setattr(MODEL, "_rate", 0.5)),
+    (reads_its_default, lambda mp: DEFAULT_SCALES.fill(0.5))],  # an array written in place
     ids=["class", "module", "class via instance", "instance over class", "method's global",
-         "method's self"])
+         "method's self", "property", "default"])
 @pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
 def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, f, change,
                                                                           monkeypatch):
@@ -794,8 +809,10 @@ def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, 
     user's module's (``config.lr``), a class attribute read through an instance, and
     what a method called on an object reads (its globals, its self's attributes) kept
     their old value in every compiled mode (2.0 after the change), silently. The oracle:
-    d/dx sum(x * s) = s."""
+    d/dx sum(x * s) = s. So did a property's function, and an array that is f's default
+    (graph mode: source mode passes defaults as data)."""
     monkeypatch.setattr(oracle, "TEST_LR", 2.0, raising=False)
+    DEFAULT_SCALES.fill(2.0)
     g = COMPILED[mode](f)
     x = np.array([3.0, 4.0])
     assert g(x).numpy().tolist() == [2.0, 2.0]

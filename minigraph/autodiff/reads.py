@@ -96,6 +96,8 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
                 reads.append((cell, name, cell.cell_contents))
             except ValueError:  # (a cell not yet filled)
                 continue
+        defaults = _Defaults(fn)  # (f(x, w=W): W is read when a call leaves w out)
+        reads += [(defaults, n, v) for n, v in defaults.items()]
         # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
         labelled = [("self", owner)] + [(n, v) for _, n, v in reads]
@@ -113,9 +115,12 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
             named = _attributes(obj, None if every_attribute else sorted(names))
             reads += named
             labelled += [(f"{label}.{n}", v) for _, n, v in named if v is not _UNBOUND]
-            methods += [MethodType(v, obj) for home, _, v in named if type(v) is FunctionType
-                        and home is not getattr(obj, "__dict__", None)
-                        and not isinstance(obj, (type, ModuleType))]
+            if not isinstance(obj, (type, ModuleType)):  # (an object: its class's methods
+                for home, _, v in named:                 # and properties, with it as self)
+                    method = v.fget if type(v) is property else v
+                    if type(method) is FunctionType and \
+                            home is not getattr(obj, "__dict__", None):
+                        methods.append(MethodType(method, obj))
         found += reads
         if depth is None or level < depth:
             todo += [(v, level + 1) for v in [v for _, _, v in reads] + methods
@@ -206,6 +211,29 @@ _ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
 _MOST_INSIDE = 10_000
 
 
+class _Defaults:
+    """Where a function's default values are, by parameter name, as a dict's ``get``
+    finds them (``f.__defaults__`` bound anew gives others)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: FunctionType):
+        self.fn = fn
+
+    def items(self) -> list[tuple[str, Any]]:
+        code, values = self.fn.__code__, self.fn.__defaults__ or ()
+        names = code.co_varnames[code.co_argcount - len(values):code.co_argcount]
+        return list(zip(names, values)) + list((self.fn.__kwdefaults__ or {}).items())
+
+    def get(self, name: str, default: Any) -> Any:
+        keywords = self.fn.__kwdefaults__
+        if keywords and name in keywords:
+            return keywords[name]
+        code, values = self.fn.__code__, self.fn.__defaults__ or ()
+        names = code.co_varnames[code.co_argcount - len(values):code.co_argcount]
+        return values[names.index(name)] if name in names else default
+
+
 class _Items:
     """Where a list's or dict's items are: ``rebound`` compares them all with the
     snapshot taken when f was read (an item bound anew, added or removed)."""
@@ -249,7 +277,7 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
         if type(where) is _Items:
             if not _same(where.container, value):
                 return name
-        elif type(where) is dict or type(where) is MappingProxyType:  # (a class's)
+        elif type(where) in (dict, MappingProxyType, _Defaults):  # (a class's; defaults)
             if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
                 return name
         else:
