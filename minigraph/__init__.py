@@ -15,14 +15,14 @@ from .autodiff.tape import enable_grad, is_grad_enabled, no_grad
 from .autodiff.checkpoint import checkpoint
 from .device import (Device, cuda_available, device, devices, get_device, register_device,
                      set_virtual_cpus)
-from .ops import (PRIMITIVES, abs, add, astype, binary_cross_entropy_with_logits, broadcast_to,
-                  concatenate, cos, cross_entropy, div, equal, exp, floor_divide, getitem, greater,
-                  greater_equal, identity, less, less_equal, log, log_sigmoid, log_softmax,
-                  log_softmax_grad, matmul, matrix_transpose, max, maximum, mean, min, minimum, mul,
-                  neg,
-                  nll_loss, nll_loss_grad, not_equal, one_hot, ones_like, pow, relu, relu_grad, remainder,
-                  reshape, scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub,
-                  sum, sum_to, tanh, to_device, transpose, where, zeros_like)
+from .ops import (PRIMITIVES, abs, add, astype, binary_cross_entropy_with_logits,
+                  broadcast_to, concatenate, cos, cross_entropy, div, equal, exp,
+                  floor_divide, getitem, greater, greater_equal, identity, less, less_equal,
+                  log, log_sigmoid, log_softmax, log_softmax_grad, matmul, matrix_transpose,
+                  max, maximum, mean, min, minimum, mul, neg, nll_loss, nll_loss_grad,
+                  not_equal, one_hot, ones_like, pow, relu, relu_grad, remainder, reshape,
+                  scatter_add, sigmoid, sin, softmax, sqrt, stack, stop_gradient, sub, sum,
+                  sum_to, tanh, to_device, transpose, where, zeros_like)
 from .tensor import Tensor, ones, tensor, zeros
 from .interchange import from_dlpack, load, save
 from .graph.compile import compile_graph
@@ -50,7 +50,8 @@ __all__ = [
     "cos",
     "cross_entropy", "div", "equal", "exp", "floor_divide", "remainder", "greater", "greater_equal", "identity", "less",
     "less_equal", "log", "log_softmax", "log_softmax_grad", "nll_loss_grad", "matmul",
-    "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal", "nll_loss", "one_hot",
+    "matrix_transpose", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "not_equal",
+    "nll_loss", "one_hot",
     "pow", "relu", "relu_grad", "reshape", "scatter_add", "sigmoid", "sin", "softmax", "sqrt",
     "stop_gradient", "sub", "sum", "sum_to", "tanh", "to_device", "transpose", "where",
     "zeros_like",

@@ -394,3 +394,24 @@ def test_a_write_into_a_gpu_tensor_read_from_outside_is_refused_before_it_is_mad
                                         rf"in place, .*line \d+"):
             T.run_once(f, mode)(x)
         assert T.HALVED_ONCE.tolist() == [0.7, -0.4] and T.WEIGHTS.tolist() == [1.0, 2.0]
+
+
+GPU_SCALES = []  # a module's list holding a CuPy array (set by the test)
+
+
+def _reads_gpu_scales(x):
+    return mg.sum(x * mg.tensor(GPU_SCALES[0].get(), device="cuda:0"))
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_a_cupy_array_written_between_calls_makes_the_program_stale(mode):
+    """A compiled program keeps a copy of each array it read from outside and compares
+    it on every call, on the GPU for CuPy's (test_trust.py does it with NumPy's)."""
+    import cupy
+
+    GPU_SCALES[:] = [cupy.asarray([1.0, 2.0])]
+    g = mg.grad(_reads_gpu_scales, mode=mode)
+    x = mg.tensor([3.0, 4.0], device="cuda:0")
+    assert g(x).numpy().tolist() == [1.0, 2.0]
+    GPU_SCALES[0][0] = 3.0
+    assert g(x).numpy().tolist() == [3.0, 2.0]  # d/dx sum(x * s) = s

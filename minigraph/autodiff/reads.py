@@ -2,14 +2,15 @@
 
 A compiled program (graph mode, ``mg.trace``, source mode) is built by running, or
 reading, f once; what f read from outside its arguments then became a constant of the
-program: a global (``SCALE``), a closure variable, an attribute (``CONFIG.lr``,
-``self.scale``), an item of a list or dict (``PARAMS[0]``, ``CFG["w"]``), a module's
-parameter (``layer.weight``). :func:`outside_reads` lists each with the dict, closure
-cell or container that holds it, so that :func:`rebound` can tell, on every call,
-whether one of those places now holds another object: the program is then stale
-(``signature.Captured``), as ``torch.compile``'s guards say, where ``jax.jit`` would go
-on with the old value. ``mg.checkpoint`` and ``vjp_fn`` ask the same before they run f
-again.
+program: a global (``SCALE``), a closure variable, a default value, an attribute
+(``CONFIG.lr``, ``self.scale``, ``Settings.lr``, ``config.lr``), an item of a list or
+dict (``PARAMS[0]``, ``CFG["w"]``), a module's parameter (``layer.weight``).
+:func:`outside_reads` lists each with the dict, closure cell or container that holds
+it, so that :func:`rebound` can tell, on every call, whether one of those places now
+holds another object: the program is then stale (``signature.Captured``, which also
+compares the arrays among them with copies), as ``torch.compile``'s guards say, where
+``jax.jit`` would go on with the old value. ``mg.checkpoint`` and ``vjp_fn`` ask the
+same before they run f again.
 
 The same values must not be *written* by f where eager mode would write them a
 different number of times: once while a program is recorded (:class:`recording`), twice
@@ -38,28 +39,35 @@ _UNBOUND = object()  # a name absent from where it is looked up
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
-    """The globals and closure variables that f's code reads, by name; none for a
-    callable that is not a Python function (a partial, an object)."""
+    """What f's own code reads from outside its arguments (:func:`outside_reads`, not
+    looking into the functions it calls), by name; none for a callable that is not a
+    Python function (a partial, an object)."""
     return {name: value for where, name, value in outside_reads(f, depth=0)
             if type(where) is not _Items and value is not _UNBOUND}
 
 
 def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]]:
     """``(where, name, value)`` for what f reads from outside its arguments, ``where``
-    being the dict or closure cell that holds ``value`` under ``name``: the globals and
-    closure variables f's code reads (its comprehensions' and nested functions' code
-    too); the attributes of those objects, and of a method's ``self``, that the code
-    names (``CONFIG.lr``, ``self.scale``), or all of them where the code may name one at
-    run time (``getattr(obj, name)``, ``vars(obj)``); the items of the lists and dicts among them,
-    nested, as one entry per container (an ``_Items``, its items compared as a whole:
-    one bound anew, added or removed), and the named attributes of those items; (at
-    most ``_MOST_INSIDE`` objects looked inside per function); every parameter and
-    layer of a module (``nn.Module``: its ``_parameters`` and ``_modules``, the whole
-    tree) that f is, or reads. And what the user's Python functions among the values
-    read read (a helper f calls), and theirs, however deep (``depth`` calls further if
-    given); not what minigraph's or an installed library's functions read. A compiled program
-    (``signature.Captured``) keeps them, to see a name bound anew (``W = ...``,
-    ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
+    being the dict, closure cell or container that holds ``value`` under ``name``:
+
+    * the globals and closure variables f's code reads (its comprehensions' and nested
+      functions' code too), and its parameters' default values;
+    * the attributes of those objects, and of a method's ``self``, that the code names
+      (``CONFIG.lr``, ``self.scale``), where Python finds them (:func:`_attributes`: an
+      object's own dict, its class's, a class's, a module's of the user's), or all of
+      them where the code may name one at run time (``getattr(obj, name)``);
+    * the items of the lists and dicts among them, nested, as one entry per container
+      (an ``_Items``, its items compared as a whole: one bound anew, added or removed),
+      and the named attributes of those items (at most ``_MOST_INSIDE`` objects looked
+      inside per function);
+    * every parameter and layer of a module (``nn.Module``: its ``_parameters`` and
+      ``_modules``, the whole tree) that f is, or reads;
+    * what the user's functions, methods and properties among them read, however deep
+      (``depth`` calls further, if given); not what minigraph's or an installed
+      library's code reads.
+
+    A compiled program (``signature.Captured``) keeps them, to see a name bound anew
+    (``W = ...``, ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
     ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads."""
     found: list[tuple[Any, str, Any]] = []
     todo, seen = [(f, 0)], set()
@@ -167,7 +175,8 @@ def _users_module(m: Any) -> bool:
     if m is None or m.__name__.startswith("minigraph"):
         return False
     path = getattr(m, "__file__", None)  # (a notebook's __main__ has none)
-    return m.__name__ == "__main__" or isinstance(path, str) and not path.startswith(LIBRARIES)
+    return m.__name__ == "__main__" or \
+        isinstance(path, str) and not path.startswith(LIBRARIES)
 
 
 def _users_class(c: type) -> bool:
@@ -220,17 +229,20 @@ class _Defaults:
     def __init__(self, fn: FunctionType):
         self.fn = fn
 
-    def items(self) -> list[tuple[str, Any]]:
+    def _positional(self) -> tuple[tuple[str, ...], tuple]:
+        """The names of the positional parameters that have defaults, and the values."""
         code, values = self.fn.__code__, self.fn.__defaults__ or ()
-        names = code.co_varnames[code.co_argcount - len(values):code.co_argcount]
+        return code.co_varnames[code.co_argcount - len(values):code.co_argcount], values
+
+    def items(self) -> list[tuple[str, Any]]:
+        names, values = self._positional()
         return list(zip(names, values)) + list((self.fn.__kwdefaults__ or {}).items())
 
     def get(self, name: str, default: Any) -> Any:
         keywords = self.fn.__kwdefaults__
         if keywords and name in keywords:
             return keywords[name]
-        code, values = self.fn.__code__, self.fn.__defaults__ or ()
-        names = code.co_varnames[code.co_argcount - len(values):code.co_argcount]
+        names, values = self._positional()
         return values[names.index(name)] if name in names else default
 
 
@@ -349,12 +361,12 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     recording, where eager mode writes on every call; a NumPy array (a tensor's too)
     refuses the write before it is made, and so does a tensor whose array has no
     read-only flag (CuPy's, or a NumPy scalar): the tape asks :func:`read_only` before
-    each write. Another
-    array without the flag (a CuPy array) is kept as a copy, compared after f returned,
-    and put back before the error. (Another thread writing into such an array meanwhile
-    is refused too.) ``arguments``: f's arguments whose arrays are guarded the
-    same way (a checkpoint's, forward mode's that it does not differentiate; None for
-    one that is not), so that a NumPy array's write is refused before it is made."""
+    each write. Another array without the flag (a CuPy array) is kept as a copy,
+    compared after f returned, and put back before the error. (Another thread writing
+    into such an array meanwhile is refused too.) ``arguments``: f's arguments whose
+    arrays are guarded the same way (a checkpoint's, forward mode's that it does not
+    differentiate; None for one that is not), so that a NumPy array's write is refused
+    before it is made."""
     frozen: dict[int, tuple[str, Any, Any]] = {}  # id(array) -> (place, value, array)
     kept: list[tuple[str, Any, Any]] = []
     places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _guarded(v)]

@@ -38,6 +38,7 @@ import weakref
 from typing import Any, Callable
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..device import get_device
 from ..ops.primitive import KINDS
@@ -45,8 +46,6 @@ from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
-from array_api_compat import array_namespace
-
 from .reads import arrays_in, differs, outside_reads, rebound, without
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
