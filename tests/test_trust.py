@@ -761,8 +761,14 @@ class _Model:
         return self._rate
 
 
+class _Slotted:
+    __slots__ = ("lr",)  # (its value lives in the object, not in a dict)
+
+
 MODEL = _Model()
 MODEL.k, MODEL._rate = 1.0, 2.0
+SLOTTED = _Slotted()
+SLOTTED.lr = 2.0
 DEFAULT_SCALES = np.array([2.0, 2.0])
 
 
@@ -790,6 +796,10 @@ def reads_its_default(x, scales=DEFAULT_SCALES):
     return mg.sum(x * scales)
 
 
+def reads_a_slot(x):
+    return mg.sum(x * SLOTTED.lr)
+
+
 @pytest.mark.parametrize("f, change", [
     (reads_a_class_attribute, lambda mp: mp.setattr(_Settings, "lr", 0.5)),
     (reads_a_modules_attribute, lambda mp: mp.setattr(oracle, "TEST_LR", 0.5)),
@@ -800,9 +810,10 @@ def reads_its_default(x, scales=DEFAULT_SCALES):
     (calls_a_method, lambda mp: mp.setitem(globals(), "SCALE_GLOBAL", 0.5)),  # its global
     (calls_a_method, lambda mp: mp.setattr(MODEL, "k", 0.25)),  # its self's attribute
     (reads_a_property, lambda mp: mp.setattr(MODEL, "_rate", 0.5)),
-    (reads_its_default, lambda mp: DEFAULT_SCALES.fill(0.5))],  # an array written in place
+    (reads_its_default, lambda mp: DEFAULT_SCALES.fill(0.5)),  # an array written in place
+    (reads_a_slot, lambda mp: mp.setattr(SLOTTED, "lr", 0.5))],
     ids=["class", "module", "class via instance", "instance over class", "method's global",
-         "method's self", "property", "default"])
+         "method's self", "property", "default", "slot"])
 @pytest.mark.parametrize("mode", ["graph", "source", "trace of the tape's grad"])
 def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, f, change,
                                                                           monkeypatch):
@@ -810,8 +821,8 @@ def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, 
     user's module's (``config.lr``), a class attribute read through an instance, and
     what a method called on an object reads (its globals, its self's attributes) kept
     their old value in every compiled mode (2.0 after the change), silently. The oracle:
-    d/dx sum(x * s) = s. So did a property's function, and an array that is f's default
-    (graph mode: source mode passes defaults as data)."""
+    d/dx sum(x * s) = s. So did a property's function, an array that is f's default
+    (graph mode: source mode passes defaults as data), and an object's ``__slots__``."""
     monkeypatch.setattr(oracle, "TEST_LR", 2.0, raising=False)
     DEFAULT_SCALES.fill(2.0)
     g = COMPILED[mode](f)

@@ -24,7 +24,7 @@ import functools
 import sys
 import weakref
 from contextlib import contextmanager
-from types import FunctionType, MappingProxyType, MethodType, ModuleType
+from types import FunctionType, MappingProxyType, MemberDescriptorType, MethodType, ModuleType
 from typing import Any, Iterator
 
 import numpy as np
@@ -165,7 +165,10 @@ def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any
             if n in home:
                 if own is not None and home is not own:
                     found.append((own, n, _UNBOUND))
-                found.append((home, n, home[n]))
+                value = home[n]
+                if type(value) is MemberDescriptorType and not isinstance(obj, type):
+                    home, value = _Slots(obj), getattr(obj, n, _UNBOUND)  # (__slots__)
+                found.append((home, n, value))
                 break
     return found
 
@@ -246,6 +249,18 @@ class _Defaults:
         return values[names.index(name)] if name in names else default
 
 
+class _Slots:
+    """Where an object's ``__slots__`` values are, as a dict's ``get`` finds them."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def get(self, name: str, default: Any) -> Any:
+        return getattr(self.obj, name, default)
+
+
 class _Items:
     """Where a list's or dict's items are: ``rebound`` compares them all with the
     snapshot taken when f was read (an item bound anew, added or removed)."""
@@ -289,7 +304,7 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
         if type(where) is _Items:
             if not _same(where.container, value):
                 return name
-        elif type(where) in (dict, MappingProxyType, _Defaults):  # (a class's; defaults)
+        elif type(where) in (dict, MappingProxyType, _Defaults, _Slots):
             if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
                 return name
         else:
