@@ -833,6 +833,28 @@ def test_what_a_class_a_module_or_a_method_holds_bound_anew_is_read_again(mode, 
     monkeypatch.undo()
 
 
+def _scaled_by(w, x, scale=1.0):
+    return mg.sum(x * w * scale)
+
+
+@pytest.mark.parametrize("mode", ["graph", "trace of the tape's grad"])
+def test_what_a_partial_passes_is_read_like_a_global(mode):
+    """functools.partial(f, W) with W written in place, or its keyword bound anew, left
+    graph mode and mg.trace computing with the old W, silently: the partial was unwrapped
+    to f and what it passes forgotten. The oracle: d/dx sum(x * w * s) = w * s."""
+    import functools
+
+    w = np.array([1.0, 2.0])
+    partial = functools.partial(_scaled_by, w, scale=2.0)
+    g = COMPILED[mode](partial)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [2.0, 4.0]
+    w[0] = 5.0
+    assert g(x).numpy().tolist() == [10.0, 4.0]
+    partial.keywords["scale"] = 3.0
+    assert g(x).numpy().tolist() == [15.0, 6.0]
+
+
 LR_NAME = "lr"
 
 

@@ -68,15 +68,23 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
 
     A compiled program (``signature.Captured``) keeps them, to see a name bound anew
     (``W = ...``, ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
-    ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads."""
+    ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads, a
+    partial also the arguments it passes."""
     found: list[tuple[Any, str, Any]] = []
     todo, seen = [(f, 0)], set()
     while todo:
         fn, level = todo.pop()
         for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
-            if not (isinstance(fn, functools.partial) or hasattr(fn, "__wrapped__")):
+            if isinstance(fn, functools.partial):  # (what it passes f is read too; its
+                given = {f"argument {k} of the partial": a  # arguments are never bound anew)
+                         for k, a in enumerate(fn.args)}
+                found += [(given, k, a) for k, a in given.items()]
+                found += [(fn.keywords, k, a) for k, a in fn.keywords.items()]
+                fn = fn.func
+            elif hasattr(fn, "__wrapped__"):
+                fn = fn.__wrapped__
+            else:
                 break
-            fn = fn.func if isinstance(fn, functools.partial) else fn.__wrapped__
         key = (id(fn.__func__), id(fn.__self__)) if isinstance(fn, MethodType) else id(fn)
         if key in seen:  # (a bound method is made anew on each access: its parts say)
             continue
