@@ -312,6 +312,23 @@ def a_list_item_updated_by_a_callee(x):
     return (hs[0] * h2).sum()
 
 
+def read_again_after_a_callee_updated_it(x):
+    h = x * 2.0
+    h = add_one(h) + h  # h is read again after the update: eager mode reads the write
+    return (h * h).sum()
+
+
+def updates_through_a_helper(h):
+    add_one(h)  # writes into h, which this function then returns
+    return h
+
+
+def rebound_to_what_a_helper_returns(x):
+    h = x * 2.0
+    h = updates_through_a_helper(h)  # (this h is rebound; the helper's is not)
+    return (h * h).sum()
+
+
 def a_new_value_updated_by_a_callee(x):
     h2 = add_one(x * 2.0)  # nobody else holds it: the update is the callee's own
     return (h2 * h2).sum()
@@ -322,7 +339,11 @@ HELD = {held_by_a_list: ("h and hs[0]", 20.0), appended_to_a_list: ("h and hs[0]
         a_loop_over_a_list: ("h and hs[0]", 27.0), a_view_in_a_list: ("vs[0] and y", 2.25),
         updated_by_a_callee: ("h and h (in updated_by_a_callee, a caller)", 20.0),
         a_list_item_updated_by_a_callee:
-            ("h and hs[0] (in a_list_item_updated_by_a_callee, a caller)", 20.0)}
+            ("h and hs[0] (in a_list_item_updated_by_a_callee, a caller)", 20.0),
+        read_again_after_a_callee_updated_it:
+            ("h and h (in read_again_after_a_callee_updated_it, a caller)", 80.0),
+        rebound_to_what_a_helper_returns:
+            ("h and h (in updates_through_a_helper, a caller)", 20.0)}
 
 
 @pytest.mark.parametrize("mode", [*mg.MODES, "recorded", "vmap"])
@@ -340,7 +361,8 @@ def test_an_update_that_a_list_dict_or_attribute_would_miss_is_refused(f, mode):
     x = np.array([0.5, 1.5])
     if mode == "source":
         by_origin = f in (held_by_a_list, a_view_in_a_list, updated_by_a_callee,
-                          a_list_item_updated_by_a_callee)
+                          a_list_item_updated_by_a_callee, read_again_after_a_callee_updated_it,
+                          rebound_to_what_a_helper_returns)
         with pytest.raises(mg.SourceTransformError, match=r"holds? too" if by_origin else None):
             mg.grad(f, mode=mode)(x)
         return
@@ -351,6 +373,44 @@ def test_an_update_that_a_list_dict_or_attribute_would_miss_is_refused(f, mode):
             mg.vmap(f)(np.stack([x, x]))
         else:
             mg.grad(f, mode=mode)(x)
+
+
+def add_both(h, c):
+    h += c
+    c *= 0.5
+    return h, c
+
+
+def rebound_to_its_callees_updates(x):
+    h, c = x * 2.0, x * 3.0
+    for _ in range(3):
+        h = add_one(h)  # h holds the result next: nobody sees the value add_one wrote
+    h, c = add_both(h, c)
+    return (h * c).sum()
+
+
+@pytest.mark.parametrize("mode", [*mg.MODES, "recorded", "vmap"])
+def test_a_name_rebound_to_the_result_of_the_call_that_updates_it_is_not_a_holder(mode):
+    """``h = add_one(h)``, where add_one writes into its argument: the caller's h was
+    counted as a second holder of the value and the update refused in every mode,
+    though h holds the call's result once it returns, in eager mode as here. (Read again
+    in the same statement, or returned by a helper that does not rebind it, it still
+    counts: HELD above.) The oracle: PyTorch, on h = 2x + 3 + 3x and c = 1.5x."""
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True)
+    ((xt * 2.0 + 3.0 + xt * 3.0) * (xt * 1.5)).sum().backward()
+    x = np.array([0.5, 1.5])
+    assert rebound_to_its_callees_updates(mg.tensor(x)).item() == pytest.approx(
+        ((5 * x + 3) * 1.5 * x).sum(), rel=1e-15)  # eager mode, no recording
+    if mode == "recorded":
+        t = mg.tensor(x, requires_grad=True)
+        rebound_to_its_callees_updates(t).backward()
+        got = t.grad
+    elif mode == "vmap":
+        got = mg.vmap(mg.grad(rebound_to_its_callees_updates))(np.stack([x, x]))[0]
+    else:
+        got = mg.grad(rebound_to_its_callees_updates, mode=mode)(x)
+    np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-15)
 
 
 def test_ipythons_record_of_results_is_not_an_alias():

@@ -13,6 +13,7 @@ write would show through that place and here it would not.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import linecache
 import math
@@ -262,8 +263,9 @@ def refuse_aliased(x: Any, where: str) -> None:
         module = caller.f_locals is caller.f_globals
         here = caller.f_locals if not module else {  # (a module's: not the globals read)
             k: v for k, v in caller.f_locals.items() if (id(caller.f_globals), k) not in seen}
+        then = rebound_by_its_call(_statement_at(caller))  # (h = step(h): not a holder)
         names += [f"{name} (in {caller.f_code.co_name}, a caller)"
-                  for name in _holders(here, x, memory, module)] + \
+                  for name in _holders(here, x, memory, module) if name not in then] + \
             [f"{name} (a global)"
              for name in _holders(_globals_read(caller, seen), x, memory, False)]
     passed = [what for held, what in _passed() if _shares(memory, held)]
@@ -377,6 +379,33 @@ def raised_at(exc: BaseException) -> str:
             found = f"{frame.f_code.co_filename}, line {tb.tb_lineno}: {code}"
         tb = tb.tb_next
     return found
+
+
+def rebound_by_its_call(stmt: "ast.stmt | None") -> frozenset[str]:
+    """The names that ``stmt`` binds to the result of a call, each read once in it and
+    nowhere else: ``h`` in ``h = step(h)``. A callee's update in place of that value is
+    the caller's no longer once the call returns: the name holds the result then, in
+    eager mode as in a transformation, so it is not another holder of the value
+    (:func:`refuse_aliased`; source mode's normaliser asks the same)."""
+    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)):
+        return frozenset()
+    targets = [t for target in stmt.targets
+               for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+    if not all(isinstance(t, ast.Name) for t in targets):
+        return frozenset()
+    reads = [n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)]
+    return frozenset(t.id for t in targets
+                     if isinstance(t, ast.Name) and reads.count(t.id) == 1)
+
+
+def _statement_at(frame: FrameType) -> "ast.stmt | None":
+    """The statement on the line ``frame`` is at, where that line is one whole statement."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    try:
+        body = ast.parse(line).body
+    except SyntaxError:  # (a line of a longer statement: nothing is taken for granted)
+        return None
+    return body[0] if len(body) == 1 else None
 
 
 def rebinding(frame: FrameType | None = None) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 from ...device import Device
 from ...errors import MinigraphError
 from ...ops import copy as C
-from ...ops.operators import holders_among
+from ...ops.operators import holders_among, rebound_by_its_call
 from ...ops.primitive import KINDS
 from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
@@ -106,6 +106,10 @@ class _Normaliser:
         self.w = writer
         self.stack: list[_Source] = []  # the functions being run (inlined calls nest)
         self.callers: list[dict] = []  # the names of each caller of an inlined call
+        # the names the statement being run binds to a call's result (h = step(h)), and
+        # each caller's, taken when it made the call: they do not hold what it updates
+        self.rebinding: frozenset[str] = frozenset()
+        self.callers_rebinding: list[frozenset[str]] = []
         self.dynamic = 0  # depth inside branches decided at run time
         self.origins = itertools.count()  # new Python objects, for origin()
         self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
@@ -144,6 +148,7 @@ class _Normaliser:
                                                        inspect.Parameter.KEYWORD_ONLY):
                     env["<origin>" + name] = origin
             self.callers.append(caller)
+            self.callers_rebinding.append(self.rebinding)
         self.w.reserved |= src.names
         self.stack.append(src)
         try:
@@ -152,6 +157,7 @@ class _Normaliser:
             self.stack.pop()
             if caller is not None:
                 self.callers.pop()
+                self.callers_rebinding.pop()
         self.last_return = self.fresh() if result is None else result.origin
         return None if result is None else result.value
 
@@ -163,6 +169,7 @@ class _Normaliser:
         try:
             for k, stmt in enumerate(stmts):
                 self.w.where = self.src.where(stmt)
+                self.rebinding = frozenset()  # (s_Assign says which, for its call)
                 absorbed = _absorb(stmts, k)
                 if absorbed is not None:  # if c: return a / rest == if c: return a else: rest
                     return self.s_If(absorbed, env)
@@ -189,6 +196,7 @@ class _Normaliser:
             self.expr(node.value, env)
 
     def s_Assign(self, node: ast.Assign, env: dict) -> None:
+        self.rebinding = rebound_by_its_call(node)
         value = self.expr(node.value, env)
         origin = self.origin_of(node.value, env, value)  # (a = b = f(x): one object)
         for target in node.targets:
@@ -303,9 +311,11 @@ class _Normaliser:
             if isinstance(value, (Tensor, np.ndarray)):
                 found.append(f"{outside} (outside the function)")
         found += [what for name, what in self.passed.items() if "<own>" + name in mine]
-        for depth, caller in enumerate(reversed(self.callers), 1):
+        for depth, (caller, then) in enumerate(reversed(list(zip(self.callers,
+                                                                 self.callers_rebinding))), 1):
             fn = self.stack[-1 - depth].fn.__name__
-            found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)]
+            found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)
+                      if k not in then]
         return found
 
     def held(self, current: Any, mine: frozenset, env: dict, skip: str = "") -> list[str]:
