@@ -628,9 +628,9 @@ def test_no_grad_in_another_thread_leaves_recording_here_on():
 _ANY_DTYPE_OPS = {
     "sum": lambda a: mg.sum(a), "sum axis": lambda a: mg.sum(a, axis=0),
     "mean": lambda a: mg.mean(a), "mean axis": lambda a: mg.mean(a, axis=1, keepdims=True),
-    "max": lambda a: mg.max(a), "min": lambda a: mg.min(a, axis=0), "add": lambda a: a + a, "mul int": lambda a: a * 2,
-    "mul float": lambda a: a * 2.5, "div": lambda a: a / 2, "maximum": lambda a: mg.maximum(a, a),
-    "minimum": lambda a: mg.minimum(a, a),
+    "max": lambda a: mg.max(a), "min": lambda a: mg.min(a, axis=0), "add": lambda a: a + a,
+    "mul int": lambda a: a * 2, "mul float": lambda a: a * 2.5, "div": lambda a: a / 2,
+    "maximum": lambda a: mg.maximum(a, a), "minimum": lambda a: mg.minimum(a, a),
     "exp": mg.exp, "sin": mg.sin, "relu": mg.relu, "matmul": lambda a: a @ mg.transpose(a),
     "transpose": mg.transpose, "reshape": lambda a: a.reshape(-1), "getitem": lambda a: a[0],
     "concatenate": lambda a: mg.concatenate([a, a]), "softmax": mg.softmax,
