@@ -482,6 +482,7 @@ def test_numpys_reductions_of_a_minigraph_value_are_minigraphs_with_their_gradie
     (lambda t: np.mean(t, dtype="float32"), DTypeError, r"mean of a tensor .*dtype=float32"),
     (lambda t: np.sum(t, out=np.zeros(())), TypeError, r"sum of a tensor .*: out= is not"),
     (lambda t: np.max(t, out=np.zeros(())), TypeError, r"max of a tensor .*: out= is not"),
+    (lambda t: np.min(t, out=np.zeros(())), TypeError, r"min of a tensor .*: out= is not"),
 ])
 def test_numpys_reduction_options_minigraph_has_not_are_refused_by_name(call, error, words):
     with pytest.raises(error, match=words):
@@ -516,8 +517,10 @@ def test_np_asarray_of_a_graph_constant_is_its_value():
             x.tolist()
 
 
-@pytest.mark.parametrize("ask", [float, int, lambda v: v.item(), lambda v: v.numpy()])
+@pytest.mark.parametrize("ask", [float, int, lambda v: v.item(), lambda v: v.numpy(),
+                                 lambda v: mg.tensor(v.tolist())])
 def test_a_batched_value_refuses_to_be_one_number(ask):
+    """(tolist() answered AttributeError: 'BatchTracer' object has no attribute 'tolist'.)"""
     with pytest.raises(BatchingError, match="one value per example"):
         mg.vmap(lambda v: v * ask(v))(mg.tensor([2.5, 0.5]))
     with pytest.raises(TracedValueError):  # a graph node has no value while it is traced

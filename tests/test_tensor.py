@@ -116,10 +116,10 @@ def test_max_splits_the_gradient_between_ties():
 
 
 @pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
-def test_min_and_minimum_at_ties_follow_pytorch_amin_and_minimum(mode):
-    """mg.min shares the gradient between tied minima as torch.amin does; mg.minimum gives
-    a tie to its first argument (as mg.maximum does, and TensorFlow), where PyTorch's
-    torch.minimum splits it: the oracle for minimum away from its ties is PyTorch's."""
+def test_min_at_ties_and_minimum_away_from_them_follow_pytorch(mode):
+    """mg.min shares the gradient between tied minima as torch.amin does (row 0 has a
+    tie). mg.minimum is checked against torch.minimum away from ties only: at a tie
+    PyTorch splits the gradient, and minigraph gives it to x (the next test)."""
     torch = pytest.importorskip("torch")
     x0, y0 = np.array([[3.0, 1.0, 1.0], [2.0, 2.0, 5.0]]), np.array([0.5, 4.0, 1.5])
     xt = torch.tensor(x0, requires_grad=True)
@@ -133,6 +133,27 @@ def test_min_and_minimum_at_ties_follow_pytorch_amin_and_minimum(mode):
     np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-15)
     np.testing.assert_allclose(gy.numpy(), yt.grad.numpy(), rtol=1e-15)
     assert float(np.min(mg.tensor(x0))) == 1.0  # np.min calls the tensor's own min
+
+
+def _sum_of_maximum(x, y):
+    return mg.sum(mg.maximum(x, y))
+
+
+def _sum_of_minimum(x, y):
+    return mg.sum(mg.minimum(x, y))
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_maximum_and_minimum_give_a_tie_to_their_first_argument(mode):
+    """At x == y, maximum and minimum are not differentiable; minigraph takes the
+    subgradient that gives the whole derivative to x (TensorFlow's rule: its maximum's
+    gradient masks x >= y), in every mode, reverse and forward. Closed form: d/dx = 1,
+    d/dy = 0 at the ties, and the plain derivative elsewhere."""
+    x0, y0 = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 5.0])  # a tie at index 0
+    for f, want in [(_sum_of_maximum, [[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),
+                    (_sum_of_minimum, [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])]:
+        gx, gy = mg.grad(f, argnums=(0, 1), mode=mode)(mg.tensor(x0), mg.tensor(y0))
+        assert gx.numpy().tolist() == want[0] and gy.numpy().tolist() == want[1]
 
 
 def test_reshape_with_minus_one():

@@ -104,6 +104,9 @@ class BatchTracer(ArrayOps):
     def numpy(self) -> Any:
         raise self._one_number("numpy()")
 
+    def tolist(self) -> Any:
+        raise self._one_number("tolist()")
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         # (np.asarray(x) asks this first; without it, NumPy read x as a sequence and made
         # an object array, which failed later as "dtype object is not supported")

@@ -76,8 +76,8 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         fn, level = todo.pop()
         for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
             if isinstance(fn, functools.partial):  # (what it passes f is read too; its
-                given = {f"argument {k} of the partial": a  # arguments are never bound anew)
-                         for k, a in enumerate(fn.args)}
+                given = {f"argument {k} of the partial": a  # arguments are never
+                         for k, a in enumerate(fn.args)}    # bound anew)
                 found += [(given, k, a) for k, a in given.items()]
                 found += [(fn.keywords, k, a) for k, a in fn.keywords.items()]
                 fn = fn.func

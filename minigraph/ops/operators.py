@@ -161,9 +161,9 @@ class ArrayOps:
 
     # (``dtype`` and ``out`` are NumPy's: ``np.sum(x)``, ``np.mean(x)``, ``np.max(x)`` and
     # ``np.min(x)`` call the method of a value that is not a NumPy array, passing them, so
-    # that the value's own library computes its reduction. With their defaults, x's is minigraph's, with
-    # its gradient; before, NumPy's call failed with "unexpected keyword argument 'out'",
-    # as it still does on a PyTorch tensor.)
+    # that the value's own library computes its reduction. With their defaults, x's is
+    # minigraph's, with its gradient; before, NumPy's call failed with "unexpected
+    # keyword argument 'out'", as it still does on a PyTorch tensor.)
     def sum(self, axis: Any = None, keepdims: bool = False, *, dtype: Any = None,
             out: Any = None) -> Any:
         if dtype is not None or out is not None:

@@ -65,7 +65,7 @@ def _count(x: Any, axis: tuple[int, ...] | None) -> int:
 
 def _extreme_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
     """The adjoint of a max (or a min): shared by the elements that attain it."""
-    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)  # 1 where x is out
+    hit = C.astype(x == _expand(out, x, axis, keepdims), x.dtype, copy=False)  # 1: x is out
     return _expand(g, x, axis, keepdims) * hit / _expand(sum(hit, axis, True), x, axis, True)
 
 
@@ -181,14 +181,14 @@ def _extreme_jvp(t: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 MAX = primitive(
-    "max", max_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share], cost="expensive",
-    batch=B.reduction("max"),
+    "max", max_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share],
+    cost="expensive", batch=B.reduction("max"),
     public="max", write=write_reduction,
     impl_with=with_params(max_kernel, _NUMPY_REDUCTIONS["max"]))
 
 MIN = primitive(  # max's rules: they look for the elements equal to the result
-    "min", min_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share], cost="expensive",
-    batch=B.reduction("min"),
+    "min", min_kernel, _reduce_shape, jvp=[_extreme_jvp], vjp=[_extreme_share],
+    cost="expensive", batch=B.reduction("min"),
     public="min", write=write_reduction,
     impl_with=with_params(min_kernel, _NUMPY_REDUCTIONS["min"]))
 

@@ -105,11 +105,11 @@ class _Normaliser:
     def __init__(self, writer: _Writer):
         self.w = writer
         self.stack: list[_Source] = []  # the functions being run (inlined calls nest)
-        self.callers: list[dict] = []  # the names of each caller of an inlined call
-        # the names the statement being run binds to a call's result (h = step(h)), and
-        # each caller's, taken when it made the call: they do not hold what it updates
+        # the names the statement being run binds to a call's result (h = step(h)): they
+        # do not hold what the call updates; and, for each caller of an inlined call, its
+        # names and those of its statement making the call
         self.rebinding: frozenset[str] = frozenset()
-        self.callers_rebinding: list[frozenset[str]] = []
+        self.callers: list[tuple[dict, frozenset[str]]] = []
         self.dynamic = 0  # depth inside branches decided at run time
         self.origins = itertools.count()  # new Python objects, for origin()
         self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
@@ -147,8 +147,7 @@ class _Normaliser:
                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                        inspect.Parameter.KEYWORD_ONLY):
                     env["<origin>" + name] = origin
-            self.callers.append(caller)
-            self.callers_rebinding.append(self.rebinding)
+            self.callers.append((caller, self.rebinding))
         self.w.reserved |= src.names
         self.stack.append(src)
         try:
@@ -157,7 +156,6 @@ class _Normaliser:
             self.stack.pop()
             if caller is not None:
                 self.callers.pop()
-                self.callers_rebinding.pop()
         self.last_return = self.fresh() if result is None else result.origin
         return None if result is None else result.value
 
@@ -311,8 +309,7 @@ class _Normaliser:
             if isinstance(value, (Tensor, np.ndarray)):
                 found.append(f"{outside} (outside the function)")
         found += [what for name, what in self.passed.items() if "<own>" + name in mine]
-        for depth, (caller, then) in enumerate(reversed(list(zip(self.callers,
-                                                                 self.callers_rebinding))), 1):
+        for depth, (caller, then) in enumerate(reversed(self.callers), 1):
             fn = self.stack[-1 - depth].fn.__name__
             found += [f"{k} (in {fn}, a caller)" for k in self.held(current, mine, caller)
                       if k not in then]
