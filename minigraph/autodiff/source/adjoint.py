@@ -18,7 +18,7 @@ from ...ops import copy as C
 from ...ops.shape_rules import promote
 from ..backward import Entry, reverse_sweep
 from ..tape import as_gradient
-from .program import Fill, For, If, Line, Op, Ref, _defined, _Writer
+from .program import Fill, For, If, Line, Op, Ref, _defined, _uses, _walk, _Writer
 from .values import SrcVar
 
 
@@ -206,7 +206,11 @@ class _Reverse:
         after = {id(lv): (lv, self.complete(lv, shares)) for lv, _ in fwd.carry if lv.active}
         if all(g is None for _, g in after.values()):
             return  # nothing read after the loop has an adjoint: none flows into it
-        la = {k: (lv, g if g is not None else self.zeros(lv)) for k, (lv, g) in after.items()}
+        # (a loop variable that nothing after the loop reads and no iteration reads, only
+        # assigns, has a zero adjoint throughout: it gets no gh)
+        read = {id(v) for stmt in _walk(fwd.body) for v in _uses(stmt)}
+        la = {k: (lv, g if g is not None else self.zeros(lv)) for k, (lv, g) in after.items()
+              if g is not None or k in read}
         ctx = _LoopCtx(_defined(fwd.body))
         self.loops.append(ctx)
         body: list = []  # the reverse loop's statements

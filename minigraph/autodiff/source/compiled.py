@@ -38,8 +38,8 @@ from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
 from .reading import _Source
 from .render import _Text
-from .tidy import _Namer, _const_name, _name_all, _program_vars, _tidy
-from .values import Index, SrcVar, _constant, _parts, _writing
+from .tidy import _Namer, _const_name, _name_all, _program_vars, _prune, _tidy
+from .values import Cond, Index, SrcVar, _constant, _parts, _writing
 
 
 class Program:
@@ -118,6 +118,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
             out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         written_by_f = run.written_by_f  # (its own log of its runs: not guarded)
         forward = writer.block
+        _prune(forward, {id(out)})  # (a value f computes and never uses sends no adjoint)
         writer.block, writer.role = [], "rtemp"
         reverse = _Reverse(writer)
         seed = _adjoint_of(out) if seeded else None
@@ -250,7 +251,7 @@ def _collect_consts(block: list, namer: _Namer, consts: dict, hints: dict) -> No
     for stmt in _walk(block):
         if isinstance(stmt, Line) and isinstance(stmt.expr, Op):
             for v in _parts((stmt.expr.args, tuple(stmt.expr.params.values()))):
-                if not isinstance(v, (SrcVar, Index, Device)) and type(v) not in LITERALS \
+                if not isinstance(v, (SrcVar, Index, Cond, Device)) and type(v) not in LITERALS \
                         and v is not Ellipsis:
                     _const_name(v, namer, consts, hints)
 

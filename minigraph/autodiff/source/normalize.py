@@ -451,6 +451,9 @@ class _Normaliser:
         if a is _MISSING or b is _MISSING:
             env[name] = _OneBranch(cast(Where, self.w.where))
             return None
+        if isinstance(a, _OneBranch) or isinstance(b, _OneBranch):  # (unassigned on a path
+            env[name] = a if isinstance(a, _OneBranch) else b       # through an earlier if)
+            return None
         if not _dynamic(a) and not _dynamic(b) and type(a) is type(b) and \
                 not isinstance(a, (Tensor, np.ndarray)) and a == b:
             env[name] = a
@@ -750,15 +753,27 @@ class _Normaliser:
         """Initial values before the loop, the carry at the end of its body, the loop."""
         for n, lv in lvs.items():
             init = env.get(n, _MISSING)
+            if isinstance(init, _OneBranch):  # (unassigned on a path into the loop: the
+                continue                      # body assigns it before reading it, or refuses)
             if _number(init):
                 self.w.emit((lv,), Fill(init, lv))
             elif init is not _MISSING:
                 self.w.emit((lv,), Ref((self.as_var(init, lv, n, self.w.block),)))
         pairs = []
+        starts = {id(v) for v in lvs.values()}
         for n, lv in lvs.items():
             end = ends[n]
             if end is not lv and end is not _MISSING:
-                pairs.append((lv, self.as_var(end, lv, n, body)))
+                value = self.as_var(end, lv, n, body)
+                if id(value) in starts:  # b = a (a, b = c, a; a, b = b, a): b takes a's
+                    # value from the top of the body, which the carry overwrites. A
+                    # copy gives that value a variable of its own, so that the reverse
+                    # sweep sends gb to the a that was read, not to the a the carry makes.
+                    copy = SrcVar(value.shape, value.dtype, value.device, value.active,
+                                  "temp", n)
+                    body.append(Line((copy,), Ref((value,))))
+                    value = copy
+                pairs.append((lv, value))
         if pairs:
             body.append(Line(tuple(p[0] for p in pairs), Ref(tuple(p[1] for p in pairs)),
                              "carry"))

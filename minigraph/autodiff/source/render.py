@@ -74,7 +74,7 @@ class _Text:
     def value(self, v: Any, subst: dict) -> tuple[str, int]:
         if type(v) is SrcVar:
             return subst.get(id(v), (v.name, ATOM))
-        if isinstance(v, Index):
+        if isinstance(v, (Index, Cond)):
             return v.text, v.prec
         negative = type(v) in (int, float) and (v < 0 or math.copysign(1, v) < 0)
         return self.literal(v), UNARY if negative else ATOM
@@ -87,7 +87,7 @@ class _Text:
     def spell(self, v: Any) -> str | None:
         """What has no literal text: a loop's index by its expression, a constant by the
         name the program gave it, a device by its name (kernels: bound, None)."""
-        if isinstance(v, Index):
+        if isinstance(v, (Index, Cond)):
             return v.text
         if isinstance(v, Device):
             return None if self.names is not None else repr(v.name)

@@ -154,17 +154,22 @@ class Index:
     def __neg__(self) -> "Index":
         return Index(f"-{_paren(self, UNARY)}", [-v for v in self.values], UNARY)
 
-    def _compare(self, other: Any, sym: str) -> Any:
+    def _compare(self, other: Any, fn: Callable, sym: str) -> Any:
         if not isinstance(other, (Index, int, float)):
             return NotImplemented  # i < x.sum(): the tensor's comparison writes a line
-        return Cond(f"{_paren(self, CMP + 1)} {sym} {_paren(other, CMP + 1)}")
+        others = other.values if isinstance(other, Index) else (other,) * len(self.values)
+        return Cond(f"{_paren(self, CMP + 1)} {sym} {_paren(other, CMP + 1)}",
+                    [fn(a, b) for a, b in zip(self.values, others)])
 
-    def __lt__(self, o: Any) -> Any: return self._compare(o, "<")
-    def __le__(self, o: Any) -> Any: return self._compare(o, "<=")
-    def __gt__(self, o: Any) -> Any: return self._compare(o, ">")
-    def __ge__(self, o: Any) -> Any: return self._compare(o, ">=")
-    def __eq__(self, o: Any) -> Any: return self._compare(o, "==")  # type: ignore[override]
-    def __ne__(self, o: Any) -> Any: return self._compare(o, "!=")  # type: ignore[override]
+    def __lt__(self, o: Any) -> Any: return self._compare(o, operator.lt, "<")
+    def __le__(self, o: Any) -> Any: return self._compare(o, operator.le, "<=")
+    def __gt__(self, o: Any) -> Any: return self._compare(o, operator.gt, ">")
+    def __ge__(self, o: Any) -> Any: return self._compare(o, operator.ge, ">=")
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._compare(o, operator.eq, "==")
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._compare(o, operator.ne, "!=")
     __hash__ = None  # type: ignore[assignment]
 
     def _unknown(self, what: str) -> SourceTransformError:
@@ -187,12 +192,16 @@ register_kind(Index)
 
 
 class Cond:
-    """A condition known only when the program runs, from the loop index: ``i == 0``."""
+    """A condition known only when the program runs, from the loop index: ``i == 0``.
+    It is an if's condition, or an argument written as its text (a VJP rule's
+    ``where(y == 0, ...)`` for ``x ** i``); ``values``, its value at each of the index's
+    representative values, stands for it in shape rules, as an Index's do."""
 
-    __slots__ = ("text",)
+    __slots__ = ("text", "values")
+    prec = CMP
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, values: Sequence[bool]):
+        self.text, self.values = text, tuple(values)
 
     def __bool__(self) -> bool:
         raise _writer().refuse(f"the truth value of {self.text} outside an if",
@@ -227,7 +236,7 @@ def _dynamic(v: Any) -> bool:
 
 def _concrete(v: Any, k: int = 0) -> Any:
     """``v`` with loop indices replaced by their k-th representative value (for shapes)."""
-    if isinstance(v, Index):
+    if isinstance(v, (Index, Cond)):
         return v.values[k]
     if isinstance(v, tuple):
         return tuple(_concrete(x, k) for x in v)
