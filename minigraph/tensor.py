@@ -23,6 +23,7 @@ import copy
 import copyreg
 import operator
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,52 @@ from .ops.operators import ArrayOps
 from .ops.shape_rules import FLOATS, dtype_name, sizes, supported_dtype
 
 FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
+
+
+# The memory of tensors handed to the user writable: a CPU tensor's own array from
+# ``t.numpy()`` or ``np.asarray(t)``, its DLPack export. NumPy (or another library) may
+# write it at any time unseen, as it may an outside NumPy array, so a compiled program
+# that holds such a tensor as a constant compares its values on every call
+# (``signature.Captured``). ``_exposures`` counts the memory ever handed out: while it
+# stays the same, no program has to look.
+_EXPOSED: dict[int, Any] = {}  # id(memory) -> a weak reference to it
+_exposures = 0
+
+
+def expose(array: Any) -> None:
+    """Say that ``array``'s memory, a tensor's own, is now the user's to write too."""
+    global _exposures
+    memory = owner(array)
+    key = id(memory)
+    if key in _EXPOSED or isinstance(memory, np.generic):  # (a NumPy scalar: immutable)
+        return
+    try:  # (forgotten when the memory is freed, before its id can be another array's)
+        _EXPOSED[key] = weakref.ref(memory, lambda _, key=key: _EXPOSED.pop(key, None))  # type: ignore[misc]
+    except TypeError:  # (no weak reference: kept alive, so its id stays its own)
+        _EXPOSED[key] = memory
+    _exposures += 1
+
+
+def exposed(array: Any) -> bool:
+    """Whether ``array``'s memory was handed out writable (:func:`expose`)."""
+    return id(owner(array)) in _EXPOSED
+
+
+def exposures() -> int:
+    """How many memories were ever handed out writable."""
+    return _exposures
+
+
+def host_values(t: "Tensor") -> Any:
+    """``t``'s values on the host, for the library's own reading: on a CPU device the
+    tensor's own array, which is not handed to the user (nothing to :func:`expose`)."""
+    return t.device.to_numpy(t.data)
+
+
+def owner(array: Any) -> Any:
+    """The array that owns ``array``'s memory (NumPy and CuPy keep it as ``.base``)."""
+    base = getattr(array, "base", None)
+    return array if base is None else base
 
 
 class Tensor(ArrayOps):
@@ -109,16 +156,26 @@ class Tensor(ArrayOps):
 
     def numpy(self) -> Any:
         """The values as a NumPy array: on a CPU device the tensor's own array, as
-        PyTorch's ``.numpy()`` (an in-place update shows through it); from a GPU a copy.
+        PyTorch's ``.numpy()`` (an in-place update shows through it, both ways: a compiled
+        program that holds the tensor compares its values from then on, see
+        ``signature.Captured``); from a GPU a copy.
 
         For a tensor that requires a gradient, a read-only view of it: ``backward()``
         reads such values, and a write through NumPy would pass the tape's guard unseen
         (``autodiff/tape.py``) and change the gradient without a word. PyTorch refuses
         ``.numpy()`` there; ``t.detach().numpy()`` is the writable array in both."""
-        array = self.device.to_numpy(self.data)
-        if self.requires_grad and array is self.data:
-            array = array.view()
-            array.flags.writeable = False
+        return self._handed_out(host_values(self))
+
+    def _handed_out(self, array: Any) -> Any:
+        """The values on the host, ``array``, as the user gets them: where it is the
+        tensor's own memory, a read-only view of it if backward() reads it (above), else
+        the memory itself, which compiled programs then watch (``reads.expose``)."""
+        if array is self.data:
+            if self.requires_grad:
+                array = array.view()
+                array.flags.writeable = False
+            else:
+                expose(array)
         return array
 
     def item(self) -> "float | int | bool":
@@ -126,7 +183,7 @@ class Tensor(ArrayOps):
         if self.size != 1:
             raise ValueError(f"item(): the tensor has {self.size} elements (shape "
                              f"{self.shape}); only a one-element tensor converts to a number")
-        return self.numpy().reshape(()).item()
+        return host_values(self).reshape(()).item()
 
     def tolist(self) -> Any:
         """The values as (nested lists of) Python numbers, as NumPy's ``tolist``.
@@ -134,7 +191,7 @@ class Tensor(ArrayOps):
         A 0-d tensor gives a number, not a list. The numbers are Python's ``float``,
         ``int`` and ``bool``, copied: changing them changes nothing in the tensor.
         """
-        return self.numpy().tolist()
+        return host_values(self).tolist()
 
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it)."""
@@ -248,7 +305,10 @@ class Tensor(ArrayOps):
         if copy is False and self.device.context is not None:
             raise ValueError(f"np.asarray(..., copy=False): this tensor lives on {self.device}, "
                              f"so a NumPy array of it is always a copy (copy=None allows one)")
-        return np.asarray(self.numpy(), dtype=dtype, copy=copy)
+        host = host_values(self)
+        if copy is not True:  # (np.asarray(t): the tensor's own array, as t.numpy())
+            host = self._handed_out(host)
+        return np.asarray(host, dtype=dtype, copy=copy)
 
     # -- copies, pickles, DLPack -----------------------------------------------------------------
     # PyTorch's rules, with one difference said below. A copy is a new *leaf* with its own
@@ -289,7 +349,8 @@ class Tensor(ArrayOps):
         # (rebuild function, its arguments): the values as a host NumPy array, which
         # pickles by value, and the device as its name (a Device holds a module, xp,
         # which cannot be pickled, and is one object per process anyway).
-        return (_unpickle, (self.numpy(), self.device.name, self.requires_grad))
+        return (_unpickle, (host_values(self), self.device.name,
+                            self.requires_grad))
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: "bool | None" = None) -> Any:
@@ -316,6 +377,8 @@ class Tensor(ArrayOps):
         data = self.data
         if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
             data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact
+        elif not copy:
+            expose(data)  # (the consumer may write it: compiled programs watch it)
         # Pass on only what the consumer gave: older producers accept only ``stream``.
         given = {"stream": stream, "max_version": max_version, "dl_device": dl_device,
                  "copy": copy}
@@ -329,7 +392,7 @@ class Tensor(ArrayOps):
         return data.__dlpack_device__()
 
     def __repr__(self) -> str:
-        body = repr(self.numpy()).replace("array(", "tensor(", 1)
+        body = repr(host_values(self)).replace("array(", "tensor(", 1)
         if body.endswith(")"):
             body = body[:-1]
         else:  # a NumPy scalar's repr has no "array(" around it

@@ -4,6 +4,7 @@ rules for backward twice, gradient dtypes) and closed forms."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 
 import numpy as np
@@ -928,6 +929,54 @@ def test_a_numpy_array_read_from_outside_written_in_place_is_read_again(mode, f,
     built = getattr(g, "recordings", None)  # (mg.trace counts its recordings)
     assert np.isnan(g(x).numpy()[0])
     assert getattr(g, "recordings", None) == built  # NaN equals NaN: not built again
+
+
+W_SHARED = mg.tensor([1.0, 2.0])  # a global tensor whose memory NumPy gets to write
+
+
+def reads_a_shared_tensor(x):
+    return mg.sum(x * W_SHARED)
+
+
+HAND_OUT = {"numpy()": lambda t: t.numpy(), "np.asarray": np.asarray,
+            "np.from_dlpack": np.from_dlpack}
+
+
+@pytest.mark.parametrize("hand_out", HAND_OUT)
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_write_through_a_tensors_own_numpy_array_is_read_again(mode, hand_out):
+    """``W.numpy()[0] = 3.0``: the array a CPU tensor hands out is its own memory (as in
+    PyTorch), which NumPy writes unseen by minigraph's write stamps, so a program built
+    before kept the old values while eager mode read the new ones. A tensor whose memory
+    was handed out is watched as an outside NumPy array is: compared with a copy on each
+    call. The oracle: d/dx sum(x * w) = w."""
+    W_SHARED.data[...] = [1.0, 2.0]
+    g = COMPILED[mode](reads_a_shared_tensor)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [1.0, 2.0]
+    held = HAND_OUT[hand_out](W_SHARED)  # handed out after the program was built
+    held[0] = 3.0
+    assert g(x).numpy().tolist() == [3.0, 2.0]
+    held[1] = 5.0  # (the same array, written again: no new hand-out to notice)
+    assert g(x).numpy().tolist() == [3.0, 5.0]
+    assert g(x).numpy().tolist() == [3.0, 5.0]
+
+
+def test_handing_out_a_copy_or_a_read_only_view_watches_nothing():
+    """``np.array(t)`` is a copy and ``t.numpy()`` of a tensor that requires a gradient is
+    read-only: no memory of the tensor's becomes the user's to write."""
+    from minigraph.tensor import exposed
+
+    t = mg.tensor([1.0, 2.0])
+    np.array(t)[0] = 7.0
+    t.tolist(), repr(t), pickle.dumps(t)
+    assert not exposed(t.data) and t.tolist() == [1.0, 2.0]
+    r = mg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="read-only"):
+        r.numpy()[0] = 7.0
+    assert not exposed(r.data)
+    t.numpy()
+    assert exposed(t.data)
 
 
 # -- an item of a list or dict bound anew ----------------------------------------------------

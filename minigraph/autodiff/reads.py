@@ -32,7 +32,7 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import GradientError
 from ..ops.operators import LIBRARIES, ArrayOps, raised_at
-from ..tensor import Tensor
+from ..tensor import Tensor, owner
 
 
 _UNBOUND = object()  # a name absent from where it is looked up
@@ -336,12 +336,6 @@ def refused_read_only(exc: BaseException) -> bool:
 # into. Every write into a tensor goes through the tape (``x -= ...``, ``x[i] = ...``),
 # which asks ``read_only`` before it writes, as NumPy asks its flag.
 _READ_ONLY: set[int] = set()  # ids; the guard holds each object meanwhile
-
-
-def owner(array: Any) -> Any:
-    """The array that owns ``array``'s memory (NumPy and CuPy keep it as ``.base``)."""
-    base = getattr(array, "base", None)
-    return array if base is None else base
 
 
 def _read_only_key(x: Tensor) -> int:

@@ -43,7 +43,7 @@ from array_api_compat import array_namespace
 from ..device import get_device
 from ..ops.primitive import KINDS
 from ..ops.weak import Weak
-from ..tensor import Tensor
+from ..tensor import Tensor, exposed, exposures
 from . import tape
 from .argnums import refuse_pytrees
 from .reads import arrays_in, differs, outside_reads, rebound, without
@@ -168,9 +168,12 @@ class Captured:
     item read, one comparison while no tensor anywhere is written, and a comparison of
     each NumPy or CuPy array read with its copy (NumPy writes an array without minigraph
     seeing it, so only its values can tell: data passed as an argument costs nothing).
+    A tensor whose memory was handed out writable (``t.numpy()``, DLPack: ``reads.expose``)
+    is such an array too: NumPy may write it unseen. One handed out after the program
+    was built makes the program stale, and the next one compares it.
     """
 
-    __slots__ = ("tensors", "stamps", "built_at", "reads", "arrays")
+    __slots__ = ("tensors", "stamps", "built_at", "reads", "arrays", "exposures", "hidden")
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
@@ -179,13 +182,18 @@ class Captured:
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
         self.reads = without(outside_reads(f), own) if f is not None else []
-        self.arrays = [(a, array_namespace(a).asarray(a, copy=True))
-                       for _, a in arrays_in(self.reads) if type(a) is not Tensor]
+        self.exposures = exposures()
+        self.hidden = [t.data for t in self.tensors if not exposed(t.data)]
+        watched = [a for _, a in arrays_in(self.reads) if type(a) is not Tensor] + \
+            [t.data for t in self.tensors if exposed(t.data)]
+        self.arrays = [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
 
     def stale(self) -> bool:
         if self.reads and rebound(self.reads) is not None:
             return True
         if self.arrays and any(differs(a, was) for a, was in self.arrays):
+            return True
+        if exposures() != self.exposures and any(map(exposed, self.hidden)):
             return True
         if not self.tensors or tape.last_write() <= self.built_at:
             return False

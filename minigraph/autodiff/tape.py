@@ -58,8 +58,8 @@ from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywor
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
-from .reads import ReadOnlyWrite, owner, read_only, refusal_of_a_write, refused_read_only
-from ..tensor import Tensor, tensor, zeros
+from .reads import ReadOnlyWrite, read_only, refusal_of_a_write, refused_read_only
+from ..tensor import Tensor, owner, tensor, zeros
 
 _NUMBERS = (float, int, bool)
 

@@ -39,12 +39,12 @@ from array_api_compat import array_namespace
 
 from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
-from ..errors import MinigraphError, ShapeError
+from ..errors import DTypeError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
 from ..ops.shape_rules import sizes
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, host_values, tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMBERS = (bool, int, float)
@@ -555,7 +555,7 @@ def fed_value(node: Node, value: Any) -> Any:
     other devices) goes through a NumPy array on the host.
     """
     if isinstance(value, Tensor):
-        value = value.data if value.device is node.device else value.numpy()
+        value = value.data if value.device is node.device else host_values(value)
     if _native(value, node):
         array, dtype = value, np.dtype(node.device.dtype_name(value.dtype))
     else:

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np  # load_state_dict reads values through the host format
 
 from ..errors import MinigraphError
-from ..tensor import Tensor
+from ..tensor import Tensor, host_values
 
 
 class StateDictError(MinigraphError, RuntimeError):
@@ -236,7 +236,7 @@ class Module:
 def _value_for(key: str, value: Any, p: Tensor) -> tuple[Any, str]:
     """``value`` as an array of ``p``'s device, dtype and shape, or ("", why not)."""
     if isinstance(value, Tensor):
-        host = value.numpy()
+        host = host_values(value)
     else:
         try:
             host = np.asarray(value)

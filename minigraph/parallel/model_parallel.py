@@ -29,7 +29,7 @@ from ..ops import copy as C
 from ..ops import elementwise as E
 from ..ops import nn as NN
 from ..ops import reduce as R
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, host_values, tensor
 
 
 class ShardedLinear:
@@ -56,10 +56,10 @@ class ShardedLinear:
 
     def full_weight(self) -> np.ndarray:
         """The whole weight matrix on the host (for checking against one device)."""
-        return np.concatenate([w.numpy() for w in self.weights], axis=1)
+        return np.concatenate([host_values(w) for w in self.weights], axis=1)
 
     def full_bias(self) -> np.ndarray:
-        return np.concatenate([b.numpy() for b in self.biases])
+        return np.concatenate([host_values(b) for b in self.biases])
 
 
 def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:

@@ -21,7 +21,7 @@ from ...nn.module import Sequential
 from ...nn.stateless import functional_call
 from ...runtime.profile import RunStats
 from ...runtime.session import Session
-from ...tensor import Tensor, tensor
+from ...tensor import Tensor, host_values, tensor
 from .common import Event, Op, PipelineError
 from .profiling import _check_sequential
 from .scheduling import Schedule, _as_schedule, peak_in_flight, schedule
@@ -191,7 +191,7 @@ def _check_parameters(model: Sequential) -> None:
 
 
 def _host(value: Any) -> np.ndarray:
-    return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+    return host_values(value) if isinstance(value, Tensor) else np.asarray(value)
 
 
 @dataclass
@@ -335,7 +335,7 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     assert stats is not None  # (the plan's session has just run)
     params = pipe.model.parameters()
     fetched = iter(values["grads"])
-    grads = [np.zeros(p.shape, dtype=p.numpy().dtype) if g is None else np.asarray(next(fetched))
+    grads = [np.zeros(p.shape, dtype=host_values(p).dtype) if g is None else np.asarray(next(fetched))
              for p, g in zip(params, plan.grads)]
     spans: dict[tuple[int, str, int], list[float]] = {}
     for e in stats.events:
