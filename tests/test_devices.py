@@ -89,6 +89,26 @@ def test_forward_mode_through_a_transfer(backend):
     assert t.item() == 6.0
 
 
+def across_devices(x):
+    return mg.sum(mg.sin(x.to("cpu:2")) * 2.0)
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_a_gradient_lives_on_its_inputs_device_in_every_mode(mode):
+    """Forward mode's gradient is made of the output's tangents, which live where f's
+    output was computed: it came back on cpu:2 for an x on cpu:1, where the other modes,
+    and backward(), put it on x's device; so did jacfwd where jacrev did not. The
+    values: d/dx sum(2 sin x) = 2 cos x."""
+    x = mg.tensor([1.0, 2.0], device="cpu:1")
+    g = mg.grad(across_devices, mode=mode)(x)
+    assert g.device.name == "cpu:1"
+    np.testing.assert_allclose(g.numpy(), 2 * np.cos([1.0, 2.0]), rtol=1e-14)
+    if mode == "tape":
+        for jac in (mg.jacfwd(across_devices)(x), mg.jacrev(across_devices)(x)):
+            assert jac.device.name == "cpu:1"
+            np.testing.assert_allclose(jac.numpy(), 2 * np.cos([1.0, 2.0]), rtol=1e-14)
+
+
 def test_cuda_without_cupy_or_gpu_says_what_is_missing():
     if mg.cuda_available():
         pytest.skip("a GPU is present here")

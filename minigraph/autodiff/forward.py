@@ -211,15 +211,17 @@ def identity_rows(x: Any) -> Tensor | None:
 def jacobian_from_rows(rows: Any, out: Any, x: Any, outputs_first: bool) -> Any:
     """The Jacobian d out / d x, of shape ``out.shape + x.shape``, from a batch of rows:
     one per output element (reverse mode, ``outputs_first``) or one per input element
-    (forward mode, then transposed)."""
+    (forward mode, then transposed). On x's device, as a gradient is (``as_gradient``):
+    forward mode's rows are tangents of f's output, on the output's device."""
     out_shape, in_shape = shape_of(out), shape_of(x)
     m = int(np.prod(out_shape, dtype=np.int64))
     n = int(np.prod(in_shape, dtype=np.int64))
     if rows is None or m == 0 or n == 0:
         return zeros(out_shape + in_shape, x.dtype, x.device)
-    if outputs_first:
-        return SH.reshape(rows, out_shape + in_shape)
-    return SH.reshape(SH.transpose(SH.reshape(rows, (n, m))), out_shape + in_shape)
+    if not outputs_first:
+        rows = SH.transpose(SH.reshape(rows, (n, m)))
+    jac = SH.reshape(rows, out_shape + in_shape)
+    return jac if jac.device is x.device else C.to_device(jac, x.device)
 
 
 def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) -> Callable:

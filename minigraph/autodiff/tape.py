@@ -868,7 +868,8 @@ transformation(vjp, "vjp")
 def as_gradient(g: Any, x: Any) -> Any:
     """An input's adjoint as its gradient: zeros where no path led, x's dtype (a float32
     parameter used in float64 arithmetic still gets a float32 gradient, as in PyTorch and
-    JAX). Every mode's gradient goes through here: the tape's, forward mode's, the
+    JAX), on x's device (forward mode's tangent lives where f's output was computed).
+    Every mode's gradient goes through here: the tape's, forward mode's, the
     reverse-graph pass's (nodes) and source mode's (lines of the adjoint program)."""
     if g is None:
         return C.zeros_like(x)
@@ -876,6 +877,8 @@ def as_gradient(g: Any, x: Any) -> Any:
         return C.ones_like(x) * g
     if g.dtype != x.dtype:
         g = C.astype(g, x.dtype, copy=False)
+    if g.device is not x.device:
+        g = C.to_device(g, x.device)
     return g
 
 
