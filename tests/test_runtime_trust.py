@@ -22,7 +22,8 @@ import minigraph as mg
 from minigraph.graph.passes import cse, value_key
 from minigraph.ops.primitive import Primitive
 from minigraph.ops.shape_rules import same
-from minigraph.runtime.session import NodeError
+from minigraph.graph.graph import GraphError
+from minigraph.runtime.session import FeedError, NodeError
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -191,6 +192,116 @@ def _check_nothing_shared(program):
         assert not any(np.shares_memory(a, b) for b in again[i + 1:] + expected
                        if b is not a and isinstance(b, np.ndarray))
     return sess
+
+
+# -- 1b. variables: a run reads them as they were before it; assignments land at its end -----
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("devices", [("cpu", "cpu"), ("cpu:1", "cpu:2")])
+def test_a_read_ordered_after_an_assign_of_its_variable_is_refused(workers, devices):
+    """TensorFlow 1's ``with control_dependencies([v.assign(v + 1)]): r = v * 1.0`` reads
+    the new value, 2.0; a run here reads variables as they were before it and stores its
+    assignments at its end, so r came out 1.0 without a word. Refused, every time the
+    plan is run (it is cached), and the variable is left as it was."""
+    with mg.Graph() as g:
+        with mg.device(devices[0]):
+            v = mg.variable(1.0, name="v")
+            a = v.assign(v + 1.0)
+        with mg.device(devices[1]), mg.control_dependencies([a]):
+            r = v * 1.0
+    sess = mg.Session(g, workers=workers)
+    for _ in range(2):
+        with pytest.raises(GraphError, match="'mul' .* reads variable 'v' under a control "
+                                                "dependency on 'v/assign'"):
+            sess.run(r)
+    assert sess.run(v) == 1.0
+    assert sess.run(a) == 2.0 and sess.run(v) == 2.0  # the Assign's value is the new one
+
+
+def test_two_assigns_of_one_variable_in_one_run_are_refused():
+    """``w.assign(w + 10)`` then, under a control dependency, ``w.assign(w * 3)``: both
+    computed from w = 0 and stored at the end, so the run gave [10, 0] and w = 0: the
+    first update lost. TensorFlow 1 gives [10, 30]."""
+    with mg.Graph() as g:
+        w = mg.variable(0.0, name="w")
+        a1 = w.assign(w + 10.0)
+        with mg.control_dependencies([a1]):
+            a2 = w.assign(w * 3.0)
+        b1, b2 = w.assign(1.0), w.assign(2.0)  # (unordered: one would win by chance)
+    sess = mg.Session(g)
+    assert sess.run(b1) == 1.0
+    with pytest.raises(GraphError, match="'w/assign_2' and 'w/assign_3' .* both assign "
+                                         "variable 'w' in one run"):
+        sess.run([b1, b2])
+    assert sess.run(w) == 1.0
+    with pytest.raises(GraphError, match="variable 'w'"):
+        sess.run([a1, a2])
+    assert sess.run(w) == 1.0
+
+
+def test_an_assign_takes_numbers_in_the_variables_dtype_and_refuses_another_dtype():
+    """``w.assign(0.5)`` failed with an AttributeError from inside; ``w.assign(x * 2.0)``
+    with x float64 stored a float64 array in a float32 variable, whose reads then
+    disagreed with its dtype. A number or an array is converted as a feed is, and
+    another dtype refused, as TensorFlow 1 refuses it."""
+    with mg.Graph() as g:
+        w = mg.variable(np.zeros(2, np.float32), name="w")
+        x = mg.placeholder(shape=(2,), dtype="float64")
+        with pytest.raises(mg.errors.DTypeError, match="'w' has dtype float32, the new "
+                                                       "value 'mul' has dtype float64"):
+            w.assign(x * 2.0)
+        with pytest.raises(mg.errors.ShapeError, match="assign to 'w'"):
+            w.assign([1.0])
+        n = mg.variable(0, name="n")
+        with pytest.raises(FeedError, match="assign to 'n'"):
+            n.assign(1.5)
+        halve, set_w = w.assign(w * 0.5), w.assign([1.0, 3.0])
+    sess = mg.Session(g)
+    assert sess.run(set_w).tolist() == [1.0, 3.0]
+    assert sess.run(halve).tolist() == [0.5, 1.5]
+    assert sess.run(w).dtype == np.float32
+
+
+def test_a_value_computed_from_an_assign_reads_the_variable_from_before_the_run():
+    """What is only computed from an Assign's value (no control dependency) is not
+    refused: the gradient of z = (v x)^2 through ``a = v.assign(v * x)`` reads v, whose
+    value before the run is the one a was computed from. The adjoint flows through the
+    Assign to its value, as through PyTorch's ``v.copy_(x)`` (it stopped there, and
+    dz/dx came out without that path). Closed forms: dz/dv = 2 v x^2, dz/dx = 2 v^2 x."""
+    with mg.Graph() as g:
+        v = mg.variable(2.0, name="v")
+        x = mg.placeholder(shape=(), name="x")
+        a = v.assign(v * x)
+        z = a * a
+        gv, gx = mg.gradients(z, [v, x])
+        y = v.assign(x * 2.0) * 3.0 + x  # z = 7x: dz/dx = 7
+        gy, = mg.gradients(y, [x])
+    sess = mg.Session(g)
+    assert sess.run([z, gv, gx], {x: 3.0}) == [36.0, 36.0, 24.0]
+    assert sess.run(v) == 6.0
+    assert sess.run([y, gy], {x: 1.0}) == [7.0, 7.0]
+
+
+def test_run_async_takes_the_feeds_as_they_are_when_it_is_called():
+    """A GPU copies what queued work reads from the host when the work is queued; a run
+    started by run_async read its feeds when it began, so a write into a fed array, or
+    another array put into the dict, after the call changed its result."""
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(300, 300))
+        slow, total = mg.sum(x @ x @ x @ x), mg.sum(x)
+    sess = mg.Session(g)
+    a = np.ones((300, 300))
+    feeds = {x: np.ones((300, 300))}
+    t = mg.tensor(np.ones((300, 300)))
+    busy = sess.run_async(slow, {x: a})  # (the background thread is busy meanwhile)
+    runs = [sess.run_async(total, {x: a}), sess.run_async(total, feeds),
+            sess.run_async(total, {x: t})]
+    a[...] = 2.0
+    feeds[x] = np.zeros((300, 300))
+    with mg.no_grad():
+        t += 1.0
+    busy.result()
+    assert [r.result() for r in runs] == [90000.0] * 3
 
 
 # -- 2. CSE merges only what is equal by type and value --------------------------------------

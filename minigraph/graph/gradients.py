@@ -31,6 +31,7 @@ from typing import Any
 from ..autodiff.backward import collector_paused, reverse_sweep
 from ..autodiff.tape import as_gradient
 from ..errors import GradientError, ShapeError
+from ..ops.copy import IDENTITY
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS, shape_of
 from .graph import Graph, GraphError, Node, user_location
@@ -89,6 +90,15 @@ def _seed(y: Node, g: Any) -> Any:
         return y.graph.constant(np.ones(y.shape, dtype=y.dtype), name="ones")
 
 
+def _entry(node: Node) -> tuple:
+    """A node as an entry of the sweep: ``(primitive, params, output, args)``. An Assign's
+    value is the value it stores, so its adjoint goes to that value, as through a copy
+    (PyTorch's ``v.copy_(x)`` passes it on too); the variable's old value gets none."""
+    if node.op == "Assign":
+        return (IDENTITY, {}, node, node.args[1:])
+    return (node.prim, node.params, node, node.args)
+
+
 def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
     """Add the nodes of d(sum of ys)/d(x) for each x; ``None`` where no path leads."""
     ys, xs = _as_list(ys), _as_list(xs)
@@ -109,8 +119,8 @@ def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
     order = _sweep_order(ys, relevant, pending)
     wanted = {id(x) for x in xs}
     found: dict[int, Any] = {}  # an x that is also an intermediate node: its adjoint
-    entries = [(n.prim, n.params, n, n.args) for n in reversed(order)
-               if n.prim is not None and n.prim.differentiable]
+    entries = [_entry(n) for n in reversed(order)
+               if n.op == "Assign" or n.prim is not None and n.prim.differentiable]
 
     def keep(node: Node, g: Any) -> Any:
         if id(node) in wanted:

@@ -183,6 +183,13 @@ class Node(ArrayOps):
         """An ``Assign`` node that stores ``value`` in this variable when it is run."""
         if self.op != "Variable":
             raise GraphError(f"assign: '{self.name}' is a {self.op} node, not a Variable")
+        if not isinstance(value, Node):  # a number or an array: a constant in the variable's
+            try:                         # dtype, checked as a feed is (1.5 into an int: refused)
+                array = fed_value(self, value)
+            except MinigraphError as exc:
+                raise type(exc)(str(exc).replace("feed for", "assign to", 1)) from None
+            with self.device:
+                value = self.graph.constant(array, name=f"{self.name}/value")
         return self.graph.add_special("Assign", (self, value), name=f"{self.name}/assign")
 
     def numpy(self) -> Any:
@@ -450,6 +457,11 @@ class Graph:
             if new.shape is not None and new.shape != var.shape:
                 raise ShapeError(f"assign: variable '{var.name}' has shape {var.shape}, the "
                                  f"new value '{new.name}' has shape {new.shape}")
+            if new.dtype is not None and new.dtype != var.dtype:  # (it would store the other
+                raise DTypeError(                                  # dtype, as TF1 refuses)
+                    f"assign: variable '{var.name}' has dtype {var.dtype}, the new value "
+                    f"'{new.name}' has dtype {new.dtype}; cast it: "
+                    f"{var.name}.assign(mg.astype(..., {var.dtype!r}))")
             shape, dtype, device = var.shape, var.dtype, var.device
         node = Node(self, self.unique_name(name or op), op, None, args, NO_PARAMS, shape, dtype,
                     device or scoped_device() or get_device(None), user_location(), value,

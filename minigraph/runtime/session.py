@@ -48,10 +48,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from ..errors import MinigraphError
-from ..graph.graph import Graph, GraphError, Node, check_graph, default_graph, fed_value
+from ..graph.graph import (Graph, GraphError, Node, check_graph, default_graph,
+                           describe_location, fed_value)
 from ..graph.topo import fifo_order, needed
+from ..tensor import Tensor
 from .cost import CostModel
 from .memory import Memory, MemoryPlan, plan_memory, root
 from .partition import Partition, partition
@@ -284,12 +287,16 @@ class Session:
 
     def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
         """Start ``run`` in the background; the returned future's ``result()`` waits.
-        The caller's NumPy error settings, taken now, hold for that run."""
+        The caller's NumPy error settings, and the feeds' values, taken now, hold for
+        that run: as a GPU copies what queued work reads from the host when the work is
+        queued, a later write into a fed array (or another array put in the dict) does
+        not change a run already started."""
         self._check_open("run_async")
+        feeds = {key: _snapshot(value) for key, value in (feed_dict or {}).items()}
         with self._cache_lock:
             if self._background is None:
                 self._background = ThreadPoolExecutor(1, thread_name_prefix="minigraph-async")
-        return self._background.submit(self._run_with_errors, np.geterr(), fetches, feed_dict)
+        return self._background.submit(self._run_with_errors, np.geterr(), fetches, feeds)
 
     def _run_with_errors(self, errors: Any, fetches: Any, feed_dict: dict | None) -> Any:
         """``run`` on the background thread, under ``errors`` (``np.geterr()``'s dict)."""
@@ -347,9 +354,12 @@ class Session:
             if key not in self._plans:
                 keep = needed(fetches, set(feeds))
                 plan = fifo_order(self.graph.nodes, keep, set(feeds))
+                stateful = any(n.op in ("Variable", "Assign") for n in plan)
+                if stateful:  # (before the plan is kept: every run of it is refused)
+                    refuse_reads_after_assigns(plan)
                 self._plans[key] = plan
                 self._layouts[id(plan)] = Layout(plan, set(feeds))
-                self._stateful[id(plan)] = any(n.op in ("Variable", "Assign") for n in plan)
+                self._stateful[id(plan)] = stateful
                 self._one_device[id(plan)] = len({n.device.name for n in plan}) == 1
                 self._memory_plans[id(plan)] = self._plan_memory(plan, fetches, set(feeds))
             return self._plans[key]
@@ -383,6 +393,69 @@ def _state_lock(graph: Graph) -> threading.RLock:
         if lock is None:
             lock = _STATE_LOCKS[graph] = threading.RLock()
         return lock
+
+
+def refuse_reads_after_assigns(plan: list[Node]) -> None:
+    """Refuse a plan whose result would depend on assignments taking effect during the
+    run: a node that reads a variable and is ordered after an Assign to it by a control
+    dependency, and two Assigns to one variable.
+
+    A run reads every variable as it was when the run began and stores its assignments
+    when it ends (:func:`_commit`): that is what makes a failed run change nothing and
+    concurrent runs serialisable. TensorFlow 1 instead lets an assignment take effect at
+    once, so ``with control_dependencies([v.assign(...)]): r = v * 1.0`` reads the new
+    value there; here ``r`` would read the old one, a silent difference, so it is an
+    error. (A node that only *computes from* the Assign's value, a gradient say, reads
+    the value from before the run, the one the value was computed from, as it should.)
+
+    ``plan`` is in topological order; one walk carries, per node, the Assigns upstream of
+    it by any path (``upstream``) and those ordered before it by a control edge
+    (``ordered``: upstream of one of its control inputs, or of a node before it)."""
+    upstream: dict[int, frozenset] = {}
+    ordered: dict[int, frozenset] = {}
+    assigned: dict[int, Node] = {}  # id(variable) -> its Assign in this plan
+    nothing: frozenset = frozenset()
+    for n in plan:
+        up = nothing.union(*(upstream.get(id(p), nothing) for p in n.inputs))
+        after = nothing.union(*(ordered.get(id(p), nothing) for p in n.inputs))
+        for c in n.control_inputs:
+            up |= upstream.get(id(c), nothing)
+            after |= upstream.get(id(c), nothing)
+        for a in after:
+            var = a.args[0]
+            if any(arg is var for arg in n.args):
+                raise GraphError(
+                    f"run: '{n.name}' ({n.op}, created at {describe_location(n.location)}) "
+                    f"reads variable '{var.name}' under a control dependency on "
+                    f"'{a.name}', which assigns it in the same run. A run reads each "
+                    f"variable as it was before the run and stores its assignments when it "
+                    f"ends (so a failed run changes nothing): '{n.name}' would read the "
+                    f"old value. Fetch '{a.name}' itself (its value is the one assigned), "
+                    f"or read '{var.name}' in a second run.")
+        if n.op == "Assign":
+            other = assigned.setdefault(id(n.args[0]), n)
+            if other is not n:
+                raise GraphError(
+                    f"run: '{other.name}' and '{n.name}' (created at "
+                    f"{describe_location(n.location)}) both assign variable "
+                    f"'{n.args[0].name}' in one run; a run stores its assignments when it "
+                    f"ends, each computed from the value before the run, so one would be "
+                    f"lost. Run them in two runs.")
+            up = up | {n}
+        if up:
+            upstream[id(n)] = up
+        if after:
+            ordered[id(n)] = after
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of a fed value (a tensor stays a tensor of its device, an array an array of
+    its library); Python numbers and lists, which nobody can write, as they are."""
+    if isinstance(value, Tensor):
+        return Tensor(value.device.asarray(value.data, copy=True), value.device)
+    if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
+        return array_namespace(value).asarray(value, copy=True)
+    return value
 
 
 def _commit(assigns: list[tuple[Node, Any]]) -> None:
