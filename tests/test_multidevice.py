@@ -197,6 +197,23 @@ def test_allreduce_gives_every_device_the_sum(algorithm, n, strict_devices):
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "naive", "parameter_server"])
+@pytest.mark.parametrize("devices", [["cpu"], ["cpu", "cpu"], ["cpu:1", "cpu:2", "cpu:1"]])
+def test_allreduce_hands_every_device_a_tensor_of_its_own(algorithm, devices):
+    """With one device there is nothing to add, and the caller's own tensor came back;
+    with two replicas on one device, "naive" handed both the same tensor (a send to the
+    same device is no copy). A write into one result then changed the input or the
+    other result. Every result is a buffer of its own, as MPI's Allreduce writes one."""
+    tensors = [mg.tensor(np.full(4, float(k + 1)), device=d) for k, d in enumerate(devices)]
+    out = mg.parallel.allreduce(tensors, algorithm)
+    total = sum(range(1, len(devices) + 1))
+    with mg.no_grad():
+        out[0] -= total  # in place, in the first result only
+    assert [t.tolist() for t in tensors] == [[k + 1.0] * 4 for k in range(len(devices))]
+    assert out[0].tolist() == [0.0] * 4
+    assert all(o.tolist() == [float(total)] * 4 for o in out[1:])
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "naive", "parameter_server"])
 def test_allreduce_refuses_replicas_of_different_shapes_or_dtypes(algorithm):
     """A float32 replica beside a float64 one came back float64, its dtype changed by the
     sum; torch.distributed's all_reduce refuses mixed dtypes, and so does this one."""

@@ -381,6 +381,35 @@ def test_pipeline_backward_then_sgd_equals_the_plain_training_step():
     assert len(pipe._plans) == 1
 
 
+def squared_error(out, y):  # a loss of one's own: a sum over the batch
+    return mg.sum((out - y) ** 2)
+
+
+def test_a_loss_function_says_whether_it_is_a_mean_or_a_sum():
+    """The microbatch losses add up to the minibatch's by weights n_k / N for a mean and
+    by ones for a sum. A plain function does not say which it computes: the pipeline
+    took it for a mean, and a sum came out divided by the number of microbatches
+    (half the loss and the gradients with 2). Now it must say; one microbatch needs no
+    answer. The oracle: the plain tape step on the whole batch."""
+    target = RNG.normal(size=(10, 3))
+    model = five_layers()
+    with pytest.raises(pp.PipelineError, match="squared_error has no reduction"):
+        pp.Pipeline(model, squared_error, [[0, 1, 2], [3, 4]], microbatches=2).run(X, target)
+    expected_loss, expected_grads = plain_step(model, squared_error, X, target)
+    one = pp.Pipeline(model, squared_error, [[0, 1, 2], [3, 4]], microbatches=1).run(X, target)
+    assert one.loss == pytest.approx(expected_loss, rel=1e-12)
+
+    def summed(out, y):
+        return squared_error(out, y)
+    summed.reduction = "sum"
+    for kind in ("gpipe", "1f1b"):
+        run = pp.Pipeline(model, summed, [[0, 1, 2], [3, 4]], schedule=kind,
+                          microbatches=2).run(X, target)
+        assert run.loss == pytest.approx(expected_loss, rel=1e-12)
+        for got, want in zip(run.grads, expected_grads):
+            np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def test_pipeline_rejects_what_it_cannot_run():
     model, loss_fn = five_layers(), nn.CrossEntropyLoss()
     with pytest.raises(pp.PipelineError, match="consecutive"):

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 from ..device import get_device
 from ..errors import DTypeError
 from ..ops import shape as SH
+from ..ops.copy import astype
 from ..tensor import Tensor, tensor, zeros
 
 
@@ -130,14 +131,18 @@ def allreduce_with_stats(tensors: Sequence[Tensor],
     if len(dtypes) != 1:  # (the sum would take the widest, and change the others' dtype)
         raise DTypeError(f"allreduce: every device must give the same dtype, as "
                          f"torch.distributed's all_reduce asks, got {sorted(dtypes)}")
-    if algorithm == "naive":
-        return _naive(tensors)
-    if algorithm == "ring":
-        return _ring(tensors)
-    if algorithm == "parameter_server":
-        return _parameter_server(tensors)
-    raise ValueError(f"allreduce: algorithm is 'ring', 'naive' or 'parameter_server', "
-                     f"got {algorithm!r}")
+    algorithms = {"naive": _naive, "ring": _ring, "parameter_server": _parameter_server}
+    if algorithm not in algorithms:
+        raise ValueError(f"allreduce: algorithm is 'ring', 'naive' or 'parameter_server', "
+                         f"got {algorithm!r}")
+    out, stats = algorithms[algorithm](tensors)
+    # Each result is a tensor of its own, as MPI's Allreduce writes a buffer of its own:
+    # not an input (one device: nothing to add), nor another device's result (two
+    # devices of one name, where a send is no copy).
+    for k, t in enumerate(out):
+        if any(t is u for u in tensors) or any(t is u for u in out[:k]):
+            out[k] = astype(t, str(t.dtype))
+    return out, stats
 
 
 def _naive(tensors: list[Tensor]) -> tuple[list[Tensor], CommStats]:

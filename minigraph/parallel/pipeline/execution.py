@@ -53,6 +53,28 @@ class PipelineRun:
         return draw_timeline(self.timeline, len(self.order), ax, title)
 
 
+def _reduction(loss: Any, microbatches: int) -> str:
+    """How ``loss`` reduces a batch: "mean" or "sum", from its ``reduction`` attribute
+    (``nn.MSELoss(reduction="sum")``). The microbatch losses add up to the minibatch's
+    by weights n_k / N for a mean, by ones for a sum; a function without the attribute
+    could be either, and a guess would scale the loss and gradients by the number of
+    microbatches without a word: refused, where there are several."""
+    reduction = getattr(loss, "reduction", None)
+    if reduction is None and microbatches == 1:
+        return "sum"  # (one microbatch: its loss is the minibatch's, whatever it is)
+    if reduction not in ("mean", "sum"):
+        name = getattr(loss, "__name__", type(loss).__name__)
+        raise PipelineError(
+            f"Pipeline: the loss {name} has "
+            f"{'no reduction' if reduction is None else f'reduction {reduction!r}'}, so "
+            f"the pipeline cannot "
+            f"tell how the losses of {microbatches} microbatches add up to the minibatch's "
+            f"loss (weighted by their sizes for a mean, added for a sum); use "
+            f"nn.MSELoss / nn.CrossEntropyLoss with reduction='mean' or 'sum', or say "
+            f"which your function computes: {name}.reduction = 'mean' (or 'sum')")
+    return reduction
+
+
 class Pipeline:
     """A ``Sequential`` cut into stages on devices, trained with a GPipe or 1F1B schedule.
 
@@ -60,7 +82,8 @@ class Pipeline:
     schedule="1f1b", microbatches=4).run(x, labels)`` computes the loss and the gradients
     of one minibatch; ``backward(x, labels)`` also adds them to the parameters' ``.grad``,
     like ``loss.backward()``, ready for ``optimizer.step()``. ``loss(output, labels)`` is
-    called on graph nodes (``nn.CrossEntropyLoss()``, ``nn.MSELoss()``, ...); ``devices``
+    called on graph nodes (``nn.CrossEntropyLoss()``, ``nn.MSELoss()``, ...; a function
+    of your own says whether it is a mean or a sum: ``loss.reduction = "mean"``); ``devices``
     defaults to cpu, cpu:1, ...; ``schedule`` is "gpipe", "1f1b" (with ``microbatches``)
     or a :class:`Schedule`; ``workers`` is the number of threads of each device;
     ``recompute=True`` re-materialises each stage's activations (GPipe's recomputation,
@@ -232,8 +255,8 @@ class _GraphBuilder:
         self.accumulated: dict[int, Node] = {}
         self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
         self.stage_functions: dict[int, Callable[..., Any]] = {}  # (recompute=True)
-        reduction = getattr(pipe.loss, "reduction", "mean")
-        self.scales = [n / sum(sizes) if reduction == "mean" else 1.0 for n in sizes]
+        self.scales = [n / sum(sizes) for n in sizes] if _reduction(pipe.loss, m) == "mean" \
+            else [1.0] * m
         with self.graph:
             self._inputs(xs, ys)
 
