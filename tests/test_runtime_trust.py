@@ -216,6 +216,8 @@ def test_a_read_ordered_after_an_assign_of_its_variable_is_refused(workers, devi
             sess.run(r)
     assert sess.run(v) == 1.0
     assert sess.run(a) == 2.0 and sess.run(v) == 2.0  # the Assign's value is the new one
+    with pytest.raises(GraphError, match="compile_graph: 'mul' .* reads variable 'v'"):
+        mg.compile_graph(g, [], [r, a])  # (it stores its assignments at its end too)
 
 
 def test_two_assigns_of_one_variable_in_one_run_are_refused():

@@ -42,7 +42,7 @@ from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
 from .graph import Graph, GraphError, Node, check_graph, fed_value
-from .topo import fifo_order, needed
+from .topo import fifo_order, needed, refuse_reads_after_assigns
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
     from ..autodiff.signature import Captured
@@ -135,6 +135,8 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
     inputs, outputs = list(inputs), list(outputs)
     fed = {id(n) for n in inputs}
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
+    if any(n.op == "Assign" for n in order):  # (its assignments land at the end, as a run's)
+        refuse_reads_after_assigns(order, "compile_graph")
     names = Names()
     # The function's own name first: the graph's or the traced function's, which may be
     # no identifier (``<lambda>``, ``checkpoint(f)``, anything a user set as __name__).

@@ -51,9 +51,8 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ..errors import MinigraphError
-from ..graph.graph import (Graph, GraphError, Node, check_graph, default_graph,
-                           describe_location, fed_value)
-from ..graph.topo import fifo_order, needed
+from ..graph.graph import Graph, GraphError, Node, check_graph, default_graph, fed_value
+from ..graph.topo import fifo_order, needed, refuse_reads_after_assigns
 from ..tensor import Tensor
 from .cost import CostModel
 from .memory import Memory, MemoryPlan, plan_memory, root
@@ -393,59 +392,6 @@ def _state_lock(graph: Graph) -> threading.RLock:
         if lock is None:
             lock = _STATE_LOCKS[graph] = threading.RLock()
         return lock
-
-
-def refuse_reads_after_assigns(plan: list[Node]) -> None:
-    """Refuse a plan whose result would depend on assignments taking effect during the
-    run: a node that reads a variable and is ordered after an Assign to it by a control
-    dependency, and two Assigns to one variable.
-
-    A run reads every variable as it was when the run began and stores its assignments
-    when it ends (:func:`_commit`): that is what makes a failed run change nothing and
-    concurrent runs serialisable. TensorFlow 1 instead lets an assignment take effect at
-    once, so ``with control_dependencies([v.assign(...)]): r = v * 1.0`` reads the new
-    value there; here ``r`` would read the old one, a silent difference, so it is an
-    error. (A node that only *computes from* the Assign's value, a gradient say, reads
-    the value from before the run, the one the value was computed from, as it should.)
-
-    ``plan`` is in topological order; one walk carries, per node, the Assigns upstream of
-    it by any path (``upstream``) and those ordered before it by a control edge
-    (``ordered``: upstream of one of its control inputs, or of a node before it)."""
-    upstream: dict[int, frozenset] = {}
-    ordered: dict[int, frozenset] = {}
-    assigned: dict[int, Node] = {}  # id(variable) -> its Assign in this plan
-    nothing: frozenset = frozenset()
-    for n in plan:
-        up = nothing.union(*(upstream.get(id(p), nothing) for p in n.inputs))
-        after = nothing.union(*(ordered.get(id(p), nothing) for p in n.inputs))
-        for c in n.control_inputs:
-            up |= upstream.get(id(c), nothing)
-            after |= upstream.get(id(c), nothing)
-        for a in after:
-            var = a.args[0]
-            if any(arg is var for arg in n.args):
-                raise GraphError(
-                    f"run: '{n.name}' ({n.op}, created at {describe_location(n.location)}) "
-                    f"reads variable '{var.name}' under a control dependency on "
-                    f"'{a.name}', which assigns it in the same run. A run reads each "
-                    f"variable as it was before the run and stores its assignments when it "
-                    f"ends (so a failed run changes nothing): '{n.name}' would read the "
-                    f"old value. Fetch '{a.name}' itself (its value is the one assigned), "
-                    f"or read '{var.name}' in a second run.")
-        if n.op == "Assign":
-            other = assigned.setdefault(id(n.args[0]), n)
-            if other is not n:
-                raise GraphError(
-                    f"run: '{other.name}' and '{n.name}' (created at "
-                    f"{describe_location(n.location)}) both assign variable "
-                    f"'{n.args[0].name}' in one run; a run stores its assignments when it "
-                    f"ends, each computed from the value before the run, so one would be "
-                    f"lost. Run them in two runs.")
-            up = up | {n}
-        if up:
-            upstream[id(n)] = up
-        if after:
-            ordered[id(n)] = after
 
 
 def _snapshot(value: Any) -> Any:
