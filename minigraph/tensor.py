@@ -83,6 +83,15 @@ def owner(array: Any) -> Any:
     return array if base is None else base
 
 
+def write_target(t: "Tensor") -> Any:
+    """What a write into ``t`` changes: the array that owns its memory (so a write
+    through a view counts for every tensor sharing it), or ``t`` itself where it holds a
+    NumPy scalar (the 0-d result of a kernel: ``x -= 1`` replaces it, and the tape's
+    entries hold the tensor). Writes are counted, and guarded, per target."""
+    data = t.data
+    return t if isinstance(data, np.generic) else owner(data)
+
+
 class Tensor(ArrayOps):
     """An n-dimensional array on a device; records its history when gradients are needed."""
 

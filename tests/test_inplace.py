@@ -858,6 +858,45 @@ def test_backward_refuses_a_written_result():
         h.backward(np.ones(2))
 
 
+def test_backward_refuses_a_written_scalar_from_a_reduction_or_an_index():
+    """``x.sum()`` and ``t[0]`` hold a NumPy scalar, which ``s *= 10`` replaces instead of
+    writing into; such writes were not counted, so backward() read the new value and
+    gave [60, 60] for d(s^2)/dx = [6, 6]. PyTorch refuses both; so does minigraph now,
+    and a vjp_fn too."""
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    s = x.sum()
+    y = s * s
+    with mg.no_grad():
+        s *= 10.0
+    with pytest.raises(GradientError, match="sum recorded its result .*changed in place"):
+        y.backward()
+    x = mg.tensor(2.0, requires_grad=True)
+    w = mg.tensor([3.0, 5.0])[0]
+    y = x * w
+    w += 1.0
+    with pytest.raises(GradientError, match="changed in place"):
+        y.backward()
+    w2 = mg.tensor([3.0, 5.0])[0]
+    _, vjp_fn = mg.vjp(lambda x: x * w2, mg.tensor(1.0))
+    w2 += 1.0
+    with pytest.raises(GradientError, match="changed in place"):
+        vjp_fn()
+
+
+def test_an_index_written_after_it_was_used_leaves_the_gradient_of_what_was_computed():
+    """``y = x[idx]``, then ``idx[0] = 2``: the tape kept the index array itself as the
+    getitem's parameter (a tensor's own memory, or the caller's NumPy array), so the
+    gradient went to the new positions: [0, 20, 10] for [10, 20, 0]. The index is
+    copied when the operation is made. Closed form: d/dx sum(x[[0, 1]] * [10, 20])."""
+    for make in (np.array, mg.tensor, lambda v: np.array([True, True, False])):
+        x = mg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        idx = make([0, 1])
+        y = x[idx]
+        idx[0] = 2 if idx.dtype != bool else False
+        (y * mg.tensor([10.0, 20.0])).sum().backward()
+        assert x.grad.tolist() == [10.0, 20.0, 0.0]
+
+
 def test_writes_before_recording_are_fine():
     w, x, _ = recorded_loss()
     with mg.no_grad():

@@ -156,6 +156,43 @@ def test_maximum_and_minimum_give_a_tie_to_their_first_argument(mode):
         assert gx.numpy().tolist() == want[0] and gy.numpy().tolist() == want[1]
 
 
+def _sqrt_of_relu(x):
+    return mg.sum(mg.sqrt(mg.relu(x)))
+
+
+def _sqrt_of_maximum(x):
+    return mg.sum(mg.sqrt(mg.maximum(x, 0.0)))
+
+
+def _sqrt_of_minus_minimum(x):
+    return mg.sum(mg.sqrt(-mg.minimum(x, 0.0)))
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+def test_what_relu_maximum_and_minimum_do_not_select_gets_zero_even_from_inf(mode):
+    """sqrt's derivative at 0 is inf, and relu's, maximum's and minimum's VJPs
+    multiplied g by a 0/1 mask: 0 * inf gave nan at x = -1 (or 4), where the function is
+    constant nearby and its derivative 0, as PyTorch and finite differences say. A
+    nan argument gives both arguments the gradient, as PyTorch does. (Forward mode
+    meets the same inf the other way round, sqrt's tangent inf * 0 from relu's, and
+    gives nan, as torch.func.jacfwd does.)"""
+    torch = pytest.importorskip("torch")
+    x0 = np.array([-1.0, 4.0, 0.25])
+    fns = [(_sqrt_of_relu, lambda t: torch.sqrt(torch.relu(t)).sum()),
+           (_sqrt_of_maximum, lambda t: torch.sqrt(torch.maximum(t, torch.zeros(()))).sum()),
+           (_sqrt_of_minus_minimum,
+            lambda t: torch.sqrt(-torch.minimum(t, torch.zeros((), dtype=t.dtype))).sum())]
+    for f, f_torch in fns:
+        xt = torch.tensor(x0, requires_grad=True)
+        f_torch(xt).backward()
+        g = mg.grad(f, mode=mode)(mg.tensor(x0))
+        np.testing.assert_array_equal(g.numpy(), xt.grad.numpy(), err_msg=f.__name__)
+        assert np.isfinite(g.numpy()).all()
+    gx, gy = mg.grad(_sum_of_maximum, argnums=(0, 1), mode=mode)(
+        mg.tensor([1.0, np.nan]), mg.tensor([np.nan, 2.0]))
+    assert gx.tolist() == [1.0, 1.0] and gy.tolist() == [1.0, 1.0]  # torch's, at nan
+
+
 def test_reshape_with_minus_one():
     x = mg.tensor(np.arange(6.0))
     assert x.reshape(2, -1).shape == (2, 3)

@@ -962,6 +962,30 @@ def test_a_write_through_a_tensors_own_numpy_array_is_read_again(mode, hand_out)
     assert g(x).numpy().tolist() == [3.0, 5.0]
 
 
+IDX = mg.tensor([0, 1])  # an integer tensor that f indexes with
+
+
+def indexes_with_a_global(x):
+    return mg.sum(x[IDX] * mg.tensor([10.0, 20.0]))
+
+
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_global_index_tensor_written_in_place_is_read_again(mode):
+    """``IDX[0] = 2`` between two calls. An index is a parameter of its getitem, not a
+    constant of the program, so the program did not count the tensor among those it
+    read: graph mode kept selecting [0, 1] ([10, 20, 0]) where the other modes gave
+    [0, 20, 10]. Every tensor f reads from outside is now watched. Closed form."""
+    IDX.data[...] = [0, 1]
+    g = COMPILED[mode](indexes_with_a_global)
+    x = np.array([1.0, 2.0, 3.0])
+    assert g(x).numpy().tolist() == [10.0, 20.0, 0.0]
+    IDX[0] = 2
+    try:
+        assert g(x).numpy().tolist() == [0.0, 20.0, 10.0]
+    finally:
+        IDX.data[...] = [0, 1]
+
+
 def test_handing_out_a_copy_or_a_read_only_view_watches_nothing():
     """``np.array(t)`` is a copy and ``t.numpy()`` of a tensor that requires a gradient is
     read-only: no memory of the tensor's becomes the user's to write."""

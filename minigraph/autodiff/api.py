@@ -177,9 +177,7 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
                              f"mode {mode!r} the program is written for the output's dtype "
                              f"(as jax.vjp requires): pass g as {out.dtype}")
         if tape.last_write() != done:
-            read = list(args) + captured.tensors
-            tape.refuse_changed([a.data if type(a) is Tensor else None for a in read],
-                                done, f"mode {mode!r}")
+            tape.refuse_changed(list(args) + captured.tensors, done, f"mode {mode!r}")
         name = rebound(captured.reads)
         if name is not None:  # (the program would be built again, from the new value)
             raise GradientError(

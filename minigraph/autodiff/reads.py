@@ -32,7 +32,7 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import GradientError
 from ..ops.operators import LIBRARIES, ArrayOps, raised_at
-from ..tensor import Tensor, owner
+from ..tensor import Tensor, owner, write_target
 
 
 _UNBOUND = object()  # a name absent from where it is looked up
@@ -339,8 +339,7 @@ _READ_ONLY: set[int] = set()  # ids; the guard holds each object meanwhile
 
 
 def _read_only_key(x: Tensor) -> int:
-    data = x.data
-    return id(x if isinstance(data, np.generic) else owner(data))
+    return id(write_target(x))
 
 
 def read_only(x: Tensor) -> bool:

@@ -178,13 +178,17 @@ class Captured:
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
         (``reads.recording``), its own record of its runs, which are not guarded."""
-        self.tensors = [t for t in tensors if isinstance(t, Tensor)]
-        self.built_at = tape.last_write()
-        self.stamps = [tape.write_stamp(t.data) for t in self.tensors]
         self.reads = without(outside_reads(f), own) if f is not None else []
+        outside = [a for _, a in arrays_in(self.reads)]
+        # the constants, and the tensors f reads that are no constant of the program (an
+        # index, x[IDX], is a parameter of its getitem; a tensor whose shape f reads)
+        self.tensors = list({id(t): t for t in list(tensors) + outside
+                             if isinstance(t, Tensor)}.values())
+        self.built_at = tape.last_write()
+        self.stamps = [tape.write_stamp(t) for t in self.tensors]
         self.exposures = exposures()
         self.hidden = [t.data for t in self.tensors if not exposed(t.data)]
-        watched = [a for _, a in arrays_in(self.reads) if type(a) is not Tensor] + \
+        watched = [a for a in outside if type(a) is not Tensor] + \
             [t.data for t in self.tensors if exposed(t.data)]
         self.arrays = [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
 
@@ -197,7 +201,7 @@ class Captured:
             return True
         if not self.tensors or tape.last_write() <= self.built_at:
             return False
-        return any(tape.write_stamp(t.data) != s for t, s in zip(self.tensors, self.stamps))
+        return any(tape.write_stamp(t) != s for t, s in zip(self.tensors, self.stamps))
 
 
 _CACHE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()

@@ -59,7 +59,7 @@ from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywor
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, new_level, transformation
 from .reads import ReadOnlyWrite, read_only, refusal_of_a_write, refused_read_only
-from ..tensor import Tensor, owner, tensor, zeros
+from ..tensor import Tensor, owner, tensor, write_target, zeros
 
 _NUMBERS = (float, int, bool)
 
@@ -389,7 +389,7 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
             raise ReadOnlyWrite(_kernel_error(prim, (x, other), {}, exc),
                                 array=x.data) from exc
         raise _kernel_error(prim, (x, other), {}, exc) from exc
-    _stamp(x.data)
+    _stamp(x)
     return x
 
 
@@ -450,7 +450,7 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
         if refused_read_only(exc):  # (see update_in_place)
             raise ReadOnlyWrite(made, array=x.data) from exc
         raise made from exc
-    _stamp(x.data)
+    _stamp(x)
 
 
 def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
@@ -458,21 +458,20 @@ def _check_in_place(prim: Primitive, x: Tensor, other: Any) -> None:
     check_in_place(prim, x, other, f"{prim.name} in place ({_describe((x, other))})")
 
 
-def _stamp(array: Any) -> None:
+def _stamp(x: Tensor) -> None:
+    """Count a write into ``x`` (into its ``write_target``)."""
     global _last_write
-    memory = owner(array)
-    if isinstance(memory, np.generic):  # a NumPy scalar (the 0-d result of a kernel) cannot
-        return  # be written: x -= y made a new one, and the tape's entries keep the old
-    key = id(memory)
+    target = write_target(x)
+    key = id(target)
     if key in _written:
         ref = _written[key][0]
     else:  # forgotten when the array is freed, before its id can be reused
         try:
             # (mypy cannot infer a lambda with a default argument; weakref calls it with
             # the reference alone)
-            ref = weakref.ref(memory, lambda _, key=key: _written.pop(key, None))  # type: ignore[misc]
+            ref = weakref.ref(target, lambda _, key=key: _written.pop(key, None))  # type: ignore[misc]
         except TypeError:  # memory owned by an object without weak references (bytes):
-            ref = memory   # kept alive, so that its id is never another array's
+            ref = target   # kept alive, so that its id is never another array's
     _last_write = next(_sequence)
     _written[key] = (ref, _last_write)
     if _recording:  # (a vjp running f: which of its entries came before the write, where)
@@ -482,9 +481,9 @@ def _stamp(array: Any) -> None:
             rec.writes.append((len(rec.entries), key, line))
 
 
-def write_stamp(array: Any) -> int:
-    """The stamp of the last in-place write into ``array``'s memory (-1: never written)."""
-    entry = _written.get(id(owner(array)))
+def write_stamp(x: Tensor) -> int:
+    """The stamp of the last in-place write into tensor ``x`` (-1: never written)."""
+    entry = _written.get(id(write_target(x)))
     return -1 if entry is None else entry[1]
 
 
@@ -493,27 +492,28 @@ def last_write() -> int:
     return _last_write
 
 
-def refuse_changed(arrays: Sequence[Any], done: int, mode: str) -> None:
+def refuse_changed(tensors: Sequence[Any], done: int, mode: str) -> None:
     """``vjp_fn(g)`` after a value that f read, or computed, was changed in place since
     ``mg.vjp`` ran f (stamp ``done``): the pullback would read the new value and give the
     derivative of another function. PyTorch's version counters refuse the same."""
-    k = written_since(arrays, done)
+    k = written_since(tensors, done)
     if k is not None:
         raise GradientError(
-            f"vjp_fn(g): a tensor that f read or computed (shape {tuple(arrays[k].shape)}) "
+            f"vjp_fn(g): a tensor that f read or computed (shape {tuple(tensors[k].shape)}) "
             f"was changed in place (x += ..., x[i] = ...) after mg.vjp ran f; the pullback "
             f"({mode}) would read the new "
             f"value and give the derivative of another function. Update it after calling "
             f"vjp_fn, or call mg.vjp again after the update")
 
 
-def written_since(arrays: Sequence[Any], since: int) -> int | None:
-    """The position of the first of ``arrays`` written in place after the stamp ``since``
-    (None where none was, or an entry is not an array): did f write into its arguments?"""
+def written_since(tensors: Sequence[Any], since: int) -> int | None:
+    """The position of the first of ``tensors`` written in place after the stamp ``since``
+    (None where none was; an entry that is not a tensor never was): did f write into its
+    arguments?"""
     if _last_write == since:  # (nothing anywhere was written: one comparison)
         return None
-    return next((k for k, a in enumerate(arrays)
-                 if hasattr(a, "shape") and write_stamp(a) > since), None)
+    return next((k for k, t in enumerate(tensors)
+                 if type(t) is Tensor and write_stamp(t) > since), None)
 
 
 def _check_writes(recorded: list[Tensor]) -> None:
@@ -524,7 +524,7 @@ def _check_writes(recorded: list[Tensor]) -> None:
         if seq > _last_write:
             continue
         for a in (t, *args):
-            stamp = _written.get(id(owner(a.data))) if type(a) is Tensor else None
+            stamp = _written.get(id(write_target(a))) if type(a) is Tensor else None
             if stamp is not None and stamp[1] > seq:
                 what = f"its result ({_describe((a,))})" if a is t else \
                     f"an argument ({_describe((a,))})"
@@ -824,8 +824,7 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
             return tuple(C.zeros_like(b.value) for b in boxes)
         if _last_write != done:  # (a write since: into a value the rules read?)
             read = [unbox(v) for e in rec.entries for v in (e[2], *e[3])]
-            refuse_changed([v.data if type(v) is Tensor else None for v in read], done,
-                           "mode 'tape'")
+            refuse_changed(read, done, "mode 'tape'")
         adjoint = reverse_sweep(rec.entries, [(out_box, seed)], is_ours, unbox)
         return hand_over([as_gradient(adjoint.get(id(b)), b.value) for b in boxes], seed, g)
 
@@ -841,7 +840,7 @@ def _refuse_written_after_read(rec: _Recording) -> None:
         for v in (out, *args):
             v = v.value if type(v) is Box and v.tape is rec else v
             if type(v) is Tensor:
-                first_read.setdefault(id(owner(v.data)), (k, prim, v))
+                first_read.setdefault(id(write_target(v)), (k, prim, v))
     for count, key, line in rec.writes:
         if key not in first_read or first_read[key][0] >= count:
             continue  # (written before any entry read it, or never read: nothing lost)

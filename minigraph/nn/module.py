@@ -271,7 +271,7 @@ def _write_in_place(p: Tensor, value: Any) -> None:
             p.device.live_bytes += nbytes - p._nbytes
             p.device.peak_bytes = max(p.device.peak_bytes, p.device.live_bytes)
             p._nbytes = nbytes
-    _stamp(p.data)
+    _stamp(p)
 
 
 class Sequential(Module):

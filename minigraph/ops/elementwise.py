@@ -187,27 +187,31 @@ REMAINDER = primitive(
 
 
 def _mask(condition: Any, like: Any) -> Any:
-    """A 0/1 mask of ``like``'s dtype. Multiplying by it keeps g where the condition
-    holds; on NumPy it is 5x faster than ``where(condition, g, 0.0)``, and differs from it
-    only where g is inf or nan (0 * inf is nan)."""
+    """A 0/1 mask of ``like``'s dtype: ``g * (mask(x > 0) - mask(x < 0))`` is abs's rule,
+    g * sign(x), as PyTorch's (nan where g is inf and x is 0: 0 * inf). A rule that must
+    give 0 where it does not select, whatever g is, uses ``where`` (maximum below)."""
     # like is a tangent or an adjoint, which has a dtype (dtype_of is None only for a
     # Python number)
     return C.astype(condition, cast(str, S.dtype_of(like)), copy=False)
 
 
-MAXIMUM = primitive(  # at ties the derivative goes to x, as in TensorFlow
+# At ties the derivative goes to x, as in TensorFlow. The argument not selected gets 0
+# with where, not g times a 0/1 mask, which gives nan where g is inf or nan (0 * inf):
+# sqrt(maximum(x, 0)) at x = -1 is constant nearby, its derivative 0, as PyTorch's. Where
+# the value is nan (a nan argument: no comparison holds), both get g, as in PyTorch.
+MAXIMUM = primitive(
     "maximum", lambda xp, x, y: xp.maximum(x, y), S.elementwise("maximum"),
-    jvp=[lambda t, out, x, y: t * _mask(x >= y, t), lambda t, out, x, y: t * _mask(x < y, t)],
-    vjp=_unbroadcast(lambda g, out, x, y: g * _mask(x >= y, g),
-                     lambda g, out, x, y: g * _mask(x < y, g)),
+    jvp=[lambda t, out, x, y: where(x < y, 0.0, t), lambda t, out, x, y: where(x >= y, 0.0, t)],
+    vjp=_unbroadcast(lambda g, out, x, y: where(x < y, 0.0, g),
+                     lambda g, out, x, y: where(x >= y, 0.0, g)),
     out=ufunc_out("maximum"), batch=B.elementwise("maximum"),
     public="maximum")
 
-MINIMUM = primitive(  # at ties the derivative goes to x, as maximum's does
+MINIMUM = primitive(
     "minimum", lambda xp, x, y: xp.minimum(x, y), S.elementwise("minimum"),
-    jvp=[lambda t, out, x, y: t * _mask(x <= y, t), lambda t, out, x, y: t * _mask(x > y, t)],
-    vjp=_unbroadcast(lambda g, out, x, y: g * _mask(x <= y, g),
-                     lambda g, out, x, y: g * _mask(x > y, g)),
+    jvp=[lambda t, out, x, y: where(x > y, 0.0, t), lambda t, out, x, y: where(x <= y, 0.0, t)],
+    vjp=_unbroadcast(lambda g, out, x, y: where(x > y, 0.0, g),
+                     lambda g, out, x, y: where(x <= y, 0.0, g)),
     out=ufunc_out("minimum"), batch=B.elementwise("minimum"),
     public="minimum")
 
@@ -303,9 +307,19 @@ def _zero(x: Any) -> Any:
     return 0.0 if getattr(x.dtype, "kind", None) == "f" else 0
 
 
-def _relu_grad_kernel(xp: Any, g: Any, y: Any) -> Any:
-    """``g`` where ``y > 0``, else 0: one pass instead of mask, cast and multiply."""
-    return xp.multiply(g, _positive(xp, y, g))
+def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
+    """``g`` where ``y > 0``, else 0. Multiplying by the mask is one pass, where NumPy's
+    ``where(mask, g, 0)`` takes 1.5-6x as long; but 0 * inf is nan, so where g holds an
+    inf or a nan, the elements the mask drops are set to 0 afterwards (relu is constant
+    there: sqrt(relu(x)) at x = -1 has derivative 0, as in PyTorch)."""
+    mask = _positive(xp, y, g)
+    result = xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
+    if not isinstance(g, (int, float)) and not bool(xp.all(xp.isfinite(g))):
+        result = xp.where(y > 0, result, _zero(result))
+        if out is not None:
+            out[...] = result
+            result = out
+    return result
 
 
 def _positive(xp: Any, y: Any, g: Any) -> Any:
@@ -327,7 +341,7 @@ RELU_GRAD = primitive(
     "relu_grad", _relu_grad_kernel, S.adjoint("relu_grad"),
     jvp=[lambda t, out, g, y: relu_grad(t, y), None],
     vjp=[lambda gg, out, g, y: relu_grad(gg, y), None],
-    out=lambda xp, g, y, out: xp.multiply(g, _positive(xp, y, g), out=out),
+    out=lambda xp, g, y, out: _relu_grad_kernel(xp, g, y, out),
     batch=B.elementwise("relu_grad"),
     public="relu_grad")
 

@@ -269,7 +269,11 @@ def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
 
 
 def host_index(i: Any) -> Any:
-    """Index parts as the kernel takes them: integer tensors become host arrays."""
+    """Index parts as the kernel takes them: integer tensors and arrays become host
+    arrays of their own, copies. The index is a parameter of the operation, which the
+    tape keeps for the backward pass: a later ``idx[0] = 2`` must not change which
+    elements the recorded gradient goes to (PyTorch keeps the index tensor and refuses
+    the sweep after such a write; a copy gives the gradient of what was computed)."""
     if i is None or i is Ellipsis or isinstance(i, (int, slice)):
         return i
     if type(i) in KINDS:  # an index is a parameter, fixed when the op is made: not a value
@@ -278,9 +282,9 @@ def host_index(i: Any) -> Any:
                          f"made, and this one is known only later (a graph node when its "
                          f"graph runs; under vmap, one index per example); use mg.one_hot or "
                          f"mg.where to select")
-    if hasattr(i, "numpy"):  # (a tensor)
-        return i.numpy()
-    return np.asarray(i)
+    if hasattr(i, "numpy"):  # (a tensor: its values, not its memory)
+        return np.array(i.device.to_numpy(i.data))
+    return np.array(i)
 
 
 def getitem(x: Any, index: Any) -> Any:
