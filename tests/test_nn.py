@@ -279,6 +279,45 @@ def test_functional_call_with_placeholders_gives_the_tape_gradients():
     assert isinstance(model[0].weight, mg.Tensor)  # the module's own tensors are back
 
 
+def _tied():
+    """Two layers that share one weight (m[2].weight = m[0].weight)."""
+    m = nn.Sequential(nn.Linear(3, 3, seed=1), nn.Tanh(), nn.Linear(3, 3, seed=2))
+    m[2].weight = m[0].weight
+    return m
+
+
+def _tied_numpy(w, m, x):
+    """The tied network in NumPy: tanh(x W^T + b0) W^T + b2, summed."""
+    h = np.tanh(x @ w.T + m[0].bias.numpy())
+    return (h @ w.T + m[2].bias.numpy()).sum()
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph"])  # (source: no dict displays)
+def test_functional_call_replaces_a_tied_weight_wherever_it_is_used(mode):
+    """functional_call(m, {"0.weight": w}, x) swapped w into layer 0 only; layer 2 kept
+    the module's tensor, so the gradient left out the second use ([0.03, -0.05, 0.11]
+    for [-0.86, 0.44, 0.50] in row 0). The tie is followed, under either name, as
+    torch.func.functional_call does. Oracle: central differences of the NumPy network."""
+    m = _tied()
+    x = np.array([[0.5, -1.0, 2.0]])
+    w0 = m[0].weight.numpy().copy()
+    g = mg.grad(_tied_loss, mode=mode)(mg.tensor(w0), m, mg.tensor(x))
+    numeric = np.zeros_like(w0)
+    for i in np.ndindex(*w0.shape):
+        step = np.zeros_like(w0)
+        step[i] = 1e-6
+        numeric[i] = (_tied_numpy(w0 + step, m, x) - _tied_numpy(w0 - step, m, x)) / 2e-6
+    np.testing.assert_allclose(g.numpy(), numeric, rtol=1e-6, atol=1e-9)
+    assert m[2].weight is m[0].weight  # (put back, still tied)
+    with pytest.raises(ValueError, match="'0.weight' and '2.weight' are one tensor"):
+        nn.functional_call(m, {"0.weight": mg.tensor(w0), "2.weight": mg.tensor(w0)},
+                           mg.tensor(x))
+
+
+def _tied_loss(w, m, x):
+    return mg.sum(nn.functional_call(m, {"2.weight": w}, x))  # (either name of the tie)
+
+
 def test_functional_call_restores_parameters_after_an_error_and_checks_names():
     model = mlp()
     own = model[0].weight

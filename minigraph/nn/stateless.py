@@ -17,7 +17,10 @@ with new values after each step. So the parameters should be graph *inputs*:
 named in ``values`` replaced by those values (nodes, tensors, anything the forward can
 compute with) and puts the module's own tensors back afterwards, even if the forward
 raised. Nothing about the layers changes: they still just read ``self.weight``. (Not
-thread-safe: two threads must not call it on one module at once.)
+thread-safe: two threads must not call it on one module at once.) A tensor that several
+layers share (tied weights, ``m[2].weight = m[0].weight``) is replaced wherever it is
+used, under any of its names, as ``torch.func.functional_call`` ties it: replacing it in
+one layer only would leave the other use out of the gradient.
 """
 
 from __future__ import annotations
@@ -28,27 +31,41 @@ from ..graph.graph import Node, placeholder
 from .module import Module
 
 
-def _owner(module: Module, name: str) -> tuple[Module, str]:
-    """The submodule that holds the dotted parameter ``name``, and the last part."""
-    *path, leaf = name.split(".")
-    for part in path:
-        module = module._modules[part]
-    return module, leaf
+def _uses(module: Module) -> tuple[dict[str, Any], dict[int, list[tuple[Module, str]]]]:
+    """Every dotted name of every parameter (a tied one has several), and, per tensor,
+    the (submodule, name) slots that hold it. An explicit stack, as named_parameters."""
+    tensors: dict[str, Any] = {}
+    slots: dict[int, list[tuple[Module, str]]] = {}
+    stack: list[tuple[str, Module]] = [("", module)]
+    while stack:
+        prefix, m = stack.pop()
+        for name, p in m._parameters.items():
+            tensors[prefix + name] = p
+            slots.setdefault(id(p), []).append((m, name))
+        stack.extend((f"{prefix}{name}.", child) for name, child in m._modules.items())
+    return tensors, slots
 
 
 def functional_call(module: Module, values: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
     """``module(*args, **kwargs)`` with the parameters in ``values`` swapped in."""
-    known = dict(module.named_parameters())
-    unknown = [name for name in values if name not in known]
+    tensors, slots = _uses(module)
+    unknown = [name for name in values if name not in tensors]
     if unknown:
         raise KeyError(f"functional_call: {type(module).__name__} has no parameter "
-                       f"{unknown[0]!r}; its parameters are {list(known)}")
+                       f"{unknown[0]!r}; its parameters are "
+                       f"{[name for name, _ in module.named_parameters()]}")
+    given: dict[int, tuple[str, Any]] = {}  # id(the module's tensor) -> (name, new value)
+    for name, value in values.items():
+        first = given.setdefault(id(tensors[name]), (name, value))
+        if first[1] is not value:
+            raise ValueError(f"functional_call: {first[0]!r} and {name!r} are one tensor "
+                             f"(tied weights), given two different values")
     saved = []
     try:
-        for name, value in values.items():
-            owner, leaf = _owner(module, name)
-            saved.append((owner, leaf, owner._parameters[leaf]))
-            owner._parameters[leaf] = value
+        for key, (_, value) in given.items():
+            for owner, leaf in slots[key]:
+                saved.append((owner, leaf, owner._parameters[leaf]))
+                owner._parameters[leaf] = value
         return module(*args, **kwargs)
     finally:
         for owner, leaf, tensor in reversed(saved):
