@@ -655,6 +655,78 @@ def test_a_global_bound_anew_before_the_backward_pass_is_refused(monkeypatch):
     np.testing.assert_allclose(x.grad.numpy(), 3.0 * np.cos([0.5, 1.0]), rtol=1e-15)
 
 
+CK_TENSOR = mg.tensor([1.0, 2.0, 3.0])
+CK_ARRAY = np.array([1.0, 2.0, 3.0])
+
+
+def _reads_a_global_tensor(x):
+    return mg.sin(x * CK_TENSOR).sum()
+
+
+def _reads_a_global_array(x):
+    return mg.sin(x * CK_ARRAY).sum()
+
+
+def _write_the_globals():
+    with mg.no_grad():
+        CK_TENSOR[...] = CK_TENSOR + 1.0  # (through minigraph: a write the tape counts)
+    CK_ARRAY[...] += 1.0                  # (NumPy's own: only the values can tell)
+
+
+@pytest.mark.parametrize("f", [_reads_a_global_tensor, _reads_a_global_array])
+@pytest.mark.parametrize("how", ["backward", "tape", "graph", "source"])
+def test_a_global_written_in_place_before_the_backward_pass_is_refused(f, how):
+    """CK_TENSOR[...] = CK_TENSOR + 1 (or the NumPy array's += 1) after the forward pass:
+    the recomputation read the new values, and the gradient came out cos(x C') C' for
+    the forward's cos(x C) C, silently, where f without checkpoint refuses (a tensor) or
+    uses the value it recorded (an array). Refused in backward() and in every vjp_fn
+    (graph and source mode's vjp_fn did not look at arrays, with or without checkpoint);
+    unchanged, the gradient is the closed form."""
+    x0 = np.array([0.3, -0.4, 0.5])
+    CK_TENSOR.data[...] = CK_ARRAY[...] = [1.0, 2.0, 3.0]
+    try:
+        for write in (False, True):
+            x = mg.tensor(x0, requires_grad=True)
+            if how == "backward":
+                out = mg.checkpoint(f)(x)
+            else:
+                _, vjp_fn = mg.vjp(mg.checkpoint(f), x, mode=how)
+            if write:
+                _write_the_globals()
+                with pytest.raises((CheckpointError, GradientError),
+                                   match="in place"):
+                    out.backward() if how == "backward" else vjp_fn(1.0)
+            else:
+                g = out.backward() or x.grad if how == "backward" else vjp_fn(1.0)[0]
+                np.testing.assert_allclose(g.numpy(), np.cos(x0 * [1, 2, 3]) * [1, 2, 3],
+                                           rtol=1e-14)
+    finally:
+        CK_TENSOR.data[...] = CK_ARRAY[...] = [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+def test_vjp_fn_of_a_function_reading_a_global_array_written_since_is_right_or_refused(mode):
+    """Without checkpoint: mg.vjp in tape mode kept the NumPy array itself among its
+    entries' arguments, so vjp_fn gave cos(x C) C' (the old cosine, the new factor: no
+    function's derivative); graph and source mode built their program again from the new
+    array. The tape now records a copy, as eager mode does (closed form), and the
+    compiled modes refuse, as they refuse a tensor written since."""
+    x0 = np.array([0.3, -0.4, 0.5])
+    CK_ARRAY[...] = [1.0, 2.0, 3.0]
+    try:
+        _, vjp_fn = mg.vjp(_reads_a_global_array, mg.tensor(x0), mode=mode)
+        CK_ARRAY[...] += 1.0
+        if mode == "tape":
+            np.testing.assert_allclose(vjp_fn(1.0)[0].numpy(),
+                                       np.cos(x0 * [1, 2, 3]) * [1, 2, 3], rtol=1e-14)
+        else:
+            with pytest.raises(GradientError, match=r"an array that f reads from outside "
+                                                    r"its arguments \(shape \(3,\)\)"):
+                vjp_fn(1.0)
+    finally:
+        CK_ARRAY[...] = [1.0, 2.0, 3.0]
+
+
 def _writes_into_its_argument(x, y):
     y += 1.0
     return mg.sum(x * y)

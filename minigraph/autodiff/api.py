@@ -22,7 +22,7 @@ from ..tensor import Tensor
 from .argnums import (normalize_argnums, refuse_keywords, refuse_non_functions,
                       refuse_pytrees, single)
 from .levels import transformation
-from .reads import rebound
+from .reads import differs, rebound
 
 MODES: dict[str, Callable[..., Callable]] = {
     "tape": tape.value_and_grad,        # reverse mode, define-by-run: one sweep
@@ -185,6 +185,13 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
                 f"(a name or an item bound anew); the pullback (mode {mode!r}) runs f's "
                 f"program, which would read the new value and give the derivative of "
                 f"another function. Call mg.vjp again after binding it")
+        changed = next((a for a, was in captured.arrays if differs(a, was)), None)
+        if changed is not None:  # (NumPy writes its arrays unseen: their values tell)
+            raise GradientError(
+                f"vjp_fn(g): an array that f reads from outside its arguments (shape "
+                f"{tuple(changed.shape)}) was written in place since mg.vjp ran f; the "
+                f"pullback (mode {mode!r}) would read the new values and give the "
+                f"derivative of another function. Call mg.vjp again after the write")
         return tape.hand_over(list(made.pullback(args, seed)), seed, g)
 
     if hasattr(made, "source"):  # (the program value() used: this signature's)

@@ -63,10 +63,14 @@ value before the backward (``SCALE = 3.0``) is refused there too, where
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import weakref
 from typing import Any, Callable, NamedTuple
+
+import numpy as np
+from array_api_compat import array_namespace
 
 from ..device import Device, get_device
 from ..errors import MinigraphError
@@ -82,8 +86,8 @@ from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
-from .tape import is_grad_enabled, vjp
-from .reads import read_only_arrays, outside_reads, rebound
+from .tape import is_grad_enabled, last_write, vjp, written_since
+from .reads import arrays_in, differs, read_only_arrays, outside_reads, rebound
 from ..ops.operators import innermost, passed_as_is
 
 
@@ -349,13 +353,42 @@ def _reference(v: Any, callback: Callable[[Any], None] | None = None) -> Callabl
 # a checkpoint's result was computed, by the id of that result (a tensor's == compares
 # its elements): the backward pass recomputes f, which must read the same values, or it
 # would give the derivative of another function. An entry leaves with its tensor.
-_READS: dict[int, tuple[Any, list]] = {}
+class _Read(NamedTuple):
+    ref: Any       # a weak reference to the result
+    reads: list    # reads.outside_reads(f)
+    stamp: int     # tape.last_write() then: a tensor f reads must not be written since
+    tensors: list  # the tensors among the reads
+    arrays: list   # (array, digest of its bytes or a copy): NumPy writes them unseen
+
+
+_READS: dict[int, _Read] = {}
+
+
+def _remember(f: Callable[..., Any], value: Tensor) -> None:
+    """What f reads from outside now, for ``value``'s backward pass. A NumPy array is
+    kept as a digest of its bytes (BLAKE2b, 16 bytes: no copy, where a checkpoint is
+    there to save memory); another library's array as a copy."""
+    reads = outside_reads(f)
+    found = [a for _, a in arrays_in(reads)]
+    arrays = [(a, _digest(a) if type(a) is np.ndarray else
+               array_namespace(a).asarray(a, copy=True))
+              for a in found if type(a) is not Tensor]
+    ident = id(value)
+    _READS[ident] = _Read(weakref.ref(value, lambda _: _READS.pop(ident, None)), reads,
+                          last_write(), [a for a in found if type(a) is Tensor], arrays)
+
+
+def _digest(a: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest()
 
 
 def _refuse_rebound(out: Any) -> None:
-    """Refuse to recompute f for ``out`` where a name f read holds another value now."""
-    ref, reads = _READS.get(id(out), (None, []))
-    name = rebound(reads) if ref is not None and ref() is out else None
+    """Refuse to recompute f for ``out`` where a name f read holds another value now, or
+    a tensor or array it read was written in place."""
+    read = _READS.get(id(out))
+    if read is None or read.ref() is not out:
+        return
+    name = rebound(read.reads)
     if name is not None:
         raise CheckpointError(
             f"checkpoint: f reads {name}, which holds another value since the forward pass "
@@ -363,6 +396,19 @@ def _refuse_rebound(out: Any) -> None:
             f"read the new value and give the derivative of another function "
             f"(torch.utils.checkpoint gives it silently). Bind it after backward(), or pass "
             f"it to f as an argument")
+    k = written_since(read.tensors, read.stamp)
+    changed = read.tensors[k] if k is not None else next(
+        (a for a, was in read.arrays
+         if (_digest(a) != was if type(a) is np.ndarray else differs(a, was))), None)
+    if changed is not None:
+        what, plain = ("a tensor", "backward() without checkpoint refuses it too") \
+            if k is not None else ("an array", "without checkpoint, the tape keeps a copy")
+        raise CheckpointError(
+            f"checkpoint: f reads {what} from outside its arguments (shape "
+            f"{tuple(changed.shape)}) that was changed in place since the forward pass; the "
+            f"backward pass recomputes f, which would read the new values and give the "
+            f"derivative of another function ({plain}). Change it after backward(), or "
+            f"pass it to f as an argument")
 
 
 def _vjp_rule(i: int) -> Callable[..., Any]:
@@ -509,9 +555,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
         value = innermost(out)  # (a transformation's value: the tensor inside it)
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
-            ident = id(value)
-            _READS[ident] = (weakref.ref(value, lambda _: _READS.pop(ident, None)),
-                             outside_reads(f))
+            _remember(f, value)
         return out
 
     checkpointed.__name__ = f"checkpoint({name})"

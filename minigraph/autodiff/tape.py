@@ -740,7 +740,9 @@ class Box(ValueInside, ArrayOps):
         if not (prim.differentiable and _mode.enabled):
             return out  # a constant at this level (mg.no_grad() inside f, comparisons ...)
         box = Box(out, rec)
-        rec.entries.append((prim, params, box, args))
+        if np.ndarray in map(type, args):  # a NumPy operand, which the rules read at the
+            args = tuple(tensor(a) if type(a) is np.ndarray else a for a in args)  # sweep:
+        rec.entries.append((prim, params, box, args))  # a copy, as eager mode takes one
         return box
 
     def _inside(self) -> Any:  # (what float(box), box.item() ... read: ValueInside)
