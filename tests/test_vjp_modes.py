@@ -281,6 +281,17 @@ def test_bad_cotangents_and_outputs_are_refused_in_every_mode(mode):
         mg.vjp(ident, mg.tensor([1, 2]), mode=mode)
 
 
+def test_a_tuple_output_is_refused_naming_the_transformation_asked_for():
+    """mg.grad and mg.jacrev on the tape run mg.vjp, and their refusal of a tuple said
+    "vjp: ...", a transformation the user never called."""
+    x = mg.tensor([1.0, 2.0])
+    for name, call in [("grad", lambda: mg.grad(pair)(x)),
+                       ("jacrev", lambda: mg.jacrev(pair)(x))]:
+        with pytest.raises(TypeError, match=f"^{name}: f must return a tensor, got tuple "
+                                            r"\(for several outputs"):
+            call()
+
+
 @pytest.mark.parametrize("mode", COMPILED)
 def test_a_cotangent_of_another_dtype_is_refused_by_a_compiled_program(mode):
     """The program is written for the output's dtype (jax.vjp refuses the same)."""

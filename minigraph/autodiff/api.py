@@ -224,8 +224,8 @@ def jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
                      for i, a in enumerate(args))
         if mode == "tape":
             with passed_as_is(args, nums, "jacrev"):
-                out, vjp_fn = tape.vjp(lambda *xs: f(*tape.put(args, nums, xs)),
-                                       *(args[i] for i in nums))
+                out, vjp_fn = tape.recorded_vjp(lambda *xs: f(*tape.put(args, nums, xs)),
+                                                tuple(args[i] for i in nums), "jacrev")
         else:
             if nums not in made:
                 made[nums] = pullbacks(f, nums)

@@ -789,12 +789,19 @@ def cotangent(out: Any, g: Any, who: str) -> Any:
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
     """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y)."""
-    refuse_non_functions(f, "vjp")
+    return recorded_vjp(f, primals, "vjp")
+
+
+def recorded_vjp(f: Callable[..., Any], primals: tuple, who: str
+                 ) -> tuple[Any, Callable[..., tuple]]:
+    """``vjp(f, *primals)`` for the transformation ``who`` (grad, jacrev ...), whose
+    name its errors give."""
+    refuse_non_functions(f, who)
     if not primals:
-        raise TypeError("vjp: give at least one primal to differentiate with respect to")
-    refuse_pytrees(primals, range(len(primals)), "vjp", "primal")
+        raise TypeError(f"{who}: give at least one primal to differentiate with respect to")
+    refuse_pytrees(primals, range(len(primals)), who, "primal")
     rec = _Recording()
-    boxes = [Box(_differentiable(p, i, "vjp"), rec) for i, p in enumerate(primals)]
+    boxes = [Box(_differentiable(p, i, who), rec) for i, p in enumerate(primals)]
     _recording.append(rec)
     try:
         with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's)
@@ -810,7 +817,9 @@ def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]
     elif isinstance(out, Tensor) or type(out) in KINDS:
         out_box, value = None, out  # computed without the inputs: every gradient is zero
     else:
-        raise TypeError(f"vjp: f must return a tensor, got {type(out).__name__}")
+        several = " (for several outputs, one call per output, or mg.stack them)" \
+            if isinstance(out, (tuple, list, dict)) else ""
+        raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__}{several}")
 
     def is_ours(a: Any) -> bool:
         return type(a) is Box and a.tape is rec
@@ -897,7 +906,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         refuse_pytrees(args, nums, "grad")
         inputs = [_differentiable(args[i], i, "grad") for i in nums]  # (errors say grad)
         with passed_as_is(args, nums, "grad"):
-            out, vjp_fn = vjp(lambda *xs: f(*put(args, nums, xs)), *inputs)
+            out, vjp_fn = recorded_vjp(lambda *xs: f(*put(args, nums, xs)), tuple(inputs),
+                                       "grad")
         if math.prod(shape_of(out)) != 1:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
