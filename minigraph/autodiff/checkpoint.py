@@ -57,8 +57,9 @@ so f itself may not write into its arguments (``y *= 0.5``), nor into a tensor o
 it reads from outside them: their arrays are read-only while f runs, and the write is
 refused before it is made (``reads.read_only_arrays``). A name f reads (a global, a
 closure variable, an attribute, an item of a list or dict) that is bound to another
-value before the backward (``SCALE = 3.0``) is refused there too, where
-``torch.utils.checkpoint`` recomputes with the new value.
+value before the backward (``SCALE = 3.0``), or a tensor or array it reads from outside
+that is written in place (``C += 1``), is refused there too, where
+``torch.utils.checkpoint`` recomputes with the new value (:func:`_remember`).
 """
 
 from __future__ import annotations
