@@ -29,7 +29,7 @@ import numpy as np  # the archive format is NumPy's
 from .device import Device, get_device
 from .errors import DeviceError, DTypeError, MinigraphError
 from .ops.shape_rules import DTYPES
-from .tensor import Tensor
+from .tensor import Tensor, host_values
 
 # DLPack's device types (dlpack.h, DLDeviceType) that minigraph has devices for.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -152,7 +152,7 @@ def _entry_name(key: Any) -> str:
 def _host_array(key: str, value: Any) -> np.ndarray:
     """``value`` as a host NumPy array that ``load`` will give back unchanged."""
     if isinstance(value, Tensor):
-        array = np.asarray(value.numpy())
+        array = np.asarray(host_values(value))
     elif isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
     else:
@@ -185,16 +185,23 @@ def load(path: "str | os.PathLike[str]",
         raise ArchiveError(f"load: {os.fspath(path)!r} holds a single array (.npy), not an "
                            f".npz archive of named arrays; use np.load for it")
     with archive:
-        for key in archive.files:
+        # Each member by its own name: archive[key] finds the member "a.npy" for the key
+        # "a.npy" (which holds the key "a") before "a.npy.npy", so two keys, "a" and
+        # "a.npy", loaded as one value twice.
+        members = archive.zip
+        assert members is not None  # (None only once the archive is closed)
+        for member in members.namelist():
+            key = member[:-len(".npy")] if member.endswith(".npy") else member
+            if key == member:  # a member that is not a .npy file
+                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is not a "
+                                   f"NumPy array (.npy)")
             try:
-                array = archive[key]
+                with members.open(member) as stream:
+                    array = np.lib.format.read_array(stream, allow_pickle=False)
             except ValueError as exc:  # "Object arrays cannot be loaded when allow_pickle=False"
                 raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is an "
                                    f"object array, which only unpickling could read; "
                                    f"refused ({exc})") from None
-            if not isinstance(array, np.ndarray):  # a member that is not a .npy file
-                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is not a "
-                                   f"NumPy array (.npy) but {type(array).__name__}")
             if not array.dtype.isnative:  # a big-endian file, on a little-endian machine
                 array = array.astype(array.dtype.newbyteorder("="))
             if array.dtype.name not in DTYPES:

@@ -812,3 +812,25 @@ def test_an_update_in_place_of_a_variable_is_refused_and_assign_changes_it():
     sess.run(step)
     assert float(sess.run(w)) == 0.0
     assert float(sess.run(other, {g["p"]: 2.0})) == 1.5
+
+
+def _times(a, s):
+    return a * s
+
+
+def test_python_bools_and_constant_outputs_keep_their_dtype_in_a_trace():
+    """mg.trace(lambda a: True) gave tensor(1.) and lambda a: 3 tensor(3.), float64,
+    where mg.tensor gives bool and int64; a Python bool beside a tensor (a + False, an
+    argument True) made the graph passes fail with an AttributeError from inside (a
+    neutral-element check that knew int and float only). The oracle: eager mode."""
+    x = mg.tensor(np.array([1.5, -0.0], np.float32))
+    assert repr(mg.trace(lambda a: True)(x)) == repr(mg.tensor(True))
+    assert repr(mg.trace(lambda a: 3)(x)) == repr(mg.tensor(3))
+    for f, args in [(lambda a: a + False, (x,)), (lambda a: a ** True, (x,)),
+                    (_times, (x, True)), (_times, (x, False))]:
+        got, want = mg.trace(f)(*args), f(*args)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
+    value, g = mg.value_and_grad(lambda a, s: mg.sum(a * s), mode="graph")(x, True)
+    assert value.item() == 1.5 and g.tolist() == [1.0, 1.0]

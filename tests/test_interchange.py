@@ -526,6 +526,18 @@ def test_save_and_load_round_trip(tmp_path_factory, values, device):
     assert archive.files == list(sd)
 
 
+def test_keys_that_end_in_npy_come_back_with_their_own_values(tmp_path):
+    """The archive member of key k is k + ".npy"; NumPy's archive[k] finds the member
+    "a.npy" (key "a") for the key "a.npy" before "a.npy.npy", so both keys loaded a's
+    values. Each member is read by its own name now."""
+    path = tmp_path / "state.npz"
+    sd = {"a": mg.tensor([1.0, 2.0]), "a.npy": mg.tensor([3.0, 4.0]),
+          "a.npy.npy": mg.tensor([5.0])}
+    mg.save(sd, path)
+    assert {k: v.tolist() for k, v in mg.load(path).items()} == \
+        {"a": [1.0, 2.0], "a.npy": [3.0, 4.0], "a.npy.npy": [5.0]}
+
+
 def test_save_a_model_load_into_another(tmp_path):
     model, other = Block(), Block()
     with mg.no_grad():

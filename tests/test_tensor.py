@@ -191,6 +191,21 @@ def test_what_relu_maximum_and_minimum_do_not_select_gets_zero_even_from_inf(mod
     gx, gy = mg.grad(_sum_of_maximum, argnums=(0, 1), mode=mode)(
         mg.tensor([1.0, np.nan]), mg.tensor([np.nan, 2.0]))
     assert gx.tolist() == [1.0, 1.0] and gy.tolist() == [1.0, 1.0]  # torch's, at nan
+    for dtype in ("float64", "float32"):  # (a 0-d float64 g is an np.float64: a float)
+        assert mg.grad(_sqrt_of_relu, mode=mode)(mg.tensor(-1.0, dtype=dtype)).item() == 0.0
+
+
+def test_relu_and_pow_keep_numpys_dtypes_for_bools():
+    """relu of a 0-d bool made by an op (an np.bool_) gave int64, where NumPy and a bool
+    array give bool: its zero was the Python 0. True ** b (a bool tensor) gave int8, a
+    dtype minigraph does not have, where b ** True was refused; both are refused now."""
+    assert mg.relu(mg.tensor(np.float32(2.0)) < 3).dtype == "bool"
+    assert mg.relu(mg.tensor([2.0]) < 3).dtype == "bool"
+    b = mg.tensor([True, False])
+    for power in (lambda: True ** b, lambda: b ** True, lambda: b ** b):
+        with pytest.raises(mg.errors.DTypeError, match="a bool to a bool power"):
+            power()
+    assert (b ** 2).tolist() == [1, 0] and (2 ** b).tolist() == [2, 1]  # int64, as NumPy
 
 
 def test_reshape_with_minus_one():

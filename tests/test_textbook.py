@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import minigraph as mg
@@ -44,7 +45,7 @@ def test_forward_traces_are_c_and_d():
                  f"(c.4) db = dx * cos(x) = {math.cos(2):.6g}",
                  f"(c.5) dz = da + db = {DZDX:.6g}"]
     d = forward_trace(textbook_f, {"x": 0, "y": 1}, "d", x=2.0, y=3.0)
-    assert [line.rsplit(" = ", 1)[1] for line in d] == ["0", "1", "2", "0", "2"]
+    assert [line.rsplit(" = ", 1)[1] for line in d] == ["0", "1", "2", "-0", "2"]  # 0 cos 2
 
 
 def test_reverse_trace_is_g1_to_g5():
@@ -111,3 +112,44 @@ def test_explain_traces_constants_values_made_without_recording_and_other_transf
     assert float(lines["gx"]) == pytest.approx(gx, rel=1e-5)
     assert float(lines["gy"]) == pytest.approx(gy, rel=1e-5)
     assert " at 0x" not in text  # (parameters by name: fn=textbook_f, not a repr)
+
+
+def test_every_printed_expression_evaluates_to_its_printed_value():
+    """(-2.0) ** x printed as "-2 ** x = 4", which Python reads as -4; x = -0.0 printed as
+    "x = 0" beside "y / x = -inf". Each evaluation line's expression, evaluated with the
+    values printed before it, gives the value printed after it."""
+    def f(x, y):
+        return (-2.0) ** x + y / (x * 0.0) + mg.sin(x) * -3.0
+
+    env = {"sin": np.sin}
+    for line in evaluation_trace(f, x=2.0, y=-1.0):
+        name, rest = line.split(") ", 1)[1].split(" = ", 1)
+        expr, _, value = rest.rpartition(" = ")
+        if not expr:  # an input: "x = 2"
+            env[name] = np.float64(rest)
+            continue
+        with np.errstate(divide="ignore"):
+            env[name] = eval(expr, {}, env)  # noqa: S307
+        assert env[name] == pytest.approx(float(value), rel=1e-5), line
+    assert evaluation_trace(lambda x: 1.0 / x, x=-0.0)[:2] == ["(a.1) x = -0",
+                                                               "(a.2) z = 1 / x = -inf"]
+
+
+def test_explain_names_any_number_of_values_and_labels_every_input():
+    """With more intermediates than letters, explain raised KeyError (the names ran out);
+    with more than six inputs the forward traces stopped at the sixth, and the fifth was
+    labelled (g.*), the reverse trace's label; an input named z met the output's name."""
+    def chain(x, y):
+        z = x
+        for _ in range(30):
+            z = z * y
+        return z
+
+    text = explain(chain, x=1.0, y=1.0)
+    assert "(a.32) z = t6 * y = 1" in text and "gy = " in text
+    inputs = {name: 1.0 for name in "pqrstuv"}
+    text = explain(lambda *args: sum(args[1:], args[0]), **inputs)
+    labels = [line.strip()[1] for line in text.splitlines() if ".1) dp = " in line]
+    assert labels == ["c", "d", "e", "f", "h", "i", "j"]
+    with pytest.raises(ValueError, match="input named z"):
+        explain(lambda x, z: x * z, x=1.0, z=2.0)

@@ -14,6 +14,8 @@ produced it. So what is printed is exactly what forward and reverse mode compute
 
 from __future__ import annotations
 
+import itertools
+import math
 import string
 from typing import Any, Callable
 
@@ -57,9 +59,11 @@ register_kind(Sym)
 
 
 def _text(a: Any, prec: int, strict: bool = False) -> str:
-    """An argument's text, in parentheses if it binds more loosely than needed."""
+    """An argument's text, in parentheses if it binds more loosely than needed (a
+    negative number too, as an operand: ``(-2) ** x``, since ``-2 ** x`` is -4)."""
     if not isinstance(a, Sym):
-        return _number(a)
+        text = _number(a)
+        return f"({text})" if prec > 0 and text.startswith("-") else text
     weaker = a.prec < prec or (strict and a.prec == prec)
     return f"({a.expr})" if weaker else a.expr
 
@@ -93,14 +97,22 @@ def _number(v: Any) -> str:
     arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
     if arr.ndim == 0:
         x = arr.item()
-        return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
+        if float(x).is_integer():  # (-0.0 as -0: y / -0.0 is -inf, y / 0 is inf)
+            return "-0" if x == 0 and math.copysign(1.0, x) < 0 else str(int(x))
+        return f"{x:.6g}"
     return np.array2string(arr, precision=4)
 
 
 def _names(n: int, taken: set[str]) -> list[str]:
-    """Names for intermediates: a, b, c, ... (skipping input names); the last is z."""
-    free = [c for c in string.ascii_lowercase if c not in taken and c != "z"]
-    return free[: n - 1] + ["z"]
+    """Names for intermediates: a, b, c, ... then t1, t2, ... (skipping input names); the
+    last is z, the textbook's output."""
+    if "z" in taken:
+        raise ValueError("explain: the traces call f's result z; give the input named z "
+                         "another name")
+    letters = (c for c in string.ascii_lowercase if c != "z")
+    more = (f"t{k}" for k in itertools.count(1))
+    free = (name for name in itertools.chain(letters, more) if name not in taken)
+    return list(itertools.islice(free, n - 1)) + ["z"]
 
 
 def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
@@ -202,9 +214,14 @@ def reverse_trace(f: Callable[..., Any], label: str = "g", **inputs: Any) -> lis
 def explain(f: Callable[..., Any], **inputs: Any) -> str:
     """All three traces of ``f`` at ``inputs`` as one text (what ``minigraph demo`` prints)."""
     names = list(inputs)
+    labels = [c for c in string.ascii_lowercase[2:] if c != "g"]  # ((g.*) is the reverse's)
+    if len(names) > len(labels):
+        raise ValueError(f"explain: {len(names)} inputs, one forward trace each, and "
+                         f"{len(labels)} labels (c.*) ... (z.*) to number them; give at "
+                         f"most {len(labels)}")
     out = ["Evaluation trace (forward computation):"]
     out += ["  " + line for line in evaluation_trace(f, **inputs)]
-    for k, (name, label) in enumerate(zip(names, "cdefgh")):
+    for name, label in zip(names, labels):
         seed = {n: float(n == name) for n in names}
         shown = ", ".join(f"d{n} = {int(v)}" for n, v in seed.items())
         out.append(f"Forward mode, one pass for d/d{name} ({shown}):")

@@ -149,13 +149,15 @@ def _parameter_names(f: Callable[..., Any], count: int) -> list[str]:
     return [params[k] if k < len(params) else f"arg{k}" for k in range(count)]
 
 
-def _constant_output(graph: Graph, out: Any) -> Any:
+def _constant_output(graph: Graph, out: Any, own_dtype: bool = False) -> Any:
     """An output that does not depend on the inputs (a number, a tensor) as a constant
     node of the graph: its derivative is zero, not an error. A weak number is its node,
-    as eager mode makes a float64 tensor of a returned float."""
+    as eager mode makes a float64 tensor of a returned float. A Python int or bool is a
+    float64 number to differentiate, but ``mg.trace`` (``own_dtype``) gives it back in
+    its own dtype, int64 or bool, as ``mg.tensor`` makes it."""
     out = strong(out)
     if isinstance(out, (int, float)):
-        out = tensor(float(out))
+        out = tensor(out if own_dtype else float(out))
     if isinstance(out, Tensor):
         with graph:
             return graph.constant(out)
@@ -164,7 +166,7 @@ def _constant_output(graph: Graph, out: Any) -> Any:
 
 def _outputs(out: Any, fname: str, graph: Graph) -> tuple[list[Node], bool]:
     one = not isinstance(out, (tuple, list))
-    nodes = [_constant_output(graph, o) for o in ([out] if one else out)]
+    nodes = [_constant_output(graph, o, own_dtype=True) for o in ([out] if one else out)]
     for n in nodes:
         if not isinstance(n, Node):
             raise GraphError(f"trace({fname}): the function must return graph values "

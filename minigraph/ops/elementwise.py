@@ -61,19 +61,24 @@ def _no_bool_power() -> DTypeError:
 
 def _pow_shape(x: Any, y: Any) -> tuple:
     """Broadcast and promoted, as NumPy; a bool to a bool power refused (see the kernel)."""
-    if S.dtype_of(x) == "bool" and (type(y) is bool or S.dtype_of(y) == "bool"):
+    if _bool(x) and _bool(y):
         raise _no_bool_power()
     return S.elementwise("pow")(x, y)
 
 
+def _bool(v: Any) -> bool:
+    """A Python bool, or a value of dtype bool."""
+    return type(v) is bool or S.dtype_of(v) == "bool"
+
+
 def _pow_kernel(xp: Any, x: Any, y: Any) -> Any:
-    """``x ** y``. NumPy computes a bool to a bool power, or to a Python int power, in
-    int8: the first is refused, the second computed in int64, as the shape rule says."""
-    if getattr(x, "dtype", None) == xp.bool:
-        if type(y) is bool or getattr(y, "dtype", None) == xp.bool:
-            raise _no_bool_power()  # (here too: eager mode runs the kernel alone)
-        if type(y) is int:
-            x = xp.astype(x, xp.int64)
+    """``x ** y``. NumPy computes a bool to a bool power (a Python bool on either side
+    too), or to a Python int power, in int8: the first is refused, the second computed in
+    int64, as the shape rule says."""
+    if _bool(x) and _bool(y):
+        raise _no_bool_power()  # (here too: eager mode runs the kernel alone)
+    if getattr(x, "dtype", None) == xp.bool and type(y) is int:
+        x = xp.astype(x, xp.int64)
     return x ** y
 
 
@@ -295,11 +300,11 @@ _NUMPY_ZEROS: dict[Any, Any] = {}  # dtype -> a 0-d NumPy zero of that dtype
 def _zero(x: Any) -> Any:
     """The 0 of ``maximum(x, 0)``, of ``x``'s dtype so the result keeps it.
 
-    For a NumPy array, a 0-d zero of its dtype, made once per dtype: NumPy reads it
+    For a NumPy array or scalar, a 0-d zero of its dtype, made once per dtype: NumPy reads it
     faster than a Python number, a third of the time of a small relu. Otherwise 0.0 for
     a float array and 0 for any other, Python numbers, which the Array API lets meet any
     array of their kind (its dtypes have no ``kind``)."""
-    if type(x) is np.ndarray:
+    if type(x) is np.ndarray or isinstance(x, np.generic):  # (a 0-d result: np.bool_ ...)
         zero = _NUMPY_ZEROS.get(x.dtype)
         if zero is None:
             zero = _NUMPY_ZEROS[x.dtype] = np.zeros((), x.dtype)
@@ -314,7 +319,8 @@ def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
     there: sqrt(relu(x)) at x = -1 has derivative 0, as in PyTorch)."""
     mask = _positive(xp, y, g)
     result = xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
-    if not isinstance(g, (int, float)) and not bool(xp.all(xp.isfinite(g))):
+    finite = math.isfinite(g) if type(g) in (int, float) else bool(xp.all(xp.isfinite(g)))
+    if not finite:
         result = xp.where(y > 0, result, _zero(result))
         if out is not None:
             out[...] = result
@@ -379,7 +385,7 @@ WHERE = primitive(
     jvp=[None, lambda t, out, c, x, y: where(c, t, 0.0), lambda t, out, c, x, y: where(c, 0.0, t)],
     vjp=_unbroadcast(None, lambda g, out, c, x, y: where(c, g, 0.0),
                      lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"),
-    public="where")
+    public="where", promoted=(1, 2))
 
 def _add_n_shape(*xs: Any) -> tuple:
     shapes = {S.shape_of(x) for x in xs}

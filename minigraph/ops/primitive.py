@@ -116,7 +116,8 @@ class Primitive:
 
     __slots__ = ("name", "impl", "impl_with", "shape", "jvp", "vjp", "cost", "out",
                  "in_place", "view", "batch", "differentiable", "symbol", "public",
-                 "positional", "write", "flops", "transfer", "returns_view", "neutral")
+                 "positional", "write", "flops", "transfer", "returns_view", "neutral",
+                 "promoted")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
@@ -127,8 +128,12 @@ class Primitive:
                  flops: Callable[..., float] | None = None, transfer: bool = False,
                  impl_with: Callable[[Any, Any, dict], Any] | None = None,
                  returns_view: Callable[[tuple, dict], bool] | None = None,
-                 neutral: tuple[float, tuple[int, ...]] | None = None):
+                 neutral: tuple[float, tuple[int, ...]] | None = None,
+                 promoted: tuple[int, ...] | None = None):
         self.name = name
+        # the arguments whose dtypes make the result's (None: all): where's condition
+        # does not, so a Python float beside it takes the dtype of the values only
+        self.promoted = promoted
         self.neutral = neutral
         self.symbol, self.public, self.positional, self.write = symbol, public, positional, write
         self.flops, self.transfer, self.returns_view = flops, transfer, returns_view
@@ -156,7 +161,7 @@ class Primitive:
             return False
         unit = self.neutral[0]
         negative = math.copysign(1.0, unit) < 0  # (-0.0 < 0 is False: the sign bit says)
-        if type(value) in (int, float):
+        if type(value) in (int, float, bool):  # (x * True is x; x + False is x + 0)
             return value == unit and (math.copysign(1.0, value) < 0) == negative
         return bool((value == unit).all() and (np.signbit(value) == negative).all())
 
@@ -228,7 +233,7 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               batch: Rule | None = None, **written: Any) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
     optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``,
-    ``impl_with``, ``returns_view``, ``neutral``."""
+    ``impl_with``, ``returns_view``, ``neutral``, ``promoted``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("free", "cheap", "expensive"):

@@ -59,7 +59,7 @@ class Weak:
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
         """An ``mg`` function of weak values, or an operator where one meets a value with
         a dtype: each weak value cast first to the dtype its number would take."""
-        return bind(prim, *cast(args), **params)
+        return bind(prim, *cast(args, prim.promoted), **params)
 
     # -- Python's arithmetic: weak on weak values and numbers, as on Python numbers -------
     def _arith(self, prim: Primitive, a: Any, b: Any) -> Any:
@@ -116,16 +116,23 @@ def _inner(v: Any) -> Any:
     return v.value if type(v) is Weak else v
 
 
-def cast(args: tuple) -> tuple:
+def cast(args: tuple, promoted: tuple[int, ...] | None = None) -> tuple:
     """``args`` with each weak value replaced by its value in the dtype its Python number
     would take among them (NEP 50, as :func:`promote` says): ``x * s`` reads ``s`` in
     ``x``'s float32, ``mg.sin(s)`` in float64; and on their device, since a number has
-    none (the float's input lives on the default device, x on any)."""
-    dtype = promote(*(AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a for a in args
+    none (the float's input lives on the default device, x on any). Only the arguments
+    at the positions ``promoted`` (all if None), the primitive's, decide the dtype, and
+    only they take it: ``where(c, s, x)`` takes x's dtype whatever c's, and a weak
+    condition keeps its own (0.1 cast to x's int64 would be 0, false)."""
+    among = range(len(args)) if promoted is None else promoted
+    dtype = promote(*(AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a
+                      for a in (args[k] for k in among)
                       if not isinstance(a, (tuple, list, str, type(None)))))
     device = next((a.device for a in args if type(a) is not Weak and  # (a Device: not
                    hasattr(getattr(a, "device", None), "name")), None)  # NumPy's "cpu")
-    return tuple(_as(a.value, dtype, device) if type(a) is Weak else a for a in args)
+    return tuple(a if type(a) is not Weak else
+                 _as(a.value, dtype if k in among else a.dtype, device)
+                 for k, a in enumerate(args))
 
 
 def _as(value: Any, dtype: str, device: Any) -> Any:
