@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,10 @@ from minigraph.grading.gradescope import write_results_json
 FIXTURES = Path(__file__).resolve().parent / "grading_fixtures"
 EXAMPLE = FIXTURES / "chapters" / "99-example"
 TOKEN = "minigraph-attack-token-7f3a"   # in the command line of every process an attack starts
+ROOT_ONLY = Path(f"/tmp/{TOKEN}-root-only/target.txt")  # (a file only its owner may write)
+# An instructor's checkout: the course in chapters/, its history (the reference solutions
+# included) in .git beside it. In /tmp, so that others may pass through its parents.
+REPOSITORY = Path(f"/tmp/{TOKEN}-repository")
 TIMEOUT, TOTAL = 1.5, 8.0
 
 # what every attack needs to try to win: where things are
@@ -203,6 +208,60 @@ ATTACKS = {
     "planted-conftest": """
         pass  # the submission folder also holds conftest.py and test_exercises.py
     """,
+    # (16b) answers with nothing in them: np.allclose over an empty array is True
+    "empty-answers": """
+        import numpy as np
+        def dual_mul(*args, **kwargs):
+            return np.empty((0, 2))
+        def mean(*args, **kwargs):
+            return np.empty((0,))
+    """,
+    # (17) make the grader, root, write through links the sandbox left in its folder: the
+    # log (opened as root when a sandbox starts) and exercises.py (copied in as root)
+    "links-for-root": f"""
+        def add(*args, **kwargs):
+            for name in ("output.log", "exercises.py"):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+                os.symlink({str(ROOT_ONLY)!r}, name)
+            os._exit(1)
+        def mean(*args, **kwargs):
+            print("written through the link")
+            raise NotImplementedError("stub")
+    """,
+    # (18) leave a FIFO as the log: a sandbox that opens it waits for a reader, forever
+    "fifo-log": """
+        def add(*args, **kwargs):
+            os.unlink("output.log")
+            os.mkfifo("output.log")
+            os._exit(1)
+    """,
+    # (19) send requests and never read the answers: the grader's write blocks when the
+    # pipe is full, where no timeout of its reads reaches it
+    "never-read-the-answers": """
+        import struct
+        def add(*args, **kwargs):
+            out = int(sys.argv[2])
+            for k in range(5000):
+                body = json.dumps({"id": 10 ** 6 + k, "op": "unknown" + "x" * 40}).encode()
+                os.write(out, struct.pack(">Q", len(body)) + body)
+            time.sleep(1000)
+    """,
+    # (20) read the reference from the course's git history (git show HEAD:...)
+    "read-the-course-history": f"""
+        import shutil
+        try:
+            shutil.copytree({str(REPOSITORY / ".git")!r}, "history")
+            source = subprocess.run(["git", "--git-dir", "history", "show",
+                                     "HEAD:chapters/99-example/exercises.py"],
+                                    capture_output=True, text=True).stdout
+            if "BEGIN SOLUTION" in source:
+                exec(source, globals())
+        except Exception:
+            pass
+    """,
 }
 
 
@@ -215,8 +274,19 @@ def _write(folder: Path, name: str, text: str) -> None:
 def attacks(tmp_path_factory):
     if not isolation.is_root():
         ATTACKS.pop("write-the-installed-package")  # without root it would really write
-    course = tmp_path_factory.mktemp("course")
+        ATTACKS.pop("read-the-course-history")  # (the sandbox is the grader's own user)
+    shutil.rmtree(REPOSITORY, ignore_errors=True)
+    course = REPOSITORY / "chapters"
     shutil.copytree(EXAMPLE, course / EXAMPLE.name)
+    REPOSITORY.chmod(0o755)
+    if shutil.which("git"):  # (without git the history attack has no history to read)
+        for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=instructor", "-c",
+                        "user.email=i@example.org", "commit", "-qm", "the course"]):
+            subprocess.run(["git"] + command, cwd=REPOSITORY, check=True)
+    ROOT_ONLY.parent.mkdir(mode=0o700, exist_ok=True)
+    ROOT_ONLY.unlink(missing_ok=True)
+    ROOT_ONLY.write_text("the grader's\n")
+    ROOT_ONLY.chmod(0o600)
     # The course this copy comes from (with its reference solution) lies on the machine
     # too, as an instructor's would; like any course the grader grades from, it is closed
     # to others. (Without this the attack's success would depend on whether an earlier
@@ -303,6 +373,14 @@ def test_an_attack_scores_what_the_stub_scores(attacks, name):
 
 def test_no_process_is_left_behind(attacks):
     assert _leftovers() == []
+
+
+def test_the_grader_writes_through_no_link_the_sandbox_left(attacks):
+    """The log was opened, and exercises.py copied in, by root, following a symlink the
+    previous sandbox had put in their place: the student's code could append to, and
+    overwrite and own, any file of the machine."""
+    assert ROOT_ONLY.read_text() == "the grader's\n"
+    assert ROOT_ONLY.stat().st_uid == os.getuid()
 
 
 def test_the_installed_package_is_unchanged(attacks):

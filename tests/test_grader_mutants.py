@@ -158,7 +158,7 @@ MUTANTS = [
         def reverse_sweep(nodes, feeds, y):
             got = reverse_sweep_solution(nodes, feeds, y)
             return {x: None if g is None else np.float64(np.mean(g)) for x, g in got.items()}
-     """, "has shape ()"),
+     """, "the gradient for 'x': shape (), expected (4,)"),
     ("03-ad-on-dataflow-graphs", 1, "no-gradient-nodes",
      ["test_gradient_graph_textbook", "test_gradient_graph_random_graphs"], """
         def gradient_graph(nodes, y, xs):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture, in_sandbox
+from minigraph.grading import assert_same_array, exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
@@ -273,14 +273,6 @@ def random_map(seed, n, m):
     rng = np.random.default_rng(seed)
     W, b = mg.tensor(rng.normal(size=(m, n))), mg.tensor(rng.normal(size=m))
     return {"W": W, "b": b}, rng.normal(size=n)
-
-
-def assert_same_array(got, expected, what=""):
-    """Shapes and dtypes exactly (assert_allclose alone broadcasts), then the values."""
-    got = np.asarray(got)
-    assert got.shape == expected.shape, f"{what}shape {got.shape}, expected {expected.shape}"
-    assert got.dtype == expected.dtype, f"{what}dtype {got.dtype}, expected {expected.dtype}"
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.points(1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture, in_sandbox
+from minigraph.grading import assert_same_array, exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
@@ -123,15 +123,10 @@ def assert_same_gradients(got, expected, what):
             assert got[x] is None, f"{what}: y does not depend on {x!r}; expected None"
         else:
             assert got[x] is not None, f"{what}: the gradient for {x!r} is missing (None)"
-            # shape and dtype exactly: assert_allclose alone would broadcast a scalar
-            # gradient against the input's shape and pass it
-            mine, want = np.asarray(got[x]), np.asarray(want)
-            assert mine.shape == want.shape, \
-                f"{what}: the gradient for {x!r} has shape {mine.shape}, the input's is {want.shape}"
-            assert mine.dtype == want.dtype, \
-                f"{what}: the gradient for {x!r} has dtype {mine.dtype}, expected {want.dtype}"
-            np.testing.assert_allclose(mine, want, rtol=1e-8, atol=1e-10,
-                                       err_msg=f"{what}: input {x!r}")
+            # (shape and dtype first: assert_allclose alone would broadcast a scalar
+            # gradient against the input's shape and pass it)
+            assert_same_array(got[x], want, f"{what}: the gradient for {x!r}", rtol=1e-8,
+                              atol=1e-10)
 
 
 # -- 1. sum_to ------------------------------------------------------------------------------
@@ -146,8 +141,7 @@ def test_sum_to(exercises):
         g = rng.normal(size=big)
         got = np.asarray(exercises.sum_to(g, small))
         want = mg.sum_to(mg.tensor(g), small).numpy()
-        assert got.shape == want.shape, f"sum_to(g of {big}, {small}): shape {got.shape}"
-        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"sum_to({big} -> {small})")
+        assert_same_array(got, want, f"sum_to(g of {big}, {small})", rtol=1e-12, atol=0.0)
 
 
 # -- 2. vjp_mul -------------------------------------------------------------------------------
@@ -166,8 +160,8 @@ def test_vjp_mul_broadcasting(exercises):
         got_x, got_y = (np.asarray(v) for v in exercises.vjp_mul(g, x, y))
         assert got_x.shape == xs and got_y.shape == ys, (
             f"vjp_mul with x {xs}, y {ys}: got shapes {got_x.shape}, {got_y.shape}")
-        np.testing.assert_allclose(got_x, want_x, rtol=1e-10, err_msg=f"gx, x {xs} y {ys}")
-        np.testing.assert_allclose(got_y, want_y, rtol=1e-10, err_msg=f"gy, x {xs} y {ys}")
+        assert_same_array(got_x, want_x, f"gx, x {xs} y {ys}", atol=0.0)
+        assert_same_array(got_y, want_y, f"gy, x {xs} y {ys}", atol=0.0)
 
 
 # -- 3 and 4. Jacobians by rows and by columns --------------------------------------------
@@ -190,14 +184,6 @@ def _functions():
         (sin_times_linear, {"a": a, "b": b}, rng.normal(size=4)),
         (tanh_of_squares, {"c": c}, rng.normal(size=2)),
     ]
-
-
-def assert_same_array(got, want, what):
-    """Shape and dtype exactly (assert_allclose alone broadcasts a scalar), then values."""
-    got = np.asarray(got)
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
-    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=what)
 
 
 @pytest.mark.points(2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture
+from minigraph.grading import assert_same_array, exercises_fixture
 
 exercises = exercises_fixture()
 
@@ -79,8 +79,7 @@ def test_naive_allreduce_matches_minigraph(exercises):
         sums, sent = exercises.naive_allreduce(arrays)
         assert len(sums) == n and len(sent) == n
         for mine, theirs in zip(sums, out):
-            assert np.shape(mine) == theirs.shape
-            assert np.allclose(mine, theirs.numpy())
+            assert_same_array(mine, theirs.numpy(), rtol=1e-5, atol=1e-8, dtype=False)
         for i in range(n):
             for j in range(i + 1, n):
                 assert not np.shares_memory(sums[i], sums[j]), "two devices share one array"
@@ -110,8 +109,9 @@ def test_ring_reduce_scatter_leaves_one_complete_chunk_per_device(exercises):
         cuts = [flat[0].size * c // n for c in range(n + 1)]
         for i in range(n):
             c = (i + 1) % n
-            assert np.allclose(done[i][c], total[cuts[c]:cuts[c + 1]], rtol=1e-5), \
-                f"device {i} should hold the complete chunk {c} (n = {n})"
+            assert_same_array(done[i][c], total[cuts[c]:cuts[c + 1]],
+                              f"device {i} should hold the complete chunk {c} (n = {n})",
+                              rtol=1e-5, atol=1e-8, dtype=False)
         sizes = chunk_sizes(flat[0].size, n, flat[0].itemsize)
         assert list(sent) == [sum(sizes) - sizes[(i + 1) % n] for i in range(n)], \
             f"bytes sent per device (n = {n}, chunk bytes {sizes})"
@@ -148,8 +148,7 @@ def test_ring_allreduce_matches_allreduce_with_stats(exercises):
         sums, sent = exercises.ring_allreduce(arrays)
         assert len(sums) == n
         for mine, theirs in zip(sums, out):
-            assert np.shape(mine) == theirs.shape
-            assert np.allclose(mine, theirs.numpy(), rtol=1e-5)
+            assert_same_array(mine, theirs.numpy(), rtol=1e-5, atol=1e-8, dtype=False)
         assert sum(sent) == stats.bytes_total, "total bytes sent"
         assert max(sent) == stats.bytes_max_device, "bytes sent by the busiest device"
         assert all(np.array_equal(a, b) for a, b in zip(arrays, before)), "inputs changed"
@@ -197,9 +196,10 @@ def test_data_parallel_gradient_matches_data_parallel_grads(exercises):
         for k in range(parts):
             assert len(got[k]) == 2
             for j in range(2):
-                assert np.allclose(got[k][j], expected[k][j].numpy()), \
-                    f"device {k}, parameter {j} (batch {n} over {parts} devices)"
-                assert np.allclose(got[k][j], single[j])
+                assert_same_array(got[k][j], expected[k][j].numpy(),
+                                  f"device {k}, parameter {j} (batch {n} over {parts} devices)",
+                                  rtol=1e-5, atol=1e-8, dtype=False)
+                assert_same_array(got[k][j], single[j], rtol=1e-5, atol=1e-8, dtype=False)
 
 
 # -- 4. the parallel softmax cross-entropy -------------------------------------------------
@@ -244,8 +244,8 @@ def test_parallel_cross_entropy_gradients(exercises):
         _, grads = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
         assert len(grads) == len(shards)
         for k, (mine, theirs) in enumerate(zip(grads, expected)):
-            assert np.shape(mine) == theirs.shape, f"shard {k}"
-            assert np.allclose(mine, theirs), f"gradient of shard {k}"
+            assert_same_array(mine, theirs, f"gradient of shard {k}", rtol=1e-5, atol=1e-8,
+                              dtype=False)
 
 
 @pytest.mark.points(1)
@@ -260,5 +260,5 @@ def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
         # (zip would stop at the shorter list: no gradients at all would pass)
         assert len(grads) == len(shards), "one gradient per shard"
         for k, (mine, theirs) in enumerate(zip(grads, grads_expected)):
-            assert np.shape(mine) == theirs.shape and np.allclose(mine, theirs), \
-                f"gradient of shard {k}"
+            assert_same_array(mine, theirs, f"gradient of shard {k}", rtol=1e-5, atol=1e-8,
+                              dtype=False)

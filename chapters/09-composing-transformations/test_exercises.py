@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture, in_sandbox
+from minigraph.grading import assert_same_array, exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
@@ -31,14 +31,6 @@ NO_HESSIAN = ("minigraph.hessian", "minigraph.jacfwd", "minigraph.jacrev")
 def as_array(got):
     """What the student's function returned, as a NumPy array (a tensor's values)."""
     return got.numpy() if isinstance(got, mg.Tensor) else np.asarray(got)
-
-
-def assert_same_array(got, expected, what="", rtol=1e-10, atol=1e-12):
-    """Shapes and dtypes exactly (assert_allclose alone broadcasts), then the values."""
-    got, expected = as_array(got), np.asarray(expected)
-    assert got.shape == expected.shape, f"{what}shape {got.shape}, expected {expected.shape}"
-    assert got.dtype == expected.dtype, f"{what}dtype {got.dtype}, expected {expected.dtype}"
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=what)
 
 
 # ---------------------------------------------------------------------------------------
@@ -157,8 +149,7 @@ def test_hvp_closed_forms_one_pass(exercises, n):
         assert_same_array(got, H @ v, f"{name}, n = {n}: ")
         if tf is not None:
             _, ref = tf.jvp(tf.grad(torch_fn), (torch.tensor(x),), (torch.tensor(v),))
-            np.testing.assert_allclose(as_array(got), ref.numpy(), rtol=1e-10, atol=1e-12,
-                                       err_msg=f"{name}: against torch.func")
+            assert_same_array(got, ref.numpy(), f"{name}: against torch.func")
 
 
 @pytest.mark.points(1)
@@ -241,8 +232,7 @@ def test_per_example_gradients_against_torch_or_differences(exercises):
         Vt = torch.tensor(V)
         ref = tf.vmap(tf.grad(lambda wt, x, y: (torch.sin(wt * torch.tanh(Vt @ x)).sum() - y) ** 2),
                       in_dims=(None, 0, 0))(torch.tensor(w), torch.tensor(X), torch.tensor(Y))
-        np.testing.assert_allclose(as_array(got), ref.numpy(), rtol=1e-10, atol=1e-12,
-                                   err_msg="against torch.func.vmap(grad)")
+        assert_same_array(got, ref.numpy(), "against torch.func.vmap(grad)")
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ Modules, one concept each:
 - :mod:`~minigraph.grading.release` (with :mod:`~minigraph.grading.links`): the student
   version of the chapters, self-contained;
 - :mod:`~minigraph.grading.autograder`: Gradescope's autograder bundle for a chapter;
-- :mod:`~minigraph.grading.check`: the authors' contract below, checked.
+- :mod:`~minigraph.grading.check`: the authors' contract below, checked;
+- :mod:`~minigraph.grading.compare`: ``assert_same_array``, shape before values.
 
 The security model
 ------------------
@@ -88,6 +89,9 @@ the released module still imports). Imports it needs go outside the regions.
   chapters up to N (its own). The grader enforces this by running each chapter in
   isolation, and :func:`check_chapter` flags a test file that names a later chapter;
 - graded tests do not skip (a skipped test scores 0) and stay well below the timeout;
+- arrays are compared with ``assert_same_array(got, expected)``, which checks the shape
+  (and dtype) first: ``np.allclose`` and ``assert_allclose`` broadcast, so an empty array
+  or a scalar passes them; :func:`check_chapter` flags them;
 - every exercise's tests name, with ``@pytest.mark.forbid(...)``, the library (or NumPy)
   functions that would solve it in one line; :func:`check_chapter` flags a name that
   names nothing (it would guard nothing), and tests/test_grader_mutants.py keeps, for
@@ -102,6 +106,7 @@ Gradescope: ``minigraph autograder CHAPTER -o DIR`` writes ``DIR/autograder.zip`
 
 from minigraph.grading.autograder import AutograderError, add_autograder_parser, autograder
 from minigraph.grading.check import check_chapter
+from minigraph.grading.compare import assert_same_array
 from minigraph.grading.gradescope import results_json, write_results_json
 from minigraph.grading.grade import (GradingError, add_grade_parser, grade, grade_main,
                                      locate)
@@ -112,7 +117,7 @@ from minigraph.grading.release import (ReleaseError, add_release_parser, release
 from minigraph.grading.report import Report, TestResult
 
 __all__ = [
-    "AutograderError", "add_autograder_parser", "autograder", "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
+    "AutograderError", "add_autograder_parser", "assert_same_array", "autograder", "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
     "add_grade_parser", "add_release_parser", "check_chapter", "exercises_fixture", "grade",
     "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main", "results_json",
     "strip_solutions", "write_results_json",

@@ -103,6 +103,12 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
                             "with a number")
     if len(declared) < min_tests:
         problems.append(f"{tests}: {len(declared)} graded tests; a chapter has at least {min_tests}")
+    for node in ast.walk(tree):  # (broadcasting comparisons: see grading/compare.py)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("allclose", "assert_allclose"):
+            problems.append(f"{tests}:{node.lineno}: {node.func.attr} broadcasts (an empty "
+                            f"array or a scalar passes it); compare with "
+                            f"assert_same_array(got, expected) from minigraph.grading")
 
     # a forbidden name that names nothing would guard nothing, silently
     for name, lineno in sorted(set(_forbidden_names(tree)), key=lambda item: item[1]):

@@ -79,14 +79,32 @@ def locate(path: str | Path, tests: str | Path | None = None,
 
 
 def _protect_course(test_file: Path, course: Path | None) -> list[str]:
-    """As root: make the course unreadable to the sandbox's account (and say so)."""
+    """As root: make the course unreadable to the sandbox's account (and say so): its
+    folders, and the git repository they are checked out of, whose history holds every
+    reference solution and hidden test too (a student's code read them with git show)."""
     if not isolation.is_root():
         return []
     changed = []
-    for folder in {test_file.resolve().parent} | ({course.resolve()} if course else set()):
-        if folder.is_dir() and isolation.close_to_others(folder):
+    folders = {test_file.resolve().parent} | ({course.resolve()} if course else set())
+    for folder in folders | {g for f in folders for g in _git_dirs(f)}:
+        if folder.exists() and isolation.close_to_others(folder):
             changed.append(str(folder))
     return changed
+
+
+def _git_dirs(folder: Path) -> list[Path]:
+    """The .git of the work tree that holds ``folder``, and, where .git is a file (a
+    linked work tree, a submodule: "gitdir: ..."), the folder it points to."""
+    for parent in [folder, *folder.parents]:
+        dot_git = parent / ".git"
+        if dot_git.is_dir():
+            return [dot_git]
+        if dot_git.is_file():
+            text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+            target = (parent / text[len("gitdir:"):].strip()).resolve() \
+                if text.startswith("gitdir:") else None
+            return [dot_git] + ([target] if target is not None and target.is_dir() else [])
+    return []
 
 
 def grade(path: str | Path, *, tests: str | Path | None = None, course: str | Path | None = None,

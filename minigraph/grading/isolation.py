@@ -95,6 +95,26 @@ def claim_account() -> Account:
     raise RuntimeError(f"all {ACCOUNTS} sandbox accounts are in use")
 
 
+def kill_unclaimed_accounts() -> None:
+    """End the processes of every sandbox account no grading holds now: what a grader
+    that was itself killed left behind (a daemon of the student's that outlived it).
+    ``claim_account`` does the same for the account it takes; the runner calls this
+    when it had to kill a grader, so that nothing waits for the next grading."""
+    if not is_root():
+        return
+    for n in range(ACCOUNTS):
+        name = f"{ACCOUNT_PREFIX}{n}"
+        fd = lock_account(name)
+        if fd is None:  # held by a grading that is still running
+            continue
+        try:
+            kill_account(pwd.getpwnam(name).pw_uid)
+        except KeyError:  # (never created)
+            pass
+        finally:
+            os.close(fd)
+
+
 def lock_account(name: str) -> int | None:
     """The open lock file of account ``name``, locked for this process; None where
     another grading holds it now. Closing the file releases it."""
@@ -249,8 +269,21 @@ def missing_protection() -> str | None:
 
 
 def copy_for_sandbox(source: Path, folder: Path, account: Account | None) -> Path:
+    """A copy of ``source`` in the sandbox's ``folder``, the account's. The grader runs
+    as root, and an earlier sandbox may have put a symlink (or a hard link) where the copy
+    goes: copying through it would let the student's code write, and own, any file. So
+    the old name is removed and the copy made new, never following a link, and given to
+    the account through its descriptor."""
     target = folder / source.name
-    shutil.copyfile(source, target)
-    if account is not None:
-        os.chown(target, account.uid, account.gid)
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(target)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(source.read_bytes())
+        if account is not None:
+            os.fchown(out.fileno(), account.uid, account.gid)
     return target

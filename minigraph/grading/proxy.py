@@ -194,6 +194,11 @@ class GraderPeer(Peer):
     def receive_next(self) -> dict:
         return self.sandbox.receive_next()
 
+    def send(self, message: dict) -> None:
+        # (the call's deadline and the grace after it: a sandbox that stops reading its
+        # channel times out like one that stops answering)
+        wire.send(self.write_fd, message, max(self.sandbox._deadline, time.monotonic()) + GRACE)
+
     def op_call(self, message: dict) -> Any:  # the student's code calls the test's function
         function = self.decode(message["target"])
         args = self.decode(message.get("args", []))

@@ -87,6 +87,7 @@ def run_tests(test_file: Path, exercises: Path, *, timeout: float, total_timeout
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+                isolation.kill_unclaimed_accounts()  # (its sandboxes' daemons, if any)
         log_text = log_path.read_text(encoding="utf-8", errors="replace")
         try:
             data = json.loads(results_path.read_text(encoding="utf-8"))

@@ -22,7 +22,9 @@ import inspect
 import math
 import operator
 import os
+import shutil
 import signal
+import stat
 import sys
 import textwrap
 from types import ModuleType
@@ -266,20 +268,43 @@ def _drop_privileges(uid: int, gid: int, parent: int) -> None:
         os._exit(1)
 
 
+def _open_log(name: str) -> int:
+    """The log file, appended to: a regular file, or a new one where something else
+    (a symlink, a FIFO, a folder) has taken its name."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(name, flags, 0o600)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+    except OSError:  # ELOOP: a symlink; ENXIO: a FIFO nobody reads; EISDIR ...
+        pass
+    try:
+        os.unlink(name)
+    except IsADirectoryError:
+        shutil.rmtree(name, ignore_errors=True)
+    except FileNotFoundError:
+        pass
+    return os.open(name, flags | os.O_EXCL, 0o600)
+
+
 def main(argv: list[str]) -> int:
     read_fd, write_fd = int(argv[0]), int(argv[1])
     # the channel is on read_fd/write_fd: the student's prints go to the log file
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    log = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
     signal.signal(signal.SIGUSR1, _on_timeout)
     parent = os.getppid()
     import numpy  # noqa: F401 - the start-up cost is paid before the first test
     import minigraph  # noqa: F401
     if len(argv) >= 4:
         _drop_privileges(int(argv[2]), int(argv[3]), parent)
+    # Only now, as the account: the folder is the account's, and an earlier sandbox of
+    # this submission may have left a symlink there (to a file only root may write) or a
+    # FIFO (an open that never returns) in place of the log.
+    log = _open_log("output.log")
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     peer = SandboxPeer(read_fd, write_fd)
     wire.send(write_fd, {"ready": os.getpid()})
     while True:
