@@ -178,7 +178,7 @@ class Tensor(ArrayOps):
     def _handed_out(self, array: Any) -> Any:
         """The values on the host, ``array``, as the user gets them: where it is the
         tensor's own memory, a read-only view of it if backward() reads it (above), else
-        the memory itself, which compiled programs then watch (``reads.expose``)."""
+        the memory itself, which compiled programs then watch (:func:`expose`)."""
         if array is self.data:
             if self.requires_grad:
                 array = array.view()

@@ -168,7 +168,7 @@ class Captured:
     item read, one comparison while no tensor anywhere is written, and a comparison of
     each NumPy or CuPy array read with its copy (NumPy writes an array without minigraph
     seeing it, so only its values can tell: data passed as an argument costs nothing).
-    A tensor whose memory was handed out writable (``t.numpy()``, DLPack: ``reads.expose``)
+    A tensor whose memory was handed out writable (``t.numpy()``, DLPack: ``tensor.expose``)
     is such an array too: NumPy may write it unseen. One handed out after the program
     was built makes the program stale, and the next one compares it.
     """

@@ -117,8 +117,9 @@ from minigraph.grading.release import (ReleaseError, add_release_parser, release
 from minigraph.grading.report import Report, TestResult
 
 __all__ = [
-    "AutograderError", "add_autograder_parser", "assert_same_array", "autograder", "ExercisesImportError", "GradingError", "ReleaseError", "Report", "TestResult",
-    "add_grade_parser", "add_release_parser", "check_chapter", "exercises_fixture", "grade",
-    "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main", "results_json",
-    "strip_solutions", "write_results_json",
+    "AutograderError", "ExercisesImportError", "GradingError", "ReleaseError", "Report",
+    "TestResult", "add_autograder_parser", "add_grade_parser", "add_release_parser",
+    "assert_same_array", "autograder", "check_chapter", "exercises_fixture", "grade",
+    "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main",
+    "results_json", "strip_solutions", "write_results_json",
 ]

@@ -86,10 +86,10 @@ def refuse_reads_after_assigns(plan: list[Node], who: str = "run") -> None:
 
     A run reads every variable as it was when the run began and stores its assignments
     when it ends (``Session.run``'s commit; ``compile_graph``'s last lines, ``who``):
-    that is what makes a failed run change nothing and concurrent runs serialisable. TensorFlow 1 instead lets an assignment take effect at
-    once, so ``with control_dependencies([v.assign(...)]): r = v * 1.0`` reads the new
-    value there; here ``r`` would read the old one, a silent difference, so it is an
-    error. (A node that only *computes from* the Assign's value, a gradient say, reads
+    that is what makes a failed run change nothing and concurrent runs serialisable.
+    TensorFlow 1 instead lets an assignment take effect at once, so ``with
+    control_dependencies([v.assign(...)]): r = v * 1.0`` reads the new value there; here
+    ``r`` would read the old one, a silent difference, so it is an error. (A node that only *computes from* the Assign's value, a gradient say, reads
     the value from before the run, the one the value was computed from, as it should.)
 
     ``plan`` is in topological order; one walk carries, per node, the Assigns upstream of
