@@ -7,7 +7,8 @@ saved on a stack, ifs decided at run time inside the loop. So these programs reb
 names a, b, c in every way Python allows: tuple assignments that read the old values
 (``a, b = b * a, a``: b takes a's value from *before* the line), rotations, a temporary
 (``t = a; a = ...; b = t``), in a ``for`` loop, in ifs on run-time values, before and
-after the loop; in the loop, items and powers by the index (``a * w[i] ** i``). The oracle is the same text run by PyTorch (``mg.`` becomes ``torch.``),
+after the loop; in the loop, items and powers by the index (``a * w[i] ** i``); loops
+inside run-time ifs. The oracle is the same text run by PyTorch (``mg.`` becomes ``torch.``),
 differentiated by its autograd; every mode must give its gradients (graph mode, which
 refuses an if on a value, those of the programs without one).
 """
@@ -42,7 +43,7 @@ def expressions(draw, depth=0):
 def statements(draw, pad, in_loop, branches=True):
     """One statement (an if is one too) as lines of text indented by ``pad``."""
     kinds = ["pair", "rotate", "through_t", "assign"] + (["if"] if branches else []) \
-        + (["indexed"] if in_loop else [])
+        + (["indexed"] if in_loop else ["loop_in_if"] if branches else [])
     kind = draw(st.sampled_from(kinds))
     u, v, t = draw(st.permutations(VARS))
     if kind == "pair":  # u, v = <expr>, <a name>: the right side reads the old values
@@ -57,6 +58,11 @@ def statements(draw, pad, in_loop, branches=True):
         return [f"{pad}{u} = {u} * w[i] ** i + {draw(expressions())} * 0.5"]
     threshold = draw(st.sampled_from(("0.0", "0.5", "-0.5")))
     lines = [f"{pad}if NS.sum({u}) > {threshold}:"]
+    if kind == "loop_in_if":  # a loop inside an if decided at run time
+        lines.append(f"{pad}    for i in range({draw(st.integers(1, 2))}):")
+        for _ in range(draw(st.integers(1, 2))):
+            lines += draw(statements(pad + "        ", True, branches=False))
+        return lines
     for _ in range(draw(st.integers(1, 2))):
         lines += draw(statements(pad + "    ", in_loop, branches=False))
     if draw(st.booleans()):

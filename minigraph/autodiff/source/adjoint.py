@@ -236,6 +236,7 @@ class _Reverse:
         self.pairs.append((fwd, rev))
         for v, acc in list(ctx.accs.values()) + list(la.values()):
             shares[id(v)] = [acc]
+            self.vars[id(v)] = v  # (a branch around the loop merges it: branch's outer)
 
     # -- branches ---------------------------------------------------------------------------
     def branch(self, fwd: If, shares: dict) -> None:

@@ -71,9 +71,12 @@ class _Return(NamedTuple):
 
 
 class _OneBranch(NamedTuple):
-    """The value of a name an if on a run-time value assigns in one branch only (made by
-    :meth:`_Normaliser.join`): :meth:`_Normaliser.load` refuses to read it."""
+    """The value of a name an if on a run-time value assigns in one branch only, or to
+    different Python values in the two (made by :meth:`_Normaliser.join`):
+    :meth:`_Normaliser.load` refuses to read it; unread, it costs nothing (the index of
+    a loop in one branch, say)."""
     where: Where  # the if's
+    values: bool = False  # (different Python values: the other case)
 
 
 _MISSING = object()
@@ -472,10 +475,9 @@ class _Normaliser:
         if Weak in (type(a), type(b)):
             raise self._weak_on_a_path(name, a, b)
         like = a if type(a) is SrcVar else b
-        if type(like) is not SrcVar:
-            raise self.w.refuse(f"{name} holding different Python values in the two branches "
-                                "of an if decided at run time",
-                                "make it a tensor in both branches")
+        if type(like) is not SrcVar:  # (refused where it is read: load)
+            env[name] = _OneBranch(cast(Where, self.w.where), values=True)
+            return None
         if (_number(a) or _number(b)) and like.shape == ():  # (other shapes: as_var refuses)
             raise self._number_on_a_path(name, a if _number(a) else b, like)
         va, vb = (self.as_var(v, like, name, blk) for v, blk in zip((a, b), blocks))
@@ -612,9 +614,17 @@ class _Normaliser:
         # names may share an object no longer changes (see :meth:`origin`).
         specs = {n: _spec(env.get(n, _MISSING)) for n in carried}
         names = _assigned(node.body)
+        viewed = {id(v.view_of) for v in env.values()
+                  if type(v) is SrcVar and v.view_of is not None}
         tops: dict[str, frozenset] = {}  # name -> what the body's ends left in it
         while True:
             lvs = {n: SrcVar(*s[:4], "loop", n) for n, s in specs.items() if s is not None}
+            for n, lv in lvs.items():  # (in eager mode the first iteration's h is the
+                # memory h held before the loop: a view taken of it then, v = h[1:], sees
+                # h += w there, so the update must meet v, as it does without the loop)
+                root = _view_root(env.get(n, _MISSING))
+                if root is not None and id(root) in viewed:
+                    lv.view_of = root
             weak = {n for n, s in specs.items() if s is not None and s.weak}
             body_env = {**env, name: index,
                         **{n: Weak(lv) if n in weak else lv for n, lv in lvs.items()}}
@@ -796,6 +806,11 @@ class _Normaliser:
         """A local, then a closure cell, a global, a builtin: Python's own order."""
         if name in env:
             v = env[name]
+            if isinstance(v, _OneBranch) and v.values:
+                raise self.w.refuse(
+                    f"reading {name}, which holds different Python values after the two "
+                    f"branches of the if at line {v.where.lineno}, decided at run time",
+                    "make it a tensor in both branches")
             if isinstance(v, _OneBranch):
                 raise self.w.refuse(
                     f"reading {name}, which the if at line {v.where.lineno} assigns in one "
