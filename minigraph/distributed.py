@@ -28,7 +28,7 @@ which sends their cross-rank tensors with MPI point-to-point messages
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -153,13 +153,34 @@ def _host(t: Any) -> tuple[Any, np.ndarray]:
     return t, np.asarray(t.device.to_numpy(t.data), order="C")
 
 
-def _agree(what: str, mine: tuple) -> None:
-    """Every rank's (shape, dtype) must be the same; if not, every rank raises."""
-    everyone = comm().allgather(mine)
-    if any(m != everyone[0] for m in everyone):
-        listing = "; ".join(f"rank {r}: shape {s}, dtype {d}" for r, (s, d) in enumerate(everyone))
+def _agree(what: str, check: Callable[[], tuple[Any, dict]]) -> Any:
+    """``check()``'s result, once every rank has checked its own arguments and all agree.
+
+    ``check`` returns (what the collective needs, this rank's call as a dict: shape,
+    dtype, options) or raises. Every rank exchanges its dict, or its error, before any
+    data moves: a rank whose arguments are wrong raises its own error, and the others
+    raise too, naming it (were it to raise alone, the others would wait in the
+    collective, and pair their next call with this one); ranks that called with
+    different shapes, dtypes or options (an op, a root) all raise, listing each call."""
+    try:
+        result, mine = check()
+        problem = None
+    except Exception as exc:  # noqa: BLE001 - every rank must hear of it
+        result, mine, problem = None, None, exc
+    everyone = comm().allgather((mine, None if problem is None else
+                                 f"{type(problem).__name__}: {problem}"))
+    if problem is not None:
+        raise problem
+    failed = [(r, p) for r, (_, p) in enumerate(everyone) if p is not None]
+    if failed:
+        raise DistributedError(f"{what}: " + "; ".join(f"rank {r} refused its arguments ({p})"
+                                                       for r, p in failed))
+    if any(m != everyone[0][0] for m, _ in everyone):
+        listing = "; ".join(f"rank {r}: " + ", ".join(f"{k} {v}" for k, v in m.items())
+                            for r, (m, _) in enumerate(everyone))
         raise DistributedError(f"{what}: every rank must give a tensor of the same shape and "
-                               f"dtype, got {listing}")
+                               f"dtype, and the same options, got {listing}")
+    return result
 
 
 def all_reduce(t: Any, op: str = "sum") -> Any:
@@ -168,13 +189,16 @@ def all_reduce(t: Any, op: str = "sum") -> Any:
     float64 tensor, as NumPy's is."""
     from .tensor import tensor
 
-    if op not in ("sum", "mean"):
-        raise ValueError(f"all_reduce: op is 'sum' or 'mean', got {op!r}")
-    t, array = _host(t)
-    if str(array.dtype) not in _REDUCE_DTYPES:
-        raise DistributedError(f"all_reduce: cannot add tensors of dtype {array.dtype}; "
-                               f"use one of {', '.join(_REDUCE_DTYPES)}")
-    _agree("all_reduce", (tuple(array.shape), str(array.dtype)))
+    def check() -> tuple[Any, dict]:
+        if op not in ("sum", "mean"):
+            raise ValueError(f"all_reduce: op is 'sum' or 'mean', got {op!r}")
+        t_, array = _host(t)
+        if str(array.dtype) not in _REDUCE_DTYPES:
+            raise DistributedError(f"all_reduce: cannot add tensors of dtype {array.dtype}; "
+                                   f"use one of {', '.join(_REDUCE_DTYPES)}")
+        return (t_, array), {"shape": tuple(array.shape), "dtype": str(array.dtype), "op": op}
+
+    t, array = _agree("all_reduce", check)
     out = np.empty_like(array)
     comm().Allreduce(array, out, op=_mpi().SUM)
     if op == "mean":
@@ -188,10 +212,15 @@ def broadcast(t: Any, root: int = 0) -> Any:
     from .tensor import tensor
 
     size = world_size()
-    if not isinstance(root, int) or not 0 <= root < size:
-        raise ValueError(f"broadcast: root must be a rank in 0..{size - 1}, got {root!r}")
-    t, array = _host(t)
-    _agree("broadcast", (tuple(array.shape), str(array.dtype)))
+
+    def check() -> tuple[Any, dict]:
+        if not isinstance(root, int) or not 0 <= root < size:
+            raise ValueError(f"broadcast: root must be a rank in 0..{size - 1}, got {root!r}")
+        t_, array = _host(t)
+        return (t_, array), {"shape": tuple(array.shape), "dtype": str(array.dtype),
+                             "root": root}
+
+    t, array = _agree("broadcast", check)
     out = array.copy()  # the root's copy: the result is a new tensor on every rank
     comm().Bcast(out, root=root)
     return tensor(out, device=t.device)

@@ -165,6 +165,14 @@ def test_a_failure_on_one_rank_raises_on_every_rank_and_the_session_recovers(tmp
         assert feed["seconds"] < 30
         assert "different graphs" in res["mismatch"]["message"]
         assert res["after"] == pytest.approx(4.0)  # the session still works afterwards
+        assert res["agreed"] == [2.0, 3.0] and "different graphs" in res["crosswise"]["message"]
+        assert "no_such_node" in res["unknown"]["message"]
+        assert res["in_step"] == [2.0, 4.0, 6.0]
+        assert res["counted"] == [[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]
+        assert "dtype bool" in res["bad_dtype"]["message"]
+        assert "root 0; rank 1" in res["bad_root"]["message"]
+        assert "op sum; rank 1" in res["bad_op"]["message"]
+        assert res["paired"] == [3.0, 3.0]
     assert results[0]["kernel"]["type"] == "RemoteRankError"
     assert results[1]["kernel"]["type"] == "NodeError"
     assert results[0]["feed"]["type"] == "ShapeError"
@@ -172,10 +180,13 @@ def test_a_failure_on_one_rank_raises_on_every_rank_and_the_session_recovers(tmp
 
 
 @needs_mpi
-def test_a_recv_whose_send_never_comes_times_out_naming_its_key(tmp_path):
+def test_a_rank_that_does_not_come_to_the_run_times_out_the_others(tmp_path):
+    """Rank 0 does not run the plan again; rank 1 waits for its plan (every run compares
+    the ranks' plans first: ranks that agreed on two plans once could run them crosswise
+    later and pair each other's messages) and times out, saying what it waited for."""
     r0, r1 = launch("timeout", tmp_path)
     assert r1["type"] == "RankTimeout"
-    assert "'rank:0/cpu;rank:1/cpu;x'" in r1["message"]
+    assert "rank 0 sent nothing for 2 s while this rank waited for its plan" in r1["message"]
     assert 1.5 < r1["seconds"] < 10
     assert r0["first"] == r1["first"] == [2.0, 2.0]
 
@@ -306,6 +317,37 @@ def scenario_failures(out: dict) -> None:
     out["mismatch"] = _attempt(lambda: sess.run(ok if me == 0 else [ok, x], {x: np.ones(2)}))
     # 4. the same session still runs
     out["after"] = float(sess.run(ok, {x: np.array([2.0, 0.0])}))
+    # 5. plans both ranks agreed on once, run crosswise: A on rank 0, B on rank 1 (rank 0
+    #    took B's value for A's, 3.0 for 2.0, when only a plan's first run was compared)
+    with mg.Graph() as g2:
+        with mg.device("rank:0/cpu"):
+            x2 = mg.placeholder(shape=(), name="x")
+        with mg.device("rank:1/cpu"):
+            a, b = x2 * 2.0, x2 * 3.0
+    s2 = mg.Session(g2)
+    out["agreed"] = [float(s2.run(a, {x2: 1.0})), float(s2.run(b, {x2: 1.0}))]
+    out["crosswise"] = _attempt(lambda: s2.run(a if me == 0 else b, {x2: 1.0}))
+    # 6. a fetch only rank 1 cannot find: both raise, and the runs after stay in step
+    #    (rank 1 fell one run behind, and got each earlier call's answer from then on)
+    out["unknown"] = _attempt(lambda: s2.run("no_such_node" if me == 1 else a, {x2: 1.0}))
+    out["in_step"] = [float(s2.run(a, {x2: float(k)})) for k in (1, 2, 3)]
+    # 7. a variable on rank 1, updated each run, read on rank 0 (a cached partition held
+    #    the variable's value of the run that made it: w stayed 1.0)
+    with mg.Graph() as g3:
+        with mg.device("rank:1/cpu"):
+            w = mg.variable(0.0, name="w")
+        with mg.device("rank:0/cpu"):
+            increment, twice = w.assign(w + 1.0), w * 2.0
+    s3 = mg.Session(g3)
+    out["counted"] = [[float(s3.run(increment)), float(s3.run(twice))] for _ in range(3)]
+    # 8. collectives whose arguments only one rank gets wrong: every rank raises, and
+    #    the next call pairs with the next call (rank 1 waited, then took [101, 101])
+    dist = mg.distributed
+    bad = mg.tensor([True, False]) if me == 0 else mg.tensor([1.0, 1.0])
+    out["bad_dtype"] = _attempt(lambda: dist.all_reduce(bad))
+    out["bad_root"] = _attempt(lambda: dist.broadcast(mg.tensor([1.0]), root=me))
+    out["bad_op"] = _attempt(lambda: dist.all_reduce(mg.tensor([1.0]), op="mean" if me else "sum"))
+    out["paired"] = dist.all_reduce(mg.tensor([1.0, 1.0]) * (me + 1)).tolist()
 
 
 def scenario_timeout(out: dict) -> None:
@@ -319,7 +361,7 @@ def scenario_timeout(out: dict) -> None:
             y = x * 2.0
     sess = mg.Session(g)
     out["first"] = sess.run(y, {x: np.ones(2)}).tolist()  # both ranks: the plans agree
-    if mg.distributed.rank() == 1:  # rank 0 does not run it again: its Send never comes
+    if mg.distributed.rank() == 1:  # rank 0 does not run it again
         out.update(_attempt(lambda: sess.run(y, {x: np.ones(2)})))
     mg.distributed.barrier()
 

@@ -220,6 +220,23 @@ def test_a_read_ordered_after_an_assign_of_its_variable_is_refused(workers, devi
         mg.compile_graph(g, [], [r, a])  # (it stores its assignments at its end too)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_across_devices_reads_the_variables_as_the_last_run_left_them(workers):
+    """A plan across devices runs a partition of the graph, made once and cached, whose
+    variables were copies holding the values of the run that made it: after w.assign(w + 1)
+    the later runs read w = 0 again, and w stayed 1 for good (2 for 4 after three runs).
+    The oracle: counting."""
+    with mg.Graph() as g:
+        with mg.device("cpu:1"):
+            w = mg.variable(0.0, name="w")
+        with mg.device("cpu"):
+            increment, twice = w.assign(w + 1.0), w * 2.0
+    sess = mg.Session(g, workers=workers)
+    for k in range(1, 4):
+        assert sess.run(increment) == k
+        assert sess.run([w, twice]) == [k, 2 * k]
+
+
 def test_two_assigns_of_one_variable_in_one_run_are_refused():
     """``w.assign(w + 10)`` then, under a control dependency, ``w.assign(w * 3)``: both
     computed from w = 0 and stored at the end, so the run gave [10, 0] and w = 0: the

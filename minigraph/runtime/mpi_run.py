@@ -4,7 +4,7 @@ Every rank builds the same graph (SPMD: single program, multiple data) and calls
 ``sess.run(fetches, feeds)`` with the same fetches and feeds. Each rank then:
 
 1. checks the feeds and plans the run, exactly as in one process;
-2. on the first run of a plan, sends every other rank a *fingerprint* of it (node names,
+2. on every run, sends every other rank a *fingerprint* of its plan (node names,
    ops, devices, shapes) and compares theirs: two ranks that built different graphs
    would wait for tensors that never come, so they are told at once instead;
 3. partitions the graph (``partition.py``): every rank computes the same partition, so
@@ -44,7 +44,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -92,7 +92,6 @@ class _World:
         self.epoch = 0
         self.early: list[tuple[int, int, str, Any]] = []  # (source, run, kind, payload)
         self.outbox: list[Any] = []  # requests of control messages still in flight
-        self.checked: set[str] = set()  # fingerprints all ranks agreed on
         tag_ub = self.comm.Get_attr(MPI.TAG_UB) or 32767
         self.keyspace = min(1 << 20, (tag_ub + 1) // 16)  # tags per epoch
         self.epochs = (tag_ub - 1) // self.keyspace
@@ -269,24 +268,28 @@ class MPIRendezvous(Rendezvous):
         self.recvs = []
 
 
-def run_across_ranks(session: Any, fetches: list[Node], feed_dict: dict) -> tuple[dict, list]:
-    """``Session.run`` for a graph that spans ranks: see the module's docstring."""
+def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict: dict
+                     ) -> tuple[list[Node], dict, list]:
+    """``Session.run`` for a graph that spans ranks: see the module's docstring. The
+    fetches are ``resolve()``'s, found inside the run (an error there is every rank's);
+    returns them, the values and the assignments."""
     if distributed.world_for_names() == 1:  # say so before starting MPI for nothing
-        _check_placement(session._plan(fetches, session._feeds(feed_dict)), 1)
+        _check_placement(session._plan(resolve(), session._feeds(feed_dict)), 1)
     w = world()
     w.run_id += 1
     talk = _Conversation(w, w.run_id)
     rendezvous: MPIRendezvous | None = None
     try:
+        fetches = resolve()
         feeds = session._feeds(feed_dict)
         plan = session._plan(fetches, feeds)
         _check_placement(plan, w.size)
         fingerprint = session._fingerprints.get(id(plan))
         if fingerprint is None:
             fingerprint = session._fingerprints[id(plan)] = _fingerprint(plan, fetches)
-        if fingerprint not in w.checked:
-            _compare_plans(talk, fingerprint, len(plan))
-            w.checked.add(fingerprint)
+        # (every run, not only a plan's first: ranks that agreed on two plans may run
+        # them crosswise later, and would pair each other's messages without a word)
+        _compare_plans(talk, fingerprint, len(plan))
         parts = session._partition(fetches, feeds)
         outgoing, incoming = _routes(parts, w)
         rendezvous = MPIRendezvous(w, outgoing, incoming)
@@ -307,7 +310,7 @@ def run_across_ranks(session: Any, fetches: list[Node], feed_dict: dict) -> tupl
             for index, value in payload["values"].items():
                 values[id(fetches[index])] = value
         w.flush()
-        return values, assigns
+        return fetches, values, assigns
     except BaseException as exc:
         if rendezvous is not None:
             rendezvous.abort(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))

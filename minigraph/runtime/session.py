@@ -115,20 +115,24 @@ class Session:
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
         self._check_open("run")
-        flat = [self._node(f) for f in _flatten(fetches)]
-        if not flat:  # (TF1's run([]): the feeds are checked, nothing runs)
-            self._feeds(feed_dict or {})
-            return _rebuild(fetches, iter(()))
-        if self._spans_ranks():  # every rank runs its part; MPI carries the rest
-            from .mpi_run import run_across_ranks
+        if self._spans_ranks() and _flatten(fetches):  # every rank runs its part; MPI
+            from .mpi_run import run_across_ranks       # carries the rest
 
             with _state_lock(self.graph):
-                values, assigns = run_across_ranks(self, flat, feed_dict or {})
+                # (the fetches are found inside the run: a rank that cannot find them
+                # takes part in it still and tells the others, so that every rank's
+                # runs stay in step)
+                flat, values, assigns = run_across_ranks(
+                    self, lambda: [self._node(f) for f in _flatten(fetches)], feed_dict or {})
                 kept = [n.value for n in self.graph.nodes if n.op in ("Const", "Variable")]
                 kept += [np.asarray(v) for v in (feed_dict or {}).values()]
                 results = _handed_over(flat, values, kept)
                 _commit(assigns)
             return _rebuild(fetches, iter(results))
+        flat = [self._node(f) for f in _flatten(fetches)]
+        if not flat:  # (TF1's run([]): the feeds are checked, nothing runs)
+            self._feeds(feed_dict or {})
+            return _rebuild(fetches, iter(()))
         feeds = self._feeds(feed_dict or {})
         plan = self._plan(flat, feeds)
         with _state_lock(self.graph) if self._stateful[id(plan)] else nullcontext():
@@ -198,6 +202,10 @@ class Session:
         for name in names:
             graph = parts[name]
             origin = {id(n): parts.origins.get(id(n)) for n in graph.nodes}
+            for n in graph.nodes:  # (a cached partition's variables hold the values of the
+                source = origin[id(n)]  # run that made it: a commit since changed the graph's)
+                if n.op == "Variable" and source is not None:
+                    n.value = source.value
             own_feeds = {id(n): feeds[id(o)] for n in graph.nodes
                          if (o := origin[id(n)]) is not None and id(o) in feeds}
             own_fetches = [parts.copies[id(f)] for f in fetches
