@@ -521,6 +521,41 @@ def view_before_a_loop(x, w):
     return mg.sum(v)
 
 
+def view_updated_in_a_loop(x, w):
+    a = x * 1.0
+    v = a[1:]
+    for i in range(2):
+        v += w[1:]  # writes a's memory
+    return mg.sum(a)
+
+
+def view_rebound_in_a_loop(x, w):
+    h = x * 1.0
+    v = h[1:]
+    for i in range(2):
+        v = v + w[1:]  # a new value: v no longer views h
+        h += w         # so this writes nothing v holds, from the first iteration on
+    h += w
+    return mg.sum(v * v) + mg.sum(h * h)
+
+
+def test_views_and_loops_refused_where_eager_mode_writes_through_a_view_only():
+    """The loop variable that starts as a view's base (or as the view) was kept a view
+    after the loop, and for the body's whole length, where the body rebinds it: a
+    legitimate update of h after v = v + ... was refused, naming x (which a * 1.0 is
+    written as). Refused only where eager mode writes memory another name views; the
+    other is the closed form (gx = 2 h + 2 v, on v's elements; gw likewise, times 3 for
+    h's three additions and 2 for v's two)."""
+    with pytest.raises(SourceTransformError, match=r"an update in place of v, whose value "
+                                                   r"\(or memory: a view\) a"):
+        mg.grad(view_updated_in_a_loop, argnums=(0, 1), mode="source")(np.ones(3), np.ones(3))
+    x, w = np.array([0.3, -0.7, 1.1, 0.5]), np.array([0.9, 1.2, -0.4, 0.8])
+    gx, gw = mg.grad(view_rebound_in_a_loop, argnums=(0, 1), mode="source")(x, w)
+    h, v = x + 3 * w, x[1:] + 2 * w[1:]
+    np.testing.assert_allclose(gx.numpy(), 2 * h + np.r_[0.0, 2 * v], rtol=1e-13)
+    np.testing.assert_allclose(gw.numpy(), 6 * h + np.r_[0.0, 4 * v], rtol=1e-13)
+
+
 def test_a_loop_in_a_branch_and_a_view_before_a_loop():
     """A loop inside an if decided at run time, reading a variable from before the if:
     the reverse branch looked the loop's accumulator up among the variables it had seen,

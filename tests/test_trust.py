@@ -986,6 +986,19 @@ def test_a_global_index_tensor_written_in_place_is_read_again(mode):
         IDX.data[...] = [0, 1]
 
 
+@pytest.mark.parametrize("mode", COMPILED)
+def test_a_global_tensor_given_a_new_array_is_read_again(mode):
+    """``W.data = new_array`` (PyTorch's habit): the program kept the old array's values
+    where eager mode reads the new one. The oracle: d/dx sum(x * w) = w."""
+    W_SHARED.data = np.array([1.0, 2.0])
+    g = COMPILED[mode](reads_a_shared_tensor)
+    x = np.array([3.0, 4.0])
+    assert g(x).numpy().tolist() == [1.0, 2.0]
+    W_SHARED.data = np.array([4.0, 5.0])
+    assert g(x).numpy().tolist() == [4.0, 5.0]
+    W_SHARED.data = np.array([1.0, 2.0])
+
+
 def test_handing_out_a_copy_or_a_read_only_view_watches_nothing():
     """``np.array(t)`` is a copy and ``t.numpy()`` of a tensor that requires a gradient is
     read-only: no memory of the tensor's becomes the user's to write."""

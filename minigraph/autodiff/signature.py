@@ -173,7 +173,8 @@ class Captured:
     was built makes the program stale, and the next one compares it.
     """
 
-    __slots__ = ("tensors", "stamps", "built_at", "reads", "arrays", "exposures", "hidden")
+    __slots__ = ("tensors", "datas", "stamps", "built_at", "reads", "arrays", "exposures",
+                 "hidden")
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
@@ -184,6 +185,7 @@ class Captured:
         # index, x[IDX], is a parameter of its getitem; a tensor whose shape f reads)
         self.tensors = list({id(t): t for t in list(tensors) + outside
                              if isinstance(t, Tensor)}.values())
+        self.datas = [t.data for t in self.tensors]  # (t.data = other, PyTorch's habit)
         self.built_at = tape.last_write()
         self.stamps = [tape.write_stamp(t) for t in self.tensors]
         self.exposures = exposures()
@@ -198,6 +200,8 @@ class Captured:
         if self.arrays and any(differs(a, was) for a, was in self.arrays):
             return True
         if exposures() != self.exposures and any(map(exposed, self.hidden)):
+            return True
+        if any(t.data is not d for t, d in zip(self.tensors, self.datas)):
             return True
         if not self.tensors or tape.last_write() <= self.built_at:
             return False

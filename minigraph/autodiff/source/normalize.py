@@ -118,6 +118,7 @@ class _Normaliser:
         self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
         self.last_return: Any = frozenset()  # the origin of the last inlined call's result
         self.end_origins: dict[str, Any] = {}  # a loop's carried names at its body's end
+        self.bases: set[int] = set()  # loop variables starting as a view's base (held)
         # f's parameters that hold the caller's own tensors (not differentiated): eager
         # mode's update writes into them (operators.caller_held), the program cannot
         self.passed: dict[str, str] = {}
@@ -328,8 +329,11 @@ class _Normaliser:
             if _flat(origin) & mine:
                 return True
             # (one variable is not one object: x * 1.0 is written as x; a view of its
-            # memory is another variable with the same root)
-            return v is not current and root is not None and _view_root(v) is root
+            # memory is another variable with the same root. A loop variable that starts
+            # as a view's base (loop_body) meets the views only: the root variable itself
+            # may be what x * 1.0 copied, another object of the same variable)
+            return v is not current and root is not None and _view_root(v) is root and \
+                (id(current) not in self.bases or v.view_of is not None)
 
         found = [k[5:] for k, top in env.items()  # (what a loop's last iteration left)
                  if k.startswith("<top>") and k[5:] != skip and top & mine]
@@ -585,6 +589,9 @@ class _Normaliser:
             if again is not None:  # (a variable that becomes a tensor only in the second)
                 raise again
         self.emit_loop(index, rng, body, lvs, ends, env)
+        for n, lv in lvs.items():  # (after the loop, h is its last iteration's: a view of
+            if _view_root(ends[n]) is not lv.view_of:  # the first value's memory only if
+                lv.view_of = None                       # the body keeps it one)
         for n in carried:
             if n in lvs:
                 env[n] = Weak(lvs[n]) if n in weak else lvs[n]
@@ -622,9 +629,12 @@ class _Normaliser:
             for n, lv in lvs.items():  # (in eager mode the first iteration's h is the
                 # memory h held before the loop: a view taken of it then, v = h[1:], sees
                 # h += w there, so the update must meet v, as it does without the loop)
-                root = _view_root(env.get(n, _MISSING))
+                first = env.get(n, _MISSING)
+                root = _view_root(first)
                 if root is not None and id(root) in viewed:
                     lv.view_of = root
+                    if first is root:  # (h itself, not a view of it: see held)
+                        self.bases.add(id(lv))
             weak = {n for n, s in specs.items() if s is not None and s.weak}
             body_env = {**env, name: index,
                         **{n: Weak(lv) if n in weak else lv for n, lv in lvs.items()}}
