@@ -8,9 +8,9 @@ names a, b, c in every way Python allows: tuple assignments that read the old va
 (``a, b = b * a, a``: b takes a's value from *before* the line), rotations, a temporary
 (``t = a; a = ...; b = t``), in a ``for`` loop, in ifs on run-time values, before and
 after the loop; in the loop, items and powers by the index (``a * w[i] ** i``); loops
-inside run-time ifs. The oracle is the same text run by PyTorch (``mg.`` becomes ``torch.``),
-differentiated by its autograd; every mode must give its gradients (graph mode, which
-refuses an if on a value, those of the programs without one).
+inside run-time ifs. The oracle is the same text run by PyTorch (``mg.`` becomes
+``torch.``), differentiated by its autograd; every mode must give its gradients (graph
+mode, which refuses an if on a value, those of the programs without one).
 """
 
 from __future__ import annotations

@@ -199,11 +199,13 @@ class Captured:
             return True
         if self.arrays and any(differs(a, was) for a, was in self.arrays):
             return True
-        if exposures() != self.exposures and any(map(exposed, self.hidden)):
+        if not self.tensors:  # (the cached call's common case: one test, nothing more)
+            return False
+        if self.hidden and exposures() != self.exposures and any(map(exposed, self.hidden)):
             return True
         if any(t.data is not d for t, d in zip(self.tensors, self.datas)):
             return True
-        if not self.tensors or tape.last_write() <= self.built_at:
+        if tape.last_write() <= self.built_at:
             return False
         return any(tape.write_stamp(t) != s for t, s in zip(self.tensors, self.stamps))
 
