@@ -29,10 +29,10 @@ from minigraph.grading.gradescope import write_results_json
 FIXTURES = Path(__file__).resolve().parent / "grading_fixtures"
 EXAMPLE = FIXTURES / "chapters" / "99-example"
 TOKEN = "minigraph-attack-token-7f3a"   # in the command line of every process an attack starts
-ROOT_ONLY = Path(f"/tmp/{TOKEN}-root-only/target.txt")  # (a file only its owner may write)
+ROOT_ONLY = Path(f"/tmp/{TOKEN}-{os.getpid()}-root-only/target.txt")  # (only its owner writes it)
 # An instructor's checkout: the course in chapters/, its history (the reference solutions
 # included) in .git beside it. In /tmp, so that others may pass through its parents.
-REPOSITORY = Path(f"/tmp/{TOKEN}-repository")
+REPOSITORY = Path(f"/tmp/{TOKEN}-{os.getpid()}-repository")  # (a process of its own each)
 TIMEOUT, TOTAL = 1.5, 8.0
 
 # what every attack needs to try to win: where things are
@@ -321,7 +321,9 @@ def attacks(tmp_path_factory):
         results = {name: future.result() for name, future in futures.items()}
     time.sleep(1.0)  # a process left behind would rewrite results.json now
     changed = [str(p) for p, data in package_files.items() if p.read_bytes() != data]
-    return results, changed
+    yield results, changed
+    shutil.rmtree(REPOSITORY, ignore_errors=True)
+    shutil.rmtree(ROOT_ONLY.parent, ignore_errors=True)
 
 
 def _leftovers() -> list[str]:
