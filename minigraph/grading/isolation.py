@@ -268,6 +268,19 @@ def missing_protection() -> str | None:
             "and signal the grader (grade as root, as Gradescope does, for the full protection)")
 
 
+def new_file(path: "str | Path", flags: int) -> int:
+    """A new regular file at ``path``, opened with ``flags``: whatever held the name (a
+    file, a symlink, a FIFO, a folder an earlier sandbox left) is removed first, and the
+    file is made without following a link (``O_EXCL | O_NOFOLLOW``)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
 def copy_for_sandbox(source: Path, folder: Path, account: Account | None) -> Path:
     """A copy of ``source`` in the sandbox's ``folder``, the account's. The grader runs
     as root, and an earlier sandbox may have put a symlink (or a hard link) where the copy
@@ -275,13 +288,7 @@ def copy_for_sandbox(source: Path, folder: Path, account: Account | None) -> Pat
     the old name is removed and the copy made new, never following a link, and given to
     the account through its descriptor."""
     target = folder / source.name
-    try:
-        os.unlink(target)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        shutil.rmtree(target)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = new_file(target, os.O_WRONLY)
     with os.fdopen(fd, "wb") as out:
         out.write(source.read_bytes())
         if account is not None:

@@ -456,12 +456,14 @@ class Graph:
             var, new = args
             if new.shape is not None and new.shape != var.shape:
                 raise ShapeError(f"assign: variable '{var.name}' has shape {var.shape}, the "
-                                 f"new value '{new.name}' has shape {new.shape}")
+                                 f"new value '{new.name}' has shape {new.shape} "
+                                 f"(at {describe_location(user_location())})")
             if new.dtype is not None and new.dtype != var.dtype:  # (it would store the other
                 raise DTypeError(                                  # dtype, as TF1 refuses)
                     f"assign: variable '{var.name}' has dtype {var.dtype}, the new value "
                     f"'{new.name}' has dtype {new.dtype}; cast it: "
-                    f"{var.name}.assign(mg.astype(..., {var.dtype!r}))")
+                    f"{var.name}.assign(mg.astype(..., {var.dtype!r})) "
+                    f"(at {describe_location(user_location())})")
             shape, dtype, device = var.shape, var.dtype, var.device
         node = Node(self, self.unique_name(name or op), op, None, args, NO_PARAMS, shape, dtype,
                     device or scoped_device() or get_device(None), user_location(), value,
