@@ -336,6 +336,22 @@ def test_an_object_that_says_yes_to_everything_passes_nothing(tmp_path):
     assert "returned a Yes object where a value was expected" in got["test_sign_is_truthy"].output
 
 
+def test_an_answer_too_large_to_send_fails_its_test_with_the_reason(tmp_path):
+    """An answer over the channel's message limit crashed the sandbox ("the test process
+    exited with code 1"): the size check raised after the answer was made. The sandbox
+    now answers with the error, and the next test runs in the same sandbox."""
+    student = tmp_path / "student" / EXAMPLE.name
+    student.mkdir(parents=True)
+    (student / "exercises.py").write_text(
+        (EXAMPLE / "exercises.py").read_text()
+        + "\nimport numpy as np\ndef add(a, b):\n    return np.zeros(5_000_000)\n")
+    report = grade(student, course=EXAMPLE.parent, timeout=TIMEOUT)
+    got = {r.name: r for r in report.results}
+    assert got["test_add"].status == "failed"
+    assert "MiB that cross between the grader and the sandbox" in got["test_add"].output
+    assert got["test_mean"].status == "passed", report.table(width=200)
+
+
 def cli(argv):
     """The command line as minigraph/cli.py builds it."""
     parser = argparse.ArgumentParser(prog="minigraph")

@@ -63,6 +63,17 @@ def test_demo_prints_everything_and_succeeds(capsys):
     assert " NO" not in out
 
 
+def test_python_dash_m_minigraph_runs_the_same_command():
+    """``python -m minigraph demo`` works where the ``minigraph`` script is not on PATH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "minigraph", "demo"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "2.5838531634528574" in done.stdout and "(g.5)" in done.stdout
+
+
 @pytest.mark.parametrize("f, inputs, message", [
     (lambda x: (x * x).sum(), {"x": [1.0, 2.0]}, r"input x has shape \(2,\)"),
     (lambda x: 3.0, {"x": 2.0}, "got a float"),

@@ -100,7 +100,10 @@ class Peer:
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure becomes an answer
             answer = {"re": message.get("id"), "error": self.error_info(exc)}
-        self.send(answer)
+        try:
+            self.send(answer)
+        except wire.MessageTooLarge as exc:  # (nothing was written: the error goes instead)
+            self.send({"re": message.get("id"), "error": self.error_info(exc)})
 
     def error_info(self, exc: BaseException) -> dict:
         return {"type": type(exc).__name__, "message": str(exc)}

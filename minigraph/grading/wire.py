@@ -67,6 +67,11 @@ class ChannelTimeout(WireError):
     """No message arrived before the deadline."""
 
 
+class MessageTooLarge(WireError):
+    """A message over MAX_MESSAGE, refused before a byte of it is written: the channel
+    stays usable, so the side that made it can answer with this error instead."""
+
+
 # -- values ---------------------------------------------------------------------------------
 
 def _npy(array: np.ndarray) -> str:
@@ -161,7 +166,10 @@ def send(fd: int, message: dict, deadline: float | None = None) -> None:
     select's "writable" promises not to block."""
     body = json.dumps(message, separators=(",", ":")).encode("utf-8")
     if len(body) > MAX_MESSAGE:
-        raise WireError(f"a message of {len(body)} bytes is over the {MAX_MESSAGE} byte limit")
+        raise MessageTooLarge(
+            f"the value is {len(body) / 2**20:.1f} MiB as a message, over the "
+            f"{MAX_MESSAGE >> 20} MiB that cross between the grader and the sandbox; "
+            f"return a smaller value (an array is sent with its data)")
     data = _HEADER.pack(len(body)) + body
     view = memoryview(data)
     while view:
