@@ -750,10 +750,13 @@ def shrink_dag(dag: Dag, name: str, deadline: float) -> Dag:
 # (PyTorch's reading; NumPy raises AxisError).
 _AS_FLOAT = "(a if a.dtype.kind == 'f' else a.astype(np.float64))"
 _B = "(a.astype(np.float64) if a.dtype == bool else a)"  # (the floating ops' bools)
-_SOFTMAX = ("np.exp({f} - np.max({f}, axis=-1, keepdims=True)) / np.sum(np.exp({f} - "
-            "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True)")
-_LOG_SOFTMAX = ("{f} - np.max({f}, axis=-1, keepdims=True) - np.log(np.sum(np.exp({f} - "
-                "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True))")
+# (over an empty axis, PyTorch's empty result: NumPy's max of nothing raises)
+_SOFTMAX = ("(np.empty_like({f}) if {f}.shape[-1:] == (0,) else "
+            "np.exp({f} - np.max({f}, axis=-1, keepdims=True)) / np.sum(np.exp({f} - "
+            "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True))")
+_LOG_SOFTMAX = ("(np.empty_like({f}) if {f}.shape[-1:] == (0,) else "
+                "{f} - np.max({f}, axis=-1, keepdims=True) - np.log(np.sum(np.exp({f} - "
+                "np.max({f}, axis=-1, keepdims=True)), axis=-1, keepdims=True)))")
 _OVER_AXIS = "(np.{0}(a, axis={1}) if a.ndim else np.{0}(a, axis=()))"
 
 # name -> (arity, minigraph, torch, NumPy). NumPy decides the dtype (and whether to refuse);

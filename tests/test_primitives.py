@@ -375,3 +375,83 @@ def test_matmul_keeps_ieee_nans_beside_a_one_by_one_matrix(xs, ys, dtype):
             graph = mg.trace(lambda a, b: a @ b)(x, y).numpy()
         np.testing.assert_array_equal(eager, want)
         np.testing.assert_array_equal(graph, want)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 4), (7, 4), (3, 4, 1), (3, 2)])
+def test_sum_to_refuses_a_shape_that_does_not_broadcast_to_x(shape):
+    """sum_to(x of (3, 4), (5,)) returned shape (4,) and (2, 4) returned x unsummed: the
+    target was never checked against x's shape. PyTorch's sum_to_size refuses them."""
+    torch = pytest.importorskip("torch")
+    x = np.arange(12.0).reshape(3, 4)
+    with pytest.raises(RuntimeError):
+        torch.tensor(x).sum_to_size(shape)
+    with pytest.raises(mg.errors.ShapeError, match="does not broadcast to x's shape"):
+        mg.sum_to(mg.tensor(x), shape)
+
+
+@pytest.mark.parametrize("shape, want", [((1, 4), [[12.0, 15.0, 18.0, 21.0]]),
+                                         ((3, 1), [[6.0], [22.0], [38.0]]), ((), 66.0)])
+def test_sum_to_sums_down_to_a_shape_that_broadcasts(shape, want):
+    x = np.arange(12.0).reshape(3, 4)
+    assert mg.sum_to(mg.tensor(x), shape).tolist() == want
+
+
+@pytest.mark.parametrize("labels", [[0.5, 2.7], [True, False], np.array([1.0, 2.0], "float32")])
+def test_one_hot_refuses_labels_that_are_not_integers(labels):
+    """A float label matched no class and gave a row of zeros, the silent loss of an
+    example that one_hot's strict range check exists to prevent. PyTorch refuses."""
+    with pytest.raises(TypeError, match="one_hot: labels must be integers"):
+        mg.one_hot(labels, 3)
+    assert mg.one_hot(2, 3).tolist() == [0.0, 0.0, 1.0]  # one Python int is a label
+
+
+@pytest.mark.parametrize("index", [np.array([1, 0]), 1, [0, 1], (np.array([0, 1, 1]),),
+                                   (slice(None), 1), (Ellipsis, 0)])
+def test_scatter_add_reads_an_index_as_getitem_and_numpy_read_it(index):
+    """An array index was read as one point (its items the coordinates), so scatter_add of
+    5 at np.array([1, 0]) filled one element where np.add.at fills rows 1 and 0; an int
+    index crashed inside. The oracle is np.add.at."""
+    g = np.arange(1.0, 7.0).reshape(2, 3)[index] if not isinstance(index, int) else \
+        np.array([1.0, 2.0, 3.0])
+    want = np.zeros((2, 3))
+    np.add.at(want, index if not isinstance(index, list) else np.array(index), g)
+    got = mg.scatter_add(mg.tensor(g), index, (2, 3))
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_transpose_takes_one_int_as_numpy_does():
+    """transpose(x, 1) failed with "'int' object is not iterable"; NumPy takes an int as a
+    permutation of one axis: a vector's own, or refused for a matrix."""
+    np.testing.assert_array_equal(mg.transpose(mg.tensor([1.0, 2.0]), 0).numpy(),
+                                  np.transpose(np.array([1.0, 2.0]), 0))
+    with pytest.raises(ValueError):
+        np.zeros((2, 3)).transpose(1)
+    with pytest.raises(mg.errors.ShapeError, match="not a permutation of the 2 axes"):
+        mg.tensor(np.zeros((2, 3))).transpose(1)
+
+
+@pytest.mark.parametrize("f", [lambda a, b: a - b, lambda a, b: -a, lambda a, b: a - True])
+def test_bool_minus_bool_is_refused_where_the_program_is_written(f):
+    """NumPy refuses a bool minus a bool and the negative of a bool; eager mode said so
+    naming the op, a traced function raised NumPy's bare TypeError when it ran. The
+    shape rule refuses it now, in every mode, naming the op."""
+    a, b = np.array([True, False]), np.array([True, True])
+    with pytest.raises(TypeError):
+        f(a, b)
+    for call in (f, mg.trace(f)):
+        with pytest.raises(mg.errors.DTypeError, match="(sub|neg): .*bool .*not supported"):
+            call(mg.tensor(a), mg.tensor(b))
+    assert (mg.tensor(a) - 1).tolist() == [0, -1]  # with an int, as NumPy: int64
+
+
+@pytest.mark.parametrize("f, f_torch", [(mg.softmax, "softmax"), (mg.log_softmax, "log_softmax")])
+def test_softmax_over_an_empty_axis_is_empty(f, f_torch):
+    """NumPy's maximum over a zero-length axis raised; PyTorch returns an empty result,
+    and its gradient is empty too."""
+    torch = pytest.importorskip("torch")
+    want = getattr(torch, f_torch)(torch.zeros((2, 0), dtype=torch.float64), 1)
+    x = mg.tensor(np.zeros((2, 0)), requires_grad=True)
+    y = f(x, axis=1)
+    assert y.shape == tuple(want.shape) and y.dtype == "float64"
+    y.sum().backward()
+    assert x.grad.shape == (2, 0)

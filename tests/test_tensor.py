@@ -195,6 +195,32 @@ def test_what_relu_maximum_and_minimum_do_not_select_gets_zero_even_from_inf(mod
         assert mg.grad(_sqrt_of_relu, mode=mode)(mg.tensor(-1.0, dtype=dtype)).item() == 0.0
 
 
+def _scaled_relu(x, s):
+    return mg.sum(mg.relu(x)) * s
+
+
+def _relu(x):
+    return mg.relu(x)
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+def test_relu_passes_an_inf_or_nan_adjoint_where_its_input_is_positive(mode):
+    """A compiled program lets relu's VJP write into relu's own output, its last reader;
+    the kernel read y > 0 again after the write had put g there, and an inf or nan
+    adjoint came back as zeros (a nan loss gave zero gradients, hiding the divergence).
+    Oracles: PyTorch, and the closed form g where x > 0, else 0."""
+    torch = pytest.importorskip("torch")
+    x0 = np.array([1.0, 2.0, -1.0, 3.0])
+    got = mg.grad(_scaled_relu, mode=mode)(mg.tensor(x0), -np.inf)
+    xt = torch.tensor(x0, requires_grad=True)
+    (torch.relu(xt).sum() * -np.inf).backward()
+    np.testing.assert_array_equal(got.numpy(), xt.grad.numpy())
+    assert got.tolist() == [-np.inf, -np.inf, 0.0, -np.inf]
+    g0 = np.array([-np.inf, -5.0, 7.0, np.nan])
+    (gx,) = mg.vjp(_relu, mg.tensor(x0), mode=mode)[1](mg.tensor(g0))
+    np.testing.assert_array_equal(gx.numpy(), np.where(x0 > 0, g0, 0.0))
+
+
 def test_relu_and_pow_keep_numpys_dtypes_for_bools():
     """relu of a 0-d bool made by an op (an np.bool_) gave int64, where NumPy and a bool
     array give bool: its zero was the Python 0. True ** b (a bool tensor) gave int8, a

@@ -66,6 +66,23 @@ def _pow_shape(x: Any, y: Any) -> tuple:
     return S.elementwise("pow")(x, y)
 
 
+def _sub_shape(x: Any, y: Any) -> tuple:
+    """Broadcast and promoted; a bool minus a bool refused here, as NumPy's kernel refuses
+    it, so that a traced or graph program says so where the user wrote it."""
+    if _bool(x) and _bool(y):
+        raise DTypeError("sub: a bool minus a bool is not supported (as in NumPy): use "
+                         "mg.not_equal for exclusive or, or cast to int64 first")
+    return S.elementwise("sub")(x, y)
+
+
+def _neg_shape(x: Any) -> tuple:
+    """``x``'s shape and dtype; the negative of a bool refused, as ``_sub_shape`` does."""
+    if _bool(x):
+        raise DTypeError("neg: the negative of a bool is not supported (as in NumPy): use "
+                         "mg.equal(x, False) for logical not, or cast to int64 first")
+    return S.same(x)
+
+
 def _bool(v: Any) -> bool:
     """A Python bool, or a value of dtype bool."""
     return type(v) is bool or S.dtype_of(v) == "bool"
@@ -94,7 +111,7 @@ ADD = primitive(
     symbol="+", neutral=(-0.0, (0, 1)))  # (x + 0.0 is +0.0 where x is -0.0)
 
 SUB = primitive(
-    "sub", lambda xp, x, y: x - y, S.elementwise("sub"),
+    "sub", lambda xp, x, y: x - y, _sub_shape,
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g),
     out=ufunc_out("subtract"), batch=B.elementwise("sub"),
@@ -115,7 +132,7 @@ DIV = primitive(
     symbol="/", neutral=(1, (1,)))
 
 NEG = primitive(
-    "neg", lambda xp, x: -x, S.same,
+    "neg", lambda xp, x: -x, _neg_shape,
     jvp=[lambda t, out, x: -t],
     vjp=[lambda g, out, x: -g],
     out=ufunc_out("negative"), batch=B.elementwise("neg"),
@@ -315,26 +332,27 @@ def _zero(x: Any) -> Any:
 def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
     """``g`` where ``y > 0``, else 0. Multiplying by the mask is one pass, where NumPy's
     ``where(mask, g, 0)`` takes 1.5-6x as long; but 0 * inf is nan, so where g holds an
-    inf or a nan, the elements the mask drops are set to 0 afterwards (relu is constant
-    there: sqrt(relu(x)) at x = -1 has derivative 0, as in PyTorch)."""
-    mask = _positive(xp, y, g)
-    result = xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
+    inf or a nan, ``where`` picks instead (relu is constant there: sqrt(relu(x)) at
+    x = -1 has derivative 0, as in PyTorch). ``out`` may be y's own buffer (a compiled
+    program reuses it): y is read once, into the mask, before anything is written."""
+    positive = y > 0
     finite = math.isfinite(g) if type(g) in (int, float) else bool(xp.all(xp.isfinite(g)))
-    if not finite:
-        result = xp.where(y > 0, result, _zero(result))
-        if out is not None:
-            out[...] = result
-            result = out
+    if finite:
+        mask = _factor(xp, positive, g)
+        return xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
+    result = xp.where(positive, g, _zero(g) if hasattr(g, "dtype") else 0.0)
+    if out is not None:
+        out[...] = result
+        result = out
     return result
 
 
-def _positive(xp: Any, y: Any, g: Any) -> Any:
-    """The mask ``y > 0``. NumPy and CuPy multiply a float array by a bool array as by
-    0.0/1.0; the Array API wants the mask cast to ``g``'s dtype first."""
-    mask = y > 0
+def _factor(xp: Any, mask: Any, g: Any) -> Any:
+    """The mask ``y > 0`` as a factor of ``g``. NumPy and CuPy multiply a float array by
+    a bool array as by 0.0/1.0; the Array API wants the mask cast to ``g``'s dtype first."""
     if type(mask) is np.ndarray:
         return mask
-    if isinstance(mask, bool):  # y was a Python number
+    if isinstance(mask, (bool, np.bool_)):  # y was a number
         return 1.0 if mask else 0.0
     return xp.astype(mask, g.dtype if hasattr(g, "dtype") else xp.asarray(g).dtype)
 

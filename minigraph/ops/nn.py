@@ -41,6 +41,8 @@ from .primitive import Primitive, bind, primitive
 
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
     x = E.as_floating(xp, x)
+    if x.shape[axis] == 0:  # (no maximum to subtract: an empty result, as PyTorch's)
+        return xp.empty_like(x)
     e = xp.exp(x - R.max_kernel(xp, x, axis, True))
     e /= R.sum_kernel(xp, e, axis, True)  # (e is this kernel's own array)
     return e
@@ -48,6 +50,8 @@ def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
 
 def _log_softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
     x = E.as_floating(xp, x)
+    if x.shape[axis] == 0:
+        return xp.empty_like(x)
     z = x - R.max_kernel(xp, x, axis, True)
     z -= xp.log(R.sum_kernel(xp, xp.exp(z), axis, True))
     return z
@@ -252,7 +256,9 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
 
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """Rows of zeros with a one at each label (no gradient). A label outside
-    ``0 .. num_classes - 1`` raises, as in PyTorch (JAX gives it a row of zeros)."""
+    ``0 .. num_classes - 1`` raises, as in PyTorch (JAX gives it a row of zeros), and so
+    do labels that are not integers (a float label matched no class: a row of zeros)."""
+    _check_labels("one_hot", labels)
     return bind(ONE_HOT, labels, num_classes=_num_classes("one_hot", num_classes),
                 dtype=S.supported_dtype("one_hot", dtype))
 
@@ -303,5 +309,7 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
 
 
 def _check_labels(who: str, labels: Any) -> None:
+    if type(labels) is int:  # (one label as a Python int: a number has no dtype)
+        return
     if S.dtype_of(labels) not in ("int64", "int32"):
         raise TypeError(f"{who}: labels must be integers, got dtype {S.dtype_of(labels)}")

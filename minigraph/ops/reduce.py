@@ -253,6 +253,9 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     if xshape == tuple(shape):
         return x
     lead = len(xshape) - len(shape)
+    if lead < 0 or any(n != 1 and n != xshape[lead + i] for i, n in enumerate(shape)):
+        raise ShapeError(f"sum_to: shape {tuple(shape)} does not broadcast to x's shape "
+                         f"{xshape}, so x cannot be summed down to it")
     stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and xshape[lead + i] != 1)
     if not stretched:  # only new leading axes (a bias's gradient): the sum has the shape
         return sum(x, tuple(range(lead)))

@@ -12,7 +12,7 @@ they were given and shift every axis they name by one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
@@ -245,7 +245,8 @@ def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
     ndim = S.rank("transpose", x)
     if axes is None:
         axes = tuple(reversed(range(ndim)))
-    else:
+    else:  # (one int, as NumPy's x.transpose(0) of a vector takes it: a permutation of one)
+        axes = (axes,) if isinstance(axes, (int, np.integer)) else axes
         axes = tuple(S.check_axis("transpose", a, x) for a in axes)
         if sorted(axes) != list(range(ndim)):
             raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
@@ -289,16 +290,28 @@ def host_index(i: Any) -> Any:
 
 def getitem(x: Any, index: Any) -> Any:
     """``x[index]``: ints, slices, ``None``, ``...`` and integer arrays; differentiable."""
-    index = index if isinstance(index, tuple) else (index,)
-    if not any(i is Ellipsis for i in index) and \
-            sum(i is not None for i in index) < S.rank("getitem", x):
-        index = index + (Ellipsis,)  # NumPy's implicit trailing ':'s, spelled out
+    index = _spelled_out(index, lambda: S.rank("getitem", x))
     return bind(GETITEM, x, index=tuple(host_index(i) for i in index))
 
 
-def scatter_add(g: Any, index: tuple, shape: tuple[int, ...]) -> Any:
-    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up)."""
-    return bind(SCATTER_ADD, g, index=index, shape=S.sizes("scatter_add", shape))
+def scatter_add(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up), the
+    index read as ``x[index]`` reads it: getitem's VJP. (The index getitem's rule passes
+    may hold a loop index that source mode knows only when its program runs.)"""
+    shape = S.sizes("scatter_add", shape)
+    index = tuple(i if type(i) in KINDS else host_index(i)
+                  for i in _spelled_out(index, lambda: len(shape)))
+    return bind(SCATTER_ADD, g, index=index, shape=shape)
+
+
+def _spelled_out(index: Any, rank: Callable[[], int]) -> tuple:
+    """``index`` as NumPy reads ``x[index]``: a tuple (one int or array indexes axis 0),
+    with NumPy's implicit trailing ``:``s spelled out as ``...``. (x's ``rank()`` is asked
+    only then: an index with ``...`` fits a graph value of unknown shape.)"""
+    index = index if isinstance(index, tuple) else (index,)
+    if not any(i is Ellipsis for i in index) and sum(i is not None for i in index) < rank():
+        index = index + (Ellipsis,)
+    return index
 
 
 def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
