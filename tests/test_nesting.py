@@ -22,7 +22,7 @@ import minigraph as mg
 from minigraph.autodiff.batching import BatchingError
 from minigraph.autodiff.source import SourceTransformError
 from minigraph.errors import DTypeError, GradientError
-from minigraph.graph.graph import TracedValueError
+from minigraph.graph.graph import GraphError, TracedValueError
 from program_files import load_pair  # (tests/program_files.py)
 
 torch = pytest.importorskip("torch")
@@ -599,6 +599,86 @@ def test_a_no_grad_block_is_a_constant_at_every_level_of_every_pairing():
                                    per_example, rtol=1e-12, err_msg=mode)
 
 
+def _held_inside(x):
+    with mg.no_grad():
+        c = mg.sin(x) * x
+    return c * x
+
+
+def _sum_through_vmap(x):  # (source mode reads this one; it refuses a with block in it)
+    return mg.sum(mg.vmap(_held_inside)(x))
+
+
+def _sum_held(y):
+    return mg.sum(_held_inside(y))
+
+
+def _sum_through_grad(x):
+    return mg.sum(mg.grad(_sum_held)(x))
+
+
+def _sum_held_quadratic(lib):
+    def f(a):
+        with lib.no_grad():
+            c = lib.sin(a) * a
+        return lib.sum(c * a * a)
+    return f
+
+
+def test_a_no_grad_block_in_a_recorded_program_stops_adjoints_only():
+    """A recorded program (mg.trace, mode="graph") marked a no_grad value with
+    stop_gradient, which stops tangents too: mg.hessian(f, mode="graph") gave
+    d/da (2 a c) with c held (torch.func.hessian and finite differences: c moves), and
+    mg.jvp of a traced f lost the block's tangent, which mg.jvp of f keeps. Source mode,
+    reaching the block through vmap or grad, differentiated through it. The value now
+    gets a no_grad node: no adjoint, tangents pass (forward-mode grad stops them)."""
+    torch = pytest.importorskip("torch")
+    import torch.func as tf
+
+    a = np.array([0.3, 0.8, 1.1])
+    ta = torch.tensor(a)
+    want = tf.hessian(_sum_held_quadratic(torch))(ta).numpy()
+    np.testing.assert_allclose(np.diag(want), 4 * a * np.sin(a) + 2 * a * a * np.cos(a),
+                               rtol=1e-12)  # d/da 2 a^2 sin a, the closed form
+    for mode in ("tape", "graph", "source"):
+        if mode == "source":  # (f holds the block itself: source mode refuses it)
+            continue
+        got = mg.hessian(_sum_held_quadratic(mg), mode=mode)(a)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, err_msg=mode)
+    e = np.ones(3)
+    t_want = tf.jvp(lambda x: (torch.sin(x) * x) * x, (ta,), (torch.tensor(e),))[1].numpy()
+    for fn in (_held_inside, mg.trace(_held_inside)):
+        np.testing.assert_allclose(mg.jvp(fn, (a,), (e,))[1].numpy(), t_want, rtol=1e-12)
+    def held_torch(x):
+        with torch.no_grad():
+            c = torch.sin(x) * x
+        return c * x
+    wants = {_sum_through_vmap: tf.grad(lambda x: tf.vmap(held_torch)(x).sum())(ta).numpy(),
+             _sum_through_grad: tf.grad(lambda x: tf.grad(
+                 lambda y: held_torch(y).sum())(x).sum())(ta).numpy()}
+    np.testing.assert_allclose(wants[_sum_through_vmap], a * np.sin(a), rtol=1e-12)  # c held
+    assert not wants[_sum_through_grad].any()  # the inner gradient, c, is held at both levels
+    for mode in ("tape", "forward", "graph", "source"):
+        for f, want_f in wants.items():
+            np.testing.assert_allclose(mg.grad(f, mode=mode)(a).numpy(), want_f, rtol=1e-12,
+                                       err_msg=f"{mode} {f.__name__}")
+
+
+@pytest.mark.parametrize("who, call", [
+    ("grad", lambda x: mg.grad(lambda a: mg.sum(a * a))(x)),
+    ("grad", lambda x: mg.grad(lambda a: mg.sum(a * a), mode="forward")(x)),
+    ("jacrev", lambda x: mg.jacrev(mg.sin)(x)), ("jacfwd", lambda x: mg.jacfwd(mg.sin)(x)),
+    ("hessian", lambda x: mg.hessian(lambda a: mg.sum(a * a))(x)),
+    ("jvp", lambda x: mg.jvp(mg.sin, (x,), (1.0,))), ("vmap", lambda x: mg.vmap(mg.sin)(x))])
+def test_a_placeholder_of_unknown_shape_is_refused_by_name(who, call):
+    """grad, jacrev, jacfwd, hessian and jvp of a graph placeholder made with shape=None
+    failed inside with a TypeError (int(None), None not iterable); vmap said why."""
+    with mg.Graph():
+        x = mg.placeholder(shape=None, dtype="float64", name="x")
+        with pytest.raises(mg.errors.ShapeError, match=f"{who}: argument 0 has an unknown shape"):
+            call(x)
+
+
 # -- a transformation handed to another as it is ------------------------------------------
 # mg.grad(mg.grad(f, mode="source"), mode="source"), as JAX users write grad(grad(f)): source
 # mode writes a function that calls the inner transformation and reads that (the other modes
@@ -799,3 +879,19 @@ def test_source_mode_of_value_and_grad_refuses_its_tuple_naming_it(mode):
     names the function source mode wrote to call it (it said 'in wrapped')."""
     with pytest.raises(TypeError, match=r"got tuple \[source_grad: in value_and_grad_cube"):
         mg.grad(mg.value_and_grad(cube, mode=mode), mode="source")(0.7, -1.3)
+
+
+@pytest.mark.parametrize("wrap", [lambda g, x: mg.vmap(g)(mg.stack([x, x])),
+                                  lambda g, x: mg.grad(lambda a: mg.sum(g(a)))(x),
+                                  lambda g, x: mg.jvp(g, (x,), (mg.ones_like(x),))])
+@pytest.mark.parametrize("inner", ["grad", "trace"])
+def test_a_recorded_function_closing_over_an_outer_value_says_so(wrap, inner):
+    """Graph mode records f on placeholders; an f that reads a variable of the function
+    around it (a vmap's batched value, a grad's box) returned that transformation's value,
+    and the error only said 'f must return a graph value, got BatchTracer'."""
+    def outer(x):
+        if inner == "grad":
+            return mg.grad(lambda y: mg.sum(y * x), mode="graph")(x)
+        return mg.trace(lambda y: y * x)(x)
+    with pytest.raises(GraphError, match="a value of a transformation around this one"):
+        wrap(outer, mg.tensor([1.0, 2.0]))

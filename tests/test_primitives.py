@@ -111,6 +111,7 @@ VALUE_CASES = {
     "greater_equal": (lambda x: x >= 0.2, np.greater_equal),
     "equal": (lambda x: x == x[0], np.equal), "not_equal": (lambda x: x != x[0], np.not_equal),
     "stop_gradient": (mg.stop_gradient, lambda x: x),
+    "no_grad": (mg.PRIMITIVES["no_grad"], lambda x: x),  # (its tangents: test_nesting.py)
     "floor_divide": (lambda x: x // 0.15, lambda x: np.floor_divide(x, 0.15)),
     "zeros_like": (mg.zeros_like, np.zeros_like), "ones_like": (mg.ones_like, np.ones_like),
     "one_hot": (lambda x: mg.one_hot(mg.tensor([2, 0]), 3), lambda x: np.eye(3)[[2, 0]]),

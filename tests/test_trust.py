@@ -1113,3 +1113,33 @@ def test_a_list_f_itself_appends_to_is_its_log_and_leaves_its_programs_alone(mod
     for x in ([1.0, 2.0], [1.0, 2.0, 3.0], [3.0, 4.0], [5.0, 6.0, 7.0]):
         np.testing.assert_array_equal(g(np.array(x)).numpy(), 2 * np.array(x))
     assert len(RUNS_LOG) == 2
+
+
+def _cast(a):
+    return mg.astype(a, "float64")
+
+
+def _plus_zero(a):
+    return a + 0.0
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, t: mg.vmap(_cast)(x), lambda x, t: mg.vmap(lambda a: a)(x),
+    lambda x, t: mg.vmap(lambda a, b: (a, b))(x, t)[1],
+    lambda x, t: mg.jvp(_cast, (x,), (t,))[0], lambda x, t: mg.jvp(_cast, (x,), (t,))[1],
+    lambda x, t: mg.jvp(_plus_zero, (x,), (t,))[1], lambda x, t: mg.vjp(_cast, x)[0],
+    lambda x, t: mg.value_and_grad(lambda a, b: mg.sum(a) + b, argnums=0)(x, t[0, 0:1])[0],
+    lambda x, t: mg.value_and_grad(lambda a, b: b, argnums=0)(x, t[0, 0:1])[0]])
+def test_what_a_transformation_returns_is_never_its_argument(call):
+    """mg.astype(x, x.dtype) makes a new tensor, as NumPy's astype copies; under vmap, jvp
+    and vjp the result was the caller's x itself, and jvp of x + 0.0 gave the caller's
+    tangent back: a write into the result changed the argument. (torch.func.vmap of a
+    copying cast shares no storage either.)"""
+    x = mg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    t = mg.tensor([[1.0, 1.0], [1.0, 1.0]])
+    before_x, before_t = x.numpy().copy(), t.numpy().copy()
+    out = call(x, t)
+    with mg.no_grad():
+        out += 100.0
+    np.testing.assert_array_equal(x.numpy(), before_x)
+    np.testing.assert_array_equal(t.numpy(), before_t)

@@ -158,6 +158,7 @@ CASES = [
      lambda g, lab: -np.eye(3)[lab] * g / 4),
     ("identity", mg.identity, [u(2, 3)], lambda x: x),
     ("stop_gradient", mg.stop_gradient, [u(2, 3)], lambda x: x),
+    ("no_grad", mg.PRIMITIVES["no_grad"], [u(2, 3)], lambda x: x),
     ("astype", lambda x: mg.astype(x, "float32"), [u(2, 3)], lambda x: x.astype(np.float32)),
     ("to_device", lambda x: mg.to_device(x, "cpu:1"), [u(2, 3)], lambda x: x),
     ("zeros_like", mg.zeros_like, [u(2, 3)], np.zeros_like),

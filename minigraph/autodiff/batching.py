@@ -35,7 +35,7 @@ from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .argnums import is_value, refuse_non_functions, refuse_pytrees
 from .levels import new_level, transformation
-from .tape import own_results
+from .tape import memory_of, own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
 
@@ -216,17 +216,18 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
         with passed_as_is(inputs, [i for i, axis in enumerate(axes) if axis is not None],
                           "vmap", args):
             out = f(*inputs)
-        # The results are the caller's own arrays, apart from each other: the gradients of
-        # x + y with respect to x and y are one batched value, an unbatched output is a
-        # broadcast view (see tape.own_results)
+        # The results are the caller's own arrays, apart from each other and from the
+        # arguments: the gradients of x + y with respect to x and y are one batched value,
+        # an unbatched output is a broadcast view, f may return x (see tape.own_results)
         if isinstance(out, (tuple, list)):
             outs = _per_output(out_axes, len(out))
             return type(out)(own_results([_unbatch(o, ax, level, size, k) for k, (o, ax) in
-                                          enumerate(zip(out, outs))]))
+                                          enumerate(zip(out, outs))], memory_of(args)))
         if isinstance(out_axes, (tuple, list)):
             raise BatchingError(f"vmap: out_axes {out_axes!r} has one entry per output, but "
                                 f"the function returned one value, not a tuple")
-        return own_results([_unbatch(out, cast("int | None", out_axes), level, size, 0)])[0]
+        return own_results([_unbatch(out, cast("int | None", out_axes), level, size, 0)],
+                           memory_of(args))[0]
 
     batched.__name__ = f"vmap({getattr(f, '__name__', 'f')})"
     batched.__doc__ = f.__doc__

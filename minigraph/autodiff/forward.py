@@ -32,11 +32,12 @@ from ..ops.primitive import Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
 from ..tensor import Tensor, tensor, zeros
-from .argnums import (Argnums, is_value, normalize_argnums, refuse_integers, refuse_keywords,
+from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .levels import ValueInside, new_level, transformation
 from .reads import read_only_arrays
-from .tape import as_gradient, enable_grad, is_grad_enabled
+from .tape import (_differentiable, as_gradient, enable_grad, is_grad_enabled, memory_of,
+                   own_results)
 
 
 class Dual(ValueInside, ArrayOps):
@@ -65,7 +66,7 @@ class Dual(ValueInside, ArrayOps):
                 primals.append(a)
                 tangents.append(None)
         out = bind(prim, *primals, **params)
-        if self.level in _GRAD_LEVELS and not is_grad_enabled():
+        if self.level in _GRAD_LEVELS and (not is_grad_enabled() or prim is C.NO_GRAD):
             return out  # inside no_grad, under forward-mode grad: a constant (see _jvp)
         tangent = push_tangents(prim, params, out, primals, tangents)
         if tangent is None:
@@ -89,7 +90,7 @@ def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
     ``tangents`` is a zero tangent; the result is ``None`` when every term is zero. Dual
     numbers run it for every operation, ``explain`` runs it on symbols to print (c.*)."""
     tangent = None
-    if not prim.differentiable:
+    if not prim.jvp:  # (no rule: comparisons, stop_gradient ...; no_grad has one only)
         return None
     for i, t in enumerate(tangents):
         rule = prim.jvp[i] if t is not None else None
@@ -139,8 +140,7 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
     level = new_level()
     duals = []
     for k, (p, given) in enumerate(zip(primals, tangents)):
-        p = _as_tensor(p)
-        refuse_integers(p.dtype, k, "jvp")
+        p = _differentiable(p, k, "jvp")
         number = isinstance(given, (int, float))
         t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
         if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
@@ -165,7 +165,12 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
     else:
         out = f(*duals)
     if type(out) is Dual and out.level == level:
-        return out.primal, out.tangent
+        if for_grad:  # (a pass of mg.grad: the tangent is summed into a gradient)
+            return out.primal, out.tangent
+        # the caller's own arrays: f = lambda x: x + 0.0 gives the caller's tangent back
+        given = memory_of([*primals, *tangents])
+        primal, tangent = own_results([out.primal, out.tangent], given)
+        return primal, tangent
     if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
         raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__} (for several "
                         f"outputs, one jvp per output, or mg.stack them)")
@@ -238,13 +243,13 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
         refuse_keywords(kwargs, "jacfwd")
         nums = normalize_argnums(argnums, len(args), "jacfwd")
         refuse_pytrees(args, nums, "jacfwd")
-        args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
+        args = tuple(_differentiable(a, i, "jacfwd") if i in nums else a
+                     for i, a in enumerate(args))
         jacs = []
         runs = len(nums) if vectorize else _runs(args, nums)
         with _read_only(f, args, nums, runs, "jacfwd"):
             for i in nums:
                 x = args[i]
-                refuse_integers(x.dtype, i, "jacfwd")
 
                 def along(xi: Any) -> Any:
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args
@@ -308,13 +313,13 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
         refuse_keywords(kwargs, "grad")
         nums = normalize_argnums(argnums, len(args), "grad")
         refuse_pytrees(args, nums, "grad")
-        args = tuple(_as_tensor(a) if i in nums else a for i, a in enumerate(args))
+        args = tuple(_differentiable(a, i, "grad") if i in nums else a
+                     for i, a in enumerate(args))
         value = None
         grads = []
         with _read_only(f, args, nums, _runs(args, nums), "grad"):
             for i in nums:
                 x = args[i]
-                refuse_integers(x.dtype, i, "grad")
                 parts = []
                 for e in basis_vectors(x):
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args

@@ -672,7 +672,7 @@ def _own(g: Tensor, handed: set[int]) -> Tensor:
     (a broadcast one cannot even be written). Adds its memory to ``handed``."""
     memory = owner(g.data)
     if id(memory) in handed or memory is not g.data:
-        g = Tensor(g.data.copy(), g.device)
+        g = Tensor(g.device.copy_from(g.data, g.device), g.device)  # (any array library)
         memory = g.data
     handed.add(id(memory))
     return g
@@ -686,6 +686,13 @@ def own_results(values: Sequence[Any], handed: "set[int] | None" = None) -> list
     handed = set() if handed is None else handed
     return [_own(t, handed) if type(t) is Tensor and not t.requires_grad else t
             for t in values]
+
+
+def memory_of(values: Sequence[Any]) -> set[int]:
+    """The memory of the plain tensors among ``values``: a transformation's arguments,
+    which its results must not share (``own_results``' ``handed``): f = lambda x: x, or
+    mg.astype(x, x.dtype) under vmap, would hand the caller's x back as its result."""
+    return {id(owner(v.data)) for v in values if type(v) is Tensor}
 
 
 # -- reverse mode as a transformation: vjp and grad -------------------------------------------
@@ -761,8 +768,13 @@ def _differentiable(x: Any, position: int, who: str) -> Any:
     ``Weak`` becomes the float64 tensor eager mode makes); only floating dtypes."""
     if type(x) is Weak:  # (inline: this runs per argument of every mg.grad call)
         x = x.value
-    if not (isinstance(x, Tensor) or type(x) in KINDS):
-        x = tensor(x)
+    if not isinstance(x, Tensor):
+        if type(x) not in KINDS:
+            x = tensor(x)
+        elif shape_of(x) is None:  # (a derivative has its argument's shape)
+            raise ShapeError(f"{who}: argument {position} has an unknown shape (a graph "
+                             f"placeholder made with shape=None); {who} needs it: give the "
+                             f"placeholder a shape")
     refuse_integers(x.dtype, position, who)
     return x
 
@@ -789,7 +801,8 @@ def cotangent(out: Any, g: Any, who: str) -> Any:
 
 def vjp(f: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., tuple]]:
     """``out, vjp_fn = mg.vjp(f, x, y)``; ``vjp_fn(g)`` gives (g·∂out/∂x, g·∂out/∂y)."""
-    return recorded_vjp(f, primals, "vjp")
+    out, vjp_fn = recorded_vjp(f, primals, "vjp")
+    return own_results([out], memory_of(primals))[0], vjp_fn
 
 
 def recorded_vjp(f: Callable[..., Any], primals: tuple, who: str
@@ -912,6 +925,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
         grads = vjp_fn()
+        out = own_results([out], memory_of(args))[0]  # (f may return an argument)
         return out, grads[0] if single(argnums) else grads
 
     return wrapped

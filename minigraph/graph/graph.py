@@ -154,7 +154,7 @@ class Node(ArrayOps):
         location = graph._location or user_location(skip=2)
         node = graph.add(prim, args, params, location=location)
         if graph.recording and not is_grad_enabled():  # (the tape records nothing here)
-            return graph.add(C.STOP_GRADIENT, (node,), NO_PARAMS, location=location)
+            return graph.add(C.NO_GRAD, (node,), NO_PARAMS, location=location)
         return node
 
     @property

@@ -105,10 +105,10 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
     to f as a :class:`~minigraph.ops.weak.Weak` of its placeholder: it takes the dtype of
     the tensors it meets there, as the float itself does in eager mode.
 
-    A value f computes inside ``with mg.no_grad():`` gets a ``stop_gradient`` node, so
-    the graph differentiates as the tape does (PyTorch's torch.func.grad respects such a
-    block too); an outer no_grad around the call does not count, as for every
-    transformation.
+    A value f computes inside ``with mg.no_grad():`` gets a ``no_grad`` node (its table
+    entry: ops/copy.py), so the graph differentiates as the tape does (PyTorch's
+    torch.func.grad respects such a block too) and mg.jvp's tangents pass it, as on the
+    tape; an outer no_grad around the call does not count, as for every transformation.
 
     An argument that is the caller's tensor (or NumPy array) and not one of ``nums``,
     those differentiated, is the caller's too while f runs (``operators.passed_as_is``):
@@ -168,10 +168,25 @@ def _outputs(out: Any, fname: str, graph: Graph) -> tuple[list[Node], bool]:
     one = not isinstance(out, (tuple, list))
     nodes = [_constant_output(graph, o, own_dtype=True) for o in ([out] if one else out)]
     for n in nodes:
-        if not isinstance(n, Node):
-            raise GraphError(f"trace({fname}): the function must return graph values "
-                             f"computed from its inputs, got {type(n).__name__}")
+        _refuse_output(n, f"trace({fname})")
     return nodes, one
+
+
+def _refuse_output(out: Any, who: str) -> None:
+    """f's result must be a node of the graph f was recorded into. A value of another
+    transformation (a vmap's batched value, a grad's box, a jvp's dual number) comes from
+    outside f: a closure over a variable of the function around it, which the recorded
+    program, run on its own arguments, cannot read."""
+    if isinstance(out, Node):
+        return
+    if type(out) in KINDS:
+        raise GraphError(
+            f"{who}: f returned a {type(out).__name__}, a value of a transformation around "
+            f"this one: f reads it from outside its arguments (a variable of the enclosing "
+            f"function), and the program recorded from f cannot. Pass it to f as an "
+            f"argument, or use mode='tape', which runs f itself")
+    raise GraphError(f"{who}: f must return graph values computed from its inputs, got "
+                     f"{type(out).__name__}")
 
 
 class Traced:
@@ -232,8 +247,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         graph, inputs, out = record(f, args, f"grad_{name}", key, nums, "grad")
         positions = _input_positions(key)
         out = _constant_output(graph, out)
-        if not isinstance(out, Node):
-            raise GraphError(f"grad: f must return a graph value, got {type(out).__name__}")
+        _refuse_output(out, "grad")
         if out.shape is not None and math.prod(out.shape) != 1:  # (one number, as the tape)
             raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
                                 f"use mg.gradients in a graph for several outputs")
@@ -287,8 +301,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
     def build(args: tuple, key: tuple) -> CompiledFunction:  # key: the signature of args + g
         graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1], argnums, "vjp")
         out = _constant_output(graph, out)
-        if not isinstance(out, Node):
-            raise GraphError(f"vjp: f must return a graph value, got {type(out).__name__}")
+        _refuse_output(out, "vjp")
         xs = [inputs[_input_positions(key)[i]] for i in argnums]
         _, device, shape, dtype = key[-1]  # (the caller checked g against f's output)
         with graph, device:

@@ -26,6 +26,23 @@ STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
                           batch=B.elementwise("stop_gradient"),
     public="stop_gradient", cost="free")
 
+# What ``with mg.no_grad():`` leaves in a recorded program (a graph that mg.trace or
+# mode="graph" records, a source program): the value, through which no adjoint flows, as
+# on the tape, which records nothing there. Unlike stop_gradient, mg.jvp's and mg.jacfwd's
+# tangents pass, as the block does not stop them on the tape either (forward-mode grad
+# stops them, as it does inside the block: forward.py's Dual._bind). A tangent that
+# passes is as hidden from a reverse sweep around it as the value, hence its rule.
+def _no_grad_jvp(t: Any, out: Any, x: Any) -> Any:
+    return bind(NO_GRAD, t)
+
+
+NO_GRAD = primitive("no_grad", lambda xp, x: x, S.same, view=True,
+                    returns_view=always_a_view, jvp=[_no_grad_jvp],
+                    batch=B.elementwise("no_grad"), cost="free",
+                    # (no mg. function: a program says it through the table's entry)
+                    write=lambda prim, args, params, literal:
+                        f"mg.PRIMITIVES['no_grad']({args[0]})")
+
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),
     lambda x, dtype: (S.shape_of(x), dtype),

@@ -1000,9 +1000,12 @@ class _Normaliser:
                 "the program are not supported inside a transformed function")
 
     def guard(self, thunk: Callable[[], Any]) -> Any:
-        """Run Python now (no tape recording); point minigraph errors at the user's line."""
+        """Run Python now; point minigraph errors at the user's line. Gradients are on
+        while it runs, whatever the caller's block (an outer no_grad does not count for a
+        transformation), so that a ``with mg.no_grad():`` in a function that f calls is
+        seen: its values get no adjoint (values.py's ``_op``)."""
         try:
-            with tape.no_grad():
+            with tape.enable_grad():
                 return thunk()
         except SourceTransformError:
             raise

@@ -144,8 +144,9 @@ if hasattr(ast, "TryStar"):
 
 def _read(fn: Callable[..., Any]) -> _Source:
     """Parse ``fn`` (cached) and refuse unsupported constructs before anything runs."""
-    if getattr(fn, "transformation", None) is not None:
-        return _calling(fn)
+    if getattr(fn, "transformation", None) is not None or \
+            (getattr(fn, "__module__", None) or "").startswith("minigraph.ops."):
+        return _calling(fn)  # (mg.sin's own text binds the primitive: it is not read)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"source_grad: expects a plain function defined with def, got "
                         f"{type(fn).__name__} {fn!r}")
@@ -159,7 +160,8 @@ def _read(fn: Callable[..., Any]) -> _Source:
 
 def _calling(t: Any) -> _Source:
     """Source mode of another transformation, ``mg.grad(mg.grad(f, mode="source"),
-    mode="source")``: the text of a function that calls it, read as any other::
+    mode="source")``, or of a library function, ``mg.grad(mg.sin, mode="source")``: the
+    text of a function that calls it, read as any other::
 
         def grad_f(x, y):
             return _transformed(x, y)
@@ -170,6 +172,7 @@ def _calling(t: Any) -> _Source:
     (``inspect.signature`` follows ``__wrapped__``: ``levels.transformation``)."""
     from ...codegen import Names, define  # (codegen imports the primitive table)
 
+    who = getattr(t, "transformation", None) or f"mg.{t.__name__}"
     try:
         params = list(inspect.signature(t).parameters.values())
     except (TypeError, ValueError):  # (a callable object without a Python signature)
@@ -180,17 +183,17 @@ def _calling(t: Any) -> _Source:
                                  inspect.Parameter.VAR_KEYWORD: "**"}
         shown = ", ".join(stars.get(p.kind, "") + p.name for p in params) or "..."
         raise SourceTransformError(
-            f"transforming {t.transformation}({shown}) itself", Where(
-                getattr(t, "__qualname__", t.transformation),
+            f"transforming {who}({shown}) itself", Where(
+                getattr(t, "__qualname__", who),
                 code.co_filename if code else "<minigraph>", code.co_firstlineno if code else 0),
-            f"source mode writes a function that calls {t.transformation} with its "
+            f"source mode writes a function that calls {who} with its "
             f"parameters, and these are not plain positional ones: write that function with "
             f"def yourself (def g(x, y): ...) and transform g", "a transformation itself")
     names = Names(taken=["_transformed"])
-    name = names.identifier(getattr(t, "__name__", None) or t.transformation)
+    name = names.identifier(getattr(t, "__name__", None) or who)
     args = ", ".join(names.identifier(p.name) for p in params)
     text = f"def {name}({args}):\n    return _transformed({args})\n"
-    fn = define(text, name, f"<source_grad of {t.transformation}>", {"_transformed": t})
+    fn = define(text, name, f"<source_grad of {who}>", {"_transformed": t})
     # f's defaults, as values (they need not have a literal text): y=2.0 stays optional
     fn.__defaults__ = tuple(p.default for p in params if p.default is not p.empty) or None
     src = _Source(fn, cast(ast.FunctionDef, ast.parse(text).body[0]))

@@ -21,6 +21,7 @@ from ...ops import shape as SH
 from ...ops.operators import ArrayOps
 from ...ops.primitive import ADD, ATOM, CMP, MUL, UNARY, Primitive, register_kind
 from ...ops.weak import Weak
+from ..tape import is_grad_enabled
 from .reading import SourceTransformError
 
 if TYPE_CHECKING:  # for annotations only: program.py imports this module
@@ -69,7 +70,7 @@ class SrcVar(ArrayOps):
         self.view_of: SrcVar | None = None
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "SrcVar":
-        return _writer().op(prim, args, params)
+        return _op(prim, args, params)
 
     def __getitem__(self, index: Any) -> Any:
         parts = index if isinstance(index, tuple) else (index,)
@@ -106,6 +107,14 @@ class SrcVar(ArrayOps):
 register_kind(SrcVar)
 
 
+def _op(prim: Primitive, args: tuple, params: dict) -> SrcVar:
+    """A line of the program for ``prim``. Inside ``with mg.no_grad():`` (in a function
+    that f calls: a with block in f itself is refused) the value is marked, as graph mode
+    marks it, so that no adjoint flows through it, as on the tape."""
+    out = _writer().op(prim, args, params)
+    return out if is_grad_enabled() else _writer().op(C.NO_GRAD, (out,), {})
+
+
 def _constant(t: Any) -> SrcVar:
     """A constant tensor as a variable of the program (named in its namespace)."""
     return SrcVar(t.shape, t.dtype, t.device, False, "const", None, t)
@@ -125,7 +134,7 @@ class Index:
         self.text, self.values, self.prec = text, tuple(values), prec
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
-        return _writer().op(prim, args, params)
+        return _op(prim, args, params)
 
     def _arith(self, other: Any, fn: Callable, sym: str, prec: int, right: bool) -> Any:
         """``self sym other``, or ``other sym self`` for the reflected operator (``right``)."""
