@@ -724,7 +724,7 @@ def test_compiled_source_leaves_linecache_with_its_function():
         x = mg.placeholder((), name="x")
         y = mg.sin(x) * 2.0
     fn = mg.compile_graph(g, [x], [y])
-    filename = fn.raw.__code__.co_filename
+    filename = fn.raw.__wrapped__.__code__.co_filename  # (raw: the generated function, guarded)
     assert linecache.getline(filename, 2).strip().startswith("sin = k_sin")  # tracebacks show it
     del fn
     gc.collect()

@@ -802,3 +802,164 @@ def test_a_sigint_during_a_multi_device_run_leaves_no_thread(workers):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == ["interrupted", "executors []",
                                            "usable True left []"], done.stdout
+
+
+# -- 3. compiled graphs and passes keep state as a Session does (issue 19) ------------------
+
+def test_a_compiled_assign_stores_a_copy_not_the_returned_result():
+    """compile_graph's Assign stored the value's buffer itself, which the function also
+    returned (``h`` below, or the Assign's own result): the caller's write into a result
+    changed the variable. Also when the Assign runs only by a control dependency."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        v = mg.variable(np.zeros(2), name="v")
+        w = mg.variable(np.zeros(2), name="w")
+        h = mg.sin(x)
+        st = v.assign(h)
+        with mg.control_dependencies([w.assign(h * 2.0)]):
+            y = x * 3.0
+    out_h, out_st, out_y = mg.compile_graph(g, [x], [h, st, y])(np.ones(2))
+    for out in (out_h, out_st, out_y):
+        out.data[...] = 4242.0  # the caller's results are the caller's to write into
+    np.testing.assert_array_equal(mg.Session(g).run([v, w]),
+                                  [np.sin(np.ones(2)), 2 * np.sin(np.ones(2))])
+
+
+def test_a_compiled_assign_does_not_keep_the_callers_array():
+    """compile_graph's ``v.assign(x)`` stored the array the caller passed for x (or a view
+    of it, a transpose): a later write into that array changed the variable, where a
+    Session's Assign stores a copy."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        v = mg.variable(np.zeros(2), name="v")
+        w = mg.variable(np.zeros(2), name="w")
+        sts = [v.assign(x), w.assign(mg.transpose(x))]
+    fed = np.array([1.0, 2.0])
+    mg.compile_graph(g, [x], sts)(fed)
+    fed[:] = -7.0  # the caller reuses its buffer
+    np.testing.assert_array_equal(mg.Session(g).run([v, w]), [[1.0, 2.0], [1.0, 2.0]])
+
+
+def _numpy_w(lr: float, steps: int) -> np.ndarray:
+    """NumPy's w after ``steps`` of w -= lr * d/dw sum(w * x), x = ones: w - lr * steps."""
+    return np.array([1.0, 2.0]) - lr * steps
+
+
+def _placed_then_optimized(placed, fetches):
+    return mg.passes.optimize(placed.graph, [placed[n] for n in fetches])
+
+
+@pytest.mark.parametrize("make", [
+    lambda g, f: mg.passes.cse(g, f), lambda g, f: mg.passes.optimize(g, f),
+    lambda g, f: mg.passes.prune(g, f), lambda g, f: mg.passes.simplify(g, f),
+    lambda g, f: mg.passes.fold_constants(g, f),
+    lambda g, f: mg.auto_place(g, ["cpu", "cpu:1"]),
+    lambda g, f: _placed_then_optimized(mg.auto_place(g, ["cpu", "cpu:1"]), f)])
+def test_a_passs_graph_and_the_original_share_their_variables(make):
+    """The passes and auto_place copied a Variable with the value it had then: training
+    the user's graph left the optimised one stale (chapter 04 suggests cse on the
+    training graph), and training the optimised one left the user's. One state now."""
+    mg.set_virtual_cpus(2)
+    with mg.Graph() as g:
+        w = mg.variable(np.array([1.0, 2.0]), name="w")
+        x = mg.placeholder((2,), name="x")
+        y = mg.sum(w * x)
+        (gw,) = mg.gradients(y, [w])
+        step = w.assign(w - 0.5 * gw)
+    opt = make(g, [y, step])
+    new = opt.graph
+    new_y, new_step, new_x = (new[n.name] for n in (y, step, x))  # (a chained pass: by name)
+    xv = np.ones(2)
+    mg.Session(g).run(step, {x: xv})
+    np.testing.assert_allclose(mg.Session(new).run(new_y, {new_x: xv}), _numpy_w(0.5, 1).sum())
+    mg.Session(new).run(new_step, {new_x: xv})
+    np.testing.assert_allclose(mg.Session(g).run(w), _numpy_w(0.5, 2))
+    from minigraph.runtime.session import _state_lock
+
+    assert _state_lock(new) is _state_lock(g)  # runs of the two are atomic for each other
+    new_w = new[w.name]
+    with new:  # operations built on the new graph's variable are graph nodes too
+        z = new_w * 2.0 + mg.sin(new_w)
+    np.testing.assert_allclose(mg.Session(new).run(z),
+                               _numpy_w(0.5, 2) * 2.0 + np.sin(_numpy_w(0.5, 2)))
+
+
+def test_folding_reads_a_constant_across_devices_as_a_run_does():
+    """optimize and fold_constants refused a graph Session.run runs: folding ran the
+    node as a plan on one device runs it, where a read from another device is refused
+    (the partitioned run brings it over, and x.to(device) copies it itself)."""
+    mg.set_virtual_cpus(2)
+    with mg.Graph() as g:
+        c = mg.constant(np.array([1.0, 2.0]), name="c")
+        x = mg.placeholder((2,), name="x")
+        with mg.device("cpu:1"):
+            e = c.to("cpu:1") * 2.0 + x.to("cpu:1")
+            f = c * 3.0 + x  # (implicit reads: the partition's Send/Recv)
+    want = mg.Session(g).run([e, f], {x: np.ones(2)})
+    np.testing.assert_array_equal(want, [[3.0, 5.0], [4.0, 7.0]])  # NumPy: c * 2 + 1, c * 3 + 1
+    for make in (mg.passes.optimize, mg.passes.fold_constants):
+        opt = make(g, [e, f])
+        assert any("is the constant" in line for line in opt.changes)
+        got = mg.Session(opt.graph).run([opt[e], opt[f]], {opt[x]: np.ones(2)})
+        np.testing.assert_array_equal(got, want)
+        assert opt[e].device.name == "cpu:1"
+
+
+def test_compile_graph_refuses_a_repeated_input_and_returns_no_outputs_as_empty():
+    """compile_graph(g, [x, x], ...) and compile_graph(g, [x], []), and a traced function
+    returning (), wrote invalid Python (a SyntaxError from generated code)."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        y = mg.sin(x) * 2.0 + x
+    with pytest.raises(GraphError, match="input 'x' is given twice"):
+        mg.compile_graph(g, [x, x], [y])
+    assert mg.compile_graph(g, [x], [])(np.ones(2)) == ()
+    assert mg.Session(g).run([], {x: np.ones(2)}) == []  # (the Session's answer: nothing)
+    assert mg.trace(lambda a: ())(np.ones(2)) == ()
+
+
+def test_a_failing_compiled_kernel_names_its_node_and_the_users_line():
+    """A kernel that failed inside a compiled function raised its bare ValueError,
+    pointing at the generated code; a Session's run names the node and the user's line,
+    and so does the compiled function now (the very same message)."""
+    with mg.Graph() as g:
+        x = mg.placeholder(None, name="x")
+        bad = mg.matmul(mg.sin(x), x)  # the user's line
+    line = bad.location[1]
+    with pytest.raises(NodeError) as session:
+        mg.Session(g).run(bad, {x: np.ones((2, 3))})
+    with pytest.raises(NodeError, match=rf"'matmul'.*\n.*:{line}: ") as compiled:
+        mg.compile_graph(g, [x], [bad])(np.ones((2, 3)))
+    assert str(compiled.value) == str(session.value)
+    assert isinstance(compiled.value.__cause__, ValueError)  # (NumPy's, kept as the cause)
+
+
+def test_run_returns_a_namedtuple_of_fetches_as_that_namedtuple():
+    """run(Pair(y, x)) crashed rebuilding the structure (a namedtuple takes its fields
+    one by one); TF1 returns the same namedtuple type."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+    with mg.Graph() as g:
+        x = mg.placeholder((), name="x")
+        y = x * 2.0
+    out = mg.Session(g).run({"p": [Pair(y, x)]}, {x: 1.5})
+    assert type(out["p"][0]) is Pair and out["p"][0] == Pair(3.0, 1.5)
+
+
+def test_feed_dict_keys_and_values_are_refused_naming_the_placeholder():
+    """{x: 1.0, "x": 5.0} fed x twice and the last won silently; an int key was called a
+    fetch ('cannot fetch a int'); a ragged list raised NumPy's ValueError, naming no
+    placeholder."""
+    with mg.Graph() as g:
+        x = mg.placeholder((), name="x")
+        p = mg.placeholder(None, name="p")
+        y = x * 2.0 + mg.sum(p)
+    sess = mg.Session(g)
+    with pytest.raises(FeedError, match="'x'.*fed twice"):
+        sess.run(y, {x: 1.0, "x": 5.0, p: 0.0})
+    with pytest.raises(GraphError, match="feed_dict key 3 "):
+        sess.run(y, {3: 1.0})
+    with pytest.raises(FeedError, match="feed for 'p'"):
+        sess.run(y, {x: 1.0, p: [[1.0], [2.0, 3.0]]})
+    assert sess.run(y, {x: 1.0, "p": [1.0, 2.0]}) == 5.0  # (NumPy: 1 * 2 + 3)

@@ -29,10 +29,17 @@ A buffer is forwarded only if nothing else can see it: not an input (the caller'
 array), not a constant or variable, not an output, and no view of it exists (no reader
 is a primitive marked ``view``, a reshape, transpose ... that could share its memory);
 see :func:`in_place_plan`.
+
+What the function does with state and failures is what a Session's run does: an Assign's
+variable stores a copy of the value, made after every line has run (so a failed call
+changes no variable, and no array the caller holds, fed or returned, is the variable's);
+a kernel that fails raises the Session's ``NodeError``, which names the node and the
+user's line that made it (:func:`_naming_failures` finds it from the traceback).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -41,7 +48,7 @@ from ..autodiff.backward import collector_paused
 from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
-from .graph import Graph, GraphError, Node, check_graph, fed_value
+from .graph import Graph, GraphError, Node, check_graph, describe_location, fed_value
 from .topo import fifo_order, needed, refuse_reads_after_assigns
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -53,9 +60,10 @@ class CompiledFunction:
 
     captured: Captured  # the tensors it read from outside (set by mg.trace's _compile)
 
-    def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node]):
+    def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node],
+                 lines: dict[int, tuple[Node, list[str | None]]] | None = None):
         self.source = source
-        self.raw = fn  # takes and returns device arrays
+        self.raw = _naming_failures(fn, lines or {})  # takes and returns device arrays
         self.inputs = inputs
         self.outputs = outputs
         # Per output: its device, and whether the caller must get a copy. A constant's
@@ -92,6 +100,36 @@ class CompiledFunction:
 
 
 _OWN = ("Const", "Variable")  # nodes whose value lives on the graph itself
+
+
+def _naming_failures(fn: Any, lines: dict[int, tuple[Node, list[str | None]]]) -> Any:
+    """``fn``, whose failure raises the error a Session's run raises (``NodeError``: the
+    node, the shapes it read, the user's line that made it) instead of a kernel's bare
+    error pointing into generated code. ``lines`` maps a line of the generated source to
+    its node and the variables its arguments are in.
+
+    One ``try`` around the whole call, none per line: a ``try`` that raises nothing
+    costs nothing, and the failing line is found afterwards, from the traceback."""
+    filename = fn.__code__.co_filename
+
+    @functools.wraps(fn)  # (its name; ``run.__wrapped__`` is the generated function)
+    def run(*arrays: Any) -> Any:
+        try:
+            return fn(*arrays)
+        except Exception as exc:
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+                tb = tb.tb_next  # (down to the generated function's own frame)
+            if tb is None or tb.tb_lineno not in lines:
+                raise  # (not from a node's line: as it is)
+            from ..runtime.scheduler import Step, _failed  # (runtime builds on graph)
+
+            node, names = lines[tb.tb_lineno]
+            local = tb.tb_frame.f_locals  # the arrays the failing line read
+            read = [local[k] if k is not None else a for k, a in zip(names, node.args)]
+            raise _failed(Step(node), read, exc) from exc
+
+    return run
 
 
 def _buffer_of(node: Node) -> Node | None:
@@ -134,6 +172,11 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
     check_graph(graph, "compile_graph")
     inputs, outputs = list(inputs), list(outputs)
     fed = {id(n) for n in inputs}
+    if len(fed) < len(inputs):  # (two parameters of one name: Python refuses the def)
+        twice = next(n for k, n in enumerate(inputs) if any(n is m for m in inputs[:k]))
+        raise GraphError(f"compile_graph: input '{twice.name}' is given twice (created at "
+                         f"{describe_location(twice.location)}); a node takes one value "
+                         f"per call, so list it once")
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
     if any(n.op == "Assign" for n in order):  # (its assignments land at the end, as a run's)
         refuse_reads_after_assigns(order, "compile_graph")
@@ -148,22 +191,28 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
         if id(n) not in local:  # (the order holds the inputs too)
             local[id(n)] = names.identifier(n.name)
     lines: list[str] = []
-    assigns: list[tuple[str, str]] = []  # (variable's holder, value) of each Assign
+    at: dict[int, tuple[Node, list[str | None]]] = {}  # line of source -> its node (errors)
+    assigns: list[tuple[str, str, str]] = []  # (variable's holder, value, device) per Assign
     into = in_place_plan(order, fed, outputs)
     dead = last_uses(order, fed, outputs)
     for node in order:
         if id(node) not in fed:
             lines.append(_line(node, local, names, assigns, into.get(id(node))))
+            at[len(lines) + 1] = (node, [local[id(a)] if isinstance(a, Node) else None
+                                         for a in node.args])  # (line 1 is the def)
             if id(node) in dead:
                 freed = ", ".join(local[id(n)] for n in dead[id(node)])
                 lines.append(f"    del {freed}  # last use")
-    lines += [f"    {var}.value = {value}" for var, value in assigns]
+    # The variable stores a copy of its own, as a Session's Assign does (scheduler's
+    # _special): the value may be the caller's fed array, or a result handed to the
+    # caller, who may write into either later; the variable must not change then.
+    lines += [f"    {var}.value = {dev}.copy_from({value}, {dev})" for var, value, dev in assigns]
     outs = ", ".join(local[id(n)] for n in outputs)
-    lines.append(f"    return ({outs},)")
+    lines.append(f"    return ({outs},)" if outputs else "    return ()")
     params = ", ".join(local[id(n)] for n in inputs)
     source = f"def {name}({params}):\n" + "\n".join(lines) + "\n"
     fn = define(source, name, f"<minigraph compiled {name} {id(source):x}>", names.namespace)
-    return CompiledFunction(source, fn, inputs, outputs)
+    return CompiledFunction(source, fn, inputs, outputs, at)
 
 
 def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:
@@ -236,7 +285,8 @@ def _line(node: Node, local: dict[int, str], names: Names, assigns: list,
         return f"    {target} = {names.constant(node, 'node_' + target)}.value  # {node.op}"
     if node.op == "Assign":
         var, value = node.args
-        assigns.append((names.constant(var, "node_" + local[id(var)]), local[id(value)]))
+        assigns.append((names.constant(var, "node_" + local[id(var)]), local[id(value)],
+                        names.device(node.device)))
         return f"    {target} = {local[id(value)]}  # Assign to {var.name}"
     assert node.prim is not None  # an operation (the special nodes returned above)
     args = [local[id(a)] if isinstance(a, Node) else names.literal(a, f"p_{target}_{k}")

@@ -15,18 +15,24 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
   leaves many: it seeds a scalar output's adjoint with ones).
 
 ``optimize`` does the four in one walk over the graph.
+
+A variable is not copied: the new graph's Variable node is a :class:`SharedVariable`,
+whose value *is* the original's, so that training through one graph is seen by the
+other (TensorFlow's Grappler rewrites a graph the same way: the variable, a resource,
+stays one). Sessions of the two graphs take one lock for that state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from ..autodiff.backward import collector_paused
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device
+from ..ops.primitive import register_kind
 from .graph import Graph, Node
 from .topo import fifo_order, needed
 
@@ -45,10 +51,52 @@ class PassResult:
         return "\n".join(self.changes) if self.changes else "(no change)"
 
 
-def _copy(new: Graph, n: Node, args: tuple, control: tuple = ()) -> Node:
-    """A copy of ``n`` in graph ``new``, reading the (new) arguments ``args``."""
+def copy_node(new: Graph, n: Node, args: tuple, control: tuple = (),
+              device: Device | None = None) -> Node:
+    """A copy of ``n`` in graph ``new``, reading the (new) arguments ``args`` (on
+    ``device``, if given: auto_place's choice); a Variable's copy shares its state."""
+    device = n.device if device is None else device
+    if n.op == "Variable":
+        return new._register(SharedVariable(new, n, device, control))
     return new._register(Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype,
-                              n.device, n.location, n.value, control))
+                              device, n.location, n.value, control))
+
+
+class SharedVariable(Node):
+    """A pass's copy of a Variable that holds no state of its own: reading or writing its
+    ``value`` reads or writes the original's. A copy that held the value it had when the
+    pass ran would fork the model: an Assign run through the optimised graph would leave
+    the user's graph stale, and the other way round."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, graph: Graph, original: Node, device: Device, control: tuple = ()):
+        # the first Variable, not a copy of it (auto_place, then optimize: one state)
+        self.original: Node = original.original if isinstance(original, SharedVariable) \
+            else original
+        # (Node.__init__ stores the value it is given: the original's, stored back)
+        super().__init__(graph, original.name, "Variable", None, (), original.params,
+                         original.shape, original.dtype, device, original.location,
+                         self.original.value, control)
+        _share_state_lock(graph, self.original.graph)
+
+    @property
+    def value(self) -> Any:
+        return self.original.value
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self.original.value = value
+
+
+register_kind(SharedVariable)  # (bind picks an interpreter by exact type: a node's)
+
+
+def _share_state_lock(new: Graph, graph: Graph) -> None:
+    """Runs of ``new`` take ``graph``'s state lock: they read and write its variables."""
+    from ..runtime.session import share_state_lock  # (the runtime builds on graph)
+
+    share_state_lock(new, graph)
 
 
 # A rewrite gives a node's replacement in the new graph (an earlier node, a constant), or
@@ -80,7 +128,7 @@ def _walk(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite],
             if replacement is not None:
                 break
         else:
-            replacement = _copy(new, n, args, control)
+            replacement = copy_node(new, n, args, control)
         mapping[id(n)] = replacement
     return PassResult(new, mapping)
 
@@ -146,7 +194,7 @@ def _merging(changes: list[str]) -> Rewrite:
         if key is not None and key in seen:
             changes.append(f"cse: {n.name} computes the same as {seen[key].name}")
             return seen[key]
-        copy = _copy(new, n, args, control)
+        copy = copy_node(new, n, args, control)
         if key is not None:
             seen[key] = copy
         return copy
@@ -183,9 +231,16 @@ def _folding(changes: list[str]) -> Rewrite:
                 nodes.append(a)
         if not nodes:
             return None
-        probe = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, n.device,
-                     n.location)
-        value = compute(Step(probe), {id(a): a.value for a in nodes}, [], [])
+        probe = Step(Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype,
+                          n.device, n.location))
+        # A constant on another device is read as a run reads it: a transfer's kernel
+        # (x.to(device)) copies it itself; for any other node the partition's Send/Recv
+        # would bring it over, and so does the copy here. (Step's refusal of such a
+        # read is for a plan run without partitioning, which this is not.)
+        probe.foreign = None
+        values = {id(a): a.value if a.device is n.device or n.prim.transfer
+                  else n.device.copy_sent(a.value, a.device) for a in nodes}
+        value = compute(probe, values, [], [])
         shown = repr(n.device.to_numpy(value).tolist())
         changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
                        f"{shown if len(shown) < 60 else shown[:57] + '...'}")

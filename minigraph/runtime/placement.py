@@ -19,8 +19,9 @@ copy (``x.to("cpu:1")``, a primitive whose table entry says ``transfer``): its d
 where the program asked the value to go. Greedy means it never
 revisits a choice, so it is fast and simple, not optimal; a chain stays on one device
 (moving it would only add transfers), two independent branches of equal cost end up on
-two devices. The result is a copy of the graph with new devices; partitioning then adds
-the Send/Recv pairs.
+two devices. The result is a copy of the graph with new devices (its variables the
+original's, as every pass's: ``passes.SharedVariable``); partitioning then adds the
+Send/Recv pairs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Sequence
 
 from ..device import get_device
 from ..graph.graph import Graph, Node, check_graph
-from ..graph.passes import PassResult
+from ..graph.passes import PassResult, copy_node
 
 FLOPS = 1e9        # multiply-adds per second assumed for every device
 BANDWIDTH = 1e9    # bytes per second assumed between two devices
@@ -74,9 +75,9 @@ def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
             free_at[chosen.name] = end
         finish[id(n)] = end
         args = tuple(mapping[id(a)] if isinstance(a, Node) else a for a in n.args)
-        copy = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, chosen,
-                    n.location, n.value, tuple(mapping[id(c)] for c in n.control_inputs))
-        mapping[id(n)] = new._register(copy)
+        # (the passes' copy: a Variable's shares the original's state, not a snapshot)
+        control = tuple(mapping[id(c)] for c in n.control_inputs)
+        mapping[id(n)] = copy_node(new, n, args, control, chosen)
         if chosen is not n.device:
             changes.append(f"auto_place: {n.name} ({n.op}) on {chosen.name}")
     return PassResult(new, mapping, changes)

@@ -12,7 +12,7 @@
    in debug mode, the memory: ``memory.MemoryPlan``) is made once per fetches and
    feeds, at the first run, and reused by the runs after it;
 4. return the fetched values as NumPy values, in the structure of ``fetches`` (a node,
-   a name, or lists, tuples and dicts of them).
+   a name, or lists, tuples (namedtuples too, as TF1) and dicts of them).
 
 A failing node raises an error that names the node, its op and the line of user code
 that created it. Nothing is left half-done: variables are assigned only after the whole
@@ -51,7 +51,8 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ..errors import MinigraphError
-from ..graph.graph import Graph, GraphError, Node, check_graph, default_graph, fed_value
+from ..graph.graph import (Graph, GraphError, Node, check_graph, default_graph,
+                           describe_location, fed_value)
 from ..graph.topo import fifo_order, needed, refuse_reads_after_assigns
 from ..tensor import Tensor
 from .cost import CostModel
@@ -332,9 +333,13 @@ class Session:
         self.close()
 
     # -- preparing a run ---------------------------------------------------------------
-    def _node(self, f: Any) -> Node:
+    def _node(self, f: Any, role: str = "fetch") -> Node:
+        """The node ``f`` (a node or its name) stands for, as a fetch or a feed key."""
         node = self.graph[f] if isinstance(f, str) else f
         if not isinstance(node, Node):
+            if role == "feed":
+                raise GraphError(f"run: feed_dict key {f!r} ({type(f).__name__}) is no graph "
+                                 f"node; a key is a placeholder node or its name")
             raise GraphError(f"run: cannot fetch a {type(f).__name__}; fetch graph nodes")
         if node.graph is not self.graph:
             raise GraphError(f"run: node '{node.name}' belongs to graph {node.graph.name!r}, "
@@ -344,9 +349,13 @@ class Session:
     def _feeds(self, feed_dict: dict) -> dict[int, Any]:
         feeds = {}
         for key, value in feed_dict.items():
-            node = self._node(key)
+            node = self._node(key, "feed")
+            if id(node) in feeds:  # ({x: 1.0, "x": 5.0}: which value would it take?)
+                raise FeedError(f"feed for '{node.name}' (created at "
+                                f"{describe_location(node.location)}): fed twice in one "
+                                f"feed_dict, as the node and by its name; give it one value")
             try:
-                feeds[id(node)] = fed_value(node, value)
+                feeds[id(node)] = _fed(node, value)
             except Exception as exc:  # the node and op travel to the other ranks
                 # (an exception object takes new attributes; mypy knows only the declared)
                 exc.node, exc.op = node.name, node.op  # type: ignore[attr-defined]
@@ -383,6 +392,19 @@ class Session:
         return plan_memory(plan, fetches, fed, self.recycle, self._layouts[id(plan)].counts)
 
 
+def _fed(node: Node, value: Any) -> Any:
+    """``fed_value``, whose every failure names the placeholder: its own errors do, and
+    NumPy's, raised while it makes an array of the value (a ragged list, [[1.0], [2.0,
+    3.0]], is no array), are said again as a FeedError that does."""
+    try:
+        return fed_value(node, value)
+    except MinigraphError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise FeedError(f"feed for '{node.name}': {exc} (created at "
+                        f"{describe_location(node.location)})") from exc
+
+
 def _static(node: Node) -> str:
     return node.cost
 
@@ -400,6 +422,14 @@ def _state_lock(graph: Graph) -> threading.RLock:
         if lock is None:
             lock = _STATE_LOCKS[graph] = threading.RLock()
         return lock
+
+
+def share_state_lock(new: Graph, graph: Graph) -> None:
+    """Give ``new`` the state lock of ``graph``, whose variables it shares (a pass's
+    copy: ``passes.SharedVariable``), so that a run of either graph is atomic for both."""
+    lock = _state_lock(graph)
+    with _STATE_LOCKS_LOCK:
+        _STATE_LOCKS[new] = lock
 
 
 def _snapshot(value: Any) -> Any:
@@ -470,5 +500,8 @@ def _rebuild(fetches: Any, results: Any) -> Any:
     if isinstance(fetches, dict):
         return {k: _rebuild(v, results) for k, v in fetches.items()}
     if isinstance(fetches, (list, tuple)):
-        return type(fetches)(_rebuild(v, results) for v in fetches)
+        values = [_rebuild(v, results) for v in fetches]
+        if hasattr(fetches, "_fields"):  # a namedtuple takes its fields one by one
+            return type(fetches)(*values)
+        return type(fetches)(values)
     return next(results)
