@@ -18,9 +18,12 @@ does; ``mg.from_dlpack`` *copies* by default, so that an in-place update in mini
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
+import secrets
+import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from typing import Any, Mapping
 
@@ -55,6 +58,8 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
     (PyTorch's ``torch.from_dlpack`` shares instead.) With ``copy=False`` the tensor
     shares ``x``'s memory, without a copy: writing into either changes both, and the
     bytes are not counted in the device's memory counters (``x``'s library owns them).
+    A PyTorch view marked as negated (``z.conj().imag``) is copied with its sign applied;
+    with ``copy=False`` it is refused (its memory holds the negatives).
     """
     if not hasattr(x, "__dlpack__") or not hasattr(x, "__dlpack_device__"):
         raise TypeError(f"from_dlpack: a {type(x).__name__} has no __dlpack__ method; use "
@@ -64,6 +69,16 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
     source = _device_of(int(kind), int(index), type(x).__name__)
     if copy and isinstance(x, Tensor):  # (its values, copied below: no write reaches x, so
         x = x.detach()                  # a tensor that requires a gradient may export them)
+    # PyTorch marks some views as negated (z.conj().imag) instead of negating their memory,
+    # and its __dlpack__ exports the memory without the sign: read as it is, every value
+    # would come out negated. (Asked by name, so minigraph need not import torch.)
+    if callable(getattr(x, "is_neg", None)) and x.is_neg():
+        if not copy:
+            what = f"{type(x).__module__}.{type(x).__qualname__}"  # torch.Tensor
+            raise TypeError(f"from_dlpack: the {what} is a negated view (its is_neg() is "
+                            f"True): its memory holds the values' negatives, so it cannot "
+                            f"be shared; use copy=True, or x.resolve_neg()")
+        x = x.resolve_neg()  # a copy with the sign applied (this one is copied anyway)
     try:
         data = source.xp.from_dlpack(x)  # shares x's memory (DLPack's contract)
     except (BufferError, TypeError, RuntimeError, ValueError) as exc:
@@ -105,7 +120,8 @@ def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
     (float16, object, ...), or a key that cannot be a name in the archive raises, and
     nothing is written. The archive is written to a temporary file in the same folder
     and then moved over ``path`` in one step (``os.replace``), so a failure (a full disk,
-    an interrupt) leaves an existing file as it was, never half-written.
+    an interrupt) leaves an existing file as it was, never half-written. A new file gets
+    the mode ``open()`` would give it (0o666 less the umask); a replaced one keeps its own.
 
     ``np.load(path)`` reads the file too; PyTorch users get ``torch.from_numpy`` of each.
     """
@@ -115,7 +131,7 @@ def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
     arrays = [(_entry_name(key), _host_array(key, value)) for key, value in state_dict.items()]
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    fd, tmp = _new_file(folder, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             # What np.savez does, written out: np.savez(file, **dict) would take a key
@@ -126,13 +142,25 @@ def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
                         np.lib.format.write_array(member, array, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp makes the file readable by its owner only; give it an ordinary file's
-        # mode (the old file's, if there is one).
-        os.chmod(tmp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644)
+        if os.path.exists(path):  # (a new file has open()'s mode already: _new_file)
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _new_file(folder: str, name: str) -> tuple[int, str]:
+    """A new temporary file in ``folder``, opened for writing: ``(fd, path)``. As
+    ``tempfile.mkstemp`` makes one (a random name, created only if it does not exist:
+    O_EXCL), but with the mode ``open()`` gives a new file, 0o666 less the umask, which
+    the system applies itself (mkstemp's file is its owner's only)."""
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:  # (2**64 names: another run's, once in an age)
+            continue
 
 
 def _entry_name(key: Any) -> str:
@@ -146,6 +174,16 @@ def _entry_name(key: Any) -> str:
         raise ArchiveError(f"save: the key {key!r} cannot be stored in an .npz archive "
                            f"(empty, or with a character a zip name cannot hold, such as NUL); "
                            f"rename it")
+    # A zip stores a name as UTF-8 with a 2-byte length: refused here, before anything is
+    # written, rather than half-way through the archive.
+    try:
+        size = len(entry.encode("utf-8"))
+    except UnicodeEncodeError:  # (a lone surrogate, from a badly decoded file name)
+        raise ArchiveError(f"save: the key {key!r} is not valid Unicode (UTF-8 cannot "
+                           f"encode it), so a zip name cannot hold it; rename it") from None
+    if size > 0xFFFF:
+        raise ArchiveError(f"save: the key {key[:20]!r}... is {size} bytes long in UTF-8; a "
+                           f"zip name holds at most 65535; use a shorter key")
     return entry
 
 
@@ -164,6 +202,12 @@ def _host_array(key: str, value: Any) -> np.ndarray:
     return array
 
 
+# What a damaged zip can raise from zipfile (a bad CRC, a short file, a bad length field,
+# an unknown compression method, a seek to a negative offset): all become ArchiveError.
+_DAMAGED = (zipfile.BadZipFile, EOFError, struct.error, zlib.error, RuntimeError, OSError,
+            ValueError)
+
+
 def load(path: "str | os.PathLike[str]",
          device: "str | Device | None" = "cpu") -> "OrderedDict[str, Tensor]":
     """Read an archive written by ``mg.save`` (or ``np.savez``): an ordered dict of tensors.
@@ -173,39 +217,71 @@ def load(path: "str | os.PathLike[str]",
     memory. Nothing is ever unpickled: an archive holding an object array (which only a
     pickle can give back, and a pickle can run any code) is refused, naming the key,
     and so is a file that is not an ``.npz`` archive.
+
+    A damaged file is refused, never loaded wrong: each entry is read to its end, where
+    zipfile checks its CRC-32 (a checksum of the bytes, which catches a flipped bit in a
+    header that would otherwise give another shape or dtype), and the archive must hold
+    as many entries as its end record says. Every such refusal is an :class:`ArchiveError`
+    naming the file and, where it is known, the entry.
     """
     dev = get_device(device)
+    where = repr(os.fspath(path))
     out: OrderedDict[str, Tensor] = OrderedDict()
-    try:
-        archive = np.load(os.fspath(path), allow_pickle=False)
-    except ValueError as exc:  # a pickle, or a file NumPy does not recognise
-        raise ArchiveError(f"load: {os.fspath(path)!r} is not an .npz archive that can be "
-                           f"read without unpickling ({exc})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ArchiveError(f"load: {os.fspath(path)!r} holds a single array (.npy), not an "
-                           f".npz archive of named arrays; use np.load for it")
-    with archive:
-        # Each member by its own name: archive[key] finds the member "a.npy" for the key
-        # "a.npy" (which holds the key "a") before "a.npy.npy", so two keys, "a" and
-        # "a.npy", loaded as one value twice.
-        members = archive.zip
-        assert members is not None  # (None only once the archive is closed)
-        for member in members.namelist():
-            key = member[:-len(".npy")] if member.endswith(".npy") else member
-            if key == member:  # a member that is not a .npy file
-                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is not a "
-                                   f"NumPy array (.npy)")
-            try:
-                with members.open(member) as stream:
-                    array = np.lib.format.read_array(stream, allow_pickle=False)
-            except ValueError as exc:  # "Object arrays cannot be loaded when allow_pickle=False"
-                raise ArchiveError(f"load: {os.fspath(path)!r}: the entry {key!r} is an "
-                                   f"object array, which only unpickling could read; "
-                                   f"refused ({exc})") from None
-            if not array.dtype.isnative:  # a big-endian file, on a little-endian machine
-                array = array.astype(array.dtype.newbyteorder("="))
-            if array.dtype.name not in DTYPES:
-                raise DTypeError(f"load: {os.fspath(path)!r}: the entry {key!r} has dtype "
-                                 f"{array.dtype}; minigraph supports {', '.join(DTYPES)}")
-            out[key] = Tensor(dev.asarray(array, copy=True), dev)
+    with open(os.fspath(path), "rb") as f:  # (a missing file: the OS's FileNotFoundError)
+        if f.read(6) == b"\x93NUMPY":  # the magic string of one .npy file
+            raise ArchiveError(f"load: {where} holds a single array (.npy), not an .npz "
+                               f"archive of named arrays; use np.load for it")
+        try:
+            f.seek(0)
+            archive = zipfile.ZipFile(f)
+        except _DAMAGED as exc:
+            raise ArchiveError(f"load: {where} is not an .npz archive that can be read "
+                               f"without unpickling, or its zip directory is damaged "
+                               f"({type(exc).__name__}: {exc})") from None
+        with archive:
+            # zipfile reads the central directory without checking that it found as many
+            # entries as the end record declares: a corrupted length there hides entries.
+            # (_EndRecData is zipfile's own reader of that record; it knows zip64. It is
+            # private, so typeshed does not list it.)
+            members = archive.infolist()
+            end_record = zipfile._EndRecData(f)  # type: ignore[attr-defined]
+            declared = end_record[zipfile._ECD_ENTRIES_TOTAL]  # type: ignore[attr-defined]
+            if declared != len(members):
+                raise ArchiveError(f"load: {where} is damaged: its end record says it has "
+                                   f"{declared} entries, its directory lists {len(members)}")
+            for member in members:
+                # Each member by its own name: archive[key] finds the member "a.npy" for
+                # the key "a.npy" (which holds the key "a") before "a.npy.npy".
+                name = member.filename
+                key = name[:-len(".npy")] if name.endswith(".npy") else name
+                if key == name:  # a member that is not a .npy file
+                    raise ArchiveError(f"load: {where}: the entry {key!r} is not a NumPy "
+                                       f"array (.npy)")
+                try:
+                    data = archive.read(member)  # to its end: zipfile checks the CRC-32
+                except _DAMAGED as exc:
+                    raise ArchiveError(f"load: {where}: the entry {key!r} is damaged "
+                                       f"({type(exc).__name__}: {exc})") from None
+                out[key] = Tensor(dev.asarray(_npy_array(where, key, data), copy=True), dev)
     return out
+
+
+def _npy_array(where: str, key: str, data: bytes) -> np.ndarray:
+    """The array in ``data``, the bytes of one ``.npy`` file, which it must fill exactly."""
+    stream = io.BytesIO(data)
+    try:
+        array = np.lib.format.read_array(stream, allow_pickle=False)
+    except (ValueError, TypeError) as exc:  # an object array (only a pickle reads one), a
+        # header that does not parse, data shorter than the header says
+        raise ArchiveError(f"load: {where}: the entry {key!r} is not an array that can be "
+                           f"read without unpickling; refused ({exc})") from None
+    if stream.tell() != len(data):  # (a header that says fewer elements than are there)
+        raise ArchiveError(f"load: {where}: the entry {key!r} has "
+                           f"{len(data) - stream.tell()} bytes after the data its header "
+                           f"describes (shape {array.shape}, {array.dtype}); refused")
+    if not array.dtype.isnative:  # a big-endian file, on a little-endian machine
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.dtype.name not in DTYPES:
+        raise DTypeError(f"load: {where}: the entry {key!r} has dtype {array.dtype}; "
+                         f"minigraph supports {', '.join(DTYPES)}")
+    return array

@@ -9,11 +9,13 @@ PyTorch follows (deepcopy of a non-leaf raises; pickle drops .grad, deepcopy kee
 from __future__ import annotations
 
 import copy
+import io
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import zipfile
 from collections import OrderedDict
 
 import numpy as np
@@ -614,7 +616,8 @@ def test_load_never_unpickles(tmp_path):
     attack = np.empty(1, dtype=object)
     attack[0] = _Payload(str(marker))
     np.savez(evil, weight=np.ones(2), attack=attack)
-    with pytest.raises(ArchiveError, match=r"'attack' is an object array.*refused"):
+    with pytest.raises(ArchiveError, match=r"'attack' is not an array .* without unpickling; "
+                       r"refused \(Object arrays"):
         mg.load(evil)
     assert not marker.exists()
     pickled = tmp_path / "model.pkl"
@@ -628,3 +631,97 @@ def test_load_refuses_a_single_npy_file(tmp_path):
     np.save(tmp_path / "one.npy", np.ones(2))
     with pytest.raises(ArchiveError, match=r"single array \(\.npy\)"):
         mg.load(tmp_path / "one.npy")
+
+
+# -- regressions: each docstring says what was wrong ---------------------------------------------
+
+def _flip(path, find, offset, bit, out):
+    """A copy of ``path`` with one bit flipped, ``offset`` bytes into ``find``."""
+    raw = bytearray(path.read_bytes())
+    raw[raw.index(find) + offset] ^= bit
+    out.write_bytes(bytes(raw))
+    return out
+
+
+@pytest.mark.parametrize("find, offset, bit", [
+    (b"(2, 5000)", 4, 0x04),  # the shape (2, 5000) becomes (2, 1000)
+    (b"'<f8'", 3, 0x0C),      # the dtype '<f8' becomes '<f4': the bytes read as garbage
+])
+def test_load_refuses_an_entry_whose_crc_does_not_match(tmp_path, find, offset, bit):
+    """An entry was read only as far as its (corrupted) header said, so zipfile never
+    reached the end where it checks the CRC-32, and a one-bit flip loaded as another
+    shape or dtype. Oracle: zipfile's own check, testzip(), names the entry."""
+    good = tmp_path / "good.npz"
+    mg.save({"w": np.arange(10000.0).reshape(2, 5000), "b": np.ones(3)}, good)
+    bad = _flip(good, find, offset, bit, tmp_path / "bad.npz")
+    with zipfile.ZipFile(bad) as z:
+        assert z.testzip() == "w.npy"
+    with pytest.raises(ArchiveError, match=r"bad\.npz'.*entry 'w' is damaged.*CRC"):
+        mg.load(bad)
+
+
+def test_damaged_files_raise_archive_error_naming_the_file(tmp_path):
+    """An empty, truncated or damaged file escaped as EOFError or BadZipFile, a lost
+    directory entry loaded one key fewer, and short .npy data was called an object
+    array. Oracles: zipfile's end record (how many entries there are) and the bytes cut."""
+    good = tmp_path / "good.npz"
+    mg.save({"w": np.arange(6.0), "y": np.array([1, 2])}, good)
+    raw = good.read_bytes()
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "half.npz").write_bytes(raw[:len(raw) // 2])
+    # a comment length in the central directory: the entry after it is swallowed
+    lost = _flip(good, b"PK\x01\x02", 32, 0x80, tmp_path / "lost.npz")
+    end = raw.rindex(b"PK\x05\x06")
+    assert int.from_bytes(raw[end + 10:end + 12], "little") == 2  # what the end record says
+    npy = io.BytesIO()
+    np.lib.format.write_array(npy, np.arange(4.0))
+    with zipfile.ZipFile(tmp_path / "short.npz", "w") as z:
+        z.writestr("a.npy", npy.getvalue()[:-8])  # a consistent CRC, 8 data bytes missing
+    cases = [("empty", r"not an \.npz archive"), ("half", r"not an \.npz archive"),
+             ("lost", r"end record says it has 2 entries, its directory lists 1"),
+             ("short", r"entry 'a' is not an array")]
+    for name, message in cases:
+        with pytest.raises(ArchiveError, match=rf"'.*{name}\.npz'.*{message}"):
+            mg.load(tmp_path / f"{name}.npz")
+
+
+def test_save_refuses_keys_a_zip_name_cannot_hold_before_writing(tmp_path):
+    """A key longer than a zip name's 65535 bytes (struct.error) or not encodable as
+    UTF-8 (UnicodeEncodeError) failed half-way through writing. Oracle: the encoded
+    length, and an empty folder afterwards."""
+    long_key = "k" * 70000
+    assert len((long_key + ".npy").encode("utf-8")) > 0xFFFF
+    for key, message in [(long_key, "70004 bytes long"), ("\udcff", "not valid Unicode")]:
+        with pytest.raises(ArchiveError, match=message):
+            mg.save({"ok": np.ones(1), key: np.ones(1)}, tmp_path / "x.npz")
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_gives_the_file_the_mode_open_gives_under_the_umask(tmp_path):
+    """save set the mode 0o644 whatever the umask: under umask 077 a private file became
+    readable by everyone. Oracle: the mode of a file made by open()."""
+    old = os.umask(0o077)
+    try:
+        for mask in (0o077, 0o022):
+            os.umask(mask)
+            mg.save({"a": np.ones(1)}, tmp_path / f"{mask:o}.npz")
+            open(tmp_path / f"{mask:o}.txt", "w").close()
+            modes = {os.stat(tmp_path / f"{mask:o}.{ext}").st_mode & 0o777
+                     for ext in ("npz", "txt")}
+            assert modes == {0o666 & ~mask}
+    finally:
+        os.umask(old)
+
+
+def test_mg_from_dlpack_of_a_negated_torch_view():
+    """z.conj().imag is a view PyTorch marks as negated; its __dlpack__ exports the
+    memory without the sign, so mg.from_dlpack gave every value negated. Oracle: the
+    closed form -Im(z), and torch's own values."""
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex128)
+    im = z.conj().imag
+    assert im.is_neg()
+    t = mg.from_dlpack(im)
+    np.testing.assert_array_equal(t.numpy(), [-2.0, 4.0])
+    np.testing.assert_array_equal(t.numpy(), im.resolve_neg().numpy())
+    with pytest.raises(TypeError, match=r"torch\.Tensor is a negated view.*copy=True"):
+        mg.from_dlpack(im, copy=False)

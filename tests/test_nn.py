@@ -326,3 +326,156 @@ def test_functional_call_restores_parameters_after_an_error_and_checks_names():
     assert model[0].weight is own
     with pytest.raises(KeyError, match="0.weight"):
         nn.functional_call(model, {"weight": own}, mg.tensor(X))
+
+
+# -- regressions: each docstring says what was wrong ---------------------------------------------
+
+def test_sgd_hyperparameters_given_as_numpy_scalars_keep_the_parameters_dtype():
+    """lr, momentum and weight_decay given as np.float64 (a NumPy schedule) made a float32
+    parameter's update float64, which the in-place write refused, after the float64
+    parameter before it was already written: a half-applied step. A NumPy scalar now
+    acts as a Python float, as in PyTorch. Oracle: torch.optim.SGD with the same values."""
+    torch = pytest.importorskip("torch")
+    p0 = [np.array([1.0, 2.0]), np.array([1.0, 2.0], np.float32)]
+    g0 = [np.array([0.5, -1.0]), np.array([0.25, 3.0], np.float32)]
+    hyper = dict(lr=np.float64(0.1), momentum=np.float64(0.9), weight_decay=np.float32(0.01))
+    params = [mg.tensor(v, requires_grad=True) for v in p0]
+    opt = nn.SGD(params, **hyper)
+    theirs = [torch.tensor(v, requires_grad=True) for v in p0]
+    topt = torch.optim.SGD(theirs, **hyper)
+    for _ in range(2):  # the second step uses the momentum buffers
+        for p, t, g in zip(params, theirs, g0):
+            p.grad, t.grad = mg.tensor(g), torch.tensor(g)
+        opt.step()
+        topt.step()
+    for p, t in zip(params, theirs):
+        assert p.dtype == str(t.dtype).removeprefix("torch.")
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-6)
+
+
+def test_an_update_of_another_dtype_is_refused_before_any_parameter_is_written():
+    """The dtype of each update was only checked by the write itself, after the earlier
+    parameters were written; now every update is checked before the first write.
+    Oracle: the parameters' values before the step (all-or-nothing)."""
+    params = params_with_grads([np.ones(2), np.ones(2, np.float32)],
+                               [np.ones(2), np.ones(2, np.float32)])
+    opt = nn.SGD(params, lr=0.5, momentum=0.9)
+    opt.state[1] = mg.tensor(np.zeros(2))  # a float64 buffer for the float32 parameter
+    with pytest.raises(DTypeError, match="parameter 1 has dtype float32 but its update"):
+        opt.step()
+    np.testing.assert_array_equal(params[0].numpy(), np.ones(2))  # not half-applied
+    assert list(opt.state) == [1]
+
+
+def test_sgd_steps_a_zero_d_parameter_held_as_a_numpy_scalar():
+    """A 0-d parameter made from a reduction holds a NumPy scalar, whose flags say
+    read-only; SGD took it for a read-only array and refused the step. Oracle: the
+    closed form 1 - 0.1 * 2 = 0.8 (and PyTorch's SGD gives the same)."""
+    scale = (mg.tensor([1.0, 2.0]).sum() / 3).detach().requires_grad_()
+    assert isinstance(scale.data, np.generic)
+    (scale * scale).backward()  # gradient 2 * scale = 2
+    nn.SGD([scale], lr=0.1).step()
+    np.testing.assert_allclose(scale.numpy(), 1 - 0.1 * 2.0, rtol=1e-15)
+
+
+def test_an_activation_kept_on_self_is_not_a_parameter():
+    """self.hidden = self.fc(x) in forward registered the activation (it requires a
+    gradient) as a parameter and a state-dict key. Only leaves are parameters. Oracle:
+    the same module in PyTorch."""
+    torch = pytest.importorskip("torch")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2, seed=0)
+
+        def forward(self, x):
+            self.hidden = self.fc(x)
+            return self.hidden.sum()
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.hidden = self.fc(x)
+            return self.hidden.sum()
+
+    m, t = Net(), TorchNet()
+    m(mg.tensor(np.ones((3, 2)))).backward()
+    t(torch.ones(3, 2)).backward()
+    assert [n for n, _ in m.named_parameters()] == [n for n, _ in t.named_parameters()]
+    assert list(m.state_dict()) == list(t.state_dict())
+    assert m.hidden.shape == (3, 2)
+
+
+def test_a_parameter_name_refuses_a_tensor_that_is_not_a_parameter_and_del_works():
+    """m.weight = mg.tensor(...) without requires_grad silently unregistered the weight,
+    and del m.bias raised AttributeError. Oracle: PyTorch raises TypeError for the first
+    and deletes for the second."""
+    torch = pytest.importorskip("torch")
+    t = torch.nn.Linear(2, 2)
+    with pytest.raises(TypeError):
+        t.weight = torch.eye(2)
+    del t.bias
+    m = nn.Linear(2, 2, seed=0)
+    with pytest.raises(TypeError, match="cannot assign a tensor that does not require a "
+                                        "gradient to parameter 'weight'"):
+        m.weight = mg.tensor(np.eye(2))
+    del m.bias
+    assert [n for n, _ in m.named_parameters()] == [n for n, _ in t.named_parameters()]
+    m.weight = mg.tensor(np.eye(2), requires_grad=True)  # a parameter replaces one
+    assert m.parameters()[0] is m.weight
+
+
+def test_a_module_that_contains_itself_lists_its_parameters_once():
+    """named_parameters() walked a module that contains itself forever. Oracle: PyTorch
+    visits each module once (its memo of modules)."""
+    torch = pytest.importorskip("torch")
+    a = nn.Sequential(nn.Linear(1, 1, seed=0))
+    a.append(a)
+    t = torch.nn.Sequential(torch.nn.Linear(1, 1))
+    t.append(t)
+    assert [n for n, _ in a.named_parameters()] == [n for n, _ in t.named_parameters()]
+    with pytest.raises(nn.StateDictError, match="contains itself"):
+        a.state_dict()  # (endless keys: PyTorch recurses until RecursionError)
+
+
+def test_cross_entropy_sum_of_an_empty_batch_is_zero():
+    """reduction='sum' computed N * mean, 0 * (0 / 0) = nan, for N = 0. Oracle: PyTorch
+    (and the empty sum, 0)."""
+    torch = pytest.importorskip("torch")
+    logits = mg.tensor(np.zeros((0, 3)), requires_grad=True)
+    loss = nn.CrossEntropyLoss(reduction="sum")(logits, mg.tensor(np.zeros(0, np.int64)))
+    expected = torch.nn.functional.cross_entropy(torch.zeros(0, 3, dtype=torch.float64),
+                                                 torch.zeros(0, dtype=torch.int64),
+                                                 reduction="sum")
+    assert loss.item() == expected.item() == 0.0 and loss.dtype == "float64"
+    loss.backward()
+    assert logits.grad.shape == (0, 3)
+
+
+def test_mse_loss_checks_the_shape_of_a_list_target_too():
+    """A list target skipped the no-broadcasting check (it has no .shape): a (3, 1)
+    prediction against [1, 2, 3] broadcast to (3, 3). Oracle: NumPy's shape of the list,
+    and the value for a target of the right shape."""
+    pred = mg.tensor([[1.0], [2.0], [3.0]])
+    with pytest.raises(ShapeError, match=r"\(3, 1\) and the target \(3,\)"):
+        nn.MSELoss()(pred, [1.0, 2.0, 3.0])
+    target = [[1.0], [2.0], [4.0]]
+    assert np.shape(target) == pred.shape
+    np.testing.assert_allclose(nn.MSELoss()(pred, target).item(),
+                               np.mean((pred.numpy() - np.array(target)) ** 2))
+
+
+def test_a_slice_of_a_sequential_keeps_pytorchs_state_dict_keys():
+    """model[1:] renumbered its layers, so its state dict said '1.weight' where PyTorch
+    (and the whole model) say '2.weight'. Oracle: PyTorch's slice."""
+    torch = pytest.importorskip("torch")
+    ours = mlp()
+    theirs = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    assert list(ours[1:].state_dict()) == list(theirs[1:].state_dict())
+    head = ours[1:]
+    head.append(nn.ReLU())  # the next number, not a reused one
+    assert list(head._modules) == ["1", "2", "3"] and len(head) == 3

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..ops import nn as NN
 from ..ops import reduce as R
+from ..ops.shape_rules import shape_of
 from .module import Module
 
 REDUCTIONS = ("mean", "sum")
@@ -35,16 +38,28 @@ class CrossEntropyLoss(_Loss):
     ``mg.cross_entropy``, which is stable and has the short gradient (p - onehot) / N."""
 
     def forward(self, logits: Any, labels: Any) -> Any:
-        loss = NN.cross_entropy(logits, labels)
-        return loss if self.reduction == "mean" else loss * logits.shape[0]
+        if self.reduction == "mean":
+            return NN.cross_entropy(logits, labels)
+        n = logits.shape[0]
+        if n == 0:
+            # an empty batch: its sum is 0 (PyTorch's), but N * mean would be 0 * (0/0),
+            # nan. cross_entropy still checks the shapes and labels (its unused 0/0
+            # silenced); the sum of the empty logits is a 0 of their dtype and device.
+            with np.errstate(invalid="ignore"):
+                NN.cross_entropy(logits, labels)
+            return R.sum(logits)
+        return NN.cross_entropy(logits, labels) * n
 
 
 class MSELoss(_Loss):
     """The mean (or sum) of squared differences; both arguments have the same shape."""
 
     def forward(self, prediction: Any, target: Any) -> Any:
-        a, b = getattr(prediction, "shape", None), getattr(target, "shape", None)
-        if a is not None and b is not None and tuple(a) != tuple(b):
+        # shape_of reads every kind of value the same way (a tensor's or node's shape,
+        # NumPy's for a nested list, () for a number), so no target skips the check
+        a, b = shape_of(prediction), shape_of(target)
+        if a is not None and b is not None and tuple(a) != tuple(b):  # (None: a graph
+            # placeholder of unknown shape, checked when the subtraction runs)
             raise ShapeError(f"MSELoss: the prediction has shape {tuple(a)} and the target "
                              f"{tuple(b)}; they must be equal (no broadcasting here)")
         d = prediction - target

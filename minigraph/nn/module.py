@@ -3,7 +3,8 @@
 A :class:`Module` is a function with state. Its *parameters* are the tensors it owns
 that training changes; its *submodules* are the layers it is built from. Both are found
 by assignment, as in PyTorch: ``self.weight = mg.tensor(..., requires_grad=True)``
-registers a parameter (a tensor attribute that requires a gradient), and
+registers a parameter (a leaf tensor that requires a gradient; an operation's result,
+an activation kept on ``self``, is a plain attribute), and
 ``self.fc = Linear(...)`` registers a submodule. ``parameters()`` then lists every
 parameter of the tree, own ones first, then each submodule's in the order they were
 assigned, which is the order an optimizer and ``pp.profile`` see them in.
@@ -60,8 +61,24 @@ class Module:
         # A name lives in one table. Re-assigning a parameter (or a submodule) keeps its
         # place in its table, as in PyTorch, so the order of parameters() and of the
         # state dict's keys stays the order the layers were built in.
-        is_param = isinstance(value, Tensor) and value.requires_grad
+        # A parameter is a leaf that requires a gradient: a tensor training changes. A
+        # result of the model's operations (self.hidden = self.fc(x) in forward) requires
+        # a gradient too, but it is an activation, kept as a plain attribute.
+        is_param = isinstance(value, Tensor) and value.requires_grad and value.is_leaf
         is_module = isinstance(value, Module)
+        if name in params and not is_param and value is not None:
+            # PyTorch's TypeError: a silent unregistering would drop the parameter from
+            # parameters() and the state dict (forgetting requires_grad=True, say)
+            if not isinstance(value, Tensor):
+                what = f"a {type(value).__name__}"
+            elif not value.requires_grad:
+                what = "a tensor that does not require a gradient"
+            else:
+                what = "the result of a recorded operation (not a leaf)"
+            raise TypeError(f"{type(self).__name__}: cannot assign {what} to parameter "
+                            f"{name!r}; assign a leaf tensor that requires a gradient "
+                            f"(mg.tensor(..., requires_grad=True)), or None, or del it "
+                            f"first")
         if not is_param:
             params.pop(name, None)
         if not is_module:
@@ -73,6 +90,14 @@ class Module:
             self._modules[name] = value
         else:
             object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        # ``del m.bias``: a parameter or a submodule lives in its table, not in __dict__
+        for table in (self._parameters, self._modules):
+            if name in table:
+                del table[name]
+                return
+        object.__delattr__(self, name)
 
     def __getattr__(self, name: str) -> Any:
         # Called only when ordinary lookup fails: parameters and submodules live in dicts.
@@ -87,12 +112,17 @@ class Module:
         """(dotted name, tensor) for every parameter of the tree, e.g. ``"0.weight"``.
 
         A walk with an explicit stack (own parameters, then submodules in assignment
-        order); a tensor shared by two layers is listed once, under its first name.
+        order); a tensor (or a layer) shared by two places is listed once, under its
+        first name. A module met again is skipped, as in PyTorch: a module that contains
+        itself would otherwise be walked forever.
         """
-        out, seen = [], set()
+        out, seen, visited = [], set(), set()
         stack: list[tuple[str, Module]] = [("", self)]
         while stack:
             prefix, module = stack.pop()
+            if id(module) in visited:
+                continue
+            visited.add(id(module))
             for name, p in module._parameters.items():
                 if id(p) not in seen:
                     seen.add(id(p))
@@ -115,15 +145,22 @@ class Module:
 
         Unlike ``named_parameters`` this does not drop repeats: a tensor (or a layer)
         shared by two places gets a key for each, as PyTorch's state_dict does, so the
-        keys are the same as the PyTorch model's and loading fills both places.
+        keys are the same as the PyTorch model's and loading fills both places. A
+        module inside itself would give endless keys: refused (each entry of the walk
+        carries the ids of the modules above it, to see that).
         """
         out: list[tuple[str, Tensor]] = []
-        stack: list[tuple[str, Module]] = [("", self)]
+        stack: list[tuple[str, Module, frozenset[int]]] = [("", self, frozenset())]
         while stack:
-            prefix, module = stack.pop()
+            prefix, module, above = stack.pop()
+            if id(module) in above:
+                raise StateDictError(f"{type(self).__name__}: the module at "
+                                     f"{prefix[:-1]!r} contains itself, so it has no "
+                                     f"finite state dict")
             out.extend((prefix + name, p) for name, p in module._parameters.items())
             children = list(module._modules.items())
-            stack.extend((f"{prefix}{name}.", m) for name, m in reversed(children))
+            inside = above | {id(module)}
+            stack.extend((f"{prefix}{name}.", m, inside) for name, m in reversed(children))
         return out
 
     def state_dict(self) -> "OrderedDict[str, Tensor]":
@@ -279,6 +316,8 @@ class Sequential(Module):
 
     ``model[i]`` is layer i, ``model[a:b]`` a Sequential of the same layer objects (the
     parameters are shared, not copied): that is how a pipeline cuts a model into stages.
+    A slice keeps the layers' names, as PyTorch's does, so ``model[1:]``'s state dict
+    has the keys ``"2.weight"`` that the whole model's has, not renumbered ones.
     """
 
     def __init__(self, *layers: Module):
@@ -297,7 +336,8 @@ class Sequential(Module):
     def append(self, layer: Module) -> "Sequential":
         if not isinstance(layer, Module):
             raise TypeError(f"Sequential.append: a {type(layer).__name__} is not a Module")
-        self._modules[str(len(self._modules))] = layer
+        # the next number: after a slice (names "1", "2") len() would reuse "2"
+        self._modules[str(max(map(int, self._modules), default=-1) + 1)] = layer
         return self
 
     def __len__(self) -> int:
@@ -309,7 +349,9 @@ class Sequential(Module):
     def __getitem__(self, index: "int | slice") -> Any:
         layers = list(self._modules.values())
         if isinstance(index, slice):
-            return Sequential(*layers[index])
+            part = Sequential()
+            part._modules.update(list(self._modules.items())[index])  # names kept
+            return part
         try:
             return layers[index]
         except IndexError:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np
+
 from ..autodiff.tape import no_grad
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import Tensor
@@ -69,23 +71,36 @@ class SGD:
     def _update(self, i: int, p: Tensor) -> tuple[Tensor, Tensor | None]:
         """The change of parameter i (lr times its step direction) and its new momentum
         buffer (None without)."""
+        # float(): a NumPy scalar (lr = base * np.cos(...) is an np.float64) is a typed
+        # number to mg, and np.float64 * (a float32 tensor) would be float64, which the
+        # in-place write refuses; a Python float is weak and keeps p's dtype (PyTorch's)
+        lr, momentum, weight_decay = (float(self.lr), float(self.momentum),
+                                      float(self.weight_decay))
         g = _checked_grad(i, p)
-        if self.weight_decay:
-            g = g + self.weight_decay * p.detach()
+        if weight_decay:
+            g = g + weight_decay * p.detach()
         _check_writable(i, p)
         buf = None
-        if self.momentum:
+        if momentum:
             old = self.state.get(i)
             # the first buffer is a copy (PyTorch's clone): g may be the gradient's own
             # memory, which a later backward accumulates into in place
             buf = (Tensor(g.device.copy_from(g.data, g.device), g.device) if old is None
-                   else self.momentum * old + g)
+                   else momentum * old + g)
             g = buf
-        return self.lr * g, buf
+        change = lr * g
+        # the write (p -= change) keeps p's dtype; refuse another one here, before any
+        # write, not half-way through them (say, a momentum buffer of another dtype)
+        if change.dtype != p.dtype:
+            raise DTypeError(f"SGD.step: parameter {i} has dtype {p.dtype} but its update "
+                             f"{change.dtype}; no parameter was changed")
+        return change, buf
 
 
 def _check_writable(i: int, p: Tensor) -> None:
     """Refuse, before anything is written, a parameter whose array is read-only."""
+    if isinstance(p.data, np.generic):  # a 0-d result held as a NumPy scalar: its flags
+        return  # say read-only, but the in-place write replaces it with a 0-d array
     flags = getattr(p.data, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         raise ValueError(f"SGD.step: parameter {i} (shape {p.shape}) lives in a read-only "
