@@ -925,7 +925,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
             raise GradientError(f"grad: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
         grads = vjp_fn()
-        out = own_results([out], memory_of(args))[0]  # (f may return an argument)
+        if type(out) is Tensor:  # (f may return an argument, or a view of one)
+            out = own_results([out], memory_of(args))[0]
         return out, grads[0] if single(argnums) else grads
 
     return wrapped
