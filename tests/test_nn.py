@@ -440,6 +440,8 @@ def test_a_module_that_contains_itself_lists_its_parameters_once():
     assert [n for n, _ in a.named_parameters()] == [n for n, _ in t.named_parameters()]
     with pytest.raises(nn.StateDictError, match="contains itself"):
         a.state_dict()  # (endless keys: PyTorch recurses until RecursionError)
+    with pytest.raises(nn.StateDictError, match="contains itself"):  # (its walk, too)
+        nn.functional_call(a, {}, mg.tensor([[1.0]]))
 
 
 def test_cross_entropy_sum_of_an_empty_batch_is_zero():

@@ -145,19 +145,25 @@ class Module:
 
         Unlike ``named_parameters`` this does not drop repeats: a tensor (or a layer)
         shared by two places gets a key for each, as PyTorch's state_dict does, so the
-        keys are the same as the PyTorch model's and loading fills both places. A
-        module inside itself would give endless keys: refused (each entry of the walk
-        carries the ids of the modules above it, to see that).
+        keys are the same as the PyTorch model's and loading fills both places.
         """
-        out: list[tuple[str, Tensor]] = []
+        return [(prefix + name, p) for prefix, module in self._paths()
+                for name, p in module._parameters.items()]
+
+    def _paths(self) -> list[tuple[str, "Module"]]:
+        """(``"0.block."``-style prefix, module) for every path to every module of the
+        tree, this one first (``""``), then each submodule's in assignment order. A
+        module inside itself would give endless paths: refused (each entry of the walk
+        carries the ids of the modules above it, to see that)."""
+        out: list[tuple[str, Module]] = []
         stack: list[tuple[str, Module, frozenset[int]]] = [("", self, frozenset())]
         while stack:
             prefix, module, above = stack.pop()
             if id(module) in above:
                 raise StateDictError(f"{type(self).__name__}: the module at "
-                                     f"{prefix[:-1]!r} contains itself, so it has no "
-                                     f"finite state dict")
-            out.extend((prefix + name, p) for name, p in module._parameters.items())
+                                     f"{prefix[:-1]!r} contains itself, so its parameters "
+                                     f"have no finite list of names")
+            out.append((prefix, module))
             children = list(module._modules.items())
             inside = above | {id(module)}
             stack.extend((f"{prefix}{name}.", m, inside) for name, m in reversed(children))

@@ -33,16 +33,13 @@ from .module import Module
 
 def _uses(module: Module) -> tuple[dict[str, Any], dict[int, list[tuple[Module, str]]]]:
     """Every dotted name of every parameter (a tied one has several), and, per tensor,
-    the (submodule, name) slots that hold it. An explicit stack, as named_parameters."""
+    the (submodule, name) slots that hold it: the state dict's walk (``Module._paths``)."""
     tensors: dict[str, Any] = {}
     slots: dict[int, list[tuple[Module, str]]] = {}
-    stack: list[tuple[str, Module]] = [("", module)]
-    while stack:
-        prefix, m = stack.pop()
+    for prefix, m in module._paths():
         for name, p in m._parameters.items():
             tensors[prefix + name] = p
             slots.setdefault(id(p), []).append((m, name))
-        stack.extend((f"{prefix}{name}.", child) for name, child in m._modules.items())
     return tensors, slots
 
 
