@@ -1554,3 +1554,27 @@ def test_a_write_into_another_librarys_array_read_from_outside_is_refused(call):
                                     r"its arguments \(array_api_strict array"):
         calls[call](x)
     assert [float(v) for v in HALVED_OTHER[0]] == [3.0, 4.0]
+
+
+def _step_on_one_line(h):
+    h += 1.0; return h  # noqa: E702 - several statements on one line, as a student may write
+
+
+def _rebinds_on_one_line(x):
+    h = x * 2.0; h = _step_on_one_line(h); return h  # noqa: E702
+
+
+def _keeps_the_old_h_on_one_line(x):
+    h = x * 2.0; y = _step_on_one_line(h) + h; return y  # noqa: E702
+
+
+def test_statements_on_one_line_are_read_one_by_one():
+    """The search for other holders of an updated value read the caller's line as one
+    statement: `h = x * 2.0; h = step(h); return h` was refused (valid in eager mode, as
+    in PyTorch: d/dx (2x + 1) = 2), and the refusal's advice, read from the line by a
+    regular expression, was `h = h + (1.0; return h)`. The frame's column picks the
+    statement now."""
+    for mode in ("tape", "forward", "graph"):
+        assert mg.grad(_rebinds_on_one_line, mode=mode)(2.0).item() == 2.0
+    with pytest.raises(GradientError, match=r"Write h = h \+ 1\.0 for a new value"):
+        mg.grad(_keeps_the_old_h_on_one_line)(2.0)

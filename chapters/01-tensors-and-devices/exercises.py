@@ -32,7 +32,7 @@ ITEMSIZE = {"bool": 1, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 
 
 # ---------------------------------------------------------------------------------------
-# 1. Broadcasting
+# Exercises 1 and 2. Broadcasting, and its adjoint
 # ---------------------------------------------------------------------------------------
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -97,7 +97,7 @@ def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------
-# 2. Dtypes
+# Exercise 3. Dtypes
 # ---------------------------------------------------------------------------------------
 
 def result_dtype(a: "str | bool | int | float", b: "str | bool | int | float") -> str:
@@ -141,7 +141,7 @@ def result_dtype(a: "str | bool | int | float", b: "str | bool | int | float") -
 
 
 # ---------------------------------------------------------------------------------------
-# 3. Memory per device
+# Exercise 4. Memory per device
 # ---------------------------------------------------------------------------------------
 
 def tensor_nbytes(shape: tuple[int, ...], dtype: str) -> int:
@@ -176,7 +176,7 @@ def bytes_per_device(tensors: list) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------
-# 4. Asynchronous execution
+# Exercise 5. Asynchronous execution
 # ---------------------------------------------------------------------------------------
 
 def gpu_time(work, synchronize, clock=time.perf_counter) -> float:

@@ -210,7 +210,8 @@ def jacobian_fwd(f, x: np.ndarray) -> np.ndarray:
     ``f`` maps a minigraph tensor of shape (n,) to one of shape (m,). Column k is
     d f / d x[k]: the tangent ``mg.jvp`` returns for the tangent e_k, the k-th unit
     vector. Use ``mg.jvp(f, (x,), (e_k,))`` once per input, n passes in all (this is
-    what ``mg.jacfwd`` does), and return a NumPy array.
+    what ``mg.jacfwd(f, vectorize=False)`` does; by default it batches the n tangents
+    into one pass), and return a NumPy array.
     """
     ### BEGIN SOLUTION
     x = np.asarray(x, dtype=float)
@@ -230,7 +231,8 @@ def jacobian_rev(f, x: np.ndarray) -> np.ndarray:
     ``out, vjp_fn = mg.vjp(f, x)`` runs ``f`` once and keeps its tape; row i is
     d out[i] / d x, which ``vjp_fn(e_i)`` gives for the i-th unit vector e_i of the
     output's shape (``vjp_fn`` returns a tuple, one entry per input). Call ``f`` once
-    only, sweep m times (this is what ``mg.jacrev`` does), and return a NumPy array.
+    only, sweep m times (this is what ``mg.jacrev(f, vectorize=False)`` does; by default
+    it batches the m sweeps into one), and return a NumPy array.
     """
     ### BEGIN SOLUTION
     out, vjp_fn = mg.vjp(f, mg.tensor(np.asarray(x, dtype=float)))

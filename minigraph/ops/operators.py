@@ -19,7 +19,6 @@ import linecache
 import math
 import operator
 import os
-import re
 import sys
 import sysconfig
 import threading
@@ -399,31 +398,42 @@ def rebound_by_its_call(stmt: "ast.stmt | None") -> frozenset[str]:
 
 
 def _statement_at(frame: FrameType) -> "ast.stmt | None":
-    """The statement on the line ``frame`` is at, where that line is one whole statement."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    """The statement ``frame`` is running, where its line holds it whole. Several on one
+    line (``h = step(h); return h``) are told apart by the column of the instruction the
+    frame is at (``co_positions``, Python 3.11+; before, such a line gives None)."""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    text = line.lstrip()
     try:
-        body = ast.parse(line).body
+        body = ast.parse(text).body
     except SyntaxError:  # (a line of a longer statement: nothing is taken for granted)
         return None
-    return body[0] if len(body) == 1 else None
+    if len(body) == 1:
+        return body[0]
+    positions = getattr(frame.f_code, "co_positions", None)
+    where = list(positions())[frame.f_lasti // 2] if positions else None
+    if where is None or where[2] is None:
+        return None
+    column = where[2] - (len(line) - len(text))  # (ast's columns: of the stripped text)
+    return next((stmt for stmt in body
+                 if stmt.col_offset <= column < (stmt.end_col_offset or 0)), None)
 
 
 def rebinding(frame: FrameType | None = None) -> str:
     """The user's update written as a new value: ``h += 0.5 * y`` as ``h = h + (0.5 *
-    y)``, from the text of the line ``frame`` (the user's, by default) is at; ``name =
-    name op y`` where the line is not one."""
+    y)``, from the statement ``frame`` (the user's, by default) is at; ``name = name op
+    y`` where that is not one."""
     frame = frame or user_frame()
-    line = "" if frame is None else linecache.getline(frame.f_code.co_filename,
-                                                      frame.f_lineno)
-    match = _AUGMENTED.match(line)
-    if match is None:
+    stmt = None if frame is None else _statement_at(frame)
+    if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name)):
         return "name = name op y"
-    name, op, value = match.group(1, 2, 3)
-    simple = re.fullmatch(r"[\w.]+", value) is not None  # (a name or a number: no brackets)
-    return f"{name} = {name} {op} {value if simple else f'({value})'}"
+    name, value = stmt.target.id, ast.unparse(stmt.value)
+    simple = isinstance(stmt.value, (ast.Name, ast.Constant, ast.Attribute))  # (no brackets)
+    return f"{name} = {name} {_SYMBOLS[type(stmt.op)]} {value if simple else f'({value})'}"
 
 
-_AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(\*\*|//|[-+*/%@])=\s*(.+?)\s*(#.*)?$")
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+            ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
+            ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 
 
 # Where Python's own modules and installed packages live: a caller there (pytest, IPython,
