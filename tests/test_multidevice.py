@@ -415,3 +415,31 @@ def test_a_session_takes_an_array_of_its_device_library_as_it_is(strict_devices)
     np.testing.assert_array_equal(mg.Session(g).run(y, {x: value}), [2.0, 4.0])
     with pytest.raises(mg.errors.ShapeError, match="feed for 'x'.*shape \\(3,\\)"):
         mg.Session(g).run(y, {x: xps.asarray([1.0, 2.0, 3.0], device=xps.Device("device1"))})
+
+
+def test_data_parallel_refuses_x_and_y_of_different_batch_sizes():
+    """x (6, 2) and y (3, 1) were split separately: each device paired two rows of x with
+    one of y, the loss broadcast them, and a gradient came back where one device's
+    mg.grad (and PyTorch) refuses the shapes."""
+    from minigraph.parallel import data_parallel_grads
+
+    mg.set_virtual_cpus(3)
+    w = mg.tensor(np.ones((2, 1)))
+
+    def loss(params, x, y):
+        return mg.mean((x @ params[0] - y) ** 2)
+    with pytest.raises(mg.errors.ShapeError):
+        mg.grad(lambda w: loss([w], mg.tensor(np.ones((6, 2))), mg.tensor(np.ones((3, 1)))))(w)
+    with pytest.raises(mg.errors.ShapeError, match="x has shape \\(6, 2\\) and y \\(3, 1\\)"):
+        data_parallel_grads(loss, [w], np.ones((6, 2)), np.ones((3, 1)),
+                            ["cpu", "cpu:1", "cpu:2"])
+
+
+def test_sharded_linear_needs_a_class_per_shard():
+    """Two classes over three devices made an empty shard, and parallel_cross_entropy
+    failed inside max of a (6, 0) array; one device gives the loss."""
+    from minigraph.parallel import ShardedLinear
+
+    mg.set_virtual_cpus(3)
+    with pytest.raises(ValueError, match="2 output classes cannot be split over 3 devices"):
+        ShardedLinear(4, 2, ["cpu", "cpu:1", "cpu:2"])

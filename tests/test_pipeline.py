@@ -425,3 +425,66 @@ def test_pipeline_rejects_what_it_cannot_run():
         pp.Pipeline(model, loss_fn, [[0, 1], [2, 3, 4]], schedule=stuck)
     with pytest.raises(TypeError, match="Sequential"):
         pp.Pipeline(model[0], loss_fn, [[0]])
+
+
+class _Scaled(nn.Module):
+    """A layer that keeps a tensor that is not a parameter (a buffer, in PyTorch's words)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 3, seed=1)
+        self.scale = mg.tensor(1.5)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_a_frozen_or_unused_parameter_keeps_its_grad_none():
+    """Pipeline.backward gave every parameter a .grad: a frozen one (requires_grad False)
+    its gradient, an unused one zeros, so SGD moved the first and weight decay shrank
+    the second. Oracles: the tape and PyTorch leave both at None, and the step leaves
+    them where they were."""
+    torch = pytest.importorskip("torch")
+    mg.set_virtual_cpus(2)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 4)), rng.integers(0, 3, 8)
+
+    def make():
+        m = nn.Sequential(nn.Linear(4, 5, seed=0), nn.Tanh(), nn.Linear(5, 3, seed=1))
+        m[0].weight.requires_grad = False
+        m[1].unused = mg.tensor(np.ones(3), requires_grad=True)  # no path reaches it
+        return m
+
+    plain, piped = make(), make()
+    nn.CrossEntropyLoss()(plain(mg.tensor(x)), mg.tensor(y)).backward()
+    pp.Pipeline(piped, nn.CrossEntropyLoss(), [[0, 1], [2]], ["cpu", "cpu:1"], "1f1b",
+                2).backward(x, y)
+    tm = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+    tm[0].weight.requires_grad_(False)
+    with torch.no_grad():
+        for p, q in zip(tm.parameters(), [piped[0].weight, piped[0].bias, piped[2].weight,
+                                          piped[2].bias]):
+            p.copy_(torch.tensor(q.numpy()))
+    torch.nn.functional.cross_entropy(tm(torch.tensor(x, dtype=torch.float32)),
+                                      torch.tensor(y)).backward()
+    assert tm[0].weight.grad is None and plain[0].weight.grad is None
+    assert piped[0].weight.grad is None and piped[1].unused.grad is None
+    for p, q in zip(plain.parameters(), piped.parameters()):
+        if p.grad is not None:
+            np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-12)
+    before = [p.numpy().copy() for p in piped.parameters()]
+    nn.SGD(piped.parameters(), 0.5, weight_decay=0.5).step()
+    np.testing.assert_array_equal(piped[0].weight.numpy(), before[0])
+    np.testing.assert_array_equal(piped[1].unused.numpy(), np.ones(3))
+
+
+def test_recomputation_refuses_a_layers_tensor_on_another_device():
+    """With recompute=True the stage's layers run eagerly on the stage's device; a
+    tensor a layer keeps on another device failed inside the checkpoint node with a
+    device error about mul. It is refused when the pipeline is made, naming it."""
+    mg.set_virtual_cpus(2)
+    model = nn.Sequential(nn.Linear(4, 5, seed=0), nn.Tanh(), _Scaled())
+    pp.Pipeline(model, nn.CrossEntropyLoss(), [[0, 1], [2]], ["cpu", "cpu:1"])  # (fine)
+    with pytest.raises(pp.PipelineError, match=r"layer 2 keeps scale, a tensor on cpu"):
+        pp.Pipeline(model, nn.CrossEntropyLoss(), [[0, 1], [2]], ["cpu", "cpu:1"],
+                    recompute=True)

@@ -62,6 +62,8 @@ def _check(algorithm: str, n: int, who: str) -> None:
 def chunks(elements: int, n: int) -> list[int]:
     """The sizes (in elements) of the n chunks a flat tensor is cut into: chunk c is
     elements ``floor(E c / n) .. floor(E (c + 1) / n) - 1``, as ``scatter`` cuts a batch."""
+    if n < 1:
+        raise ValueError(f"chunks: a tensor is cut into n >= 1 chunks, got n = {n}")
     cuts = [elements * c // n for c in range(n + 1)]
     return [b - a for a, b in zip(cuts, cuts[1:])]
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..device import get_device
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..ops import shape as SH
+from ..ops import shape_rules as S
 from ..ops.copy import astype
 from ..tensor import Tensor, tensor, zeros
 
@@ -92,6 +93,8 @@ def _send(t: Any, device: Any, moved: dict[tuple[str, str], int]) -> Any:
 
 def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
     """Split ``x`` along dimension 0 into ``len(devices)`` parts, one per device."""
+    if not devices:
+        raise ValueError("scatter: no devices to split x over")
     x = x if isinstance(x, Tensor) else tensor(x)
     n = x.shape[0]
     bounds = [n * k // len(devices) for k in range(len(devices) + 1)]
@@ -100,6 +103,7 @@ def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
 
 def replicate(params: Sequence[Tensor], devices: Sequence[str]) -> list[list[Tensor]]:
     """One copy of ``params`` per device: ``replicas[k][j]`` is param j on device k."""
+    params = [p if isinstance(p, Tensor) else tensor(p) for p in params]  # (arrays too)
     return [[p.to(d) for p in params] for d in devices]
 
 
@@ -212,6 +216,7 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
     device's loss is the mean over its slice, so it is weighted by the slice's share of
     the batch before the allreduce adds the slices up.
     """
+    _same_rows(x, y, "data_parallel_grads")
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
     total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), "data_parallel_grads")
@@ -261,9 +266,21 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     """
     from ..autodiff.api import grad
 
+    _same_rows(x, y, "data_parallel_grads_across_ranks")
     xs, ys = shard(x), shard(y)
     total = _batch_size(tuple(x.shape), x.shape[0], "data_parallel_grads_across_ranks")
     return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total))
+
+
+def _same_rows(x: Any, y: Any, who: str) -> None:
+    """x and y split along their first axis must be one batch: each share's y must be
+    its x's labels (rows 2k, 2k + 1 of x with row k of y would broadcast in the loss, as
+    no device alone would let them: one device's loss refuses the shapes)."""
+    xs, ys = S.shape_of(x), S.shape_of(y)
+    if not xs or not ys or xs[0] != ys[0]:
+        raise ShapeError(f"{who}: x has shape {tuple(xs or ())} and y {tuple(ys or ())}; "
+                         f"both need the batch along their first axis, with as many rows, "
+                         f"to be split into shares")
 
 
 def _batch_size(shape: tuple, total: int, who: str) -> int:

@@ -37,6 +37,9 @@ class ShardedLinear:
 
     def __init__(self, in_features: int, out_features: int, devices: Sequence[str],
                  dtype: str = "float64", seed: int = 0):
+        if not 1 <= len(devices) <= out_features:  # (a shard of no class has no maximum)
+            raise ValueError(f"ShardedLinear: {out_features} output classes cannot be split "
+                             f"over {len(devices)} devices; each shard needs at least one")
         rng = np.random.default_rng(seed)
         w = rng.normal(0, 1 / np.sqrt(in_features), size=(in_features, out_features))
         bounds = [out_features * k // len(devices) for k in range(len(devices) + 1)]
@@ -70,6 +73,9 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     graph nodes (then the loss is a node, and a ``Session`` run of it counts in
     ``last_run.bytes_moved`` what crossed devices).
     """
+    if not shards or any(s.shape[1] == 0 for s in shards):
+        raise ValueError(f"parallel_cross_entropy: every shard needs at least one class, "
+                         f"got shapes {[tuple(s.shape) for s in shards]}")
     home = shards[0].device
     labels = labels if isinstance(labels, (Tensor, Node)) else tensor(labels)
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])
@@ -135,6 +141,10 @@ class LayerSplitMLP:
         from ..ops import linalg as L
         from ..runtime.session import Session
 
+        if len(sizes) < 2 or not devices:
+            raise ValueError(f"LayerSplitMLP: sizes lists the input width and each layer's "
+                             f"output (at least two numbers, got {list(sizes)}), on at least "
+                             f"one device (got {list(devices)})")
         rng = np.random.default_rng(seed)
         layers = len(sizes) - 1
         self.params = []  # host arrays: W0, b0, W1, b1, ...

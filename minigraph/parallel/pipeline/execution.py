@@ -150,9 +150,14 @@ class Pipeline:
         self.recompute = recompute
         self._plans: dict[tuple, _Plan] = {}
         _check_parameters(self.model)
+        if recompute:
+            _check_recomputable(self.model, self.stages, self.devices)
 
     def run(self, x: Any, labels: Any) -> PipelineRun:
         """Run one minibatch through the pipeline; the gradients are not stored anywhere."""
+        return self._run(x, labels)[1]
+
+    def _run(self, x: Any, labels: Any) -> tuple[_Plan, PipelineRun]:
         xs, ys = _host(x), _host(labels)
         sizes = self._sizes(xs, ys)
         key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
@@ -161,13 +166,18 @@ class Pipeline:
         plan = self._plans[key]
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
         values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
-        return _run_result(self, plan, values)
+        return plan, _run_result(self, plan, values)
 
     def backward(self, x: Any, labels: Any) -> PipelineRun:
-        """``run``, then add the gradients to the parameters' ``.grad`` (like backward())."""
-        result = self.run(x, labels)
+        """``run``, then add the gradients to the parameters' ``.grad``, as backward()
+        does: a parameter that does not require a gradient (frozen), or that no path from
+        the loss reaches, keeps its ``.grad`` as it was (None stays None), so that an
+        optimizer leaves it alone (its weight decay included)."""
+        plan, result = self._run(x, labels)
         with no_grad():
-            for p, g in zip(self.model.parameters(), result.grads):
+            for p, g, node in zip(self.model.parameters(), result.grads, plan.grads):
+                if not p.requires_grad or node is None:
+                    continue
                 t = tensor(g, dtype=p.dtype, device=p.device)
                 p.grad = t if p.grad is None else p.grad + t
         return result
@@ -211,6 +221,26 @@ def _check_parameters(model: Sequential) -> None:
                 raise PipelineError(f"Pipeline: layers {owner[id(p)]} and {i} share a "
                                     f"parameter; shared weights are not supported")
             owner[id(p)] = i
+
+
+def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
+                        devices: Sequence[Any]) -> None:
+    """Recomputation runs a stage's layers eagerly on the stage's device, inside its
+    checkpoint node; a tensor a layer keeps that is not a parameter (``self.scale =
+    mg.tensor(1.5)``) is not fed there, and one on another device cannot be read (without
+    recomputation the graph holds it as a constant of the stage's device)."""
+    for s, layers in enumerate(stages):
+        device = get_device(devices[s])
+        for i in layers:
+            for prefix, module in model[i]._paths():
+                for name, value in vars(module).items():
+                    if isinstance(value, Tensor) and value.device is not device:
+                        raise PipelineError(
+                            f"Pipeline(recompute=True): layer {i} keeps {prefix}{name}, a "
+                            f"tensor on {value.device.name} that is not a parameter; stage "
+                            f"{s} recomputes its layers on {device.name}, where it cannot be "
+                            f"read. Put it on {device.name}, make it a parameter, or use "
+                            f"recompute=False")
 
 
 def _host(value: Any) -> np.ndarray:
