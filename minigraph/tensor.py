@@ -95,7 +95,8 @@ def write_target(t: "Tensor") -> Any:
 class Tensor(ArrayOps):
     """An n-dimensional array on a device; records its history when gradients are needed."""
 
-    __slots__ = ("data", "device", "requires_grad", "_grad", "_entry", "_nbytes", "__weakref__")
+    __slots__ = ("data", "device", "_requires_grad", "_grad", "_entry", "_nbytes",
+                 "__weakref__")
     _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
     _noun = "tensor"
     # (Tensor is not registered with register_kind: bind runs the eager interpreter
@@ -109,7 +110,7 @@ class Tensor(ArrayOps):
         # until they catch.)
         self.data = data
         self.device = device
-        self.requires_grad = requires_grad
+        self._requires_grad = requires_grad  # (the slot itself: the library's own flag)
         self._grad: Tensor | None = None  # (the slot itself: no check for None)
         self._entry = entry
         # Memory accounting per device: count the bytes of arrays that own their memory
@@ -203,7 +204,12 @@ class Tensor(ArrayOps):
         return host_values(self).tolist()
 
     def detach(self) -> "Tensor":
-        """The same data, cut from the tape (no gradient flows through it)."""
+        """The same data, cut from the tape (no gradient flows through it), as PyTorch's:
+        a write into one shows in the other. (A reduction's 0-d result holds a NumPy
+        scalar, which a write replaces instead of changing: it becomes a 0-d array that
+        both tensors then hold.)"""
+        if isinstance(self.data, np.generic):
+            self.data = np.asarray(self.data)
         return shared(self.data, self.device)
 
     @property
@@ -228,11 +234,29 @@ class Tensor(ArrayOps):
                     f"{self.device.name}; they must agree")
         self._grad = value
 
-    def requires_grad_(self, flag: bool = True) -> "Tensor":
-        """Mark a leaf tensor as an input whose gradient ``backward()`` should fill."""
+    @property
+    def requires_grad(self) -> bool:
+        """Whether operations on this tensor are recorded for ``backward()``."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        # PyTorch's checks. An integer tensor has no gradient (its sweep would compute
+        # one in its dtype: 2 for d(2.5 t)/dt). A recorded result's flag is its history's:
+        # switching it off would silently cut the gradient that flows through it.
+        flag = bool(flag)
         if flag and self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
                              f"this one has dtype {self.dtype}")
+        if self._entry is not None and not flag:
+            raise GradientError(
+                "requires_grad: only a leaf tensor's flag can change, and this one is the "
+                "result of a recorded operation; for a value without that history, use "
+                "y.detach() (or compute it under mg.no_grad())")
+        self._requires_grad = flag
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        """Mark a leaf tensor as an input whose gradient ``backward()`` should fill."""
         self.requires_grad = flag
         return self
 
@@ -310,7 +334,18 @@ class Tensor(ArrayOps):
         """NumPy's protocol: ``np.asarray(t)`` is ``t.numpy()`` (the tensor's own array on
         a CPU device), ``np.array(t)`` a copy. NumPy 2 passes ``copy`` on and trusts the
         answer: ignoring it made ``np.array(t)`` the tensor's own array, so writing into
-        that copy changed the tensor."""
+        that copy changed the tensor.
+
+        A tensor that requires a gradient is refused while recording is on, as PyTorch
+        refuses it: NumPy functions that are not ufuncs (``np.dot``, ``np.linalg.norm``)
+        read it through here, and their result, computed outside the tape, would carry
+        no gradient back to it (``np.dot(a, x)`` added to a loss lost a's share)."""
+        if self._requires_grad and _tape().is_grad_enabled():
+            raise GradientError(
+                "NumPy read a tensor that requires a gradient (np.asarray, or a NumPy "
+                "function such as np.dot or np.linalg.norm): NumPy's result is not "
+                "recorded, so no gradient would flow back through it. Use the mg. function "
+                "(mg.matmul, mg.sum, ...), or t.detach() (or t.numpy()) for its values")
         if copy is False and self.device.context is not None:
             raise ValueError(f"np.asarray(..., copy=False): this tensor lives on {self.device}, "
                              f"so a NumPy array of it is always a copy (copy=None allows one)")
@@ -435,7 +470,7 @@ def _tape() -> Any:
 def shared(data: Any, device: Device) -> Tensor:
     """A tensor over memory another tensor already counts (``detach``): counted once."""
     t = Tensor.__new__(Tensor)
-    t.data, t.device, t.requires_grad, t._grad, t._entry, t._nbytes = data, device, False, \
+    t.data, t.device, t._requires_grad, t._grad, t._entry, t._nbytes = data, device, False, \
         None, None, 0
     return t
 

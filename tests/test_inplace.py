@@ -1159,12 +1159,15 @@ def test_numpy_of_a_tensor_that_requires_a_gradient_is_a_read_only_view():
     h = w * 3.0
     loss = (h * h).sum()
     for t in (w, h):
-        for view in (t.numpy(), np.asarray(t)):
+        with mg.no_grad():  # (recording on, NumPy may not read it at all: see below)
+            views = (t.numpy(), np.asarray(t))
+        for view in views:
             assert np.shares_memory(view, t.data) and not view.flags.writeable
             with pytest.raises(ValueError, match="read-only"):
                 view[0] = 100.0
     seen = w.numpy()
-    copy = np.array(w)
+    with mg.no_grad():
+        copy = np.array(w)
     copy[0] = 7.0  # a copy is the caller's own
     loss.backward()
     np.testing.assert_array_equal(w.grad.numpy(), 18.0 * np.array([1.0, 2.0]))
@@ -1578,3 +1581,41 @@ def test_statements_on_one_line_are_read_one_by_one():
         assert mg.grad(_rebinds_on_one_line, mode=mode)(2.0).item() == 2.0
     with pytest.raises(GradientError, match=r"Write h = h \+ 1\.0 for a new value"):
         mg.grad(_keeps_the_old_h_on_one_line)(2.0)
+
+
+def test_numpy_functions_refuse_a_tensor_that_requires_a_gradient_while_recording():
+    """np.dot(a, x) read x through __array__ and gave a NumPy number: added to a loss, its
+    share of x's gradient was lost without a word (x.grad [2, 4] for the closed form
+    [5, 8]); np.linalg.norm(w) likewise. PyTorch refuses to hand such a tensor to NumPy."""
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    a = np.array([3.0, 4.0])
+    for call in (lambda: np.dot(a, x), lambda: np.linalg.norm(x), lambda: np.asarray(x)):
+        with pytest.raises(GradientError, match="NumPy read a tensor that requires a gradient"):
+            call()
+    loss = (x * x).sum() + mg.sum(mg.tensor(a) * x)  # the mg. way: recorded
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * np.array([1.0, 2.0]) + a)
+    with mg.no_grad():  # nothing is recorded there: NumPy may read the values
+        assert np.dot(a, x) == 11.0
+    assert np.dot(a, x.detach()) == 11.0
+
+
+def test_holders_in_dict_subclasses_deques_and_namedtuples_are_found():
+    """A recorded h += 1 is refused when another name holds h (that one would keep the old
+    value); a defaultdict, an OrderedDict, a deque or a namedtuple holding h was not
+    looked into, and kept [2, 4] where the update without recording (and PyTorch) gives
+    [3, 5]."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "first second")
+    makers = {"defaultdict": lambda h: collections.defaultdict(list, h=h),
+              "OrderedDict": lambda h: collections.OrderedDict(h=h),
+              "deque": lambda h: collections.deque([h]), "namedtuple": lambda h: Pair(h, None)}
+    for name, make in makers.items():
+        def f(x):
+            h = x * 2.0
+            holder = make(h)  # noqa: F841 - the other holder, read by the search
+            h += 1.0
+            return h.sum()
+        with pytest.raises(GradientError, match=r"h and holder\S* hold the same value"):
+            mg.grad(f)(mg.tensor([1.0, 2.0]))

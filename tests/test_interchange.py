@@ -219,7 +219,13 @@ def test_no_exception_on_stderr_from_del_at_exit_or_after_failed_loads():
 @given(tensors())
 def test_numpy_array_and_asarray_copy_or_share_as_they_do_for_an_ndarray(t):
     """np.array(t) returned the tensor's own array (NumPy 2 passes copy=True to __array__
-    and trusts the answer), so writing into that copy changed the tensor."""
+    and trusts the answer), so writing into that copy changed the tensor. (Under no_grad:
+    while recording, NumPy may not read a tensor that requires a gradient at all.)"""
+    with mg.no_grad():
+        _copies_or_shares_as_an_ndarray(t)
+
+
+def _copies_or_shares_as_an_ndarray(t):
     own = t.numpy()   # on the CPU, the tensor's own array (chapter 01)
     for call in (lambda a: np.array(a), lambda a: np.array(a, copy=True),
                  lambda a: np.asarray(a), lambda a: np.asarray(a, copy=None),

@@ -371,7 +371,7 @@ def test_sgd_steps_a_zero_d_parameter_held_as_a_numpy_scalar():
     """A 0-d parameter made from a reduction holds a NumPy scalar, whose flags say
     read-only; SGD took it for a read-only array and refused the step. Oracle: the
     closed form 1 - 0.1 * 2 = 0.8 (and PyTorch's SGD gives the same)."""
-    scale = (mg.tensor([1.0, 2.0]).sum() / 3).detach().requires_grad_()
+    scale = (mg.tensor([1.0, 2.0]).sum() / 3).requires_grad_()  # (a leaf: nothing recorded)
     assert isinstance(scale.data, np.generic)
     (scale * scale).backward()  # gradient 2 * scale = 2
     nn.SGD([scale], lr=0.1).step()

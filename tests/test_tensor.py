@@ -710,3 +710,132 @@ def test_astype_to_the_same_dtype_is_a_new_tensor_as_numpy_s(dtype):
         np.testing.assert_array_equal(w.numpy(), a)  # the parameter is as it was
         g = mg.grad(lambda v: mg.sum(v.astype(dtype) * 3.0))(mg.tensor(a))
         np.testing.assert_array_equal(g.numpy(), np.full(3, 3.0, dtype))
+
+
+def test_create_graph_keeps_every_gradient_on_the_tape():
+    """backward(create_graph=True) copied a gradient whose memory another gradient shared
+    (add hands a and b one adjoint) into a tensor off the tape: a gradient penalty on it
+    got half its value. Oracles: PyTorch, and the closed form 72 (a + b)^3."""
+    torch = pytest.importorskip("torch")
+    a, b = mg.tensor([1.0, 2.0], requires_grad=True), mg.tensor([3.0, 4.0], requires_grad=True)
+    ((a + b) ** 3).sum().backward(create_graph=True)
+    assert a.grad.requires_grad and b.grad.requires_grad
+    penalty = (a.grad * a.grad).sum() + (b.grad * b.grad).sum()
+    a.grad = b.grad = None
+    penalty.backward()
+    at, bt = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in ([1.0, 2.0],
+                                                                                 [3.0, 4.0]))
+    ((at + bt) ** 3).sum().backward(create_graph=True)
+    p = (at.grad ** 2).sum() + (bt.grad ** 2).sum()
+    at.grad = bt.grad = None
+    p.backward()
+    np.testing.assert_allclose(a.grad.numpy(), at.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), 72 * np.array([4.0, 6.0]) ** 3, rtol=1e-12)
+
+
+def test_two_threads_accumulate_into_one_leaf_without_losing_a_share():
+    """Each backward() read .grad and wrote the sum later, unlocked: two threads lost
+    updates (117,651 of 120,000 in a probe). The count is the closed form."""
+    import sys
+    import threading
+
+    x = mg.tensor([1.0], requires_grad=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: a lost update shows quickly)
+    try:
+        def work():
+            for _ in range(2000):
+                (x * 3.0).sum().backward()
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert x.grad.item() == 2 * 2000 * 3.0
+
+
+def test_requires_grad_is_checked_when_it_is_set():
+    """requires_grad was a plain attribute: an int tensor could require a gradient (d(2.5
+    t)/dt came out as the int 2), and switching it off on a recorded result cut the
+    gradient through it silently ([2, 4] for the closed form 4x = [4, 8]). PyTorch
+    refuses both."""
+    t = mg.tensor([1, 2])
+    with pytest.raises(mg.errors.DTypeError, match="only floating-point tensors"):
+        t.requires_grad = True
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    for switch_off in (lambda: setattr(y, "requires_grad", False),
+                       lambda: y.requires_grad_(False)):
+        with pytest.raises(mg.errors.GradientError, match="only a leaf tensor's flag"):
+            switch_off()
+    (y * x).sum().backward()
+    assert x.grad.tolist() == [4.0, 8.0]
+    x.requires_grad = False  # a leaf's flag changes
+    assert not (x * 2).requires_grad
+
+
+def test_a_seed_of_another_dtype_is_cast_to_the_outputs():
+    """A float32 seed of a float64 output ran the sweep in float32: 1e40 overflowed to inf
+    and 1.1 came back as 1.10000002. PyTorch's engine casts the seed."""
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    (x * 1e40).backward(mg.tensor(np.ones(2, np.float32)))
+    assert x.grad.tolist() == [1e40, 1e40] and x.grad.dtype == "float64"
+
+
+def _constants(x):
+    yield x * x
+
+
+def test_no_grad_refuses_to_decorate_a_generator_and_keeps_a_functions_name():
+    """@mg.no_grad() on a generator function switched recording off only while the
+    generator was made: its body ran recorded. (PyTorch wraps each resumption; refusing
+    is the smaller rule.) The wrapper of a plain function lost its name and docstring."""
+    with pytest.raises(TypeError, match="generator function _constants"):
+        mg.no_grad()(_constants)
+
+    @mg.no_grad()
+    def scaled(v):
+        """Doubles v."""
+        return v * 2.0
+    assert scaled.__name__ == "scaled" and scaled.__doc__ == "Doubles v."
+    assert not scaled(mg.tensor(1.0, requires_grad=True)).requires_grad
+
+
+def test_a_recorded_update_with_a_numpy_scalar_keeps_the_rule_of_updates():
+    """y += np.float64(1) on a recorded float32 y made y float64 (the scalar was weak for
+    the check and strong for the computation); without recording the same update is
+    refused, as chapter 01's rule says (an update keeps the dtype)."""
+    x = mg.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    y = x * 2
+    with pytest.raises(mg.errors.DTypeError, match="keeps the tensor's dtype float32"):
+        y += np.float64(1.0)
+    z = mg.tensor(np.array([1.0, 2.0], np.float32))
+    with pytest.raises(mg.errors.DTypeError, match="keeps the tensor's dtype float32"):
+        z += np.float64(1.0)
+    y += 1.0  # a Python float is weak: float32 stays
+    assert y.dtype == "float32"
+
+
+def test_detach_of_a_reductions_result_shares_its_value():
+    """A reduction's 0-d result holds a NumPy scalar; detach() shared the scalar and a
+    write into the detached tensor replaced it, leaving the original at 6 where PyTorch
+    (and a NumPy 0-d view) gives 7. The write is then seen by backward, as PyTorch's
+    version counter sees it."""
+    t = mg.tensor([1.0, 2.0], requires_grad=True)
+    s = (t * 2).sum()
+    y = s * s
+    d = s.detach()
+    d += 1.0
+    assert s.item() == 7.0 and d.item() == 7.0
+    with pytest.raises(mg.errors.GradientError, match="changed in place afterwards"):
+        y.backward()
+
+
+def test_comparing_with_none_is_false_as_in_pytorch():
+    """x == None raised a DTypeError naming tensor(); `x in [None]` and list.index with a
+    None before x failed with it. PyTorch answers False."""
+    x = mg.tensor([1.0, 2.0])
+    assert (x == None) is False and (x != None) is True  # noqa: E711
+    assert x not in [None] and [None, x].index(x) == 1

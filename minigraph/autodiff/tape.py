@@ -37,6 +37,8 @@ an entry that reads an array written after the entry was made.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 import threading
@@ -113,6 +115,13 @@ class _SetGradMode:
             _blocks_off.pop()
 
     def __call__(self, fn: Callable) -> Callable:
+        if inspect.isgeneratorfunction(fn):  # (the call only makes the generator: the
+            # block would be over before its body ran, which would be recorded after all)
+            raise TypeError(f"{'enable_grad' if self.enabled else 'no_grad'}() as a "
+                            f"decorator of the generator function {fn.__name__}: the block "
+                            f"would end before its body runs; write the with block inside it")
+
+        @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with _SetGradMode(self.enabled):
                 return fn(*args, **kwargs)
@@ -176,7 +185,9 @@ def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
             raise
         except Exception as exc:
             raise _kernel_error(prim, (x,), params, exc) from exc
-        if x.requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
+        # (the flag's slot, read as the tensor's own interpreter: the public property
+        # checks writes, and a call to read it would cost every eager op)
+        if x._requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
             return Tensor(data, device, True, (prim, params or NO_PARAMS, next(_sequence), x))
         return Tensor(data, device)
     return _apply_general(prim, (x,), params)
@@ -200,7 +211,7 @@ def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
         raise
     except Exception as exc:
         raise _kernel_error(prim, (x, y), {}, exc) from exc
-    if ((tx is Tensor and x.requires_grad) or (ty is Tensor and y.requires_grad)) \
+    if ((tx is Tensor and x._requires_grad) or (ty is Tensor and y._requires_grad)) \
             and prim.differentiable and (not _blocks_off or _mode.enabled):
         return Tensor(data, device, True, (prim, NO_PARAMS, next(_sequence), x, y))
     return Tensor(data, device)
@@ -219,7 +230,7 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
             elif a.device is not device:
                 raise _device_error(prim, args)
             arrays.append(a.data)
-            if a.requires_grad:
+            if a._requires_grad:
                 track = True
         elif type(a) in _NUMBERS:
             arrays.append(a)  # Python numbers stay "weak", as in NumPy: x32 * 2.0 is float32
@@ -357,6 +368,8 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
                 f"the update would make a new tensor and leave the one it views as it was (without "
                 f"recording, the write shows through, as in NumPy). Write {rebinding()}, or "
                 f"build the whole new value (mg.where, mg.concatenate)")
+        if not (isinstance(other, Tensor) or type(other) in _NUMBERS or type(other) in KINDS):
+            other = tensor(other, device=x.device)  # (an np.float64 is typed: as below)
         _check_in_place(prim, x, other)  # (as an update without recording refuses)
         refuse_aliased(x, f"{prim.name} in place ({_describe((x, other))})")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
@@ -548,7 +561,7 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
     seen: set[int] = set()
     found: list[tuple[int, Tensor, tuple]] = []  # (sequence number, tensor, its entry)
     leaves = []
-    stack = [t for t in outputs if t.requires_grad]
+    stack = [t for t in outputs if t._requires_grad]
     while stack:
         t = stack.pop()
         k = id(t)
@@ -567,7 +580,7 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
                 f"again; the gradients then add up in .grad")
         found.append((entry[2], t, entry))
         for a in entry[3:]:
-            if type(a) is Tensor and a.requires_grad:
+            if type(a) is Tensor and a._requires_grad:
                 stack.append(a)
     # The tape in evaluation order: by sequence number. (The numbers are unique, so the
     # triples never compare their tensors.)
@@ -613,7 +626,7 @@ def release(entries: list[Entry]) -> None:
 
 
 def _tracked(a: Any) -> bool:
-    return type(a) is Tensor and a.requires_grad
+    return type(a) is Tensor and a._requires_grad
 
 
 def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
@@ -631,7 +644,16 @@ def _seed(out: Tensor, grad: Any, who: str) -> Tensor:
     if g.device is not out.device:
         raise DeviceError(f"{who}: the gradient lives on {g.device.name}, the output on "
                           f"{out.device.name}")
+    if g.dtype != out.dtype:  # (a float32 seed of a float64 output: the sweep would run
+        # in float32 from there, 1e40 overflowing; PyTorch's engine casts it too)
+        g = C.astype(g, out.dtype)
     return g
+
+
+# Held while backward() adds its gradients into the leaves' .grad: a read of .grad and
+# the write of the sum, in two threads at once, would lose one thread's share (PyTorch's
+# engine accumulates under a lock too).
+_ACCUMULATING = threading.Lock()
 
 
 def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
@@ -654,14 +676,16 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
     # Every new .grad is computed before any is set, and the tape is released only then:
     # a failure (an accumulation that cannot add up) leaves the leaves and the tape as
     # they were, and backward() can be called again.
-    new = []
+    owned = []
     for leaf, g in adjoints:
         g = _own(g, handed)
         if g.data.dtype != leaf.data.dtype:
             g = C.astype(g, leaf.dtype, copy=False)
-        new.append((leaf, g if leaf._grad is None else leaf._grad + g))
-    for leaf, g in new:
-        leaf._grad = g  # (shape, dtype and device are the leaf's: the setter's checks hold)
+        owned.append((leaf, g))
+    with _ACCUMULATING:  # (two threads' backward() into one leaf: each sum sees the other)
+        new = [(leaf, g if leaf._grad is None else leaf._grad + g) for leaf, g in owned]
+        for leaf, g in new:
+            leaf._grad = g  # (shape, dtype and device are the leaf's: the setter's checks hold)
     if not retain:
         release(entries)
 
@@ -672,7 +696,11 @@ def _own(g: Tensor, handed: set[int]) -> Tensor:
     (a broadcast one cannot even be written). Adds its memory to ``handed``."""
     memory = owner(g.data)
     if id(memory) in handed or memory is not g.data:
-        g = Tensor(g.device.copy_from(g.data, g.device), g.device)  # (any array library)
+        if g.requires_grad:  # (backward(create_graph=True)): a copy on the tape, so that
+            with enable_grad():  # the gradient stays differentiable (PyTorch's clone)
+                g = C.astype(g, g.dtype)
+        else:
+            g = Tensor(g.device.copy_from(g.data, g.device), g.device)  # (any library)
         memory = g.data
     handed.add(id(memory))
     return g

@@ -14,6 +14,7 @@ write would show through that place and here it would not.
 from __future__ import annotations
 
 import ast
+import collections
 import itertools
 import linecache
 import math
@@ -92,8 +93,14 @@ class ArrayOps:
     def __le__(self, other: Any) -> Any: return E.less_equal(self, other)
     def __gt__(self, other: Any) -> Any: return E.greater(self, other)
     def __ge__(self, other: Any) -> Any: return E.greater_equal(self, other)
-    def __eq__(self, other: Any) -> Any: return E.equal(self, other)  # type: ignore[override]
-    def __ne__(self, other: Any) -> Any: return E.not_equal(self, other)  # type: ignore[override]
+    # (None is no value to compare with: NotImplemented lets Python answer by identity,
+    # so that x == None is False and `x in [None, y]` works, as PyTorch's)
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return NotImplemented if other is None else E.equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return NotImplemented if other is None else E.not_equal(self, other)
+
     __hash__ = object.__hash__  # values stay usable as dict keys, as in PyTorch
 
     # -- indexing and shape ---------------------------------------------------------------------
@@ -503,6 +510,10 @@ def _contents(v: Any) -> Any:
         return v
     if kind is dict:
         return v.values()
+    if isinstance(v, _SEQUENCES):  # (their subclasses, a namedtuple, a deque: after the
+        return v                    # exact types, which most containers are, for speed)
+    if isinstance(v, dict):  # an OrderedDict, a defaultdict
+        return v.values()
     attributes = getattr(v, "__dict__", None)
     if type(attributes) is dict and not isinstance(v, (type, ModuleType, FunctionType)) \
             and not type(v).__module__.startswith("minigraph."):  # (a graph's own records)
@@ -513,13 +524,16 @@ def _contents(v: Any) -> Any:
 def _places(v: Any) -> Any:
     """``(place, item)`` for what :func:`_contents` gives, each place written as Python
     reads it."""
-    kind = type(v)
-    if kind is list or kind is tuple:
+    if isinstance(v, (set, frozenset)):
+        return ((f" (an item of the {type(v).__name__})", item) for item in v)
+    if isinstance(v, _SEQUENCES):
         return ((f"[{i}]", item) for i, item in enumerate(v))
-    if kind is set or kind is frozenset:
-        return ((f" (an item of the {kind.__name__})", item) for item in v)
-    items = v.items() if kind is dict else vars(v).items()
-    return ((f"[{key!r}]" if kind is dict else f".{key}", item) for key, item in items)
+    if isinstance(v, dict):
+        return ((f"[{key!r}]", item) for key, item in v.items())
+    return ((f".{key}", item) for key, item in vars(v).items())
+
+
+_SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 
 
 def _memory(v: Any) -> Any:
