@@ -548,7 +548,7 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
         if t.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
                              f"this one has dtype {t.dtype}")
-        t.requires_grad = True
+        t._requires_grad = True  # (checked just above: the setter would check again)
     return t
 
 
