@@ -352,6 +352,46 @@ def test_an_answer_too_large_to_send_fails_its_test_with_the_reason(tmp_path):
     assert got["test_mean"].status == "passed", report.table(width=200)
 
 
+# Returned as "source code" by graph_to_source: run in the grader, it would find the
+# grader's record of outcomes and mark every test passed.
+_COLLECTOR_ATTACK = """
+import gc as _gc
+from minigraph.grading.plugin import Collector as _C
+class _AllPass(dict):
+    def __setitem__(self, k, v):
+        dict.__setitem__(self, k, ("passed", ""))
+for _o in _gc.get_objects():
+    if isinstance(_o, _C):
+        _d = _AllPass()
+        for _t in _o.tests:
+            _d[_t["nodeid"]] = None
+        _o.outcomes = _d
+def f(*args):
+    return ()
+"""
+
+
+def test_source_text_a_student_returns_runs_in_the_sandbox(tmp_path):
+    """Chapter 04's test exec'd the text graph_to_source returned in the grader's own
+    process: an attack that solved nothing scored 12 / 12 by rewriting the collector's
+    outcomes. The text runs in the sandbox now, and check_chapter flags exec, eval and
+    compile outside the helpers a test file sends there."""
+    chapter = REPO / "chapters" / "04-define-and-run-vs-define-by-run"
+    student = tmp_path / "student" / chapter.name
+    student.mkdir(parents=True)
+    (student / "exercises.py").write_text(
+        f"PAYLOAD = {_COLLECTOR_ATTACK!r}\n"
+        "def graph_to_source(nodes, inputs, outputs, name='f'):\n    return PAYLOAD\n")
+    report = grade(student, course=chapter.parent, timeout=10.0, total_timeout=120.0)
+    assert report.score == 0, report.table(width=200)
+    course = tmp_path / "course" / chapter.name
+    shutil.copytree(chapter, course)
+    tests = course / "test_exercises.py"
+    tests.write_text(tests.read_text() + "\n\ndef test_unsafe(exercises):\n"
+                     "    exec(exercises.graph_to_source([], [], [], name='f'), {})\n")
+    assert any("exec() runs code in the grader's process" in p for p in check_chapter(course))
+
+
 def cli(argv):
     """The command line as minigraph/cli.py builds it."""
     parser = argparse.ArgumentParser(prog="minigraph")

@@ -113,17 +113,25 @@ def _cases():
     yield nodes, inputs_of(nodes), [nodes[-1][0], nodes[-4][0], nodes[-7][0]]
 
 
+def run_source(*feeds, source, k):
+    """The student's source, defined and called (in the sandbox: see below)."""
+    namespace = {"np": np}
+    exec(compile(source, f"<graph {k}>", "exec"), namespace)
+    return namespace["f"](*feeds)
+
+
 @pytest.mark.points(2)
 @pytest.mark.forbid("minigraph.graph.compile.compile_graph", "minigraph.graph.compile.define", "minigraph.graph.passes.prune", why="write the source code yourself")
 def test_graph_to_source_computes_the_graph(exercises):
     for k, (nodes, inputs, outputs) in enumerate(_cases()):
         source = exercises.graph_to_source(nodes, inputs, outputs, name="f")
-        namespace = {"np": np}
-        exec(compile(source, f"<graph {k}>", "exec"), namespace)
         graph, env = to_minigraph(nodes)
         compiled = mg.compile_graph(graph, [env[i] for i in inputs], [env[o] for o in outputs])
         feeds = random_feeds(inputs, seed=40 + k)
-        got = namespace["f"](*feeds)
+        # The student's text is code: it runs in the sandbox, as exercises.py does, and
+        # only its values come back (run here, it would run as the grader)
+        assert isinstance(source, str), f"graph {k}: graph_to_source must return a str"
+        got = in_sandbox(exercises, run_source, source=source, k=k)(*feeds)
         want = compiled(*feeds)
         assert isinstance(got, tuple) and len(got) == len(outputs), (
             f"graph {k}: the function must return a tuple of {len(outputs)} values")

@@ -65,6 +65,29 @@ def resolves(name: str) -> bool:
         return False
 
 
+def _code_run_in_the_grader(tree: ast.Module, tests: Path) -> list[str]:
+    """``exec``, ``eval`` and ``compile`` calls of the test file outside the helpers it
+    sends to the sandbox (``in_sandbox(exercises, helper, ...)``): the tests run in the
+    grader's process, so source text a student's function returned, run there, would
+    run with the grader's rights (an attack found the results' collector that way)."""
+    sent = {node.args[1].id for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "in_sandbox" and len(node.args) > 1
+            and isinstance(node.args[1], ast.Name)}
+    problems = []
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) and top.name in sent:
+            continue  # (its text is defined and run in the sandbox)
+        for node in ast.walk(top):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("exec", "eval", "compile"):
+                problems.append(f"{tests}:{node.lineno}: {node.func.id}() runs code in the "
+                                f"grader's process; run a student's text in the sandbox: a "
+                                f"helper that calls {node.func.id}, sent with "
+                                f"in_sandbox(exercises, helper, ...)")
+    return problems
+
+
 def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list[str]:
     """The ways in which the chapter in ``folder`` breaks the authors' contract."""
     folder = Path(folder)
@@ -109,6 +132,9 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
             problems.append(f"{tests}:{node.lineno}: {node.func.attr} broadcasts (an empty "
                             f"array or a scalar passes it); compare with "
                             f"assert_same_array(got, expected) from minigraph.grading")
+
+    # a student's text run as code here would run as the grader, outside the sandbox
+    problems += _code_run_in_the_grader(tree, tests)
 
     # a forbidden name that names nothing would guard nothing, silently
     for name, lineno in sorted(set(_forbidden_names(tree)), key=lambda item: item[1]):
