@@ -123,9 +123,10 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
             if id(obj) in inside or len(inside) > _MOST_INSIDE:
                 continue
             inside.add(id(obj))
-            if type(obj) in (list, dict):
+            if isinstance(obj, (list, tuple, dict)):  # (a tuple's items cannot be bound
+                # anew, but an array among them can be written: its items are watched too)
                 reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
-                keys = range(len(obj)) if type(obj) is list else list(obj)
+                keys = list(obj) if isinstance(obj, dict) else range(len(obj))
                 labelled += [(f"{label}[{k!r}]", obj[k]) for k in keys]
                 continue
             named = _attributes(obj, None if every_attribute else sorted(names))
@@ -138,8 +139,9 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
                             home is not getattr(obj, "__dict__", None):
                         methods.append(MethodType(method, obj))
         found += reads
-        if depth is None or level < depth:
-            todo += [(v, level + 1) for v in [v for _, _, v in reads] + methods
+        if depth is None or level < depth:  # (the functions read, items included:
+            items = [i for w, _, v in reads if type(w) is _Items for i in v[1]]  # OPS["act"])
+            todo += [(v, level + 1) for v in [v for _, _, v in reads] + items + methods
                      if _layers(v) is not None or type(v) in (FunctionType, MethodType)
                      and (hasattr(v, "__wrapped__") or _users(v))]
     return found
@@ -270,23 +272,23 @@ class _Slots:
 
 
 class _Items:
-    """Where a list's or dict's items are: ``rebound`` compares them all with the
+    """Where a list's, tuple's or dict's items are: ``rebound`` compares them all with the
     snapshot taken when f was read (an item bound anew, added or removed)."""
 
     __slots__ = ("container",)
 
-    def __init__(self, container: "list | dict"):
+    def __init__(self, container: "list | tuple | dict"):
         self.container = container
 
 
-def _snapshot(container: "list | dict") -> tuple:
-    """A dict's keys and values, or a list's items (with None for its keys)."""
-    if type(container) is dict:
+def _snapshot(container: "list | tuple | dict") -> tuple:
+    """A dict's keys and values, or a list's or tuple's items (with None for its keys)."""
+    if isinstance(container, dict):
         return tuple(container), tuple(container.values())
     return None, tuple(container)
 
 
-def _same(container: "list | dict", snapshot: tuple) -> bool:
+def _same(container: "list | tuple | dict", snapshot: tuple) -> bool:
     """Whether ``container`` holds the keys and the very objects of ``snapshot``."""
     keys, items = _snapshot(container)
     return keys == snapshot[0] and len(items) == len(snapshot[1]) and \
@@ -443,9 +445,16 @@ def _described(values: list) -> str:
 
 
 def differs(a: Any, was: Any) -> bool:
-    """Whether array ``a`` holds other values than its copy ``was`` (NaN equals NaN)."""
+    """Whether array ``a`` holds other values than its copy ``was``: NaN equals NaN,
+    and -0.0 is not 0.0 (1 / x tells them apart), so NumPy's floats compare by bits."""
     if type(a) is np.ndarray:  # (one pass, without the temporaries below)
-        return not np.array_equal(a, was, equal_nan=a.dtype.kind in "fc")
+        if a.dtype.kind in "fc":
+            if a.flags.c_contiguous and was.flags.c_contiguous and a.dtype == was.dtype:
+                return not np.array_equal(a.reshape(-1).view(np.uint8),
+                                          was.reshape(-1).view(np.uint8))
+            return not (np.array_equal(a, was, equal_nan=True) and (
+                a.dtype.kind == "c" or np.array_equal(np.signbit(a), np.signbit(was))))
+        return not np.array_equal(a, was)
     return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
 
 

@@ -33,6 +33,7 @@ signature to program. It holds functions weakly: a program dies with its functio
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from typing import Any, Callable
@@ -137,10 +138,13 @@ def constant_key(a: Any, k: int) -> Any:
 
 
 def _key_of(a: Any, k: int, whole: Any) -> Any:
-    if isinstance(a, float):
-        return float, a.hex()
+    if isinstance(a, (float, np.floating)):  # (by bits: -0.0 is not 0.0, NaN is NaN)
+        return type(a), float(a).hex()
     if isinstance(a, (tuple, list)):
         return type(a), tuple(_key_of(x, k, whole) for x in a)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):  # (its fields, by the
+        fields = tuple(getattr(a, f.name) for f in dataclasses.fields(a))  # rules above)
+        return type(a), _key_of(fields, k, whole)
     try:
         hash(a)
     except TypeError:
@@ -148,7 +152,17 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
         raise TypeError(f"argument {k} ({what}) is neither data (a tensor, an array, a "
                         f"float) nor a hashable Python value; a compiled program is built "
                         f"per value of such arguments") from None
+    if type(a).__hash__ is object.__hash__ and isinstance(getattr(a, "__dict__", None), dict):
+        # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls): its
+        # plain attributes are part of its key, so that a program built for the old ones
+        # is not reused (a tensor or array attribute is watched as a global's is)
+        plain = tuple(sorted((n, _key_of(v, k, whole)) for n, v in vars(a).items()
+                             if type(v) in _PLAIN))
+        return type(a), a, plain
     return type(a), a
+
+
+_PLAIN = (int, float, bool, str, type(None), complex)  # (attributes keyed by their value)
 
 
 class Captured:

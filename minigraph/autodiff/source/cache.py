@@ -53,7 +53,6 @@ class SourceGrad:
         self.transforms = 0  # how many programs were written (the cache's misses)
         self.last: Program | None = None
         self.__name__ = f"grad_{self._src.node.name}"
-        self._defaults = self._src.fn.__defaults__ or ()
         self._n = code.co_argcount
         # the one cache, shared by every source gradient of f with these argnums
         # (argnums=0 and argnums=(0,) differ in what they return: two programs)
@@ -68,8 +67,9 @@ class SourceGrad:
     def _complete(self, args: tuple) -> tuple:
         """The arguments with f's defaults filled in (the program takes them all)."""
         missing = self._n - len(args)
-        if missing > 0 and missing <= len(self._defaults):
-            return args + self._defaults[len(self._defaults) - missing:]
+        defaults = self._src.fn.__defaults__ or ()  # (read now: f.__defaults__ may be
+        if 0 < missing <= len(defaults):             # rebound, as chapter 04 says)
+            return args + defaults[len(defaults) - missing:]
         return args
 
     def _passed(self, count: int) -> tuple[tuple[int, ...], dict]:
