@@ -141,3 +141,18 @@ def test_synchronize_waits_for_the_device_and_returns_at_once_on_a_cpu():
     t = mg.ones((3,), device="cpu:1") * 2.0
     mg.device("cpu:1").synchronize()  # no native device: nothing to wait for, no error
     assert t.numpy().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_identity_and_stop_gradient_count_no_memory_of_their_own():
+    """identity and stop_gradient returned their argument's own array, and the device
+    counted its bytes once per tensor over it: 24,000 live bytes for one 1000-float64
+    buffer (8,000 by hand). They return a view now, which counts nothing, as every
+    view does."""
+    mg.set_virtual_cpus(3)
+    dev = mg.get_device("cpu:3")
+    before = dev.live_bytes
+    x = mg.tensor(np.ones(1000), device="cpu:3")
+    dev.reset_peak()
+    kept = [mg.identity(x), mg.stop_gradient(x), x.detach()]
+    assert all(np.shares_memory(k.numpy(), x.numpy()) for k in kept)
+    assert dev.live_bytes - before == 8000 and dev.peak_bytes - before == 8000

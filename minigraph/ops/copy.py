@@ -10,18 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import batch_rules as B
 from . import shape_rules as S
 from .primitive import KINDS, always_a_view, bind, primitive
 
+def _view_of(xp: Any, x: Any) -> Any:
+    """A view of ``x``'s memory (``x[...]``), not ``x`` itself: two tensors over the
+    same array would each count its bytes in their device's memory (a view counts none).
+    A number is its own value."""
+    return x[...] if hasattr(x, "shape") and not isinstance(x, np.generic) else x
+
+
 IDENTITY = primitive(
-    "identity", lambda xp, x: x, S.same,
+    "identity", _view_of, S.same,
     jvp=[lambda t, out, x: t],
     vjp=[lambda g, out, x: g], view=True, returns_view=always_a_view,
     batch=B.elementwise("identity"),
     public="identity", cost="free")
 
-STOP_GRADIENT = primitive("stop_gradient", lambda xp, x: x, S.same, view=True,
+STOP_GRADIENT = primitive("stop_gradient", _view_of, S.same, view=True,
                           returns_view=always_a_view,
                           batch=B.elementwise("stop_gradient"),
     public="stop_gradient", cost="free")
@@ -36,7 +45,7 @@ def _no_grad_jvp(t: Any, out: Any, x: Any) -> Any:
     return bind(NO_GRAD, t)
 
 
-NO_GRAD = primitive("no_grad", lambda xp, x: x, S.same, view=True,
+NO_GRAD = primitive("no_grad", _view_of, S.same, view=True,
                     returns_view=always_a_view, jvp=[_no_grad_jvp],
                     batch=B.elementwise("no_grad"), cost="free",
                     # (no mg. function: a program says it through the table's entry)
