@@ -745,3 +745,17 @@ def test_a_training_step_of_a_small_mlp_runs_planned():
     np.testing.assert_allclose(got[0], want_loss, rtol=1e-5)
     for p_, w in zip(got[1:], want):
         np.testing.assert_allclose(p_, w, rtol=1e-4, atol=1e-6)
+
+
+def test_two_comparisons_results_are_counted_once_each():
+    """NumPy hands out one np.True_: the second comparison's result, the same object,
+    was taken for a view of the first and counted no bytes when the run was traced (41
+    of the 42 bytes by hand: 8 + 1 + 24 + 8 + 1), where the planned count said 42."""
+    with mg.Graph() as g:
+        x = mg.placeholder(shape=(3,), name="x")
+        p = mg.sum(x) > 0.0
+        q = mg.sum(x * 2.0) > 0.0
+    for options in ({}, {"trace": True}):
+        sess = mg.Session(g, workers=1, **options)
+        sess.run([p, q], {x: np.ones(3)})
+        assert sess.last_run.total_bytes == 42, options

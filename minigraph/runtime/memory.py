@@ -143,7 +143,11 @@ class Memory:
     def produced(self, node: Node, value: Any, reused: bool) -> None:
         """``node`` has computed ``value`` (into a pooled buffer if ``reused``)."""
         base = root(value)
-        key = id(base)
+        # A NumPy scalar shares no memory, but NumPy hands out one np.True_ and one
+        # np.False_: two comparisons' results are one object, which its id would take
+        # for a view of the first. Such a value is keyed by its node (~id: negative,
+        # never an array's id).
+        key = id(base) if not isinstance(base, np.generic) else ~id(node)
         self.value_storage[id(node)] = key
         if key in self.external:
             return
