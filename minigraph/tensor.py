@@ -232,6 +232,9 @@ class Tensor(ArrayOps):
                     f"grad: cannot assign a gradient of shape {value.shape} {value.dtype} on "
                     f"{value.device.name} to a tensor of shape {self.shape} {self.dtype} on "
                     f"{self.device.name}; they must agree")
+            if value is self:  # (the next backward() would add into the tensor itself)
+                raise GradientError("grad: a tensor cannot be its own gradient (PyTorch "
+                                    "refuses it too); assign a copy: x.grad = x * 1.0")
         self._grad = value
 
     @property

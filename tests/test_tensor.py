@@ -839,3 +839,14 @@ def test_comparing_with_none_is_false_as_in_pytorch():
     x = mg.tensor([1.0, 2.0])
     assert (x == None) is False and (x != None) is True  # noqa: E711
     assert x not in [None] and [None, x].index(x) == 1
+
+
+def test_a_tensor_is_not_its_own_gradient():
+    """x.grad = x was accepted: the next backward() added into x itself. PyTorch
+    refuses it."""
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(mg.errors.GradientError, match="its own gradient"):
+        x.grad = x
+    x.grad = x.detach() * 1.0  # a copy is a gradient
+    (x * 3.0).sum().backward()
+    assert x.grad.tolist() == [4.0, 5.0] and x.tolist() == [1.0, 2.0]
