@@ -850,3 +850,25 @@ def test_a_tensor_is_not_its_own_gradient():
     x.grad = x.detach() * 1.0  # a copy is a gradient
     (x * 3.0).sum().backward()
     assert x.grad.tolist() == [4.0, 5.0] and x.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
+def test_relu_at_a_nan_input_passes_the_gradient_as_pytorch_and_maximum_do(mode):
+    """relu's gradient masked by y > 0, which is False at NaN: 0 there, where PyTorch's
+    relu and minigraph's own maximum(x, 0) give 1."""
+    torch = pytest.importorskip("torch")
+    x0 = np.array([np.nan, -1.0, 2.0, 0.0])
+    xt = torch.tensor(x0, requires_grad=True)
+    torch.relu(xt).sum().backward()
+    got = mg.grad(_sum_of_relu, mode=mode)(mg.tensor(x0))
+    np.testing.assert_array_equal(got.numpy(), xt.grad.numpy())
+    at_max = mg.grad(_sum_of_maximum_with_zero, mode=mode)(mg.tensor(x0)).numpy()
+    np.testing.assert_array_equal(got.numpy()[:3], at_max[:3])  # (at 0, a tie: max gives x 1)
+
+
+def _sum_of_relu(x):
+    return mg.sum(mg.relu(x))
+
+
+def _sum_of_maximum_with_zero(x):
+    return mg.sum(mg.maximum(x, 0.0))

@@ -334,8 +334,11 @@ def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
     ``where(mask, g, 0)`` takes 1.5-6x as long; but 0 * inf is nan, so where g holds an
     inf or a nan, ``where`` picks instead (relu is constant there: sqrt(relu(x)) at
     x = -1 has derivative 0, as in PyTorch). ``out`` may be y's own buffer (a compiled
-    program reuses it): y is read once, into the mask, before anything is written."""
-    positive = y > 0
+    program reuses it): y is read once, into the mask, before anything is written.
+    The mask is "not y <= 0", not "y > 0": at a NaN input the gradient passes, as in
+    PyTorch's threshold_backward and in maximum(x, 0)'s rule here."""
+    stopped = y <= 0
+    positive = not stopped if isinstance(stopped, (bool, np.bool_)) else xp.logical_not(stopped)
     finite = math.isfinite(g) if type(g) in (int, float) else bool(xp.all(xp.isfinite(g)))
     if finite:
         mask = _factor(xp, positive, g)
