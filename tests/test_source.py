@@ -1228,3 +1228,27 @@ def test_a_library_function_itself_is_transformed(fn, derivative):
     g = mg.source_grad(fn)
     g(x)
     assert f"z = mg.{fn.__name__}(x)" in g.source
+
+
+def _with_optional_bias(x, bias=None):
+    y = x * 2.0
+    if bias is not None:
+        y = y + bias
+    return mg.sum(y * y)
+
+
+def test_an_identity_test_against_none_is_decided_and_extra_arguments_are_refused():
+    """`if bias is not None:` with a tensor bias was refused as an identity comparison
+    of values of the program, though a value of the program is never None; an extra
+    positional argument failed with an IndexError inside. Oracle: PyTorch autograd and
+    Python's own TypeError."""
+    torch = pytest.importorskip("torch")
+    x0, b0 = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    xt = torch.tensor(x0, requires_grad=True)
+    ((xt * 2.0 + torch.tensor(b0)) ** 2).sum().backward()
+    got = mg.grad(_with_optional_bias, mode="source")(mg.tensor(x0), mg.tensor(b0))
+    np.testing.assert_allclose(got.numpy(), xt.grad.numpy(), rtol=1e-12)
+    assert mg.grad(_with_optional_bias, mode="source")(mg.tensor(x0)).tolist() == \
+        (8.0 * x0).tolist()  # d/dx (2x)^2, bias None
+    with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
+        mg.grad(_with_optional_bias, mode="source")(mg.tensor(x0), mg.tensor(b0), 1.0)

@@ -1200,6 +1200,10 @@ def test_a_program_is_not_reused_for_a_value_it_was_not_built_for(mode):
     assert g(x, cfg).tolist() == [2.0, 2.0]
     cfg.scale = 5.0
     assert g(x, cfg).tolist() == [5.0, 5.0]
+    cfg.scale = mg.tensor(7.0)  # a model's weight, rebound between two calls
+    assert g(x, cfg).tolist() == [7.0, 7.0]
+    cfg.scale = mg.tensor(8.0)
+    assert g(x, cfg).tolist() == [8.0, 8.0]
     g = mg.grad(_with_default, mode=mode)
     assert g(x).tolist() == [2.0, 2.0]
     _with_default.__defaults__ = (4.0,)

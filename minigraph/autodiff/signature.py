@@ -153,12 +153,14 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
                         f"float) nor a hashable Python value; a compiled program is built "
                         f"per value of such arguments") from None
     if type(a).__hash__ is object.__hash__ and isinstance(getattr(a, "__dict__", None), dict):
-        # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls): its
-        # plain attributes are part of its key, so that a program built for the old ones
-        # is not reused (a tensor or array attribute is watched as a global's is)
-        plain = tuple(sorted((n, _key_of(v, k, whole)) for n, v in vars(a).items()
-                             if type(v) in _PLAIN))
-        return type(a), a, plain
+        # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls; a
+        # model, with m.w = new_w): what its attributes hold is part of its key, so that
+        # a program built for the old ones is not reused. A plain value by its value; any
+        # other by identity (a program that read it holds it: its id is not reused), its
+        # writes in place seen as a global's are (Captured).
+        held = tuple(sorted((n, _key_of(v, k, whole) if type(v) in _PLAIN else id(v))
+                            for n, v in vars(a).items()))
+        return type(a), a, held
     return type(a), a
 
 

@@ -67,6 +67,9 @@ class SourceGrad:
     def _complete(self, args: tuple) -> tuple:
         """The arguments with f's defaults filled in (the program takes them all)."""
         missing = self._n - len(args)
+        if missing < 0:  # (Python's own words: the program has a parameter per argument)
+            raise TypeError(f"{self._src.fn.__name__}() takes {self._n} positional "
+                            f"arguments but {len(args)} were given")
         defaults = self._src.fn.__defaults__ or ()  # (read now: f.__defaults__ may be
         if 0 < missing <= len(defaults):             # rebound, as chapter 04 says)
             return args + defaults[len(defaults) - missing:]
@@ -125,9 +128,9 @@ class SourceGrad:
         if kwargs:  # (a keyword would also miss the cache, keyed by positions)
             refuse_keywords(kwargs, "grad")
         nums, cache = self.nums, self._programs
-        if len(args) < self._n:  # (the call's cost counts: no method call when complete)
-            nums, cache = self._passed(len(args))
-            args = self._complete(args)
+        if len(args) != self._n:  # (the call's cost counts: no method call when complete)
+            count, args = len(args), self._complete(args)  # (too many: refused there)
+            nums, cache = self._passed(count)
         key = signature(args, nums)
         return _run(self._program(args, key, nums, cache), args, key, nums, self.with_value)
 

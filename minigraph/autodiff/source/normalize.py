@@ -913,6 +913,11 @@ class _Normaliser:
     def e_Compare(self, node: ast.Compare, env: dict) -> Any:
         values = [self.expr(node.left, env)] + [self.expr(c, env) for c in node.comparators]
         dynamic = any(_dynamic(v) for v in values)
+        if dynamic and len(node.ops) == 1 and type(node.ops[0]) in (ast.Is, ast.IsNot) \
+                and not all(_dynamic(v) for v in values):
+            # (`if bias is not None`: a value of the program is never the other object,
+            # whatever its value turns out to be; two values of the program may be one)
+            return type(node.ops[0]) is ast.IsNot
         if dynamic and (len(node.ops) > 1 or type(node.ops[0]) not in
                         (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)):
             raise self.w.refuse("a chained or identity comparison of values of the program",
