@@ -16,6 +16,7 @@ from . import batch_rules as B
 from . import shape_rules as S
 from .primitive import KINDS, always_a_view, bind, primitive
 
+
 def _view_of(xp: Any, x: Any) -> Any:
     """A view of ``x``'s memory (``x[...]``), not ``x`` itself: two tensors over the
     same array would each count its bytes in their device's memory (a view counts none).
