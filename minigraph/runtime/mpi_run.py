@@ -231,8 +231,12 @@ class MPIRendezvous(Rendezvous):
             raise RuntimeError(  # a wrong buffer would be read as garbage on the other side
                 f"Send {key!r}: the value has shape {buffer.shape} and dtype {buffer.dtype}, "
                 f"but the graph says {route.shape} {route.dtype}")
-        request = self.w.comm.Isend(buffer, dest=route.peer, tag=self.w.tag(route))
         with self._lock:
+            if self.error is not None:  # The run failed: its receiver has withdrawn the
+                # Recv (cancel), so this send would never be matched, and its tag comes
+                # back once the epochs wrap round: a later run would read this tensor.
+                return
+            request = self.w.comm.Isend(buffer, dest=route.peer, tag=self.w.tag(route))
             self.sends.append((request, buffer))
             self.sent_bytes += buffer.nbytes
 
