@@ -122,12 +122,12 @@ def _naming_failures(fn: Any, lines: dict[int, tuple[Node, list[str | None]]]) -
                 tb = tb.tb_next  # (down to the generated function's own frame)
             if tb is None or tb.tb_lineno not in lines:
                 raise  # (not from a node's line: as it is)
-            from ..runtime.scheduler import Step, _failed  # (runtime builds on graph)
+            from ..runtime.scheduler import node_failure  # (runtime builds on graph)
 
             node, names = lines[tb.tb_lineno]
             local = tb.tb_frame.f_locals  # the arrays the failing line read
             read = [local[k] if k is not None else a for k, a in zip(names, node.args)]
-            raise _failed(Step(node), read, exc) from exc
+            raise node_failure(node, read, exc) from exc
 
     return run
 

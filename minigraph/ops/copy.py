@@ -48,10 +48,9 @@ def _no_grad_jvp(t: Any, out: Any, x: Any) -> Any:
 
 NO_GRAD = primitive("no_grad", _view_of, S.same, view=True,
                     returns_view=always_a_view, jvp=[_no_grad_jvp],
-                    batch=B.elementwise("no_grad"), cost="free",
-                    # (no mg. function: a program says it through the table's entry)
-                    write=lambda prim, args, params, literal:
-                        f"mg.PRIMITIVES['no_grad']({args[0]})")
+                    batch=B.elementwise("no_grad"), cost="free")
+# (no mg. function: a written program calls the table's entry, mg.PRIMITIVES['no_grad'],
+# as codegen.mg_call writes every primitive without a public name)
 
 ASTYPE = primitive(
     "astype", lambda xp, x, dtype: xp.astype(x, getattr(xp, dtype)),

@@ -150,12 +150,12 @@ def compute(step: Step, values: dict[int, Any], assigns: list, fetches: list[Nod
             return step.out(step.xp, *arrays, out=out, **step.params)  # type: ignore[misc]
         return step.impl(step.xp, *arrays, **step.params)  # type: ignore[misc]
     except Exception as exc:
-        raise _failed(step, arrays, exc) from exc
+        raise node_failure(step.node, arrays, exc) from exc
 
 
-def _failed(step: Step, arrays: list, exc: Exception) -> NodeError:
-    """The error that says which node failed, on what, and where it was created."""
-    node = step.node
+def node_failure(node: Node, arrays: list, exc: Exception) -> NodeError:
+    """The error that says which node failed, on what, and where it was created (a
+    Session's run; a compiled function's too: graph/compile.py)."""
     shapes = ", ".join(str(getattr(v, "shape", v)) for v in arrays)
     return NodeError(f"node '{node.name}' ({node.op}) failed on inputs of shapes "
                      f"[{shapes}]: {exc}\n  the node was created at "
@@ -495,13 +495,13 @@ class Run:
                         try:
                             value = step.write(*arrays, out=buffer)  # type: ignore[misc]
                         except Exception as exc:
-                            raise _failed(step, list(arrays), exc) from exc
+                            raise node_failure(step.node, list(arrays), exc) from exc
                     elif expect is not None:  # a kernel without an out form (on NumPy)
                         arrays = step.fetch(values)
                         try:
                             value = step.impl(step.xp, *arrays, **step.params)  # type: ignore[misc]
                         except Exception as exc:
-                            raise _failed(step, list(arrays), exc) from exc
+                            raise node_failure(step.node, list(arrays), exc) from exc
                     else:  # a Const, a Variable, an Assign; a kernel on a GPU
                         value = compute(step, values, assigns, fetches, buffer)
                     values[step.key] = value
