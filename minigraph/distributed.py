@@ -89,7 +89,8 @@ def _abort_on_uncaught_errors() -> None:
 
 
 def comm() -> Any:
-    """The communicator every rank shares (``MPI.COMM_WORLD``)."""
+    """The communicator every rank shares (``MPI.COMM_WORLD``), yours for messages of
+    your own: graph runs talk on a duplicate of it, so theirs and yours never meet."""
     init()
     return _comm
 

@@ -204,6 +204,18 @@ def test_a_failed_runs_late_send_is_not_read_by_a_later_run(tmp_path):
         assert res["after"] == [2.0, 4.0, 6.0]  # y = 2 x, NumPy's and the first run's
 
 
+@needs_mpi
+def test_the_users_messages_on_comm_and_minigraphs_own_do_not_meet(tmp_path):
+    """mpi4py's send has tag 0 and recv any tag by default, and minigraph's control
+    messages (hello, done) had tag 0 on the same communicator: rank 1's run read rank 0's
+    message to rank 1's program as one of its own, and rank 1's program read a message
+    of minigraph's. minigraph talks on a duplicate of the world's communicator."""
+    r0, r1 = launch("users_messages", tmp_path)
+    assert r1["y"] == r0["y"] == [2.0, 4.0]  # y = 2 x (NumPy)
+    assert r1["got"] == "rank 0's own message"
+    assert r0["got"] == "rank 1's reply"
+
+
 # -- what each rank runs ------------------------------------------------------------------------
 
 def scenario_basics(out: dict) -> None:
@@ -411,6 +423,26 @@ def scenario_late_sends(out: dict) -> None:
         _attempt(lambda: sess.run(y, {x: 1000.0 + k, c: -1.0}))
     out["wrapped"] = w.epoch % w.epochs == 0
     out["after"] = [float(sess.run(y, {x: float(k), c: 0.0})) for k in (1, 2, 3)]
+
+
+def scenario_users_messages(out: dict) -> None:
+    import minigraph as mg
+
+    comm = mg.distributed.comm()
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(2,), name="x")
+        with mg.device("rank:1/cpu"):
+            y = x * 2.0
+    sess = mg.Session(g)
+    if comm.Get_rank() == 0:
+        comm.send("rank 0's own message", dest=1)  # mpi4py's defaults: tag 0
+    out["y"] = sess.run(y, {x: np.array([1.0, 2.0])}).tolist()
+    if comm.Get_rank() == 1:
+        out["got"] = comm.recv(source=0)  # and any tag
+        comm.send("rank 1's reply", dest=0)
+    else:
+        out["got"] = comm.recv(source=1)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,11 @@ class _World:
 
     def __init__(self) -> None:
         MPI = distributed._mpi()
-        self.comm = distributed.comm()
+        # A communicator of our own, so that the user's messages on mg.distributed.comm()
+        # and ours never meet (mpi4py's send has tag 0, our control tag, and its recv
+        # takes any tag). Dup is collective: every rank makes its first cross-rank run
+        # at the same point of the program, and creates the world there.
+        self.comm = distributed.comm().Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.run_id = 0
         self.epoch = 0
