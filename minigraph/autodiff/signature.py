@@ -7,11 +7,12 @@ later call whose arguments have the same *signature*:
 * an argument that is data (a tensor, a NumPy array, a Python or NumPy float, a value of
   another transformation, or a number or list of numbers being differentiated) by its
   device, shape and dtype: its value does not matter, the program reads it when it runs.
-  A float or an array becomes a tensor on the default device (``mg.device``), so the
-  default device is part of it. A Python float that is not differentiated is *weak*
-  (``WEAK`` ends its entry): recorded as a :class:`~minigraph.ops.weak.Weak`, it takes
-  the dtype of the tensors it meets, as in eager mode, so ``x * s`` is float32 for a
-  float32 ``x`` in every mode;
+  A float or an array that is differentiated becomes a tensor on the default device
+  (``mg.device``), as in eager mode; one that is not goes to the device of the tensors
+  it meets there. A Python float that is not differentiated is *weak* (``WEAK`` ends its
+  entry): recorded as a :class:`~minigraph.ops.weak.Weak`, it takes the dtype of the
+  tensors it meets, as in eager mode, so ``x * s`` is float32 for a float32 ``x`` in
+  every mode;
 * any other argument (an int, a string, None, a tuple ...) is a constant of the program,
   by its type and value: ``range(n)`` is unrolled or looped over for that n. The type
   keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
@@ -28,7 +29,8 @@ way round (``tests/test_codegen.py`` checks both orders).
 
 :func:`programs` is the one cache: per function, per transformation (``"graph"``,
 ``"source"``, ``"trace"``) and its options (the normalised argnums), a dict from
-signature to program. It holds functions weakly: a program dies with its function.
+signature to program, per default device (:class:`Programs`). It holds functions
+weakly: a program dies with its function.
 """
 
 from __future__ import annotations
@@ -226,15 +228,31 @@ class Captured:
         return any(tape.write_stamp(t) != s for t, s in zip(self.tensors, self.stamps))
 
 
+class Programs(dict):
+    """signature -> program, under the default device of the call. A program puts the
+    tensors f makes (``mg.ones(3)``, ``mg.get_device()``) on the device that was the
+    default (``mg.device``) when it was built, so a call under another default needs a
+    program of its own, whatever its arguments are: the device is part of every key."""
+
+    def get(self, key: tuple, default: Any = None) -> Any:
+        return dict.get(self, (get_device(None), key), default)
+
+    def __getitem__(self, key: tuple) -> Any:
+        return dict.__getitem__(self, (get_device(None), key))
+
+    def __setitem__(self, key: tuple, program: Any) -> None:
+        dict.__setitem__(self, (get_device(None), key), program)
+
+
 _CACHE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
 def programs(f: Callable[..., Any], transformation: str, options: tuple = ()) -> dict:
-    """The programs of ``f`` under ``transformation`` with ``options``: signature ->
-    program. Shared by every transformed function of ``f`` with the same options."""
+    """The programs of ``f`` under ``transformation`` with ``options``. Shared by every
+    transformed function of ``f`` with the same options."""
     with _LOCK:
         try:
-            return _CACHE.setdefault(f, {}).setdefault((transformation, options), {})
+            return _CACHE.setdefault(f, {}).setdefault((transformation, options), Programs())
         except TypeError:  # no weak reference to f (a C function): its caller keeps them
-            return {}
+            return Programs()

@@ -47,6 +47,7 @@ import numpy as np
 from ..autodiff.backward import collector_paused
 from ..codegen import Names, define
 from ..device import Device
+from ..ops import copy as C
 from ..tensor import Tensor
 from .graph import Graph, GraphError, Node, check_graph, describe_location, fed_value
 from .topo import fifo_order, needed, refuse_reads_after_assigns
@@ -59,6 +60,8 @@ class CompiledFunction:
     """A graph compiled to Python. Call it with tensors, arrays or numbers."""
 
     captured: Captured  # the tensors it read from outside (set by mg.trace's _compile)
+    held: tuple[Tensor, ...] = ()  # those that require a gradient: inputs after the others
+    held_key: tuple = ()  # (their signature)
 
     def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node],
                  lines: dict[int, tuple[Node, list[str | None]]] | None = None):
@@ -274,6 +277,15 @@ def last_uses(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int
     return dead
 
 
+def _moved(arg: str, a: Node, node: Node, names: Names) -> str:
+    """The argument ``a`` as ``node``'s kernel reads it: copied to node's device where it
+    lives on another (an edge across devices, which a Session makes a Send and a Recv;
+    a float given to a function goes with the tensors it meets), else as it is."""
+    if a.device is node.device or node.prim is C.TO_DEVICE:
+        return arg
+    return f"{names.device(node.device)}.copy_from({arg}, {names.device(a.device)})"
+
+
 def _line(node: Node, local: dict[int, str], names: Names, assigns: list,
           into: Node | None = None) -> str:
     """The line that computes ``node``: its kernel on its arguments' arrays (its ``out``
@@ -289,8 +301,8 @@ def _line(node: Node, local: dict[int, str], names: Names, assigns: list,
                         names.device(node.device)))
         return f"    {target} = {local[id(value)]}  # Assign to {var.name}"
     assert node.prim is not None  # an operation (the special nodes returned above)
-    args = [local[id(a)] if isinstance(a, Node) else names.literal(a, f"p_{target}_{k}")
-            for k, a in enumerate(node.args)]
+    args = [(_moved(local[id(a)], a, node, names) if isinstance(a, Node)
+             else names.literal(a, f"p_{target}_{k}")) for k, a in enumerate(node.args)]
     call = names.kernel_call(node.prim, args, node.params, names.xp(node.device),
                              None if into is None else local[id(into)], f"p_{target}_")
     where = "" if node.location is None else f"  # line {node.location[1]}"

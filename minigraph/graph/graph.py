@@ -39,11 +39,11 @@ from array_api_compat import array_namespace
 
 from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
-from ..errors import DTypeError, MinigraphError, ShapeError
+from ..errors import DeviceError, DTypeError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
-from ..ops.shape_rules import sizes
+from ..ops.shape_rules import dtype_name, sizes
 from ..tensor import Tensor, host_values, tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -290,6 +290,13 @@ class Graph:
         # set while a function is recorded (mg.trace, mode="graph"): a value it computes
         # inside ``with mg.no_grad():`` is then a constant for derivatives, as on the tape
         self.recording = False
+        # A function's graph (mg.trace, graph mode) places as eager mode does, not by
+        # TensorFlow's rules: see _place. ``loose`` holds the ids of its nodes that stand
+        # for values without a device of their own there (a Python float, a NumPy array
+        # or scalar), which go to the device of the tensors they meet.
+        self.eager_placement = False
+        self.loose: set[int] = set()
+        self.held: list[tuple[Tensor, Node]] = []  # (see _argument)
         # the ids of the lists and dicts the function wrote while it was recorded (its
         # own log of its runs: reads.recording), which its program does not guard
         self.written_by_f: frozenset[int] = frozenset()
@@ -367,6 +374,14 @@ class Graph:
         """An argument as a node stores it: nodes (of this graph) and Python numbers."""
         if isinstance(a, Node):
             if a.graph is not self:
+                inner = default_graph()  # (the graph f is being recorded into, if any)
+                if inner.recording and (inner is self or inner is a.graph):
+                    raise GraphError(
+                        f"{inner.name}: the function being recorded reads a value of the "
+                        f"function around it from outside its arguments (a variable it "
+                        f"closes over), which its compiled program cannot read. Pass it "
+                        f"as an argument, or use mode='tape', which runs the function "
+                        f"itself (at {describe_location(user_location())})")
                 raise GraphError(f"node '{a.name}' belongs to another graph ({a.graph.name!r}); "
                                  f"operations cannot mix nodes of two graphs")
             return a
@@ -376,7 +391,20 @@ class Graph:
         # id cannot be reused by another object while the graph lives.
         cached = self._consts.get(id(a))
         if cached is None or cached[0] is not a:
-            cached = (a, self.constant(a if isinstance(a, Tensor) else tensor(a), name="const"))
+            if isinstance(a, Tensor) and a._requires_grad and self.eager_placement:
+                # A function's tensor that requires a gradient (a layer's weight): an
+                # input of its program, given the tensor itself at every call, so that
+                # the tape records the call when it records (a constant would cut the
+                # path from the weight to the result).
+                const = self.add_special("Placeholder", (), a.shape, a.dtype, "held",
+                                         device=a.device)
+                self.held.append((a, const))
+            elif isinstance(a, Tensor):
+                const = self.constant(a, name="const")
+            else:
+                const = self.constant(tensor(a), name="const")
+                self.loose.add(id(const))
+            cached = (a, const)
             self._consts[id(a)] = cached
         return cached[1]
 
@@ -398,8 +426,14 @@ class Graph:
         shape, dtype = self._infer(prim, args, params, name, location)
         # (most nodes have no parameters: they share the one empty dict the tape's entries
         # share, instead of keeping the ``{}`` each call made; see NO_PARAMS)
+        if self.eager_placement:
+            device, loose = self._place_eagerly(prim, args, params, name, location)
+        else:
+            device, loose = self._place(prim, args, params), False
         node = Node(self, name, prim.name, prim, args, params or NO_PARAMS, shape, dtype,
-                    self._place(prim, args, params), location, None, self._control_nodes)
+                    device, location, None, self._control_nodes)
+        if loose:
+            self.loose.add(id(node))
         self.nodes.append(node)  # (self._register(node), written out: it runs per node)
         self._by_name[name] = node
         return node
@@ -446,6 +480,31 @@ class Graph:
             if isinstance(a, Node):
                 return a.device
         return get_device(None)
+
+    def _place_eagerly(self, prim: Primitive, args: tuple, params: dict, name: str,
+                       location: tuple[str, int] | None) -> tuple[Device, bool]:
+        """Placement in a function's graph, as in eager mode (and PyTorch): the device of
+        the tensors an op reads, which must be one device; an ``mg.device`` scope places
+        only what is made from nothing (``mg.ones(3)``). Values without a device of
+        their own (``loose``) go with the others, and what is made from them alone stays
+        loose (``2.0 * s`` for a float s): the second item says so."""
+        if prim is C.TO_DEVICE:
+            return params["device"], False
+        nodes = [a for a in args if isinstance(a, Node)]
+        strong = [a for a in nodes if id(a) not in self.loose]
+        if not strong:
+            return self._place(prim, args, params), bool(nodes)
+        device = strong[0].device
+        for a in strong:
+            if a.device is not device:
+                names = sorted({b.device.name for b in strong})
+                raise DeviceError(
+                    f"{prim.name}: arguments live on different devices "
+                    f"({' and '.join(names)}): "
+                    + ", ".join(f"'{b.name}' on {b.device.name}" for b in strong)
+                    + f". minigraph never copies silently; move one with x.to('{names[0]}')"
+                    f"\n  in node '{name}' created at {describe_location(location)}")
+        return device, False
 
     def add_special(self, op: str, args: tuple, shape: tuple | None = None,
                     dtype: str | None = None, name: str | None = None,
@@ -636,8 +695,9 @@ def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
                          f"unknown size), which minigraph does not have: give every size, or "
                          f"shape=None for a placeholder of any shape")
     shape = None if shape is None else sizes("placeholder", shape)
-    get_device(None).dtype(str(dtype))  # an unknown dtype name fails here, not at run time
-    return default_graph().add_special("Placeholder", (), shape, str(dtype), name or "Placeholder")
+    dtype = dtype_name(dtype)  # ("float32", np.float32 or np.dtype("float32"))
+    get_device(None).dtype(dtype)  # an unknown dtype name fails here, not at run time
+    return default_graph().add_special("Placeholder", (), shape, dtype, name or "Placeholder")
 
 
 def constant(value: Any, dtype: str | None = None, name: str | None = None) -> Node:

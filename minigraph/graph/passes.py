@@ -261,9 +261,9 @@ def _neutral_operand(n: Node, args: tuple) -> Node | None:
             if unit.op != "Const":
                 continue
             unit = unit.device.to_numpy(unit.value)
-        if n.prim.is_neutral(unit, k) and isinstance(other, Node) \
-                and other.shape == n.shape and other.dtype == n.dtype:
-            return other  # same shape and dtype: dropping the op changes nothing
+        if n.prim.is_neutral(unit, k) and isinstance(other, Node) and other.shape == \
+                n.shape and other.dtype == n.dtype and other.device is n.device:
+            return other  # same shape, dtype and device: dropping the op changes nothing
     return None
 
 

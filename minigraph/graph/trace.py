@@ -91,6 +91,8 @@ def replay(inputs: Sequence[Node], outputs: Sequence[Node], args: list) -> tuple
 def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     """The compiled code on arrays, or the replay where a value needs its interpreter:
     on ``args``, whose signature is ``key``."""
+    if fn.held:  # the tensors f reads that require a gradient: inputs after the arguments
+        args, key = args + fn.held, key + fn.held_key
     data = arrays(args, key, static=False)
     if data is None:
         return replay(fn.inputs, fn.outputs, _array_args(args, key))
@@ -115,6 +117,7 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
     f's ``y += 1.0`` on its placeholder, which eager mode makes as a write into the
     caller's tensor, is refused, since the program would make a new value instead."""
     graph = Graph(name)
+    graph.eager_placement = True
     inputs, call_args = [], []
     names = _parameter_names(f, len(args))
     with graph, enable_grad():
@@ -123,6 +126,8 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
                 t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
                 with t.device:
                     node = placeholder(tuple(t.shape), str(t.dtype), name=names[k])
+                if t is not a and k not in nums:  # a float or an array: as in eager mode,
+                    graph.loose.add(id(node))     # it goes to the tensors' device
                 inputs.append(node)
                 call_args.append(Weak(node) if is_weak(entry) else node)
             else:
@@ -304,8 +309,8 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         _refuse_output(out, "vjp")
         xs = [inputs[_input_positions(key)[i]] for i in argnums]
         _, device, shape, dtype = key[-1]  # (the caller checked g against f's output)
-        with graph, device:
-            seed = placeholder(shape, str(dtype), name=f"g{out.name}")
+        with graph, device:  # (the dtype as the device's arrays have it: its name)
+            seed = placeholder(shape, device.dtype_name(dtype), name=f"g{out.name}")
         grads = _gradients_or_zeros(graph, out, xs, seed)
         return _compile(graph, inputs + [seed], grads, f"vjp_{name}", f)
 
@@ -349,10 +354,13 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
     program is stale once what f read from outside has changed (``Captured``)."""
     captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
                         graph.written_by_f)
+    inputs = inputs + [node for _, node in graph.held]  # (see Graph._argument)
     result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
     fn = compile_graph(result.graph, [result[n] for n in inputs],
                        [result[n] for n in outputs], name)
     fn.captured = captured  # type: ignore[attr-defined]
+    fn.held = tuple(t for t, _ in graph.held)
+    fn.held_key = signature(fn.held)
     return fn
 
 
