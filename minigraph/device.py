@@ -41,6 +41,22 @@ from array_api_compat import is_numpy_namespace, to_device
 from .errors import DeviceError
 
 DTYPE_NAMES = ("float32", "float64", "int64", "int32", "bool")
+ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
+
+
+def nbytes(value: Any) -> int:
+    """Bytes of the elements of an array, a tensor or a graph node: ``.nbytes`` where the
+    library has it (NumPy, CuPy), else size times item size. Array API arrays need not
+    have ``.nbytes`` (array-api-strict's have not): reading it with a default of 0 made
+    every memory counter on such a device read 0. The one place this is computed."""
+    n = getattr(value, "nbytes", None)
+    if n is not None:
+        return int(n)
+    dtype = str(value.dtype).rsplit(".", 1)[-1]  # ("array_api_strict.float64", "float64")
+    size = 1
+    for d in value.shape:
+        size *= d
+    return size * ITEMSIZE[dtype]
 
 
 class Device:
@@ -271,17 +287,32 @@ def _make_cpus() -> None:
     xp = _numpy_namespace()
     for name in ["cpu"] + [f"cpu:{i}" for i in range(1, _virtual_cpus + 1)]:
         if name not in _registry:
-            _registry[name] = Device(name, xp)
+            # a name that comes back gets its old Device: tensors made on it before still
+            # meet new ones there, and their bytes stay on the counters that are read
+            retired = _retired_cpus.pop(name, None)
+            _registry[name] = retired if retired is not None else Device(name, xp)
+
+
+# Virtual CPU devices that set_virtual_cpus took out of the registry, kept by name: a
+# tensor made there before may still be alive, and ``cpu:2`` must stay one device.
+_retired_cpus: dict[str, Device] = {}
 
 
 def set_virtual_cpus(n: int) -> None:
-    """Offer ``n`` virtual CPU devices ``cpu:1`` ... ``cpu:n`` (default 3)."""
+    """Offer ``n`` virtual CPU devices ``cpu:1`` ... ``cpu:n`` (default 3).
+
+    A device taken away (``cpu:3`` after ``set_virtual_cpus(2)``) can no longer be named,
+    but tensors already on it keep working; if it comes back it is the same device.
+    """
     global _virtual_cpus
+    # checked before anything changes, so that a refused call leaves the devices as they were
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_virtual_cpus: n must be an int, got {type(n).__name__} {n!r}")
     if n < 0:
         raise ValueError(f"set_virtual_cpus: n must be >= 0, got {n}")
     for name in [k for k in _registry if k.startswith("cpu:") and int(k[4:]) > n]:
-        del _registry[name]
-    _virtual_cpus = n
+        _retired_cpus[name] = _registry.pop(name)
+    _virtual_cpus = int(n)
     _make_cpus()
 
 
@@ -293,6 +324,7 @@ def register_device(name: str, xp: Any, native: Any = None) -> Device:
     """
     dev = Device(name, xp, native)
     _registry[name] = dev
+    _retired_cpus.pop(name, None)  # (the name is this device's now, should it go and come back)
     return dev
 
 

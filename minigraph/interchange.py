@@ -49,9 +49,10 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
     tensor, a NumPy or CuPy array, a minigraph tensor).
 
     The tensor is made on the device where ``x``'s memory is (CPU memory on ``"cpu"``,
-    GPU N on ``"cuda:N"``), or on ``device`` if given (then the values are moved there,
-    which is always a copy). Its dtype is ``x``'s; float32, float64, int64, int32 and bool
-    are supported. It is a leaf that does not require a gradient.
+    GPU N on ``"cuda:N"``; a minigraph tensor's own device, ``"cpu:1"`` say), or on
+    ``device`` if given (then the values are moved there, which is always a copy). Its
+    dtype is ``x``'s; float32, float64, int64, int32 and bool are supported. It is a
+    leaf that does not require a gradient.
 
     Memory: with ``copy=True`` (the default) the tensor gets its own copy of the values,
     so ``x`` and the tensor are independent afterwards: ``t -= 1`` leaves ``x`` as it was.
@@ -65,8 +66,14 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
         raise TypeError(f"from_dlpack: a {type(x).__name__} has no __dlpack__ method; use "
                         f"mg.tensor(...) for Python data, or pass an array of a library "
                         f"that supports DLPack (NumPy >= 2, PyTorch, CuPy)")
-    kind, index = x.__dlpack_device__()
-    source = _device_of(int(kind), int(index), type(x).__name__)
+    if isinstance(x, Tensor):
+        # DLPack only says "CPU memory", which cpu:1 is too: a minigraph tensor says
+        # which device it is on, and its values stay there (as torch.from_dlpack keeps
+        # cuda:1), so that copy=False never puts cpu:1's memory in a "cpu" tensor
+        source = x.device
+    else:
+        kind, index = x.__dlpack_device__()
+        source = _device_of(int(kind), int(index), type(x).__name__)
     if copy and isinstance(x, Tensor):  # (its values, copied below: no write reaches x, so
         x = x.detach()                  # a tensor that requires a gradient may export them)
     # PyTorch marks some views as negated (z.conj().imag) instead of negating their memory,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import numbers
 import operator
 import sys
 import weakref
@@ -28,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device, get_device
+from .device import Device, get_device, scoped_device
+from .device import nbytes as array_nbytes  # (__init__ has a local named nbytes)
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
@@ -122,7 +124,7 @@ class Tensor(ArrayOps):
         except AttributeError:  # arrays without .base/.nbytes (array-api-strict ...)
             if not hasattr(data, "shape"):
                 raise TypeError(_not_the_constructor(data)) from None
-            nbytes = 0 if getattr(data, "base", None) is not None else _nbytes(data)
+            nbytes = 0 if getattr(data, "base", None) is not None else array_nbytes(data)
         self._nbytes = nbytes
         try:
             live = device.live_bytes + nbytes
@@ -267,6 +269,13 @@ class Tensor(ArrayOps):
                  retain_graph: bool | None = None) -> None:
         """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it
         (PyTorch's ``retain_graph``: without it, a second backward() raises)."""
+        if grad is not None and (isinstance(grad, (str, bytes))
+                                 or not (isinstance(grad, (Tensor, numbers.Number, list, tuple))
+                                         or hasattr(grad, "shape"))):
+            # (a str reached NumPy's "could not convert string to float", naming nothing)
+            raise TypeError(f"backward(): grad is the output's gradient, a tensor (or a "
+                            f"number or an array) of shape {self.shape}, or None; got a "
+                            f"{type(grad).__name__}")
         _tape().backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
@@ -516,29 +525,30 @@ def _not_the_constructor(data: Any, device: Any = None) -> str:
             f"dtype=..., device=..., requires_grad=...), as torch.tensor")
 
 
-def _nbytes(data: Any) -> int:
-    """Bytes of an array: ``.nbytes`` where the library has it, else size * itemsize."""
-    n = getattr(data, "nbytes", None)
-    if n is None:  # array-api-strict arrays have no nbytes
-        size = 1
-        for d in data.shape:
-            size *= d
-        n = size * (1 if "bool" in str(data.dtype) else 4 if "32" in str(data.dtype) else 8)
-    return int(n)
-
-
 def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = None,
            requires_grad: bool = False) -> Tensor:
     """Make a tensor from Python data, a NumPy array or another tensor (always a copy).
 
     Dtypes follow NumPy: Python floats give float64, ints int64, bools bool; a NumPy
-    array keeps its dtype. ``device`` defaults to the innermost ``mg.device`` scope.
+    array keeps its dtype. ``device`` defaults to the innermost ``mg.device`` scope;
+    outside any scope, a copy of a tensor stays on that tensor's device (PyTorch's rule
+    for ``torch.tensor(t)``), and other data goes to ``"cpu"``.
+
+    Nested lists must be rectangular (a ragged one is refused, naming where), and must
+    hold numbers, not tensors: ``mg.stack`` combines tensors.
     """
+    if device is None and isinstance(data, Tensor) and scoped_device() is None:
+        device = data.device  # (a copy does not silently move to another device)
     dev = get_device(device)
     if type(data) is float and dtype is None:  # (the common leaf, mg.tensor(2.0): float64)
         return Tensor(dev.asarray(data), dev, requires_grad)
+    if data is None or isinstance(data, (str, bytes)):  # (NumPy makes an object or a
+        # string array of it, and the error spoke of a dtype the caller never named)
+        raise DTypeError(f"tensor(): cannot make a tensor of {data!r} (a "
+                         f"{type(data).__name__}); expected a number, nested lists of "
+                         f"numbers, an array or a tensor")
     if isinstance(data, (list, tuple)):
-        _refuse_tracked_elements(data)
+        _check_nested(data)
     if isinstance(data, Tensor):
         data = data.device.to_numpy(data.data) if data.device is not dev else data.data
     copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
@@ -555,23 +565,55 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     return t
 
 
-def _refuse_tracked_elements(data: "list | tuple") -> None:
-    """``mg.tensor([a, b])`` copies numbers: an element that is being differentiated (a
-    tensor on the tape, a value of a transformation) would silently lose its derivative
-    (a gradient of 0). Refuse, and point at ``mg.stack``, which records."""
+def _check_nested(data: "list | tuple") -> None:
+    """Refuse, before NumPy sees them, nested lists that would come out wrong:
+
+    * a tensor among the elements (but a 0-d one, a number): NumPy would make an object
+      array, or an extra axis
+      (``mg.tensor((x,))`` had shape (1, *x.shape)), and an element being differentiated
+      would silently lose its derivative (a gradient of 0). ``mg.stack`` combines
+      tensors, and records;
+    * a ragged list (``[[1.0, 2.0], [3.0]]``): NumPy's error names neither the argument
+      nor the place; this one does, as PyTorch's ("expected sequence of length 2 at dim 1
+      (got 1)"). The expected lengths are those of the first element at each depth.
+    """
     from .ops.primitive import KINDS
 
-    stack: list = [data]
+    expected: list[int] = []  # the length along each dim, read down the first elements
+    first: Any = data
+    while isinstance(first, (list, tuple)):
+        expected.append(len(first))
+        first = first[0] if first else None
+    stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
-        for k, item in enumerate(stack.pop()):
+        seq, dim = stack.pop()
+        if dim < len(expected) and len(seq) != expected[dim]:
+            raise ValueError(f"tensor(): data is a ragged nested list: expected a sequence of "
+                             f"length {expected[dim]} at dim {dim}, got {len(seq)}; every "
+                             f"row must have the same length")
+        for k, item in enumerate(seq):
             if isinstance(item, (list, tuple)):
-                stack.append(item)
+                if dim + 1 >= len(expected):
+                    raise ValueError(f"tensor(): data is a ragged nested list: expected a "
+                                     f"number at dim {dim + 1}, got a {type(item).__name__} "
+                                     f"of length {len(item)}")
+                stack.append((item, dim + 1))
             elif (isinstance(item, Tensor) and item.requires_grad) or type(item) in KINDS:
                 raise GradientError(
                     f"tensor(): element {k} of the list is a value being differentiated "
                     f"({type(item).__name__} of shape {tuple(item.shape)}); tensor() copies "
                     f"numbers and would drop it from the derivative (a silent gradient of "
                     f"0). Use mg.stack([...]) to combine tensors and keep their derivatives")
+            elif isinstance(item, Tensor) and item.shape != ():  # (a 0-d one is a number,
+                raise TypeError(                                    # as in PyTorch)
+                    f"tensor(): element {k} of the {type(seq).__name__} is a Tensor of shape "
+                    f"{item.shape}; tensor() takes numbers (nested lists of them), not a "
+                    f"sequence of tensors. Use mg.stack([...]) to combine tensors, or pass "
+                    f"the tensor itself")
+            elif dim + 1 < len(expected) and not hasattr(item, "shape"):
+                raise ValueError(f"tensor(): data is a ragged nested list: expected a sequence "
+                                 f"of length {expected[dim + 1]} at dim {dim + 1}, got a "
+                                 f"{type(item).__name__}")
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:

@@ -20,6 +20,7 @@ captured a parameter as a constant holds a copy, and keeps the value it was buil
 
 from __future__ import annotations
 
+import numbers
 from typing import Iterable
 
 import numpy as np
@@ -34,6 +35,12 @@ class SGD:
 
     def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0,
                  weight_decay: float = 0.0):
+        # list() of one tensor would iterate over its elements (new getitem results, not
+        # the parameter), and step() would then change nothing: refuse it, as PyTorch does
+        if isinstance(params, Tensor):
+            raise TypeError(f"SGD: params should be an iterable of Tensors (such as "
+                            f"model.parameters() or [p]), but got a Tensor of shape "
+                            f"{params.shape}; wrap a single parameter in a list: SGD([p], ...)")
         self.params = list(params)
         if not self.params:
             raise ValueError("SGD: got an empty parameter list")
@@ -47,6 +54,11 @@ class SGD:
                 raise ValueError(f"SGD: parameter {i} is parameter {j} again; give each "
                                  f"parameter once")
         for what, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
+            # checked here, not at the first step(): a str, None or an array is not a
+            # hyperparameter (np.float64 is a numbers.Real; bool is refused as a likely slip)
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+                raise TypeError(f"SGD: {what} must be a real number, got {type(v).__name__} "
+                                f"{v!r}")
             if not v >= 0.0:
                 raise ValueError(f"SGD: {what} must be >= 0, got {v}")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay

@@ -13,11 +13,12 @@ with new values after each step. So the parameters should be graph *inputs*:
     feed = {params[name]: p for name, p in model.named_parameters()}
     mg.Session(g).run(grads, {x: X, **feed})            # the current values, each run
 
-``functional_call(module, values, *args)`` runs ``module(*args)`` with the parameters
-named in ``values`` replaced by those values (nodes, tensors, anything the forward can
-compute with) and puts the module's own tensors back afterwards, even if the forward
-raised. Nothing about the layers changes: they still just read ``self.weight``. (Not
-thread-safe: two threads must not call it on one module at once.) A tensor that several
+``functional_call(module, values, *args)`` runs ``module(*args)`` (``args`` may also be
+one tuple, PyTorch's form) with the parameters named in ``values`` replaced by those
+values (nodes, tensors, anything the forward can compute with) and puts the module's own
+tensors back afterwards, even if the forward raised. Nothing about the layers changes:
+they still just read ``self.weight``. (Not thread-safe: two threads must not call it on
+one module at once.) A tensor that several
 layers share (tied weights, ``m[2].weight = m[0].weight``) is replaced wherever it is
 used, under any of its names, as ``torch.func.functional_call`` ties it: replacing it in
 one layer only would leave the other use out of the gradient.
@@ -44,7 +45,15 @@ def _uses(module: Module) -> tuple[dict[str, Any], dict[int, list[tuple[Module, 
 
 
 def functional_call(module: Module, values: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-    """``module(*args, **kwargs)`` with the parameters in ``values`` swapped in."""
+    """``module(*args, **kwargs)`` with the parameters in ``values`` swapped in.
+
+    The arguments come one by one (``functional_call(m, values, x)``), or, as
+    ``torch.func.functional_call(m, values, (x, y))`` takes them, as one tuple of
+    positional arguments: a single tuple is unpacked (a module whose one argument is a
+    tuple gets it wrapped, ``((a, b),)``, as in PyTorch).
+    """
+    if len(args) == 1 and type(args[0]) is tuple:  # PyTorch's form: one tuple of arguments
+        args = args[0]
     tensors, slots = _uses(module)
     unknown = [name for name in values if name not in tensors]
     if unknown:

@@ -31,8 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..device import get_device
+from ..device import get_device, nbytes
 from ..errors import DTypeError, ShapeError
+from ..graph.graph import Node
 from ..ops import shape as SH
 from ..ops import shape_rules as S
 from ..ops.copy import astype
@@ -83,11 +84,8 @@ def _send(t: Any, device: Any, moved: dict[tuple[str, str], int]) -> Any:
     src, dst = t.device.name, get_device(device).name
     out = t.to(device)
     if src != dst:
-        # (an array of a library without .nbytes, array-api-strict's: its size times the
-        # item size, which is what its copy holds)
-        nbytes = getattr(out.data, "nbytes", None) if isinstance(out, Tensor) else None
-        n = int(nbytes) if nbytes is not None else _nbytes(out)
-        moved[(src, dst)] = moved.get((src, dst), 0) + n
+        moved[(src, dst)] = moved.get((src, dst), 0) + nbytes(
+            out.data if isinstance(out, Tensor) else out)
     return out
 
 
@@ -96,6 +94,9 @@ def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
     if not devices:
         raise ValueError("scatter: no devices to split x over")
     x = x if isinstance(x, Tensor) else tensor(x)
+    if x.ndim == 0:  # (x.shape[0] raised Python's IndexError)
+        raise ShapeError(f"scatter: x is a 0-d tensor (a scalar); it is split along "
+                         f"dimension 0, so it needs at least one dimension")
     n = x.shape[0]
     bounds = [n * k // len(devices) for k in range(len(devices) + 1)]
     return [x[bounds[k]:bounds[k + 1]].to(d) for k, d in enumerate(devices)]
@@ -112,13 +113,6 @@ def gather(xs: Sequence[Tensor], device: str) -> Tensor:
     return SH.concatenate([x.to(device) for x in xs], axis=0)
 
 
-_ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
-
-
-def _nbytes(t: Tensor) -> int:
-    return t.size * _ITEMSIZE[t.dtype]
-
-
 def allreduce(tensors: Sequence[Tensor], algorithm: str = "ring") -> list[Tensor]:
     """Every device gets the sum of ``tensors`` (one per device), on its own device."""
     return allreduce_with_stats(tensors, algorithm)[0]
@@ -128,6 +122,12 @@ def allreduce_with_stats(tensors: Sequence[Tensor],
                          algorithm: str = "ring") -> tuple[list[Tensor], CommStats]:
     """``allreduce``, and what it moved between devices."""
     tensors = list(tensors)
+    for k, t in enumerate(tensors):  # (a number had no .shape: Python's AttributeError)
+        if not isinstance(t, (Tensor, Node)):
+            raise TypeError(f"allreduce: tensors[{k}] is a {type(t).__name__}, not a Tensor "
+                            f"(or a graph node); "
+                            f"give one tensor per device (x.to(device), or "
+                            f"mg.parallel.scatter / replicate)")
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1:
         raise ValueError(f"allreduce: every device must give the same shape, got {sorted(shapes)}")

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np  # the initial weights are drawn on the host
 
+from ..errors import ShapeError
 from ..graph.graph import Node
 from ..ops import copy as C
 from ..ops import elementwise as E
@@ -73,9 +74,17 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     graph nodes (then the loss is a node, and a ``Session`` run of it counts in
     ``last_run.bytes_moved`` what crossed devices).
     """
+    shapes = [tuple(s.shape) for s in shards]
+    if any(len(shape) != 2 for shape in shapes):
+        raise ShapeError(f"parallel_cross_entropy: every shard is 2-d, (N examples, its "
+                         f"classes), got shapes {shapes}")
     if not shards or any(s.shape[1] == 0 for s in shards):
         raise ValueError(f"parallel_cross_entropy: every shard needs at least one class, "
                          f"got shapes {[tuple(s.shape) for s in shards]}")
+    if len({shape[0] for shape in shapes}) != 1:  # (the row maxima of shards of other
+        # lengths met in maximum(), whose error named no shard)
+        raise ShapeError(f"parallel_cross_entropy: every shard holds the same N examples "
+                         f"(its own classes), got shapes {shapes}")
     home = shards[0].device
     labels = labels if isinstance(labels, (Tensor, Node)) else tensor(labels)
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import is_numpy_namespace
 
+from ..device import nbytes
 from ..graph.graph import Node
 
 
@@ -57,11 +58,6 @@ def root(array: Any) -> Any:
     while getattr(array, "base", None) is not None and hasattr(array.base, "shape"):
         array = array.base
     return array
-
-
-def nbytes(array: Any) -> int:
-    n = getattr(array, "nbytes", None)
-    return int(n) if n is not None else 0
 
 
 class PlanCounts:

@@ -63,7 +63,7 @@ import numpy as np
 from ..errors import DeviceError, MinigraphError
 from ..graph.graph import FeedError, Node, describe_location
 from ..graph.topo import dependencies
-from ..device import get_device
+from ..device import get_device, nbytes
 from ..ops.primitive import UfuncOut
 from .memory import Memory, MemoryPlan, PlanCounts, root
 from .partition import CommNode
@@ -347,7 +347,7 @@ class Run:
             copy = dst.copy_sent(value, node.device)  # a real copy
             link = (node.send_device, node.recv_device)
             with self.lock:
-                self.moved[link] = self.moved.get(link, 0) + int(getattr(copy, "nbytes", 0))
+                self.moved[link] = self.moved.get(link, 0) + nbytes(copy)
             self.rendezvous.send(node.key, copy)
         self.values[id(node)] = value
 

@@ -45,7 +45,7 @@ import time
 import weakref
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -85,6 +85,10 @@ class Session:
     def __init__(self, graph: Graph | None = None, workers: int = 1,
                  cost_model: str = "static", recycle: bool = True, debug: bool = False,
                  trace: bool = False):
+        # (workers="2" reached the comparison below: Python's "'<' not supported")
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+            raise TypeError(f"Session: workers must be an int, got {type(workers).__name__} "
+                            f"{workers!r}")
         if workers < 1:
             raise ValueError(f"Session: workers must be >= 1, got {workers}")
         if cost_model not in ("static", "measured"):
@@ -116,6 +120,7 @@ class Session:
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
         self._check_open("run")
+        _check_feed_dict("run", feed_dict)
         if self._spans_ranks() and _flatten(fetches):  # every rank runs its part; MPI
             from .mpi_run import run_across_ranks       # carries the rest
 
@@ -300,6 +305,7 @@ class Session:
         queued, a later write into a fed array (or another array put in the dict) does
         not change a run already started."""
         self._check_open("run_async")
+        _check_feed_dict("run_async", feed_dict)
         feeds = {key: _snapshot(value) for key, value in (feed_dict or {}).items()}
         with self._cache_lock:
             if self._background is None:
@@ -390,6 +396,15 @@ class Session:
         if self.trace or self.debug or self.costs is not None or not self._one_device[id(plan)]:
             return None
         return plan_memory(plan, fetches, fed, self.recycle, self._layouts[id(plan)].counts)
+
+
+def _check_feed_dict(who: str, feed_dict: Any) -> None:
+    """Refuse a feed_dict that is not a mapping (a list of pairs, say) by name, before
+    anything reads it: its ``.items()`` failed with Python's own AttributeError."""
+    if feed_dict is not None and not isinstance(feed_dict, Mapping):
+        raise TypeError(f"{who}: feed_dict must be a dict of placeholder (or its name) -> "
+                        f"value, got a {type(feed_dict).__name__}; write {{x: value, ...}}, "
+                        f"or dict(pairs) for a list of (placeholder, value) pairs")
 
 
 def _fed(node: Node, value: Any) -> Any:

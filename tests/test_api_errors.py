@@ -1,0 +1,185 @@
+"""Public APIs given the wrong kind of argument: a right result or an error that names the
+API and the argument, never a silent wrong value or a raw Python/NumPy error. Oracles:
+PyTorch (torch, torch.func), NumPy and hand counts."""
+
+import numpy as np
+import pytest
+import torch
+
+import minigraph as mg
+from minigraph.errors import ShapeError
+
+
+# -- optimizer arguments ----------------------------------------------------------------------
+
+def test_sgd_refuses_a_single_tensor_as_pytorch_does():
+    """SGD(p, lr) iterated over p's elements (new getitem results), so step() left p as
+    it was; PyTorch refuses a tensor there with a TypeError."""
+    with pytest.raises(TypeError, match="iterable of Tensors"):
+        torch.optim.SGD(torch.tensor([1.0, 2.0], requires_grad=True), lr=0.1)
+    with pytest.raises(TypeError, match=r"iterable of Tensors.*SGD\(\[p\]"):
+        mg.nn.SGD(mg.tensor([1.0, 2.0], requires_grad=True), lr=0.1)
+
+
+def test_sgd_checks_lr_when_it_is_made():
+    """A str or None failed with Python's comparison error, an array only at step(). A
+    NumPy float is a real number and still works: one step is p - lr * 2p (the gradient
+    of sum(p * p), by hand)."""
+    p = mg.tensor([1.0, 2.0], requires_grad=True)
+    for lr in ("0.1", None, np.array([0.1])):
+        with pytest.raises(TypeError, match=f"SGD: lr must be a real number, got "
+                                            f"{type(lr).__name__}"):
+            mg.nn.SGD([p], lr=lr)
+    opt = mg.nn.SGD([p], lr=np.float64(0.1))
+    (p * p).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), np.array([1.0, 2.0]) * (1 - 0.2))
+
+
+# -- virtual CPU devices ----------------------------------------------------------------------
+
+def test_a_refused_set_virtual_cpus_changes_no_device():
+    """set_virtual_cpus(1.5) deleted cpu:2 and cpu:3 before its TypeError."""
+    before = mg.devices()
+    with pytest.raises(TypeError, match="set_virtual_cpus: n must be an int, got float 1.5"):
+        mg.set_virtual_cpus(1.5)
+    assert mg.devices() == before
+
+
+def test_a_virtual_cpu_that_comes_back_is_the_same_device():
+    """Shrinking then growing made a new cpu:2: a tensor made there before and one made
+    after "lived on different devices (cpu:2)", and the old one's bytes were counted on a
+    Device the registry had forgotten."""
+    a = mg.tensor([1.0, 2.0], device="cpu:2")
+    mg.set_virtual_cpus(1)
+    mg.set_virtual_cpus(3)
+    b = mg.tensor([3.0, 5.0], device="cpu:2")
+    assert a.device is b.device is mg.device("cpu:2")
+    np.testing.assert_array_equal((a + b).numpy(), np.array([1.0, 2.0]) + [3.0, 5.0])
+    assert mg.device("cpu:2").live_bytes >= a.numpy().nbytes + b.numpy().nbytes
+
+
+# -- where a copy lives -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_from_dlpack_of_a_tensor_keeps_its_device(copy):
+    """A cpu:1 tensor came back on "cpu" (DLPack only says "CPU memory"), and with
+    copy=False a "cpu" tensor shared cpu:1's memory; torch.from_dlpack keeps the device."""
+    a = mg.tensor([1.0, 2.0], device="cpu:1")
+    b = mg.from_dlpack(a, copy=copy)
+    assert b.device.name == "cpu:1"
+    np.testing.assert_array_equal(b.numpy(), [1.0, 2.0])
+    assert np.shares_memory(b.numpy(), a.numpy()) == (not copy)
+
+
+def test_tensor_of_a_tensor_stays_on_its_device_outside_a_scope():
+    """mg.tensor(t) of a cpu:1 tensor moved it to "cpu"; PyTorch's torch.tensor(t) uses
+    t's device when none is given. An open mg.device scope still decides (the contract)."""
+    a = mg.tensor([1.0, 2.0], device="cpu:1")
+    assert mg.tensor(a).device.name == "cpu:1"
+    with mg.device("cpu:2"):
+        assert mg.tensor(a).device.name == "cpu:2"
+
+
+# -- sequences of tensors, ragged lists ---------------------------------------------------------
+
+def test_a_sequence_of_tensors_is_refused_where_an_array_is_expected():
+    """mg.tensor((x,)) and matmul((x,), W) made an array with an extra axis (or of
+    objects) without a word; PyTorch refuses a tuple of a tensor of several elements."""
+    with pytest.raises((TypeError, ValueError), match="only one element tensors"):
+        torch.tensor((torch.ones(1, 2),))
+    x, w = mg.tensor([[1.0, 2.0]]), mg.tensor([[1.0], [2.0]])
+    with pytest.raises(TypeError, match=r"element 0 of the tuple is a Tensor.*mg\.stack"):
+        mg.tensor((x,))
+    with pytest.raises(TypeError, match=r"mg\.stack"):
+        mg.matmul((x,), w)
+
+
+def test_functional_call_takes_its_arguments_as_one_tuple_as_torch_does():
+    """functional_call(m, {}, (x,)) gave shape (1, 1, 1): the tuple became an array."""
+    m = mg.nn.Linear(2, 1, seed=0)
+    tm = torch.nn.Linear(2, 1).double()
+    with torch.no_grad():
+        tm.weight.copy_(torch.from_numpy(m.weight.numpy().T.copy()).reshape(tm.weight.shape))
+        tm.bias.copy_(torch.from_numpy(m.bias.numpy().copy()).reshape(tm.bias.shape))
+    x = np.array([[1.0, 2.0]])
+    want = torch.func.functional_call(tm, dict(tm.named_parameters()), (torch.from_numpy(x),))
+    got = mg.nn.functional_call(m, {}, (mg.tensor(x),))
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy())
+    np.testing.assert_allclose(mg.nn.functional_call(m, {}, mg.tensor(x)).numpy(),
+                               want.detach().numpy())  # (one argument, as before)
+
+
+def test_a_ragged_list_is_refused_naming_where_as_pytorch_does():
+    """NumPy's "inhomogeneous shape after 1 dimensions" named neither the argument nor the
+    place; PyTorch says "expected sequence of length 2 at dim 1 (got 1)"."""
+    with pytest.raises(ValueError, match="length 2 at dim 1 \\(got 1\\)"):
+        torch.tensor([[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match="data is a ragged nested list: expected a sequence "
+                                         "of length 2 at dim 1, got 1"):
+        mg.tensor([[1.0, 2.0], [3.0]])
+    with pytest.raises(ValueError, match="ragged.*expected a number at dim 1, got a list"):
+        mg.tensor([1.0, [2.0]])
+    assert mg.tensor([[], []]).shape == np.array([[], []]).shape  # (empty rows agree)
+
+
+@pytest.mark.parametrize("data", [None, "a"], ids=["None", "str"])
+def test_tensor_of_none_or_a_str_says_what_it_got(data):
+    """It said "tensor(): dtype object is not supported", a dtype nobody asked for."""
+    with pytest.raises(TypeError, match=f"cannot make a tensor of {data!r} "
+                                        f"\\(a {type(data).__name__}\\)"):
+        mg.tensor(data)
+
+
+def test_backward_with_a_str_gradient_names_backward():
+    """z.backward("x") failed in NumPy: "could not convert string to float: 'x'"."""
+    z = mg.tensor(1.0, requires_grad=True) * 2
+    with pytest.raises(TypeError, match="backward\\(\\): grad .* got a str"):
+        z.backward("x")
+
+
+# -- memory counters on Array API devices ---------------------------------------------------
+
+def test_session_counts_bytes_on_devices_whose_arrays_have_no_nbytes(strict_devices):
+    """array-api-strict arrays have no .nbytes: a run counted 0 bytes moved though 1000
+    float64 (8000 bytes, the hand count) crossed from cpu to cpu:1."""
+    with mg.Graph() as g:
+        x = mg.placeholder((1000,), name="x")
+        with mg.device("cpu:1"):
+            y = mg.sum(mg.exp(x))
+    sess = mg.Session(g)
+    sess.run(y, {x: np.zeros(1000)})
+    assert sess.last_run.bytes_moved == {("cpu", "cpu:1"): 1000 * 8}
+    assert sess.last_run.peak_bytes["cpu:1"] >= 1000 * 8
+
+
+# -- sessions and parallel helpers -----------------------------------------------------------
+
+def test_session_refuses_a_feed_dict_that_is_not_a_dict_and_workers_not_an_int():
+    """A list of pairs ended in "'list' object has no attribute 'items'", workers="2" in
+    "'<' not supported between instances of 'str' and 'int'"."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        y = (x * 2).sum()
+    with pytest.raises(TypeError, match="run: feed_dict must be a dict .* got a list"):
+        mg.Session(g).run(y, feed_dict=[(x, [1.0, 2.0])])
+    with pytest.raises(TypeError, match="Session: workers must be an int, got str '2'"):
+        mg.Session(g, workers="2")
+    assert mg.Session(g).run(y, {x: [1.0, 2.0]}) == 6.0  # (a dict, as before: 2 * (1 + 2))
+
+
+def test_scatter_of_a_scalar_and_allreduce_of_numbers_name_the_api():
+    """They raised IndexError ("tuple index out of range") and AttributeError."""
+    with pytest.raises(ShapeError, match="scatter: x is a 0-d tensor"):
+        mg.parallel.scatter(mg.tensor(1.0), ["cpu"])
+    with pytest.raises(TypeError, match="allreduce: tensors\\[0\\] is a float, not a Tensor"):
+        mg.parallel.allreduce([1.0, 2.0])
+
+
+def test_parallel_cross_entropy_names_shards_of_different_lengths():
+    """Shards of 2 and 3 rows met in maximum(), whose error named neither the API nor
+    the shards."""
+    shards = [mg.tensor(np.zeros((2, 2))), mg.tensor(np.zeros((3, 2)), device="cpu:1")]
+    with pytest.raises(ShapeError, match=r"parallel_cross_entropy: .* \[\(2, 2\), \(3, 2\)\]"):
+        mg.parallel.parallel_cross_entropy(shards, mg.tensor([0, 1]))
