@@ -23,7 +23,7 @@ from minigraph.graph.passes import cse, value_key
 from minigraph.ops.primitive import Primitive
 from minigraph.ops.shape_rules import same
 from minigraph.graph.graph import GraphError
-from minigraph.runtime.session import FeedError, NodeError
+from minigraph.runtime.session import FeedError, NodeError, SessionClosedError
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -963,3 +963,85 @@ def test_feed_dict_keys_and_values_are_refused_naming_the_placeholder():
     with pytest.raises(FeedError, match="feed for 'p'"):
         sess.run(y, {x: 1.0, p: [[1.0], [2.0, 3.0]]})
     assert sess.run(y, {x: 1.0, "p": [1.0, 2.0]}) == 5.0  # (NumPy: 1 * 2 + 3)
+
+
+def _two_waiting_nodes(entered: threading.Barrier, gate: threading.Event):
+    """A graph of two expensive nodes that can run at once (so a Session with workers=2
+    hands them to its pool), each waiting inside its kernel until ``gate`` is set, then
+    two more expensive nodes after each (which the pool is handed when they finish).
+    Its value is 5 * 2x + 5 * 2(x + 1)."""
+    def wait(xp, a):
+        entered.wait(10)
+        gate.wait(10)
+        return a * 2.0
+
+    waiting = Primitive("wait", wait, same, vjp=[None], cost="expensive")
+    double = Primitive("double", lambda xp, a: a * 2.0, same, vjp=[None], cost="expensive")
+    triple = Primitive("triple", lambda xp, a: a * 3.0, same, vjp=[None], cost="expensive")
+    with mg.Graph() as g:
+        x = mg.placeholder((3,), name="x")
+        w1, w2 = g.add(waiting, (x,), {}), g.add(waiting, (x + 1.0,), {})
+        out = mg.add_n([g.add(p, (w,), {}) for w in (w1, w2) for p in (double, triple)])
+    return g, x, out
+
+
+def test_close_lets_a_run_in_another_thread_finish():
+    """close() while another thread's threaded run was in flight shut the pool under it:
+    its next submit failed, the count of tasks in flight stayed at one, and the run
+    waited forever. Oracle: NumPy, 2x + 2(x + 1)."""
+    entered, gate = threading.Barrier(2), threading.Event()
+    g, x, out = _two_waiting_nodes(entered, gate)
+    sess = mg.Session(g, workers=2)
+    got: dict = {}
+    thread = threading.Thread(target=lambda: got.update(v=sess.run(out, {x: np.ones(3)})))
+    thread.start()
+    closer = threading.Thread(target=sess.close)
+    closer.start()  # (waits for the run: the gate is still shut)
+    gate.set()
+    thread.join(30)
+    closer.join(30)
+    assert not thread.is_alive() and not closer.is_alive(), "the run or close() hung"
+    np.testing.assert_array_equal(got["v"], 10 * np.ones(3) + 10 * (np.ones(3) + 1))
+    with pytest.raises(SessionClosedError):
+        sess.run(out, {x: np.ones(3)})
+
+
+def test_the_end_of_a_with_block_lets_run_async_finish():
+    """run_async, then the end of the with block before result(): close() shut the
+    device pool first, the background run hung, and close() waited for it forever."""
+    entered, gate = threading.Barrier(2), threading.Event()
+    g, x, out = _two_waiting_nodes(entered, gate)
+    done = threading.Event()
+
+    def body():
+        with mg.Session(g, workers=2) as sess:
+            future = sess.run_async(out, {x: np.zeros(3)})
+            gate.set()
+        done.value = future.result(30)
+        done.set()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    assert done.wait(30), "close() or the background run hung"
+    np.testing.assert_array_equal(done.value, [10.0, 10.0, 10.0])
+
+
+def test_a_checkpoint_returning_a_global_tensor_is_not_recycled_by_a_session():
+    """A checkpointed f may return (a view of) a tensor it reads from outside; the
+    Session took its array for one of the run's own, put it in the pool after its last
+    reader, and the next kernel wrote into the global: run 2 read the overwritten table,
+    and a fetched value was the global's own memory. Oracle: NumPy."""
+    table = mg.tensor(np.arange(16.0).reshape(4, 4))
+    original = table.numpy().copy()
+    segment = mg.checkpoint(lambda a: table[0:4])
+    with mg.Graph() as g:
+        x = mg.placeholder((4, 4), name="x")
+        c = segment(x)
+        z = mg.sin(c * 2.0) + x  # (c's last reader: its buffer goes to the pool)
+    sess = mg.Session(g)
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(z, {x: np.zeros((4, 4))}), np.sin(2 * original))
+        np.testing.assert_array_equal(table.numpy(), original)
+    fetched = sess.run(c, {x: np.zeros((4, 4))})
+    fetched[:] = -1.0  # the caller's own value
+    np.testing.assert_array_equal(table.numpy(), original)

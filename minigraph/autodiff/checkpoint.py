@@ -81,14 +81,15 @@ from ..ops import shape as SH
 from ..ops.primitive import KINDS, Each, bind, primitive
 from ..ops.shape_rules import FLOATS, dtype_of, shape_of
 from ..ops.weak import Weak
-from ..tensor import Tensor, shared, tensor
+from ..tensor import Tensor, owner, shared, tensor
 from .batching import vmap
 from .forward import jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_since
-from .reads import arrays_in, differs, read_only_arrays, outside_reads, rebound
+from .reads import (arrays_in, differs, outside_arrays, outside_reads, read_only_arrays,
+                    rebound)
 from ..ops.operators import innermost, passed_as_is
 
 
@@ -146,6 +147,13 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     if out.device is not dev:
         raise CheckpointError(f"checkpoint: f's result lives on {out.device.name}, its "
                               f"arguments on {dev.name}; move it back inside f")
+    # The primitive's result may be a view of its arguments (its entry says view), which
+    # a Session's memory manager follows; a view of a tensor f reads from outside (a
+    # global table's rows) is memory no run owns: a copy, or the run would recycle the
+    # global's buffer once the result is dead, and hand it over as a fetched value.
+    outside = {id(owner(a.data if isinstance(a, Tensor) else a)) for _, a in outside_arrays(fn)}
+    if id(owner(out.data)) in outside:
+        return dev.copy_from(out.data, dev)
     return out.data
 
 

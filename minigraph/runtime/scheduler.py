@@ -576,7 +576,12 @@ class Run:
         with self.lock:
             self.active += 1
         assert self.pool is not None  # only threaded runs submit (run_threaded sets it)
-        self.pool.submit(self._process, batch)
+        try:
+            self.pool.submit(self._process, batch)
+        except BaseException as exc:  # (a pool shut down: the task never runs, and the
+            with self.lock:           # run would wait for it forever)
+                self.active -= 1
+            self._stop(exc)
 
     def _dispatch(self, ready: list[Node], inline: deque, worker: bool = True) -> None:
         """TensorFlow's rule for who runs the nodes that just became ready: the cheap ones

@@ -106,6 +106,8 @@ class Session:
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._background: ThreadPoolExecutor | None = None
         self._closed = False
+        self._running = 0  # runs in flight, which close() lets finish
+        self._idle = threading.Condition()
         self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
         self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
         self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
@@ -119,7 +121,17 @@ class Session:
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
-        self._check_open("run")
+        with self._idle:
+            self._check_open("run")
+            self._running += 1
+        try:
+            return self._run(fetches, feed_dict)
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def _run(self, fetches: Any, feed_dict: dict | None) -> Any:
         _check_feed_dict("run", feed_dict)
         if self._spans_ranks() and _flatten(fetches):  # every rank runs its part; MPI
             from .mpi_run import run_across_ranks       # carries the rest
@@ -320,11 +332,16 @@ class Session:
     def close(self) -> None:
         """Stop the session's threads (also done when the session is garbage-collected).
         A closed session runs nothing more, as in TensorFlow: a run would start new
-        threads that nothing would stop."""
-        self._closed = True
-        for pool in list(self._pools.values()) + [self._background]:
-            if pool is not None:
-                pool.shutdown(wait=True)
+        threads that nothing would stop. Runs already started (in other threads, or by
+        ``run_async``) finish first: their threads are the ones being stopped."""
+        with self._idle:
+            self._closed = True
+        if self._background is not None:  # (a run queued there and not started is
+            self._background.shutdown(wait=True)  # refused: SessionClosedError)
+        with self._idle:
+            self._idle.wait_for(lambda: self._running == 0)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
         self._pools, self._background = {}, None
 
     def _check_open(self, what: str) -> None:
