@@ -44,6 +44,8 @@ from __future__ import annotations
 import gc
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
+from ..errors import ShapeError
+
 Entry = tuple  # (primitive, params, output, args): see the module's docstring
 
 
@@ -115,6 +117,12 @@ class collector_paused:  # noqa: N801  (used as a function: ``with collector_pau
             gc.enable()
 
 
+def _misshapen(prim: Any, i: int, got: Any, want: Any) -> ShapeError:
+    return ShapeError(f"the VJP rule of {prim.name!r} gave argument {i} a share of shape "
+                      f"{tuple(got)}, but the argument has shape {tuple(want)}: a bug in "
+                      f"the rule (it must sum a broadcast adjoint back, e.g. with sum_to)")
+
+
 def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
            active: Callable[[Any], bool], value: Callable[[Any], Any] | None,
            total: Callable[[list[Any]], Any], completed: Callable[[Any, Any], Any] | None,
@@ -150,6 +158,15 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
                     # fifth of a small op)
                     share = rule(g, primal_out, *primals, **params) if params else \
                         rule(g, primal_out, *primals)
+                    # A share must have its argument's shape: a rule that forgot to sum
+                    # a broadcast back would otherwise hand a wrong .grad on, silently.
+                    # (Only where both shapes are known: a graph node's may be None, a
+                    # Python number has none. Two attribute reads: this is the hot loop.)
+                    want = getattr(primals[i], "shape", None)
+                    if want is not None:
+                        got = getattr(share, "shape", None)
+                        if got is not None and got != want:
+                            raise _misshapen(prim, i, got, want)
                     shares.setdefault(id(a), []).append(share)
                     if scope is not None:
                         owner[id(a)] = a

@@ -338,12 +338,15 @@ def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
     The mask is "not y <= 0", not "y > 0": at a NaN input the gradient passes, as in
     PyTorch's threshold_backward and in maximum(x, 0)'s rule here."""
     stopped = y <= 0
-    positive = not stopped if isinstance(stopped, (bool, np.bool_)) else xp.logical_not(stopped)
-    finite = math.isfinite(g) if type(g) in (int, float) else bool(xp.all(xp.isfinite(g)))
-    if finite:
-        mask = _factor(xp, positive, g)
-        return xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
-    result = xp.where(positive, g, _zero(g) if hasattr(g, "dtype") else 0.0)
+    if type(stopped) is bool:  # y was a Python number: all of g (an array) or none of it
+        result = xp.zeros_like(g) if stopped else xp.asarray(g, copy=True)
+    else:
+        positive = xp.logical_not(stopped)
+        finite = math.isfinite(g) if type(g) in (int, float) else bool(xp.all(xp.isfinite(g)))
+        if finite:
+            mask = _factor(xp, positive, g)
+            return xp.multiply(g, mask) if out is None else xp.multiply(g, mask, out=out)
+        result = xp.where(positive, g, _zero(g) if hasattr(g, "dtype") else 0.0)
     if out is not None:
         out[...] = result
         result = out
@@ -351,12 +354,12 @@ def _relu_grad_kernel(xp: Any, g: Any, y: Any, out: Any = None) -> Any:
 
 
 def _factor(xp: Any, mask: Any, g: Any) -> Any:
-    """The mask ``y > 0`` as a factor of ``g``. NumPy and CuPy multiply a float array by
-    a bool array as by 0.0/1.0; the Array API wants the mask cast to ``g``'s dtype first."""
-    if type(mask) is np.ndarray:
+    """The mask ``y > 0`` as a factor of ``g``. NumPy and CuPy multiply by a bool array,
+    or by NumPy's bool scalar (the mask of a 0-d y), as by 0/1 in ``g``'s own dtype (a
+    Python 1.0 in its place made an integer g's product float64, against the rule); the
+    Array API wants the mask cast to ``g``'s dtype first."""
+    if type(mask) is np.ndarray or type(mask) is np.bool_:
         return mask
-    if isinstance(mask, (bool, np.bool_)):  # y was a number
-        return 1.0 if mask else 0.0
     return xp.astype(mask, g.dtype if hasattr(g, "dtype") else xp.asarray(g).dtype)
 
 
@@ -367,7 +370,7 @@ def _factor(xp: Any, mask: Any, g: Any) -> Any:
 RELU_GRAD = primitive(
     "relu_grad", _relu_grad_kernel, S.adjoint("relu_grad"),
     jvp=[lambda t, out, g, y: relu_grad(t, y), None],
-    vjp=[lambda gg, out, g, y: relu_grad(gg, y), None],
+    vjp=_unbroadcast(lambda gg, out, g, y: relu_grad(gg, y), None),  # (g may broadcast)
     out=lambda xp, g, y, out: _relu_grad_kernel(xp, g, y, out),
     batch=B.elementwise("relu_grad"),
     public="relu_grad")
@@ -408,18 +411,28 @@ WHERE = primitive(
                      lambda g, out, c, x, y: where(c, 0.0, g)), batch=B.elementwise("where"),
     public="where", promoted=(1, 2))
 
-def _add_n_shape(*xs: Any) -> tuple:
-    shapes = {S.shape_of(x) for x in xs}
+def _same_shape(xs: tuple) -> tuple:
+    """The one shape of AddN's terms; terms of several shapes are refused (AddN does not
+    broadcast, as TensorFlow's: its terms are the shares of one value's adjoint). A
+    Python number is added to every element, as by ``+``."""
+    shapes = {S.shape_of(x) for x in xs if type(x) not in (bool, int, float)}
     if len(shapes) > 1:
         raise ShapeError(f"AddN: all terms must have the same shape, got {sorted(shapes)}")
-    return shapes.pop(), S.promote(*xs)
+    return shapes.pop() if shapes else ()
+
+
+def _add_n_shape(*xs: Any) -> tuple:
+    return _same_shape(xs), S.promote(*xs)
 
 
 def _add_arrays(xp: Any, *xs: Any) -> Any:
     """The sum of the terms, always a new array (one term, which only a direct ``bind``
     can give: ``add_n`` returns it without a node, is copied), so that AddN is no
     ``view``: a compiled graph hands an AddN result, such as a gradient with two
-    contributions, to its caller without copying it again."""
+    contributions, to its caller without copying it again. The terms' shapes are
+    checked here too: eager mode asks the shape rule only when a kernel fails, and ``+``
+    would broadcast."""
+    _same_shape(xs)
     if len(xs) == 1:
         return xp.asarray(xs[0], copy=True)
     total = xs[0] + xs[1]

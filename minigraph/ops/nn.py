@@ -72,24 +72,51 @@ LOG_SOFTMAX = primitive(
     public="log_softmax")
 
 
-def _exp_like(xp: Any, y: Any, g: Any) -> Any:
-    """``exp(y)``, a new array the kernels may write into; for a Python number ``y``, of
-    ``g``'s shape, dtype and device (the Array API's exp takes arrays only)."""
-    if not hasattr(y, "shape"):
-        y = xp.full(g.shape, y, dtype=g.dtype, device=array_device(g))
-    return xp.exp(y)
+def _exp_times_sum(xp: Any, g: Any, y: Any, axis: int) -> Any:
+    """``exp(y) * sum(g, axis, keepdims=True)``, a new array, in floating point: integers
+    and bools as float64, as the shape rule says (NumPy's exp of a bool is float16, a
+    dtype minigraph has not). For a Python number ``y``, exp(y) has ``g``'s shape, dtype
+    and device (the Array API's exp takes arrays only)."""
+    if hasattr(y, "shape"):
+        e = xp.exp(E.as_floating(xp, y))
+    else:
+        e = xp.exp(xp.full(g.shape, y, dtype=g.dtype, device=array_device(g)))
+    s = R.sum_kernel(xp, g, axis, True)
+    if e.shape == g.shape and e.dtype == g.dtype:
+        e *= s  # (e is this kernel's own array, and holds the product's shape and dtype)
+        return e
+    return e * s  # y broadcast against g, or dtypes differ: a new array of the product's
 
 
 def _log_softmax_grad_kernel(xp: Any, g: Any, y: Any, axis: int) -> Any:
-    e = _exp_like(xp, y, g)
-    e *= R.sum_kernel(xp, g, axis, True)  # (e is this kernel's own array)
-    return g - e
+    g = E.as_floating(xp, g)
+    return g - _exp_times_sum(xp, g, y, axis)
 
 
 def _log_softmax_grad_out(xp: Any, g: Any, y: Any, axis: int, out: Any) -> Any:
-    e = _exp_like(xp, y, g)
-    e *= R.sum_kernel(xp, g, axis, True)  # g and y are read before out is written
+    g = E.as_floating(xp, g)
+    e = _exp_times_sum(xp, g, y, axis)  # g and y are read before out is written
     return xp.subtract(g, e, out=out)
+
+
+def _log_softmax_grad_shape(g: Any, y: Any, axis: int) -> tuple:
+    """g and y broadcast together, the axis one of g's; the dtype that of a floating op:
+    integers and bools count as float64, and float32 stays only if nothing else is."""
+    S.check_axis("log_softmax_grad", axis, g)
+    shape = S.broadcast_shapes("log_softmax_grad", S.shape_of(g), S.shape_of(y))
+    floats = {d if d in S.FLOATS else "float64" for d in map(S.dtype_of, (g, y))
+              if d is not None}  # (a Python number takes the other's dtype)
+    return shape, "float32" if floats == {"float32"} else "float64"
+
+
+def _log_softmax_grad_dg(gg: Any, out: Any, g: Any, y: Any, axis: int) -> Any:
+    """The share of g in ``g - exp(y) * s``, ``s = sum(g, axis, keepdims=True)``: g reaches
+    the result directly and through s, and where g broadcast (against a bigger y) each
+    path's share is summed back to the shape it came from."""
+    gs = S.shape_of(g)
+    if S.shape_of(gg) == gs:  # (the usual case: g has the result's shape)
+        return gg - R.sum(gg * E.exp(y), axis, True)
+    return R.sum_to(gg, gs) - R.sum_to(gg * E.exp(y), gs[:axis] + (1,) + gs[axis + 1:])
 
 
 def _log_softmax_grad_batched(dims: tuple, g: Any, y: Any, axis: int) -> Any:
@@ -106,11 +133,12 @@ def _log_softmax_grad_batched(dims: tuple, g: Any, y: Any, axis: int) -> Any:
 
 # g - exp(y) * sum(g): linear in g; through y only exp(y) changes, elementwise.
 LOG_SOFTMAX_GRAD = primitive(
-    "log_softmax_grad", _log_softmax_grad_kernel, S.adjoint("log_softmax_grad"),
+    "log_softmax_grad", _log_softmax_grad_kernel, _log_softmax_grad_shape,
     jvp=[lambda t, out, g, y, axis: log_softmax_grad(t, y, axis),
          lambda t, out, g, y, axis: -(t * E.exp(y)) * R.sum(g, axis, True)],
-    vjp=[lambda gg, out, g, y, axis: gg - R.sum(gg * E.exp(y), axis, True),
-         lambda gg, out, g, y, axis: -(gg * E.exp(y)) * R.sum(g, axis, True)],
+    vjp=[_log_softmax_grad_dg,
+         lambda gg, out, g, y, axis: R.sum_to(-(gg * E.exp(y)) * R.sum(g, axis, True),
+                                              S.shape_of(y))],  # (y may have broadcast)
     cost="expensive", out=_log_softmax_grad_out, batch=_log_softmax_grad_batched,
     public="log_softmax_grad")
 
@@ -160,6 +188,9 @@ def check_label_range(xp: Any, labels: Any, classes: int, who: str) -> None:
 
 
 def _nll_kernel(xp: Any, logp: Any, labels: Any) -> Any:
+    # The rule's check here too: eager mode asks the rule only when a kernel fails, and
+    # labels of shape (N, 1) would broadcast against the rows, an N x N grid, silently.
+    _check_batch("nll_loss", "log-probabilities", logp.shape, labels.shape)
     check_label_range(xp, labels, logp.shape[1], "nll_loss")
     picked = logp[_rows(xp, labels), labels]  # l[i, label_i]: integer-array indexing
     return -R.sum_kernel(xp, picked, None, False) / logp.shape[0]
@@ -181,8 +212,10 @@ def _check_batch(who: str, what: str, ls: tuple, ys: tuple) -> None:
 
 
 def _nll_shape(logp: Any, labels: Any) -> tuple:
+    """A scalar, in floating point: the kernel divides by N (integers give float64)."""
     _check_batch("nll_loss", "log-probabilities", S.shape_of(logp), S.shape_of(labels))
-    return (), S.dtype_of(logp)
+    dtype = S.dtype_of(logp)
+    return (), dtype if dtype in S.FLOATS else "float64"
 
 
 def _nll_batched(dims: tuple, logp: Any, labels: Any) -> Any:
@@ -208,19 +241,29 @@ NLL_LOSS: Primitive = primitive(  # linear in logp: its JVP is itself
 def _nll_grad_kernel(xp: Any, g: Any, labels: Any, num_classes: int, dtype: str) -> Any:
     """-onehot * g / N. On NumPy: -g / N written at the labels of a zero matrix (integer
     array assignment, which the Array API does not have)."""
+    _check_grad(S.shape_of(g), labels.shape)  # (the rule's checks: see _nll_kernel)
     check_label_range(xp, labels, num_classes, "nll_loss_grad")
     n = labels.shape[0]
     if type(labels) is np.ndarray:
         out = np.zeros((n, num_classes), dtype)
         out[_rows(xp, labels), labels] = -g / n
         return out
-    return _one_hot_kernel(xp, labels, num_classes, dtype) * (-g / n)
+    scale = -g / n  # (an array in the result's dtype: a float64 g would promote float32)
+    if hasattr(scale, "dtype"):
+        scale = xp.astype(scale, getattr(xp, dtype))
+    return _one_hot_kernel(xp, labels, num_classes, dtype) * scale
+
+
+def _check_grad(gs: tuple, ys: tuple) -> None:
+    """nll_loss_grad's adjoint ``g`` is the loss's, a scalar, and the labels are (N,)."""
+    if gs != ():
+        raise ShapeError(f"nll_loss_grad: the adjoint of the loss is a scalar, got shape {gs}")
+    if len(ys) != 1:
+        raise ShapeError(f"nll_loss_grad: expected labels (N,), got shape {ys}")
 
 
 def _nll_grad_shape(g: Any, labels: Any, num_classes: int, dtype: str) -> tuple:
-    if S.shape_of(g) != ():
-        raise ShapeError(f"nll_loss_grad: the adjoint of the loss is a scalar, got shape "
-                         f"{S.shape_of(g)}")
+    _check_grad(S.shape_of(g), S.shape_of(labels))
     return S.shape_of(labels) + (num_classes,), dtype
 
 
@@ -295,7 +338,13 @@ def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64")
 def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
     """Mean of -(t log sigmoid(x) + (1 - t) log sigmoid(-x)), PyTorch's
     ``binary_cross_entropy_with_logits``: from the logits, so it stays finite (and its
-    gradient sigmoid(x) - t exact) however large |x| is."""
+    gradient sigmoid(x) - t exact) however large |x| is. ``logits`` and ``targets`` must
+    have one shape, as in PyTorch: logits (N, 1) against targets (N,) would broadcast to
+    an N x N grid of pairs and average those, silently."""
+    xs, ts = S.shape_of(logits), S.shape_of(targets)
+    if xs is not None and ts is not None and tuple(xs) != tuple(ts):
+        raise ShapeError(f"binary_cross_entropy_with_logits: logits and targets must have "
+                         f"the same shape, got {tuple(xs)} and {tuple(ts)}")
     return R.mean(-(targets * E.log_sigmoid(logits) + (1.0 - targets) * E.log_sigmoid(-logits)))
 
 

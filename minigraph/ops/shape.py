@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
 
-from ..errors import ShapeError
+from ..errors import AxisError, ShapeError
 from . import batch_rules as B
 from . import reduce as R
 from . import shape_rules as S
@@ -99,8 +99,11 @@ def _broadcast_batched(x: Any, shape: tuple[int, ...]) -> Any:
 # -- indexing ------------------------------------------------------------------------------
 
 def _is_basic(index: tuple) -> bool:
-    """Basic indexing (ints, slices, None, ...) selects each element at most once."""
-    return all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in index)
+    """Basic indexing (ints, slices, None, ...) selects each element at most once. A bool
+    is no int here, though Python's bool subclasses int: NumPy reads ``x[0, True]`` as a
+    0-d boolean mask, which is advanced indexing (it adds an axis of size 1, or 0)."""
+    return all(i is None or i is Ellipsis or (isinstance(i, (int, slice)) and type(i) is not bool)
+               for i in index)
 
 
 def _on_device(xp: Any, x: Any, index: tuple) -> tuple:
@@ -109,14 +112,44 @@ def _on_device(xp: Any, x: Any, index: tuple) -> tuple:
                  else xp.asarray(i, device=array_device(x)) for i in index)
 
 
+def _indexed(shape: tuple, index: tuple) -> tuple:
+    """The shape of ``x[index]`` for an ``x`` of ``shape``; a bad index (out of bounds,
+    too many, floats) raises an error naming getitem, the shape and the index.
+
+    It indexes a zero-strided host array of the same shape: NumPy works out the shape
+    without touching any data. (AxisError is minigraph's error that is also an
+    IndexError, the class NumPy users catch, so graph mode can name the node.)"""
+    probe = np.broadcast_to(np.empty((), dtype=np.int8), shape)
+    try:
+        return probe[index].shape
+    except IndexError as exc:
+        raise AxisError(f"getitem: cannot index a tensor of shape {tuple(shape)} with "
+                        f"index {index!r}: {exc}") from None
+
+
 def _index_shape(x: Any, index: tuple) -> tuple:
-    # Index a zero-strided host array of the same shape: NumPy works out the shape
-    # (and raises IndexError for a bad index) without touching any data.
-    probe = np.broadcast_to(np.empty((), dtype=np.int8), S.shape_of(x))
-    return probe[index].shape, S.dtype_of(x)
+    return _indexed(S.shape_of(x), index), S.dtype_of(x)
+
+
+def _check_scatter(g_shape: tuple, index: tuple, shape: tuple) -> None:
+    """``g`` must broadcast to the places it is added at, ``x[index]`` for an ``x`` of
+    ``shape``, as NumPy's ``np.add.at`` asks; the batching and VJP rules rely on it.
+    (NumPy's plain assignment, the basic-index kernel, would also drop leading 1s.)"""
+    places = _indexed(shape, index)
+    if len(g_shape) > len(places) or any(
+            n not in (1, m) for n, m in zip(g_shape[::-1], places[::-1])):
+        raise ShapeError(f"scatter_add: g of shape {tuple(g_shape)} does not broadcast to "
+                         f"the places it is added at, x[index] of shape {places} (x of "
+                         f"shape {tuple(shape)}, index {index!r})")
+
+
+def _scatter_add_shape(g: Any, index: tuple, shape: tuple) -> tuple:
+    _check_scatter(S.shape_of(g), index, tuple(shape))
+    return tuple(shape), S.dtype_of(g)
 
 
 def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
+    _check_scatter(g.shape, index, shape)  # (eager mode asks the rule only on failure)
     out = xp.zeros(shape, dtype=g.dtype, device=array_device(g))
     if _is_basic(index):
         out[index] = g
@@ -144,19 +177,29 @@ def _batched_index(index: tuple) -> tuple[tuple, int]:
     advanced = [k for k, i in enumerate(batched) if not _is_basic((i,)) or isinstance(i, int)]
     if advanced == list(range(advanced[0], advanced[-1] + 1)):
         return batched, 0  # next to each other: their axes stay where they were
-    shapes = [np.nonzero(a)[0].shape if a.dtype == bool else a.shape for a in arrays]
+    # (a boolean mask counts as one axis of its number of Trues; a 0-d one, a bool
+    # scalar, too: True is an axis of size 1, False of size 0)
+    shapes = [(np.count_nonzero(a),) if a.dtype == bool else a.shape for a in arrays]
     return batched, len(np.broadcast_shapes(*shapes))
 
 
 def _getitem_batched(dims: tuple, x: Any, index: tuple) -> Any:
+    _index_shape(B.example(x, dims[0]), index)  # a bad index named as the user wrote it
     batched, at = _batched_index(index)
     return B.moveaxis(bind(GETITEM, x, index=batched), at, 0)
 
 
 def _scatter_add_batched(dims: tuple, g: Any, index: tuple, shape: tuple) -> Any:
-    batched, at = _batched_index(index)  # g is shaped like x[index]: the batch axis to ``at``
+    """g broadcasts to one example's ``x[index]``: given the rank of ``x[index]`` first
+    (1s after the batch axis, as ``B.align`` does), so that moving the batch axis to
+    where NumPy puts it (``at``) leaves every other axis against its own."""
+    _scatter_add_shape(B.example(g, dims[0]), index, shape)  # its checks, on one example
+    batched, at = _batched_index(index)
+    own = S.shape_of(g)  # (B,) + the shape of one example's g
+    g = reshape(g, own[:1] + (1,) * (len(_indexed(tuple(shape), index)) - len(own) + 1)
+                + own[1:])
     return bind(SCATTER_ADD, B.moveaxis(g, 0, at), index=batched,
-                shape=S.shape_of(g)[:1] + tuple(shape))
+                shape=own[:1] + tuple(shape))
 
 
 def _basic_index_view(out_shape: tuple, params: dict) -> bool:
@@ -176,10 +219,10 @@ GETITEM = primitive(
     symbol="[]", public="getitem", positional=("index",), cost="free")
 
 SCATTER_ADD = primitive(  # the adjoint of getitem: add g into zeros of ``shape`` at ``index``
-    "scatter_add", _scatter_add_kernel,
-    lambda g, index, shape: (tuple(shape), S.dtype_of(g)),
+    "scatter_add", _scatter_add_kernel, _scatter_add_shape,
     jvp=[lambda t, out, g, index, shape: scatter_add(t, index, shape)],
-    vjp=[lambda g, out, x, index, shape: getitem(g, index)],
+    # (g may have broadcast to x[index]: its share is summed back to g's shape)
+    vjp=[lambda gg, out, g, index, shape: R.sum_to(getitem(gg, index), S.shape_of(g))],
     cost="expensive", batch=_scatter_add_batched,
     public="scatter_add", positional=("index", "shape"))
 

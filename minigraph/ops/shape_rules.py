@@ -58,8 +58,10 @@ def shape_of(v: Any) -> tuple[int, ...]:
 
 def dtype_of(v: Any) -> str | None:
     """The dtype name of a value (``"float32"``); ``None`` for a weak Python number; for a
-    nested list, the dtype NumPy (and ``mg.tensor``) makes of it."""
-    if isinstance(v, (bool, int, float)):
+    nested list, the dtype NumPy (and ``mg.tensor``) makes of it. Only Python's own
+    numbers are weak: ``np.float64`` subclasses float, but NumPy (NEP 50) treats its
+    scalars as strong (``float32_array * np.float64(0.1)`` is float64)."""
+    if type(v) in (bool, int, float):
         return None
     if type(v) in _LISTS:
         return dtype_name(np.asarray(v).dtype)
@@ -156,12 +158,12 @@ def promote(*values: Any) -> str:
     if strong and strong[0] in FLOATS and strong.count(strong[0]) == len(strong):
         return strong[0]  # one float dtype: weak Python numbers take it (the common case)
     if not strong:  # only Python numbers: NumPy's defaults
-        if any(isinstance(v, float) for v in values):
+        if any(type(v) is float for v in values):
             return "float64"
-        return "bool" if all(isinstance(v, bool) for v in values) else "int64"
+        return "bool" if all(type(v) is bool for v in values) else "int64"
     best = max(strong, key=_RANK.__getitem__)
     if best not in FLOATS:
-        if any(isinstance(v, float) for v in values):
+        if any(type(v) is float for v in values):  # (weak ones: see dtype_of)
             return "float64"  # a Python float meets integers: NumPy's default float
         if best == "bool" and any(type(v) is int for v in values):
             return "int64"
@@ -188,10 +190,11 @@ def floating(name: str):
 
 
 def adjoint(name: str):
-    """The rule of a VJP kernel ``(g, y, ...)`` (``relu_grad``, ``log_softmax_grad``):
-    the adjoint ``g`` and the value ``y`` broadcast together, in ``g``'s dtype."""
+    """The rule of a VJP kernel ``(g, y)`` that selects from ``g`` (``relu_grad``): the
+    adjoint ``g`` and the value ``y`` broadcast together, in ``g``'s dtype (a Python
+    number's: NumPy's default, float64 for a float)."""
     def rule(g: Any, y: Any, **params: Any) -> tuple:
-        return broadcast_shapes(name, shape_of(g), shape_of(y)), dtype_of(g)
+        return broadcast_shapes(name, shape_of(g), shape_of(y)), promote(g)
     return rule
 
 
