@@ -383,3 +383,21 @@ def test_a_kernel_that_succeeds_agrees_with_its_rule(name, data):
         return  # refused: the rule may say what it likes (graph mode then fails at run time)
     out = np.asarray(out)
     assert prim.shape(*args, **params) == (out.shape, out.dtype.name), (args, params)
+
+
+@pytest.mark.parametrize("mode", ["tape", "graph"])
+def test_the_sweep_through_an_n_term_op_gives_every_term_its_share(mode):
+    """add_n, stack and concatenate of n terms: each argument's rule read all n
+    arguments, so the sweep took time n^2 (4x the terms, 15x the time); their ``Each``
+    rules now give every share in one call. Oracle: the closed form, d/dx_k of
+    sum(c_k * x_k) over the joined values is c_k."""
+    n = 600
+    xs = [mg.tensor(float(k)) for k in range(n)]
+    c = np.arange(1.0, n + 1)
+
+    def joined(*xs):
+        return (mg.sum(mg.stack(list(xs)) * c) + mg.sum(mg.concatenate([x.reshape(1) for x in xs])
+                * c) + mg.add_n(list(xs)))
+
+    grads = mg.grad(joined, argnums=tuple(range(n)), mode=mode)(*xs)
+    np.testing.assert_array_equal([float(g.item()) for g in grads], 2 * c + 1)

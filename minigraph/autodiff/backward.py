@@ -45,6 +45,7 @@ import gc
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from ..errors import ShapeError
+from ..ops.primitive import Each
 
 Entry = tuple  # (primitive, params, output, args): see the module's docstring
 
@@ -151,12 +152,15 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
             rules = prim.vjp
             primals = args if value is None else [value(x) for x in args]
             primal_out = out if value is None else value(out)
+            together = rules.together(g, primal_out, *primals, **params) \
+                if type(rules) is Each and rules.together is not None else None
             for i, a in enumerate(args):
-                rule = rules[i]
+                rule = rules[i] if together is None else together[i]
                 if rule is not None and active(a):
                     # (``**params`` only where there are some: an empty one costs a
                     # fifth of a small op)
-                    share = rule(g, primal_out, *primals, **params) if params else \
+                    share = rule if together is not None else \
+                        rule(g, primal_out, *primals, **params) if params else \
                         rule(g, primal_out, *primals)
                     # A share must have its argument's shape: a rule that forgot to sum
                     # a broadcast back would otherwise hand a wrong .grad on, silently.

@@ -450,7 +450,7 @@ def _write_add_n(prim: Any, args: list[str], params: dict, literal: Any) -> str:
 ADD_N = primitive(
     "AddN", _add_arrays, _add_n_shape,
     jvp=Each(lambda i: lambda t, out, *xs: t),
-    vjp=Each(lambda i: lambda g, out, *xs: g),
+    vjp=Each(lambda i: lambda g, out, *xs: g, together=lambda g, out, *xs: [g] * len(xs)),
     batch=B.all_batched("AddN"),  # (AddN does not broadcast: every term gets the batch axis)
     public="add_n", write=_write_add_n)
 

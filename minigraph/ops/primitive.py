@@ -211,10 +211,15 @@ def ufunc_out(name: str) -> UfuncOut:
 
 class Each:
     """The rule list of a primitive with any number of arguments (``concatenate``):
-    ``Each(make)[i]`` is ``make(i)``, the rule for argument ``i``."""
+    ``Each(make)[i]`` is ``make(i)``, the rule for argument ``i``. ``together``, if
+    given, is every argument's rule at once, ``(g, out, *xs) -> [share, ...]``, which the
+    reverse sweep calls instead: a rule per argument reads all n arguments, n times over,
+    and the sweep through an n-term sum took time n^2."""
 
-    def __init__(self, make: Callable[[int], Rule]):
+    def __init__(self, make: Callable[[int], Rule],
+                 together: Callable[..., list] | None = None):
         self.make = make
+        self.together = together
 
     def __getitem__(self, i: int) -> Rule:
         return self.make(i)

@@ -241,10 +241,18 @@ def _concat_shape(*xs: Any, axis: int) -> tuple:
 def _piece(i: int):
     """The VJP rule of argument ``i`` of concatenate: its slice of the adjoint."""
     def rule(g: Any, out: Any, *xs: Any, axis: int) -> Any:
-        start = sum(S.shape_of(x)[axis] for x in xs[:i])
-        stop = start + S.shape_of(xs[i])[axis]
-        return getitem(g, (slice(None),) * axis + (slice(start, stop),))
+        return _pieces(g, out, *xs, axis=axis)[i]
     return rule
+
+
+def _pieces(g: Any, out: Any, *xs: Any, axis: int) -> list:
+    """Every argument's slice of the adjoint, in one pass over the arguments."""
+    slices, start = [], 0
+    for x in xs:
+        stop = start + S.shape_of(x)[axis]
+        slices.append(getitem(g, (slice(None),) * axis + (slice(start, stop),)))
+        start = stop
+    return slices
 
 
 def _write_concatenate(prim: Any, args: list[str], params: dict, literal: Any) -> str:
@@ -254,7 +262,7 @@ def _write_concatenate(prim: Any, args: list[str], params: dict, literal: Any) -
 CONCATENATE = primitive(
     "concatenate", lambda xp, *xs, axis: xp.concat(list(xs), axis=axis), _concat_shape,
     jvp=Each(lambda i: lambda t, out, *xs, axis: _piece_tangent(i, t, xs, axis)),
-    vjp=Each(_piece),
+    vjp=Each(_piece, together=_pieces),
     batch=lambda dims, *xs, axis: B.all_batched("concatenate")(dims, *xs, axis=axis + 1),
     public="concatenate", write=_write_concatenate)
 
