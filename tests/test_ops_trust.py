@@ -401,3 +401,18 @@ def test_the_sweep_through_an_n_term_op_gives_every_term_its_share(mode):
 
     grads = mg.grad(joined, argnums=tuple(range(n)), mode=mode)(*xs)
     np.testing.assert_array_equal([float(g.item()) for g in grads], 2 * c + 1)
+
+
+@pytest.mark.parametrize("shapes", [((2,), (3, 3)), ((3, 3), (2,)), ((2,), (3,))])
+def test_a_refused_matmul_of_a_vector_leaves_the_graph_as_it_was(shapes):
+    """A vector operand is reshaped to a matrix first: the reshape nodes were added to
+    the graph under construction before the product was refused (NumPy's rule: the inner
+    sizes must agree)."""
+    with mg.Graph() as g:
+        a, b = (mg.placeholder(s, name=f"p{k}") for k, s in enumerate(shapes))
+        before = list(g.nodes)
+        with pytest.raises(mg.errors.ShapeError, match="matmul"):
+            a @ b
+        assert g.nodes == before
+    with pytest.raises(ValueError):  # (NumPy refuses the same operands)
+        np.ones(shapes[0]) @ np.ones(shapes[1])

@@ -77,6 +77,9 @@ def matmul(x: Any, y: Any) -> Any:
         raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
     if len(xs) > 1 and len(ys) > 1:  # matrices given as nested lists (they have no ndim)
         return bind_two(MATMUL, x, y)
+    if xs[-1] != ys[0 if len(ys) == 1 else -2]:  # (refused before a reshape is made: in
+        raise ShapeError(f"matmul: shapes {xs} and {ys} do not match: {xs[-1]} columns "
+                         f"against {ys[0 if len(ys) == 1 else -2]} rows")  # a graph, a node)
     if len(xs) == 1 and len(ys) == 1:
         return SH.reshape(matmul(SH.reshape(x, (1, -1)), SH.reshape(y, (-1, 1))), ())
     if len(xs) == 1:
