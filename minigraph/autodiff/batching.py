@@ -27,14 +27,14 @@ import numpy as np
 
 from ..errors import MinigraphError, ShapeError
 from ..ops import shape as SH
-from ..ops.batch_rules import moveaxis
+from ..ops.batch_rules import example, moveaxis
 from ..ops.operators import ArrayOps, passed_as_is
 from ..ops.primitive import KINDS, Primitive, register_kind
 from ..ops.weak import strong
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
 from .argnums import is_value, refuse_non_functions, refuse_pytrees
-from .levels import new_level, transformation
+from .levels import escaped, level_running, new_level, running, transformation
 from .tape import memory_of, own_results
 
 Axes = int | None | Sequence[int | None]  # in_axes, out_axes
@@ -65,6 +65,8 @@ class BatchTracer(ArrayOps):
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "BatchTracer":
         """Apply ``prim`` to the whole batch with its batching rule."""
+        if self.level not in running:
+            raise escaped("mg.vmap")
         if prim.batch is None:
             raise BatchingError(f"vmap: the primitive {prim.name!r} has no batching rule, so "
                                 f"it cannot run under vmap (argument shapes "
@@ -72,9 +74,19 @@ class BatchTracer(ArrayOps):
         dims, values = [], []
         for a in args:
             mine = type(a) is BatchTracer and a.level == self.level
+            if not mine and shape_of(a) is None:  # (read by f from outside: its arguments
+                raise _unknown_shape(f"{prim.name}'s operand", a)  # are checked on entry)
             values.append(a.value if mine else a)
             dims.append(0 if mine else None)
-        out = prim.batch(tuple(dims), *values, **params)
+        try:
+            out = prim.batch(tuple(dims), *values, **params)
+        except BatchingError:
+            raise
+        except Exception:  # (its message names the rule's call: shape (5, 3), axis 1)
+            error = _example_error(prim, dims, values, params)
+            if error is None:
+                raise
+            raise error from None
         _check_rule(prim, dims, values, out)
         return BatchTracer(out, self.level)
 
@@ -119,6 +131,25 @@ class BatchTracer(ArrayOps):
 register_kind(BatchTracer)
 
 
+def _example_error(prim: Primitive, dims: list, values: list,
+                   params: dict) -> Exception | None:
+    """The error of ``prim`` on one example, by its shape rule on the shapes f sees; None
+    if they fit. A batching rule calls the op with the batch axis in front (shape (5, 3)
+    for examples of shape (3,), ``axis=0`` moved to ``axis=1``), so its own error speaks
+    of a call the user never wrote; JAX and torch.func speak of one example."""
+    examples = [example(v, d) if d is not None else v for v, d in zip(values, dims)]
+    try:
+        prim.shape(*examples, **params)
+    except MinigraphError as exc:
+        shown = [f"shape {a.shape} {a.dtype}" if hasattr(a, "shape") else repr(a)
+                 for a in examples] + [f"{k}={v!r}" for k, v in params.items()]
+        return type(exc)(f"{exc} (inside mg.vmap: one example is "
+                         f"{prim.name}({', '.join(shown)}))")
+    except Exception:  # (a rule that cannot read these: the batched error stands)
+        return None
+    return None
+
+
 def _check_rule(prim: Primitive, dims: list, values: list, out: Any) -> None:
     """A rule must give the batch axis in front, of the batch's size: a wrong rule is
     stopped here rather than let through as a wrong value."""
@@ -140,6 +171,16 @@ def _check_level(a: Any, i: int, level: int) -> None:
         raise BatchingError(f"vmap: argument {i} ({type(a).__name__}, level {a._priority}) "
                             f"comes from a transformation whose level is not below this "
                             f"vmap's ({level}); the two could not be told apart")
+
+
+def _unknown_shape(what: str, a: Any) -> ShapeError:
+    """The refusal of a graph value of unknown shape: a batching rule moves and broadcasts
+    axes, so it needs every operand's rank, batched or not."""
+    name = getattr(a, "name", None)
+    return ShapeError(f"vmap: {what} has an unknown shape (the graph value"
+                      + (f" {name!r}" if name else "") + ", from a placeholder made with "
+                      "shape=None); vmap needs the shape of every value it meets, batched "
+                      "or not: give the placeholder a shape")
 
 
 def _as_value(x: Any) -> Any:
@@ -195,14 +236,14 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
         level = new_level()
         inputs, sizes = [], []
         for i, (a, axis) in enumerate(zip(args, axes)):
+            if shape_of(a) is None:  # (batched or not: the rules and the output need it)
+                raise _unknown_shape(f"argument {i}", a)
             if axis is None:  # the same for every example: f gets the caller's own value
                 _check_level(a, i, level)  # (y += 1.0 writes the caller's array, as eagerly)
                 inputs.append(a)
                 continue
             a = _as_value(a)
             shape = shape_of(a)
-            if shape is None:
-                raise ShapeError(f"vmap: argument {i} has an unknown shape; vmap needs it")
             if not -len(shape) <= axis < len(shape):
                 raise ShapeError(f"vmap: in_axes[{i}] = {axis} is out of range for argument "
                                  f"{i} of rank {len(shape)} (shape {tuple(shape)})")
@@ -214,15 +255,17 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
                 f"argument {i} has size {n} along axis {axis}" for i, axis, n in sizes))
         size = sizes[0][2]
         with passed_as_is(inputs, [i for i, axis in enumerate(axes) if axis is not None],
-                          "vmap", args):
+                          "vmap", args), level_running(level):
             out = f(*inputs)
         # The results are the caller's own arrays, apart from each other and from the
         # arguments: the gradients of x + y with respect to x and y are one batched value,
         # an unbatched output is a broadcast view, f may return x (see tape.own_results)
         if isinstance(out, (tuple, list)):
             outs = _per_output(out_axes, len(out))
-            return type(out)(own_results([_unbatch(o, ax, level, size, k) for k, (o, ax) in
-                                          enumerate(zip(out, outs))], memory_of(args)))
+            items = own_results([_unbatch(o, ax, level, size, k) for k, (o, ax) in
+                                 enumerate(zip(out, outs))], memory_of(args))
+            # (a namedtuple takes its fields one by one, as torch.func.vmap rebuilds it)
+            return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
         if isinstance(out_axes, (tuple, list)):
             raise BatchingError(f"vmap: out_axes {out_axes!r} has one entry per output, but "
                                 f"the function returned one value, not a tuple")
@@ -251,6 +294,8 @@ def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any
         raise BatchingError(f"vmap: output {k} is a {type(out).__name__}; f must return a "
                             f"tensor or a number, or a flat tuple or list of them")
     batched = type(out) is BatchTracer and out.level == level
+    if not batched and shape_of(out) is None:
+        raise _unknown_shape(f"output {k}", out)
     if axis is None:
         if batched:
             raise BatchingError(f"vmap: out_axes[{k}] is None, but output {k} differs from "

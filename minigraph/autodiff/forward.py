@@ -34,10 +34,11 @@ from ..ops.weak import Weak
 from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
-from .levels import ValueInside, new_level, transformation
+from .levels import (ValueInside, escaped, level_running, new_level, running,
+                     transformation)
 from .reads import read_only_arrays
-from .tape import (_differentiable, as_gradient, enable_grad, is_grad_enabled, memory_of,
-                   own_results)
+from .tape import (_differentiable, as_gradient, grad_mode_depth, memory_of, own_results,
+                   records_since)
 
 
 class Dual(ValueInside, ArrayOps):
@@ -57,6 +58,8 @@ class Dual(ValueInside, ArrayOps):
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
         """Apply ``prim``: primal from the primals, tangent = sum of the JVP terms."""
+        if self.level not in running:
+            raise escaped("mg.jvp (or mg.grad(mode='forward'))")
         primals, tangents = [], []
         for a in args:
             if type(a) is Dual and a.level == self.level:
@@ -66,7 +69,8 @@ class Dual(ValueInside, ArrayOps):
                 primals.append(a)
                 tangents.append(None)
         out = bind(prim, *primals, **params)
-        if self.level in _GRAD_LEVELS and (not is_grad_enabled() or prim is C.NO_GRAD):
+        depth = _GRAD_LEVELS.get(self.level)
+        if depth is not None and (prim is C.NO_GRAD or not records_since(depth)):
             return out  # inside no_grad, under forward-mode grad: a constant (see _jvp)
         tangent = push_tangents(prim, params, out, primals, tangents)
         if tangent is None:
@@ -123,10 +127,12 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
 transformation(jvp, "jvp")  # (it takes the values: see mg.vjp's mark in tape.py)
 
 
-# The levels of mg.grad(f, mode="forward")'s passes. There a value computed inside ``with
-# mg.no_grad():`` is a constant, as on the tape and in torch.func.grad, so that every
-# mode gives the same gradient; mg.jvp's own passes ignore the block, as torch.func.jvp.
-_GRAD_LEVELS: set[int] = set()
+# The levels of mg.grad(f, mode="forward")'s passes, each with the grad-mode blocks open
+# when it started, which it ignores (tape.grad_mode_depth). There a value computed inside
+# ``with mg.no_grad():`` is a constant, as on the tape and in torch.func.grad, so that
+# every mode gives the same gradient; mg.jvp's own passes ignore the block, as
+# torch.func.jvp.
+_GRAD_LEVELS: dict[int, int] = {}
 
 
 def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
@@ -155,15 +161,13 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
                                  f"space, of its shape (a Python number is broadcast to it)")
             t = SH.broadcast_to(t, shape_of(p))
         duals.append(Dual(p, t, level))
-    if for_grad:
-        _GRAD_LEVELS.add(level)
-        try:
-            with enable_grad():  # (an outer no_grad does not stop a transformation)
-                out = f(*duals)
-        finally:
-            _GRAD_LEVELS.discard(level)
-    else:
-        out = f(*duals)
+    if for_grad:  # (an outer no_grad does not stop a transformation: grad_mode_depth)
+        _GRAD_LEVELS[level] = grad_mode_depth()
+    try:
+        with level_running(level):
+            out = f(*duals)
+    finally:
+        _GRAD_LEVELS.pop(level, None)
     if type(out) is Dual and out.level == level:
         if for_grad:  # (a pass of mg.grad: the tangent is summed into a gradient)
             return out.primal, out.tangent
@@ -335,6 +339,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                              if parts else zeros(shape_of(x), x.dtype, x.device))
         if value is None:
             value = f(*args)
+        # (f may return its argument: the caller's own array, as the other modes hand it)
+        value = own_results([value], memory_of(args))[0]
         return value, grads[0] if single(argnums) else tuple(grads)
 
     return wrapped

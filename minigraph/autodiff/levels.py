@@ -16,9 +16,10 @@ and source variables (20), which are always the innermost, concrete-most interpr
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-from ..errors import GradientError
+from ..errors import GradientError, MinigraphError
 from ..ops import copy as C
 
 _counter = itertools.count(100)
@@ -27,6 +28,39 @@ _counter = itertools.count(100)
 def new_level() -> int:
     """A level above every level handed out before."""
     return next(_counter)
+
+
+# The levels whose transformation is running: a level leaves when its call returns (or
+# raises). A value of a level no longer here escaped its transformation (``leak.append(x)``
+# inside f, used after the call): its interpreter is gone, so an operation on it has no
+# meaning, and carrying on would hand later top-level calls a wrapped value (and append to
+# a finished tape forever). Its ``_bind`` refuses instead, as JAX raises its
+# UnexpectedTracerError. (A set of the running levels, not of the finished ones: it stays
+# as small as the nesting.)
+running: set[int] = set()
+
+
+class EscapedValueError(MinigraphError, RuntimeError):
+    """A value of a transformation used after the transformation returned."""
+
+
+@contextmanager
+def level_running(level: int) -> Iterator[None]:
+    """``with level_running(level):`` around the call of f: the level's values are alive
+    inside, and escaped ones after (see :data:`running`)."""
+    running.add(level)
+    try:
+        yield
+    finally:
+        running.discard(level)
+
+
+def escaped(name: str) -> EscapedValueError:
+    """The error for a value of the transformation ``name`` used after it returned."""
+    return EscapedValueError(
+        f"a value of {name} escaped the function it was computed in (stored in a list or "
+        f"a global?) and was used after {name} returned; return it from the function "
+        f"instead")
 
 
 def transformation(fn: Callable[..., Any], name: str,

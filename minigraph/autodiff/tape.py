@@ -59,7 +59,8 @@ from ..ops.weak import Weak
 from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
-from .levels import ValueInside, new_level, transformation
+from .levels import (ValueInside, escaped, level_running, new_level, running,
+                     transformation)
 from .reads import ReadOnlyWrite, read_only, refusal_of_a_write, refused_read_only
 from ..tensor import Tensor, owner, tensor, write_target, zeros
 
@@ -140,6 +141,24 @@ def enable_grad() -> _SetGradMode:
 
 def is_grad_enabled() -> bool:
     return not _blocks_off or _mode.enabled
+
+
+def grad_mode_depth() -> int:
+    """How many ``no_grad``/``enable_grad`` blocks are open in this thread. A
+    transformation notes it when it starts: the blocks open then do not stop its own level
+    (torch.func's rule: ``mg.grad`` under ``mg.no_grad()`` still differentiates), the
+    blocks opened inside f do; and every level outside it keeps its own blocks. So in
+    ``with mg.no_grad(): g = mg.grad(h)(x)``, inside an f being differentiated, h is
+    recorded for g and not for f's derivative (first-order MAML). A level records when
+    ``_mode.enabled or len(_mode.saved) <= depth``: the innermost block opened since it
+    started, if any, decides (:func:`records_since`)."""
+    return len(_mode.saved)
+
+
+def records_since(depth: int) -> bool:
+    """Whether a level that started with ``depth`` blocks open records now (see
+    :func:`grad_mode_depth`). (``Box._bind`` writes the same test inline: it runs per op.)"""
+    return _mode.enabled or len(_mode.saved) <= depth
 
 
 # -- recording: the eager interpreter ----------------------------------------------------------
@@ -742,10 +761,12 @@ class _Recording:
     """The tape of one ``vjp`` call: its level, its entries in evaluation order, and the
     writes in place made while f ran: (how many entries there were, the memory written)."""
 
-    __slots__ = ("level", "entries", "writes")
+    __slots__ = ("level", "depth", "who", "entries", "writes")
 
-    def __init__(self) -> None:
+    def __init__(self, who: str = "vjp") -> None:
         self.level = new_level()
+        self.who = who  # (the transformation, for the error on an escaped box)
+        self.depth = grad_mode_depth()  # (the blocks this level ignores: grad_mode_depth)
         self.entries: list[tuple] = []
         self.writes: list[tuple[int, int, tuple[str, int] | None]] = []
 
@@ -770,14 +791,17 @@ class Box(ValueInside, ArrayOps):
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
         rec = self.tape
+        if rec.level not in running:
+            raise escaped(f"mg.{rec.who}")
         values = [a.value if type(a) is Box and a.tape is rec else a for a in args]
         out = bind(prim, *values, **params)
-        if not (prim.differentiable and _mode.enabled):
+        if not (prim.differentiable and (_mode.enabled or len(_mode.saved) <= rec.depth)):
             return out  # a constant at this level (mg.no_grad() inside f, comparisons ...)
         box = Box(out, rec)
         if np.ndarray in map(type, args):  # a NumPy operand, which the rules read at the
-            args = tuple(tensor(a) if type(a) is np.ndarray else a for a in args)  # sweep:
-        rec.entries.append((prim, params, box, args))  # a copy, as eager mode takes one
+            args = tuple(tensor(a, device=out.device) if type(a) is np.ndarray else a
+                         for a in args)  # sweep: a copy, on the device eager mode puts it
+        rec.entries.append((prim, params, box, args))
         return box
 
     def _inside(self) -> Any:  # (what float(box), box.item() ... read: ValueInside)
@@ -841,11 +865,11 @@ def recorded_vjp(f: Callable[..., Any], primals: tuple, who: str
     if not primals:
         raise TypeError(f"{who}: give at least one primal to differentiate with respect to")
     refuse_pytrees(primals, range(len(primals)), who, "primal")
-    rec = _Recording()
+    rec = _Recording(who)
     boxes = [Box(_differentiable(p, i, who), rec) for i, p in enumerate(primals)]
     _recording.append(rec)
     try:
-        with enable_grad():  # an outer no_grad does not stop a transformation (torch.func's)
+        with level_running(rec.level):  # (an outer no_grad does not stop it: rec.depth)
             out = f(*boxes)
     finally:
         _recording.remove(rec)

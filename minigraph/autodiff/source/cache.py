@@ -17,8 +17,9 @@ from typing import Any, Callable, TypeAlias
 from ...errors import MinigraphError
 from ..argnums import normalize_argnums, refuse_keywords, single
 from ..signature import arrays, programs, signature
+from ..tape import memory_of, own_results
 from .compiled import Program, _transform, _value
-from .reading import _read
+from .reading import _read, _too_deep
 
 Argnums: TypeAlias = "int | tuple[int, ...]"
 
@@ -101,7 +102,9 @@ class SourceGrad:
         """f's value by the program's normalised primal (``mg.vjp``'s, in source mode)."""
         args, nums, cache = self._resolve(args)
         prog = self._program(args, signature(args, nums), nums, cache)
-        return prog.primal(*[_value(a, k in nums) for k, a in enumerate(args)])
+        value = prog.primal(*[_value(a, k in nums) for k, a in enumerate(args)])
+        # (f may come out as its argument, x * 1 simplified to x: the caller's own array)
+        return own_results([value], memory_of(args))[0]
 
     def program(self, args: tuple, g: Any) -> Program:
         """The program of ``pullback(args, g)`` (one for every cotangent: f's output's)."""
@@ -118,7 +121,10 @@ class SourceGrad:
     def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
         prog = cache.get(key)  # the cache: no rewriting
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
-            prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded)
+            try:
+                prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded)
+            except RecursionError:  # (past normalize.py's walk, which names the line)
+                raise _too_deep(self._src.where()) from None
             self.transforms += 1
             cache[key] = prog
         self.last = prog

@@ -38,7 +38,8 @@ from ...tensor import Tensor
 from .. import tape
 from ..reads import ReadOnlyWrite, read_from_outside
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
-from .reading import SourceTransformError, Where, _assigned, _loads, _located, _read, _Source
+from .reading import (SourceTransformError, Where, _assigned, _loads, _located, _read, _Source,
+                      _too_deep)
 from .values import Cond, Index, SrcVar, _constant, _dynamic
 
 
@@ -179,6 +180,8 @@ class _Normaliser:
                 if result is not None:
                     return result
             return None
+        except RecursionError:  # (caught in the innermost block: where is its statement)
+            raise _too_deep(self.w.where or self.src.where()) from None
         finally:
             self.w.where = saved
 
@@ -407,16 +410,23 @@ class _Normaliser:
 
     # -- if -----------------------------------------------------------------------------------
     def s_If(self, node: ast.If, env: dict) -> _Return | None:
-        test, negate = node.test, False
-        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            test, negate = test.operand, not negate
-        cond = self.expr(test, env)
-        if isinstance(cond, (SrcVar, Cond)):
-            then, orelse = (node.orelse, node.body) if negate else (node.body, node.orelse)
-            return self.dynamic_if(cond, then, orelse, env)
-        if _dynamic(cond):
-            raise self.w.refuse("an if on this run-time value")
-        return self.block(node.body if bool(cond) != negate else node.orelse, env)
+        while True:
+            test, negate = node.test, False
+            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negate = test.operand, not negate
+            cond = self.expr(test, env)
+            if isinstance(cond, (SrcVar, Cond)):
+                then, orelse = (node.orelse, node.body) if negate else (node.body, node.orelse)
+                return self.dynamic_if(cond, then, orelse, env)
+            if _dynamic(cond):
+                raise self.w.refuse("an if on this run-time value")
+            branch = node.body if bool(cond) != negate else node.orelse
+            if not (branch is node.orelse and len(branch) == 1 and isinstance(branch[0], ast.If)):
+                return self.block(branch, env)
+            # an elif: the If alone in the else, taken here rather than by a call of block
+            # per branch (a dispatch of 600 elifs would nest 1800 calls: a RecursionError)
+            node = branch[0]
+            self.w.where = self.src.where(node)  # (block puts back its own when done)
 
     def dynamic_if(self, cond: Any, then: list, orelse: list, env: dict) -> _Return | None:
         """Both branches are written; which one runs is decided by ``cond`` at run time."""
@@ -923,9 +933,11 @@ class _Normaliser:
             raise self.w.refuse("a chained or identity comparison of values of the program",
                                 "compare two values with <, <=, >, >=, == or !=")
         result: Any = True
-        for op, a, b in zip(node.ops, values, values[1:]):
+        for k, (op, a, b) in enumerate(zip(node.ops, values, values[1:])):
             result = self.guard(lambda: _COMPARE[type(op)](a, b))
-            if not dynamic and not result:
+            # a < b < c is (a < b) and (b < c): Python asks bool() of every comparison
+            # but the last, never of a lone one (W > 0 with W an array is the array)
+            if not dynamic and k < len(node.ops) - 1 and not result:
                 return result
         return result
 

@@ -59,6 +59,17 @@ def _refusal(construct: str, where: Where, why: str = "") -> SourceTransformErro
     return SourceTransformError(f"{construct} is not supported", where, why, construct)
 
 
+def _too_deep(where: Where) -> SourceTransformError:
+    """The refusal for code nested deeper than the transformation's recursive walk can go:
+    a RecursionError, which names neither the function nor the line, becomes this."""
+    return SourceTransformError(
+        "an expression or a chain of branches nested this deeply is not supported", where,
+        "source transformation walks the code recursively, and this nests deeper than "
+        "Python's recursion limit (a sum of hundreds of terms in one expression, or "
+        "hundreds of nested branches); split it into several lines, or use mode=\"tape\" "
+        "or mode=\"graph\" for this function", "deeply nested code")
+
+
 def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
     """The same kind of error, with the user's line appended to its message (once: the
     writer of a line and the statement around it both catch the same shape error)."""
