@@ -74,8 +74,10 @@ class BatchTracer(ArrayOps):
         dims, values = [], []
         for a in args:
             mine = type(a) is BatchTracer and a.level == self.level
-            if not mine and shape_of(a) is None:  # (read by f from outside: its arguments
-                raise _unknown_shape(f"{prim.name}'s operand", a)  # are checked on entry)
+            # (a graph value of unknown shape that f reads from outside: its arguments
+            # were checked on entry)
+            if not mine and getattr(a, "shape", ()) is None:
+                raise _unknown_shape(f"{prim.name}'s operand", a)
             values.append(a.value if mine else a)
             dims.append(0 if mine else None)
         try:
@@ -236,7 +238,8 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
         level = new_level()
         inputs, sizes = [], []
         for i, (a, axis) in enumerate(zip(args, axes)):
-            if shape_of(a) is None:  # (batched or not: the rules and the output need it)
+            if getattr(a, "shape", ()) is None:  # (a graph value, batched or not: the rules
+                # and the output need its shape; a container left unbatched has none)
                 raise _unknown_shape(f"argument {i}", a)
             if axis is None:  # the same for every example: f gets the caller's own value
                 _check_level(a, i, level)  # (y += 1.0 writes the caller's array, as eagerly)
@@ -294,7 +297,7 @@ def _unbatch(out: Any, axis: "int | None", level: int, size: int, k: int) -> Any
         raise BatchingError(f"vmap: output {k} is a {type(out).__name__}; f must return a "
                             f"tensor or a number, or a flat tuple or list of them")
     batched = type(out) is BatchTracer and out.level == level
-    if not batched and shape_of(out) is None:
+    if not batched and getattr(out, "shape", ()) is None:
         raise _unknown_shape(f"output {k}", out)
     if axis is None:
         if batched:
