@@ -177,3 +177,22 @@ def test_a_placeholder_takes_numpy_dtypes_and_float16_is_named_as_a_float():
         mg.grad(lambda x: mg.sum(x), mode="graph")(np.ones(2, np.float16))
     with pytest.raises(DTypeError, match=r"dtype int64; pass floats \(e.g. 2.0"):
         mg.grad(lambda x: mg.sum(x), mode="graph")(np.ones(2, np.int64))
+
+
+def _loss(w, labels):
+    return mg.cross_entropy(w * 2.0, labels)  # the line a gradient's error names
+
+
+def test_a_failing_gradient_node_names_the_line_of_f_that_made_its_op():
+    """A gradient node of a compiled graph-mode gradient said it was created at the line
+    of the gradient function's first call (where the program was built), not at the
+    line of f whose op it differentiates, as the value's nodes say."""
+    import inspect
+
+    line = inspect.getsourcelines(_loss)[1] + 1
+    grad = mg.grad(_loss, mode="graph")
+    w = mg.tensor(np.array([[0.1, 0.2, 0.3], [0.3, -0.1, 0.0]]))
+    grad(w, mg.tensor([0, 2]))  # built here
+    with pytest.raises(Exception, match=rf"nll_loss_grad(.|\n)*created at .*"
+                                        rf"test_function_graphs.py:{line}:"):
+        grad(w, mg.tensor([0, 7]))  # label 7 of 3 classes

@@ -26,7 +26,8 @@ of gradients.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ..autodiff.backward import collector_paused, reverse_sweep
 from ..autodiff.tape import as_gradient
@@ -90,6 +91,14 @@ def _seed(y: Node, g: Any) -> Any:
         return y.graph.constant(np.ones(y.shape, dtype=y.dtype), name="ones")
 
 
+@contextmanager
+def _made_at(node: Node) -> Iterator[None]:
+    """The gradient nodes of ``node`` are made on its device and said to come from its
+    line."""
+    with node.device, node.graph.located(node.location):
+        yield
+
+
 def _entry(node: Node) -> tuple:
     """A node as an entry of the sweep: ``(primitive, params, output, args)``. An Assign's
     value is the value it stores, so its adjoint goes to that value, as through a copy
@@ -147,7 +156,12 @@ def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
             if id(y) in relevant:
                 with y.device:
                     seeds.append((y, _seed(y, g)))
-        if one_device is not None:
+        if graph.eager_placement:  # a function's program: each gradient node is made at
+            # its forward node's line (a kernel error of the gradient then names the line
+            # of f that made the op, where the caller's line says only "the first call")
+            found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
+                                       completed=completed, scope=_made_at))
+        elif one_device is not None:
             with one_device:
                 found.update(reverse_sweep(entries, seeds, takes_adjoint, total=add_n,
                                            completed=completed))
