@@ -183,3 +183,57 @@ def test_parallel_cross_entropy_names_shards_of_different_lengths():
     shards = [mg.tensor(np.zeros((2, 2))), mg.tensor(np.zeros((3, 2)), device="cpu:1")]
     with pytest.raises(ShapeError, match=r"parallel_cross_entropy: .* \[\(2, 2\), \(3, 2\)\]"):
         mg.parallel.parallel_cross_entropy(shards, mg.tensor([0, 1]))
+
+
+# -- arguments of ops and transformations -----------------------------------------------------
+
+def test_an_op_given_none_or_a_str_names_the_op_and_the_argument():
+    """The error named tensor(), a function the caller never called."""
+    w = mg.ones(2)
+    for call, op in ((lambda: w + None, "add"), (lambda: w ** "a", "pow"),
+                     (lambda: mg.maximum(w, "a"), "maximum")):
+        with pytest.raises(TypeError, match=rf"^{op}: argument 1 \((NoneType|str)\) is not a "
+                                            r"tensor"):
+            call()
+    with pytest.raises(TypeError):  # (PyTorch refuses the same)
+        torch.ones(2) + None
+
+
+def test_keepdims_and_the_elements_of_stack_are_checked_by_type():
+    """keepdims="yes" is true, so the axes were kept; a str among stack's tensors was
+    read as a shape-() operand ("all tensors must have the same shape")."""
+    with pytest.raises(TypeError, match="sum: keepdims must be a bool, got str"):
+        mg.ones((2, 3)).sum(axis=1, keepdims="yes")
+    assert mg.ones((2, 3)).sum(axis=1, keepdims=np.True_).shape == (2, 1)
+    for op in (mg.stack, mg.concatenate, mg.add_n):
+        with pytest.raises(TypeError, match=r"element 1 is (None|'a'), not a tensor"):
+            op([mg.ones(2), None if op is mg.add_n else "a"])
+
+
+def test_load_state_dict_names_a_value_that_is_no_array():
+    """None or a dict became a 0-d object array: "the value has shape ()"."""
+    model = mg.nn.Linear(2, 2, seed=0)
+    before = model.weight.numpy().copy()
+    for value, kind in ((None, "NoneType"), ({}, "dict"), ("ab", "str")):
+        with pytest.raises(mg.nn.StateDictError, match=f"the value for 'weight' is a {kind}, "
+                                                       f"not an array of numbers"):
+            model.load_state_dict({"weight": value, "bias": model.bias})
+    np.testing.assert_array_equal(model.weight.numpy(), before)
+
+
+def test_jvp_and_gradcheck_take_their_arguments_as_a_tuple():
+    """mg.jvp(f, 1.0, 1.0) failed inside with "object of type 'float' has no len()"."""
+    with pytest.raises(TypeError, match=r"jvp: primals must be a tuple or list"):
+        mg.jvp(mg.sin, 1.0, 1.0)
+    with pytest.raises(TypeError, match=r"jvp: tangents must be a tuple or list"):
+        mg.jvp(mg.sin, (1.0,), 1.0)
+    with pytest.raises(TypeError, match=r"gradcheck: inputs must be a tuple or list"):
+        mg.gradcheck(mg.sin, 1.0)
+    value, tangent = mg.jvp(mg.sin, (1.0,), (1.0,))
+    assert float(tangent.item()) == pytest.approx(np.cos(1.0), rel=1e-15)
+
+
+def test_a_bad_label_under_vmap_names_nll_loss():
+    """The batching rule checked labels through one_hot, which the error named."""
+    with pytest.raises(IndexError, match=r"^nll_loss: label 5"):
+        mg.vmap(mg.nll_loss)(mg.zeros((2, 3, 4)), mg.tensor([[0, 1, 2], [0, 1, 5]]))

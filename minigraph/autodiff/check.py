@@ -66,6 +66,9 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
     if mode not in _JACOBIANS:
         raise ValueError(f"gradcheck: mode is one of {', '.join(map(repr, _JACOBIANS))}, "
                          f"got {mode!r}")
+    if not isinstance(inputs, (tuple, list)):  # (len(1.0) failed inside, naming nothing)
+        raise TypeError(f"gradcheck: inputs must be a tuple or list of f's arguments, got "
+                        f"{type(inputs).__name__}: write mg.gradcheck(f, (x,))")
     refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")
     args = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
     jacobian = _JACOBIANS[mode]

@@ -121,6 +121,11 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
     mg.no_grad():`` block inside f does not stop tangents (the tape's switch; nor does it
     stop torch.func.jvp); ``mg.stop_gradient`` does.
     """
+    for what, given in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(given, (tuple, list)):  # (len(2.0) failed inside, naming nothing)
+            raise TypeError(f"jvp: {what} must be a tuple or list, one per argument of f "
+                            f"(JAX's rule), got {type(given).__name__}: write "
+                            f"mg.jvp(f, (x,), (dx,))")
     return _jvp(f, primals, tangents, for_grad=False)
 
 

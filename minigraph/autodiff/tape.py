@@ -285,8 +285,17 @@ def _apply_converting(prim: Primitive, args: tuple, params: dict) -> Tensor:
     device = tensors[0].device if tensors else get_device(None)
     # Exact Python numbers stay weak; NumPy scalars (np.float64 is a float subclass)
     # have a dtype of their own, as in NumPy, and become tensors.
-    return apply(prim, tuple(a if type(a) is Tensor or (tensors and type(a) in _NUMBERS)
-                             else tensor(a, device=device) for a in args), params)
+    converted = []
+    for k, a in enumerate(args):
+        if type(a) is Tensor or (tensors and type(a) in _NUMBERS):
+            converted.append(a)
+            continue
+        try:
+            converted.append(tensor(a, device=device))
+        except (TypeError, ValueError) as exc:  # (None, a str, a ragged list: say which op)
+            raise type(exc)(f"{prim.name}: argument {k} ({type(a).__name__}) is not a "
+                            f"tensor, an array or a number: {exc}") from None
+    return apply(prim, tuple(converted), params)
 
 
 register_eager(apply, apply_one, apply_two)

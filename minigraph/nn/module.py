@@ -29,6 +29,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 
 import numpy as np  # load_state_dict reads values through the host format
 
+from ..device import nbytes as array_nbytes
 from ..errors import MinigraphError
 from ..tensor import Tensor, host_values
 
@@ -285,6 +286,9 @@ def _value_for(key: str, value: Any, p: Tensor) -> tuple[Any, str]:
             host = np.asarray(value)
         except Exception as exc:
             return None, f"the value for {key!r} is not an array ({type(value).__name__}: {exc})"
+        if host.dtype.kind in "OUSV":  # (None or a dict: a 0-d object array, "shape ()")
+            return None, (f"the value for {key!r} is a {type(value).__name__}, not an array "
+                          f"of numbers")
     if tuple(host.shape) != p.shape:
         return None, (f"size mismatch for {key!r}: the value has shape {tuple(host.shape)}, "
                       f"the parameter in the model has shape {p.shape}")
@@ -310,7 +314,7 @@ def _write_in_place(p: Tensor, value: Any) -> None:
             data[...] = value
         else:  # a NumPy scalar or a read-only view cannot be written: the tensor gets a
             p.data = value  # new array of its own (still the same Tensor object), counted
-            nbytes = int(getattr(value, "nbytes", 0))
+            nbytes = array_nbytes(value)
             p.device.live_bytes += nbytes - p._nbytes
             p.device.peak_bytes = max(p.device.peak_bytes, p.device.live_bytes)
             p._nbytes = nbytes

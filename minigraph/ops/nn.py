@@ -223,6 +223,10 @@ def _nll_batched(dims: tuple, logp: Any, labels: Any) -> Any:
     with integer-array indexing, which cannot take a batch of labels; a mask can.
     (``where``, not ``logp * one_hot``: 0 * -inf would be nan.)"""
     _nll_shape(B.example(logp, dims[0]), B.example(labels, dims[1]))  # its checks
+    from ..tensor import Tensor  # (the tensor module imports this one)
+
+    if type(labels) is Tensor:  # its labels are checked here, or one_hot would name itself
+        check_label_range(labels.device.xp, labels.data, S.shape_of(logp)[-1], "nll_loss")
     mask = one_hot(labels, S.shape_of(logp)[-1], "bool")
     return -R.mean(R.sum(E.where(mask, logp, 0.0), -1), -1)
 

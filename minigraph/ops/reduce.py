@@ -217,8 +217,11 @@ _ALL_AXES: dict[str, Any] = {"axis": None, "keepdims": False}
 
 
 def _params(x: Any, axis: Axis, keepdims: bool, who: str) -> dict[str, Any]:
+    if not isinstance(keepdims, (bool, np.bool_)):  # (a str is true: it kept the axes)
+        raise TypeError(f"{who}: keepdims must be a bool, got {type(keepdims).__name__} "
+                        f"{keepdims!r}")
     return {"axis": None if axis is None else normalize_axis(x, axis, who),
-            "keepdims": keepdims}
+            "keepdims": bool(keepdims)}
 
 
 def sum(x: Any, axis: Axis = None, keepdims: bool = False) -> Any:  # noqa: A001

@@ -117,9 +117,14 @@ def operands(op: str, xs: Any) -> list[Any]:
     """The operands an op takes as one sequence (stack, concatenate, add_n), as a list."""
     if not isinstance(xs, (str, bytes)):
         try:
-            return list(xs)  # (a tensor or array too: its rows, as NumPy takes it)
+            xs = list(xs)  # (a tensor or array too: its rows, as NumPy takes it)
         except TypeError:
             pass
+        else:
+            for k, x in enumerate(xs):  # (a str or None was read as a shape () operand)
+                if x is None or isinstance(x, (str, bytes)):
+                    raise TypeError(f"{op}: element {k} is {x!r}, not a tensor or a number")
+            return xs
     raise TypeError(f"{op}: takes a list or tuple of tensors, got {type(xs).__name__}")
 
 

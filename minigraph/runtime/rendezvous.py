@@ -20,6 +20,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from ..device import nbytes
+
 Callback = Callable[[Any, BaseException | None], None]
 
 
@@ -46,7 +48,7 @@ class Rendezvous:
             if key in self._values:
                 raise RuntimeError(f"rendezvous: {key!r} was sent twice in one run")
             self._values[key] = value
-            self.sent_bytes += int(getattr(value, "nbytes", 0))
+            self.sent_bytes += nbytes(value)
             waiting = self._waiting.pop(key, [])
         for callback in waiting:
             callback(value, None)

@@ -1,4 +1,4 @@
-"""What the pipeline modules share: pass and event types, errors, byte sizes.
+"""What the pipeline modules share: pass and event types, errors.
 """
 
 from __future__ import annotations
@@ -8,9 +8,6 @@ from ...errors import MinigraphError
 
 Op = tuple[str, int]                          # ("F", k) or ("B", k): a pass of microbatch k
 Event = tuple[int, str, int, float, float]    # (stage, kind, microbatch, start, end)
-
-_ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
-
 
 class PipelineError(MinigraphError, ValueError):
     """A stage list, schedule or cost list that does not describe a valid pipeline."""

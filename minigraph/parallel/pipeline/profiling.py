@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ...autodiff.tape import enable_grad
+from ...device import nbytes
 from ...nn.module import Module, Sequential
 from ...tensor import Tensor, ones, tensor
-from .common import PipelineError, _ITEMSIZE
+from .common import PipelineError
 
 
 @dataclass
@@ -128,10 +129,6 @@ def _check_sequential(model: Any, who: str) -> Sequential:
     return model
 
 
-def _nbytes(t: Tensor) -> int:
-    return t.size * _ITEMSIZE.get(t.dtype, 8)
-
-
 # The profile's clock. A test swaps in a noisy one (a deterministic noise model) to check
 # that the statistic below keeps the layers in the order of their work.
 _clock = time.perf_counter
@@ -202,8 +199,8 @@ def profile(model: Sequential, x: Any, repeat: int = 25, warmup: int = 2,
         forward = _quantile([f for f, _ in times[i]], quantile)
         backward = _quantile([b for _, b in times[i]], quantile)
         costs.append(LayerCost(f"node{i}", repr(layer).replace("\n", ""), forward, backward,
-                               _nbytes(outputs[i]),
-                               sum(_nbytes(p) for p in layer.parameters())))
+                               nbytes(outputs[i].data),
+                               sum(nbytes(p.data) for p in layer.parameters())))
     return Profile(costs)
 
 
