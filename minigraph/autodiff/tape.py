@@ -59,8 +59,7 @@ from ..ops.weak import Weak
 from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
-from .levels import (ValueInside, escaped, level_running, new_level, running,
-                     transformation)
+from .levels import ValueInside, escaped, new_level, running, transformation
 from .reads import ReadOnlyWrite, read_only, refusal_of_a_write, refused_read_only
 from ..tensor import Tensor, owner, tensor, write_target, zeros
 
@@ -877,10 +876,11 @@ def recorded_vjp(f: Callable[..., Any], primals: tuple, who: str
     rec = _Recording(who)
     boxes = [Box(_differentiable(p, i, who), rec) for i, p in enumerate(primals)]
     _recording.append(rec)
+    running.add(rec.level)  # (levels.level_running, written out: a call of its own per grad)
     try:
-        with level_running(rec.level):  # (an outer no_grad does not stop it: rec.depth)
-            out = f(*boxes)
+        out = f(*boxes)  # (an outer no_grad does not stop it: rec.depth)
     finally:
+        running.discard(rec.level)
         _recording.remove(rec)
     if rec.writes:
         _refuse_written_after_read(rec)

@@ -431,8 +431,13 @@ def _add_arrays(xp: Any, *xs: Any) -> Any:
     ``view``: a compiled graph hands an AddN result, such as a gradient with two
     contributions, to its caller without copying it again. The terms' shapes are
     checked here too: eager mode asks the shape rule only when a kernel fails, and ``+``
-    would broadcast."""
-    _same_shape(xs)
+    would broadcast. (It runs for every adjoint with several contributions: the full
+    check only where a term's shape differs from the first's.)"""
+    first = getattr(xs[0], "shape", None)
+    for x in xs[1:]:
+        if getattr(x, "shape", first) != first:
+            _same_shape(xs)  # (refuses terms of two shapes; a Python number is let through)
+            break
     if len(xs) == 1:
         return xp.asarray(xs[0], copy=True)
     total = xs[0] + xs[1]

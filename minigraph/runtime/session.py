@@ -129,7 +129,8 @@ class Session:
         finally:
             with self._idle:
                 self._running -= 1
-                self._idle.notify_all()
+                if self._closed:  # (a close() waits for this run)
+                    self._idle.notify_all()
 
     def _run(self, fetches: Any, feed_dict: dict | None) -> Any:
         _check_feed_dict("run", feed_dict)
@@ -418,7 +419,7 @@ class Session:
 def _check_feed_dict(who: str, feed_dict: Any) -> None:
     """Refuse a feed_dict that is not a mapping (a list of pairs, say) by name, before
     anything reads it: its ``.items()`` failed with Python's own AttributeError."""
-    if feed_dict is not None and not isinstance(feed_dict, Mapping):
+    if type(feed_dict) not in (dict, type(None)) and not isinstance(feed_dict, Mapping):
         raise TypeError(f"{who}: feed_dict must be a dict of placeholder (or its name) -> "
                         f"value, got a {type(feed_dict).__name__}; write {{x: value, ...}}, "
                         f"or dict(pairs) for a list of (placeholder, value) pairs")
