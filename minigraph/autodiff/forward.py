@@ -28,7 +28,7 @@ from ..errors import DTypeError, GradientError, ShapeError
 from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.operators import ArrayOps, passed_as_is
-from ..ops.primitive import Primitive, bind, register_kind
+from ..ops.primitive import Each, Primitive, bind, register_kind
 from ..ops.shape_rules import shape_of
 from ..ops.weak import Weak
 from ..tensor import Tensor, tensor, zeros
@@ -96,6 +96,8 @@ def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
     tangent = None
     if not prim.jvp:  # (no rule: comparisons, stop_gradient ...; no_grad has one only)
         return None
+    if type(prim.jvp) is Each and prim.jvp.together is not None:  # (n arguments at once)
+        return prim.jvp.together(tangents, out, *primals, **params)
     for i, t in enumerate(tangents):
         rule = prim.jvp[i] if t is not None else None
         if rule is not None:

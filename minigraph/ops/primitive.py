@@ -212,9 +212,10 @@ def ufunc_out(name: str) -> UfuncOut:
 class Each:
     """The rule list of a primitive with any number of arguments (``concatenate``):
     ``Each(make)[i]`` is ``make(i)``, the rule for argument ``i``. ``together``, if
-    given, is every argument's rule at once, ``(g, out, *xs) -> [share, ...]``, which the
-    reverse sweep calls instead: a rule per argument reads all n arguments, n times over,
-    and the sweep through an n-term sum took time n^2."""
+    given, is every argument's rule at once, which the sweeps call instead: a rule per
+    argument reads all n arguments, n times over, and a sweep through an n-term sum took
+    time n^2. For VJPs it is ``(g, out, *xs) -> [share, ...]``; for JVPs ``(tangents, out,
+    *xs) -> the output's tangent``, with None for a zero tangent."""
 
     def __init__(self, make: Callable[[int], Rule],
                  together: Callable[..., list] | None = None):

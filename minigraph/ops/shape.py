@@ -19,6 +19,7 @@ from array_api_compat import device as array_device
 
 from ..errors import AxisError, ShapeError
 from . import batch_rules as B
+from . import copy as C
 from . import reduce as R
 from . import shape_rules as S
 from .primitive import KINDS, Each, always_a_view, bind, primitive
@@ -255,24 +256,27 @@ def _pieces(g: Any, out: Any, *xs: Any, axis: int) -> list:
     return slices
 
 
+def _joined_tangents(tangents: list, out: Any, *xs: Any, axis: int) -> Any:
+    """The tangent of a concatenation: its arguments' tangents, concatenated (zeros for
+    those that have none); None if none has one."""
+    if all(t is None for t in tangents):
+        return None
+    return concatenate([t if t is not None else C.zeros_like(x) for t, x in zip(tangents, xs)],
+                       axis)
+
+
 def _write_concatenate(prim: Any, args: list[str], params: dict, literal: Any) -> str:
     return f"mg.concatenate([{', '.join(args)}], axis={literal(params['axis'])})"
 
 
 CONCATENATE = primitive(
     "concatenate", lambda xp, *xs, axis: xp.concat(list(xs), axis=axis), _concat_shape,
-    jvp=Each(lambda i: lambda t, out, *xs, axis: _piece_tangent(i, t, xs, axis)),
+    jvp=Each(lambda i: lambda t, out, *xs, axis: _joined_tangents(
+        [t if k == i else None for k in range(len(xs))], out, *xs, axis=axis),
+        together=_joined_tangents),
     vjp=Each(_piece, together=_pieces),
     batch=lambda dims, *xs, axis: B.all_batched("concatenate")(dims, *xs, axis=axis + 1),
     public="concatenate", write=_write_concatenate)
-
-
-def _piece_tangent(i: int, t: Any, xs: tuple, axis: int) -> Any:
-    """Argument ``i``'s tangent, placed in zeros the size of the concatenation."""
-    full = _concat_shape(*xs, axis=axis)[0]
-    start = sum(S.shape_of(x)[axis] for x in xs[:i])
-    index = (slice(None),) * axis + (slice(start, start + S.shape_of(xs[i])[axis]),)
-    return scatter_add(t, index, full)
 
 
 # -- the public functions -----------------------------------------------------------------------
