@@ -50,7 +50,10 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 (or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
 (a closure, a global): that raises, naming the fix. A module is the usual case, so
 ``mg.checkpoint(module)`` passes the module's parameters as arguments for you
-(``nn.functional_call``). Under ``mg.no_grad()`` it is a plain call of f. Recomputing
+(``nn.functional_call``, which swaps them into the module while it runs: another thread
+calling the same module meanwhile, not through the checkpoint, would see the swapped
+values, so give each thread its own module). Under ``mg.no_grad()`` it is a plain call
+of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
 so f itself may not write into its arguments (``y *= 0.5``), nor into a tensor or array
