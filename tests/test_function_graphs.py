@@ -196,3 +196,49 @@ def test_a_failing_gradient_node_names_the_line_of_f_that_made_its_op():
     with pytest.raises(Exception, match=rf"nll_loss_grad(.|\n)*created at .*"
                                         rf"test_function_graphs.py:{line}:"):
         grad(w, mg.tensor([0, 7]))  # label 7 of 3 classes
+
+
+def test_a_traced_layer_accumulates_gradients_over_micro_batches():
+    """Linear computes weight.T eagerly while it is recorded: a program that held that
+    tensor fed the same tape entry to every call, and the second backward() found it
+    released. The tape now runs the layer itself whenever one of the tensors the
+    program read requires a gradient. Oracle: the closed form, d/dW sum(x W^T) summed
+    over the micro-batches is the column sums of all the rows of x."""
+    layer = mg.nn.Linear(2, 1, seed=0)
+    traced = mg.trace(layer)
+    batches = [np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.0, 1.0]])]
+    for xb in batches:
+        mg.sum(traced(mg.tensor(xb))).backward()
+    np.testing.assert_array_equal(layer.weight.grad.numpy(),
+                                  np.concatenate(batches).sum(0, keepdims=True))
+
+
+def test_requires_grad_set_after_the_first_call_is_followed():
+    """The program decided once, when it was built, that w was a constant: unfreezing w
+    (requires_grad_) afterwards left every later w.grad None. Oracle: d/dw sum(x * w) =
+    x."""
+    w = mg.tensor([1.0, 2.0, 3.0])
+    x = mg.tensor([4.0, 5.0, 6.0])
+    traced = mg.trace(lambda x: mg.sum(x * w))
+    traced(x)
+    w.requires_grad_(True)
+    traced(x).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 5.0, 6.0])
+    g = mg.grad(lambda x: mg.sum(x * w * x), mode="graph")(x)  # 2 x w: its w-path too
+    mg.sum(g).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 5.0, 6.0] + 2 * x.numpy())
+
+
+def test_a_replayed_program_moves_an_array_it_read_to_the_tensors_device(backend):
+    """The program replayed through bind (the tape records, or mg.grad runs it) made a
+    NumPy array f read a tensor of the default device, beside x on cpu:1: DeviceError,
+    where eager mode and the compiled code take it. Oracle: d/dx sum(x * c) = c."""
+    c = np.array([1.0, 2.0, 3.0])
+    traced = mg.trace(lambda x: mg.sum(x * c))
+    x = mg.tensor(X, device="cpu:1", requires_grad=True)
+    traced(x).backward()
+    assert x.grad.device.name == "cpu:1"
+    np.testing.assert_array_equal(x.grad.numpy(), c)
+    g = mg.grad(traced)(mg.tensor(X, device="cpu:1"))
+    assert g.device.name == "cpu:1"
+    np.testing.assert_array_equal(g.numpy(), c)

@@ -302,9 +302,8 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
     except Exception:  # noqa: BLE001  (an if on a value, NumPy on a node, ...: the tape
         return _UNTRACEABLE  # recomputes instead, running f as it is, its errors its own)
     if not isinstance(result, Node) or result.graph is not graph or \
-            any(result is x for x in inputs) or graph.held:
-        return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save; or
-        # it reads a tensor that requires a gradient, which the tape must see it read)
+            any(result is x for x in inputs):
+        return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save)
     captured = Captured((t for t, _ in graph._consts.values()), fn, graph.written_by_f)
     xs = [inputs[k] for k in wrt]
     with graph, result.device:

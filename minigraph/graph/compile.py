@@ -60,8 +60,6 @@ class CompiledFunction:
     """A graph compiled to Python. Call it with tensors, arrays or numbers."""
 
     captured: Captured  # the tensors it read from outside (set by mg.trace's _compile)
-    held: tuple[Tensor, ...] = ()  # those that require a gradient: inputs after the others
-    held_key: tuple = ()  # (their signature)
 
     def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node],
                  lines: dict[int, tuple[Node, list[str | None]]] | None = None):

@@ -296,7 +296,6 @@ class Graph:
         # or scalar), which go to the device of the tensors they meet.
         self.eager_placement = False
         self.loose: set[int] = set()
-        self.held: list[tuple[Tensor, Node]] = []  # (see _argument)
         # the ids of the lists and dicts the function wrote while it was recorded (its
         # own log of its runs: reads.recording), which its program does not guard
         self.written_by_f: frozenset[int] = frozenset()
@@ -391,15 +390,7 @@ class Graph:
         # id cannot be reused by another object while the graph lives.
         cached = self._consts.get(id(a))
         if cached is None or cached[0] is not a:
-            if isinstance(a, Tensor) and a._requires_grad and self.eager_placement:
-                # A function's tensor that requires a gradient (a layer's weight): an
-                # input of its program, given the tensor itself at every call, so that
-                # the tape records the call when it records (a constant would cut the
-                # path from the weight to the result).
-                const = self.add_special("Placeholder", (), a.shape, a.dtype, "held",
-                                         device=a.device)
-                self.held.append((a, const))
-            elif isinstance(a, Tensor):
+            if isinstance(a, Tensor):
                 const = self.constant(a, name="const")
             else:
                 const = self.constant(tensor(a), name="const")

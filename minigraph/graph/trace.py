@@ -41,8 +41,10 @@ from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_int
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
 from ..autodiff.reads import recording
-from ..autodiff.tape import enable_grad
+from ..autodiff import tape
+from ..autodiff.tape import enable_grad, is_grad_enabled
 from ..errors import GradientError
+from ..ops import copy as C
 from ..ops.operators import passed_as_is
 from ..ops.primitive import KINDS, bind
 from ..ops.weak import Weak, strong
@@ -77,7 +79,8 @@ def replay(inputs: Sequence[Node], outputs: Sequence[Node], args: list) -> tuple
         if node.op in ("Const", "Variable"):  # a constant of the outer computation
             env[id(node)] = Tensor(node.value, node.device)
         elif node.prim is not None:
-            values = [env[id(a)] if isinstance(a, Node) else a for a in node.args]
+            values = [_moved(env[id(a)], a, node) if isinstance(a, Node) else a
+                      for a in node.args]
             with node.device:
                 env[id(node)] = bind(node.prim, *values, **node.params)
         else:
@@ -88,11 +91,19 @@ def replay(inputs: Sequence[Node], outputs: Sequence[Node], args: list) -> tuple
     return tuple(env[id(n)] for n in outputs)
 
 
+def _moved(value: Any, a: Node, node: Node) -> Any:
+    """``a``'s value as ``node`` reads it: moved to node's device along an edge across
+    devices (a NumPy array f read, which goes with the tensors it meets), as the compiled
+    code copies it (``compile._moved``); a Python number or an array as it is."""
+    if a.device is node.device or node.prim is C.TO_DEVICE or not (
+            type(value) is Tensor or type(value) in KINDS):
+        return value
+    return C.to_device(value, node.device)
+
+
 def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
     """The compiled code on arrays, or the replay where a value needs its interpreter:
     on ``args``, whose signature is ``key``."""
-    if fn.held:  # the tensors f reads that require a gradient: inputs after the arguments
-        args, key = args + fn.held, key + fn.held_key
     data = arrays(args, key, static=False)
     if data is None:
         return replay(fn.inputs, fn.outputs, _array_args(args, key))
@@ -215,12 +226,15 @@ class Traced:
             refuse_keywords(kwargs, "trace")
         key = signature(args)
         entry = self.cache.get(key)
-        if entry is None or entry[0].captured.stale():  # (a global tensor written: again)
+        # (a global tensor written: again; but not to run f on the tape, which needs none)
+        if entry is None or entry[0].captured.stale() and not on_the_tape(entry[0]):
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
             self.cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
         fn, one, _ = self.cache[key]
+        if on_the_tape(fn):  # (f itself, recorded by the tape: see on_the_tape)
+            return self.f(*args)
         results = _call(fn, args, key)
         return results[0] if one else results
 
@@ -276,12 +290,15 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         nums, cache = known
         key = signature(args, nums)
         compiled = cache.get(key)
-        if compiled is None or compiled.captured.stale():  # (checked when first built)
+        if compiled is None or compiled.captured.stale() and not on_the_tape(compiled):
             for i in nums:  # (the signature read an int, a list ... being differentiated)
                 if key[i][0] != DATA:
                     raise not_data(args[i], i, "grad")
                 refuse_integers(getattr(args[i], "dtype", None) or key[i][3], i, "grad")
             compiled = cache[key] = build(args, nums, key)
+        if on_the_tape(compiled):  # (the tape's gradient, which it records: on_the_tape)
+            value, grads = tape.value_and_grad(f, argnums)(*args)
+            return (value, grads) if with_value else grads
         results = _call(compiled, args, key)
         if not with_value:
             return results[0] if single(argnums) else results
@@ -318,12 +335,17 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
         key = signature(args + (g,), argnums)
         compiled = cache.get(key)
-        if compiled is None or compiled.captured.stale():  # (a global tensor written: again)
-            compiled = cache[key] = build(args, key)
+        if compiled is None or compiled.captured.stale() and not on_the_tape(compiled):
+            compiled = cache[key] = build(args, key)  # (a global tensor written: again)
         return compiled
 
     def pullback(args: tuple, g: Any) -> tuple:
-        return _call(program(args, g), args + (g,), signature(args + (g,), argnums))
+        compiled = program(args, g)
+        if on_the_tape(compiled):  # (the tape's pullback, which it records: on_the_tape)
+            _, pull = tape.recorded_vjp(lambda *xs: f(*tape.put(args, argnums, xs)),
+                                        tuple(args[i] for i in argnums), "vjp")
+            return pull(g)
+        return _call(compiled, args + (g,), signature(args + (g,), argnums))
 
     return SimpleNamespace(value=Traced(f, argnums, "vjp"), program=program, pullback=pullback)
 
@@ -354,14 +376,22 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
     program is stale once what f read from outside has changed (``Captured``)."""
     captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
                         graph.written_by_f)
-    inputs = inputs + [node for _, node in graph.held]  # (see Graph._argument)
     result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
     fn = compile_graph(result.graph, [result[n] for n in inputs],
                        [result[n] for n in outputs], name)
     fn.captured = captured  # type: ignore[attr-defined]
-    fn.held = tuple(t for t, _ in graph.held)
-    fn.held_key = signature(fn.held)
     return fn
+
+
+def on_the_tape(fn: CompiledFunction) -> bool:
+    """Whether a call of ``fn`` must be f's own, run by the tape: f reads a tensor that
+    requires a gradient from outside its arguments (a layer's weight), and the tape is
+    recording. The program holds such a tensor as a constant, and what f computed from
+    it eagerly while it was recorded (``self.weight.T``) as constants too: its result
+    would be cut off the tape, and backward() would miss the path through the weight
+    (torch.func.grad and the tape follow it). Asked per call: ``requires_grad_`` can
+    change after the program was built."""
+    return is_grad_enabled() and any(t._requires_grad for t in fn.captured.tensors)
 
 
 def _input_positions(key: tuple) -> dict[int, int]:
