@@ -310,7 +310,8 @@ def set_virtual_cpus(n: int) -> None:
         raise TypeError(f"set_virtual_cpus: n must be an int, got {type(n).__name__} {n!r}")
     if n < 0:
         raise ValueError(f"set_virtual_cpus: n must be >= 0, got {n}")
-    for name in [k for k in _registry if k.startswith("cpu:") and int(k[4:]) > n]:
+    # (the virtual ones, cpu:N: a device registered as "cpu:fast" is none of them)
+    for name in [k for k in _registry if k[:4] == "cpu:" and k[4:].isdigit() and int(k[4:]) > n]:
         _retired_cpus[name] = _registry.pop(name)
     _virtual_cpus = int(n)
     _make_cpus()

@@ -237,3 +237,22 @@ def test_a_bad_label_under_vmap_names_nll_loss():
     """The batching rule checked labels through one_hot, which the error named."""
     with pytest.raises(IndexError, match=r"^nll_loss: label 5"):
         mg.vmap(mg.nll_loss)(mg.zeros((2, 3, 4)), mg.tensor([[0, 1, 2], [0, 1, 5]]))
+
+
+def test_set_virtual_cpus_leaves_a_registered_cpu_named_device_alone():
+    """A device registered as "cpu:fast" broke every later set_virtual_cpus with
+    int('fast')."""
+    import importlib
+
+    device_module = importlib.import_module("minigraph.device")
+
+    saved = dict(device_module._registry)
+    try:
+        mg.register_device("cpu:fast", np)
+        mg.set_virtual_cpus(2)
+        assert {"cpu:fast", "cpu:1", "cpu:2"} <= set(mg.devices())
+        assert "cpu:3" not in mg.devices()
+    finally:
+        device_module._registry.clear()
+        device_module._registry.update(saved)
+        mg.set_virtual_cpus(3)

@@ -89,3 +89,22 @@ def test_bench_runs_every_script_and_fails_when_one_exits_with_an_error(tmp_path
     assert "bench_a ended with 'mpiexec not found'" in err and "did not finish: bench_a" in err
     (tmp_path / "bench_a.py").write_text("import sys\nsys.exit(0)\n")
     assert bench.run() == 0
+
+
+def test_demo_runs_without_pytest_and_grade_says_what_is_missing():
+    """The command imported the course tools at start, and they import pytest: without
+    it (the library's own dependencies are NumPy and array-api-compat) every command,
+    demo and --help too, ended in ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pytest'] = None\n"
+            "from minigraph.cli import main\n"
+            "assert main(['demo']) == 0\n"
+            "sys.exit(main(['grade', 'submission', '--json', 'r.json']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "(a.1)" in done.stdout
+    assert "minigraph grade: import of pytest halted" in done.stderr
+    assert "pip install 'minigraph[grading]'" in done.stderr

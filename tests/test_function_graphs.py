@@ -242,3 +242,27 @@ def test_a_replayed_program_moves_an_array_it_read_to_the_tensors_device(backend
     g = mg.grad(traced)(mg.tensor(X, device="cpu:1"))
     assert g.device.name == "cpu:1"
     np.testing.assert_array_equal(g.numpy(), c)
+
+
+class _Scaled:
+    """A callable object, not a Module: its program reads self.w."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, x):
+        return mg.sum(x * self.w.T.T)  # (computed from self.w while it is recorded)
+
+
+def test_a_traced_callable_object_follows_its_attributes():
+    """The reads of a callable object were not followed (only functions, methods and
+    modules): after m.w was written or bound anew, the program kept the old value.
+    Oracle: the closed form sum(x * w)."""
+    m = _Scaled(mg.tensor([1.0, 2.0, 3.0]))
+    traced = mg.trace(m)
+    x = mg.tensor([1.0, 1.0, 1.0])
+    assert float(traced(x).item()) == 6.0
+    m.w -= 1.0
+    assert float(traced(x).item()) == 3.0
+    m.w = mg.tensor([10.0, 20.0, 12.0])
+    assert float(traced(x).item()) == 42.0

@@ -834,3 +834,24 @@ def test_python_bools_and_constant_outputs_keep_their_dtype_in_a_trace():
         assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
     value, g = mg.value_and_grad(lambda a, s: mg.sum(a * s), mode="graph")(x, True)
     assert value.item() == 1.5 and g.tolist() == [1.0, 1.0]
+
+
+def test_passes_and_compile_graph_name_a_fetch_that_is_not_a_node_of_the_graph():
+    """A function or a tensor among the fetches failed deep inside with an
+    AttributeError ('predecessors'); a node of another graph with a KeyError, after
+    optimize had pruned the whole graph without a word. A Session already said it."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        y = mg.sin(x)
+    with mg.Graph() as other:
+        z = mg.cos(mg.placeholder((2,), name="x"))
+    for call in (lambda: mg.passes.cse(g, [mg.sin]), lambda: mg.passes.optimize(g, [mg.ones(2)]),
+                 lambda: mg.compile_graph(g, [x], [mg.sin]), lambda: mg.partition(g, [mg.sin])):
+        with pytest.raises(GraphError, match=r"(fetch|output) 0 is a (function|Tensor), not "
+                                             r"a node of graph"):
+            call()
+    for call in (lambda: mg.compile_graph(g, [x], [z]), lambda: mg.passes.optimize(g, [z])):
+        with pytest.raises(GraphError, match=r"'cos' is a node of another graph \(also named"):
+            call()
+    np.testing.assert_allclose(mg.compile_graph(g, [x], [y])(np.ones(2))[0].numpy(),
+                               np.sin(np.ones(2)))

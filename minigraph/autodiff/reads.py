@@ -92,6 +92,9 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         if _layers(fn) is not None:  # a module: its tree, and its forward's globals
             found += _module_reads(fn)
             fn = getattr(fn, "forward", None)
+        elif not isinstance(fn, (FunctionType, MethodType)) and \
+                type(getattr(type(fn), "__call__", None)) is FunctionType:
+            fn = MethodType(type(fn).__call__, fn)  # an object called: its __call__ and self
         owner = fn.__self__ if isinstance(fn, MethodType) else None
         fn = fn.__func__ if isinstance(fn, MethodType) else fn
         if type(fn) is not FunctionType:

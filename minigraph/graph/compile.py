@@ -49,7 +49,8 @@ from ..codegen import Names, define
 from ..device import Device
 from ..ops import copy as C
 from ..tensor import Tensor
-from .graph import Graph, GraphError, Node, check_graph, describe_location, fed_value
+from .graph import (Graph, GraphError, Node, check_graph, check_nodes, describe_location,
+                    fed_value)
 from .topo import fifo_order, needed, refuse_reads_after_assigns
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -171,7 +172,8 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
 def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
                    name: str) -> CompiledFunction:
     check_graph(graph, "compile_graph")
-    inputs, outputs = list(inputs), list(outputs)
+    inputs = check_nodes(graph, inputs, "compile_graph", "input")
+    outputs = check_nodes(graph, outputs, "compile_graph", "output")
     fed = {id(n) for n in inputs}
     if len(fed) < len(inputs):  # (two parameters of one name: Python refuses the def)
         twice = next(n for k, n in enumerate(inputs) if any(n is m for m in inputs[:k]))

@@ -580,6 +580,22 @@ def check_graph(graph: Any, who: str) -> Graph:
     return graph
 
 
+def check_nodes(graph: Graph, nodes: Any, who: str, role: str = "fetch") -> list[Node]:
+    """``nodes`` as a list, each a node of ``graph``; else an error naming ``who`` (a
+    function or a tensor among them failed deep inside with an AttributeError, a node of
+    another graph with a KeyError, after pruning the whole graph)."""
+    nodes = list(nodes)
+    for k, n in enumerate(nodes):
+        if not isinstance(n, Node):
+            raise GraphError(f"{who}: {role} {k} is a {type(n).__name__}, not a node of "
+                             f"graph {graph.name!r}")
+        if n.graph is not graph:
+            named = "also named" if n.graph.name == graph.name else "named"
+            raise GraphError(f"{who}: {role} '{n.name}' is a node of another graph ({named} "
+                             f"{n.graph.name!r}), not of {graph.name!r}")
+    return nodes
+
+
 def default_graph() -> Graph:
     """The graph of the innermost ``with Graph():`` block (or a global one outside)."""
     if _defaults.graphs:

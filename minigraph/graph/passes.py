@@ -33,7 +33,7 @@ from ..autodiff.backward import collector_paused
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device
 from ..ops.primitive import register_kind
-from .graph import Graph, Node
+from .graph import Graph, Node, check_nodes
 from .topo import fifo_order, needed
 
 
@@ -109,6 +109,7 @@ def _rebuild(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite],
     """Visit the nodes the fetches need (``keep``, if the caller has found them), in
     topological order, and give each one's replacement in a new graph: the first rewrite
     that has one, else a copy."""
+    fetches = check_nodes(graph, fetches, "passes")
     with collector_paused():  # a copy of the graph, garbage-free: see _walk
         return _walk(graph, fetches, rewrites, keep)
 
@@ -293,7 +294,7 @@ def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     makes a constant ``1`` would wait for the next pass to simplify the ``x * 1``
     reading it.
     """
-    keep = needed(fetches)
+    keep = needed(check_nodes(graph, fetches, "optimize"))
     pruned = [f"prune: removed {n.name} ({n.op})" for n in graph.nodes if id(n) not in keep]
     result = _run_pass(graph, fetches, _folding, _simplifying, _merging, keep=keep)
     result.changes = pruned + result.changes

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import AbstractSet, Any, Sequence
 
 from ..device import Device
-from ..graph.graph import Graph, Node, check_graph
+from ..graph.graph import Graph, Node, check_graph, check_nodes
 from ..graph.topo import fifo_order, needed
 from .rendezvous import make_key
 
@@ -74,7 +74,8 @@ def partition(graph: Graph, fetches: Sequence[Node] | None = None,
               fed: AbstractSet[int] = frozenset()) -> Partition:
     """Cut ``graph`` (or the part of it ``fetches`` need) into one graph per device."""
     check_graph(graph, "partition")
-    keep = needed(fetches, set(fed)) if fetches is not None else {id(n) for n in graph.nodes}
+    keep = needed(check_nodes(graph, fetches, "partition"), set(fed)) if fetches is not None \
+        else {id(n) for n in graph.nodes}
     return _Partitioner(graph).run(fifo_order(graph.nodes, keep, set(fed)), fed)
 
 
