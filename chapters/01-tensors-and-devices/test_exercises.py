@@ -55,7 +55,9 @@ def test_broadcast_shape_matches_minigraph(exercises):
 @pytest.mark.points(1)
 @pytest.mark.forbid("numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_to", "minigraph.ops.shape_rules.broadcast_shapes", why="apply the broadcasting rule yourself")
 def test_broadcast_shape_rejects_mismatches(exercises):
-    # shapes whose sizes clash on some axis raise ValueError, as minigraph does
+    # shapes whose sizes clash on some axis raise ValueError, as minigraph does; and the
+    # pairs the clashes are made from do broadcast (a function that refuses everything
+    # must not pass)
     rng = np.random.default_rng(102)
     cases = [((3,), (4,)), ((2, 1), (8, 4, 3)), ((0,), (3,)), ((3,), (0,)), ((2, 0), (2, 5)),
              ((5, 2), (2, 5))]
@@ -63,6 +65,8 @@ def test_broadcast_shape_rejects_mismatches(exercises):
         a, b = random_shape_pair(rng)
         if not a:
             continue
+        assert tuple(exercises.broadcast_shape(a, b)) == minigraph_broadcast(a, b), \
+            f"broadcast_shape({a}, {b})"
         axis = int(rng.integers(len(a)))
         bad = list(a)
         bad[axis] = max(a[axis], 1) + int(rng.integers(1, 4))  # neither 1 nor a's size
