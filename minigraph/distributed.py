@@ -27,6 +27,7 @@ which sends their cross-rank tensors with MPI point-to-point messages
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ from .errors import MinigraphError
 
 _comm: Any = None    # MPI.COMM_WORLD once init() has run
 _MPI: Any = None     # the mpi4py.MPI module
-_timeout = float(os.environ.get("MINIGRAPH_MPI_TIMEOUT", "30"))
+_timeout: float | None = None  # set_timeout's; else MINIGRAPH_MPI_TIMEOUT's, else 30
 
 # Variables that MPI launchers set in the processes they start (MPICH's hydra, Open MPI,
 # PMIx): under one of them, a device name with a rank prefix needs MPI to know our rank.
@@ -132,13 +133,28 @@ def world_for_names() -> int:
 def set_timeout(seconds: float) -> None:
     """How long a graph run waits without news from another rank before it raises."""
     global _timeout
-    if seconds <= 0:
-        raise ValueError(f"set_timeout: seconds must be > 0, got {seconds}")
-    _timeout = float(seconds)
+    _timeout = _seconds(seconds, "set_timeout: seconds")
 
 
 def timeout() -> float:
-    return _timeout
+    """set_timeout's seconds; else the environment's MINIGRAPH_MPI_TIMEOUT, else 30."""
+    if _timeout is not None:
+        return _timeout
+    given = os.environ.get("MINIGRAPH_MPI_TIMEOUT")
+    return 30.0 if given is None else _seconds(given, "the environment's MINIGRAPH_MPI_TIMEOUT")
+
+
+def _seconds(value: Any, what: str) -> float:
+    """``value`` as a number of seconds > 0 (NaN never times out; a str, from the
+    environment, is read as a number)."""
+    try:
+        seconds = float(value) if isinstance(value, (str, int, float)) and \
+            not isinstance(value, bool) else None
+    except ValueError:
+        seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what} must be a number of seconds > 0, got {value!r}")
+    return seconds
 
 
 # -- collectives on tensors -----------------------------------------------------------------
@@ -148,9 +164,15 @@ _REDUCE_DTYPES = ("float64", "float32", "int64", "int32")
 
 def _host(t: Any) -> tuple[Any, np.ndarray]:
     """The tensor and a contiguous host copy of its values."""
+    from .autodiff.tape import is_grad_enabled
     from .tensor import Tensor, tensor
 
     t = t if isinstance(t, Tensor) else tensor(t)
+    if t.requires_grad and is_grad_enabled():  # (its result was a new leaf: w.grad missed
+        raise DistributedError(                 # the path through the collective)
+            "the collectives of mg.distributed have no derivative: t requires a gradient, "
+            "which would silently stop here; pass t.detach(), or call it under "
+            "mg.no_grad()")
     return t, np.asarray(t.device.to_numpy(t.data), order="C")
 
 

@@ -216,6 +216,36 @@ def test_the_users_messages_on_comm_and_minigraphs_own_do_not_meet(tmp_path):
     assert r0["got"] == "rank 1's reply"
 
 
+@needs_mpi
+def test_refusals_on_every_rank_instead_of_a_wrong_value(tmp_path):
+    """A collective of a tensor that requires a gradient made a new leaf: w.grad missed
+    the path through it (2w + ... gave 4, 8 for 8, 16). A cross-rank run from a second
+    thread paired with whatever run the other rank made (values of another run's feeds).
+    Both now raise, on every rank alike, and the next run is right (y = 2x, NumPy)."""
+    for res in launch("refusals", tmp_path):
+        assert res["collective"] == "DistributedError", res
+        assert res["thread"] == "DistributedError", res
+        assert res["after"] == [2.0, 4.0], res
+
+
+def test_timeouts_are_numbers_of_seconds_above_zero(monkeypatch):
+    """set_timeout(nan) made every wait endless, set_timeout("5") raised Python's '<='
+    error, and a bad MINIGRAPH_MPI_TIMEOUT broke import minigraph with a bare
+    ValueError."""
+    import minigraph as mg
+
+    for bad in (float("nan"), "5x", 0, -1.0, True, None):
+        with pytest.raises(ValueError, match="set_timeout: seconds must be a number of "
+                                             "seconds > 0"):
+            mg.distributed.set_timeout(bad)
+    monkeypatch.setattr(mg.distributed, "_timeout", None)
+    monkeypatch.setenv("MINIGRAPH_MPI_TIMEOUT", "abc")
+    with pytest.raises(ValueError, match="MINIGRAPH_MPI_TIMEOUT must be a number"):
+        mg.distributed.timeout()
+    monkeypatch.setenv("MINIGRAPH_MPI_TIMEOUT", "2.5")
+    assert mg.distributed.timeout() == 2.5
+
+
 # -- what each rank runs ------------------------------------------------------------------------
 
 def scenario_basics(out: dict) -> None:
@@ -443,6 +473,29 @@ def scenario_users_messages(out: dict) -> None:
         comm.send("rank 1's reply", dest=0)
     else:
         out["got"] = comm.recv(source=1)
+
+
+def scenario_refusals(out: dict) -> None:
+    import threading
+
+    import minigraph as mg
+
+    w = mg.tensor([1.0, 2.0], requires_grad=True)
+    out.update(collective=_attempt(lambda: mg.distributed.all_reduce(w * 2.0))["type"])
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(2,), name="x")
+        with mg.device("rank:1/cpu"):
+            y = x * 2.0
+    sess = mg.Session(g)
+    sess.run(y, {x: np.ones(2)})  # (this thread's: the first)
+    seen: dict = {}
+    other = threading.Thread(target=lambda: seen.update(
+        _attempt(lambda: sess.run(y, {x: np.ones(2)}))))
+    other.start()
+    other.join()
+    out["thread"] = seen.get("type")
+    out["after"] = sess.run(y, {x: np.array([1.0, 2.0])}).tolist()
 
 
 if __name__ == "__main__":

@@ -88,9 +88,23 @@ class _World:
         MPI = distributed._mpi()
         # A communicator of our own, so that the user's messages on mg.distributed.comm()
         # and ours never meet (mpi4py's send has tag 0, our control tag, and its recv
-        # takes any tag). Dup is collective: every rank makes its first cross-rank run
-        # at the same point of the program, and creates the world there.
-        self.comm = distributed.comm().Dup()
+        # takes any tag). Making it is collective: every rank makes its first cross-rank
+        # run at the same point of the program, and creates the world there; a rank
+        # that does not come is waited for as long as a run waits for news.
+        self.comm, request = distributed.comm().Idup()
+        deadline = time.monotonic() + distributed.timeout()
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise RankTimeout(
+                    f"rank {distributed.rank()}: the first cross-rank run waits for every "
+                    f"rank to start its own, and some rank did not for "
+                    f"{distributed.timeout():g} s. Did every rank call Session.run with the "
+                    f"same fetches?")
+            time.sleep(0.001)
+        # Ranks pair their runs in the order they make them; runs from two threads of a
+        # rank would pair in whatever order the threads happened to come (values of
+        # another run's feeds, silently): every run comes from this thread.
+        self.thread = threading.get_ident()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.run_id = 0
         self.epoch = 0
@@ -221,10 +235,12 @@ class MPIRendezvous(Rendezvous):
         self.outgoing = outgoing
         self.sends: list[tuple[Any, np.ndarray]] = []  # (request, buffer kept alive)
         self.recvs: list[tuple[Any, np.ndarray, Route]] = []
+        self.owing: dict[int, int] = {}  # rank -> how many of the Recvs it owes us
         for route in incoming.values():  # every receive is posted before anything runs
             buffer = np.empty(route.shape, dtype=route.dtype)
             request = w.comm.Irecv(buffer, source=route.peer, tag=w.tag(route))
             self.recvs.append((request, buffer, route))
+            self.owing[route.peer] = self.owing.get(route.peer, 0) + 1
 
     def send(self, key: str, value: Any) -> None:
         route = self.outgoing.get(key)
@@ -251,9 +267,13 @@ class MPIRendezvous(Rendezvous):
         MPI = distributed._mpi()
         done = MPI.Request.Testsome([r for r, _, _ in self.recvs]) or []
         arrived = [self.recvs[i] for i in done]
-        self.recvs = [x for i, x in enumerate(self.recvs) if i not in set(done)]
+        gone = set(done)  # (once: a set per element made a long chain's run quadratic)
+        self.recvs = [x for i, x in enumerate(self.recvs) if i not in gone]
         for _, buffer, route in arrived:
             self._put(route.key, buffer)
+            self.owing[route.peer] -= 1
+            if not self.owing[route.peer]:
+                del self.owing[route.peer]
         return [route.peer for _, _, route in arrived]
 
     def sends_done(self) -> bool:
@@ -273,7 +293,7 @@ class MPIRendezvous(Rendezvous):
         for request, _, _ in self.recvs:
             request.Cancel()
             request.Wait()
-        self.recvs = []
+        self.recvs, self.owing = [], {}
 
 
 def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict: dict
@@ -284,6 +304,12 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
     if distributed.world_for_names() == 1:  # say so before starting MPI for nothing
         _check_placement(session._plan(resolve(), session._feeds(feed_dict)), 1)
     w = world()
+    if threading.get_ident() != w.thread:
+        raise distributed.DistributedError(
+            f"rank {w.rank}: cross-rank runs come from one thread of each process (the "
+            f"first one's): ranks pair their runs in the order they make them, and runs "
+            f"from two threads would pair in whatever order the threads come. Make them "
+            f"from one thread (or all with one Session's run_async, which has one thread)")
     w.run_id += 1
     talk = _Conversation(w, w.run_id)
     rendezvous: MPIRendezvous | None = None
@@ -341,9 +367,9 @@ def _progress(talk: _Conversation, rendezvous: MPIRendezvous, threads: list[thre
             talk.heard_from(rank)
         try:
             talk.poll()
-            owed = rendezvous.waiting_on()
-            late = talk.silent(set(owed))
+            late = talk.silent(set(rendezvous.owing))  # (the ranks, not every key: per pass)
             if late is not None:
+                owed = rendezvous.waiting_on()
                 keys = ", ".join(repr(k) for k in owed[late])
                 raise RankTimeout(
                     f"rank {talk.w.rank}: Recv of {keys} timed out: rank {late} sent nothing "
