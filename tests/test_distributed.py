@@ -221,11 +221,16 @@ def test_refusals_on_every_rank_instead_of_a_wrong_value(tmp_path):
     """A collective of a tensor that requires a gradient made a new leaf: w.grad missed
     the path through it (2w + ... gave 4, 8 for 8, 16). A cross-rank run from a second
     thread paired with whatever run the other rank made (values of another run's feeds).
-    Both now raise, on every rank alike, and the next run is right (y = 2x, NumPy)."""
-    for res in launch("refusals", tmp_path):
+    Both now raise, on every rank alike, and the next run is right (y = 2x, NumPy). A
+    variable of rank 1 read with numpy() on rank 0 gave its first value (rank 1 commits
+    its runs): that refuses, pointing at Session.run."""
+    r0, r1 = ranks = launch("refusals", tmp_path)
+    for res in ranks:
         assert res["collective"] == "DistributedError", res
         assert res["thread"] == "DistributedError", res
         assert res["after"] == [2.0, 4.0], res
+        assert res["fetched"] == [1.0, 1.0], res  # v + 1 once (closed form)
+    assert r0["variable"] == "GraphError" and r1["variable"] is None, ranks
 
 
 def test_timeouts_are_numbers_of_seconds_above_zero(monkeypatch):
@@ -487,8 +492,13 @@ def scenario_refusals(out: dict) -> None:
             x = mg.placeholder(shape=(2,), name="x")
         with mg.device("rank:1/cpu"):
             y = x * 2.0
+            v = mg.variable(np.zeros(2), name="v")
+            bump = v.assign(v + 1.0)
     sess = mg.Session(g)
     sess.run(y, {x: np.ones(2)})  # (this thread's: the first)
+    sess.run(bump)
+    out["variable"] = _attempt(v.numpy)["type"]  # (rank 1 holds it: [1, 1] there)
+    out["fetched"] = sess.run(v).tolist()
     seen: dict = {}
     other = threading.Thread(target=lambda: seen.update(
         _attempt(lambda: sess.run(y, {x: np.ones(2)}))))

@@ -195,6 +195,10 @@ class Node(ArrayOps):
     def numpy(self) -> Any:
         """A Const's or a Variable's value, as a NumPy array of the caller's own (a copy:
         writing into it must not change the graph, nor a later assign change it)."""
+        if self.op == "Variable" and self.device.remote:  # (its runs commit on its rank)
+            raise GraphError(f"numpy(): variable '{self.name}' lives on {self.device.name}, "
+                             f"another process, which keeps its value; fetch it with "
+                             f"Session.run('{self.name}')")
         if self.op in ("Const", "Variable"):
             return np.array(self.device.to_numpy(self.value), copy=True)
         raise self._no_value("numpy()")
