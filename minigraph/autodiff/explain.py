@@ -85,9 +85,19 @@ def _make(prim: Primitive, args: tuple, params: dict, value: Any) -> Sym:
 
 def _param(v: Any) -> str:
     """A parameter as text: numbers and tuples as Python writes them, a function (and a
-    device) by its name, not its repr (``fn=f``, not ``fn=<function f at 0x7f...>``)."""
-    return literal(v, lambda o: getattr(o, "__name__", None) or getattr(o, "name", None)
-                   or type(o).__name__)
+    device) by its name, not its repr (``fn=f``, not ``fn=<function f at 0x7f...>``),
+    an array (an integer index) and a NumPy number by their values."""
+    return literal(v, _named)
+
+
+def _named(o: Any) -> str:
+    """What ``_param`` writes for a value that is no Python literal. An array by its
+    values, as a list, shortened if long (``index=[0, 0, 1]``): its type's name would
+    print two different indices, with different derivatives, as the same formula."""
+    if isinstance(o, (np.ndarray, np.generic)):
+        text = np.array2string(np.asarray(o), separator=", ", threshold=10, edgeitems=3)
+        return " ".join(text.split())  # (on one line: a 2-D array prints one row a line)
+    return getattr(o, "__name__", None) or getattr(o, "name", None) or type(o).__name__
 
 
 def _number(v: Any) -> str:
@@ -137,7 +147,21 @@ def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     names = {id(t): n for n, t in xs.items()}
     for t, n in zip(recorded, _names(len(recorded), set(xs))):
         names[id(t)] = n
+    _refuse_derived_names(xs, set(names.values()))
     return xs, recorded, names
+
+
+def _refuse_derived_names(xs: dict[str, Tensor], names: set[str]) -> None:
+    """Refuse an input whose name is one the traces give to a tangent (``d`` + a name)
+    or an adjoint (``g`` + a name): with inputs x and dx, ``dx`` would stand for both the
+    input and x's tangent, and a printed formula, read as written, would be wrong."""
+    for n in xs:
+        for prefix, what in (("d", "tangent"), ("g", "adjoint")):
+            if n.startswith(prefix) and n[1:] in names:
+                raise ValueError(f"explain: input {n!r} has the name the traces give to "
+                                 f"the {what} of {n[1:]!r} ({prefix} + {n[1:]}): a printed "
+                                 f"formula would read the two as one value; give the input "
+                                 f"another name")
 
 
 def _symbol(a: Any, names: dict[int, str]) -> Any:

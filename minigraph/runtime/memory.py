@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any
+from typing import AbstractSet, Any
 
 import numpy as np
 from array_api_compat import is_numpy_namespace
@@ -63,21 +63,29 @@ def root(array: Any) -> Any:
 class PlanCounts:
     """The counts a run starts from, which depend only on the plan (a ``Session`` keeps
     them with its cached plan, and each run copies them): how many nodes read each value,
-    which nodes can write into a pooled buffer, and how many want one of each key."""
+    which nodes can write into a pooled buffer, and how many want one of each key.
 
-    def __init__(self, order: list[Node]):
+    A fed node (its id in ``fed``) computes nothing: it reads none of its inputs and
+    wants no buffer. Counted as a reader, it would run first (a root: the scheduler skips
+    a fed node's inputs too, ``topo.dependencies``) and count down the readers of an
+    input that has not run yet (one in the plan through a control dependency), which
+    would then be freed before it exists; counted as a buffer's taker, it would take a
+    pooled buffer and drop it."""
+
+    def __init__(self, order: list[Node], fed: AbstractSet[int] = frozenset()):
         keep = {id(n) for n in order}
         self.readers: dict[int, int] = {}
         # each node's inputs whose readers are counted: those of the plan, once each
         self.reads: dict[int, tuple[Node, ...]] = {}
         for n in order:
-            self.reads[id(n)] = tuple(i for i in _distinct(n.inputs) if id(i) in keep)
+            self.reads[id(n)] = () if id(n) in fed else tuple(
+                i for i in _distinct(n.inputs) if id(i) in keep)
             for i in self.reads[id(n)]:
                 self.readers[id(i)] = self.readers.get(id(i), 0) + 1
         self.demand: dict[tuple, int] = {}
         self.writable: set[int] = set()
         for n in order:
-            if can_write_into(n):
+            if id(n) not in fed and can_write_into(n):
                 self.writable.add(id(n))
                 key = (n.device.name, n.shape, n.dtype)
                 self.demand[key] = self.demand.get(key, 0) + 1
@@ -94,7 +102,7 @@ class Memory:
         self.poison = poison
         self.lock = threading.Lock()
         self.start = time.perf_counter() if start is None else start
-        counts = counts if counts is not None else PlanCounts(order)
+        counts = counts if counts is not None else PlanCounts(order)  # (none of it fed)
         self.readers = dict(counts.readers)  # node id -> consumers still to run
         self.demand = dict(counts.demand)    # buffer key -> nodes still to run wanting one
         self.writable = counts.writable      # ids of the nodes that can use a pooled buffer
@@ -296,13 +304,10 @@ class MemoryPlan:
         value, count the reads."""
         key = id(node)
         take, fresh, buffer, pooled, expect = -1, False, None, False, None
-        if key in model.writable:  # (a fed node asks for one too, as in run_node)
+        if key in model.writable:  # (never a fed node: PlanCounts)
             buffer, pooled = model.buffer_for(node)
             take, fresh = buffer.slot, not pooled
-        if key in self.fed:  # nothing to compute: no allocation (a pooled buffer is dropped)
-            fresh = False
-            take = take if pooled else -1
-        else:
+        if key not in self.fed:  # (a fed node's value is there already: nothing to make)
             values[key], expect = self._value(model, node, values, buffer)
             model.produced(node, values[key], pooled)
         model.pooled = []

@@ -6,8 +6,11 @@
 * ``events`` (a traced run only, ``mg.Session(g, trace=True)``; a run across devices is
   always traced, since its order comes from the events' clock): one complete event per
   node (``name``, ``ts`` and ``dur`` in microseconds,
-  ``pid`` = device, ``tid`` = thread: 0 for the one that called ``run()``, then the
-  pool's workers in the order they first finished a node, ``cost``);
+  ``pid`` = device, ``tid`` = thread: 0 for the one that called ``run()`` (in a run
+  across devices, the device's executor thread), even if it ran no node, then the
+  pool's workers in the order they first finished a node, ``cost``; a Send's event
+  also has ``handed``: the microseconds after its start at which its tensor went to
+  the rendezvous, where the trace's arrow to the Recv starts);
 * ``peak_bytes``: per device, the most bytes the run held at once (live values and the
   free buffers kept in the pool); ``lower_bound``: per device, the most bytes of *live*
   values at once, which no allocator can go below for this order; ``total_bytes``: the
@@ -149,8 +152,12 @@ class RunStats:
         flows = []
         for e in (x for x in self.events if "key" in x):
             phase = {"Send": "s", "Recv": "f"}[e["op"]]
+            # An arrow starts where the Send handed its tensor over (at its start if the
+            # event does not say), not at the Send's end: the Recv may start before the
+            # Send's thread reads the clock again, and the arrow would point back in time.
+            at = e["ts"] + e.get("handed", 0.0) if phase == "s" else e["ts"]
             flows.append({"name": "transfer", "cat": "rendezvous", "ph": phase, "bp": "e",
-                          "id": e["key"], "ts": e["ts"] + (e["dur"] if phase == "s" else 0),
+                          "id": e["key"], "ts": at,
                           "pid": where[id(e)][0], "tid": where[id(e)][1]})
         return events + flows
 

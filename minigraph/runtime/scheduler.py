@@ -221,7 +221,7 @@ class Layout:
     def __init__(self, plan: list[Node], fed: set[int]):
         self.missing, self.consumers = dependencies(plan, fed)  # Kahn's counts (topo.py)
         self.roots = [n for n in plan if self.missing[id(n)] == 0]
-        self.counts = PlanCounts(plan)  # what the run's Memory starts from
+        self.counts = PlanCounts(plan, fed)  # what the run's Memory starts from
         self.literals: dict[int, Any] = {}  # the arguments that are no node (Step.fetch)
         self.steps = [Step(n, self.literals) for n in plan]
         self.step_of = {s.key: s for s in self.steps}
@@ -299,16 +299,16 @@ class Run:
         with self.lock:
             self.order.append(node.name)
             buffer, pooled = None, False
-            if key in self.memory.writable:
+            if key in self.memory.writable:  # (never a fed node: memory.PlanCounts)
                 buffer, pooled = self.memory.buffer_for(node)
-        start = time.perf_counter() if self.timed else 0.0
+        start = handed = time.perf_counter() if self.timed else 0.0
         if key in self.feeds:
             pass  # (a fed node's value is there already)
         elif step.comm:
             if node.op == "Recv":
                 self.values[key] = self.received.pop(key)
             else:
-                self._send(node)
+                handed = self._send(node)
         else:
             try:
                 self.values[key] = compute(step, self.values, self.assigns, self.fetches,
@@ -323,7 +323,10 @@ class Run:
         with self.lock:
             self._account(node, key, pooled)
             if self.trace:
-                self.events.append(self._event(node, start, end))
+                event = self._event(node, start, end)
+                if node.op == "Send":  # (where the trace's arrow to the Recv starts)
+                    event["handed"] = (handed - start) * 1e6
+                self.events.append(event)
 
     def _account(self, node: Node, key: int, pooled: bool) -> None:
         """Count a node's new value (written into a pooled buffer if ``pooled``) and its
@@ -335,21 +338,24 @@ class Run:
             if id(dead) not in self.feeds:
                 self.values.pop(id(dead), None)
 
-    def _send(self, node: Node) -> None:
-        """A Send: hand a copy of its input to the rendezvous, and count its bytes."""
+    def _send(self, node: Node) -> float:
+        """A Send: hand a copy of its input to the rendezvous, and count its bytes.
+        Returns when it handed the copy over (``time.perf_counter()``): the Recv can
+        start any time after that, even before this Send's event ends."""
         assert isinstance(node, CommNode) and self.rendezvous is not None  # (as a Recv)
         value = self.values[id(node.args[0])]
         dst = get_device(node.recv_device)
         if node.params["control"]:  # a control edge: an empty tensor says "it ran"
-            empty = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
-            self.rendezvous.send(node.key, empty)
+            sent = np.zeros((0,)) if dst.remote else dst.xp.zeros((0,))
         else:
-            copy = dst.copy_sent(value, node.device)  # a real copy
+            sent = dst.copy_sent(value, node.device)  # a real copy
             link = (node.send_device, node.recv_device)
             with self.lock:
-                self.moved[link] = self.moved.get(link, 0) + nbytes(copy)
-            self.rendezvous.send(node.key, copy)
+                self.moved[link] = self.moved.get(link, 0) + nbytes(sent)
         self.values[id(node)] = value
+        handed = time.perf_counter()
+        self.rendezvous.send(node.key, sent)
+        return handed
 
     def _event(self, node: Node, start: float, end: float) -> dict:
         tid = self.workers.setdefault(threading.get_ident(), len(self.workers))
@@ -532,6 +538,9 @@ class Run:
             self._run_threaded(pool)
 
     def _run_threaded(self, pool: ThreadPoolExecutor) -> None:
+        # Trace thread 0 is this one, which started the run, even if every root is
+        # expensive and it runs no node itself; the workers are numbered from 1 (_event).
+        self.workers[threading.get_ident()] = 0
         self.remaining = len(self.plan)
         self.active = 0
         self.changed = threading.Condition(self.lock)

@@ -118,6 +118,7 @@ class Session:
         # guards the caches above when several threads run at once: a plan made twice
         # would leave a layout under the id of a plan that died (ids are reused)
         self._cache_lock = threading.RLock()
+        self._background_thread = -1  # its thread's ident, once it ran something (close)
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
@@ -327,6 +328,7 @@ class Session:
 
     def _run_with_errors(self, errors: Any, fetches: Any, feed_dict: dict | None) -> Any:
         """``run`` on the background thread, under ``errors`` (``np.geterr()``'s dict)."""
+        self._background_thread = threading.get_ident()  # (close() must know it: see there)
         with np.errstate(**errors):
             return self.run(fetches, feed_dict)
 
@@ -334,11 +336,17 @@ class Session:
         """Stop the session's threads (also done when the session is garbage-collected).
         A closed session runs nothing more, as in TensorFlow: a run would start new
         threads that nothing would stop. Runs already started (in other threads, or by
-        ``run_async``) finish first: their threads are the ones being stopped."""
+        ``run_async``) finish first: their threads are the ones being stopped.
+
+        Called on the background thread itself (from a ``run_async`` future's done
+        callback, which runs there), it does not wait for that thread, which would wait
+        for itself: the thread ends once the callback returns (and the runs queued
+        behind it are refused)."""
         with self._idle:
             self._closed = True
-        if self._background is not None:  # (a run queued there and not started is
-            self._background.shutdown(wait=True)  # refused: SessionClosedError)
+        if self._background is not None:  # (a run queued there, not started, is refused)
+            on_it = threading.get_ident() == self._background_thread
+            self._background.shutdown(wait=not on_it)
         with self._idle:
             self._idle.wait_for(lambda: self._running == 0)
         for pool in self._pools.values():
@@ -388,7 +396,11 @@ class Session:
 
     def _plan(self, fetches: list[Node], feeds: dict[int, Any]) -> list[Node]:
         """The nodes to run, in FIFO order, cached with their dependency counts (the
-        plan stays in the cache, so its id keys its layout)."""
+        plan stays in the cache, so its id keys its layout).
+
+        A plan is cached only once everything made for it (layout, memory plan) has
+        been made: a plan cached before a step that then failed would have no entry in
+        the other caches, and every later run of the same fetches would fail there."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
             if key not in self._plans:
@@ -397,23 +409,26 @@ class Session:
                 stateful = any(n.op in ("Variable", "Assign") for n in plan)
                 if stateful:  # (before the plan is kept: every run of it is refused)
                     refuse_reads_after_assigns(plan)
-                self._plans[key] = plan
-                self._layouts[id(plan)] = Layout(plan, set(feeds))
+                layout = Layout(plan, set(feeds))
+                one_device = len({n.device.name for n in plan}) == 1
+                memory_plan = self._plan_memory(plan, fetches, set(feeds), layout, one_device)
+                self._layouts[id(plan)] = layout
                 self._stateful[id(plan)] = stateful
-                self._one_device[id(plan)] = len({n.device.name for n in plan}) == 1
-                self._memory_plans[id(plan)] = self._plan_memory(plan, fetches, set(feeds))
+                self._one_device[id(plan)] = one_device
+                self._memory_plans[id(plan)] = memory_plan
+                self._plans[key] = plan
             return self._plans[key]
 
-    def _plan_memory(self, plan: list[Node], fetches: list[Node],
-                     fed: set[int]) -> MemoryPlan | None:
+    def _plan_memory(self, plan: list[Node], fetches: list[Node], fed: set[int],
+                     layout: Layout, one_device: bool) -> MemoryPlan | None:
         """The plan's memory, decided now for its serial runs (``memory.MemoryPlan``), or
         None where runs keep the dynamic accounting: a traced run (its memory curve
         needs the clock of each change), a debug run (it poisons what it frees), a
         measured cost model (it times every node), a plan across devices (it runs
         partitioned), or a plan the model cannot know in advance (``plan_memory``)."""
-        if self.trace or self.debug or self.costs is not None or not self._one_device[id(plan)]:
+        if self.trace or self.debug or self.costs is not None or not one_device:
             return None
-        return plan_memory(plan, fetches, fed, self.recycle, self._layouts[id(plan)].counts)
+        return plan_memory(plan, fetches, fed, self.recycle, layout.counts)
 
 
 def _check_feed_dict(who: str, feed_dict: Any) -> None:

@@ -13,10 +13,18 @@ if TYPE_CHECKING:
 SHAPES = {"Placeholder": "invhouse", "Const": "box", "Variable": "cylinder", "Assign": "cds"}
 
 
+def quoted(text: str) -> str:
+    """``text`` as a DOT quoted string, drawn as it is: a ``"`` would end the string, and
+    a backslash start an escape (``\\N`` is Graphviz's node name, ``\\n`` a new line)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
 def _label(node: "Node") -> str:
     from ..graph.graph import _type_text
 
-    return f"{node.name}\\n{node.op} {_type_text(node)}"
+    # (name and type on two lines: quoted writes the new line as DOT's \n)
+    return quoted(f"{node.name}\n{node.op} {_type_text(node)}")
 
 
 GRADIENT_SCOPE = re.compile(r"(^|/)gradients(_\d+)?/")
@@ -35,11 +43,11 @@ def _color(node: "Node") -> str:
 
 def graph_to_dot(graph: "Graph") -> str:
     """One DOT node per graph node (forward blue, gradients salmon), one edge per input."""
-    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;",
+    lines = [f"digraph {quoted(graph.name)} {{", "  rankdir=TB;",
              '  node [style=filled, fontname="Helvetica", fontsize=10];']
     index = {id(n): k for k, n in enumerate(graph.nodes)}
     for k, n in enumerate(graph.nodes):
-        lines.append(f'  n{k} [label="{_label(n)}", shape={SHAPES.get(n.op, "ellipse")}, '
+        lines.append(f'  n{k} [label={_label(n)}, shape={SHAPES.get(n.op, "ellipse")}, '
                      f'fillcolor={_color(n)}];')
     for k, n in enumerate(graph.nodes):
         for i in n.inputs:
@@ -55,11 +63,11 @@ def partition_to_dot(parts: dict) -> str:
     lines = ['digraph "partition" {', '  node [style=filled, fontname="Helvetica", fontsize=10];']
     ids: dict[int, str] = {}
     for c, (device, graph) in enumerate(parts.items()):
-        lines.append(f'  subgraph cluster_{c} {{\n    label="{device}";')
+        lines.append(f"  subgraph cluster_{c} {{\n    label={quoted(device)};")
         for k, n in enumerate(graph.nodes):
             ids[id(n)] = f"d{c}n{k}"
             shape = "cds" if n.op in ("Send", "Recv") else SHAPES.get(n.op, "ellipse")
-            lines.append(f'    {ids[id(n)]} [label="{_label(n)}", shape={shape}, '
+            lines.append(f'    {ids[id(n)]} [label={_label(n)}, shape={shape}, '
                          f'fillcolor={_color(n)}];')
         lines.append("  }")
     recvs = {n.key: n for g in parts.values() for n in g.nodes if n.op == "Recv"}
@@ -71,6 +79,6 @@ def partition_to_dot(parts: dict) -> str:
                 lines.append(f"  {ids[id(c)]} -> {ids[id(n)]} [style=dotted];")
             if n.op == "Send":
                 lines.append(f'  {ids[id(n)]} -> {ids[id(recvs[n.key])]} '
-                             f'[style=dashed, label="{n.tensor_name}"];')
+                             f'[style=dashed, label={quoted(n.tensor_name)}];')
     lines.append("}")
     return "\n".join(lines)

@@ -71,7 +71,8 @@ def draw_nodes(ax: Any, nodes: list[Node], title: str) -> None:
                             arrowprops=dict(arrowstyle="->", color="grey", lw=1))
     for n in nodes:
         x, y = pos[id(n)]
-        ax.text(x, y, n.name, ha="center", va="center", fontsize=8,
+        # parse_math=False: a name is drawn as it is, never read as mathtext ($x_1$)
+        ax.text(x, y, n.name, ha="center", va="center", fontsize=8, parse_math=False,
                 bbox=dict(boxstyle="round,pad=0.3", fc=_color(n), ec="black", lw=0.5))
     xs = [p[0] for p in pos.values()] or [0]
     ys = [p[1] for p in pos.values()] or [0]

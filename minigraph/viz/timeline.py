@@ -38,16 +38,18 @@ def gantt(stats: Any, ax: Any = None, title: str | None = None, min_label_width:
 
         _, ax = plt.subplots(figsize=(10, 1 + 0.6 * len({e["tid"] for e in stats.events})))
     events = stats.events
-    t0 = min(e["ts"] for e in events)
-    span = max(e["ts"] + e["dur"] for e in events) - t0 or 1.0
+    # (a run of no node, a rank's part of a run that has none, draws empty rows)
+    t0 = min((e["ts"] for e in events), default=0.0)
+    span = max((e["ts"] + e["dur"] for e in events), default=t0) - t0 or 1.0
     for e in events:
         start, dur = e["ts"] - t0, max(e["dur"], span * 0.002)
         ax.broken_barh([(start, dur)], (e["tid"] - 0.4, 0.8), facecolors=COST_COLORS[e["cost"]],
                        edgecolors="black", linewidth=0.3)
         if dur >= min_label_width * span:
+            # (parse_math=False: a node's name as it is, never read as mathtext: $x_1$)
             ax.text(start + dur / 2, e["tid"], e["name"], ha="center", va="center", fontsize=7,
-                    clip_on=True)
-    tids = sorted({e["tid"] for e in events})
+                    clip_on=True, parse_math=False)
+    tids = sorted({e["tid"] for e in events}) or [0]
     ax.set_yticks(tids, [f"thread {t}" + (" (caller)" if t == 0 else "") for t in tids])
     ax.set_ylim(max(tids) + 0.6, min(tids) - 0.6)
     ax.set_xlabel("time since the first node started (µs)")
@@ -70,10 +72,15 @@ def plot_memory(stats: Any, ax: Any = None, unit: str = "kB", title: str | None 
         _, ax = plt.subplots(figsize=(8, 3))
     scale = UNITS[unit]
     curve = stats.memory_curve
-    t0 = min(t for t, _, _, _ in curve)
-    devices = device_rows(d for _, d, _, _ in curve)
+    # Every device of the run, one that allocated nothing too (a view of a feed, a
+    # variable: its curve has no point), whose memory is then 0 from start to end.
+    devices = device_rows([d for _, d, _, _ in curve] + list(stats.peak_bytes))
+    t0 = min((t for t, _, _, _ in curve), default=0.0)
+    end = max([t for t, _, _, _ in curve] + [(e["ts"] + e["dur"]) / 1e6 for e in stats.events],
+              default=t0)
     for dev in devices:
         pts = [(t, live, held) for t, d, live, held in curve if d == dev]
+        pts = pts or [(t0, 0, 0), (end, 0, 0)]
         suffix = f" on {dev}" if len(devices) > 1 else ""
         ax.step([(p[0] - t0) * 1e6 for p in pts], [p[2] / scale for p in pts], where="post",
                 color=MEMORY_COLORS["held"], label=f"held (live + pool){suffix}")
