@@ -223,13 +223,15 @@ def test_refusals_on_every_rank_instead_of_a_wrong_value(tmp_path):
     thread paired with whatever run the other rank made (values of another run's feeds).
     Both now raise, on every rank alike, and the next run is right (y = 2x, NumPy). A
     variable of rank 1 read with numpy() on rank 0 gave its first value (rank 1 commits
-    its runs): that refuses, pointing at Session.run."""
+    its runs): that refuses, pointing at Session.run. A rank that refused its call alone
+    (a feed_dict list, no fetches) left the other to pair with its next call."""
     r0, r1 = ranks = launch("refusals", tmp_path)
     for res in ranks:
         assert res["collective"] == "DistributedError", res
         assert res["thread"] == "DistributedError", res
         assert res["after"] == [2.0, 4.0], res
         assert res["fetched"] == [1.0, 1.0], res  # v + 1 once (closed form)
+        assert res["bad_feed"] is not None and res["no_fetch"] is not None, res
     assert r0["variable"] == "GraphError" and r1["variable"] is None, ranks
 
 
@@ -505,6 +507,12 @@ def scenario_refusals(out: dict) -> None:
     other.start()
     other.join()
     out["thread"] = seen.get("type")
+    me = mg.distributed.rank()
+    # one rank refuses its own call (a list for a dict; no fetches while the other has
+    # one): every rank's call fails, and the runs stay paired
+    out["bad_feed"] = _attempt(lambda: sess.run(y, [(x, np.ones(2))] if me == 0
+                                                else {x: np.ones(2)}))["type"]
+    out["no_fetch"] = _attempt(lambda: sess.run([] if me == 0 else y, {x: np.ones(2)}))["type"]
     out["after"] = sess.run(y, {x: np.array([1.0, 2.0])}).tolist()
 
 

@@ -134,21 +134,24 @@ class Session:
                     self._idle.notify_all()
 
     def _run(self, fetches: Any, feed_dict: dict | None) -> Any:
-        _check_feed_dict("run", feed_dict)
-        if self._spans_ranks() and _flatten(fetches):  # every rank runs its part; MPI
-            from .mpi_run import run_across_ranks       # carries the rest
+        if self._spans_ranks():  # every rank runs its part; MPI carries the rest
+            from .mpi_run import run_across_ranks
+
+            def resolve() -> list[Node]:
+                # (checked inside the run: a rank that refuses its call takes part in the
+                # run still and tells the others, so that every rank's runs stay in step;
+                # one that refused alone made the others pair with its next call)
+                _check_feed_dict("run", feed_dict)
+                return [self._node(f) for f in _flatten(fetches)]
 
             with _state_lock(self.graph):
-                # (the fetches are found inside the run: a rank that cannot find them
-                # takes part in it still and tells the others, so that every rank's
-                # runs stay in step)
-                flat, values, assigns = run_across_ranks(
-                    self, lambda: [self._node(f) for f in _flatten(fetches)], feed_dict or {})
+                flat, values, assigns = run_across_ranks(self, resolve, feed_dict or {})
                 kept = [n.value for n in self.graph.nodes if n.op in ("Const", "Variable")]
                 kept += [np.asarray(v) for v in (feed_dict or {}).values()]
                 results = _handed_over(flat, values, kept)
                 _commit(assigns)
             return _rebuild(fetches, iter(results))
+        _check_feed_dict("run", feed_dict)
         flat = [self._node(f) for f in _flatten(fetches)]
         if not flat:  # (TF1's run([]): the feeds are checked, nothing runs)
             self._feeds(feed_dict or {})
