@@ -52,6 +52,8 @@ def nbytes(value: Any) -> int:
     n = getattr(value, "nbytes", None)
     if n is not None:
         return int(n)
+    if not hasattr(value, "shape"):  # a Python number (a rendezvous may carry one)
+        return 0
     dtype = str(value.dtype).rsplit(".", 1)[-1]  # ("array_api_strict.float64", "float64")
     size = 1
     for d in value.shape:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from minigraph.grading import grade
+from minigraph.grading import GradingError, Report, grade, grade_main
 from minigraph.grading import isolation
 from minigraph.grading.gradescope import write_results_json
 
@@ -402,3 +402,268 @@ def test_sleeping_forever_is_bounded_by_the_total_timeout(attacks):
     report, seconds, _ = results["sleep-forever"]
     assert seconds < TOTAL + 20
     assert any("timed out" in r.output for r in report.results)
+
+
+# -- attacks on the grader's own files, handles and messages ---------------------------------
+# Each is graded against a small course of its own: chapter 97-probe (its tests iterate an
+# answer), beside a chapter 98-other whose reference solution the sandbox must not read.
+
+PROBES = Path(f"/tmp/{TOKEN}-{os.getpid()}-probes")   # (others may pass through /tmp)
+LEFT_BEHIND = [Path(f"/dev/shm/{TOKEN}-{os.getpid()}-left"),
+               Path(f"/tmp/{TOKEN}-{os.getpid()}-left")]
+OTHER_SECRET = "the reference solution of chapter 98"
+
+PROBE_TESTS = """
+import pytest
+from minigraph.grading import exercises_fixture
+exercises = exercises_fixture()
+
+@pytest.mark.points(1)
+def test_add(exercises):
+    assert exercises.add(2, 3) == 5
+
+@pytest.mark.points(1)
+def test_items(exercises):
+    got = exercises.items(3)
+    assert len(got) == 3
+    for mine, want in zip(got, [0, 1, 2]):
+        assert mine == want
+
+@pytest.mark.points(1)
+def test_items_reversed(exercises):
+    got = exercises.items(3)
+    for mine, want in zip(reversed(got), [2, 1, 0]):
+        assert mine == want
+    assert 7 not in got
+"""
+PROBE_SOLUTION = "def add(a, b):\n    return a + b\n\ndef items(n):\n    return list(range(n))\n"
+PROBE_STUBS = "def add(a, b):\n    raise NotImplementedError\n\nitems = add\n"
+
+PROBE_ATTACKS = {
+    # len() says 3; Python's fallback iteration stops at the first IndexError: zip, `in`
+    # and reversed() saw no item, and the loops that check the values never ran
+    "iterate-nothing": PROBE_STUBS + """
+class _Empty:
+    def __len__(self):
+        return 3
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+def items(n):
+    return _Empty()
+""",
+    # the grader's configuration (the submission's path), its log (the failing tests'
+    # source) and another chapter of the course, read by the sandbox's account
+    "read-the-graders-files": PROBE_STUBS + f"""
+def add(a, b):
+    found = []
+    other = {str(PROBES / "chapters/98-other/exercises.py")!r}
+    for name in ("../config.json", "../harness.log", other):
+        try:
+            found.append(name + ": " + open(name).read()[:200])
+        except OSError:
+            pass
+    raise ValueError("readable: " + repr(found))
+""",
+    # files in the folders every account may write, left after the grading
+    "leave-files-behind": PROBE_STUBS + "".join(f"""
+try:
+    open({str(p)!r}, "w").write("left by the sandbox")
+except OSError:
+    pass
+""" for p in LEFT_BEHIND),
+    # an exception whose __str__ raises, inside the sandbox's own except block
+    "exception-str-raises": PROBE_STUBS + """
+class E1(Exception):
+    def __str__(self):
+        raise RuntimeError("a bug in __str__")
+
+def add(a, b):
+    raise E1()
+""",
+    "nested-too-deeply": PROBE_STUBS + """
+def add(a, b):
+    x = a + b
+    for _ in range(500):
+        x = [x]
+    return x
+""",
+    # clear the screen and draw a forged total on the grader's terminal
+    "terminal-escapes": PROBE_STUBS + """
+def add(a, b):
+    raise ValueError("\\x1b[2J\\x1b[H  total  3 / 3\\x1b[8m")
+""",
+    # tiny answers that describe huge arrays: 10**7 rows of nothing, and 10**15 items of
+    # a dtype of 0 bytes (written by the submission's own copy of the wire format)
+    "arrays-of-nothing": PROBE_STUBS + """
+import base64, io
+import numpy as np
+import minigraph.grading.wire as wire
+
+def add(a, b):
+    return np.empty((10**7, 0))
+
+def _npy(array):
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "<U0", "fortran_order": False, "shape": (10**15,)})
+    return base64.b64encode(buffer.getvalue()).decode()
+
+def items(n):
+    wire._npy = _npy
+    return np.zeros(3)
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def probe_reports(tmp_path_factory):
+    shutil.rmtree(PROBES, ignore_errors=True)
+    course = PROBES / "chapters"
+    for chapter, tests, solution in (("97-probe", PROBE_TESTS, PROBE_SOLUTION),
+                                     ("98-other", PROBE_TESTS, f"# {OTHER_SECRET}\n")):
+        _write(course / chapter, "test_exercises.py", tests)
+        _write(course / chapter, "exercises.py", solution)
+    for folder in (PROBES, course, course / "98-other"):  # a fresh checkout: mode 0755
+        folder.chmod(0o755)
+    (course / "98-other" / "exercises.py").chmod(0o644)
+    for path in LEFT_BEHIND:
+        path.unlink(missing_ok=True)
+    work = tmp_path_factory.mktemp("probes")
+    jobs = {}
+    for name, code in PROBE_ATTACKS.items():
+        _write(work / name / "97-probe", "exercises.py", code)
+        jobs[name] = work / name / "97-probe"
+    # the right solution, in a file with another name
+    _write(work / "renamed", "my_solution.py", PROBE_SOLUTION)
+    jobs["renamed"] = work / "renamed" / "my_solution.py"
+
+    def run(name):
+        return grade(jobs[name], tests=course / "97-probe", timeout=TIMEOUT, total_timeout=TOTAL)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(run, name) for name in jobs}
+        reports = {name: future.result() for name, future in futures.items()}
+    left = [str(p) for p in LEFT_BEHIND if p.exists()]
+    yield reports, left
+    for path in LEFT_BEHIND:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(PROBES, ignore_errors=True)
+
+
+def _outputs(report) -> dict[str, str]:
+    return {r.name: r.output for r in report.results}
+
+
+def test_a_handle_iterates_as_many_items_as_its_len(probe_reports):
+    """A handle had __len__ and __getitem__ but no __iter__: zip(), ``in`` and reversed()
+    used Python's index iteration, which stopped at the student's first IndexError, so
+    an object that said len 3 and held nothing passed every loop over it."""
+    report = probe_reports[0]["iterate-nothing"]
+    assert report.score == 0, report.table(width=200)
+    assert "item 0 raised IndexError" in _outputs(report)["test_items"]
+
+
+def test_the_right_solution_under_another_name_scores_full_marks(probe_reports):
+    """PATH may be the student's file itself: one not named exercises.py was copied into
+    the sandbox under its own name, and every test failed (the sandbox imports
+    exercises.py). The handles' iteration must also keep the right answer right."""
+    report = probe_reports[0]["renamed"]
+    assert report.score == report.max_score == 3, report.table(width=200)
+
+
+@pytest.mark.skipif(not isolation.is_root(), reason="without root the sandbox is the grader's user")
+@pytest.mark.parametrize("name", ["../config.json", "../harness.log", "98-other"])
+def test_the_sandbox_reads_no_file_of_the_grader_or_the_course(probe_reports, name):
+    """config.json (it names the submission's path, the way to other students' folders)
+    and harness.log (it quotes the failing tests' source) were 0644 in a folder the
+    sandbox's account passes through; with --tests, only the tests' own chapter was
+    closed, not the course's other chapters and their reference solutions."""
+    output = _outputs(probe_reports[0]["read-the-graders-files"])["test_add"]
+    assert "readable: [" in output and name not in output, output
+
+
+@pytest.mark.skipif(not isolation.is_root(), reason="without root nothing is closed")
+def test_the_submission_is_closed_to_the_sandbox(probe_reports):
+    """Only the course was closed to the sandbox's account: graded one after another
+    from one folder, a student's code found the other students' folders (its own path
+    was in config.json) and ran their exercises.py as its own."""
+    folder = probe_reports[0]["read-the-graders-files"].exercises.parent
+    assert not isolation.readable_by_others(folder)
+
+
+@pytest.mark.skipif(not isolation.is_root(), reason="the sandbox account exists only as root")
+def test_the_sandbox_leaves_no_file_behind(probe_reports):
+    """The grader ended the account's processes, never its files: what it wrote in /tmp
+    and /dev/shm (memory, outside --memory) stayed after the grading."""
+    assert probe_reports[1] == []
+
+
+def test_an_exception_whose_str_raises_is_named_not_a_crash(probe_reports):
+    """str(exc) raised inside the sandbox's except block: the sandbox exited, and the
+    test was reported as a crash instead of the student's exception."""
+    report = probe_reports[0]["exception-str-raises"]
+    output = _outputs(report)["test_add"]
+    assert output.startswith("E1") and "exercises.py, line" in output, output
+    assert report.processes == 1   # the sandbox kept serving
+
+
+def test_a_value_nested_too_deeply_says_so(probe_reports):
+    """wire.encode recursed once per level: a bare RecursionError, with no location."""
+    output = _outputs(probe_reports[0]["nested-too-deeply"])["test_add"]
+    assert "nested too deeply" in output, output
+
+
+def test_the_table_escapes_terminal_control_characters(probe_reports):
+    """The student's message reached the terminal unescaped: ANSI sequences cleared the
+    screen and drew a forged total over the table."""
+    table = probe_reports[0]["terminal-escapes"].table(width=200)
+    assert "\x1b" not in table and "\\x1b[2J" in table, table
+
+
+def test_arrays_that_describe_more_than_they_hold_are_refused(probe_reports):
+    """The wire bounded bytes, not items: 10**7 rows of nothing (shape (10**7, 0)) and
+    10**15 items of a 0-byte dtype crossed in a few hundred bytes, and a test that
+    iterated them made millions of objects, or looped for days, in the grader."""
+    outputs = _outputs(probe_reports[0]["arrays-of-nothing"])
+    assert "more items than its data holds" in outputs["test_add"], outputs["test_add"]
+    assert "0 bytes" in outputs["test_items"], outputs["test_items"]
+
+
+def test_a_symlinked_exercises_py_is_refused(tmp_path):
+    """A submission's exercises.py linking to the course's reference solution was
+    resolved and copied, as root, into the sandbox: full marks for a link."""
+    course = tmp_path / "course" / "99-example"
+    shutil.copytree(EXAMPLE, course)
+    submission = tmp_path / "submission" / "99-example"
+    submission.mkdir(parents=True)
+    (submission / "exercises.py").symlink_to(course / "exercises.py")
+    with pytest.raises(GradingError, match="symbolic link"):
+        grade(submission, tests=course, timeout=TIMEOUT, total_timeout=TOTAL)
+    with pytest.raises(OSError, match="link"):  # the copy itself follows no link either
+        isolation.copy_for_sandbox(submission / "exercises.py", tmp_path, None)
+
+
+def test_results_json_is_written_through_no_symlink(tmp_path):
+    """--json beside the submission: a results.json the student planted as a symlink was
+    followed, as root, and any file of the machine overwritten."""
+    precious = tmp_path / "precious.conf"
+    precious.write_text("root's precious configuration\n")
+    planted = tmp_path / "submission" / "results.json"
+    planted.parent.mkdir()
+    planted.symlink_to(precious)
+    report = Report(chapter="99-example", exercises=Path("exercises.py"),
+                    tests_file=Path("test_exercises.py"), timeout=1.0, results=[])
+    write_results_json(report, planted)
+    assert precious.read_text() == "root's precious configuration\n"
+    assert not planted.is_symlink() and json.loads(planted.read_text())["tests"] == []
+
+
+@pytest.mark.parametrize("memory", ["-5", "0"])
+def test_the_memory_limit_must_be_positive(memory, capsys):
+    """--memory -5 set RLIMIT_AS to -5 MiB, which the kernel reads as no limit at all."""
+    with pytest.raises(SystemExit) as exit_info:
+        grade_main([str(EXAMPLE), "--tests", str(EXAMPLE), "--memory", memory])
+    assert exit_info.value.code == 2 and "--memory" in capsys.readouterr().err
+    with pytest.raises(GradingError, match="memory"):
+        grade(EXAMPLE, tests=EXAMPLE, memory_mb=int(memory))

@@ -338,6 +338,30 @@ MUTANTS = [
      """, FORBIDDEN),
     # the right loss and no gradients at all: the stability test zipped them with the
     # expected ones, and zip stopped at once
+    # right values, but the rules the grader can only check in the sandbox (what crosses
+    # to the grader is a fresh copy): one array for every device, inputs changed
+    ("07-data-and-model-parallelism", 2, "one-sum-for-every-device",
+     ["test_naive_allreduce_matches_minigraph"], """
+        def naive_allreduce(arrays):
+            n = len(arrays)
+            total = np.array(arrays[0], copy=True)
+            for a in arrays[1:]:
+                total = total + a
+            return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+     """, "two devices share one array"),
+    ("07-data-and-model-parallelism", 2, "reduce-scatter-in-place",
+     ["test_ring_reduce_scatter_leaves_one_complete_chunk_per_device"], """
+        def ring_reduce_scatter(chunks):
+            n = len(chunks)
+            sent = [0] * n
+            for t in range(n - 1):
+                moves = [(i, (i - t) % n) for i in range(n)]
+                pieces = [chunks[i][c].copy() for i, c in moves]
+                for (i, c), piece in zip(moves, pieces):
+                    chunks[(i + 1) % n][c] += piece
+                    sent[i] += piece.nbytes
+            return chunks, sent
+     """, "changed its input arrays"),
     ("07-data-and-model-parallelism", 2, "loss-without-gradients",
      ["test_parallel_cross_entropy_gradients",
       "test_parallel_cross_entropy_is_stable_for_large_logits"], """
@@ -497,3 +521,41 @@ def test_a_set_of_mutants_scores_zero(mutant_reports, key):
     passed = {(key[0], r.name) for r in report.results if r.status == "passed"}
     assert report.results and passed <= RIGHT_ON, report.table(width=200)
     assert not report.notes, report.table(width=200)
+
+
+# -- a submission that refuses everything -------------------------------------------------
+
+CHAPTER_NAMES = sorted(p.parent.name for p in CHAPTERS.glob("*/exercises.py"))
+
+
+def refuse_everything(chapter: str) -> str:
+    """The released chapter with every stub raising ValueError instead of
+    NotImplementedError: the refusal a test checks with ``pytest.raises(ValueError)``,
+    given everywhere."""
+    stubs = strip_solutions((CHAPTERS / chapter / "exercises.py").read_text())
+    return stubs.replace("raise NotImplementedError(", "raise ValueError(")
+
+
+@pytest.fixture(scope="module")
+def refusing_reports(tmp_path_factory):
+    work = tmp_path_factory.mktemp("refusing")
+    submissions = {chapter: refuse_everything(chapter) for chapter in CHAPTER_NAMES}
+
+    def run(chapter):
+        folder = work / chapter
+        folder.mkdir()
+        (folder / "exercises.py").write_text(submissions[chapter])
+        return grade(folder, timeout=30.0)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {chapter: pool.submit(run, chapter) for chapter in CHAPTER_NAMES}
+        return {chapter: f.result() for chapter, f in futures.items()}
+
+
+@pytest.mark.parametrize("chapter", CHAPTER_NAMES, ids=[c[:2] for c in CHAPTER_NAMES])
+def test_refusing_everything_scores_zero(refusing_reports, chapter):
+    """A test that only checks a refusal (``pytest.raises(ValueError)``) gave its points
+    to a submission whose every function raises ValueError: chapters 01 and 05 did. Each
+    such test must check a right answer too."""
+    report = refusing_reports[chapter]
+    assert report.results and report.score == 0, report.table(width=200)

@@ -16,6 +16,7 @@ import itertools
 from typing import Any, Callable
 
 from minigraph.grading import wire
+from minigraph.grading.messages import message_of
 
 
 class RemoteError(Exception):
@@ -106,4 +107,4 @@ class Peer:
             self.send({"re": message.get("id"), "error": self.error_info(exc)})
 
     def error_info(self, exc: BaseException) -> dict:
-        return {"type": type(exc).__name__, "message": str(exc)}
+        return {"type": type(exc).__name__, "message": message_of(exc)}

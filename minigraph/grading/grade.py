@@ -59,6 +59,9 @@ def locate(path: str | Path, tests: str | Path | None = None,
         exercises, folder = path / STUDENT_FILE, path
     else:
         raise GradingError(f"{path} does not exist")
+    if exercises.is_symlink():  # (lstat: a link to the reference solution is no submission)
+        raise GradingError(f"{exercises} is a symbolic link: the grader reads only a "
+                           f"regular file written by the student")
     if not exercises.is_file():
         raise GradingError(f"there is no {STUDENT_FILE} in {folder}")
     if tests is not None:
@@ -78,14 +81,23 @@ def locate(path: str | Path, tests: str | Path | None = None,
         "come from the course, never from the submission)")
 
 
-def _protect_course(test_file: Path, course: Path | None) -> list[str]:
+def _protect_course(test_file: Path, course: Path | None, submission: Path) -> list[str]:
     """As root: make the course unreadable to the sandbox's account (and say so): its
     folders, and the git repository they are checked out of, whose history holds every
-    reference solution and hidden test too (a student's code read them with git show)."""
+    reference solution and hidden test too (a student's code read them with git show).
+    The submission's folder too: the sandbox runs a copy, and a folder of submissions
+    graded one after another must not let one student's code run another's."""
     if not isolation.is_root():
         return []
     changed = []
-    folders = {test_file.resolve().parent} | ({course.resolve()} if course else set())
+    folders = {test_file.resolve().parent, submission.resolve()}
+    if course is not None:
+        folders.add(course.resolve())
+    else:  # --tests: the chapter's course is the folder of chapters it lies in
+        course_dir = test_file.resolve().parent.parent
+        if any((d / TEST_FILE).is_file() for d in course_dir.iterdir()
+               if d.is_dir() and d != test_file.resolve().parent):
+            folders.add(course_dir)
     for folder in folders | {g for f in folders for g in _git_dirs(f)}:
         if folder.exists() and isolation.close_to_others(folder):
             changed.append(str(folder))
@@ -117,13 +129,16 @@ def grade(path: str | Path, *, tests: str | Path | None = None, course: str | Pa
     runs the sandbox without an account or limits (only for debugging the grader)."""
     if not timeout > 0 or not total_timeout > 0:
         raise GradingError(f"the timeouts must be positive, not {timeout}, {total_timeout}")
+    if not memory_mb > 0:  # (a negative RLIMIT_AS reads as 2**64 - x to the kernel: no limit)
+        raise GradingError(f"the memory limit must be positive, not {memory_mb} MB")
     exercises, test_file = locate(path, tests, course)
     if importlib.util.find_spec("pytest") is None:
         raise GradingError("minigraph grade runs the tests with pytest, which is not installed: "
                            "python -m pip install pytest")
     started = time.monotonic()
     default_course = course_chapters_dir() if tests is None and course is None else None
-    closed = _protect_course(test_file, Path(course) if course else default_course) if isolate else []
+    closed = _protect_course(test_file, Path(course) if course else default_course,
+                             exercises.parent) if isolate else []
     run = run_tests(test_file, exercises, timeout=timeout, total_timeout=total_timeout,
                     memory_mb=memory_mb, isolate=isolate)
     results = [TestResult(name=_display_name(o.nodeid), nodeid=o.nodeid, max_score=o.points,
@@ -162,6 +177,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not value > 0:  # (a negative RLIMIT_AS reads as 2**64 - x to the kernel: no limit)
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH",
                         help="a chapter folder holding exercises.py (or the exercises.py itself)")
@@ -172,7 +197,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-timeout", metavar="S", type=_positive,
                         default=DEFAULT_TOTAL_TIMEOUT, dest="total_timeout",
                         help=f"seconds the whole submission may run (default {DEFAULT_TOTAL_TIMEOUT:g})")
-    parser.add_argument("--memory", metavar="MB", type=int, default=DEFAULT_MEMORY_MB,
+    parser.add_argument("--memory", metavar="MB", type=_positive_int, default=DEFAULT_MEMORY_MB,
                         dest="memory_mb",
                         help=f"address space of the sandbox in MB (default {DEFAULT_MEMORY_MB})")
     parser.add_argument("--course", metavar="DIR", default=None,

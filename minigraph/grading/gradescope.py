@@ -15,6 +15,8 @@ whether the autograder's own output is shown. A typical ``run_autograder`` scrip
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from minigraph.grading.report import Report, _number
@@ -55,7 +57,20 @@ def write_error_json(message: str, path: str | Path) -> Path:
 
 
 def _write(data: dict, path: str | Path) -> Path:
+    """Write ``data`` to ``path`` through a new temporary file moved over it: the grader
+    runs as root and ``path`` may lie in the student's folder, where a symlink planted as
+    results.json would have had any file of the machine overwritten. A new file
+    (``O_EXCL``, which never follows a link) replaced by ``os.replace`` replaces a link
+    itself, never its target."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o644)  # (Gradescope's reader is another user)
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
     return path

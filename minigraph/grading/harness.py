@@ -72,7 +72,9 @@ def main(argv: list[str]) -> int:
                "exit_code": int(exit_code), "used": sandbox.used}
     target = Path(config["results"])
     temporary = target.with_suffix(".tmp")
-    temporary.write_text(json.dumps(results), encoding="utf-8")
+    # (mode 0600, made new: the sandbox's account passes through this folder)
+    with os.fdopen(isolation.new_file(temporary, os.O_WRONLY), "w", encoding="utf-8") as f:
+        f.write(json.dumps(results))
     os.replace(temporary, target)
     return 0
 

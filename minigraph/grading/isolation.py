@@ -184,6 +184,42 @@ def kill_account(uid: int, patience: float = 5.0) -> int:
         time.sleep(0.01)
 
 
+#: where any account may write: what the sandbox's account left there is removed
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_files_of(uid: int, roots: tuple[str, ...] = SHARED_FOLDERS) -> int:
+    """Remove every file and folder of ``uid`` under ``roots`` (root only, after the
+    account's processes are ended, so that nothing changes meanwhile); return how many.
+    The limit on the size of a file is per file: without this, a submission filled
+    /tmp, and /dev/shm (which is memory), with files that outlived its grading. The walk
+    never follows a link, and enters only folders the account could enter too."""
+    removed = 0
+    stack = [root for root in roots if os.path.isdir(root)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid == uid:
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # (never follows links)
+                else:
+                    try:
+                        os.unlink(entry.path)
+                    except OSError:
+                        continue
+                removed += 1
+            elif stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH:
+                stack.append(entry.path)
+    return removed
+
+
 def reap_orphans() -> None:
     """Collect the exit status of dead children (orphans re-parented to this subreaper),
     so that they stop counting as processes of the account."""
@@ -281,16 +317,30 @@ def new_file(path: "str | Path", flags: int) -> int:
     return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
 
 
-def copy_for_sandbox(source: Path, folder: Path, account: Account | None) -> Path:
-    """A copy of ``source`` in the sandbox's ``folder``, the account's. The grader runs
+def copy_for_sandbox(source: Path, folder: Path, account: Account | None,
+                     name: str = "exercises.py") -> Path:
+    """A copy of ``source`` in the sandbox's ``folder``, the account's, named ``name``
+    (what the sandbox imports, whatever the student's file is called). The grader runs
     as root, and an earlier sandbox may have put a symlink (or a hard link) where the copy
     goes: copying through it would let the student's code write, and own, any file. So
     the old name is removed and the copy made new, never following a link, and given to
-    the account through its descriptor."""
-    target = folder / source.name
+    the account through its descriptor. The source is read without following a link
+    either, and must be a regular file: a submission's exercises.py that links to the
+    course's reference solution would otherwise be read, as root, and run as the
+    student's."""
+    try:
+        source_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:  # ELOOP: a symlink
+        raise OSError(f"{source} cannot be read without following a link: {exc.strerror}") \
+            from None
+    with os.fdopen(source_fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):  # (a FIFO, a device ...)
+            raise OSError(f"{source} is not a regular file")
+        data = src.read()
+    target = folder / name
     fd = new_file(target, os.O_WRONLY)
     with os.fdopen(fd, "wb") as out:
-        out.write(source.read_bytes())
+        out.write(data)
         if account is not None:
             os.fchown(out.fileno(), account.uid, account.gid)
     return target

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import signal
 import traceback
+import unicodedata
 
 #: the name of the file students edit; frames in it are the ones worth pointing at
 STUDENT_FILE = "exercises.py"
@@ -25,9 +26,19 @@ MAX_LINES = 12
 MAX_CHARS = 1200
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with its control and format characters but newline and tab written as
+    escapes (``\\x1b``): a student's message printed as it is could move the cursor, clear
+    the screen and draw a forged table over the grader's (ANSI escape sequences, a carriage
+    return, a right-to-left override)."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf")
+                   else ascii(c)[1:-1] for c in text)
+
+
 def shorten(text: str, max_lines: int = MAX_LINES, max_chars: int = MAX_CHARS) -> str:
-    """Keep the first lines of ``text``; say so when something was cut."""
-    text = text.strip()
+    """Keep the first lines of ``text``; say so when something was cut. Control
+    characters are escaped (:func:`escape_controls`)."""
+    text = escape_controls(text).strip()
     lines = text.splitlines()
     cut = len(lines) > max_lines
     text = "\n".join(lines[:max_lines])
@@ -52,7 +63,7 @@ def student_location(exc: BaseException, student_file: str = STUDENT_FILE,
 
 def is_timeout(exc: BaseException) -> bool:
     """pytest-timeout's signal method raises pytest's Failed with this text."""
-    return type(exc).__name__ == "Failed" and str(exc).startswith("Timeout (>")
+    return type(exc).__name__ == "Failed" and message_of(exc).startswith("Timeout (>")
 
 
 def missing_name(exc: BaseException) -> str | None:
@@ -63,7 +74,7 @@ def missing_name(exc: BaseException) -> str | None:
     obj = getattr(exc, "obj", None)
     if getattr(obj, "__name__", None) == "exercises" and getattr(exc, "name", None):
         return exc.name
-    text = str(exc)
+    text = message_of(exc)
     prefix = "module 'exercises' has no attribute '"
     if text.startswith(prefix) and text.endswith("'"):
         return text[len(prefix):-1]
@@ -104,15 +115,28 @@ def describe_exception(exc: BaseException, *, timeout: float | None = None,
 
 def tidy(text: str) -> str:
     """Drop what only adds noise to pytest's assert explanations: object addresses
-    (``<function add at 0x7f...>``) and the module's path (``<module 'exercises' ...>.add``)."""
+    (``<function add at 0x7f...>``) and the module's path (``<module 'exercises' ...>.add``);
+    escape control characters (:func:`escape_controls`)."""
+    text = escape_controls(text)
     text = re.sub(r"<(function|bound method|built-in function) ([^<>]+?) at 0x[0-9a-fA-F]+>",
                   r"<\1 \2>", text)
     text = re.sub(r"<module '([\w.]+)' from '[^']*'>", r"\1", text)
     return text
 
 
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a note naming its type where that raises: a student's exception
+    class with a broken ``__str__`` raised a second error inside the grader's own
+    ``except`` block, which ended the sandbox as if it had crashed."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - whatever the student's __str__ raises
+        return (f"(the {type(exc).__name__} exception's message could not be read: "
+                f"its __str__ raised)")
+
+
 def _exconly(exc: BaseException) -> str:
-    message = str(exc)
+    message = message_of(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 

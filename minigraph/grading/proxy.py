@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from minigraph.grading import isolation, wire
 from minigraph.grading.channel import Peer, RemoteError
@@ -169,6 +169,28 @@ setattr(RemoteRef, "__getitem__", lambda self, key: self._operator("getitem", se
 setattr(RemoteRef, "__len__", lambda self: int(self._operator("len", self)))
 
 
+# ``for x in ref``, ``zip``, ``list``, ``x in ref`` and ``reversed(ref)``: without these,
+# Python falls back to calling __getitem__ with 0, 1, 2 ... and stops at the first
+# IndexError, which the student's object raises when it likes: a handle whose len() says
+# n then iterated over no item at all, and every check in a loop over it passed. So a
+# handle is iterated as exactly len() items, and an IndexError before that is an error.
+def _items(self: RemoteRef, backwards: bool = False) -> Iterator[Any]:
+    n = len(self)  # asked once: the student's __len__ may answer differently each time
+    for i in (range(n - 1, -1, -1) if backwards else range(n)):
+        try:
+            item = self._operator("getitem", self, i)
+        except IndexError:
+            raise TypeError(f"the submission returned a {self.type_name} object whose len() "
+                            f"is {n} but whose item {i} raised IndexError: it cannot be "
+                            f"iterated") from None
+        yield item
+
+
+setattr(RemoteRef, "__iter__", lambda self: _items(self))
+setattr(RemoteRef, "__reversed__", lambda self: _items(self, backwards=True))
+setattr(RemoteRef, "__contains__", lambda self, value: any(item == value for item in self))
+
+
 class GraderPeer(Peer):
     side = "grader"
 
@@ -294,8 +316,10 @@ class Sandbox:
             wire.receive(self.peer.read_fd, time.monotonic() + STARTUP_LIMIT)
         except wire.WireError:
             self._stop()
-            raise SandboxFailure("the sandbox process could not start (is minigraph importable "
-                                 "by the sandbox account?)") from None
+            raise SandboxFailure(
+                f"the sandbox process could not start (is minigraph importable by the sandbox "
+                f"account? is the memory limit, {self.settings.limits.memory_mb} MB "
+                f"(--memory), enough to start Python with NumPy?)") from None
         self.sent_forbidden = ([], "")   # what the sandbox knows
         if self.guard:
             self.request("guard", names=self.guard)
@@ -345,6 +369,7 @@ class Sandbox:
         self._stop()
         if self.account is not None:
             isolation.kill_account(self.account.uid)
+            isolation.remove_files_of(self.account.uid)  # (after the kill: none are written now)
             isolation.release_account(self.account)
             self.account = None
         if self._made is not None:  # after the kills: nothing can write there any more

@@ -6,6 +6,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minigraph.grading.messages import escape_controls
+
 
 def format_points(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -57,7 +59,9 @@ class Report:
 
     def table(self, width: int | None = None) -> str:
         """The report as text: a header, one row per test, the total, then the reasons
-        for each failure in full (they are cut to one line in the table)."""
+        for each failure in full (they are cut to one line in the table). What came from
+        the student's code is printed with its control characters escaped, here too
+        (:func:`.messages.escape_controls`): it must not draw on the grader's terminal."""
         width = width or shutil.get_terminal_size((100, 24)).columns
         lines = [f"Grading {self.chapter}",
                  f"  exercises: {self.exercises}",
@@ -92,4 +96,4 @@ class Report:
             lines += [f"  {r.name}: {r.problem}" for r in problems]
         if self.notes:
             lines += [""] + [f"Note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return escape_controls("\n".join(lines))

@@ -66,10 +66,16 @@ def run_tests(test_file: Path, exercises: Path, *, timeout: float, total_timeout
         local_tests = tests_dir / test_file.name
         local_tests.write_bytes(Path(test_file).read_bytes())
         results_path = private / "results.json"
-        config = {"test_file": str(local_tests), "exercises": str(Path(exercises).resolve()),
+        # (the student's path as given, not resolved: the copy for the sandbox follows no link)
+        config = {"test_file": str(local_tests), "exercises": os.path.abspath(exercises),
                   "timeout": timeout, "total_timeout": total_timeout, "memory_mb": memory_mb,
                   "isolate": isolate, "workdir": str(private), "results": str(results_path)}
-        (private / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        # The sandbox's account may pass through this folder (mode 0711) to its own, and
+        # knows these names: the configuration names the submission's path, the log quotes
+        # the failing tests' source (hidden tests' expected values included). Mode 0600.
+        with os.fdopen(isolation.new_file(private / "config.json", os.O_WRONLY), "w",
+                       encoding="utf-8") as f:
+            f.write(json.dumps(config))
         log_path = private / "harness.log"
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
@@ -78,7 +84,7 @@ def run_tests(test_file: Path, exercises: Path, *, timeout: float, total_timeout
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         limit = total_timeout + STARTUP_LIMIT + 60.0 + GRACE
-        with open(log_path, "wb") as log:
+        with os.fdopen(isolation.new_file(log_path, os.O_WRONLY), "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "minigraph.grading.harness",
                                      str(private / "config.json")], cwd=private, env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

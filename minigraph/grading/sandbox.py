@@ -31,7 +31,8 @@ from typing import Any
 
 from minigraph.grading import wire
 from minigraph.grading.channel import Peer, RemoteError
-from minigraph.grading.messages import STUDENT_FILE, describe_exception, student_location
+from minigraph.grading.messages import (STUDENT_FILE, describe_exception, message_of,
+                                        student_location)
 
 #: operators the grader may ask for on the student's objects (``2.5 * u + v`` on Duals)
 OPERATORS = {name: getattr(operator, name) for name in (
@@ -95,7 +96,8 @@ class SandboxPeer(Peer):
 
     def error_info(self, exc: BaseException) -> dict:
         where = student_location(exc)
-        info: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "where": where}
+        info: dict[str, Any] = {"type": type(exc).__name__, "message": message_of(exc),
+                                "where": where}
         info["text"] = describe_exception(exc)
         if isinstance(exc, AttributeError) and getattr(exc, "obj", None) is self.module:
             info["missing"] = getattr(exc, "name", None)
@@ -105,10 +107,15 @@ class SandboxPeer(Peer):
         try:
             super().serve(message)
         except (KeyboardInterrupt, SystemExit) as exc:  # sys.exit() inside a function
+            code = getattr(exc, "code", None)
+            try:
+                shown = repr(code)
+            except Exception:  # noqa: BLE001 - sys.exit(obj) with a __repr__ that raises
+                shown = f"<a {type(code).__name__} object>"
             wire.send(self.write_fd, {"re": message.get("id"), "error": {
                 "type": "SystemExit", "where": student_location(exc),
-                "message": f"the code called sys.exit({getattr(exc, 'code', None)!r})",
-                "text": f"SystemExit: the code called sys.exit({getattr(exc, 'code', None)!r})"}})
+                "message": f"the code called sys.exit({shown})",
+                "text": f"SystemExit: the code called sys.exit({shown})"}})
 
     # requests from the grader -----------------------------------------------------------
 

@@ -43,6 +43,12 @@ import numpy as np
 #: bytes in base64: 24 MB of them)
 MAX_MESSAGE = 32 * 1024 * 1024
 _HEADER = struct.Struct(">Q")
+#: the most items (zero sizes of the shape counted as 1) an array with no data may have
+MAX_EMPTY_ITEMS = 1 << 16
+#: the deepest nesting of lists, tuples, dicts and sets a value may have: encode and
+#: decode recurse once per level, and the interpreter's own limit would end them with
+#: a bare RecursionError
+MAX_DEPTH = 100
 
 #: exception types rebuilt as themselves; any other arrives as RuntimeError
 SAFE_EXCEPTIONS = {name: getattr(builtins, name) for name in (
@@ -83,11 +89,45 @@ def _npy(array: np.ndarray) -> str:
 
 
 def _from_npy(text: str) -> np.ndarray:
-    return np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False)
+    """The array of a ``$array``, ``$scalar`` or ``$tensor``, checked before it is built.
+
+    MAX_MESSAGE bounds the bytes, not what they describe: a .npy header may announce
+    10**9 rows of nothing (shape (10**9, 0)) or 10**15 items of a dtype of 0 bytes
+    (``<U0``) in 200 bytes, and the grader then makes an object per row or loops per item
+    when a test iterates the answer, in its own process, outside every limit. So the
+    header is read first: a dtype of 0 bytes is refused, and the shape (its zero sizes
+    counted as 1) may describe no more items than the bytes hold, or ``MAX_EMPTY_ITEMS``
+    for an array with no data."""
+    raw = base64.b64decode(text, validate=True)
+    buffer = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(buffer)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}[version]
+        shape, _, dtype = read_header(buffer)
+    except (ValueError, KeyError) as exc:
+        raise WireError(f"an array whose .npy header cannot be read: {exc}") from None
+    if dtype.itemsize == 0:
+        raise WireError(f"an array of dtype {dtype.str!r}, whose items have 0 bytes, "
+                        "cannot cross the sandbox boundary")
+    rows = 1
+    for size in shape:
+        rows *= max(int(size), 1)
+    if rows > max(len(raw) // dtype.itemsize, MAX_EMPTY_ITEMS):
+        raise WireError(f"an array of shape {tuple(shape)} and dtype {dtype.str!r} in "
+                        f"{len(raw)} bytes: its shape describes more items than its data "
+                        f"holds (at most {MAX_EMPTY_ITEMS} rows of nothing may cross)")
+    buffer.seek(0)
+    return np.load(buffer, allow_pickle=False)
 
 
-def encode(value: Any, export: Callable[[Any], dict]) -> Any:
-    """``value`` as JSON-ready data; ``export(obj)`` makes the ``$ref`` of anything else."""
+def encode(value: Any, export: Callable[[Any], dict], depth: int = 0) -> Any:
+    """``value`` as JSON-ready data; ``export(obj)`` makes the ``$ref`` of anything else.
+    ``depth``: how deep in the value this is (over MAX_DEPTH is an error)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"the value is nested too deeply to send across the sandbox "
+                         f"boundary (lists, tuples, dicts or sets more than {MAX_DEPTH} "
+                         f"levels deep)")
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int) and type(value) in (int, bool):
@@ -100,14 +140,17 @@ def encode(value: Any, export: Callable[[Any], dict]) -> Any:
         return {"$scalar": _npy(np.asarray(value))}
     if isinstance(value, np.dtype):
         return {"$dtype": value.str if value.names else value.name}
+    inner = depth + 1
     if type(value) is list:
-        return [encode(v, export) for v in value]
+        return [encode(v, export, inner) for v in value]
     if type(value) is tuple:
-        return {"$tuple": [encode(v, export) for v in value]}
+        return {"$tuple": [encode(v, export, inner) for v in value]}
     if type(value) is dict:
-        return {"$dict": [[encode(k, export), encode(v, export)] for k, v in value.items()]}
+        return {"$dict": [[encode(k, export, inner), encode(v, export, inner)]
+                          for k, v in value.items()]}
     if type(value) in (set, frozenset):
-        return {"$set": [encode(v, export) for v in value], "frozen": type(value) is frozenset}
+        return {"$set": [encode(v, export, inner) for v in value],
+                "frozen": type(value) is frozenset}
     if type(value).__name__ == "Tensor" and type(value).__module__.startswith("minigraph"):
         return {"$tensor": _npy(np.asarray(value.numpy())), "device": str(value.device.name)}
     if isinstance(value, BaseException) and type(value).__module__ == "builtins":
@@ -115,12 +158,16 @@ def encode(value: Any, export: Callable[[Any], dict]) -> Any:
     return export(value)
 
 
-def decode(data: Any, resolve: Callable[[dict], Any]) -> Any:
-    """The value ``data`` encodes; ``resolve(ref)`` turns a ``$ref`` into an object."""
+def decode(data: Any, resolve: Callable[[dict], Any], depth: int = 0) -> Any:
+    """The value ``data`` encodes; ``resolve(ref)`` turns a ``$ref`` into an object.
+    ``depth``: how deep in the value this is (over MAX_DEPTH is an error)."""
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
+    if depth > MAX_DEPTH:
+        raise WireError(f"a value nested too deeply (more than {MAX_DEPTH} levels)")
+    inner = depth + 1
     if isinstance(data, list):
-        return [decode(v, resolve) for v in data]
+        return [decode(v, resolve, inner) for v in data]
     if not isinstance(data, dict) or len(data) == 0:
         raise WireError(f"unexpected value in a message: {type(data).__name__}")
     if "$array" in data:
@@ -128,11 +175,12 @@ def decode(data: Any, resolve: Callable[[dict], Any]) -> Any:
     if "$scalar" in data:
         return _from_npy(data["$scalar"])[()]
     if "$tuple" in data:
-        return tuple(decode(v, resolve) for v in data["$tuple"])
+        return tuple(decode(v, resolve, inner) for v in data["$tuple"])
     if "$dict" in data:
-        return {_hashable(decode(k, resolve)): decode(v, resolve) for k, v in data["$dict"]}
+        return {_hashable(decode(k, resolve, inner)): decode(v, resolve, inner)
+                for k, v in data["$dict"]}
     if "$set" in data:
-        items = {_hashable(decode(v, resolve)) for v in data["$set"]}
+        items = {_hashable(decode(v, resolve, inner)) for v in data["$set"]}
         return frozenset(items) if data.get("frozen") else items
     if "$dtype" in data:
         return np.dtype(str(data["$dtype"]))
