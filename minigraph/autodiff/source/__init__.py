@@ -94,6 +94,11 @@ Not supported (refused with the construct and its line): ``while``, ``try``, ``w
 lambdas and nested functions, generators and comprehensions, ``global``/``nonlocal``,
 ``break``/``continue``, assignment into part of a tensor, ``for`` over anything but
 ``range`` with bounds known when the program is built, indexing with a computed tensor,
+an index whose shape changes with the loop index (``c[i % 2::2]``: shapes are checked at
+every value the loops' indices take), a function whose file was edited after it was
+imported (the text read is not the code that runs), different Python values (numbers,
+strings) returned by the branches of an if decided at run time, loops and such ifs
+(an elif is one, inside the else before it) nested more than 98 deep,
 converting a value of the program to a Python number, calling functions other than
 minigraph's (``np.sin(x)``) on values of the program, an update in place (``h += y``) of
 a value another place may hold too (``h = x``, a list's item, the caller's name, a

@@ -141,14 +141,20 @@ class SourceGrad:
         return _run(self._program(args, key, nums, cache), args, key, nums, self.with_value)
 
     def _example(self) -> Program:
+        """The last call's program, or, before any call, the program for float64 scalars
+        (1.0 for every parameter). Where f cannot take those (x.shape[0], range(n)), the
+        error says so, with its cause: the user never passed them."""
         if self.last is None:
             n = len(inspect.signature(self.f).parameters)
             try:
                 self.program_for(*([1.0] * n))
-            except MinigraphError as exc:
-                raise type(exc)(f"{exc}\n(.source shows the program of the last call; "
-                                f"none was made yet and float scalars do not fit: call "
-                                f"the gradient, or program_for(*args), first)") from None
+            except Exception as exc:  # (any error: f ran on arguments it was not given)
+                raise MinigraphError(
+                    f".source shows the program of the last call; none was made yet, so "
+                    f"source mode wrote the program for float scalars (1.0 for each "
+                    f"parameter of {self._src.fn.__name__}), which it cannot take: "
+                    f"call the gradient, or program_for(*args), first.\nWith float "
+                    f"scalars: {type(exc).__name__}: {exc}") from exc
         assert self.last is not None  # (program_for set it)
         return self.last
 

@@ -40,7 +40,7 @@ from ..reads import ReadOnlyWrite, read_from_outside
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
 from .reading import (SourceTransformError, Where, _assigned, _loads, _located, _read, _Source,
                       _too_deep)
-from .values import Cond, Index, SrcVar, _constant, _dynamic
+from .values import Cond, Index, SrcVar, _constant, _dynamic, _loop_values
 
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -81,6 +81,9 @@ class _OneBranch(NamedTuple):
 
 
 _MISSING = object()
+# The deepest nesting of blocks the program may have: Python's tokenizer allows 99
+# levels of indentation, and the body of the program's def takes one.
+_MAX_NESTING = 98
 
 
 def _sharing(env: dict, names: list[str]) -> set[tuple[str, str]]:
@@ -115,6 +118,7 @@ class _Normaliser:
         self.rebinding: frozenset[str] = frozenset()
         self.callers: list[tuple[dict, frozenset[str]]] = []
         self.dynamic = 0  # depth inside branches decided at run time
+        self.loops = 0  # depth inside for loops (their indices' axes: values._loop_values)
         self.origins = itertools.count()  # new Python objects, for origin()
         self.returned: dict[int, Any] = {}  # an inlined call's node -> its result's origin
         self.last_return: Any = frozenset()  # the origin of the last inlined call's result
@@ -186,8 +190,24 @@ class _Normaliser:
             self.w.where = saved
 
     def sub_block(self, stmts: list[ast.stmt], env: dict) -> tuple[list, _Return | None]:
-        with self.w.into([]) as block:
-            result = self.block(stmts, env)
+        """A block of the program inside the current one (a loop's body, a branch of an
+        if decided at run time), indented one level deeper in the program's text."""
+        if len(self.w.nesting) >= _MAX_NESTING:
+            where = self.w.nesting[0]
+            raise self.w.refuse(
+                f"loops and ifs decided at run time nested more than {_MAX_NESTING} "
+                f"deep (from line {where.lineno} on; an elif counts as an if in the else "
+                f"of the one before)",
+                "the program writes each one as a block inside the one before, and Python "
+                "allows at most 99 levels of indentation; choose with fewer branches "
+                "(mg.where, or an index into a tensor of the choices), or use mode=\"tape\" "
+                "for this function")
+        self.w.nesting.append(cast(Where, self.w.where))
+        try:
+            with self.w.into([]) as block:
+                result = self.block(stmts, env)
+        finally:
+            self.w.nesting.pop()
         return block, result
 
     def s_unknown(self, node: ast.stmt, env: dict) -> None:
@@ -447,34 +467,55 @@ class _Normaliser:
             assert r2 is not None  # (returns in one branch only were refused above)
             envs[0]["<return>"], envs[1]["<return>"] = r1.value, r2.value
             names.append("<return>")
-        joins = [self.join(n, envs, (b1, b2), env) for n in names]
+        joins = [j for n in names for j in self.join(n, envs, (b1, b2), env)]
         for n in names:  # (after the if, a name may hold the object of either branch)
             if n in envs[0] and n in envs[1]:
                 a, b = self.origin(n, envs[0]), self.origin(n, envs[1])
                 env["<origin>" + n] = a if a == b else _flat(a) | _flat(b)
-        self.w.block.append(If(cond, b1, b2, tuple(j for j in joins if j is not None)))
+        self.w.block.append(If(cond, b1, b2, tuple(joins)))
         if r1 is None:
             return None
         assert r2 is not None
-        return _Return(env["<return>"], _flat(r1.origin) | _flat(r2.origin))
+        returned = env["<return>"]
+        if isinstance(returned, _OneBranch):  # (the caller reads it without load: refused
+            raise self.w.refuse(                # here, where load would refuse a name)
+                f"returning different Python values (numbers, strings, ...) from the two "
+                f"branches of the if at line {returned.where.lineno}, decided at run time",
+                "the program is written once for both branches, so what is returned must "
+                "be a tensor (or a tuple or list of them) on both; return tensors, or "
+                "decide with an if on a value known when the program is built")
+        return _Return(returned, _flat(r1.origin) | _flat(r2.origin))
 
-    def join(self, name: str, envs: list, blocks: tuple, env: dict) -> SrcVar | None:
-        """The value of ``name`` after the if: a join variable assigned in both branches."""
+    def join(self, name: str, envs: list, blocks: tuple, env: dict) -> list[SrcVar]:
+        """The value of ``name`` after the if, bound in ``env``; the join variables it
+        needs (one per tensor assigned in both branches)."""
         a, b = envs[0].get(name, _MISSING), envs[1].get(name, _MISSING)
+        joins: list[SrcVar] = []
+        if a is not _MISSING or b is not _MISSING:
+            env[name] = self.joined(name, a, b, blocks, joins)
+        return joins
+
+    def joined(self, name: str, a: Any, b: Any, blocks: tuple, joins: list) -> Any:
+        """What ``name`` holds after the if, ``a`` after one branch and ``b`` after the
+        other: the same value, a join variable (appended to ``joins``), a tuple or list
+        of them, or a :class:`_OneBranch` that :meth:`load` refuses."""
         if a is b:
-            if a is not _MISSING:
-                env[name] = a
-            return None
+            return a
         if a is _MISSING or b is _MISSING:
-            env[name] = _OneBranch(cast(Where, self.w.where))
-            return None
+            return _OneBranch(cast(Where, self.w.where))
         if isinstance(a, _OneBranch) or isinstance(b, _OneBranch):  # (unassigned on a path
-            env[name] = a if isinstance(a, _OneBranch) else b       # through an earlier if)
-            return None
+            return a if isinstance(a, _OneBranch) else b            # through an earlier if)
         if not _dynamic(a) and not _dynamic(b) and type(a) is type(b) and \
                 not isinstance(a, (Tensor, np.ndarray)) and a == b:
-            env[name] = a
-            return None
+            return a
+        if type(a) in (tuple, list) and type(a) is type(b) and len(a) == len(b):
+            # (return p * 2.0, p in both branches: item by item; an item that cannot be
+            # joined makes the whole a marker, so that none hides inside a tuple)
+            items = [self.joined(f"{name}[{k}]", x, y, blocks, joins)
+                     for k, (x, y) in enumerate(zip(a, b))]
+            if any(isinstance(v, _OneBranch) for v in items):
+                return _OneBranch(cast(Where, self.w.where), values=True)
+            return type(a)(items)
         if Weak in (type(a), type(b)) and _weak_kind(a) == _weak_kind(b):
             # a Python number of one kind on both paths (s, s * 2.0, 0.5): it stays one,
             # weak; a literal is filled exactly (float64 holds every Python float)
@@ -484,14 +525,13 @@ class _Normaliser:
             j = SrcVar((), w.dtype, w.device, va.active or vb.active, "join", name)
             for v, blk in zip((va, vb), blocks):
                 blk.append(Line((j,), Ref((v,)), "join"))
-            env[name] = Weak(j)
-            return j
+            joins.append(j)
+            return Weak(j)
         if Weak in (type(a), type(b)):
             raise self._weak_on_a_path(name, a, b)
         like = a if type(a) is SrcVar else b
         if type(like) is not SrcVar:  # (refused where it is read: load)
-            env[name] = _OneBranch(cast(Where, self.w.where), values=True)
-            return None
+            return _OneBranch(cast(Where, self.w.where), values=True)
         if (_number(a) or _number(b)) and like.shape == ():  # (other shapes: as_var refuses)
             raise self._number_on_a_path(name, a if _number(a) else b, like)
         va, vb = (self.as_var(v, like, name, blk) for v, blk in zip((a, b), blocks))
@@ -502,7 +542,7 @@ class _Normaliser:
         j = SrcVar(va.shape, va.dtype, va.device, va.active or vb.active, "join", name)
         for v, blk in zip((va, vb), blocks):
             blk.append(Line((j,), Ref((v,)), "join"))
-        env[name] = j
+        joins.append(j)
         return j
 
     def as_var(self, v: Any, like: SrcVar, name: str, block: list) -> SrcVar:
@@ -583,9 +623,14 @@ class _Normaliser:
         loads_in = _loads(node.body)
         carried = [n for n in _assigned(node.body)
                    if n != name and (n in env or self.src.loads[n] > loads_in[n])]
-        index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+        # a carried name that the body binds before reading it (an inner loop's index
+        # reused from an earlier loop, j = 0) starts each iteration unread: the loop
+        # variable starts from nothing, not from what it held before the loop
+        top = {k: v for k, v in env.items()
+               if k not in carried or not _bound_before_read(node.body, k)}
+        index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, top)
         end_origins = self.end_origins
-        differs = self.first_iteration(lvs, weak, body, env)
+        differs = self.first_iteration(lvs, weak, body, top)
         if differs is not None:
             env[name] = rng[0]  # the first iteration, as Python runs it
             if self.block(node.body, env) is not None:  # (reading refused return in a loop)
@@ -593,12 +638,14 @@ class _Normaliser:
             if len(rng) == 1:
                 return None
             rng = rng[1:]
-            index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, env)
+            top = {k: v for k, v in env.items()
+                   if k not in carried or not _bound_before_read(node.body, k)}
+            index, body, lvs, ends, weak = self.loop_body(node, name, rng, carried, top)
             end_origins = self.end_origins
-            again = self.first_iteration(lvs, weak, body, env)
+            again = self.first_iteration(lvs, weak, body, top)
             if again is not None:  # (a variable that becomes a tensor only in the second)
                 raise again
-        self.emit_loop(index, rng, body, lvs, ends, env)
+        self.emit_loop(index, rng, body, lvs, ends, top)
         for n, lv in lvs.items():  # (after the loop, h is its last iteration's: a view of
             if _view_root(ends[n]) is not lv.view_of:  # the first value's memory only if
                 lv.view_of = None                       # the body keeps it one)
@@ -619,7 +666,7 @@ class _Normaliser:
                   ) -> tuple[Index, list, dict, dict, set]:
         """The loop's index, its body written once, its loop variables, what each carried
         name holds at the end of the body, and the names of the weak loop variables."""
-        index = Index(name, (rng[0], rng[-1]))
+        index = Index(name, _loop_values(rng, self.loops))
         # What each loop variable is (shape, dtype, device, active) comes from its value
         # before the loop and at the end of the body, so writing the body may change it
         # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
@@ -652,7 +699,11 @@ class _Normaliser:
                 key = "<origin>" + n if n in env else "<top>" + n
                 body_env[key] = _flat(self.origin(n, env)) | top if n in env else top
             before = _sharing(body_env, names)
-            body, _ = self.sub_block(node.body, body_env)
+            self.loops += 1
+            try:
+                body, _ = self.sub_block(node.body, body_env)
+            finally:
+                self.loops -= 1
             ends = {n: body_env.get(n, _MISSING) for n in carried}
             self.end_origins = {n: body_env["<origin>" + n] for n in carried
                                 if "<origin>" + n in body_env}
@@ -1042,6 +1093,24 @@ class _Normaliser:
             if self.w.where is not None and hasattr(exc, "add_note"):
                 exc.add_note(f"while source_grad was writing the program: {self.w.where}")
             raise
+
+
+def _bound_before_read(stmts: list[ast.stmt], name: str) -> bool:
+    """Whether ``stmts`` never read the value ``name`` holds before them: a statement
+    assigns it (``j = 0``) before any reads it, or a ``for`` over it (an inner loop's
+    index: its body reads its own binding) comes first and nothing after it reads it
+    (the loop may run no iteration). Anything else that reads or may assign it counts
+    as a read."""
+    looped = False
+    for stmt in stmts:
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name) and \
+                stmt.target.id == name and name not in _loads([ast.Expr(stmt.iter)]):
+            looped = True
+        elif name in _loads([stmt]):
+            return False
+        elif name in _assigned([stmt]):  # (h += 1 reads h; an if may not assign it)
+            return isinstance(stmt, ast.Assign)
+    return looped
 
 
 def _view_root(v: Any) -> SrcVar | None:

@@ -24,7 +24,7 @@ from ...ops import shape as SH
 from ...ops.primitive import Primitive, bind
 from ...tensor import Tensor
 from .reading import SourceTransformError, Where, _located, _refusal
-from .values import Index, SrcVar, _concrete, _parts
+from .values import _CASES, Cond, Index, SrcVar, _cases, _parts
 
 
 class Op:
@@ -132,6 +132,7 @@ class _Writer:
         self.where: Where | None = None
         self.hints: dict[int, tuple[Any, str]] = {}  # id(constant) -> (constant, name)
         self.reserved: set[str] = set()  # every name of the functions read
+        self.nesting: list[Where] = []  # the lines of the blocks we are inside
 
     @contextlib.contextmanager
     def into(self, block: list) -> Iterator[list]:
@@ -151,12 +152,7 @@ class _Writer:
     def op(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
         """Append ``t = prim(*args, **params)``; ``t``'s shape and dtype come from the
         primitive's shape rule, so errors are found while the program is written."""
-        try:
-            shape, dtype = prim.shape(*(_concrete(a) for a in args),
-                                      **{k: _concrete(v) for k, v in params.items()})
-        except MinigraphError as exc:
-            raise _located(exc, self.where) from None
-        shape = tuple(shape)
+        shape, dtype = self.shape(prim, args, params)
         device = self.device_of(prim, args, params)
         same = _identity(prim, args, shape, dtype)
         if same is not None:
@@ -179,13 +175,36 @@ class _Writer:
             return params["device"]
         return next(iter(devices.values())) if devices else get_device(None)
 
-    def index_by_loop(self, x: SrcVar, parts: tuple) -> SrcVar:
-        """``x[i]`` with a loop index: the shape must not depend on the index's value."""
-        shapes = {SH.GETITEM.shape(x, index=_concrete(parts, k))[0] for k in (0, 1)}
-        if len(shapes) > 1:
-            raise self.refuse("an index whose shape changes with the loop index",
-                              f"this one gives shapes {sorted(shapes)}; the program is "
+    def shape(self, prim: Primitive, args: tuple, params: dict) -> tuple[tuple, str]:
+        """The shape and dtype of ``prim(*args, **params)`` by the primitive's shape rule,
+        the same at every value of the loop indices among them, at each of which it is
+        computed (the program is written once for every iteration: ``c[i % 2::2]`` is
+        refused). An index that is a whole argument (``x * i``) or picks an element
+        (``x[i]``) never sets a shape: its least and greatest values are checked."""
+        picks = [*args, *(params["index"] if prim is SH.GETITEM else ())]
+        cases = _cases((args, tuple(params.values())),
+                       frozenset(id(a) for a in picks if isinstance(a, (Index, Cond))))
+        if cases is None:
+            raise self.refuse(f"{prim.name} on loop indices taking more than {_CASES} "
+                              "combinations of values",
+                              "source mode checks the shape at every one; loop over fewer "
+                              "iterations, or index so that the shape cannot change")
+        results = set()
+        for case_args, case_params in cases:
+            try:
+                shape, dtype = prim.shape(*case_args, **dict(zip(params, case_params)))
+            except MinigraphError as exc:
+                raise _located(exc, self.where) from None
+            results.add((tuple(shape), dtype))
+        if len(results) > 1:
+            raise self.refuse(f"{prim.name} with a shape that changes with the loop index",
+                              f"at the values the loop's indices take it gives shapes "
+                              f"{sorted(str(r[0]) for r in results)}; the program is "
                               "written once for every iteration")
+        return results.pop()
+
+    def index_by_loop(self, x: SrcVar, parts: tuple) -> SrcVar:
+        """``x[i]`` with a loop index (its shape is checked at every value: :meth:`shape`)."""
         return bind(SH.GETITEM, x, index=parts)
 
 

@@ -14,9 +14,13 @@ say) raised while the program is written.
 
 from __future__ import annotations
 
+import __future__
 import ast
+import functools
 import inspect
 import linecache
+import operator
+import os
 import textwrap
 import types
 import weakref
@@ -234,7 +238,76 @@ def _parse(fn: types.FunctionType) -> _Source:
     node = tree.body[0]
     if not isinstance(node, ast.FunctionDef):
         raise _refusal(f"a {type(node).__name__}", where)
+    if not _runs_as(node, fn):
+        raise SourceTransformError(
+            f"the source of {fn.__qualname__} in its file is not the code that runs", where,
+            "the file was edited after the function was defined (imported), and source "
+            "transformation reads the file's text now: reload the module (importlib."
+            "reload) or restart, so that the text and the function agree", "edited source")
     return _Source(fn, node)
+
+
+def _runs_as(node: ast.FunctionDef, fn: types.FunctionType) -> bool:
+    """Whether the text read for ``fn`` is the code ``fn`` runs: its file may have been
+    edited since ``fn`` was defined, and ``inspect.getsource`` reads the file as it is
+    now. The whole file is compiled (nothing runs), as the function was, in its module:
+    what a name is there (an import, a closure's cell) changes the bytecode."""
+    code = fn.__code__
+    if not os.path.isfile(code.co_filename):  # a notebook cell's text lives in memory
+        return True                          # (linecache's), and cannot change behind it
+    compiled = _compiled_file(code.co_filename, code.co_flags & _FUTURE_FLAGS)
+    if compiled is None:  # the text does not compile as a whole: a .py file edited into
+        # that, or no Python file (a block of a chapter's Markdown, run by its tests and
+        # the book, whose text is the function's own), which cannot be checked this way
+        return not code.co_filename.endswith(".py")
+    if any(_same_code(c, code) for c in compiled.get((code.co_name, code.co_firstlineno), [])):
+        return True
+    # pytest rewrites the asserts of the test files it imports: a function with an assert
+    # runs other bytecode than its text compiles to, and cannot be checked this way
+    loader = fn.__globals__.get("__loader__")  # type: ignore[attr-defined]
+    return type(loader).__module__.startswith("_pytest") and \
+        any(isinstance(n, ast.Assert) for n in ast.walk(node))
+
+
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, name).compiler_flag
+                                                for name in __future__.all_feature_names))
+# filename -> (its text, the flags it was compiled with, its code objects by name and line)
+_COMPILED: dict[str, tuple[str, int, dict[tuple[str, int], list[types.CodeType]]]] = {}
+
+
+def _compiled_file(filename: str, flags: int
+                   ) -> dict[tuple[str, int], list[types.CodeType]] | None:
+    """The code objects of the file's current text (as linecache has it, which
+    ``inspect.getsource`` has just brought up to date), by name and first line; None if
+    the text does not compile."""
+    text = "".join(linecache.getlines(filename))
+    cached = _COMPILED.get(filename)
+    if cached is not None and cached[:2] == (text, flags):
+        return cached[2]
+    found: dict[tuple[str, int], list[types.CodeType]] = {}
+    try:
+        top = compile(text, filename, "exec", flags=flags, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        _COMPILED.pop(filename, None)
+        return None
+    todo = [top]
+    while todo:
+        c = todo.pop()
+        found.setdefault((c.co_name, c.co_firstlineno), []).append(c)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    _COMPILED[filename] = (text, flags, found)
+    return found
+
+
+def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    """The same function's code: bytecode, names, constants and first line (code objects
+    among the constants, a nested function's, by their own code)."""
+    def consts(c: types.CodeType) -> tuple:
+        return tuple(("<code>", k.co_code, k.co_names) if isinstance(k, types.CodeType)
+                     else (type(k), k) for k in c.co_consts)
+    fields = ("co_name", "co_code", "co_names", "co_varnames", "co_freevars",
+              "co_cellvars", "co_argcount", "co_firstlineno")
+    return all(getattr(a, f) == getattr(b, f) for f in fields) and consts(a) == consts(b)
 
 
 def _check(src: _Source) -> None:

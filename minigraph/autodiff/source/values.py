@@ -11,9 +11,12 @@ need.
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import numpy as np
 
 from ...device import Device
 from ...ops import copy as C
@@ -123,29 +126,27 @@ def _constant(t: Any) -> SrcVar:
 class Index:
     """A Python int known only when the program runs: a loop index, or arithmetic on one.
 
-    It prints as its text (``i + 1``); for shape rules it stands for the first and the
-    last value it takes (``values``), which must give the same shapes.
+    It prints as its text (``i + 1``); for shape rules it stands for every value it takes
+    (``values``: an array with an axis per enclosing loop, :func:`_loop_values`), all of
+    which must give the same shapes (``program.py``'s ``_Writer.op``).
     """
 
     __slots__ = ("text", "values", "prec")
     _priority = 20  # ``tensor * i`` is written down too
 
-    def __init__(self, text: str, values: Sequence[int], prec: int = ATOM):
-        self.text, self.values, self.prec = text, tuple(values), prec
+    def __init__(self, text: str, values: np.ndarray, prec: int = ATOM):
+        self.text, self.values, self.prec = text, values, prec
 
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
         return _op(prim, args, params)
 
     def _arith(self, other: Any, fn: Callable, sym: str, prec: int, right: bool) -> Any:
         """``self sym other``, or ``other sym self`` for the reflected operator (``right``)."""
-        if isinstance(other, Index):
-            others = other.values
-        elif type(other) in (int, float):
-            others = (other,) * len(self.values)
-        else:
+        if not isinstance(other, Index) and type(other) not in (int, float):
             return NotImplemented
-        pairs = zip(self.values, others)
-        values = [fn(b, a) if right else fn(a, b) for a, b in pairs]
+        a, b = _combined(self.values, other.values if isinstance(other, Index) else other)
+        with np.errstate(divide="raise", over="raise"):  # (i // 0 raises, as in Python)
+            values = fn(b, a) if right else fn(a, b)
         first, second = (other, self) if right else (self, other)
         return Index(f"{_paren(first, prec)} {sym} {_paren(second, prec + 1)}", values, prec)
 
@@ -161,14 +162,13 @@ class Index:
     def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", MUL, False)
 
     def __neg__(self) -> "Index":
-        return Index(f"-{_paren(self, UNARY)}", [-v for v in self.values], UNARY)
+        return Index(f"-{_paren(self, UNARY)}", -self.values, UNARY)
 
     def _compare(self, other: Any, fn: Callable, sym: str) -> Any:
         if not isinstance(other, (Index, int, float)):
             return NotImplemented  # i < x.sum(): the tensor's comparison writes a line
-        others = other.values if isinstance(other, Index) else (other,) * len(self.values)
-        return Cond(f"{_paren(self, CMP + 1)} {sym} {_paren(other, CMP + 1)}",
-                    [fn(a, b) for a, b in zip(self.values, others)])
+        a, b = _combined(self.values, other.values if isinstance(other, Index) else other)
+        return Cond(f"{_paren(self, CMP + 1)} {sym} {_paren(other, CMP + 1)}", fn(a, b))
 
     def __lt__(self, o: Any) -> Any: return self._compare(o, operator.lt, "<")
     def __le__(self, o: Any) -> Any: return self._compare(o, operator.le, "<=")
@@ -203,14 +203,14 @@ register_kind(Index)
 class Cond:
     """A condition known only when the program runs, from the loop index: ``i == 0``.
     It is an if's condition, or an argument written as its text (a VJP rule's
-    ``where(y == 0, ...)`` for ``x ** i``); ``values``, its value at each of the index's
-    representative values, stands for it in shape rules, as an Index's do."""
+    ``where(y == 0, ...)`` for ``x ** i``); ``values``, its value at each of the values of
+    the indices it compares, stands for it in shape rules, as an Index's do."""
 
     __slots__ = ("text", "values")
     prec = CMP
 
-    def __init__(self, text: str, values: Sequence[bool]):
-        self.text, self.values = text, tuple(values)
+    def __init__(self, text: str, values: np.ndarray):
+        self.text, self.values = text, values
 
     def __bool__(self) -> bool:
         raise _writer().refuse(f"the truth value of {self.text} outside an if",
@@ -243,12 +243,75 @@ def _dynamic(v: Any) -> bool:
     return _contains(v, (SrcVar, Index, Cond, Weak))
 
 
-def _concrete(v: Any, k: int = 0) -> Any:
-    """``v`` with loop indices replaced by their k-th representative value (for shapes)."""
+# Loop indices and arithmetic on them take at most this many values together (the
+# loops' iterations, i and j of two nested loops in ``j - i``): every one is checked.
+_GRID = 1 << 20
+# A shape is checked at most at this many combinations of the values of the indices
+# it is computed from (``x[i:j]``); more are refused.
+_CASES = 1 << 15
+
+
+def _loop_values(rng: range, depth: int) -> np.ndarray:
+    """The values a loop's index takes, on the axis of its loop: the ``depth``-th of
+    the loops around it (a value of an outer index is the same on the inner ones')."""
+    return np.arange(rng.start, rng.stop, rng.step).reshape((1,) * depth + (len(rng),))
+
+
+def _aligned(*values: Any) -> list[np.ndarray]:
+    """Indices' values with one axis per loop, for NumPy to broadcast: an index of the
+    loops around another (an outer ``i`` beside the inner ``j``) has fewer axes, its
+    loops' first ones; a Python number, none."""
+    arrays = [np.asarray(v) for v in values]
+    n = max(a.ndim for a in arrays)
+    return [a.reshape(a.shape + (1,) * (n - a.ndim)) for a in arrays]
+
+
+def _grid_size(arrays: list[np.ndarray]) -> int:
+    return math.prod(np.broadcast_shapes(*(a.shape for a in arrays)))
+
+
+def _combined(a: Any, b: Any) -> list[np.ndarray]:
+    """The values of two operands of arithmetic on loop indices, aligned; refused where
+    the loops give them more than ``_GRID`` values together."""
+    aligned = _aligned(a, b)
+    if _grid_size(aligned) > _GRID:
+        raise _writer().refuse(
+            f"arithmetic on the indices of nested loops taking more than {_GRID} values "
+            "together", "source mode checks the shapes they give at every one; loop over "
+            "fewer iterations, or index with each loop's own index")
+    return aligned
+
+
+def _cases(v: Any, ends: frozenset[int] = frozenset()) -> list[Any] | None:
+    """``v`` with its loop indices (and conditions on them) replaced by their values:
+    once for each combination of values they take together as the loops run (None for
+    more than ``_CASES``). The indices in ``ends`` (by id) are replaced by their least
+    and their greatest value only (an index that picks an element: its value never
+    changes a shape, and is in bounds at every value if it is at these two)."""
+    found = list({id(x): x for x in _parts(v) if isinstance(x, (Index, Cond))}.values())
+    fixed = [x for x in found if id(x) in ends]
+    free = [x for x in found if id(x) not in ends]
+    rows: list[tuple] = [()]
+    if free:
+        aligned = _aligned(*(x.values for x in free))
+        if _grid_size(aligned) > _GRID:
+            return None
+        columns = [g.ravel() for g in np.broadcast_arrays(*aligned)]
+        rows = np.unique(np.rec.fromarrays(columns)).tolist()  # (a record keeps each dtype)
+    extremes = [{id(x): x.values.min().item() for x in fixed},
+                {id(x): x.values.max().item() for x in fixed}] if fixed else [{}]
+    if len(rows) * len(extremes) > _CASES:
+        return None
+    return [_substitute(v, {**end, **dict(zip((id(x) for x in free), row))})
+            for end in extremes for row in rows]
+
+
+def _substitute(v: Any, values: dict[int, Any]) -> Any:
+    """``v`` with each loop index (and condition) replaced by its value in ``values``."""
     if isinstance(v, (Index, Cond)):
-        return v.values[k]
+        return values[id(v)]
     if isinstance(v, tuple):
-        return tuple(_concrete(x, k) for x in v)
+        return tuple(_substitute(x, values) for x in v)
     if isinstance(v, slice):
-        return slice(_concrete(v.start, k), _concrete(v.stop, k), _concrete(v.step, k))
+        return slice(*(_substitute(x, values) for x in (v.start, v.stop, v.step)))
     return v
