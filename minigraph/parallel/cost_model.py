@@ -73,6 +73,10 @@ def bytes_sent(algorithm: str, elements: int, n: int, itemsize: int = 8) -> list
     elements of ``itemsize`` bytes, exactly (chunks that differ by one element
     included), in device order."""
     _check(algorithm, n, "bytes_sent")
+    # (negative sizes gave negative bytes)
+    for what, v, low in (("elements", elements, 0), ("itemsize", itemsize, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"bytes_sent: {what} must be an int >= {low}, got {v!r}")
     if n == 1:
         return [0]
     c = chunks(elements, n)

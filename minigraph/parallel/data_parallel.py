@@ -28,8 +28,11 @@ Send/Recv pairs in ``sess.last_run.bytes_moved``. What each algorithm should sen
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+import numpy as np  # host numbers: the loss's value once and twice over
 
 from ..device import get_device, nbytes
 from ..errors import DTypeError, ShapeError
@@ -90,11 +93,17 @@ def _send(t: Any, device: Any, moved: dict[tuple[str, str], int]) -> Any:
 
 
 def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
-    """Split ``x`` along dimension 0 into ``len(devices)`` parts, one per device."""
+    """Split ``x`` along dimension 0 into ``len(devices)`` parts, one per device (a
+    graph node too: its parts are slices of it, sent with ``.to``)."""
+    _check_devices(devices, "scatter")
     if not devices:
         raise ValueError("scatter: no devices to split x over")
-    x = x if isinstance(x, Tensor) else tensor(x)
-    if x.ndim == 0:  # (x.shape[0] raised Python's IndexError)
+    x = x if isinstance(x, (Tensor, Node)) else tensor(x)
+    if x.shape is None:
+        raise ShapeError("scatter: x is a graph node of a shape unknown until the graph "
+                         "runs; the parts' bounds need its length: give the placeholder "
+                         "a shape")
+    if len(x.shape) == 0:  # (x.shape[0] raised Python's IndexError)
         raise ShapeError(f"scatter: x is a 0-d tensor (a scalar); it is split along "
                          f"dimension 0, so it needs at least one dimension")
     n = x.shape[0]
@@ -103,9 +112,19 @@ def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
 
 
 def replicate(params: Sequence[Tensor], devices: Sequence[str]) -> list[list[Tensor]]:
-    """One copy of ``params`` per device: ``replicas[k][j]`` is param j on device k."""
-    params = [p if isinstance(p, Tensor) else tensor(p) for p in params]  # (arrays too)
+    """One copy of ``params`` per device: ``replicas[k][j]`` is param j on device k
+    (arrays and graph nodes too)."""
+    _check_devices(devices, "replicate")
+    params = [p if isinstance(p, (Tensor, Node)) else tensor(p) for p in params]
     return [[p.to(d) for p in params] for d in devices]
+
+
+def _check_devices(devices: Any, who: str) -> None:
+    """A list of device names, not one name: a string is a sequence too, and "cpu" was
+    split over the devices 'c', 'p' and 'u'."""
+    if isinstance(devices, str):
+        raise TypeError(f"{who}: devices is a list of device names, got the string "
+                        f"{devices!r}; write [{devices!r}]")
 
 
 def gather(xs: Sequence[Tensor], device: str) -> Tensor:
@@ -128,6 +147,13 @@ def allreduce_with_stats(tensors: Sequence[Tensor],
                             f"(or a graph node); "
                             f"give one tensor per device (x.to(device), or "
                             f"mg.parallel.scatter / replicate)")
+    if not tensors:
+        raise ValueError("allreduce: no tensors to add up; give one tensor per device")
+    for k, t in enumerate(tensors):  # (an unknown shape gave the copies no size to count)
+        if t.shape is None:
+            raise ShapeError(f"allreduce: tensors[{k}] is a graph node of a shape unknown "
+                             f"until the graph runs; the algorithms cut tensors into "
+                             f"chunks by size: give the placeholder a shape")
     shapes = {t.shape for t in tensors}
     if len(shapes) != 1:
         raise ValueError(f"allreduce: every device must give the same shape, got {sorted(shapes)}")
@@ -214,14 +240,19 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
 
     Returns, per device, the gradients of all params (equal on every device). Each
     device's loss is the mean over its slice, so it is weighted by the slice's share of
-    the batch before the allreduce adds the slices up.
+    the batch before the allreduce adds the slices up. A loss that sums over the batch
+    (``nn.CrossEntropyLoss(reduction="sum")`` inside) has its slices' losses added as
+    they are: ``loss.reduction = "sum"`` says so, else a test finds it (``_share_weight``).
     """
     _same_rows(x, y, "data_parallel_grads")
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
     total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), "data_parallel_grads")
     # (xs[0].shape is x's when the batch is empty)
-    local = [_weighted_grads(loss, pk, xk, yk, total) for xk, yk, pk in zip(xs, ys, replicas)]
+    first = next((k for k, xk in enumerate(xs) if xk.shape[0]), 0)
+    weight = _share_weight(loss, replicas[first], xs[first], ys[first], "data_parallel_grads")
+    local = [_weighted_grads(loss, pk, xk, yk, total, weight)
+             for xk, yk, pk in zip(xs, ys, replicas)]
     summed = [allreduce([local[k][j] for k in range(len(devices))], algorithm)
               for j in range(len(params))]
     return [[summed[j][k] for j in range(len(params))] for k in range(len(devices))]
@@ -244,6 +275,16 @@ def shard(x: Any, rank: int | None = None, world: int | None = None) -> Tensor:
     x = x if isinstance(x, Tensor) else tensor(x)
     rank = distributed.rank() if rank is None else rank
     world = distributed.world_size() if world is None else world
+    # (a rank outside the world silently got an empty share; world 0 divided by zero)
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ValueError(f"shard: world must be an int >= 1 (the number of ranks), "
+                         f"got {world!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+        raise ValueError(f"shard: rank must be an int in 0..{world - 1} for a world of "
+                         f"{world}, got {rank!r}")
+    if x.ndim == 0:
+        raise ShapeError("shard: x is a 0-d tensor (a scalar); it is split along "
+                         "dimension 0, so it needs at least one dimension")
     n = x.shape[0]
     return x[n * rank // world:n * (rank + 1) // world]
 
@@ -262,14 +303,20 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     Every rank passes the whole batch ``x, y`` (or the same seed to make it) and the same
     ``params``; each computes the gradient of the mean loss over its rows, weighted by
     its rows' share of the batch, and the all-reduce adds the shares up: every rank gets
-    the whole batch's gradient, the value one process would compute.
+    the whole batch's gradient, the value one process would compute. (A loss that sums
+    over the batch is added up unweighted, as in ``data_parallel_grads``.)
     """
     from ..autodiff.api import grad
 
     _same_rows(x, y, "data_parallel_grads_across_ranks")
+    # (x.shape below: a list has none, as data_parallel_grads accepts lists)
+    x, y = (v if isinstance(v, Tensor) else tensor(v) for v in (x, y))
     xs, ys = shard(x), shard(y)
     total = _batch_size(tuple(x.shape), x.shape[0], "data_parallel_grads_across_ranks")
-    return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total))
+    # (rank 0's share on every rank: every rank takes the same decision)
+    weight = _share_weight(loss, params, shard(x, 0), shard(y, 0),
+                           "data_parallel_grads_across_ranks")
+    return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total, weight))
 
 
 def _same_rows(x: Any, y: Any, who: str) -> None:
@@ -290,15 +337,61 @@ def _batch_size(shape: tuple, total: int, who: str) -> int:
     return total
 
 
+_FOUND_REDUCTIONS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def _share_weight(loss: Any, params: Sequence[Tensor], x: Tensor, y: Tensor,
+                  who: str) -> bool:
+    """Whether each share's loss is weighted by its share of the batch: yes for a mean,
+    no for a sum (``nn.CrossEntropyLoss(reduction="sum")`` inside), whose shares add up
+    as they are. Weighting a sum by n / total divided its gradient by the number of
+    devices, without a word. ``loss.reduction`` says which, if set; else the loss is
+    evaluated on the rows ``x`` and on them twice over: a mean keeps its value, a sum
+    doubles it (found once per loss function: two more evaluations of its first call). A
+    loss that does neither (a sum plus a penalty on the weights, which every share would
+    add once) is refused."""
+    from ..autodiff.tape import no_grad
+
+    reduction = getattr(loss, "reduction", None)
+    if reduction is None:
+        try:
+            reduction = _FOUND_REDUCTIONS.get(loss)
+        except TypeError:  # (no weak reference to it)
+            pass
+    if reduction is None and x.shape[0]:
+        with no_grad():
+            once = float(loss(list(params), x, y).item())
+            twice = float(loss(list(params), SH.concatenate([x, x], axis=0),
+                               SH.concatenate([y, y], axis=0)).item())
+        if not (np.isfinite(once) and np.isfinite(twice)) or np.isclose(twice, once):
+            reduction = "mean"  # (a loss that is not finite: its gradient will say so)
+        elif np.isclose(twice, 2 * once):
+            reduction = "sum"
+        else:
+            reduction = f"neither: the rows twice over changed it from {once} to {twice}"
+        try:
+            _FOUND_REDUCTIONS[loss] = reduction
+        except TypeError:
+            pass
+    if reduction not in (None, "mean", "sum"):
+        raise ValueError(f"{who}: the loss's reduction is {reduction!s}; the shares' "
+                         f"losses add up to the batch's only for a mean (weighted by the "
+                         f"shares' sizes) or a sum (added as they are); set "
+                         f"loss.reduction = 'mean' or 'sum' if it is one")
+    return reduction != "sum"
+
+
 def _weighted_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Tensor,
-                    y: Tensor, total: int) -> list[Tensor]:
-    """The gradients of this share's mean loss times its share of the batch, ``n / total``.
-    A share with no rows (a batch smaller than the number of devices or ranks) adds
-    nothing: zeros, without evaluating a mean over no rows, which is 0/0."""
+                    y: Tensor, total: int, weighted: bool = True) -> list[Tensor]:
+    """The gradients of this share's mean loss times its share of the batch, ``n / total``
+    (of its loss as it is, for a sum: ``weighted`` False). A share with no rows (a batch
+    smaller than the number of devices or ranks) adds nothing: zeros, without evaluating
+    a mean over no rows, which is 0/0."""
     from ..autodiff.api import grad
 
     n = x.shape[0]
     if n == 0:
         return [zeros(p.shape, p.dtype, p.device) for p in params]
-    return list(grad(lambda *ps: loss(list(ps), x, y) * (n / total),
+    scale = n / total if weighted else 1.0
+    return list(grad(lambda *ps: loss(list(ps), x, y) * scale,
                      argnums=tuple(range(len(params))))(*params))

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np  # the initial weights are drawn on the host
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..graph.graph import Node
 from ..ops import copy as C
 from ..ops import elementwise as E
@@ -74,6 +74,12 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     graph nodes (then the loss is a node, and a ``Session`` run of it counts in
     ``last_run.bytes_moved`` what crossed devices).
     """
+    for k, s in enumerate(shards):  # (tuple(None) raised Python's TypeError)
+        if s.shape is None:
+            raise ShapeError(f"parallel_cross_entropy: shards[{k}] has a shape unknown until "
+                             f"the graph runs; the offsets of the shards' classes need "
+                             f"every shard's shape: give the placeholder a shape "
+                             f"(mg.placeholder((N, classes), ...))")
     shapes = [tuple(s.shape) for s in shards]
     if any(len(shape) != 2 for shape in shapes):
         raise ShapeError(f"parallel_cross_entropy: every shard is 2-d, (N examples, its "
@@ -87,6 +93,13 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
                          f"(its own classes), got shapes {shapes}")
     home = shards[0].device
     labels = labels if isinstance(labels, (Tensor, Node)) else tensor(labels)
+    # Labels of another shape would broadcast against the rows (one label for all of
+    # them), and bool labels would pass for classes 0 and 1: refused, as cross_entropy does.
+    NN._check_labels("parallel_cross_entropy", labels)
+    if labels.shape is not None and tuple(labels.shape) != (shapes[0][0],):
+        raise ShapeError(f"parallel_cross_entropy: labels must have shape (N,) = "
+                         f"({shapes[0][0]},), one class per example, got shape "
+                         f"{tuple(labels.shape)} (shards of shapes {shapes})")
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])
     if isinstance(labels, Tensor):  # (a graph's labels are checked when it runs: see below)
         NN.check_label_range(np, labels.numpy(), int(offsets[-1]) + shards[-1].shape[1],
@@ -103,28 +116,29 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     for k, (s, offset) in enumerate(zip(shards, offsets)):
         m_here = m.to(s.device)
         sumexp = R.sum(E.exp(s - m_here.reshape(-1, 1)), axis=1)
-        onehot = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1], s.dtype,
-                                first=k == 0, last=k == last)
-        mine = R.sum(s * onehot, axis=1)
+        holds = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1],
+                               first=k == 0, last=k == last)
+        # The label's logit is picked, not multiplied by a one-hot row: -inf (a masked
+        # class) times 0 is nan, which made the whole loss nan.
+        mine = R.sum(E.where(holds, s, 0.0), axis=1)
         total = sumexp.to(home) if total is None else total + sumexp.to(home)
         picked = mine.to(home) if picked is None else picked + mine.to(home)
     return R.mean(E.log(total) + m - picked)
 
 
-def _shard_one_hot(labels: Any, offset: int, width: int, dtype: Any, first: bool,
-                   last: bool) -> Any:
-    """The one-hot rows of the classes ``offset .. offset + width - 1`` that one shard
-    holds; a row whose label is another shard's is zero. A label of no shard (negative,
-    or past the last class) counts as the first or the last shard's, whose ``one_hot``
-    then refuses it: an error, not a row that silently matches no class."""
+def _shard_one_hot(labels: Any, offset: int, width: int, first: bool, last: bool) -> Any:
+    """The one-hot rows, as booleans, of the classes ``offset .. offset + width - 1`` that
+    one shard holds; a row whose label is another shard's is all False. A label of no
+    shard (negative, or past the last class) counts as the first or the last shard's,
+    whose ``one_hot`` then refuses it: an error, not a row that silently matches no class."""
     holds = None if first else E.greater_equal(labels, offset)
     if not last:
         below = E.less(labels, offset + width)
         holds = below if holds is None else E.where(holds, below, False)
     if holds is None:  # one shard: every label is its
-        return NN.one_hot(labels - offset, width, dtype)
-    onehot = NN.one_hot(E.where(holds, labels - offset, 0), width, dtype)
-    return onehot * C.astype(holds, dtype, copy=False).reshape(-1, 1)
+        return NN.one_hot(labels - offset, width, "bool")
+    onehot = NN.one_hot(E.where(holds, labels - offset, 0), width, "bool")
+    return E.where(holds.reshape(-1, 1), onehot, False)
 
 
 class LayerSplitMLP:
@@ -154,6 +168,14 @@ class LayerSplitMLP:
             raise ValueError(f"LayerSplitMLP: sizes lists the input width and each layer's "
                              f"output (at least two numbers, got {list(sizes)}), on at least "
                              f"one device (got {list(devices)})")
+        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1
+               for n in sizes):  # (NumPy's "negative dimensions are not allowed" named none)
+            raise ValueError(f"LayerSplitMLP: sizes must be ints >= 1 (the input width and "
+                             f"each layer's output), got {list(sizes)}")
+        if dtype not in ("float32", "float64"):  # (an integer placeholder has no gradient:
+            # step() fetched None)
+            raise DTypeError(f"LayerSplitMLP: dtype must be float32 or float64, the dtypes "
+                             f"that have gradients, got {dtype!r}")
         rng = np.random.default_rng(seed)
         layers = len(sizes) - 1
         self.params = []  # host arrays: W0, b0, W1, b1, ...

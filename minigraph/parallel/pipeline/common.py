@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+from typing import Any
+
 from ...errors import MinigraphError
 
 
@@ -11,3 +14,9 @@ Event = tuple[int, str, int, float, float]    # (stage, kind, microbatch, start,
 
 class PipelineError(MinigraphError, ValueError):
     """A stage list, schedule or cost list that does not describe a valid pipeline."""
+
+
+def is_count(v: Any, low: int = 1) -> bool:
+    """Whether ``v`` is an int >= ``low``: NumPy's ints too (``np.int64(4)``, a count
+    read from an array), bool not (``True`` made a schedule of "True microbatches")."""
+    return isinstance(v, Integral) and not isinstance(v, bool) and int(v) >= low

@@ -257,6 +257,7 @@ class _Plan:
     params: list[Node]           # aligned with model.parameters()
     grads: list[Node | None]     # accumulated gradients, aligned with model.parameters()
     losses: list[Node]
+    empty: set[tuple[int, str, int]]  # (stage, kind, k) of the ops that have no node to run
 
     def feed(self, model: Sequential, xs: np.ndarray, ys: np.ndarray,
              sizes: tuple[int, ...]) -> dict:
@@ -284,6 +285,7 @@ class _GraphBuilder:
         self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
         self.accumulated: dict[int, Node] = {}
         self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
+        self.empty: set[tuple[int, str, int]] = set()  # ops that built no node
         self.stage_functions: dict[int, Callable[..., Any]] = {}  # (recompute=True)
         self.scales = [n / sum(sizes) for n in sizes] if _reduction(pipe.loss, m) == "mean" \
             else [1.0] * m
@@ -322,7 +324,8 @@ class _GraphBuilder:
                   for node in self.layer_params[i].values()]
         session = Session(self.graph, workers=self.pipe.workers, trace=True)
         return _Plan(session, self.xs, self.ys, params,
-                     [self.accumulated.get(id(node)) for node in params], self.losses)
+                     [self.accumulated.get(id(node)) for node in params], self.losses,
+                     self.empty)
 
     def _forward(self, s: int, k: int) -> None:
         h = self.xs[k] if s == 0 else self.outputs[s - 1][k].to(self.devs[s])
@@ -334,6 +337,13 @@ class _GraphBuilder:
                 h = functional_call(self.pipe.model[i], self.layer_params[i], h)
         if s == len(self.pipe.stages) - 1:
             h = self.pipe.loss(h, self.ys[k])
+            if h.shape is None or tuple(h.shape) != ():  # (it was seeded with ones, and
+                # the sum of the losses then failed in NumPy after the whole run)
+                name = getattr(self.pipe.loss, "__name__", type(self.pipe.loss).__name__)
+                raise PipelineError(f"Pipeline: the loss {name} must return a scalar, the "
+                                    f"microbatch's loss; it returned shape "
+                                    f"{None if h.shape is None else tuple(h.shape)}; reduce "
+                                    f"it (a mean or a sum) and set {name}.reduction")
             h = h if self.scales[k] == 1.0 else h * self.scales[k]
             self.losses[k] = h
         self.outputs[s][k] = h
@@ -359,8 +369,9 @@ class _GraphBuilder:
 
     def _backward(self, s: int, k: int) -> None:
         wrt = ([] if s == 0 else [self.inputs[s][k]]) + self.stage_params(s)
-        if not wrt:
-            return  # a first stage without parameters has nothing to differentiate
+        if not wrt:  # a first stage without parameters has nothing to differentiate:
+            self.empty.add((s, "B", k))  # its B runs no node, but holds its place in order
+            return
         last = s == len(self.pipe.stages) - 1
         seed = None if last else [self.input_grads[s + 1][k]]
         grads = gradients(self.outputs[s][k], wrt, seed)
@@ -401,9 +412,28 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
         span[0], span[1] = min(span[0], start), max(span[1], end)
     timeline = sorted(((s, kind, k, a, b) for (s, kind, k), (a, b) in spans.items()),
                       key=lambda e: (e[3], e[0]))
-    order = [[(kind, k) for s2, kind, k, _, _ in timeline if s2 == s]
+    order = [_with_empty_ops(s, [(kind, k) for s2, kind, k, _, _ in timeline if s2 == s],
+                             pipe.schedule.ops[s], plan.empty)
              for s in range(len(pipe.stages))]
     sends = sum(1 for e in stats.events
                 if e["op"] == "Send" and not e.get("key", "").endswith("/control"))
     peak = [stats.lower_bound.get(get_device(d).name, 0) for d in pipe.devices]
     return PipelineRun(float(sum(values["losses"])), grads, order, timeline, peak, sends, stats)
+
+
+def _with_empty_ops(s: int, measured: list[Op], ops: Sequence[Op],
+                    empty: set[tuple[int, str, int]]) -> list[Op]:
+    """Stage s's measured order with its empty ops (a B of a first stage without
+    parameters, which runs no node and so leaves no event) put back where the schedule
+    has them: right after the op before them, whose end is theirs (the control edges
+    make the next op wait for that one). Left out, the stage seemed to hold every
+    microbatch's activations to the end (``peak_activations``)."""
+    lead: list[Op] = []
+    after: dict[Op, list[Op]] = {}
+    previous: Op | None = None
+    for op in ops:
+        if (s, *op) in empty:
+            (lead if previous is None else after.setdefault(previous, [])).append(op)
+        else:
+            previous = op
+    return lead + [o for op in measured for o in [op] + after.get(op, [])]

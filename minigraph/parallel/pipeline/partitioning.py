@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..cost_model import sync_factor
-from .common import PipelineError
+from .common import PipelineError, is_count
 from .profiling import LayerCost, Profile
 
 
@@ -46,9 +46,10 @@ def partition(costs: Any, stages: int) -> list[list[int]]:
     """
     t = _compute_costs(costs, "partition")
     n = len(t)
-    if not isinstance(stages, int) or not 1 <= stages <= n:
+    if not is_count(stages) or stages > n:
         raise PipelineError(f"partition: stages must be an int between 1 and the number of "
                             f"layers ({n}), got {stages!r}")
+    stages = int(stages)
     pre = _prefix(t)
     best = [[math.inf] * (stages + 1) for _ in range(n + 1)]
     start = [[0] * (stages + 1) for _ in range(n + 1)]
@@ -69,6 +70,11 @@ def partition(costs: Any, stages: int) -> list[list[int]]:
 def stage_times(costs: Any, stages: Sequence[Sequence[int]]) -> list[float]:
     """The cost of each stage: the sum of its layers' costs."""
     t = _compute_costs(costs, "stage_times")
+    for stage in stages:  # (t[i] raised Python's IndexError, and -1 read the last layer)
+        for i in stage:
+            if not is_count(i, 0) or i >= len(t):
+                raise PipelineError(f"stage_times: layer {i!r} of stage {list(stage)} is "
+                                    f"not one of the {len(t)} layers 0..{len(t) - 1}")
     return [sum(t[i] for i in stage) for stage in stages]
 
 
@@ -126,13 +132,14 @@ def partition_pipedream(profile: Any, workers: int, bandwidth: float,
     if not layers or not all(isinstance(c, LayerCost) for c in layers):
         raise PipelineError("partition_pipedream: needs a Profile (or LayerCosts): it uses "
                             "activation and parameter sizes as well as times")
-    if not isinstance(workers, int) or workers < 1:
+    if not is_count(workers):
         raise PipelineError(f"partition_pipedream: workers must be an int >= 1, got {workers!r}")
     if not bandwidth > 0:
         raise PipelineError(f"partition_pipedream: bandwidth must be > 0 bytes/s, got {bandwidth}")
     if sync not in SYNC_FACTORS:
         raise PipelineError(f"partition_pipedream: sync is one of {list(SYNC_FACTORS)}, "
                             f"got {sync!r}")
+    workers = int(workers)
     cost = _StageCost(layers, bandwidth, SYNC_FACTORS[sync])
     table = _pipedream_table(cost, len(layers), workers)
     m = min(range(1, workers + 1), key=lambda w: table[len(layers)][w][0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from .common import Op, PipelineError
+from .common import Op, PipelineError, is_count
 
 
 KINDS = ("gpipe", "1f1b")
@@ -51,8 +51,9 @@ def schedule(kind: str, stages: int, microbatches: int) -> Schedule:
     if kind not in KINDS:
         raise PipelineError(f"schedule: kind is 'gpipe' or '1f1b', got {kind!r}")
     for what, v in (("stages", stages), ("microbatches", microbatches)):
-        if not isinstance(v, int) or v < 1:
+        if not is_count(v):
             raise PipelineError(f"schedule: {what} must be an int >= 1, got {v!r}")
+    stages, microbatches = int(stages), int(microbatches)
     make = _gpipe if kind == "gpipe" else _one_f_one_b
     return Schedule(kind, microbatches,
                     tuple(tuple(make(stages, s, microbatches)) for s in range(stages)))
@@ -81,13 +82,18 @@ def _as_schedule(sched: Any) -> Schedule:
         sched = Schedule("custom", m, ops)
     if not sched.ops:
         raise PipelineError("schedule: there are no stages")
+    if sched.microbatches < 1:  # (as schedule() refuses microbatches=0)
+        raise PipelineError(f"schedule: a schedule needs at least one microbatch; its "
+                            f"stages run no ops: {[list(ops) for ops in sched.ops]}")
+    expected = sorted((kind, k) for kind in "BF" for k in range(sched.microbatches))
     for s, ops in enumerate(sched.ops):
-        expected = sorted((kind, k) for kind in "BF" for k in range(sched.microbatches))
         if sorted(ops) != expected:
             raise PipelineError(f"schedule: stage {s} must run F and B of each of the "
                                 f"{sched.microbatches} microbatches exactly once; it runs "
                                 f"{' '.join(kind + str(k) for kind, k in ops)}")
-        if any(ops.index(("B", k)) < ops.index(("F", k)) for k in range(sched.microbatches)):
+        # Each op's position, found once: ops.index inside the loop was O(m^2) per stage.
+        position = {op: i for i, op in enumerate(ops)}
+        if any(position[("B", k)] < position[("F", k)] for k in range(sched.microbatches)):
             raise PipelineError(f"schedule: stage {s} runs a backward before its forward")
     return sched
 

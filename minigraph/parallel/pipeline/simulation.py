@@ -11,12 +11,15 @@ from typing import Any, Sequence
 
 import numpy as np  # host arrays
 
-from .common import Event, PipelineError
+from .common import Event, PipelineError, is_count
 from .scheduling import Schedule, _as_schedule, peak_in_flight
 
 
 def bubble_closed_form(stages: int, microbatches: int) -> float:
     """The idle fraction of GPipe and 1F1B with uniform stages: (p - 1) / (m + p - 1)."""
+    for what, v in (("stages", stages), ("microbatches", microbatches)):
+        if not is_count(v):  # (as schedule(): 0 microbatches divided by zero for p = 1)
+            raise PipelineError(f"bubble_closed_form: {what} must be an int >= 1, got {v!r}")
     return (stages - 1) / (microbatches + stages - 1)
 
 
