@@ -25,6 +25,7 @@ of gradients.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -44,8 +45,17 @@ def _as_list(v: Any) -> list:
 def _between(ys: list[Node], xs: list[Node]) -> tuple[dict[int, Node], dict[int, int]]:
     """Steps 1 and 2: the nodes on some path from an x to a y, by id, and each one's
     number of consumers among them, its pending count (iterative: no recursion)."""
+    # Only the ys' ancestors can be on such a path: the consumers are looked for among
+    # them, not in the whole graph (a pipeline differentiates each microbatch's stage in
+    # one growing graph: a pass per microbatch over every node was time m^2)
+    ancestors, stack = {}, list(ys)
+    while stack:
+        n = stack.pop()
+        if id(n) not in ancestors:
+            ancestors[id(n)] = n
+            stack.extend(i for i in n.args if isinstance(i, Node))
     consumers: dict[int, list[Node]] = {}
-    for n in ys[0].graph.nodes:  # (``args``, not ``inputs``: see Node.__init__)
+    for n in ancestors.values():  # (``args``, not ``inputs``: see Node.__init__)
         for i in n.args:
             if isinstance(i, Node):
                 consumers.setdefault(id(i), []).append(n)
@@ -191,12 +201,20 @@ def _sweep_order(ys: list[Node], relevant: dict[int, Node],
 
 def _scope_name(graph: Graph) -> str:
     """``gradients`` for the first pass, ``gradients_1``, ``gradients_2`` ... after it (as
-    in TensorFlow), so the nodes of each pass can be told apart."""
-    taken = {n.name.split("/", 1)[0] for n in graph.nodes if "/" in n.name}
-    name, k = "gradients", 1
+    in TensorFlow), so the nodes of each pass can be told apart. (The scopes taken are
+    kept per graph and brought up to date with the nodes added since: a scan of every
+    node per pass made m passes over a growing graph time m^2.)"""
+    seen, taken, k = _SCOPES.get(graph, (0, set(), 1))
+    taken.update(n.name.split("/", 1)[0] for n in graph.nodes[seen:] if "/" in n.name)
+    name = "gradients" if k == 1 else f"gradients_{k - 1}"
     while name in taken:
         name, k = f"gradients_{k}", k + 1
+    _SCOPES[graph] = (len(graph.nodes), taken, k)
     return name
+
+
+_SCOPES: "weakref.WeakKeyDictionary[Graph, tuple[int, set[str], int]]" = \
+    weakref.WeakKeyDictionary()
 
 
 def _unique(nodes: list[Node]) -> list[Node]:
