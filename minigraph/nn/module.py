@@ -286,7 +286,8 @@ def _value_for(key: str, value: Any, p: Tensor) -> tuple[Any, str]:
             host = np.asarray(value)
         except Exception as exc:
             return None, f"the value for {key!r} is not an array ({type(value).__name__}: {exc})"
-        if host.dtype.kind in "OUSV":  # (None or a dict: a 0-d object array, "shape ()")
+        if not hasattr(value, "dtype") and host.dtype.kind in "OUSV":  # (None, a dict, a
+            # str: NumPy made a 0-d object or string array of it, and the error said shape ())
             return None, (f"the value for {key!r} is a {type(value).__name__}, not an array "
                           f"of numbers")
     if tuple(host.shape) != p.shape:
