@@ -391,7 +391,8 @@ def on_the_tape(fn: CompiledFunction) -> bool:
     would be cut off the tape, and backward() would miss the path through the weight
     (torch.func.grad and the tape follow it). Asked per call: ``requires_grad_`` can
     change after the program was built."""
-    return is_grad_enabled() and any(t._requires_grad for t in fn.captured.tensors)
+    tensors = fn.captured.tensors  # (none, the common case: one test)
+    return bool(tensors) and is_grad_enabled() and any(t._requires_grad for t in tensors)
 
 
 def _input_positions(key: tuple) -> dict[int, int]:
