@@ -111,8 +111,9 @@ def refuse_integers(dtype: Any, position: int, who: str) -> None:
     PyTorch only they can require gradients): the derivative by an integer is not defined,
     and a gradient of an integer's dtype would round every step away."""
     if str(dtype) not in FLOATS:
-        advice = "pass floats (e.g. 2.0 rather than 2)" if "int" in str(dtype) or str(dtype) == "bool" \
-            else f"minigraph computes in {' and '.join(FLOATS)}"  # (float16, complex ...)
+        integer = "int" in str(dtype) or str(dtype) == "bool"
+        advice = "pass floats (e.g. 2.0 rather than 2)" if integer else \
+            f"minigraph computes in {' and '.join(FLOATS)}"  # (float16, complex ...)
         raise DTypeError(f"{who}: cannot differentiate with respect to argument {position} "
                          f"of dtype {dtype}; {advice}")
 
