@@ -342,6 +342,18 @@ def _build_dag(dag, place):
     return g, x, nodes[-1]
 
 
+def _across_two_ranks():
+    """The smallest graph that crosses ranks: x on rank 0, y = 2x on rank 1."""
+    import minigraph as mg
+
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(2,), name="x")
+        with mg.device("rank:1/cpu"):
+            y = x * 2.0
+    return g, x, y
+
+
 def _attempt(fn) -> dict:
     start = time.monotonic()
     try:
@@ -416,11 +428,7 @@ def scenario_timeout(out: dict) -> None:
     import minigraph as mg
 
     mg.distributed.set_timeout(2.0)
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(2,), name="x")
-        with mg.device("rank:1/cpu"):
-            y = x * 2.0
+    g, x, y = _across_two_ranks()
     sess = mg.Session(g)
     out["first"] = sess.run(y, {x: np.ones(2)}).tolist()  # both ranks: the plans agree
     if mg.distributed.rank() == 1:  # rank 0 does not run it again
@@ -466,11 +474,7 @@ def scenario_users_messages(out: dict) -> None:
     import minigraph as mg
 
     comm = mg.distributed.comm()
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(2,), name="x")
-        with mg.device("rank:1/cpu"):
-            y = x * 2.0
+    g, x, y = _across_two_ranks()
     sess = mg.Session(g)
     if comm.Get_rank() == 0:
         comm.send("rank 0's own message", dest=1)  # mpi4py's defaults: tag 0
@@ -489,13 +493,10 @@ def scenario_refusals(out: dict) -> None:
 
     w = mg.tensor([1.0, 2.0], requires_grad=True)
     out.update(collective=_attempt(lambda: mg.distributed.all_reduce(w * 2.0))["type"])
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(2,), name="x")
-        with mg.device("rank:1/cpu"):
-            y = x * 2.0
-            v = mg.variable(np.zeros(2), name="v")
-            bump = v.assign(v + 1.0)
+    g, x, y = _across_two_ranks()
+    with g, mg.device("rank:1/cpu"):
+        v = mg.variable(np.zeros(2), name="v")
+        bump = v.assign(v + 1.0)
     sess = mg.Session(g)
     sess.run(y, {x: np.ones(2)})  # (this thread's: the first)
     sess.run(bump)

@@ -47,10 +47,9 @@ import numpy as np
 from ..autodiff.backward import collector_paused
 from ..codegen import Names, define
 from ..device import Device
-from ..ops import copy as C
 from ..tensor import Tensor
 from .graph import (Graph, GraphError, Node, check_graph, check_nodes, describe_location,
-                    fed_value)
+                    fed_value, reads_across)
 from .topo import fifo_order, needed, refuse_reads_after_assigns
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -281,7 +280,7 @@ def _moved(arg: str, a: Node, node: Node, names: Names) -> str:
     """The argument ``a`` as ``node``'s kernel reads it: copied to node's device where it
     lives on another (an edge across devices, which a Session makes a Send and a Recv;
     a float given to a function goes with the tensors it meets), else as it is."""
-    if a.device is node.device or node.prim is C.TO_DEVICE:
+    if not reads_across(node, a):
         return arg
     return f"{names.device(node.device)}.copy_from({arg}, {names.device(a.device)})"
 

@@ -81,6 +81,14 @@ def user_location(skip: int = 0) -> tuple[str, int] | None:
 _LOCATIONS: dict[tuple[str, int], tuple[str, int]] = {}
 
 
+def reads_across(node: "Node", a: "Node") -> bool:
+    """Whether ``node`` reads its argument ``a`` from another device, so that someone must
+    bring the value over: a Session's Send and Recv, the compiled code's copy, the
+    replay's. A transfer (``x.to(d)``, its table entry says ``transfer``) copies it
+    itself."""
+    return a.device is not node.device and not (node.prim is not None and node.prim.transfer)
+
+
 def describe_location(location: tuple[str, int] | None) -> str:
     """``file.py:12: z = x * y`` for error messages."""
     if location is None:
@@ -465,8 +473,9 @@ class Graph:
         return said
 
     def _place(self, prim: Primitive, args: tuple, params: dict) -> Device:
-        """Placement: an ``mg.device`` scope wins; else colocate with the first input."""
-        if prim is C.TO_DEVICE:
+        """Placement of a graph you build (TensorFlow's rule): an ``mg.device`` scope wins;
+        else colocate with the first input. (A function's graph: :meth:`_place_eagerly`.)"""
+        if prim.transfer:  # (its result lives where it copies to)
             return params["device"]
         scoped = scoped_device()
         if scoped is not None:
@@ -483,7 +492,7 @@ class Graph:
         only what is made from nothing (``mg.ones(3)``). Values without a device of
         their own (``loose``) go with the others, and what is made from them alone stays
         loose (``2.0 * s`` for a float s): the second item says so."""
-        if prim is C.TO_DEVICE:
+        if prim.transfer:
             return params["device"], False
         nodes = [a for a in args if isinstance(a, Node)]
         strong = [a for a in nodes if id(a) not in self.loose]

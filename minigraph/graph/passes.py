@@ -33,7 +33,7 @@ from ..autodiff.backward import collector_paused
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device
 from ..ops.primitive import register_kind
-from .graph import Graph, Node, check_nodes
+from .graph import Graph, Node, check_nodes, reads_across
 from .topo import fifo_order, needed
 
 
@@ -239,7 +239,7 @@ def _folding(changes: list[str]) -> Rewrite:
         # would bring it over, and so does the copy here. (Step's refusal of such a
         # read is for a plan run without partitioning, which this is not.)
         probe.foreign = None
-        values = {id(a): a.value if a.device is n.device or n.prim.transfer
+        values = {id(a): a.value if not reads_across(n, a)
                   else n.device.copy_sent(a.value, a.device) for a in nodes}
         value = compute(probe, values, [], [])
         shown = repr(n.device.to_numpy(value).tolist())

@@ -52,7 +52,7 @@ from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
 from .compile import CompiledFunction, compile_graph, last_uses
 from .topo import fifo_order, needed
 from .gradients import gradients
-from .graph import Graph, GraphError, Node, placeholder
+from .graph import Graph, GraphError, Node, placeholder, reads_across
 from .passes import optimize
 
 
@@ -95,8 +95,7 @@ def _moved(value: Any, a: Node, node: Node) -> Any:
     """``a``'s value as ``node`` reads it: moved to node's device along an edge across
     devices (a NumPy array f read, which goes with the tensors it meets), as the compiled
     code copies it (``compile._moved``); a Python number or an array as it is."""
-    if a.device is node.device or node.prim is C.TO_DEVICE or not (
-            type(value) is Tensor or type(value) in KINDS):
+    if not reads_across(node, a) or not (type(value) is Tensor or type(value) in KINDS):
         return value
     return C.to_device(value, node.device)
 
