@@ -266,3 +266,36 @@ def test_a_traced_callable_object_follows_its_attributes():
     assert float(traced(x).item()) == 3.0
     m.w = mg.tensor([10.0, 20.0, 12.0])
     assert float(traced(x).item()) == 42.0
+
+
+@pytest.mark.parametrize("how", ["jacrev", "hessian", "vjp", "grad"])
+def test_graph_mode_transforms_reach_a_weight_read_from_outside(how):
+    """Every graph-mode transformation of an f that reads w (requires_grad) from outside
+    gives the tape its call while it records: the value is torch.func's, and backward()
+    of a function of it reaches w as torch's does (second order through w)."""
+    torch = pytest.importorskip("torch")
+    from torch import func as tf
+
+    w0, x0 = np.array([0.5, -1.5, 0.7]), np.array([0.3, 0.8, -1.1])
+    wt, w = torch.tensor(w0, requires_grad=True), mg.tensor(w0, requires_grad=True)
+
+    def f(x):
+        return mg.sin(x * w) * x
+
+    def ft(x):
+        return torch.sin(x * wt) * x
+
+    ours, theirs = {
+        "jacrev": (mg.jacrev(f, mode="graph"), tf.jacrev(ft)),
+        "hessian": (mg.hessian(lambda x: mg.sum(f(x)), mode="graph"),
+                    tf.hessian(lambda x: torch.sum(ft(x)))),
+        "vjp": (lambda x: mg.vjp(f, x, mode="graph")[1](mg.ones(3))[0],
+                lambda x: tf.vjp(ft, x)[1](torch.ones(3))[0]),
+        "grad": (mg.grad(lambda x: mg.sum(f(x)), mode="graph"),
+                 tf.grad(lambda x: torch.sum(ft(x)))),
+    }[how]
+    a, b = ours(mg.tensor(x0)), theirs(torch.tensor(x0))
+    np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-12)
+    mg.sum(a * a).backward()
+    torch.sum(b * b).backward()
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-12)
