@@ -66,7 +66,7 @@ class BatchTracer(ArrayOps):
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> "BatchTracer":
         """Apply ``prim`` to the whole batch with its batching rule."""
         if self.level not in running:
-            raise escaped("mg.vmap")
+            raise escaped("mg.vmap", prim.name)
         if prim.batch is None:
             raise BatchingError(f"vmap: the primitive {prim.name!r} has no batching rule, so "
                                 f"it cannot run under vmap (argument shapes "

@@ -59,7 +59,7 @@ class Dual(ValueInside, ArrayOps):
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
         """Apply ``prim``: primal from the primals, tangent = sum of the JVP terms."""
         if self.level not in running:
-            raise escaped("mg.jvp (or mg.grad(mode='forward'))")
+            raise escaped("mg.jvp (or mg.grad(mode='forward'))", prim.name)
         primals, tangents = [], []
         for a in args:
             if type(a) is Dual and a.level == self.level:

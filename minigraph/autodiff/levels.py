@@ -55,12 +55,13 @@ def level_running(level: int) -> Iterator[None]:
         running.discard(level)
 
 
-def escaped(name: str) -> EscapedValueError:
-    """The error for a value of the transformation ``name`` used after it returned."""
+def escaped(name: str, op: str) -> EscapedValueError:
+    """The error for a value of the transformation ``name`` used by the op ``op`` after
+    the transformation returned (the user's line is the traceback's last)."""
     return EscapedValueError(
-        f"a value of {name} escaped the function it was computed in (stored in a list or "
-        f"a global?) and was used after {name} returned; return it from the function "
-        f"instead")
+        f"{op}: a value of {name} escaped the function it was computed in (stored in a "
+        f"list or a global?) and was used after {name} returned; return it from the "
+        f"function instead")
 
 
 def transformation(fn: Callable[..., Any], name: str,

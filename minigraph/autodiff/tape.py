@@ -800,7 +800,7 @@ class Box(ValueInside, ArrayOps):
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> Any:
         rec = self.tape
         if rec.level not in running:
-            raise escaped(f"mg.{rec.who}")
+            raise escaped(f"mg.{rec.who}", prim.name)
         values = [a.value if type(a) is Box and a.tape is rec else a for a in args]
         out = bind(prim, *values, **params)
         if not (prim.differentiable and (_mode.enabled or len(_mode.saved) <= rec.depth)):
