@@ -197,7 +197,9 @@ def parallel_cross_entropy(shards, labels):
     2. each device: the row sums of exp(z - M) over its classes; the sums meet:
        ``sumexp`` (N numbers);
     3. the logit of each row's label comes from the device that holds that class;
-    4. the loss is the mean over rows of ``log(sumexp) + M - z_label``;
+    4. the loss is the mean over rows of ``log(sumexp) - (z_label - M)`` (the label's
+       logit shifted as the others: ``log(sumexp) + M - z_label`` subtracts two nearly
+       equal numbers where the loss is small, and loses it to rounding);
     5. each device's gradient is ``(p - y) / N`` for its own classes, where
        ``p = exp(z - M) / sumexp`` and y is the one-hot label (1 where the row's label
        is one of the shard's classes).
@@ -217,8 +219,8 @@ def parallel_cross_entropy(shards, labels):
     for s, offset in zip(shards, offsets):
         local = labels - offset
         mine = (local >= 0) & (local < s.shape[1])
-        picked[mine] += s[rows[mine], local[mine]]                # N numbers per device
-    loss = float(np.mean(np.log(sumexp) + m - picked))
+        picked[mine] += s[rows[mine], local[mine]] - m[mine]      # N numbers per device
+    loss = float(np.mean(np.log(sumexp) - picked))
     grads = []
     for e, s, offset in zip(exps, shards, offsets):
         g = e / sumexp[:, None]

@@ -275,3 +275,12 @@ def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
         for k, (mine, theirs) in enumerate(zip(grads, grads_expected)):
             assert_same_array(mine, theirs, f"gradient of shard {k}", rtol=1e-5, atol=1e-8,
                               dtype=False)
+    # A confident row: its loss, log(1 + 3 e^-30) = 2.8e-13, is about float64's step at
+    # M = 1030 (2.3e-13): log(sumexp) + M - z_label rounds it to a multiple of that step
+    # (19% off here), the label's logit shifted by M first, z_label - M = 0, keeps it to
+    # the 1e-4 of log(sumexp) near 1 (closed form: log1p; PyTorch's cross_entropy agrees).
+    shards = [np.array([[1030.0, 1000.0]]), np.array([[1000.0, 1000.0]])]
+    loss, _ = exercises.parallel_cross_entropy(shards, np.array([0]))
+    expected = np.log1p(3 * np.exp(-30.0))
+    assert np.isclose(float(loss), expected, rtol=1e-2, atol=0), \
+        f"loss {float(loss):.6g} of a confident row, expected log(1 + 3 e^-30) = {expected:.6g}"

@@ -88,7 +88,10 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
         analytic = np.asarray(jac.numpy(), dtype=np.float64)
         numeric = _numeric_jacobian(f, args, i, eps)
         err = np.abs(analytic - numeric)
-        bad = err > atol + rtol * np.abs(numeric)
+        # NumPy's isclose (|a - n| <= atol + rtol |n|, equal infinities close): unlike
+        # ``err > tol`` it counts a nan on either side as a disagreement, as PyTorch's
+        # gradcheck does; a rule that gives nan is the bug most worth catching
+        bad = ~np.isclose(analytic, numeric, rtol=rtol, atol=atol)
         if bad.any():
             worst = np.unravel_index(np.argmax(np.where(bad, err, -1)), err.shape)
             n_out = analytic.ndim - x.ndim
@@ -100,6 +103,10 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
                 f"  worst: d out{out_idx} / d input{i}{in_idx}: "
                 f"analytic {analytic[worst]:.10g}, numerical {numeric[worst]:.10g} "
                 f"(|difference| {err[worst]:.3g}, allowed {atol + rtol * abs(numeric[worst]):.3g})"
+                + ("\n  (nan on a side: f or the derivative is undefined at this point, "
+                   "or a rule gives nan; a nan is close to nothing, as in PyTorch's "
+                   "gradcheck)" if np.isnan(analytic[worst]) or np.isnan(numeric[worst])
+                   else "")
                 + (f"\n  (input {i} is float32, which resolves about 1e-7: its finite "
                    f"differences with eps={eps:g} are mostly rounding. Check in float64, as "
                    f"PyTorch's gradcheck asks, or raise eps and the tolerances)"

@@ -139,11 +139,12 @@ NEG = primitive(
     symbol="-")
 
 def _pow_dx(g: Any, out: Any, x: Any, y: Any) -> Any:
-    """g * y * x ** (y - 1), and 0 where y == 0: d(x ** 0)/dx is 0 even at x = 0, where the
-    formula reads 0 * inf (PyTorch's value)."""
+    """g * y * x ** (y - 1), and 0 where y == 0: x ** 0 is constant, its derivative 0 even
+    at x = 0, where the formula reads 0 * inf, and even where g is inf or nan (sqrt(x ** 0
+    - 1) at its 0): selected with where (or zeros), never g times 0 (PyTorch's values)."""
     if isinstance(y, (int, float)):
-        return g * 0.0 if y == 0 else g * (y * x ** (y - 1))
-    return g * where(y == 0, 0.0, y * x ** (y - 1))
+        return C.zeros_like(g) if y == 0 else g * (y * x ** (y - 1))
+    return where(y == 0, 0.0, g * (y * x ** (y - 1)))
 
 
 def _pow_dy(g: Any, out: Any, x: Any, y: Any) -> Any:
@@ -176,6 +177,11 @@ def _no_two_bools(name: str, x: Any, y: Any) -> None:
                          f"does not have; convert one first (mg.astype(x, 'int64'))")
 
 
+def _integer(v: Any) -> bool:
+    """An integer array or number (not a bool: those are refused before)."""
+    return type(v) is int or getattr(getattr(v, "dtype", None), "kind", None) in ("i", "u")
+
+
 def _floored(name: str) -> tuple[Any, Any]:
     """The kernel and the shape rule of ``//`` or ``%``: NumPy's, broadcast and promoted,
     two bools refused in both (eager mode runs the kernel alone)."""
@@ -183,6 +189,12 @@ def _floored(name: str) -> tuple[Any, Any]:
 
     def kernel(xp: Any, x: Any, y: Any) -> Any:
         _no_two_bools(name, x, y)
+        if _integer(x) and _integer(y) and bool((xp.asarray(y) == 0).any()):
+            # (NumPy answers 0 with a warning, a wrong number that flows on silently)
+            raise ZeroDivisionError(
+                f"{name}: integer division by zero (x {'//' if name == 'floor_divide' else '%'}"
+                f" 0 has no integer value; Python and PyTorch raise too, NumPy gives 0). "
+                f"Divide floats for inf and nan, or mask the zeros first")
         return x // y if name == "floor_divide" else x % y
 
     def rule(x: Any, y: Any) -> tuple:
@@ -192,19 +204,20 @@ def _floored(name: str) -> tuple[Any, Any]:
 
 
 # x // y and x % y, floored as Python's and NumPy's are (the remainder has y's sign):
+# (no ``out`` kernel: every runtime calls the kernel, which refuses integer zeros)
 # x % y = x - (x // y) * y. x // y is constant between its jumps, so it has no
 # derivative rule (its result is a constant, a zero gradient almost everywhere, as JAX
 # gives it; PyTorch raises); x % y has d(x % y) = dx - (x // y) dy, as PyTorch's.
 FLOOR_DIVIDE = primitive(
     "floor_divide", *_floored("floor_divide"),
-    out=ufunc_out("floor_divide"), batch=B.elementwise("floor_divide"),
+    batch=B.elementwise("floor_divide"),
     symbol="//")
 
 REMAINDER = primitive(
     "remainder", *_floored("remainder"),
     jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t * floor_divide(x, y)],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g * floor_divide(x, y)),
-    out=ufunc_out("remainder"), batch=B.elementwise("remainder"),
+    batch=B.elementwise("remainder"),
     symbol="%")
 
 

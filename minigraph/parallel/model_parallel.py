@@ -8,14 +8,16 @@ logits.
 ``parallel_cross_entropy`` then computes the softmax cross-entropy without ever
 gathering the logits on one device. The stable form subtracts the row maximum M:
 
-    loss_row = log(sum_k sum_j exp(z_kj - M)) + M - z_label
+    loss_row = log(sum_k sum_j exp(z_kj - M)) - (z_label - M)
 
 so each device computes its rows' maximum, the maxima meet (N numbers per device),
 each device computes its sum of exp(z - M), the sums meet (N numbers per device), and
 the label's logit comes from the device that holds it. Only vectors of length N cross
 devices, never N x C. The gradient on each shard is (p - y) / N, computed where the
 shard lives. M is a constant for the gradient (the loss does not depend on it), so it
-is taken through ``stop_gradient``.
+is taken through ``stop_gradient``. The label's logit is shifted by M like the others:
+``log(...) + M - z_label`` subtracts two nearly equal numbers where the loss is small
+(float32 logits [50, 35, 32, 30] of class 0 gave a loss of 0, not 3.6e-7).
 """
 
 from __future__ import annotations
@@ -118,12 +120,12 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
         sumexp = R.sum(E.exp(s - m_here.reshape(-1, 1)), axis=1)
         holds = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1],
                                first=k == 0, last=k == last)
-        # The label's logit is picked, not multiplied by a one-hot row: -inf (a masked
-        # class) times 0 is nan, which made the whole loss nan.
-        mine = R.sum(E.where(holds, s, 0.0), axis=1)
+        # The label's shifted logit z - M is picked, not multiplied by a one-hot row:
+        # -inf (a masked class) times 0 is nan, which made the whole loss nan.
+        mine = R.sum(E.where(holds, s - m_here.reshape(-1, 1), 0.0), axis=1)
         total = sumexp.to(home) if total is None else total + sumexp.to(home)
         picked = mine.to(home) if picked is None else picked + mine.to(home)
-    return R.mean(E.log(total) + m - picked)
+    return R.mean(E.log(total) - picked)
 
 
 def _shard_one_hot(labels: Any, offset: int, width: int, first: bool, last: bool) -> Any:

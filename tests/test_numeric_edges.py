@@ -1,0 +1,122 @@
+"""Values and derivatives at the edges of their domains, against PyTorch and closed forms.
+
+Each test here failed before its fix with a number and no error: a derivative that read
+0 * inf, a check that passed nan, an integer division by zero that answered 0, a loss
+lost to cancellation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minigraph as mg
+from minigraph.runtime.session import NodeError
+
+torch = pytest.importorskip("torch")
+
+REVERSE = ("tape", "graph", "source")
+
+
+def sqrt_of_pow_zero(x):
+    """sqrt(x ** 0 - 1) is 0 for every x: its derivative is 0, though sqrt's at 0 is inf."""
+    return mg.sum(mg.sqrt(x ** 0 - 1.0))
+
+
+def sqrt_of_pow_zero_float(x):
+    return mg.sum(mg.sqrt(x ** 0.0 - 1.0))
+
+
+def sqrt_of_pow_tensor(x, y):
+    return mg.sum(mg.sqrt(x ** y - 1.0))
+
+
+@pytest.mark.parametrize("mode", REVERSE)
+@pytest.mark.parametrize("f", [sqrt_of_pow_zero, sqrt_of_pow_zero_float])
+def test_the_derivative_of_x_to_the_zero_is_zero_even_after_an_infinite_adjoint(mode, f):
+    """pow's rule for x gave g * 0 where the exponent is 0: nan where g is inf (here
+    sqrt's derivative at 0). PyTorch selects 0 there; so does the closed form."""
+    x = np.array([2.0, -3.0, 0.0])
+    xt = torch.tensor(x, requires_grad=True)
+    torch.sqrt(xt ** 0 - 1.0).sum().backward()
+    expected = xt.grad.numpy()
+    np.testing.assert_array_equal(expected, [0.0, 0.0, 0.0])
+    got = mg.grad(f, mode=mode)(mg.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("mode", REVERSE)
+def test_a_zero_exponent_tensor_selects_zero_too(mode):
+    x, y = np.array([2.0, -3.0]), np.zeros(2)
+    xt = torch.tensor(x, requires_grad=True)
+    torch.sqrt(xt ** torch.tensor(y) - 1.0).sum().backward()
+    got = mg.grad(sqrt_of_pow_tensor, mode=mode)(mg.tensor(x), mg.tensor(y)).numpy()
+    np.testing.assert_array_equal(got, xt.grad.numpy())
+    # vmap of the gradient, example by example
+    per = mg.vmap(mg.grad(sqrt_of_pow_zero))(mg.tensor(np.array([[2.0], [-3.0]])))
+    np.testing.assert_array_equal(per.numpy(), [[0.0], [0.0]])
+
+
+def test_backward_through_x_to_the_zero():
+    x = mg.tensor([2.0, -3.0], requires_grad=True)
+    mg.sum(mg.sqrt(x ** 0 - 1.0)).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
+
+
+def test_gradcheck_fails_on_a_nan_derivative():
+    """err > tol is False for a nan err: gradcheck passed a rule that gave nan against
+    finite differences of 0, the typical wrong rule of a student. PyTorch's fails."""
+    bad = mg.ops.primitive.primitive(
+        "nan_rule", lambda xp, x: x * 0.0, mg.ops.shape_rules.same,
+        vjp=[lambda g, out, x: g * np.nan], jvp=[lambda t, out, x: t * np.nan])
+    x = mg.tensor([1.0, 2.0])
+    with pytest.raises(mg.errors.GradcheckError, match="analytic nan, numerical 0"):
+        mg.gradcheck(lambda v: mg.ops.primitive.bind(bad, v), (x,))
+    # nan on both sides (sqrt at -1) is no agreement either
+    with pytest.raises(mg.errors.GradcheckError, match="a nan is close to nothing"), \
+            np.errstate(invalid="ignore"):
+        mg.gradcheck(mg.sqrt, (mg.tensor([-1.0]),))
+    assert mg.gradcheck(mg.sin, (mg.tensor([0.5, 1.0]),))  # still passes good rules
+
+
+@pytest.mark.parametrize("op", ["floor_divide", "remainder"])
+def test_integer_division_by_zero_raises_in_every_mode(op):
+    """NumPy answers 0 (with a warning) for 7 // 0 and 7 % 0; Python and PyTorch raise."""
+    fn = getattr(mg, op)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # PyTorch's
+        getattr(torch, op)(torch.tensor([7]), 0)
+    x = mg.tensor(np.array([7, -7]))
+    with pytest.raises(ZeroDivisionError, match=f"{op}: integer division by zero"):
+        fn(x, 0)
+    with pytest.raises(ZeroDivisionError):
+        fn(x, mg.tensor(np.array([1, 0])))
+    with pytest.raises(NodeError, match="integer division by zero"):  # (names the line)
+        mg.trace(lambda a: fn(a, 0))(x)
+    with pytest.raises(ZeroDivisionError):
+        mg.vmap(lambda a: fn(a, 0))(x)
+    with mg.Graph() as g:
+        p = mg.placeholder(shape=(2,), dtype="int64", name="p")
+        q = fn(p, 0)
+    with pytest.raises(NodeError, match="integer division by zero"):
+        mg.Session(g).run(q, {p: np.array([7, -7])})
+    # floats keep IEEE's answers, and non-zero integer divisors NumPy's
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(fn(mg.tensor([7.0, -7.0]), 0.0).numpy(),
+                                      getattr(np, op)(np.array([7.0, -7.0]), 0.0))
+    np.testing.assert_array_equal(fn(x, 3).numpy(), getattr(np, op)(np.array([7, -7]), 3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_parallel_cross_entropy_keeps_a_small_loss(dtype):
+    """log(sumexp) + M - z_label lost a small loss to cancellation (0 for float32 logits
+    [50, 35 | 32, 30] of class 0); PyTorch's cross_entropy keeps it."""
+    logits = np.array([[50.0, 35.0, 32.0, 30.0]], dtype=dtype)
+    expected = torch.nn.functional.cross_entropy(torch.tensor(logits), torch.tensor([0])).item()
+    assert expected > 0
+    shards = [mg.tensor(logits[:, :2], device="cpu"), mg.tensor(logits[:, 2:], device="cpu:1")]
+    loss = mg.parallel.parallel_cross_entropy(shards, mg.tensor([0])).item()
+    assert loss == pytest.approx(expected, rel=1e-5)
+    # float64 logits of 1e17: log 2, not 0
+    huge = [mg.tensor([[1e17]]), mg.tensor([[1e17]], device="cpu:1")]
+    assert mg.parallel.parallel_cross_entropy(huge, mg.tensor([1])).item() == \
+        pytest.approx(np.log(2.0))
