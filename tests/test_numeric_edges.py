@@ -120,3 +120,28 @@ def test_parallel_cross_entropy_keeps_a_small_loss(dtype):
     huge = [mg.tensor([[1e17]]), mg.tensor([[1e17]], device="cpu:1")]
     assert mg.parallel.parallel_cross_entropy(huge, mg.tensor([1])).item() == \
         pytest.approx(np.log(2.0))
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_a_long_float32_sum_across_rows_keeps_float32_accuracy(mode):
+    """NumPy adds along a non-contiguous axis one row at a time: the sum over axis 0 of
+    300,000 rows of 0.1f was 0.27% low (PyTorch's: 2e-7), and so were the mean and the
+    gradient of a bias broadcast over the batch (sum_to)."""
+    x = np.full((300_000, 2), 0.1, np.float32)
+    exact = 300_000 * np.float64(np.float32(0.1))
+    assert abs(torch.tensor(x).sum(0)[0].item() / exact - 1) < 1e-5  # the oracle
+    b = mg.tensor(np.zeros(2, np.float32))
+
+    def f(x, b):
+        return mg.sum(x + b)
+
+    if mode == "eager":
+        total, mean = mg.sum(mg.tensor(x), axis=0), mg.mean(mg.tensor(x), axis=0)
+        grad_b = mg.grad(f, argnums=1)(mg.tensor(x), b)
+    else:
+        total = mg.trace(lambda v: mg.sum(v, axis=0))(mg.tensor(x))
+        mean = mg.trace(lambda v: mg.mean(v, axis=0))(mg.tensor(x))
+        grad_b = mg.grad(f, argnums=1, mode="graph")(mg.tensor(x), b)
+    for got, want in ((total, exact), (mean, exact / 300_000), (grad_b, 300_000)):
+        assert got.dtype == "float32"
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
