@@ -75,7 +75,7 @@ def _extreme_share(g: Any, out: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 # but ``reduce`` takes it by position, as the kernel below passes it.)
 # (One bound method, kept: ``np.add.reduce`` makes a new one at each access, and the
 # kernels below recognise the sum's by identity.)
-_ADD_REDUCE = np.add.reduce
+_ADD_REDUCE: Callable[..., Any] = np.add.reduce
 _NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": _ADD_REDUCE,
                                                     "max": np.maximum.reduce,
                                                     "min": np.minimum.reduce}
