@@ -192,6 +192,17 @@ def test_a_rank_that_does_not_come_to_the_run_times_out_the_others(tmp_path):
 
 
 @needs_mpi
+def test_a_rank_that_never_makes_a_cross_rank_run_times_out_the_first_one(tmp_path):
+    """The first cross-rank run of a process makes minigraph's own communicator, a
+    collective (Idup) that waits for every rank: rank 1 does not wait forever for a rank 0
+    that never comes, but raises after the timeout, saying what it waited for."""
+    r0, r1 = launch("no_world", tmp_path)
+    assert r1["type"] == "RankTimeout"
+    assert "the first cross-rank run waits for every rank" in r1["message"]
+    assert 0.9 < r1["seconds"] < 10
+
+
+@needs_mpi
 def test_a_failed_runs_late_send_is_not_read_by_a_later_run(tmp_path):
     """Rank 1 fails while rank 0 is still computing the tensor it sends: rank 0's Send
     was posted after the run had failed and rank 1 had withdrawn its Recv, and stayed
@@ -434,6 +445,17 @@ def scenario_timeout(out: dict) -> None:
     if mg.distributed.rank() == 1:  # rank 0 does not run it again
         out.update(_attempt(lambda: sess.run(y, {x: np.ones(2)})))
     mg.distributed.barrier()
+
+
+def scenario_no_world(out: dict) -> None:
+    import minigraph as mg
+
+    mg.distributed.set_timeout(1.0)
+    g, x, y = _across_two_ranks()
+    if mg.distributed.rank() == 1:  # rank 0 never makes a cross-rank run
+        out.update(_attempt(lambda: mg.Session(g).run(y, {x: np.ones(2)})))
+    else:
+        time.sleep(2.0)
 
 
 def scenario_late_sends(out: dict) -> None:
