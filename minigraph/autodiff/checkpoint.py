@@ -539,9 +539,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     weakly: dict[tuple, _Weakly] = {}  # (one per pattern: checkpoint's caches key on it)
 
     def checkpointed(*args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            raise CheckpointError(f"checkpoint({name}): pass the arguments by position (got "
-                                  f"keywords {sorted(kwargs)}); close over constant options")
+        _refuse_keywords(name, kwargs)
         refuse_pytrees(args, range(len(args)), f"checkpoint({name})")
         inputs: list = []
         static: list = []
@@ -575,6 +573,14 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     return transformation(checkpointed, "checkpoint", f)
 
 
+def _refuse_keywords(name: str, kwargs: dict[str, Any]) -> None:
+    """Keyword arguments are refused: checkpoint's inputs are positional (the backward
+    pass recomputes ``f`` from them, and gives one gradient per position)."""
+    if kwargs:
+        raise CheckpointError(f"checkpoint({name}): pass the arguments by position (got "
+                              f"keywords {sorted(kwargs)}); close over constant options")
+
+
 _MODULE_CALLS: "weakref.WeakKeyDictionary[Any, _ModuleCall]" = weakref.WeakKeyDictionary()
 
 
@@ -603,7 +609,8 @@ def _checkpoint_module(module: Any) -> Callable[..., Any]:
         call = _MODULE_CALLS[module] = _ModuleCall(module)
     inner = checkpoint(call)
 
-    def checkpointed(*args: Any) -> Any:
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        _refuse_keywords(type(module).__name__, kwargs)  # (the parameters come last)
         return inner(*args, *module.parameters())
 
     checkpointed.__name__ = f"checkpoint({type(module).__name__})"

@@ -20,6 +20,7 @@ import numpy as np  # initial values are drawn on the host
 
 from ..errors import ShapeError
 from ..ops import elementwise as E
+from ..ops.shape_rules import shape_of
 from ..tensor import tensor
 from .module import Module
 
@@ -57,7 +58,7 @@ class Linear(Module):
         self.bias = tensor(b, dtype, device, requires_grad=True) if bias else None
 
     def forward(self, x: Any) -> Any:
-        shape = getattr(x, "shape", None)
+        shape = shape_of(x)  # (a nested list's too; None: a graph input of any shape)
         if shape is not None and (len(shape) == 0 or shape[-1] != self.in_features):
             raise ShapeError(f"{self!r}: the input has shape {tuple(shape)}; its last "
                              f"dimension must be in_features={self.in_features}")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ShapeError
+from ..ops import elementwise as E
 from ..ops import nn as NN
 from ..ops import reduce as R
 from ..ops.shape_rules import shape_of
@@ -40,15 +41,18 @@ class CrossEntropyLoss(_Loss):
     def forward(self, logits: Any, labels: Any) -> Any:
         if self.reduction == "mean":
             return NN.cross_entropy(logits, labels)
-        n = logits.shape[0]
-        if n == 0:
+        # The sum is N times the mean. shape_of reads a nested list's shape too; a shape
+        # that is unknown (None) or not (N, C) is refused by cross_entropy, by name.
+        shape = shape_of(logits)
+        if shape is not None and len(shape) == 2 and shape[0] == 0:
             # an empty batch: its sum is 0 (PyTorch's), but N * mean would be 0 * (0/0),
             # nan. cross_entropy still checks the shapes and labels (its unused 0/0
             # silenced); the sum of the empty logits is a 0 of their dtype and device.
             with np.errstate(invalid="ignore"):
                 NN.cross_entropy(logits, labels)
             return R.sum(logits)
-        return NN.cross_entropy(logits, labels) * n
+        mean = NN.cross_entropy(logits, labels)  # (checks first: below, shape is (N, C))
+        return mean * shape[0]
 
 
 class MSELoss(_Loss):
@@ -62,5 +66,5 @@ class MSELoss(_Loss):
             # placeholder of unknown shape, checked when the subtraction runs)
             raise ShapeError(f"MSELoss: the prediction has shape {tuple(a)} and the target "
                              f"{tuple(b)}; they must be equal (no broadcasting here)")
-        d = prediction - target
+        d = E.sub(prediction, target)  # (not '-': a list minus a list is not defined)
         return R.mean(d * d) if self.reduction == "mean" else R.sum(d * d)

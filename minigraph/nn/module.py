@@ -62,12 +62,23 @@ class Module:
         # A name lives in one table. Re-assigning a parameter (or a submodule) keeps its
         # place in its table, as in PyTorch, so the order of parameters() and of the
         # state dict's keys stays the order the layers were built in.
+        if value is not None and params.get(name) is value:
+            # The parameter itself again: ``lin.weight *= 2`` is ``lin.weight =
+            # lin.weight.__imul__(2)``, the same tensor after the in-place write, frozen
+            # (requires_grad_(False)) or not. Nothing changes; refusing it here would
+            # fail the statement after the weight was written (PyTorch allows it).
+            return
+        if value is None and (name in params or name in self._modules):
+            # PyTorch keeps the name registered, as None: the next tensor (or layer)
+            # assigned to it takes the same place in the order, not the last one.
+            (params if name in params else self._modules)[name] = None
+            return
         # A parameter is a leaf that requires a gradient: a tensor training changes. A
         # result of the model's operations (self.hidden = self.fc(x) in forward) requires
         # a gradient too, but it is an activation, kept as a plain attribute.
         is_param = isinstance(value, Tensor) and value.requires_grad and value.is_leaf
         is_module = isinstance(value, Module)
-        if name in params and not is_param and value is not None:
+        if name in params and not is_param:
             # PyTorch's TypeError: a silent unregistering would drop the parameter from
             # parameters() and the state dict (forgetting requires_grad=True, say)
             if not isinstance(value, Tensor):
@@ -125,10 +136,10 @@ class Module:
                 continue
             visited.add(id(module))
             for name, p in module._parameters.items():
-                if id(p) not in seen:
+                if p is not None and id(p) not in seen:  # (None: a slot kept, m.bias = None)
                     seen.add(id(p))
                     out.append((prefix + name, p))
-            children = list(module._modules.items())
+            children = module.named_children()
             stack.extend((f"{prefix}{name}.", m) for name, m in reversed(children))
         return out
 
@@ -136,9 +147,14 @@ class Module:
         """Every parameter of the tree, in ``named_parameters()`` order (a list)."""
         return [p for _, p in self.named_parameters()]
 
+    def named_children(self) -> list[tuple[str, "Module"]]:
+        """(name, submodule) for the direct submodules, in assignment order; a name kept
+        with None (``m.fc = None``) is left out, as in PyTorch."""
+        return [(name, m) for name, m in self._modules.items() if m is not None]
+
     def children(self) -> list["Module"]:
         """The direct submodules, in assignment order."""
-        return list(self._modules.values())
+        return [m for _, m in self.named_children()]
 
     # -- state dicts: the parameters' values by name ------------------------------------------
     def _named_tensors(self) -> list[tuple[str, Tensor]]:
@@ -149,7 +165,7 @@ class Module:
         keys are the same as the PyTorch model's and loading fills both places.
         """
         return [(prefix + name, p) for prefix, module in self._paths()
-                for name, p in module._parameters.items()]
+                for name, p in module._parameters.items() if p is not None]
 
     def _paths(self) -> list[tuple[str, "Module"]]:
         """(``"0.block."``-style prefix, module) for every path to every module of the
@@ -165,7 +181,7 @@ class Module:
                                      f"{prefix[:-1]!r} contains itself, so its parameters "
                                      f"have no finite list of names")
             out.append((prefix, module))
-            children = list(module._modules.items())
+            children = module.named_children()
             inside = above | {id(module)}
             stack.extend((f"{prefix}{name}.", m, inside) for name, m in reversed(children))
         return out
@@ -347,8 +363,11 @@ class Sequential(Module):
     def append(self, layer: Module) -> "Sequential":
         if not isinstance(layer, Module):
             raise TypeError(f"Sequential.append: a {type(layer).__name__} is not a Module")
-        # the next number: after a slice (names "1", "2") len() would reuse "2"
-        self._modules[str(max(map(int, self._modules), default=-1) + 1)] = layer
+        # PyTorch's name, str(len(self)): ["0", "head"] gets "2". After a slice (names
+        # "1", "2") that would replace layer "2", so never a number below one in use
+        # (a named layer, s.head = ..., has a name that is not a number).
+        after = [int(key) + 1 for key in self._modules if key.isdecimal()]
+        self._modules[str(max([len(self._modules), *after]))] = layer
         return self
 
     def __len__(self) -> int:

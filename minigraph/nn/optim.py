@@ -47,6 +47,14 @@ class SGD:
         for i, p in enumerate(self.params):
             if not isinstance(p, Tensor):
                 raise TypeError(f"SGD: parameter {i} is a {type(p).__name__}, not a Tensor")
+            if not p.is_leaf:
+                # backward() gives gradients to leaves only: step() would skip this tensor
+                # every time, and the model would silently never train. PyTorch's refusal.
+                raise ValueError(f"SGD: can't optimize a non-leaf tensor: parameter {i} "
+                                 f"(shape {p.shape}) is the result of a recorded operation "
+                                 f"(w = mg.tensor(..., requires_grad=True) * 0.01, say), "
+                                 f"which never gets a .grad; make the parameter itself a "
+                                 f"leaf: mg.tensor(<initial values>, requires_grad=True)")
         first: dict[int, int] = {}
         for i, p in enumerate(self.params):  # a repeated parameter would be stepped twice
             j = first.setdefault(id(p), i)

@@ -39,6 +39,8 @@ def _uses(module: Module) -> tuple[dict[str, Any], dict[int, list[tuple[Module, 
     slots: dict[int, list[tuple[Module, str]]] = {}
     for prefix, m in module._paths():
         for name, p in m._parameters.items():
+            if p is None:  # (a name kept with None, m.bias = None: no parameter there)
+                continue
             tensors[prefix + name] = p
             slots.setdefault(id(p), []).append((m, name))
     return tensors, slots

@@ -29,7 +29,7 @@ from typing import Any, cast
 import numpy as np
 from array_api_compat import device as array_device
 
-from ..errors import ShapeError
+from ..errors import AxisError, ShapeError
 from . import batch_rules as B
 from . import elementwise as E
 from . import copy as C
@@ -292,13 +292,28 @@ NLL_LOSS_GRAD = primitive(
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
-    """exp(x) / sum(exp(x)) along ``axis``, computed stably."""
+    """exp(x) / sum(exp(x)) along ``axis``, computed stably. A 0-d ``x`` is one class on
+    its own, as in PyTorch (axis 0 or -1): its softmax is 1.0."""
+    if S.shape_of(x) == ():
+        return SH.reshape(softmax(_one_class("softmax", x, axis), 0), ())
     return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, x))
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:
-    """log(softmax(x)) along ``axis``, computed stably."""
+    """log(softmax(x)) along ``axis``, computed stably; 0.0 for a 0-d ``x``, as in
+    PyTorch (see ``softmax``)."""
+    if S.shape_of(x) == ():
+        return SH.reshape(log_softmax(_one_class("log_softmax", x, axis), 0), ())
     return bind(LOG_SOFTMAX, x, axis=S.check_axis("log_softmax", axis, x))
+
+
+def _one_class(op: str, x: Any, axis: Any) -> Any:
+    """A 0-d ``x`` as a row of one class, shape (1,): the rule and the kernels need an
+    axis to work along. PyTorch takes axis 0 or -1 for a 0-d tensor; so does this."""
+    if S.integer(op, "axis", axis) not in (0, -1):
+        raise AxisError(f"{op}: axis {axis} is out of range for a tensor of shape () "
+                        f"(one class: valid axes -1 and 0, as in PyTorch)")
+    return SH.reshape(x, (1,))
 
 
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
@@ -349,7 +364,11 @@ def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
     if xs is not None and ts is not None and tuple(xs) != tuple(ts):
         raise ShapeError(f"binary_cross_entropy_with_logits: logits and targets must have "
                          f"the same shape, got {tuple(xs)} and {tuple(ts)}")
-    return R.mean(-(targets * E.log_sigmoid(logits) + (1.0 - targets) * E.log_sigmoid(-logits)))
+    # (minigraph's functions, not Python's operators: they read nested lists too, where
+    # 1.0 - [0.0, 1.0] and -[0.5] are not defined)
+    picked = E.add(E.mul(targets, E.log_sigmoid(logits)),
+                   E.mul(E.sub(1.0, targets), E.log_sigmoid(E.neg(logits))))
+    return R.mean(E.neg(picked))
 
 
 def cross_entropy(logits: Any, labels: Any) -> Any:
@@ -364,5 +383,12 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
 def _check_labels(who: str, labels: Any) -> None:
     if type(labels) is int:  # (one label as a Python int: a number has no dtype)
         return
-    if S.dtype_of(labels) not in ("int64", "int32"):
-        raise TypeError(f"{who}: labels must be integers, got dtype {S.dtype_of(labels)}")
+    dtype = S.dtype_of(labels)
+    if dtype in ("int64", "int32"):  # (the dtypes every kernel here indexes with)
+        return
+    if dtype is not None and dtype.startswith(("int", "uint")):  # integers of another
+        # size: a NumPy array's (minigraph's tensors have int64 and int32 only)
+        raise TypeError(f"{who}: labels must have dtype int64 or int32, got {dtype}; "
+                        f"convert them first: labels.astype(np.int64)")
+    raise TypeError(f"{who}: labels must be integers, got dtype {dtype} (class indices "
+                    f"of dtype int64 or int32)")
