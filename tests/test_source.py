@@ -581,7 +581,7 @@ def power_by_the_loop_index(x, w):
 
 
 def test_a_power_by_the_loop_index_is_differentiated():
-    """d(w ** i)/dw is ``where(i == 0, 0, i * w ** (i - 1))``: the rule's condition on the
+    """d(w ** i)/dw is ``where(i == 0, 0, g * i * w ** (i - 1))``: the rule's condition on the
     loop index was a Python object that the program kept as a constant, and the program
     failed when it ran (a RuntimeError from inside). It is written as its text. Closed
     form: d/dx_i = w_i ** i, d/dw_i = i x_i w_i ** (i - 1)."""
@@ -590,7 +590,7 @@ def test_a_power_by_the_loop_index_is_differentiated():
     gx, gw = gf(x, w)
     np.testing.assert_allclose(gx.numpy(), w ** np.arange(3), rtol=1e-14)
     np.testing.assert_allclose(gw.numpy(), [0.0, 1.5, 2 * -0.3 * 0.4], rtol=1e-14)
-    assert "mg.where(i == 0, 0.0, i * b ** (i - 1))" in gf.source
+    assert "mg.where(i == 0, 0.0, gc * (i * b ** (i - 1)))" in gf.source
 
 
 # -- what the text shows -----------------------------------------------------------------------

@@ -51,7 +51,8 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
     being the dict, closure cell or container that holds ``value`` under ``name``:
 
     * the globals and closure variables f's code reads (its comprehensions' and nested
-      functions' code too), and its parameters' default values;
+      functions' code too; every global where it may name one at run time:
+      ``globals()["W"]``), and its parameters' default values;
     * the attributes of those objects, and of a method's ``self``, that the code names
       (``CONFIG.lr``, ``self.scale``), where Python finds them (:func:`_attributes`: an
       object's own dict, its class's, a class's, a module's of the user's), or all of
@@ -108,7 +109,9 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
             codes += [k for k in c.co_consts if type(k) is type(code)]
         every_attribute = not names.isdisjoint(_ANY_ATTRIBUTE)
         module = fn.__globals__
-        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(names)
+        read = names | {n for n in module if not n.startswith("__")} \
+            if not names.isdisjoint(_ANY_GLOBAL) else names  # (globals()["W"]: any one)
+        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(read)
                                              if n in module]
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
@@ -228,8 +231,10 @@ def _users(fn: Any) -> bool:
         not fn.__code__.co_filename.startswith(LIBRARIES)
 
 
-# Names with which code reads an attribute that it names at run time, not in its text.
+# Names with which code reads an attribute, or a global, that it names at run time, not
+# in its text.
 _ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
+_ANY_GLOBAL = frozenset({"globals", "eval", "exec"})
 
 # How many objects outside_reads looks inside (their attributes, a container's items)
 # per function: a bound on the work, for a function that reads a very large structure.
@@ -382,26 +387,30 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     recording, where eager mode writes on every call; a NumPy array (a tensor's too)
     refuses the write before it is made, and so does a tensor whose array has no
     read-only flag (CuPy's, or a NumPy scalar): the tape asks :func:`read_only` before
-    each write. Another array without the flag (a CuPy array) is kept as a copy,
-    compared after f returned, and put back before the error. (Another thread writing
+    each write. Another array without the flag (a CuPy array), and a NumPy array whose
+    flag NumPy would not set back (:func:`_thaws`: over a DLPack capsule's or torch's
+    memory), is kept as a copy, compared after f returned, and put back before the
+    error: every array is left as writable as it was. (Another thread writing
     into such an array meanwhile is refused too.) ``arguments``: f's arguments whose
     arrays are guarded the same way (a checkpoint's, forward mode's that it does not
     differentiate; None for one that is not), so that a NumPy array's write is refused
     before it is made."""
     frozen: dict[int, tuple[str, Any, Any]] = {}  # id(array) -> (place, value, array)
-    kept: list[tuple[str, Any, Any]] = []
+    kept: list[tuple[str, Any, Any, Any]] = []  # (place, value, array, copy)
     places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _guarded(v)]
     places += [(f"{place}, which it reads from outside its arguments", v)
                for place, v in outside_arrays(f)]
     for place, v in places:
         array = v.data if type(v) is Tensor else v
-        if id(array) in frozen or any(array is k[1] for k in kept):
+        if id(array) in frozen or any(array is k[2] for k in kept):
             continue
         if type(array) is np.ndarray:
-            if array.flags.writeable:
+            if array.flags.writeable and _thaws(array):
                 frozen[id(array)] = (place, v, array)
+            elif array.flags.writeable:  # (the tape asks read_only for no NumPy array)
+                kept.append((place, v, array, array.copy()))
         elif type(v) is not Tensor:
-            kept.append((place, v, array_namespace(v).asarray(v, copy=True)))
+            kept.append((place, v, array, array_namespace(v).asarray(v, copy=True)))
         elif not read_only(v):  # (a tensor's array without the flag, or a NumPy scalar:
             frozen[id(array)] = (place, v, array)  # its writes go through the tape, which
             # asks read_only; else an enclosing guard's, which names it)
@@ -412,9 +421,9 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
             _READ_ONLY.add(_read_only_key(v))
     try:
         yield
-        written = [(place, v, was) for place, v, was in kept if differs(v, was)]
-        for _, v, was in written:
-            v[...] = was
+        written = [k for k in kept if differs(k[2], k[3])]
+        for _, _, array, was in written:
+            array[...] = was
         if written:
             raise error(f"{who}: f wrote into {_described([w[:2] for w in written])}, in "
                         f"place (found after f returned; it holds its old values again)"
@@ -431,12 +440,38 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
         raise error(f"{who}: f wrote into {_described([n[:2] for n in named])}, in place, "
                     f"{_line(exc)}{why}. Inside f, write a new value (y = y + 1.0) "
                     f"instead") from exc
-    finally:
-        for _, v, array in frozen.values():
+    finally:  # (a view's flag once its base's is set back: NumPy looks at the base's)
+        for _, v, array in sorted(frozen.values(), key=lambda e: _depth(e[2])):
             if type(array) is np.ndarray:
                 array.flags.writeable = True
             else:
                 _READ_ONLY.discard(_read_only_key(v))
+
+
+def _thaws(a: np.ndarray) -> bool:
+    """Whether NumPy would set writable NumPy array ``a``'s flag back once cleared, as
+    NumPy's ``_IsWriteable`` tells: ``a`` owns its memory, or the first writable array
+    or the object at the end of its chain of bases does (a bytearray, an mmap); not
+    memory NumPy cannot tell writable (a DLPack capsule's, a torch tensor's)."""
+    while a.base is not None and not a.flags.owndata:
+        if not isinstance(a.base, np.ndarray):
+            try:
+                with memoryview(a.base) as memory:
+                    return not memory.readonly
+            except (TypeError, BufferError):  # (no buffer to ask)
+                return False
+        a = a.base
+        if a.flags.writeable:
+            return True
+    return bool(a.flags.writeable)
+
+
+def _depth(a: Any) -> int:
+    """How many arrays NumPy array ``a`` is a view of (0 for another array)."""
+    n = 0
+    while isinstance(getattr(a, "base", None), np.ndarray):
+        a, n = a.base, n + 1
+    return n
 
 
 def _described(values: list) -> str:

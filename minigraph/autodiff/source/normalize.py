@@ -95,6 +95,18 @@ def _sharing(env: dict, names: list[str]) -> set[tuple[str, str]]:
             if a != b and sets[a] & sets[b]}
 
 
+def _holding(v: Any, origin: Any, value: Any) -> frozenset:
+    """The origins, among ``v``'s (``origin``), of what in ``v`` is ``value``: ``v``
+    itself, or items of a list, tuple or dict it holds, nested."""
+    if v is value:
+        return _flat(origin)
+    items = list(v.values()) if type(v) is dict else list(v) if type(v) in (list, tuple) \
+        else []
+    origins = origin if type(origin) is list and len(origin) == len(items) else \
+        [origin] * len(items)  # (one per item for a list made by a display)
+    return frozenset().union(*(_holding(i, o, value) for i, o in zip(items, origins)))
+
+
 def _flat(origin: Any) -> frozenset:
     """An origin as one set: a list's items' together (see ``_Normaliser.origin``)."""
     if type(origin) is list:
@@ -392,8 +404,9 @@ class _Normaliser:
     def origin_of(self, expr: ast.expr, env: dict, value: Any = _MISSING) -> Any:
         """The origin of what ``expr`` evaluated to (``value``): a name's, a tuple's per
         item, the objects an expression can pass through (``a if c else b``, ``+a``, an
-        inlined function returning its argument, a minigraph call that gave back one of
-        its arguments, ``x.astype(x.dtype, copy=False)``), and otherwise a new object."""
+        inlined function returning its argument, a call or subscript whose value is a
+        name's or an item's it reads: ``mg.add_n([h])``, ``[h][0]``), and otherwise a new
+        object."""
         if isinstance(expr, ast.Name):
             return self.origin(expr.id, env)
         if isinstance(expr, (ast.Tuple, ast.List)):
@@ -418,14 +431,14 @@ class _Normaliser:
         if isinstance(expr, ast.Call):
             if id(expr) in self.returned:
                 return self.returned.pop(id(expr))
-            if _dynamic(value):  # the same variable as an argument: maybe the same object
-                inputs = [*expr.args, *(k.value for k in expr.keywords)]
-                if isinstance(expr.func, ast.Attribute):  # (x.astype(...): x is one too)
-                    inputs.append(expr.func.value)
-                given = [a for a in inputs
-                         if isinstance(a, ast.Name) and env.get(a.id, _MISSING) is value]
-                return frozenset().union(self.fresh(), *(_flat(self.origin_of(a, env))
-                                                         for a in given))
+        if isinstance(expr, (ast.Call, ast.Subscript)) and _dynamic(value):
+            # The same variable as a name the call or subscript reads, or as an item of
+            # one: maybe the same object, which cannot be told ([h][0], mg.add_n([h]),
+            # mg.add_n(hs), x.astype(x.dtype, copy=False)); an update in place of it is
+            # then refused (holders) rather than guessed to be a new object's.
+            return frozenset().union(self.fresh(), *(
+                _holding(env.get(n.id, _MISSING), self.origin(n.id, env), value)
+                for n in ast.walk(expr) if isinstance(n, ast.Name)))
         return self.fresh()
 
     # -- if -----------------------------------------------------------------------------------
@@ -898,6 +911,21 @@ class _Normaliser:
         # which has no __globals__; the function has them)
         if name in src.fn.__globals__:  # type: ignore[attr-defined]
             return self.outside(name, src.fn.__globals__[name], "reads the global")  # type: ignore[attr-defined]
+        # (a builtin that reads the frame calling it would read this module's, not f's;
+        # vars(obj) and dir(obj) read obj's and are fine)
+        if name == "globals":
+            return lambda: src.fn.__globals__  # type: ignore[attr-defined]
+        if name in ("locals", "vars", "dir", "eval", "exec"):
+            builtin = getattr(builtins, name)
+
+            def frameless(*args: Any) -> Any:
+                if name in ("vars", "dir") and args:
+                    return builtin(*args)
+                raise self.w.refuse(
+                    f"{name}(), which reads the names of the function calling it",
+                    "source mode runs f's statements itself, in minigraph's code; name "
+                    "the value (W, obj.attr, getattr(obj, 'attr'))")
+            return frameless
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise NameError(f"name {name!r} is not defined [source_grad: {self.w.where}]")
