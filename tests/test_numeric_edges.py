@@ -145,3 +145,13 @@ def test_a_long_float32_sum_across_rows_keeps_float32_accuracy(mode):
     for got, want in ((total, exact), (mean, exact / 300_000), (grad_b, 300_000)):
         assert got.dtype == "float32"
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
+
+
+def test_a_long_float32_row_sum_inside_a_kernel():
+    """log_softmax's kernel sums its rows with an int axis: the accurate sum takes one
+    (it read the axis as a tuple, and 40,000 classes of float32 raised TypeError)."""
+    z = np.random.default_rng(0).normal(size=(2, 40_000)).astype(np.float32)
+    want = torch.log_softmax(torch.tensor(z), dim=1).numpy()
+    got = mg.log_softmax(mg.tensor(z), axis=1)
+    assert got.dtype == "float32"
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
