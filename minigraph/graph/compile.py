@@ -48,8 +48,8 @@ from ..autodiff.backward import collector_paused
 from ..codegen import Names, define
 from ..device import Device
 from ..tensor import Tensor
-from .graph import (Graph, GraphError, Node, check_graph, check_nodes, describe_location,
-                    fed_value, reads_across)
+from .graph import (Graph, GraphError, Node, check_assigned, check_feedable, check_graph,
+                    check_nodes, describe_location, fed_value, reads_across)
 from .topo import fifo_order, needed, refuse_reads_after_assigns
 
 if TYPE_CHECKING:  # (only for an annotation: signature imports the tape at run time)
@@ -173,6 +173,8 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
     check_graph(graph, "compile_graph")
     inputs = check_nodes(graph, inputs, "compile_graph", "input")
     outputs = check_nodes(graph, outputs, "compile_graph", "output")
+    for n in inputs:  # (an input is fed at every call)
+        check_feedable(n, "compile_graph")
     fed = {id(n) for n in inputs}
     if len(fed) < len(inputs):  # (two parameters of one name: Python refuses the def)
         twice = next(n for k, n in enumerate(inputs) if any(n is m for m in inputs[:k]))
@@ -298,6 +300,10 @@ def _line(node: Node, local: dict[int, str], names: Names, assigns: list,
         var, value = node.args
         assigns.append((names.constant(var, "node_" + local[id(var)]), local[id(value)],
                         names.device(node.device)))
+        if value.shape is None or value.dtype is None:  # (checked now: see check_assigned)
+            return (f"    {target} = {names.constant(check_assigned, 'check_assigned')}("
+                    f"{names.constant(node, 'node_' + target)}, {local[id(value)]})"
+                    f"  # Assign to {var.name}")
         return f"    {target} = {local[id(value)]}  # Assign to {var.name}"
     assert node.prim is not None  # an operation (the special nodes returned above)
     args = [(_moved(local[id(a)], a, node, names) if isinstance(a, Node)

@@ -36,7 +36,7 @@ from ..errors import GradientError, ShapeError
 from ..ops.copy import IDENTITY
 from ..ops.elementwise import add_n
 from ..ops.shape_rules import FLOATS, shape_of
-from .graph import Graph, GraphError, Node, user_location
+from .graph import Graph, GraphError, Node, check_nodes, user_location
 
 def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
@@ -92,9 +92,6 @@ def _seed(y: Node, g: Any) -> Any:
     if g is not None:
         with y.device:
             return y.graph.constant(g, dtype=y.dtype, name="grad_ys")
-    if y.shape is None:
-        raise GradientError(f"gradients: '{y.name}' has an unknown shape; give the "
-                            f"placeholders it depends on a shape")
     import numpy as np  # a host constant, copied to y's device by mg.constant
 
     with y.device:
@@ -135,6 +132,7 @@ def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
                grad_ys: list[Any]) -> list[Node | None]:
     """The pass itself (steps 1-5 of the module's docstring)."""
     relevant, pending = _between(ys, xs)
+    _refuse_unknown_shapes(relevant)
     order = _sweep_order(ys, relevant, pending)
     wanted = {id(x) for x in xs}
     found: dict[int, Any] = {}  # an x that is also an intermediate node: its adjoint
@@ -180,6 +178,31 @@ def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
                                        completed=completed, scope=lambda n: n.device))
         # (in x's dtype: a float32 placeholder used in float64 arithmetic gets a cast node)
         return [None if id(x) not in found else as_gradient(found[id(x)], x) for x in xs]
+
+
+def _refuse_unknown_shapes(relevant: dict[int, Node]) -> None:
+    """Refuse, by name, a node on a path from an x to a y whose shape is known only when
+    the graph runs (it depends on a placeholder of any shape): the VJP rules need the
+    shapes when they build the gradient nodes, to sum a broadcast operand's adjoint back
+    to its shape and to seed a y with ones. They failed inside with a bare TypeError,
+    or, where both operands' shapes were unknown, summed nothing: the gradient of an x
+    fed as (3,) came out in the broadcast shape (2, 3)."""
+    unknown = next((n for n in relevant.values() if n.shape is None), None)
+    if unknown is None:
+        return
+    # the placeholders of any shape it depends on
+    sources: list[str] = []
+    stack, seen = [unknown], set()
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            if n.op == "Placeholder" and n.shape is None:
+                sources.append(f"'{n.name}'")
+            stack.extend(a for a in n.args if isinstance(a, Node))
+    raise GradientError(f"gradients: '{unknown.name}' ({unknown.op}) has an unknown shape, "
+                        f"and the gradient rules need it; give the placeholders it depends "
+                        f"on ({', '.join(sorted(sources))}) a shape")
 
 
 def _sweep_order(ys: list[Node], relevant: dict[int, Node],
@@ -235,9 +258,7 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
             raise GraphError(f"gradients: expected graph nodes, got {type(v).__name__}; "
                              f"build the computation inside `with mg.Graph():`")
     graph = ys[0].graph
-    for v in ys + xs:
-        if v.graph is not graph:
-            raise GraphError(f"gradients: '{v.name}' belongs to another graph")
+    check_nodes(graph, ys + xs, "gradients", "node")  # (one of another graph: named, and where)
     if len(grad_ys) != len(ys):
         raise GradientError(f"gradients: {len(ys)} ys but {len(grad_ys)} grad_ys")
     for y in ys:
@@ -245,6 +266,10 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
             raise GradientError(f"gradients: '{y.name}' has dtype {y.dtype}; only floating "
                                 f"values have gradients")
     for k, (y, g) in enumerate(zip(ys, grad_ys)):  # (TensorFlow's and PyTorch's rule)
+        if isinstance(g, Node) and g.shape is None:  # (see _refuse_unknown_shapes)
+            raise GradientError(f"gradients: grad_ys[{k}] '{g.name}' has an unknown shape, "
+                                f"and the gradient rules need it; give it the shape of "
+                                f"'{y.name}'{'' if y.shape is None else ', ' + str(y.shape)}")
         if g is not None and y.shape is not None and shape_of(g) is not None \
                 and tuple(shape_of(g)) != tuple(y.shape):
             raise ShapeError(f"gradients: grad_ys[{k}] has shape {tuple(shape_of(g))}, but "

@@ -32,7 +32,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np  # host-side checks of fed values
 from array_api_compat import array_namespace
@@ -46,7 +46,10 @@ from ..ops.primitive import Primitive, register_kind
 from ..ops.shape_rules import dtype_name, sizes
 from ..tensor import Tensor, host_values, tensor
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The package's folder with a trailing separator, so that a user's file beside it whose
+# name merely begins alike (minigraph_homework.py) is not taken for minigraph's own (the
+# same test as for Python's libraries: ops/operators.py, LIBRARIES)
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _NUMBERS = (bool, int, float)
 
 
@@ -200,6 +203,11 @@ class Node(ArrayOps):
                 value = self.graph.constant(array, name=f"{self.name}/value")
         return self.graph.add_special("Assign", (self, value), name=f"{self.name}/assign")
 
+    def detach(self) -> "Node":
+        """PyTorch's spelling of stop_gradient, as on tensors and the other
+        transformations' values (it was an AttributeError in a graph)."""
+        return C.stop_gradient(self)
+
     def numpy(self) -> Any:
         """A Const's or a Variable's value, as a NumPy array of the caller's own (a copy:
         writing into it must not change the graph, nor a later assign change it)."""
@@ -311,6 +319,10 @@ class Graph:
         # the ids of the lists and dicts the function wrote while it was recorded (its
         # own log of its runs: reads.recording), which its program does not guard
         self.written_by_f: frozenset[int] = frozenset()
+        # A pass's graph (graph/passes.py): id -> why, for the nodes a feed would not
+        # stand in for as it did in the original graph (a constant folded into its
+        # readers, a node merged with another); Session.run and compile_graph refuse it.
+        self.unfeedable: dict[int, str] = {}
 
     # -- the default graph ---------------------------------------------------------------
     def __enter__(self) -> "Graph":
@@ -326,21 +338,32 @@ class Graph:
 
     @contextmanager
     def name_scope(self, name: str) -> Iterator[str]:
-        """Prefix the names of the nodes made inside with ``name/``."""
-        self._scopes.append(name.strip("/"))
-        self._prefix = "/".join(self._scopes) + "/"
+        """Prefix the names of the nodes made inside with ``name/``; an empty ``name``
+        goes back to the top level, as in TF1 (it made names like ``/x``, which no one
+        fetches by)."""
+        outer = self._scopes
+        self._scopes = outer + [name.strip("/")] if name.strip("/") else []
+        self._prefix = "/".join(self._scopes) + "/" if self._scopes else ""
         try:
             yield "/".join(self._scopes)
         finally:
-            self._scopes.pop()
+            self._scopes = outer
             self._prefix = "/".join(self._scopes) + "/" if self._scopes else ""
 
     @contextmanager
     def control_dependencies(self, nodes: "list[Node]") -> Iterator[None]:
-        """Nodes made inside run only after ``nodes`` have run (control edges)."""
-        for n in nodes:
-            self._argument(n)  # the same graph-membership check as for inputs
-        self._control.append(list(nodes))
+        """Nodes made inside run only after ``nodes`` (nodes of this graph, or their
+        names) have run (control edges)."""
+        if isinstance(nodes, (Node, str)) or not isinstance(nodes, Iterable):
+            # (a node is iterable: its items would have become getitem nodes)
+            raise GraphError(f"control_dependencies: expects a list of nodes, got "
+                             f"{type(nodes).__name__} {getattr(nodes, 'name', nodes)!r}; "
+                             f"write control_dependencies([...])")
+        # names looked up, then each one checked: a tensor or a number has no run of its
+        # own to wait for (it was taken for a constant, and the run failed on it later)
+        nodes = check_nodes(self, [self[n] if isinstance(n, str) else n for n in nodes],
+                            "control_dependencies", "control input")
+        self._control.append(nodes)
         self._control_nodes = self._current_control()
         try:
             yield
@@ -394,18 +417,21 @@ class Graph:
                         f"as an argument, or use mode='tape', which runs the function "
                         f"itself (at {describe_location(user_location())})")
                 raise GraphError(f"node '{a.name}' belongs to another graph ({a.graph.name!r}); "
-                                 f"operations cannot mix nodes of two graphs")
+                                 f"operations cannot mix nodes of two graphs (it was created "
+                                 f"at {describe_location(a.location)})")
             return a
         if type(a) in _NUMBERS:
             return a
-        # One Const per array or tensor object. The cache holds the object itself, so its
-        # id cannot be reused by another object while the graph lives.
+        # One Const per array or tensor object while its value stays the same. The cache
+        # holds the object itself, so its id cannot be reused by another object while
+        # the graph lives. An object written in place since (arr[0] = 100, t *= 3) gets
+        # a new Const of its value now, as TF1's convert_to_tensor makes at every use:
+        # the old one holds a copy of the value it had then.
+        value = a if isinstance(a, Tensor) else tensor(a)
         cached = self._consts.get(id(a))
-        if cached is None or cached[0] is not a:
-            if isinstance(a, Tensor):
-                const = self.constant(a, name="const")
-            else:
-                const = self.constant(tensor(a), name="const")
+        if cached is None or cached[0] is not a or not _holds(cached[1], value):
+            const = self.constant(value, name="const")
+            if not isinstance(a, Tensor):
                 self.loose.add(id(const))
             cached = (a, const)
             self._consts[id(a)] = cached
@@ -534,7 +560,8 @@ class Graph:
         return self._register(node)
 
     def constant(self, value: Any, dtype: str | None = None, name: str | None = None) -> Node:
-        t = value if isinstance(value, Tensor) and dtype is None else tensor(value, dtype)
+        t = value if isinstance(value, Tensor) and dtype is None else \
+            _given(value, dtype, "constant", name)
         dev = scoped_device() or t.device
         return self.add_special("Const", (), t.shape, t.dtype, name or "Const",
                                 value=dev.copy_from(t.data, t.device), device=dev)
@@ -583,6 +610,26 @@ def _short(v: Any) -> str:
     return repr(v)
 
 
+def _holds(const: Node, t: Tensor) -> bool:
+    """Whether the Const ``const`` holds ``t``'s value bit for bit (dtype, shape and
+    bytes: ``==`` would take -0.0 for 0.0, and never a NaN for itself)."""
+    old, now = np.asarray(const.device.to_numpy(const.value)), np.asarray(host_values(t))
+    return old.dtype == now.dtype and old.shape == now.shape and \
+        old.tobytes() == now.tobytes()
+
+
+def _given(value: Any, dtype: str | None, what: str, name: str | None) -> Tensor:
+    """``tensor(value, dtype)`` for a constant or a variable, whose ``dtype``, if given,
+    may not change a number of ``value``: mg.constant(1.5, dtype="int32") made 1, where a
+    feed or an assign of 1.5 to an int32 node is refused (and TF1's constant refuses it)."""
+    if dtype is not None:
+        array = host_values(value) if isinstance(value, Tensor) else np.asarray(value)
+        who = what if name is None else f"{what} '{name}'"
+        _refuse_changing_cast(array, array.dtype, dtype_name(dtype), who, f"made a {what}",
+                              f"(at {describe_location(user_location())})", DTypeError)
+    return tensor(value, dtype)
+
+
 def check_graph(graph: Any, who: str) -> Graph:
     """``graph`` if it is a Graph; else a TypeError naming ``who`` (it was an
     AttributeError about ``.nodes`` from deep inside, or, for a Session, nothing until
@@ -605,7 +652,8 @@ def check_nodes(graph: Graph, nodes: Any, who: str, role: str = "fetch") -> list
         if n.graph is not graph:
             named = "also named" if n.graph.name == graph.name else "named"
             raise GraphError(f"{who}: {role} '{n.name}' is a node of another graph ({named} "
-                             f"{n.graph.name!r}), not of {graph.name!r}")
+                             f"{n.graph.name!r}), not of {graph.name!r}; it was created "
+                             f"at {describe_location(n.location)}")
     return nodes
 
 
@@ -654,13 +702,9 @@ def fed_value(node: Node, value: Any) -> Any:
     else:
         array = np.asarray(value)
         dtype = array.dtype
-    if node.dtype is not None and not np.can_cast(dtype, node.dtype, "same_kind"):
-        raise FeedError(f"feed for '{node.name}': a value of dtype {dtype} cannot be fed "
-                        f"to a node of dtype {node.dtype} "
-                        f"(created at {describe_location(node.location)})")
-    if node.dtype is not None and dtype.kind in "iu" and array.size \
-            and not np.can_cast(dtype, node.dtype, "safe"):
-        _check_integers_fit(node, np.asarray(array), np.dtype(node.dtype))
+    if node.dtype is not None:
+        _refuse_changing_cast(array, dtype, node.dtype, f"feed for '{node.name}'",
+                              "fed to a node", f"(created at {describe_location(node.location)})")
     if node.shape is not None and tuple(array.shape) != node.shape:
         raise ShapeError(f"feed for '{node.name}': a value of shape {tuple(array.shape)} "
                          f"cannot be fed to a node of shape {node.shape} "
@@ -670,26 +714,70 @@ def fed_value(node: Node, value: Any) -> Any:
     return node.device.asarray(array, dtype=node.dtype)
 
 
-def _check_integers_fit(node: Node, array: Any, target: np.dtype) -> None:
-    """Integers fed to a node whose dtype may not hold them: the values must fit, as a
+def check_assigned(node: Node, value: Any) -> Any:
+    """``value``, which the Assign ``node`` is about to store, if it has its variable's
+    shape and dtype; else the error that says so. The value of an Assign is checked when
+    it is built (add_special), unless its shape or dtype is known only when the graph
+    runs (it depends on a placeholder of any shape): a variable that stored another shape
+    or dtype would be read as its node says it is by every later run (TF1's Assign
+    refuses it too, validate_shape=True). The run then fails before it stores anything."""
+    var = node.args[0]
+    shape, dtype = tuple(value.shape), node.device.dtype_name(value.dtype)
+    if shape != var.shape or dtype != var.dtype:
+        error = ShapeError if shape != var.shape else DTypeError
+        raise error(f"assign: variable '{var.name}' has shape {var.shape} and dtype "
+                    f"{var.dtype}; the value '{node.args[1].name}' has, in this run, shape "
+                    f"{shape} and dtype {dtype} (the assign was created at "
+                    f"{describe_location(node.location)}); the variable is left as it was")
+    return value
+
+
+def check_feedable(node: Node, who: str) -> None:
+    """Refuse a feed of a node of a pass's graph that a feed would not stand in for as
+    in the original graph (``Graph.unfeedable`` says why): fed, it would be ignored, or
+    read where the original did not read it."""
+    why = node.graph.unfeedable.get(id(node))
+    if why is not None:
+        raise FeedError(f"{who}: '{node.name}' cannot be fed in graph {node.graph.name!r}, "
+                        f"which a pass rewrote (graph/passes.py): {why}. Feed it in the "
+                        f"original graph, or make it a placeholder there before the pass")
+
+
+def _refuse_changing_cast(array: Any, dtype: np.dtype, target: str, who: str, made: str,
+                          where: str, error: type[MinigraphError] = FeedError) -> None:
+    """Refuse to cast ``array`` (of ``dtype``) to ``target`` where the cast could change a
+    number: across kinds (a float to an int), or integers that ``target`` cannot hold.
+    A value fed (fed_value) or assigned, and a constant's or variable's given dtype,
+    follow this one rule, as TF1's do. ``who``, ``made`` and ``where`` word the error:
+    "feed for 'x': a value of dtype float64 cannot be fed to a node of dtype int32 (created
+    at ...)"."""
+    if not np.can_cast(dtype, target, "same_kind"):
+        raise error(f"{who}: a value of dtype {dtype} cannot be {made} of dtype {target} "
+                    f"{where}")
+    if dtype.kind in "iu" and array.size and not np.can_cast(dtype, target, "safe"):
+        _check_integers_fit(np.asarray(array), np.dtype(target), who, where, error)
+
+
+def _check_integers_fit(array: Any, target: np.dtype, who: str, where: str,
+                        error: type[MinigraphError]) -> None:
+    """Integers given to a node whose dtype may not hold them: the values must fit, as a
     Python int fed to TensorFlow's must. A narrowing integer cast (int64 -> int32) wraps
     a value that does not fit (2**31 becomes -2**31); a cast to a float rounds an integer
     beyond its mantissa (2**24 + 1 fed as float32 becomes 2**24)."""
-    where = f"(created at {describe_location(node.location)})"
     if target.kind in "iu":
         low, high = int(array.min()), int(array.max())
         info = np.iinfo(target)
         if low < info.min or high > info.max:
-            raise FeedError(f"feed for '{node.name}': values {low}..{high} do not fit dtype "
-                            f"{target} ({info.min}..{info.max}) {where}")
+            raise error(f"{who}: values {low}..{high} do not fit dtype {target} "
+                        f"({info.min}..{info.max}) {where}")
         return
     with np.errstate(invalid="ignore"):  # (a float beyond the int range: compared below)
         back = array.astype(target).astype(array.dtype)
     changed = array[back != array]
     if changed.size:
-        raise FeedError(f"feed for '{node.name}': {changed.size} of the {array.dtype} values "
-                        f"(e.g. {int(changed.flat[0])}) have no exact {target}, which would "
-                        f"round them; feed floats, or give the node a wider dtype {where}")
+        raise error(f"{who}: {changed.size} of the {array.dtype} values (e.g. "
+                    f"{int(changed.flat[0])}) have no exact {target}, which would round "
+                    f"them; give floats, or a wider dtype {where}")
 
 
 def _native(value: Any, node: Node) -> bool:
@@ -727,7 +815,7 @@ def constant(value: Any, dtype: str | None = None, name: str | None = None) -> N
 
 def variable(value: Any, dtype: str | None = None, name: str | None = None) -> Node:
     """State kept with the graph across runs; change it with ``var.assign(new)``."""
-    t = tensor(value, dtype)
+    t = _given(value, dtype, "variable", name)
     dev = scoped_device() or t.device
     return default_graph().add_special("Variable", (), t.shape, t.dtype, name or "Variable",
                                        value=dev.copy_from(t.data, t.device), device=dev)

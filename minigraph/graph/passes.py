@@ -16,6 +16,14 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
 
 ``optimize`` does the four in one walk over the graph.
 
+The mapping serves fetches, and feeds of placeholders. A feed of another node (TF1 feeds
+any node: a constant, an intermediate) stands in for it only where the pass left it and
+its readers as they were: a constant folded into its readers would be ignored, and a node
+merged with another would reach the readers of both. The new graph lists such nodes
+(``Graph.unfeedable``), and Session.run and compile_graph refuse to feed them, saying
+why. (TF1's Grappler is told the feeds and keeps them; these passes run before any feed
+is known.)
+
 A variable is not copied: the new graph's Variable node is a :class:`SharedVariable`,
 whose value *is* the original's, so that training through one graph is seen by the
 other (TensorFlow's Grappler rewrites a graph the same way: the variable, a resource,
@@ -194,6 +202,9 @@ def _merging(changes: list[str]) -> Rewrite:
         key = None if control else _key(n, args)  # ordered nodes are never merged
         if key is not None and key in seen:
             changes.append(f"cse: {n.name} computes the same as {seen[key].name}")
+            new.unfeedable[id(seen[key])] = (
+                f"it stands for '{n.name}' too (the same computation, merged by cse), so a "
+                f"value fed here would reach the readers of both")
             return seen[key]
         copy = copy_node(new, n, args, control)
         if key is not None:
@@ -242,6 +253,9 @@ def _folding(changes: list[str]) -> Rewrite:
         values = {id(a): a.value if not reads_across(n, a)
                   else n.device.copy_sent(a.value, a.device) for a in nodes}
         value = compute(probe, values, [], [])
+        for a in nodes:
+            new.unfeedable[id(a)] = (f"its value was folded into '{n.name}' "
+                                     f"(fold_constants), which would not read a value fed here")
         shown = repr(n.device.to_numpy(value).tolist())
         changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
                        f"{shown if len(shown) < 60 else shown[:57] + '...'}")
@@ -278,6 +292,15 @@ def _simplifying(changes: list[str]) -> Rewrite:
         kept = None if control else _neutral_operand(n, args)
         if kept is not None:
             changes.append(f"simplify: {n.name} ({n.op}) is just {kept.name}")
+            unit = args[1] if args[0] is kept else args[0]
+            if isinstance(unit, Node):  # (a Const: its value decided the drop)
+                new.unfeedable[id(unit)] = (
+                    f"'{n.name}' read it as a neutral operand and was dropped (simplify), "
+                    f"so it would not read a value fed here")
+            if kept.op != "Placeholder":  # (fed, it gives y = x * 1 its value in both graphs)
+                new.unfeedable[id(kept)] = (
+                    f"it stands for '{n.name}' too ({n.op} with a neutral operand, dropped "
+                    f"by simplify), so a value fed here would reach the readers of both")
         return kept
 
     return rewrite

@@ -56,13 +56,13 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
 import numpy as np
 
 from ..errors import DeviceError, MinigraphError
-from ..graph.graph import FeedError, Node, describe_location
-from ..graph.topo import dependencies
+from ..graph.graph import FeedError, Node, check_assigned, describe_location
+from ..graph.topo import dependencies, needed
 from ..device import get_device, nbytes
 from ..ops.primitive import UfuncOut
 from .memory import Memory, MemoryPlan, PlanCounts, root
@@ -179,14 +179,24 @@ def _special(node: Node, values: dict[int, Any], assigns: list, fetches: list[No
         # fed array (the caller may change it later), another variable's buffer, or an
         # intermediate whose buffer the run recycles as soon as this node has read it.
         # (The Assign node's own value stays the input: the run's memory counts that.)
-        value = values[id(node.args[1])]
+        value = check_assigned(node, values[id(node.args[1])])
         assigns.append((node.args[0], node.device.copy_from(value, node.device)))
         return value
     assert node.op == "Placeholder", node.op  # (a Send or Recv never gets here: run_node)
-    users = ", ".join(f"'{f.name}'" for f in fetches[:3])
-    raise FeedError(f"placeholder '{node.name}' (created at {describe_location(node.location)})"
-                    f" needs a value: the fetches {users} depend on it; pass it in "
-                    f"feed_dict={{{node.name}: ...}}")
+    raise unfed(node, fetches)  # (Session.run refuses the run before: see _plan)
+
+
+def unfed(node: Node, fetches: list[Node], fed: AbstractSet[int] = frozenset()) -> FeedError:
+    """The error for placeholder ``node``, which a run needs but was not fed, naming (up
+    to three of) the fetches that depend on it (the search for them stops at ``fed``)."""
+    users: list[str] = []
+    for f in fetches:
+        if len(users) < 3 and id(node) in needed([f], fed):
+            users.append(f"'{f.name}'")
+    because = f": the fetches {', '.join(users)} depend on it" if users else ""
+    return FeedError(f"placeholder '{node.name}' (created at "
+                     f"{describe_location(node.location)}) needs a value{because}; pass it "
+                     f"in feed_dict={{{node.name}: ...}}")
 
 
 def can_overlap(plan: list[Node], cost_of: Callable[[Node], str]) -> bool:

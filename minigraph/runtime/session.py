@@ -43,6 +43,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import defaultdict
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping
@@ -51,8 +52,8 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from ..errors import MinigraphError
-from ..graph.graph import (Graph, GraphError, Node, check_graph, default_graph,
-                           describe_location, fed_value)
+from ..graph.graph import (Graph, GraphError, Node, check_feedable, check_graph,
+                           default_graph, describe_location, fed_value)
 from ..graph.topo import fifo_order, needed, refuse_reads_after_assigns
 from ..tensor import Tensor
 from .cost import CostModel
@@ -60,7 +61,7 @@ from .memory import Memory, MemoryPlan, plan_memory, root
 from .partition import Partition, partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
-from .scheduler import FeedError, Layout, NodeError, Run, can_overlap  # noqa: F401 - FeedError, NodeError are re-exported
+from .scheduler import FeedError, Layout, NodeError, Run, can_overlap, unfed  # noqa: F401 - FeedError, NodeError are re-exported
 
 
 class SessionClosedError(MinigraphError, RuntimeError):
@@ -377,14 +378,18 @@ class Session:
                                  f"node; a key is a placeholder node or its name")
             raise GraphError(f"run: cannot fetch a {type(f).__name__}; fetch graph nodes")
         if node.graph is not self.graph:
-            raise GraphError(f"run: node '{node.name}' belongs to graph {node.graph.name!r}, "
-                             f"not to this session's graph {self.graph.name!r}")
+            same = " (another graph of the same name)" if node.graph.name == self.graph.name \
+                else ""
+            raise GraphError(f"run: {role} '{node.name}' belongs to graph {node.graph.name!r}"
+                             f"{same}, not to this session's graph {self.graph.name!r}; it "
+                             f"was created at {describe_location(node.location)}")
         return node
 
     def _feeds(self, feed_dict: dict) -> dict[int, Any]:
         feeds = {}
         for key, value in feed_dict.items():
             node = self._node(key, "feed")
+            check_feedable(node, "run")
             if id(node) in feeds:  # ({x: 1.0, "x": 5.0}: which value would it take?)
                 raise FeedError(f"feed for '{node.name}' (created at "
                                 f"{describe_location(node.location)}): fed twice in one "
@@ -409,6 +414,10 @@ class Session:
             if key not in self._plans:
                 keep = needed(fetches, set(feeds))
                 plan = fifo_order(self.graph.nodes, keep, set(feeds))
+                for n in plan:  # (before any node runs, on every device: a partitioned
+                    # run found it inside the placeholder's part, which fetches nothing)
+                    if n.op == "Placeholder" and id(n) not in feeds:
+                        raise unfed(n, fetches, set(feeds))
                 stateful = any(n.op in ("Variable", "Assign") for n in plan)
                 if stateful:  # (before the plan is kept: every run of it is refused)
                     refuse_reads_after_assigns(plan)
@@ -549,7 +558,15 @@ def _flatten(fetches: Any) -> list:
 
 def _rebuild(fetches: Any, results: Any) -> Any:
     if isinstance(fetches, dict):
-        return {k: _rebuild(v, results) for k, v in fetches.items()}
+        items = {k: _rebuild(v, results) for k, v in fetches.items()}
+        if type(fetches) is dict:
+            return items
+        # a subclass comes back as its own type, as in TF1 (an OrderedDict; a
+        # defaultdict with its default_factory, which its users' code relies on)
+        mapping = type(fetches)(fetches.default_factory) \
+            if isinstance(fetches, defaultdict) else type(fetches)()
+        mapping.update(items)
+        return mapping
     if isinstance(fetches, (list, tuple)):
         values = [_rebuild(v, results) for v in fetches]
         if hasattr(fetches, "_fields"):  # a namedtuple takes its fields one by one
