@@ -106,6 +106,18 @@ def test_integer_division_by_zero_raises_in_every_mode(op):
     np.testing.assert_array_equal(fn(x, 3).numpy(), getattr(np, op)(np.array([7, -7]), 3))
 
 
+@pytest.mark.parametrize("op", ["//=", "%="])
+def test_an_integer_update_in_place_by_zero_raises_and_leaves_the_tensor(op):
+    """x //= 0 went to NumPy's in-place loop, which answers 0; it runs the op's kernel,
+    which refuses (as Python and PyTorch do), and x keeps its values."""
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # PyTorch's
+        exec(f"t {op} 0", {"t": torch.tensor([7, -7])})
+    x = mg.tensor(np.array([7, -7]))
+    with pytest.raises(ZeroDivisionError, match="integer division by zero"):
+        exec(f"x {op} 0", {"x": x})
+    np.testing.assert_array_equal(x.numpy(), [7, -7])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_parallel_cross_entropy_keeps_a_small_loss(dtype):
     """log(sumexp) + M - z_label lost a small loss to cancellation (0 for float32 logits

@@ -51,9 +51,9 @@ from ..device import get_device
 from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import (ArrayOps, check_in_place, passed_as_is, rebinding, refuse_aliased,
-                             updated, user_frame)
+                             refuse_captured, updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
-from ..ops.shape import host_index
+from ..ops.shape import host_index, set_items
 from ..ops.shape_rules import promote, shape_of
 from ..ops.weak import Weak
 from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
@@ -380,6 +380,10 @@ _last_write = -1  # the latest stamp: a sweep of entries all made after it check
 def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any],
                     other: Any) -> Tensor:
     """``x op= other`` (``write`` is ``operator.isub`` & co.): see the rules above."""
+    if type(other) in KINDS and type(other) is not Tensor:  # a transformation's value: it
+        # cannot be written into x's array (as recorded): x's name is bound to x op other
+        refuse_captured(f"{prim.name} in place ({_describe((x, other))})", other)
+        return updated(prim, x, other)
     if _mode.enabled and (x.requires_grad or getattr(other, "requires_grad", False)):
         if x.requires_grad and x._entry is None:
             raise GradientError(
@@ -400,8 +404,6 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         _check_in_place(prim, x, other)  # (as an update without recording refuses)
         refuse_aliased(x, f"{prim.name} in place ({_describe((x, other))})")
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
-    if type(other) in KINDS and type(other) is not Tensor:  # a transformation's value: it
-        return updated(prim, x, other)  # cannot be written into x's array (as recorded)
     if type(other) is Tensor:
         if other.device is not x.device:
             raise _device_error(prim, (x, other))
@@ -421,9 +423,9 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
             raise refusal_of_a_write()
         if x.device.context is not None:
             with x.device.context:
-                x.data = write(x.data, value)
+                _write_into(x, prim, write, value)
         else:
-            x.data = write(x.data, value)
+            _write_into(x, prim, write, value)
     except Exception as exc:
         if refused_read_only(exc):  # (an array reads.py made read-only while f runs)
             raise ReadOnlyWrite(_kernel_error(prim, (x, other), {}, exc),
@@ -431,6 +433,20 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         raise _kernel_error(prim, (x, other), {}, exc) from exc
     _stamp(x)
     return x
+
+
+def _write_into(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any],
+                value: Any) -> None:
+    """``x``'s array ``op=`` value. An integer (or bool) array gets the op's kernel's
+    result, then copied in: NumPy's integer loops can stop part way with an error (an
+    integer array ``**`` a negative integer), which left x half written, and answer 0 for
+    ``x //= 0``, which the kernel refuses. A float loop never stops part way
+    (floating-point errors are reported once it has finished), so it writes into x
+    itself: an optimizer's update of a large parameter, ``p -= lr * g``, costs no copy."""
+    if isinstance(x.data, np.generic) or x.dtype[0] not in "iub":  # (a NumPy scalar: the
+        x.data = write(x.data, value)  # write replaces it anyway; "int64", "bool" ...)
+    else:
+        x.data[...] = prim.impl(x.device.xp, x.data, value)
 
 
 def _a_view(x: Tensor) -> bool:
@@ -473,7 +489,8 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
                          f"(mg.astype(value, '{x.dtype}'))")
     if type(value) is Tensor:
         value = value.data
-    where = tuple(host_index(i) for i in (index if isinstance(index, tuple) else (index,)))
+    where = tuple(host_index(i, "x[...] = value")
+                  for i in (index if isinstance(index, tuple) else (index,)))
     try:
         if type(x.data) is not np.ndarray and read_only(x):  # (see update_in_place)
             raise refusal_of_a_write()
@@ -481,9 +498,9 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
             x.data = np.array(x.data)       # cannot be written into
         if x.device.context is not None:
             with x.device.context:
-                x.data[where] = value
+                set_items(x.device, x.data, where, value)
         else:
-            x.data[where] = value
+            set_items(x.device, x.data, where, value)
     except Exception as exc:  # (NumPy checks everything before it writes anything)
         error = ShapeError if "broadcast" in str(exc) else type(exc)
         made = error(f"x[...] = value ({_describe((x,))}, index {index!r}): {exc}")
@@ -539,7 +556,7 @@ def refuse_changed(tensors: Sequence[Any], done: int, mode: str) -> None:
     k = written_since(tensors, done)
     if k is not None:
         raise GradientError(
-            f"vjp_fn(g): a tensor that f read or computed (shape {tuple(tensors[k].shape)}) "
+            f"vjp_fn(g): a tensor that f read or computed ({_as_written(tensors[k])}) "
             f"was changed in place (x += ..., x[i] = ...) after mg.vjp ran f; the pullback "
             f"({mode}) would read the new "
             f"value and give the derivative of another function. Update it after calling "
@@ -568,11 +585,33 @@ def _check_writes(recorded: list[Tensor]) -> None:
             if stamp is not None and stamp[1] > seq:
                 what = f"its result ({_describe((a,))})" if a is t else \
                     f"an argument ({_describe((a,))})"
+                viewed = _viewed(a)
+                happened = f"{prim.name} recorded {what}, and that tensor was changed in " \
+                    f"place afterwards" if viewed is None else f"a tensor ({viewed}) was " \
+                    f"changed in place after {prim.name} recorded {what}, a view of it"
                 raise GradientError(
-                    f"backward: {prim.name} recorded {what}, and that tensor was changed "
-                    f"in place afterwards (x -= ..., x[i] = ...): the value it recorded, "
+                    f"backward: {happened} (x -= ..., x[i] = ...): the value it recorded, "
                     f"which its derivative may need, is gone. Update tensors in place after "
                     f"backward(), or write x = x - y to keep the old value")
+
+
+def _as_written(t: Tensor) -> str:
+    """``t``'s shape (and dtype), or where t is a view, the shape of the tensor whose
+    memory it views, which was written (see :func:`_viewed`), and then the view's."""
+    viewed = _viewed(t)
+    return f"shape {t.shape} {t.dtype}" if viewed is None else \
+        f"{viewed}, read through a view of it of shape {t.shape}"
+
+
+def _viewed(t: Tensor) -> str | None:
+    """Where ``t`` is a view (``weight.T``), the tensor whose memory it views, which a
+    write changed (``weight``), as an error names it: the tensor the user wrote, not the
+    view a record read; None where t is no view."""
+    target = write_target(t)
+    if target is t or target is t.data:
+        return None
+    return (f"shape {tuple(target.shape)} {t.device.dtype_name(target.dtype)} on "
+            f"{t.device.name}")
 
 
 # -- the reverse sweep ----------------------------------------------------------------------------
@@ -932,7 +971,7 @@ def _refuse_written_after_read(rec: _Recording) -> None:
         _, prim, read = first_read[key]
         where = "" if line is None else f", at {line[0]}, line {line[1]}"
         raise GradientError(
-            f"f changed a tensor (shape {read.shape} {read.dtype}) in place{where}, after "
+            f"f changed a tensor ({_as_written(read)}) in place{where}, after "
             f"{prim.name} had read it (as y *= 2.0 after z = x * y): the derivative of "
             f"{prim.name} would read the new value, which is another function's. Write a "
             f"new value (y = y * 2.0), or change the tensor before it is used")

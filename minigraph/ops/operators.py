@@ -23,7 +23,7 @@ import os
 import sys
 import sysconfig
 import threading
-from types import FrameType, FunctionType, ModuleType
+from types import FrameType, FunctionType, ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -249,31 +249,25 @@ def refuse_aliased(x: Any, where: str) -> None:
     transformation that handed f its own tensor (:class:`passed_as_is`: ``y += x`` in
     ``mg.grad(f)(x, y)`` writes into the caller's ``y`` without the transformation).
     What is looked at: the function doing the update (the first frame outside
-    minigraph) and its callers up to minigraph's call of them, a module's top level, or
-    a library's code; their names, one level inside each of their values, and two inside
-    an object's attributes and a small dict's values (``self.hidden[3]``,
-    ``d['hs'][0]``)."""
+    minigraph) and its callers up to a module's top level, through the frames of
+    minigraph and of libraries between them (``model(h)`` calls ``forward(h)`` through
+    ``Module.__call__``; ``functools.singledispatch`` through its wrapper); their names,
+    and everything inside each of their values: items of containers, an object's
+    attributes (``__slots__`` too), a NumPy object array's items (``hs[0][0]``,
+    ``o.p.q.r``). Above a minigraph frame, where a transformation may have put x in a
+    wrapper of its own (a box, a batch), only x itself counts: the caller holds what
+    the wrapper wraps, which :class:`passed_as_is` speaks for.
+
+    Where Python's reference count shows that nothing but the update itself refers to
+    x or its memory (:func:`_alone`), there is nothing to look for: a chain of updates
+    then costs the same per update however many values the program keeps."""
+    refs = sys.getrefcount(x)  # (first: before this function refers to x in more places)
     frame = user_frame()
     if frame is None:
         return
+    alone = _alone(x, refs, frame)
     memory = _memory(x)
-    seen: set[tuple[int, str]] = set()  # (module, name): a global read by several frames
-    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals) + \
-        [f"{name} (a global)"
-         for name in _holders(_globals_read(frame, seen), x, memory, False)]
-    caller = frame
-    while caller.f_locals is not caller.f_globals:  # (up to a module's top level)
-        caller = caller.f_back  # type: ignore[assignment]
-        if caller is None or _in_minigraph(caller) or _in_a_library(caller):
-            break
-        module = caller.f_locals is caller.f_globals
-        here = caller.f_locals if not module else {  # (a module's: not the globals read)
-            k: v for k, v in caller.f_locals.items() if (id(caller.f_globals), k) not in seen}
-        then = rebound_by_its_call(_statement_at(caller))  # (h = step(h): not a holder)
-        names += [f"{name} (in {caller.f_code.co_name}, a caller)"
-                  for name in _holders(here, x, memory, module) if name not in then] + \
-            [f"{name} (a global)"
-             for name in _holders(_globals_read(caller, seen), x, memory, False)]
+    names = [] if alone else _holders_in_scope(x, memory, frame)
     passed = [what for held, what in _passed() if _shares(memory, held)]
     names += passed
     if len(names) > 1 or passed:
@@ -286,6 +280,108 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"with the old one. Write {rebinding(frame)} for a new value (the others "
             f"keep the old one in every mode), or copy first (b = a * 1.0) if they are "
             f"meant to change apart")
+
+
+def refuse_captured(where: str, value: Any) -> None:
+    """``x op= value`` where x is a tensor and ``value`` a transformation's (f's argument
+    under mg.grad, a batch under mg.vmap, a graph's node): x's array cannot hold the
+    result, which is the transformation's value, so the name x is bound to it, as for a
+    value that cannot be written into (:func:`updated`). A name of the updating
+    function's own may be; an attribute, an item or a global (``self.buf += x``, ``hs[0]
+    += x``) would be left holding the transformation's value after it returns, where
+    eager mode writes into the tensor. Refused, as torch.func refuses an update "that
+    would mutate a captured Tensor". (Where the user's line is no ``x op= y`` statement,
+    as where source mode runs f's statements itself, which binds its own names, the
+    update is left to the others' checks.)"""
+    frame = user_frame()
+    stmt = None if frame is None else _statement_at(frame)
+    if frame is None or not isinstance(stmt, ast.AugAssign):
+        return
+    code = frame.f_code
+    if isinstance(stmt.target, ast.Name) and frame.f_locals is not frame.f_globals and \
+            stmt.target.id in code.co_varnames and stmt.target.id not in code.co_cellvars:
+        return  # (a local name: it goes when the function returns)
+    target = ast.unparse(stmt.target)
+    raise GradientError(
+        f"{where}: {target} is a tensor, and the value is a transformation's "
+        f"({value._kind()}): the update would mutate a captured tensor. Its array cannot "
+        f"hold the transformation's value, and binding {target} to it would leave that "
+        f"value in {target} after the transformation returns. Compute the new value "
+        f"inside f (buf = buf + x) and return it, or update the tensor outside f")
+
+
+def _holders_in_scope(x: Any, memory: Any, frame: FrameType) -> list[str]:
+    """Where ``frame`` (the user's, doing the update) and its callers hold ``x`` or memory
+    it shares, each written as an error names it (see :func:`refuse_aliased`)."""
+    seen: set[tuple[int, str]] = set()  # (module, name): a global read by several frames
+    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals) + \
+        [f"{name} (a global)"
+         for name in _holders(_globals_read(frame, seen), x, memory, False)]
+    wrapped = innermost(x) is not x  # (a box, a dual number, a batch: see refuse_aliased)
+    caller = frame
+    while caller.f_locals is not caller.f_globals:  # (up to a module's top level)
+        caller = caller.f_back  # type: ignore[assignment]
+        while caller is not None and (_in_minigraph(caller) or _in_a_library(caller)):
+            if wrapped and _in_minigraph(caller):
+                memory = None  # (above it: x itself only)
+            caller = caller.f_back  # type: ignore[assignment]
+        if caller is None:
+            break
+        module = caller.f_locals is caller.f_globals
+        here = caller.f_locals if not module else {  # (a module's: not the globals read)
+            k: v for k, v in caller.f_locals.items() if (id(caller.f_globals), k) not in seen}
+        then = rebound_by_its_call(_statement_at(caller))  # (h = step(h): not a holder)
+        names += [f"{name} (in {caller.f_code.co_name}, a caller)"
+                  for name in _holders(here, x, memory, module) if name not in then] + \
+            [f"{name} (a global)"
+             for name in _holders(_globals_read(caller, seen), x, memory, False)]
+    return names
+
+
+def _alone(x: Any, refs: int, frame: FrameType) -> bool:
+    """Whether nothing refers to ``x`` but the update itself (``refs``: x's reference
+    count on entry to :func:`refuse_aliased`), and, for a tensor that owns a NumPy array,
+    nothing to its memory but x: then no place can hold x, or a view of it, and the
+    search for holders, which reads every container in scope, is skipped.
+
+    The update's own references: refuse_aliased's argument and getrefcount's, minigraph's
+    frames between it and the user's ``frame`` (``Tensor.__iadd__``'s ``self`` ...),
+    and the user's statement (``h += y``: the name h and the operand; ``hs[0] += y``: the
+    list's item and the operand), :data:`_STATEMENT_REFS`, as this Python counts them.
+    Anything else (another name, a container, a tape entry made from x) counts as one
+    more; an array viewing x's memory refers to it as its ``.base``. (Python 3.14 may
+    leave a reference it borrows uncounted, a frame's too: there the search always runs.)"""
+    if sys.version_info >= (3, 14):
+        return False
+    own = 2 + _STATEMENT_REFS
+    inner = sys._getframe(2)  # (refuse_aliased's caller)
+    while inner is not frame:  # (minigraph's frames: Tensor.__iadd__, update_in_place ...)
+        own += sum(v is x for v in inner.f_locals.values())
+        inner = inner.f_back  # type: ignore[assignment]
+    if refs > own:
+        return False
+    data = getattr(x, "data", None)
+    # (x.data, the name data and getrefcount's argument; any other array over this
+    # memory, a view, holds it as its base. Other array libraries: not read, searched.)
+    if isinstance(data, np.generic):  # (a NumPy scalar: no view can share it)
+        return True
+    return type(data) is np.ndarray and data.base is None and sys.getrefcount(data) <= 3
+
+
+class _Probe:
+    def __iadd__(self, other: Any) -> int:
+        return sys.getrefcount(self) - 2  # (less its own: the argument self, getrefcount's)
+
+
+def _statement_refs() -> int:
+    """How many references ``name += y`` holds to name's value while ``__iadd__`` runs,
+    in this Python (2 up to 3.13: the name and the operand on the stack)."""
+    p: Any = _Probe()
+    p += 0
+    return int(p)
+
+
+_STATEMENT_REFS = _statement_refs()
 
 
 # The arguments that running transformations handed f as the caller's own objects, each
@@ -456,55 +552,90 @@ def _in_a_library(frame: FrameType) -> bool:
 
 def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
     """Where ``names`` (a frame's locals) hold ``x`` or memory it shares: ``h``,
-    ``hs[0]``, ``d['h']``, ``o.h``, ``self.hidden[3]``, ``an item of s``. At a module's
-    (a notebook's) top level, IPython's record of the cells' results (``_``, ``_3``,
-    ``Out``) is left out: it holds every value a cell displayed, which the user does not
-    read back.
+    ``hs[0]``, ``d['h']``, ``o.h``, ``self.hidden[3]``, ``hs[0][0]``, ``an item of s``,
+    at any depth (each container and object once). At a module's (a notebook's) top
+    level, IPython's record of the cells' results (``_``, ``_3``, ``Out``) is left out:
+    it holds every value a cell displayed, which the user does not read back.
 
-    The items of a container are compared with ``x`` by identity at C's speed (a loop
-    that appends to a list and updates in place reads the whole list at every update);
-    whether one is a view of ``x``'s memory, which takes a Python call per item, is
-    asked of containers of at most ``_VIEWS_READ`` items (a view kept in a longer one is
-    not seen). A list of 60,000 tensors in scope costs an update about a millisecond."""
-    def holds(v: Any) -> bool:
-        return v is x or (memory is not None and _shares(_memory(v), memory))
-
-    def inside(where: str, v: Any) -> list[str]:
-        """The places in the container ``v`` (named ``where``) that hold x."""
-        items = _contents(v)
-        if not items:
-            return []
-        same = any(map(operator.is_, items, itertools.repeat(x)))
-        views = memory is not None and len(items) <= _VIEWS_READ
-        if not (same or views):
-            return []
-        return [where + place for place, item in _places(v)
-                if item is x or views and _shares(_memory(item), memory)]
-
+    The items of a container are compared with ``x`` by identity at C's speed, and
+    walked into only where their types may hold others (a list of 60,000 tensors costs
+    an update about a millisecond); whether one is a view of ``x``'s memory, which takes
+    a Python call per item, is asked of containers of at most ``_VIEWS_READ`` items (a
+    view kept in a longer one is not seen). ``memory`` None: ``x`` itself only."""
     found: list[str] = []
+    walked: set[int] = set()  # (the containers and objects read: each once)
     for name, v in names.items():
         if module and (name in _OUTPUT_HISTORY or name[:1] == "_" and name[1:].isdigit()):
             continue
-        if holds(v):
+        if v is x or memory is not None and _shares(_memory(v), memory):
             found.append(name)
-        found += inside(name, v)
-        if type(v) is dict and len(v) <= _VIEWS_READ or \
-                type(v) not in _CONTAINERS and _contents(v):
-            # the containers an object's attributes or a small dict's values hold
-            # (``self.hidden.append(h)``): a few, where a list's items can be many
-            found += [hit for place, item in _places(v) if type(item) in _CONTAINERS
-                      for hit in inside(name + place, item)]
+        elif _may_hold(type(v)):
+            found += _inside(name, v, x, memory, walked)
+    return found
+
+
+def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int]) -> list[str]:
+    """The places inside ``v`` (named ``name``), at any depth, that hold ``x`` or memory
+    it shares (see :func:`_holders`)."""
+    found = []
+    todo = [(name, v)]  # (a stack, not recursion: a deeply nested list is no error)
+    while todo:
+        where, v = todo.pop()
+        items = _contents(v)
+        if items is None or id(v) in walked:
+            continue
+        walked.add(id(v))
+        same = any(map(operator.is_, items, itertools.repeat(x)))
+        views = memory is not None and len(items) <= _VIEWS_READ
+        nested = {kind for kind in set(map(type, items)) if _may_hold(kind)}
+        if not (same or views or nested):
+            continue
+        for place, item in _places(v):
+            if item is x or views and _shares(_memory(item), memory):
+                found.append(where + place)
+            elif type(item) in nested:
+                todo.append((where + place, item))
     return found
 
 
 _OUTPUT_HISTORY = {"_", "__", "___", "Out", "_oh"}  # IPython's names for earlier results
 _VIEWS_READ = 64
-_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _may_hold(kind: type) -> bool:
+    """Whether a value of ``kind`` may hold others that :func:`_contents` reads: a
+    container, a NumPy array (of objects), a ``SimpleNamespace``, an instance of a class
+    of the user's with attributes. Not minigraph's own records, classes, modules and
+    functions, nor a library's objects (pytest's ``request``, a logger), whose graphs
+    of objects can be large, and which do not keep the user's values."""
+    if issubclass(kind, (*_SEQUENCES, dict, np.ndarray, SimpleNamespace)):
+        return True
+    if issubclass(kind, (type, ModuleType, FunctionType)) or kind.__module__ == "builtins" \
+            or kind.__module__.startswith("minigraph."):  # (a graph's own records)
+        return False
+    source = getattr(sys.modules.get(kind.__module__), "__file__", None) or ""
+    return not source.startswith(LIBRARIES) and \
+        (kind.__dictoffset__ != 0 or bool(_slots(kind)))
+
+
+def _slots(kind: type) -> list[str]:
+    """The attribute names that the ``__slots__`` of ``kind`` and its bases declare (a
+    private ``__a`` as Python stores it, ``_Class__a``)."""
+    names = []
+    for k in kind.__mro__:
+        declared = k.__dict__.get("__slots__", ())
+        for name in [declared] if isinstance(declared, str) else declared:
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{k.__name__.lstrip('_')}{name}"
+            if name not in ("__dict__", "__weakref__"):
+                names.append(name)
+    return names
 
 
 def _contents(v: Any) -> Any:
     """What the container or object ``v`` holds directly (its items; an instance's
-    attributes), as a sized collection; None for anything else."""
+    attributes, a NumPy object array's items), as a sized collection; None for anything
+    else."""
     kind = type(v)
     if kind is list or kind is tuple or kind is set or kind is frozenset:
         return v
@@ -514,11 +645,23 @@ def _contents(v: Any) -> Any:
         return v                    # exact types, which most containers are, for speed)
     if isinstance(v, dict):  # an OrderedDict, a defaultdict
         return v.values()
+    if isinstance(v, np.ndarray):
+        return v.ravel().tolist() if v.dtype == object else None
+    if not _may_hold(kind):
+        return None
+    return list(_attributes(v).values())
+
+
+def _attributes(v: Any) -> dict[str, Any]:
+    """An instance's attributes: its ``__dict__`` and the ``__slots__`` that are set."""
     attributes = getattr(v, "__dict__", None)
-    if type(attributes) is dict and not isinstance(v, (type, ModuleType, FunctionType)) \
-            and not type(v).__module__.startswith("minigraph."):  # (a graph's own records)
-        return attributes.values()
-    return None
+    found = dict(attributes) if type(attributes) is dict else {}
+    for name in _slots(type(v)):
+        try:
+            found[name] = object.__getattribute__(v, name)
+        except AttributeError:  # (a slot never set)
+            pass
+    return found
 
 
 def _places(v: Any) -> Any:
@@ -530,7 +673,9 @@ def _places(v: Any) -> Any:
         return ((f"[{i}]", item) for i, item in enumerate(v))
     if isinstance(v, dict):
         return ((f"[{key!r}]", item) for key, item in v.items())
-    return ((f".{key}", item) for key, item in vars(v).items())
+    if isinstance(v, np.ndarray):
+        return ((f"[{', '.join(map(str, i))}]", item) for i, item in np.ndenumerate(v))
+    return ((f".{key}", item) for key, item in _attributes(v).items())
 
 
 _SEQUENCES = (list, tuple, set, frozenset, collections.deque)

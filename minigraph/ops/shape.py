@@ -107,10 +107,26 @@ def _is_basic(index: tuple) -> bool:
                for i in index)
 
 
-def _on_device(xp: Any, x: Any, index: tuple) -> tuple:
-    """Move integer-array parts of an index to the device of ``x``."""
+def on_device(xp: Any, x: Any, index: tuple) -> tuple:
+    """Move the array parts of an index to the device of ``x`` (``x[index]`` reads
+    them, ``x[index] = v`` writes; array-api-strict takes no host array there)."""
     return tuple(i if i is None or i is Ellipsis or isinstance(i, (int, slice))
                  else xp.asarray(i, device=array_device(x)) for i in index)
+
+
+def set_items(device: Any, array: Any, index: tuple, value: Any) -> None:
+    """``array[index] = value`` (``tape.assign_item``: ``index`` from :func:`host_index`,
+    ``value`` a number or an array of ``device``), the index's arrays on the array's
+    device, as getitem's kernel reads them. The Array API assigns through a boolean mask
+    alone and no integer arrays (array-api-strict refuses both otherwise): a namespace
+    without NumPy's ``add.at`` (as the scatter's kernel asks) writes a host copy then."""
+    xp = device.xp
+    if _is_basic(index) or hasattr(xp, "add") and hasattr(xp.add, "at"):
+        array[on_device(xp, array, index)] = value
+        return
+    host = device.to_numpy(array).copy()  # (to_numpy may share the array's memory)
+    host[index] = value if isinstance(value, (bool, int, float)) else device.to_numpy(value)
+    array[...] = device.asarray(host)
 
 
 def _indexed(shape: tuple, index: tuple) -> tuple:
@@ -155,7 +171,7 @@ def _scatter_add_kernel(xp: Any, g: Any, index: tuple, shape: tuple) -> Any:
     if _is_basic(index):
         out[index] = g
     elif hasattr(xp, "add") and hasattr(xp.add, "at"):  # NumPy, CuPy: repeated indices add up
-        xp.add.at(out, _on_device(xp, out, index), g)
+        xp.add.at(out, on_device(xp, out, index), g)
     else:
         raise NotImplementedError(
             f"the gradient of integer-array indexing needs a scatter-add, which the array "
@@ -212,7 +228,7 @@ def _basic_index_view(out_shape: tuple, params: dict) -> bool:
 
 
 GETITEM = primitive(
-    "getitem", lambda xp, x, index: x[_on_device(xp, x, index)], _index_shape,
+    "getitem", lambda xp, x, index: x[on_device(xp, x, index)], _index_shape,
     jvp=[lambda t, out, x, index: getitem(t, index)],
     vjp=[lambda g, out, x, index: scatter_add(g, index, S.shape_of(x))], view=True,
     returns_view=_basic_index_view,
@@ -324,23 +340,27 @@ def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
     return bind(BROADCAST_TO, x, shape=shape)
 
 
-def host_index(i: Any) -> Any:
+def host_index(i: Any, who: str = "getitem") -> Any:
     """Index parts as the kernel takes them: integer tensors and arrays become host
     arrays of their own, copies. The index is a parameter of the operation, which the
     tape keeps for the backward pass: a later ``idx[0] = 2`` must not change which
     elements the recorded gradient goes to (PyTorch keeps the index tensor and refuses
-    the sweep after such a write; a copy gives the gradient of what was computed)."""
+    the sweep after such a write; a copy gives the gradient of what was computed).
+    ``who``: what an error calls the operation (``x[...] = value`` for an assignment)."""
     if i is None or i is Ellipsis or isinstance(i, (int, slice)):
         return i
     if type(i) in KINDS:  # an index is a parameter, fixed when the op is made: not a value
-        raise ShapeError(f"getitem: an index must be ints, slices or integer arrays/tensors, "
+        raise ShapeError(f"{who}: an index must be ints, slices or integer arrays/tensors, "
                          f"not a {type(i).__name__}: an index is fixed when the operation is "
                          f"made, and this one is known only later (a graph node when its "
                          f"graph runs; under vmap, one index per example); use mg.one_hot or "
                          f"mg.where to select")
     if hasattr(i, "numpy"):  # (a tensor: its values, not its memory)
         return np.array(i.device.to_numpy(i.data))
-    return np.array(i)
+    index = np.array(i)
+    if isinstance(i, (list, tuple)) and index.size == 0:  # ([] is float64 to NumPy, which
+        return index.astype(np.intp)  # reads x[[]] as an empty list of positions)
+    return index
 
 
 def getitem(x: Any, index: Any) -> Any:
