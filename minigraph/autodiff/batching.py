@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence, cast
 import numpy as np
 
 from ..errors import MinigraphError, ShapeError
-from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.batch_rules import example, moveaxis
 from ..ops.operators import ArrayOps, passed_as_is
@@ -126,11 +125,6 @@ class BatchTracer(ArrayOps):
         # (np.asarray(x) asks this first; without it, NumPy read x as a sequence and made
         # an object array, which failed later as "dtype object is not supported")
         raise self._one_number("np.asarray() (a NumPy array)")
-
-    def detach(self) -> Any:
-        """PyTorch's spelling of stop_gradient, as on tensors and the other
-        transformations' values (it was an AttributeError under vmap)."""
-        return C.stop_gradient(self)
 
     def __repr__(self) -> str:
         return f"BatchTracer(level={self.level}, value={self.value!r})"

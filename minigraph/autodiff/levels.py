@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..errors import GradientError, MinigraphError
-from ..ops import copy as C
 
 _counter = itertools.count(100)
 
@@ -105,9 +104,6 @@ class ValueInside:
 
     def item(self) -> Any:
         return self._inside().item()
-
-    def detach(self) -> Any:
-        return C.stop_gradient(self)
 
     def tolist(self) -> Any:
         return self._inside().tolist()

@@ -203,11 +203,6 @@ class Node(ArrayOps):
                 value = self.graph.constant(array, name=f"{self.name}/value")
         return self.graph.add_special("Assign", (self, value), name=f"{self.name}/assign")
 
-    def detach(self) -> "Node":
-        """PyTorch's spelling of stop_gradient, as on tensors and the other
-        transformations' values (it was an AttributeError in a graph)."""
-        return C.stop_gradient(self)
-
     def numpy(self) -> Any:
         """A Const's or a Variable's value, as a NumPy array of the caller's own (a copy:
         writing into it must not change the graph, nor a later assign change it)."""

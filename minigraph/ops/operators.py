@@ -198,6 +198,11 @@ class ArrayOps:
     def to(self, device: Any) -> Any:
         return C.to_device(self, device)
 
+    def detach(self) -> Any:
+        """PyTorch's spelling of stop_gradient, for every kind of value (a tensor's
+        also shares its memory: Tensor.detach)."""
+        return C.stop_gradient(self)
+
     # -- elementwise functions as methods -----------------------------------------------------
     def exp(self) -> Any: return E.exp(self)
     def log(self) -> Any: return E.log(self)

@@ -100,9 +100,6 @@ class SrcVar(ArrayOps):
     def item(self) -> Any: raise self._needs_value(".item()")
     def numpy(self) -> Any: raise self._needs_value(".numpy()")
 
-    def detach(self) -> Any:
-        return C.stop_gradient(self)
-
     def __repr__(self) -> str:
         return f"SrcVar({self.name or self.role}: {self.shape} {self.dtype})"
 
