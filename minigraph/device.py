@@ -58,7 +58,9 @@ def nbytes(value: Any) -> int:
     size = 1
     for d in value.shape:
         size *= d
-    return size * ITEMSIZE[dtype]
+    # (a dtype minigraph refuses, uint8 say, is counted too: tensor() refuses it after
+    # the Tensor is made, by name; NumPy knows the item size of every such name)
+    return size * (ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize)
 
 
 class Device:
@@ -363,6 +365,9 @@ def get_device(spec: "str | Device | None" = None) -> Device:
         return _scope.stack[-1] if _scope.stack else _registry["cpu"]
     if isinstance(spec, Device):
         return spec
+    if not isinstance(spec, str):  # (a list would reach the dict lookup: "unhashable type")
+        raise DeviceError(f"unknown device {spec!r}: a device is a name (a str) or a Device; "
+                          f"known devices: {', '.join(devices())}")
     dev = _registry.get(spec)
     if dev is not None:
         return dev

@@ -32,7 +32,7 @@ import numpy as np  # the archive format is NumPy's
 from .device import Device, get_device
 from .errors import DeviceError, DTypeError, MinigraphError
 from .ops.shape_rules import DTYPES
-from .tensor import Tensor, host_values
+from .tensor import Tensor, host_values, shared
 
 # DLPack's device types (dlpack.h, DLDeviceType) that minigraph has devices for.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -97,7 +97,13 @@ def from_dlpack(x: Any, device: "str | Device | None" = None, copy: bool = True)
                          f"{type(x).__name__} to one of {', '.join(DTYPES)} first")
     target = source if device is None else get_device(device)
     if target is source and not copy:
-        return Tensor(data, source)  # a view of x's memory: its .base is x's owner
+        # The tape's write guard keys shared memory by the array that owns it (tensor.py,
+        # write_target); the array from_dlpack made owns a capsule of its own, so a write
+        # through it went unseen for x. Share x's own array (a minigraph tensor's, as
+        # x.detach() does), or a view of it (a NumPy array's), instead.
+        if isinstance(x, Tensor):
+            return shared(x.data, source)  # (its bytes are counted once, for x)
+        return Tensor(x[...] if isinstance(x, np.ndarray) else data, source)
     if target is not source and not copy:
         raise DeviceError(f"from_dlpack: copy=False shares memory, but the values are on "
                           f"{source.name} and device={target.name!r} was asked for; moving "
@@ -201,8 +207,12 @@ def _host_array(key: str, value: Any) -> np.ndarray:
     elif isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
     else:
-        raise TypeError(f"save: the value for {key!r} is a {type(value).__name__}; only "
-                        f"tensors and NumPy arrays are stored (mg.tensor(value) first)")
+        kind = type(value)  # (by its module too: a torch.Tensor is not a minigraph Tensor)
+        what = kind.__qualname__ if kind.__module__ == "builtins" else \
+            f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"save: the value for {key!r} is a {what}; only minigraph tensors "
+                        f"and NumPy arrays are stored: convert it first (mg.from_dlpack(value) "
+                        f"for another library's array, mg.tensor(value) for Python data)")
     if array.dtype.hasobject or array.dtype.name not in DTYPES:
         raise DTypeError(f"save: the value for {key!r} has dtype {array.dtype}, which "
                          f"mg.load cannot give back; use one of {', '.join(DTYPES)}")

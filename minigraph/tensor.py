@@ -54,7 +54,7 @@ def expose(array: Any) -> None:
     global _exposures
     memory = owner(array)
     key = id(memory)
-    if key in _EXPOSED or isinstance(memory, np.generic):  # (a NumPy scalar: immutable)
+    if key in _EXPOSED:
         return
     try:  # (forgotten when the memory is freed, before its id can be another array's)
         _EXPOSED[key] = weakref.ref(memory, lambda _, key=key: _EXPOSED.pop(key, None))  # type: ignore[misc]
@@ -87,11 +87,9 @@ def owner(array: Any) -> Any:
 
 def write_target(t: "Tensor") -> Any:
     """What a write into ``t`` changes: the array that owns its memory (so a write
-    through a view counts for every tensor sharing it), or ``t`` itself where it holds a
-    NumPy scalar (the 0-d result of a kernel: ``x -= 1`` replaces it, and the tape's
-    entries hold the tensor). Writes are counted, and guarded, per target."""
-    data = t.data
-    return t if isinstance(data, np.generic) else owner(data)
+    through a view counts for every tensor sharing it). Writes are counted, and
+    guarded, per target."""
+    return owner(t.data)
 
 
 class Tensor(ArrayOps):
@@ -110,6 +108,12 @@ class Tensor(ArrayOps):
         # default None only lets ``mg.Tensor([1.0, 2.0])``, PyTorch's torch.Tensor habit,
         # reach the except clauses below, which point to mg.tensor; they cost nothing
         # until they catch.)
+        if type(data) is not np.ndarray and isinstance(data, np.generic):
+            # A NumPy kernel's 0-d result (x.sum(), x[0], a * b of 0-d arrays) is a NumPy
+            # scalar: immutable, so a view of it (s.reshape(1), s.numpy(), DLPack) would
+            # be a copy, and s += 1 would replace it, leaving every view with the old
+            # value. A 0-d array is memory that views share, as every other tensor's is.
+            data = np.asarray(data)
         self.data = data
         self.device = device
         self._requires_grad = requires_grad  # (the slot itself: the library's own flag)
@@ -181,19 +185,30 @@ class Tensor(ArrayOps):
     def _handed_out(self, array: Any) -> Any:
         """The values on the host, ``array``, as the user gets them: where it is the
         tensor's own memory, a read-only view of it if backward() reads it (above), else
-        the memory itself, which compiled programs then watch (:func:`expose`)."""
-        if array is self.data:
+        the memory itself, which compiled programs then watch (:func:`expose`).
+
+        The own memory is the array itself on a NumPy device, and on an array-api-strict
+        device the NumPy array its Array wraps (``_array``, which ``Device.to_numpy``
+        hands out); a GPU's values come as a copy."""
+        data = self.data
+        own = array is data or array is getattr(data, "_array", None)
+        if own:
             if self.requires_grad:
                 array = array.view()
                 array.flags.writeable = False
             else:
-                expose(array)
+                expose(data)  # (the tensor's array: what compiled programs look up)
         return array
 
     def item(self) -> "float | int | bool":
         """The value of a one-element tensor as a Python number."""
+        return self._number("item()")
+
+    def _number(self, conversion: str) -> "float | int | bool":
+        """``item()``, refused for more than one element in the words of the
+        ``conversion`` the user wrote (``float(t)``, ...), not of item()."""
         if self.size != 1:
-            raise ValueError(f"item(): the tensor has {self.size} elements (shape "
+            raise ValueError(f"{conversion}: the tensor has {self.size} elements (shape "
                              f"{self.shape}); only a one-element tensor converts to a number")
         return host_values(self).reshape(()).item()
 
@@ -207,11 +222,7 @@ class Tensor(ArrayOps):
 
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it), as PyTorch's:
-        a write into one shows in the other. (A reduction's 0-d result holds a NumPy
-        scalar, which a write replaces instead of changing: it becomes a 0-d array that
-        both tensors then hold.)"""
-        if isinstance(self.data, np.generic):
-            self.data = np.asarray(self.data)
+        a write into one shows in the other."""
         return shared(self.data, self.device)
 
     @property
@@ -308,10 +319,13 @@ class Tensor(ArrayOps):
 
     # -- Python conversions -------------------------------------------------------------------
     def __float__(self) -> float:
-        return float(self.item())
+        return float(self._number("float(t)"))
 
     def __int__(self) -> int:
-        return int(self.item())
+        return int(self._number("int(t)"))
+
+    def __complex__(self) -> complex:  # (else Python's complex() calls __float__)
+        return complex(self._number("complex(t)"))
 
     def __bool__(self) -> bool:
         if self.size != 1:  # (item() would say item(), which the user did not call)
@@ -323,13 +337,16 @@ class Tensor(ArrayOps):
     def __contains__(self, value: Any) -> bool:
         """``v in t``: whether some element equals ``v`` (broadcast), as NumPy's and
         PyTorch's ``in``; without it Python iterated the rows, and a 0-d tensor refused."""
-        return bool(self.device.to_numpy((self == value).data).any())
+        equal = self == value
+        if type(equal) is bool:  # (``None in t``: == leaves None to Python, which compares
+            return equal         # identities: False, as NumPy answers)
+        return bool(self.device.to_numpy(equal.data).any())
 
     def __index__(self) -> int:
         """A one-element integer tensor as an index: ``range(n)``, ``xs[i]`` (PyTorch's)."""
         if self.dtype not in ("int64", "int32"):
             raise TypeError(f"only an integer tensor can be an index; this one is {self.dtype}")
-        return int(self.item())
+        return int(self._number("operator.index(t) (a tensor used as an index)"))
 
     def __format__(self, spec: str) -> str:
         """``f"{loss:.4f}"`` formats a one-element tensor's number, as PyTorch's does;
@@ -422,6 +439,7 @@ class Tensor(ArrayOps):
         as PyTorch refuses it: a write on the consumer's side would change a value that
         ``backward()`` reads, unseen by the tape (``t.numpy()`` is a read-only view there,
         but PyTorch ignores DLPack's read-only flag). ``t.detach()`` exports the memory.
+        A reversed view (``x[::-1]``, a negative stride) is exported as a copy (below).
         """
         if self.requires_grad and not copy:
             raise BufferError(
@@ -431,8 +449,16 @@ class Tensor(ArrayOps):
                 f"Export t.detach() (the same memory, cut from the tape) or ask for a copy "
                 f"(np.from_dlpack(t, copy=True)); PyTorch refuses such an export too")
         data = self.data
-        if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
-            data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact
+        if any(stride < 0 for stride in getattr(data, "strides", ())):
+            # A reversed view (x[::-1]) has a negative stride, which DLPack allows but
+            # PyTorch cannot read: torch.from_dlpack (and torch.tensor) abort the whole
+            # process. Such a tensor exports a C-ordered copy, which copy=None permits.
+            if copy is False:
+                raise BufferError(
+                    f"__dlpack__: this tensor ({self.shape} {self.dtype}) is a reversed view "
+                    f"(strides {data.strides}), which not every consumer can read (PyTorch "
+                    f"aborts), so it is only exported as a copy; copy=False cannot share it")
+            data = self.device.copy_from(data, self.device)
         elif not copy:
             expose(data)  # (the consumer may write it: compiled programs watch it)
         # Pass on only what the consumer gave: older producers accept only ``stream``.
@@ -442,17 +468,10 @@ class Tensor(ArrayOps):
 
     def __dlpack_device__(self) -> tuple[Any, int]:
         """(DLPack device type, index) of the memory: (1, 0) for the CPU, (2, N) for cuda:N."""
-        data = self.data
-        if not hasattr(data, "__dlpack_device__"):
-            data = self.device.xp.asarray(data)
-        return data.__dlpack_device__()
+        return self.data.__dlpack_device__()
 
     def __repr__(self) -> str:
-        body = repr(host_values(self)).replace("array(", "tensor(", 1)
-        if body.endswith(")"):
-            body = body[:-1]
-        else:  # a NumPy scalar's repr has no "array(" around it
-            body = f"tensor({body}"
+        body = repr(host_values(self)).replace("array(", "tensor(", 1)[:-1]
         if "dtype=" not in body:
             body += f", dtype={self.dtype}"
         extra = f", device={self.device.name}"
@@ -555,8 +574,16 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     name = None if dtype is None else dtype_name(dtype)
     if name is not None:
         supported_dtype("tensor()", name)  # (the dtype asked for, before anything is copied)
+    if copy is None:  # Python data: NumPy's rules give its dtype on every device (another
+        try:          # namespace may differ: array-api-strict's wrapped 2**63 to int64)
+            data = np.asarray(data, dtype=name)
+        except OverflowError:
+            raise DTypeError(f"tensor(): an integer in the data does not fit in "
+                             f"{name or 'int64'}; minigraph's widest integer is int64") from None
+    if name is None and isinstance(data, (np.ndarray, np.generic)):
+        supported_dtype("tensor()", data.dtype)  # (before another device is given it)
     t = Tensor(dev.asarray(data, dtype=name, copy=copy), dev)
-    supported_dtype("tensor()", t.dtype)  # (the data's own: a NumPy array of int8 ...)
+    supported_dtype("tensor()", t.dtype)  # (another library's array: a torch int8 ...)
     if requires_grad:
         if t.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
@@ -623,27 +650,33 @@ def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
     return tensor(value, device=None if like is None else like.device)
 
 
-def zeros(shape: "tuple[int, ...] | int", dtype: str = "float64",
+def zeros(shape: "tuple[int, ...] | int", dtype: Any = "float64",
           device: "str | Device | None" = None) -> Tensor:
-    """A tensor of zeros."""
+    """A tensor of zeros (``dtype=None`` is float64, as in NumPy)."""
     return _filled("zeros", shape, 0, dtype, device)
 
 
-def ones(shape: "tuple[int, ...] | int", dtype: str = "float64",
+def ones(shape: "tuple[int, ...] | int", dtype: Any = "float64",
          device: "str | Device | None" = None) -> Tensor:
-    """A tensor of ones."""
+    """A tensor of ones (``dtype=None`` is float64, as in NumPy)."""
     return _filled("ones", shape, 1, dtype, device)
 
 
-def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: str = "float64",
+def full(shape: "tuple[int, ...] | int", value: "float | int", dtype: Any = "float64",
          device: "str | Device | None" = None) -> Tensor:
-    """A tensor of ``shape`` filled with ``value``."""
+    """A tensor of ``shape`` filled with ``value`` (``dtype=None`` is the value's dtype,
+    as in NumPy: int64 for an int)."""
+    if dtype is None:
+        dtype = np.asarray(value).dtype
     return _filled("full", shape, value, dtype, device)
 
 
-def _filled(who: str, shape: Any, value: "float | int", dtype: str,
+def _filled(who: str, shape: Any, value: "float | int", dtype: Any,
             device: "str | Device | None") -> Tensor:
     if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
         shape = sizes(who, shape)  # (an int is (n,); anything else but integers is refused)
     dev = get_device(device)
-    return Tensor(dev.full(shape, value, dtype), dev)
+    # (a name, or NumPy's dtype or type: np.dtype(None) is float64, NumPy's default; the
+    # device's full would take None as "the value's dtype", int64 for zeros)
+    name = supported_dtype(f"{who}()", dtype)
+    return Tensor(dev.full(shape, value, name), dev)
