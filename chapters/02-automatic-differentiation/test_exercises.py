@@ -178,17 +178,21 @@ def test_dual_numbers_on_random_programs(exercises):
 @pytest.mark.points(1)
 @pytest.mark.forbid(*FORWARD_MODE, *REVERSE_MODE, why="one forward pass per input, with your Dual")
 def test_forward_gradient_textbook(exercises):
-    # (c.5) dz/dx = y + cos(x) and (d.5) dz/dy = x, in two passes
-    gx, gy = mg.grad(textbook(mg.sin), argnums=(0, 1), mode="forward")(X, Y)
-    passes = []
+    # (c.5) dz/dx = y + cos(x) and (d.5) dz/dy = x, in two passes; at the textbook's
+    # point and at another one (a constant answer fits only the first)
+    for x, y in [(X, Y), (-0.7, 1.9)]:
+        gx, gy = mg.grad(textbook(mg.sin), argnums=(0, 1), mode="forward")(x, y)
+        passes = []
 
-    def f(x, y):
-        passes.append(1)
-        return textbook(exercises.sin)(x, y)
+        def f(a, b):
+            passes.append(1)
+            return textbook(exercises.sin)(a, b)
 
-    got = exercises.forward_gradient(f, [X, Y])
-    assert len(passes) == 2, f"f ran {len(passes)} times; forward mode needs one pass per input"
-    assert close(got[0], gx.item()) and close(got[1], gy.item())
+        got = exercises.forward_gradient(f, [x, y])
+        assert len(passes) == 2, (f"at x={x}, y={y}: f ran {len(passes)} times; forward "
+                                  f"mode needs one pass per input")
+        assert close(got[0], gx.item()) and close(got[1], gy.item()), (
+            f"at x={x}, y={y}: got {list(got)}, expected [{gx.item()}, {gy.item()}]")
 
 
 @pytest.mark.points(2)
@@ -206,7 +210,7 @@ def test_forward_gradient_random_programs_n_passes(exercises):
 
         got = exercises.forward_gradient(f, list(xs))
         assert len(passes) == n, f"{n} inputs but f ran {len(passes)} times"
-        assert len(got) == n
+        assert len(got) == n, f"{len(got)} gradients for {n} inputs, expected {n}"
         for g, e in zip(got, expected):
             assert close(g, e.item()), f"gradient {list(got)}, expected {[e.item() for e in expected]}"
 
@@ -218,14 +222,18 @@ def test_forward_gradient_random_programs_n_passes(exercises):
 @pytest.mark.points(2)
 @pytest.mark.forbid(*REVERSE_MODE, why="sweep the tape backwards yourself")
 def test_reverse_sweep_textbook(exercises):
-    # (g.1)-(g.5): gz = 1, gb = 1, ga = 1, gy = x, gx = y + cos(x); inputs against mg.grad
+    # (g.1)-(g.5): gz = 1, gb = 1, ga = 1, gy = x, gx = y + cos(x); inputs against mg.grad,
+    # at the textbook's point and at another one (a constant answer fits only the first)
     tape = [("mul", ("x", "y"), "a"), ("sin", ("x",), "b"), ("add", ("a", "b"), "z")]
-    values = {"x": X, "y": Y, "a": X * Y, "b": math.sin(X), "z": X * Y + math.sin(X)}
-    g = exercises.reverse_sweep(tape, values, "z")
-    gx, gy = mg.grad(textbook(mg.sin), argnums=(0, 1))(X, Y)
-    assert close(g["z"], 1.0) and close(g["a"], 1.0) and close(g["b"], 1.0)
-    assert close(g["y"], gy.item()), f"gy = {g['y']}, expected {gy.item()}"
-    assert close(g["x"], gx.item()), f"gx = {g['x']}, expected {gx.item()}"
+    for x, y in [(X, Y), (-0.7, 1.9)]:
+        values = {"x": x, "y": y, "a": x * y, "b": math.sin(x), "z": x * y + math.sin(x)}
+        g = exercises.reverse_sweep(tape, values, "z")
+        gx, gy = mg.grad(textbook(mg.sin), argnums=(0, 1))(x, y)
+        at = f"at x={x}, y={y}"
+        assert close(g["z"], 1.0) and close(g["a"], 1.0) and close(g["b"], 1.0), (
+            f"{at}: gz, ga, gb = {g['z']}, {g['a']}, {g['b']}, expected 1.0 each")
+        assert close(g["y"], gy.item()), f"{at}: gy = {g['y']}, expected {gy.item()}"
+        assert close(g["x"], gx.item()), f"{at}: gx = {g['x']}, expected {gx.item()}"
 
 
 def tape_of(xs, steps):

@@ -64,6 +64,19 @@ REUSE = [
     ("out", "add", ("v", "q")),
 ]
 
+# ones_like passes no gradient on: d out/dx = 1 - w (not 2x(1 - w)), and u, which reaches
+# out only through a ones_like, gets None
+ONES = [
+    ("x", "input", ()),
+    ("w", "input", ()),
+    ("u", "input", ()),
+    ("o", "ones_like", ("x",)),
+    ("a", "mul", ("o", "x")),
+    ("p", "ones_like", ("u",)),
+    ("b", "sub", ("p", "w")),
+    ("out", "mul", ("a", "b")),
+]
+
 
 def toy_evaluate(nodes, feeds):
     values = {}
@@ -217,16 +230,19 @@ def test_jacobian_by_columns(exercises):
 @pytest.mark.points(1)
 @pytest.mark.forbid(*NO_AUTODIFF, why="sweep the toy graph backwards yourself")
 def test_reverse_sweep_textbook(exercises):
-    got = exercises.reverse_sweep(TEXTBOOK, {"x": 2.0, "y": 3.0}, "z")
-    assert set(got) == {"x", "y"}, f"expected one entry per input, got {sorted(got)}"
-    assert np.isclose(got["x"], 3 + np.cos(2.0)), "(g.5): gx = y + cos(x)"
-    assert np.isclose(got["y"], 2.0), "(g.4): gy = x"
+    # at the textbook's point and at another one (a constant answer fits only the first)
+    for x, y in [(2.0, 3.0), (-0.7, 1.9)]:
+        got = exercises.reverse_sweep(TEXTBOOK, {"x": x, "y": y}, "z")
+        assert set(got) == {"x", "y"}, f"expected one entry per input, got {sorted(got)}"
+        assert np.isclose(got["x"], y + np.cos(x)), (
+            f"(g.5): gx = y + cos(x) = {y + np.cos(x)} at x={x}, y={y}; got {got['x']}")
+        assert np.isclose(got["y"], x), f"(g.4): gy = x = {x} at x={x}, y={y}; got {got['y']}"
 
 
 @pytest.mark.points(2)
 @pytest.mark.forbid(*NO_AUTODIFF, why="sweep the toy graph backwards yourself")
 def test_reverse_sweep_random_graphs(exercises):
-    graphs = [REUSE] + [random_graph(seed) for seed in range(10, 16)]
+    graphs = [REUSE, ONES] + [random_graph(seed) for seed in range(10, 16)]
     for k, nodes in enumerate(graphs):
         feeds = random_feeds(nodes, seed=100 + k)
         y = nodes[-1][0]
@@ -266,7 +282,7 @@ def test_gradient_graph_textbook(exercises):
 @pytest.mark.points(3)
 @pytest.mark.forbid(*NO_AUTODIFF, why="emit the gradient nodes yourself")
 def test_gradient_graph_random_graphs(exercises):
-    graphs = [REUSE] + [random_graph(seed, n_ops=12) for seed in range(20, 26)]
+    graphs = [REUSE, ONES] + [random_graph(seed, n_ops=12) for seed in range(20, 26)]
     for k, nodes in enumerate(graphs):
         xs, y = inputs_of(nodes), nodes[-1][0]
         new_nodes, grads = exercises.gradient_graph(nodes, y, xs)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 import minigraph as mg
+from minigraph.ops.weak import Weak
 
 # -- given: the toy graphs' ops, as Python expressions and as functions --------------------
 
@@ -144,26 +145,39 @@ def signature(args):
     """The key under which a recorded graph is cached, for the argument tuple ``args``.
 
     A graph recorded for some arguments can be replayed for others when nothing it
-    was specialised for differs: for a tensor (``mg.Tensor``), a NumPy array or a Python
-    float, its shape, dtype and device (a NumPy array and a float live on ``"cpu"``; a
+    was specialised for differs: for a tensor (``mg.Tensor``), a NumPy array, a NumPy
+    float scalar (``np.float64(2.0)``, a 0-d array of its dtype) or a Python float, its
+    shape, dtype and device (NumPy's values and a float live on ``"cpu"``; a Python
     float is a float64 of shape ``()``, but a *weak* one, which takes the dtype of the
     tensors it meets, so it never shares a signature with a 0-d float64 tensor or
-    array); for any other argument (an int, a string, None, a tuple ...), which is
-    baked into the graph, its value. Return a hashable
-    value; two argument tuples must get equal signatures exactly when
+    array); for any other argument (an int, a bool, a string, None, a tuple ...), which
+    is baked into the graph, its type and value: ``True`` and ``1`` differ (``f(x, True)``
+    may test ``flag is True``), a tuple counts item by item, and a float inside one by
+    its bits (``0.0`` and ``-0.0`` differ: ``1 / c`` tells them apart). Return a hashable
+    value of plain data (tuples of strings and numbers: a type by its name,
+    ``type(a).__name__``); two argument tuples must get equal signatures exactly when
     ``minigraph.graph.trace.signature`` gives them equal signatures.
     """
     ### BEGIN SOLUTION
+    def constant(a):  # by type and value: True, 1 and np.int64(1) are three constants
+        kind = type(a).__name__
+        if isinstance(a, (tuple, list)):
+            return kind, tuple(constant(item) for item in a)
+        if isinstance(a, (float, np.floating)):
+            return kind, float(a).hex()  # by bits: 0.0 == -0.0 in Python
+        return kind, a
+
     key = []
     for a in args:
         if isinstance(a, mg.Tensor):
             key.append(("tensor", tuple(a.shape), str(a.dtype), a.device.name))
-        elif isinstance(a, np.ndarray):
+        elif isinstance(a, (np.ndarray, np.floating)):  # (np.float64 is also a float)
+            a = np.asarray(a)
             key.append(("tensor", a.shape, a.dtype.name, "cpu"))
         elif isinstance(a, float):
             key.append(("weak", (), "float64", "cpu"))
         else:
-            key.append(("static", a))
+            key.append(("static", constant(a)))
     return tuple(key)
     ### END SOLUTION
 
@@ -171,7 +185,12 @@ def signature(args):
 # -- 4. hybridize: record once per signature, replay after --------------------------------
 
 def _is_array_like(a):
-    return isinstance(a, (mg.Tensor, np.ndarray, float))
+    return isinstance(a, (mg.Tensor, np.ndarray, np.floating, float))
+
+
+def _is_weak(a):
+    """A Python float (not a NumPy one, though ``np.float64`` is a float subclass)."""
+    return isinstance(a, float) and not isinstance(a, np.floating)
 
 
 class Hybrid:
@@ -180,16 +199,20 @@ class Hybrid:
     ``f`` is written with minigraph functions. The first call with a new
     :func:`signature` *records* f: inside a new ``mg.Graph()``, it calls f with one
     ``mg.placeholder`` (shape, dtype) in place of each array-like argument (a tensor, a
-    NumPy array or a float) and the other arguments as they are, so that f's operations
-    become graph nodes, then compiles the graph with ``mg.compile_graph`` and caches the
-    compiled function under the signature. So f's Python body runs exactly once per
-    new signature, on placeholders, never on the values themselves. Every call, the
-    first included, then computes its result by running the cached compiled function on
-    its array-like arguments; a later call with a signature already seen runs only the
-    compiled function, *without running f's Python body*.
+    NumPy array or scalar, or a float) and the other arguments as they are, so that f's
+    operations become graph nodes, then compiles the graph with ``mg.compile_graph`` and
+    caches the compiled function under the signature. A Python float is weak: f gets
+    ``Weak(node)`` around its float64 placeholder, which takes the dtype of the tensors
+    it meets as the float does in eager mode (``x * s`` stays float32 for a float32
+    ``x``). So f's Python body runs exactly once per new signature, on placeholders,
+    never on the values themselves. Every call, the first included, then computes its
+    result by running the cached compiled function on its array-like arguments; a later
+    call with a signature already seen runs only the compiled function, *without running
+    f's Python body*.
 
-    Return NumPy arrays: one array if f returns one value, a tuple if f returns a tuple
-    or list. ``self.recordings`` counts how many times f's body ran.
+    Return NumPy arrays (``np.ndarray``, of the dtypes ``mg.trace`` gives): one array if
+    f returns one value, a tuple if f returns a tuple or list. ``self.recordings`` counts
+    how many times f's body ran.
     """
 
     def __init__(self, f):
@@ -208,7 +231,7 @@ class Hybrid:
                         t = a if isinstance(a, mg.Tensor) else mg.tensor(a)
                         node = mg.placeholder(t.shape, t.dtype, name=f"arg{k}")
                         placeholders.append(node)
-                        call_args.append(node)
+                        call_args.append(Weak(node) if _is_weak(a) else node)
                     else:
                         call_args.append(a)
                 out = self.f(*call_args)

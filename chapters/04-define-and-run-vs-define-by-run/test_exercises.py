@@ -183,6 +183,17 @@ def test_compile_source(exercises):
     again = exercises.compile_source(source.replace("np.tanh", "np.sin"), "fancy")
     assert_same_array(again(a, b, c, d)[0], e * np.sin(c * d), rtol=1e-7, atol=0.0)
     assert_same_array(fancy(a, b, c, d)[0], e * f, rtol=1e-7, atol=0.0)
+    # ... and not exercises.py's own: a text defining `evaluate` must leave it alone
+    shadow = "def evaluate(nodes, feeds):\n    return 'the compiled text'\n"
+    shadowed = exercises.compile_source(shadow, "evaluate")(None, None)
+    assert shadowed == "the compiled text", (
+        f"the compiled `evaluate` returned {shadowed!r}, expected 'the compiled text'")
+    values = exercises.evaluate(TEXTBOOK, {"x": 2.0, "y": 3.0})
+    assert isinstance(values, dict), (
+        f"after compile_source of a text defining `evaluate`, exercises.evaluate returned "
+        f"{values!r}, expected its dict of values: run the text in a fresh namespace, "
+        f"not in the module's globals()")
+    assert_same_array(values["z"], 2.0 * 3.0 + np.sin(2.0), "evaluate(TEXTBOOK)['z']")
 
 
 # -- 3. signature --------------------------------------------------------------------------------------
@@ -199,6 +210,11 @@ def test_signature_matches_minigraph(exercises):
         (mg.tensor(a3),), (mg.tensor(b3),), (mg.tensor(a4),), (mg.tensor(a3).to("cpu:1"),),
         (mg.tensor(a3.astype(np.float32)),), (mg.tensor(1.5),),
         (a3, 2.0), (b3, 1.0), (a3, 2), (a3, 3), (a3, b3), (2.0, a3), (a3, "tanh"),
+        # a constant by type and value (True is not 1), a float in one by its bits
+        (True,), (False,), (1,), (np.int64(2),), ((True, 2),), ((0.0,),), ((-0.0,),),
+        # a NumPy float scalar is data, a 0-d array of its dtype (not a weak float)
+        (np.float64(2.0),), (np.array(2.0),), (np.float32(2.0),),
+        (np.array(2.0, np.float32),),
     ]
     got = [exercises.signature(args) for args in cases]
     want = [mg_signature(args) for args in cases]
@@ -247,7 +263,11 @@ def test_hybrid_records_once_per_signature(exercises):
     for function, data, arg_lists in [
             (model, {"w": mg.tensor(w)}, calls),
             (two_outputs, {}, [(2.0, 3.0), (0.5, -1.0), (rows(3), rows(3)), (1.5, 2.0),
-                               (rows(3), rows(3))])]:
+                               (rows(3), rows(3)),
+                               # a weak float takes the float32 array's dtype
+                               (rows(3).astype(np.float32), 2.0),
+                               (rows(3).astype(np.float32), -0.5),
+                               (np.float64(2.0), rows(3).astype(np.float32))])]:
         theirs = []
         f = in_sandbox(exercises, function, **data)  # its body runs in the sandbox
         hybrid, traced = exercises.Hybrid(f), mg.trace(counting(function, theirs, **data))
@@ -259,8 +279,11 @@ def test_hybrid_records_once_per_signature(exercises):
             else:
                 pairs = [(got, want)]
             for g, w_ in pairs:
+                assert isinstance(g, np.ndarray), (
+                    f"call {k} of {function.__name__}: got a {type(g).__name__}, expected "
+                    f"a NumPy array (np.ndarray: call .numpy() on the compiled results)")
                 assert_same_array(g, w_.numpy(), f"call {k} of {function.__name__}",
-                                  rtol=1e-5, atol=0.0, dtype=False)
+                                  rtol=1e-5, atol=0.0)
             assert hybrid.recordings == traced.recordings, (
                 f"after call {k} of {function.__name__}: {hybrid.recordings} recordings, "
                 f"mg.trace made {traced.recordings}")

@@ -78,7 +78,9 @@ def test_scatter_bounds_match_scatter(exercises):
         assert list(bounds) == list(np.cumsum([0] + [p.shape[0] for p in pieces])), \
             f"scatter_bounds({n}, {parts})"
         for k, piece in enumerate(pieces):
-            assert np.array_equal(x[bounds[k]:bounds[k + 1]], piece.numpy())
+            assert np.array_equal(x[bounds[k]:bounds[k + 1]], piece.numpy()), (
+                f"scatter_bounds({n}, {parts}): device {k} gets rows {bounds[k]}.."
+                f"{bounds[k + 1] - 1}, expected {piece.shape[0]} rows")
 
 
 # -- 2. allreduce --------------------------------------------------------------------------
@@ -90,15 +92,22 @@ def test_naive_allreduce_matches_minigraph(exercises):
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
         n = int(rng.integers(1, 5))
-        arrays = random_arrays(rng, n)
+        # float32 too: a sum (and its bytes) keeps the arrays' dtype, as in NumPy
+        arrays = random_arrays(rng, n, "float32" if seed % 3 == 1 else "float64")
         out, stats = mg.parallel.allreduce_with_stats(on_devices(arrays), "naive")
         (sums, sent), changed, shared = run(exercises.naive_allreduce, arrays)
-        assert len(sums) == n and len(sent) == n
+        assert len(sums) == n and len(sent) == n, (
+            f"{len(sums)} sums and {len(sent)} byte counts for {n} devices, expected {n} each")
         for mine, theirs in zip(sums, out):
-            assert_same_array(mine, theirs.numpy(), rtol=1e-5, atol=1e-8, dtype=False)
+            assert_same_array(mine, theirs.numpy(), f"{arrays[0].dtype} arrays (n = {n})",
+                              rtol=1e-5, atol=1e-8)
         assert not shared, "two devices share one array"
-        assert sum(sent) == stats.bytes_total
-        assert list(sent) == [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+        expected = [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+        assert list(sent) == expected, (
+            f"bytes sent {list(sent)}, expected {expected} ({arrays[0].dtype} arrays of "
+            f"{arrays[0].nbytes} bytes, n = {n})")
+        assert sum(sent) == stats.bytes_total, (
+            f"{sum(sent)} bytes sent in all, minigraph counts {stats.bytes_total}")
         assert not changed, "inputs changed"
 
 
@@ -125,28 +134,47 @@ def test_ring_reduce_scatter_leaves_one_complete_chunk_per_device(exercises):
             c = (i + 1) % n
             assert_same_array(done[i][c], total[cuts[c]:cuts[c + 1]],
                               f"device {i} should hold the complete chunk {c} (n = {n})",
-                              rtol=1e-5, atol=1e-8, dtype=False)
+                              rtol=1e-5, atol=1e-8)
         sizes = chunk_sizes(flat[0].size, n, flat[0].itemsize)
-        assert list(sent) == [sum(sizes) - sizes[(i + 1) % n] for i in range(n)], \
-            f"bytes sent per device (n = {n}, chunk bytes {sizes})"
+        expected = [sum(sizes) - sizes[(i + 1) % n] for i in range(n)]
+        assert list(sent) == expected, (
+            f"bytes sent per device {list(sent)}, expected {expected} (n = {n}, chunk bytes "
+            f"{sizes})")
+        # The other chunks, by hand: chunk c leaves device c in step 0 and moves one
+        # device along the ring per step, so device i holds the sum of devices
+        # c, c + 1, ..., i (mod n) of it; one that sends straight to the owner does not
+        for i in range(n):
+            for c in range(n):
+                partial = sum(chunks[(c + d) % n][c] for d in range((i - c) % n + 1))
+                assert_same_array(done[i][c], partial,
+                                  f"device {i}, chunk {c} (n = {n}): the ring's partial sum "
+                                  f"of devices {c}..{i} (each sends only to the next)",
+                                  rtol=1e-5, atol=1e-8)
         assert not changed, "ring_reduce_scatter changed its input arrays"
 
 
 @pytest.mark.points(1)
 @pytest.mark.forbid(*NO_COLLECTIVES, why="pass the chunks around the ring yourself")
 def test_ring_all_gather_spreads_the_complete_chunks(exercises):
+    run = in_sandbox(exercises, run_and_inspect)
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
         n = int(rng.integers(2, 6))
         flat, truth = random_chunks(rng, n, "float64")
         chunks = [[truth[0][c] if c == (i + 1) % n else rng.normal(size=truth[0][c].shape)
                    for c in range(n)] for i in range(n)]
-        done, sent = exercises.ring_all_gather(chunks)
+        (done, sent), changed, _ = run(exercises.ring_all_gather, chunks)
         for i in range(n):
             for c in range(n):
-                assert np.array_equal(done[i][c], truth[0][c]), f"device {i}, chunk {c}"
+                assert np.array_equal(done[i][c], truth[0][c]), (
+                    f"device {i}, chunk {c} (n = {n}): {done[i][c]}, expected the complete "
+                    f"chunk {truth[0][c]}")
         sizes = chunk_sizes(flat[0].size, n, 8)
-        assert list(sent) == [sum(sizes) - sizes[(i + 2) % n] for i in range(n)]
+        expected = [sum(sizes) - sizes[(i + 2) % n] for i in range(n)]
+        assert list(sent) == expected, (
+            f"bytes sent per device {list(sent)}, expected {expected} (n = {n}, chunk bytes "
+            f"{sizes})")
+        assert not changed, "ring_all_gather changed its input arrays"
 
 
 @pytest.mark.points(2)
@@ -159,9 +187,10 @@ def test_ring_allreduce_matches_allreduce_with_stats(exercises):
         arrays = random_arrays(rng, n, "float32" if seed % 4 == 1 else "float64")
         out, stats = mg.parallel.allreduce_with_stats(on_devices(arrays), "ring")
         (sums, sent), changed, _ = run(exercises.ring_allreduce, arrays)
-        assert len(sums) == n
+        assert len(sums) == n, f"{len(sums)} sums for {n} devices"
         for mine, theirs in zip(sums, out):
-            assert_same_array(mine, theirs.numpy(), rtol=1e-5, atol=1e-8, dtype=False)
+            assert_same_array(mine, theirs.numpy(), f"{arrays[0].dtype} arrays (n = {n})",
+                              rtol=1e-5, atol=1e-8)
         assert sum(sent) == stats.bytes_total, "total bytes sent"
         assert max(sent) == stats.bytes_max_device, "bytes sent by the busiest device"
         assert not changed, "inputs changed"
@@ -179,9 +208,20 @@ def numpy_grad_fn(params, xk, yk):
     return [g.numpy() for g in grads]
 
 
+def run_and_inspect_grads(function, grad_fn, params, x, y, parts):
+    """Runs in the sandbox (in_sandbox), as run_and_inspect: ``function``'s gradients
+    and whether two devices share one array (a change to device 0's copy, an optimizer
+    step, would change the other's), which the grader cannot see."""
+    grads = function(grad_fn, params, x, y, parts)
+    shared = any(np.shares_memory(a, b) for k, mine in enumerate(grads)
+                 for other in grads[k + 1:] for a in mine for b in other)
+    return grads, shared
+
+
 @pytest.mark.points(2)
 @pytest.mark.forbid(*NO_COLLECTIVES, "minigraph.parallel.data_parallel_grads", why="cut the batch and weight the slices yourself")
 def test_data_parallel_gradient_matches_data_parallel_grads(exercises):
+    run = in_sandbox(exercises, run_and_inspect_grads)
     for seed in range(4):
         rng = np.random.default_rng(seed)
         parts = int(rng.integers(2, 5))
@@ -197,8 +237,9 @@ def test_data_parallel_gradient_matches_data_parallel_grads(exercises):
             slices.append(np.array(xk, copy=True))
             return numpy_grad_fn(params, xk, yk)
 
-        got = exercises.data_parallel_gradient(grad_fn, [w, b], x, y, parts)
-        assert len(got) == parts
+        got, shared = run(exercises.data_parallel_gradient, grad_fn, [w, b], x, y, parts)
+        assert len(got) == parts, f"{len(got)} gradient lists for {parts} devices"
+        assert not shared, "two devices share one gradient array: each needs its own copy"
         pieces = [p.numpy() for p in mg.parallel.scatter(x, device_names(parts))]
         assert [s.shape for s in slices] == [p.shape for p in pieces], (
             f"grad_fn saw batches of shapes {[s.shape for s in slices]}; each of the {parts} "
@@ -207,7 +248,7 @@ def test_data_parallel_gradient_matches_data_parallel_grads(exercises):
             "grad_fn saw other rows than the slices scatter gives each device"
         single = numpy_grad_fn([w, b], x, y)  # one device, the whole batch
         for k in range(parts):
-            assert len(got[k]) == 2
+            assert len(got[k]) == 2, f"device {k}: {len(got[k])} gradients for 2 parameters"
             for j in range(2):
                 assert_same_array(got[k][j], expected[k][j].numpy(),
                                   f"device {k}, parameter {j} (batch {n} over {parts} devices)",
@@ -244,8 +285,11 @@ def test_parallel_cross_entropy_loss(exercises):
         single = mg.cross_entropy(mg.tensor(np.concatenate(shards, axis=1)),
                                   mg.tensor(labels)).item()
         loss, _ = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
-        assert np.isclose(float(loss), expected), f"shards of widths {[s.shape[1] for s in shards]}"
-        assert np.isclose(float(loss), single)
+        widths = [s.shape[1] for s in shards]
+        assert np.isclose(float(loss), expected), (
+            f"shards of widths {widths}: loss {float(loss)}, expected {expected}")
+        assert np.isclose(float(loss), single), (
+            f"shards of widths {widths}: loss {float(loss)}, expected {single} (one device)")
 
 
 @pytest.mark.points(2)
@@ -255,7 +299,7 @@ def test_parallel_cross_entropy_gradients(exercises):
         shards, labels = random_shards(seed)
         _, expected = minigraph_loss_and_grads(shards, labels)
         _, grads = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
-        assert len(grads) == len(shards)
+        assert len(grads) == len(shards), f"{len(grads)} gradients for {len(shards)} shards"
         for k, (mine, theirs) in enumerate(zip(grads, expected)):
             assert_same_array(mine, theirs, f"gradient of shard {k}", rtol=1e-5, atol=1e-8,
                               dtype=False)
@@ -266,10 +310,15 @@ def test_parallel_cross_entropy_gradients(exercises):
 def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
     for seed in SEEDS:
         shards, labels = random_shards(seed, scale=50.0, shift=1000.0)
+        if seed % 2:  # rows 2000 apart: one maximum for all rows underflows the lower ones
+            apart = 2000.0 * np.arange(len(labels))[:, None]
+            shards = [s + apart for s in shards]
         expected, grads_expected = minigraph_loss_and_grads(shards, labels)
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             loss, grads = exercises.parallel_cross_entropy(shards, labels)
-        assert np.isfinite(loss) and np.isclose(float(loss), expected)
+        assert np.isfinite(loss) and np.isclose(float(loss), expected), (
+            f"shards of widths {[s.shape[1] for s in shards]}, logits near 1000: loss "
+            f"{float(loss)}, expected {expected}")
         # (zip would stop at the shorter list: no gradients at all would pass)
         assert len(grads) == len(shards), "one gradient per shard"
         for k, (mine, theirs) in enumerate(zip(grads, grads_expected)):
@@ -284,3 +333,13 @@ def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
     expected = np.log1p(3 * np.exp(-30.0))
     assert np.isclose(float(loss), expected, rtol=1e-2, atol=0), \
         f"loss {float(loss):.6g} of a confident row, expected log(1 + 3 e^-30) = {expected:.6g}"
+    # Rows of different scales: each row needs its own M (closed form: the rows'
+    # log-sum-exp, each shifted by its own maximum, minus the label's logit)
+    shards = [np.array([[0.0, 1.0], [1000.0, 1001.0]]), np.array([[2.0], [1002.0]])]
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        loss, _ = exercises.parallel_cross_entropy(shards, np.array([0, 2]))
+    lse = np.log(np.exp(-2.0) + np.exp(-1.0) + 1.0)  # log sum exp(z - max z), both rows
+    expected = np.mean([2.0 + lse - 0.0, 1002.0 + lse - 1002.0])  # max + lse - z_label
+    assert np.isclose(float(loss), expected), (
+        f"loss {float(loss):.6g} of rows [0, 1, 2] (label 0) and [1000, 1001, 1002] (label 2), "
+        f"expected {expected:.6g}: subtract each row's own maximum")

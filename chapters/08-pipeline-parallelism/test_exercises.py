@@ -89,7 +89,10 @@ def test_bubble_fraction(exercises):
         assert np.isclose(exercises.bubble_fraction(p, m), expected), f"p = {p}, m = {m}"
         f, b = rng.uniform(0.5, 2.0, size=2)
         sim = pp.simulate(pp.schedule(str(rng.choice(pp.KINDS)), p, m), f, b)
-        assert np.isclose(exercises.bubble_fraction(p, m), sim.bubble_fraction)
+        got = exercises.bubble_fraction(p, m)
+        assert np.isclose(got, sim.bubble_fraction), (
+            f"p = {p}, m = {m}: bubble fraction {got}, the simulated schedule's is "
+            f"{sim.bubble_fraction}")
 
 
 @pytest.mark.points(1)
@@ -100,7 +103,9 @@ def test_makespan_and_bubble(exercises):
         sim = pp.simulate(pp.schedule(str(rng.choice(pp.KINDS)), p, m),
                           list(rng.uniform(0.5, 2, size=p)), list(rng.uniform(0.5, 3, size=p)))
         makespan, bubble = exercises.makespan_and_bubble(list(sim.timeline), p)
-        assert np.isclose(makespan, sim.makespan) and np.isclose(bubble, sim.bubble_fraction)
+        assert np.isclose(makespan, sim.makespan) and np.isclose(bubble, sim.bubble_fraction), (
+            f"p = {p}, m = {m}: (makespan, bubble) = ({makespan}, {bubble}), expected "
+            f"({sim.makespan}, {sim.bubble_fraction})")
 
 
 def same_timeline(got, expected):

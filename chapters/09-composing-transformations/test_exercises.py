@@ -42,6 +42,12 @@ def textbook_z(x, y):
     return x * y + mg.sin(x)
 
 
+def half_textbook_z_squared(x, y):
+    """z^2 / 2 for the textbook's z: d2/dydx = x (y + cos x) + z, not constant."""
+    z = x * y + mg.sin(x)
+    return 0.5 * z * z
+
+
 def x_exp_y(x, y):
     return x * mg.exp(y)
 
@@ -78,6 +84,12 @@ def test_mixed_partial_textbook(exercises):
     got = exercises.mixed_partial(f, 2.0, 3.0)
     assert f.calls == 1, f"z ran {f.calls} times; nesting two grads runs it once"
     assert_same_array(got, np.float64(1.0), "d2z/dydx: ")
+    # z's is 1 everywhere; z^2 / 2's is x (y + cos x) + z, which a constant does not fit
+    f = in_sandbox(exercises, half_textbook_z_squared)
+    got = exercises.mixed_partial(f, 2.0, 3.0)
+    assert f.calls == 1, f"z^2 / 2 ran {f.calls} times; nesting two grads runs it once"
+    z = 2.0 * 3.0 + np.sin(2.0)
+    assert_same_array(got, np.float64(2.0 * (3.0 + np.cos(2.0)) + z), "d2(z^2 / 2)/dydx: ")
 
 
 @pytest.mark.points(2)
@@ -258,6 +270,12 @@ def test_jacobian_batched_one_pass(exercises, n, m):
     h = np.tanh(W @ x + b)
     expected = ((np.sin(h) + h * np.cos(h)) * (1 - h * h))[:, None] * W  # closed form, (m, n)
     assert_same_array(got, expected, f"n = {n}, m = {m}: ")
+    # float32 in, float32 out: the basis has x's dtype (a float64 one is refused by mg.jvp)
+    W32, b32, x32 = W.astype(np.float32), b.astype(np.float32), x.astype(np.float32)
+    f = in_sandbox(exercises, tanh_layer, W=mg.tensor(W32), b=mg.tensor(b32))
+    got = exercises.jacobian_batched(f, mg.tensor(x32))
+    assert_same_array(got, expected.astype(np.float32), f"float32, n = {n}, m = {m}: ",
+                      rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------
