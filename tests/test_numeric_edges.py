@@ -66,9 +66,9 @@ def test_backward_through_x_to_the_zero():
 def test_gradcheck_fails_on_a_nan_derivative():
     """err > tol is False for a nan err: gradcheck passed a rule that gave nan against
     finite differences of 0, the typical wrong rule of a student. PyTorch's fails."""
-    bad = mg.ops.primitive.primitive(
+    bad = mg.ops.primitive.Primitive(  # (not entered in the table: this test's own)
         "nan_rule", lambda xp, x: x * 0.0, mg.ops.shape_rules.same,
-        vjp=[lambda g, out, x: g * np.nan], jvp=[lambda t, out, x: t * np.nan])
+        vjp=(lambda g, out, x: g * np.nan,), jvp=(lambda t, out, x: t * np.nan,))
     x = mg.tensor([1.0, 2.0])
     with pytest.raises(mg.errors.GradcheckError, match="analytic nan, numerical 0"):
         mg.gradcheck(lambda v: mg.ops.primitive.bind(bad, v), (x,))
