@@ -106,6 +106,24 @@ def test_integer_division_by_zero_raises_in_every_mode(op):
     np.testing.assert_array_equal(fn(x, 3).numpy(), getattr(np, op)(np.array([7, -7]), 3))
 
 
+@pytest.mark.parametrize("op", ["floor_divide", "remainder"])
+def test_a_false_divisor_is_an_integer_zero_on_every_device(op, backend):
+    """A bool False divides as 0 (int // False, bool_tensor // 0, x // [True, False]), and
+    on array-api-strict's devices an integer dtype has no NumPy ``kind``: both answered 0
+    where PyTorch raises."""
+    for a, b in ((torch.tensor([7, -7]), False), (torch.tensor([True, False]), 0)):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            getattr(torch, op)(a, b)
+    fn = getattr(mg, op)
+    x = mg.tensor(np.array([7, -7]))
+    for a, b in ((x, False), (mg.tensor([True, False]), 0), (x, 0),
+                 (x, mg.tensor([True, False])), (x, mg.tensor(np.array([1, 0])))):
+        with pytest.raises(ZeroDivisionError, match="integer division by zero"):
+            fn(a, b)
+    np.testing.assert_array_equal(fn(x, mg.tensor(np.array([2, 3]))).numpy(),
+                                  getattr(np, op)(np.array([7, -7]), np.array([2, 3])))
+
+
 @pytest.mark.parametrize("op", ["//=", "%="])
 def test_an_integer_update_in_place_by_zero_raises_and_leaves_the_tensor(op):
     """x //= 0 went to NumPy's in-place loop, which answers 0; it runs the op's kernel,

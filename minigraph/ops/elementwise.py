@@ -178,8 +178,24 @@ def _no_two_bools(name: str, x: Any, y: Any) -> None:
 
 
 def _integer(v: Any) -> bool:
-    """An integer array or number (not a bool: those are refused before)."""
-    return type(v) is int or getattr(getattr(v, "dtype", None), "kind", None) in ("i", "u")
+    """An integer or bool value: a Python int or bool, or an array of such a dtype
+    (NumPy's kind; another namespace's dtype by its name, ``array_api_strict.int64``)."""
+    if type(v) in (int, bool):
+        return True
+    dtype = getattr(v, "dtype", None)
+    kind = getattr(dtype, "kind", None)
+    if kind is not None:
+        return kind in ("i", "u", "b")
+    return dtype is not None and ("int" in str(dtype) or "bool" in str(dtype))
+
+
+def _has_zero(xp: Any, y: Any) -> bool:
+    """Whether the integer or bool divisor ``y`` is 0 (False) somewhere."""
+    if type(y) in (int, bool):
+        return y == 0
+    if "bool" in str(y.dtype):  # (the Array API compares no bool with an int)
+        return not bool(xp.all(y))
+    return bool(xp.any(y == 0))
 
 
 def _floored(name: str) -> tuple[Any, Any]:
@@ -189,7 +205,7 @@ def _floored(name: str) -> tuple[Any, Any]:
 
     def kernel(xp: Any, x: Any, y: Any) -> Any:
         _no_two_bools(name, x, y)
-        if _integer(x) and _integer(y) and bool((xp.asarray(y) == 0).any()):
+        if _integer(x) and _integer(y) and _has_zero(xp, y):
             # (NumPy answers 0 with a warning, a wrong number that flows on silently)
             raise ZeroDivisionError(
                 f"{name}: integer division by zero (x {'//' if name == 'floor_divide' else '%'}"
