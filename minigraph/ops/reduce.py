@@ -126,8 +126,25 @@ def reduction_kernel(name: str) -> Callable[..., Any]:
         method = getattr(x, name, None)
         if method is not None:
             return method(axis=axis, keepdims=keepdims)
+        if name in ("sum", "mean"):  # (an Array API namespace: array-api-strict's rows
+            wide = _wide_namespace(xp, x, axis, keepdims, name)  # add up as NumPy's do)
+            if wide is not None:
+                return wide
         return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
     return kernel
+
+
+def _wide_namespace(xp: Any, x: Any, axis: Any, keepdims: bool, name: str) -> Any:
+    """:func:`_wide_sum` (and the mean from it) in an Array API namespace, whose ``sum``
+    takes a ``dtype``; None where x is not float32/float16 or the terms are few."""
+    if str(x.dtype).rpartition(".")[2] not in ("float32", "float16"):
+        return None
+    axes = tuple(range(x.ndim)) if axis is None else axis if type(axis) is tuple else (axis,)
+    terms = math.prod([x.shape[i] for i in axes])
+    if terms <= 4096:
+        return None
+    total = xp.sum(x, axis=axis, dtype=xp.float64, keepdims=keepdims)
+    return xp.astype(total if name == "sum" else total / terms, x.dtype)
 
 
 sum_kernel = reduction_kernel("sum")
