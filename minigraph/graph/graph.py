@@ -43,7 +43,7 @@ from ..errors import DeviceError, DTypeError, MinigraphError, ShapeError
 from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
-from ..ops.shape_rules import dtype_name, sizes
+from ..ops.shape_rules import dtype_name, sizes, supported_dtype
 from ..tensor import Tensor, host_values, tensor
 
 # The package's folder with a trailing separator, so that a user's file beside it whose
@@ -422,10 +422,11 @@ class Graph:
         # the graph lives. An object written in place since (arr[0] = 100, t *= 3) gets
         # a new Const of its value now, as TF1's convert_to_tensor makes at every use:
         # the old one holds a copy of the value it had then.
-        value = a if isinstance(a, Tensor) else tensor(a)
+        # (The check reads the object in place: a copy per use made each read of a large
+        # array cost a copy of it, and a loop reading one weight many times crawled.)
         cached = self._consts.get(id(a))
-        if cached is None or cached[0] is not a or not _holds(cached[1], value):
-            const = self.constant(value, name="const")
+        if cached is None or cached[0] is not a or not _holds(cached[1], a):
+            const = self.constant(a if isinstance(a, Tensor) else tensor(a), name="const")
             if not isinstance(a, Tensor):
                 self.loose.add(id(const))
             cached = (a, const)
@@ -605,23 +606,62 @@ def _short(v: Any) -> str:
     return repr(v)
 
 
-def _holds(const: Node, t: Tensor) -> bool:
-    """Whether the Const ``const`` holds ``t``'s value bit for bit (dtype, shape and
-    bytes: ``==`` would take -0.0 for 0.0, and never a NaN for itself)."""
-    old, now = np.asarray(const.device.to_numpy(const.value)), np.asarray(host_values(t))
-    return old.dtype == now.dtype and old.shape == now.shape and \
-        old.tobytes() == now.tobytes()
+def _holds(const: Node, a: Any) -> bool:
+    """Whether the Const ``const``, made of ``a`` (a tensor, an array, Python data),
+    holds ``a``'s value now, bit for bit: dtype, shape and bits (``==`` would take -0.0
+    for 0.0, and never a NaN for itself). A tensor or an array is read where it is, not
+    copied; Python data is made into an array as the Const was."""
+    if isinstance(a, Tensor):
+        now = host_values(a)
+    elif isinstance(a, (np.ndarray, np.generic)):
+        now = a  # (tensor(a) keeps a NumPy array's dtype)
+    else:
+        now = host_values(tensor(a))
+    old, now = np.asarray(const.device.to_numpy(const.value)), np.asarray(now)
+    if old.dtype != now.dtype or old.shape != now.shape:
+        return False
+    size = old.dtype.itemsize
+    if size not in (1, 2, 4, 8):  # (no unsigned integer that wide: its bytes, copied)
+        return old.tobytes() == now.tobytes()
+    # the same items as unsigned integers of their width, which are equal exactly when
+    # their bits are (a view: no copy, whatever the strides)
+    bits = np.dtype(f"u{size}")
+    return bool(np.array_equal(old.view(bits), now.view(bits)))
 
 
 def _given(value: Any, dtype: str | None, what: str, name: str | None) -> Tensor:
     """``tensor(value, dtype)`` for a constant or a variable, whose ``dtype``, if given,
     may not change a number of ``value``: mg.constant(1.5, dtype="int32") made 1, where a
-    feed or an assign of 1.5 to an int32 node is refused (and TF1's constant refuses it)."""
+    feed or an assign of 1.5 to an int32 node is refused (and TF1's constant refuses it).
+
+    Unlike a feed's, the rule is about the numbers given, not their dtype: a float (or
+    an int) that the dtype represents exactly is taken, as NumPy, JAX and TensorFlow take
+    mg.constant(1.0, dtype="int64") or mg.variable(np.zeros(3), dtype="int32"). (A feed
+    is the value of a run, whose numbers the graph does not see when it is built.)"""
     if dtype is not None:
         array = host_values(value) if isinstance(value, Tensor) else np.asarray(value)
         who = what if name is None else f"{what} '{name}'"
-        _refuse_changing_cast(array, array.dtype, dtype_name(dtype), who, f"made a {what}",
-                              f"(at {describe_location(user_location())})", DTypeError)
+        # (an unknown dtype named here: NumPy's "data type 'foo' not understood" said
+        # nothing of where)
+        target = supported_dtype(who, dtype)
+        where = f"(at {describe_location(user_location())})"
+        if array.dtype.kind in "biuf" and not np.can_cast(array.dtype, target, "same_kind"):
+            # across kinds (a float to an int, a number to a bool): each value must come
+            # back from the cast as it was (1.5 would be 1, 2**40 would wrap in an int32,
+            # a NaN has no int, 2 as a bool is True, which is 1)
+            changed = _changed_by_cast(array, np.dtype(target))
+            if changed.size:
+                example = changed.flat[0]
+                with np.errstate(invalid="ignore", over="ignore"):
+                    became = example.astype(target)
+                raise DTypeError(f"{who}: a value of dtype {array.dtype} cannot be made a "
+                                 f"{what} of dtype {target} where a number would change: "
+                                 f"{example.item()!r} would become {became.item()!r} "
+                                 f"({changed.size} of its {array.size} values would change) "
+                                 f"{where}")
+        else:
+            _refuse_changing_cast(array, array.dtype, target, who, f"made a {what}", where,
+                                  DTypeError)
     return tensor(value, dtype)
 
 
@@ -742,8 +782,9 @@ def _refuse_changing_cast(array: Any, dtype: np.dtype, target: str, who: str, ma
                           where: str, error: type[MinigraphError] = FeedError) -> None:
     """Refuse to cast ``array`` (of ``dtype``) to ``target`` where the cast could change a
     number: across kinds (a float to an int), or integers that ``target`` cannot hold.
-    A value fed (fed_value) or assigned, and a constant's or variable's given dtype,
-    follow this one rule, as TF1's do. ``who``, ``made`` and ``where`` word the error:
+    A value fed (fed_value) or assigned follows this one rule, as TF1's do; a constant's
+    or variable's given dtype too, except that it may cross kinds where the numbers
+    given come through unchanged (_given). ``who``, ``made`` and ``where`` word the error:
     "feed for 'x': a value of dtype float64 cannot be fed to a node of dtype int32 (created
     at ...)"."""
     if not np.can_cast(dtype, target, "same_kind"):
@@ -766,13 +807,20 @@ def _check_integers_fit(array: Any, target: np.dtype, who: str, where: str,
             raise error(f"{who}: values {low}..{high} do not fit dtype {target} "
                         f"({info.min}..{info.max}) {where}")
         return
-    with np.errstate(invalid="ignore"):  # (a float beyond the int range: compared below)
-        back = array.astype(target).astype(array.dtype)
-    changed = array[back != array]
+    changed = _changed_by_cast(array, target)
     if changed.size:
         raise error(f"{who}: {changed.size} of the {array.dtype} values (e.g. "
                     f"{int(changed.flat[0])}) have no exact {target}, which would round "
                     f"them; give floats, or a wider dtype {where}")
+
+
+def _changed_by_cast(array: Any, target: np.dtype) -> Any:
+    """The values of the NumPy array ``array`` that a cast to ``target`` would change:
+    those that do not come back from it as they were (a NaN, never equal to itself, is
+    among them)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # (out of range: compared below)
+        back = array.astype(target).astype(array.dtype)
+    return array[back != array]
 
 
 def _native(value: Any, node: Node) -> bool:

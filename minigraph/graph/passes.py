@@ -20,9 +20,9 @@ The mapping serves fetches, and feeds of placeholders. A feed of another node (T
 any node: a constant, an intermediate) stands in for it only where the pass left it and
 its readers as they were: a constant folded into its readers would be ignored, and a node
 merged with another would reach the readers of both. The new graph lists such nodes
-(``Graph.unfeedable``), and Session.run and compile_graph refuse to feed them, saying
-why. (TF1's Grappler is told the feeds and keeps them; these passes run before any feed
-is known.)
+(``Graph.unfeedable``, with those of its input graph where that was a pass's too), and
+Session.run and compile_graph refuse to feed them, saying why. (TF1's Grappler is told
+the feeds and keeps them; these passes run before any feed is known.)
 
 A variable is not copied: the new graph's Variable node is a :class:`SharedVariable`,
 whose value *is* the original's, so that training through one graph is seen by the
@@ -41,7 +41,7 @@ from ..autodiff.backward import collector_paused
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device
 from ..ops.primitive import register_kind
-from .graph import Graph, Node, check_nodes, reads_across
+from .graph import Graph, GraphError, Node, check_nodes, describe_location, reads_across
 from .topo import fifo_order, needed
 
 
@@ -50,10 +50,28 @@ class PassResult:
     graph: Graph
     mapping: dict[int, Node]  # id(old node) -> new node
     changes: list[str] = field(default_factory=list)
+    source: Graph | None = None  # the pass's input graph, which ``mapping`` maps from
 
     def __getitem__(self, old: Node) -> Node:
-        """The new node standing for ``old``."""
-        return self.mapping[id(old)]
+        """The new node standing for ``old``; an error that says why there is none (it
+        was a bare KeyError of the node's id)."""
+        new = self.mapping.get(id(old))
+        if new is not None:
+            return new
+        if not isinstance(old, Node):
+            raise GraphError(f"PassResult[...]: expects a node of the pass's input graph, "
+                             f"got a {type(old).__name__}")
+        if self.source is not None and old.graph is self.source:
+            raise GraphError(f"PassResult[...]: node '{old.name}' ({old.op}) was pruned: "
+                             f"nothing fetched when the pass ran needs it, so the new graph "
+                             f"has no node for it. Run the pass with it among the fetches")
+        source = "" if self.source is None else f" ({self.source.name!r})"
+        raise GraphError(f"PassResult[...]: node '{old.name}' ({old.op}) has no node in the "
+                         f"pass's graph: it is not a node of the pass's input graph{source} "
+                         f"(it is of graph {old.graph.name!r}, created at "
+                         f"{describe_location(old.location)})"
+                         + ("" if self.source is not None else
+                            ", or the pass pruned it: nothing fetched needed it"))
 
     def __str__(self) -> str:
         return "\n".join(self.changes) if self.changes else "(no change)"
@@ -65,9 +83,23 @@ def copy_node(new: Graph, n: Node, args: tuple, control: tuple = (),
     ``device``, if given: auto_place's choice); a Variable's copy shares its state."""
     device = n.device if device is None else device
     if n.op == "Variable":
-        return new._register(SharedVariable(new, n, device, control))
-    return new._register(Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype,
-                              device, n.location, n.value, control))
+        copy: Node = SharedVariable(new, n, device, control)
+    else:
+        copy = Node(new, n.name, n.op, n.prim, args, n.params, n.shape, n.dtype, device,
+                    n.location, n.value, control)
+    carry_unfeedable(new, n, copy)
+    return new._register(copy)
+
+
+def carry_unfeedable(new: Graph, n: Node, replacement: Node) -> None:
+    """Why ``n``, a node of a pass's input graph, could not be fed (if it could not: that
+    graph was itself a pass's), said of its ``replacement`` in ``new``: a value fed there
+    would be as wrong as one fed to ``n``. Without it, a second pass (prune of
+    optimize's graph) took such a feed, and it reached the readers of both nodes that
+    optimize had merged."""
+    why = n.graph.unfeedable.get(id(n))
+    if why is not None:
+        new.unfeedable.setdefault(id(replacement), why)
 
 
 class SharedVariable(Node):
@@ -135,11 +167,12 @@ def _walk(graph: Graph, fetches: Sequence[Node], rewrites: Sequence[Rewrite],
         for rewrite in rewrites:
             replacement = rewrite(new, n, args, control)
             if replacement is not None:
+                carry_unfeedable(new, n, replacement)  # (a copy carries it itself)
                 break
         else:
             replacement = copy_node(new, n, args, control)
         mapping[id(n)] = replacement
-    return PassResult(new, mapping)
+    return PassResult(new, mapping, source=graph)
 
 
 def prune(graph: Graph, fetches: Sequence[Node]) -> PassResult:

@@ -46,7 +46,7 @@ import weakref
 from collections import defaultdict
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -149,9 +149,10 @@ class Session:
                 flat, values, assigns = run_across_ranks(self, resolve, feed_dict or {})
                 kept = [n.value for n in self.graph.nodes if n.op in ("Const", "Variable")]
                 kept += [np.asarray(v) for v in (feed_dict or {}).values()]
-                results = _handed_over(flat, values, kept)
+                # (the structure before the commit: a run that fails leaves the state as it was)
+                fetched = _rebuild(fetches, iter(_handed_over(flat, values, kept)))
                 _commit(assigns)
-            return _rebuild(fetches, iter(results))
+            return fetched
         _check_feed_dict("run", feed_dict)
         flat = [self._node(f) for f in _flatten(fetches)]
         if not flat:  # (TF1's run([]): the feeds are checked, nothing runs)
@@ -165,9 +166,9 @@ class Session:
             else:
                 values, assigns = self._run_partitioned(flat, feeds)
             kept = list(feeds.values()) + [n.value for n in self._layouts[id(plan)].stored]
-            results = _handed_over(flat, values, kept)
-            _commit(assigns)
-        return _rebuild(fetches, iter(results))
+            fetched = _rebuild(fetches, iter(_handed_over(flat, values, kept)))
+            _commit(assigns)  # (last: nothing after it may fail)
+        return fetched
 
     def _new_run(self, plan: list[Node], feeds: dict, fetches: list[Node], start: float,
                  rendezvous: Rendezvous | None = None, layout: Layout | None = None) -> Run:
@@ -557,19 +558,46 @@ def _flatten(fetches: Any) -> list:
 
 
 def _rebuild(fetches: Any, results: Any) -> Any:
+    """The fetched values ``results`` (an iterator, in the order of ``_flatten``) in the
+    structure of ``fetches``. A subclass of dict, list or tuple comes back as its own
+    type, as in TF1 (an OrderedDict; a defaultdict with its default_factory, which its
+    users' code relies on; a namedtuple), where it can be made as the plain type is:
+    see :func:`_own_type`."""
     if isinstance(fetches, dict):
         items = {k: _rebuild(v, results) for k, v in fetches.items()}
         if type(fetches) is dict:
             return items
-        # a subclass comes back as its own type, as in TF1 (an OrderedDict; a
-        # defaultdict with its default_factory, which its users' code relies on)
-        mapping = type(fetches)(fetches.default_factory) \
-            if isinstance(fetches, defaultdict) else type(fetches)()
-        mapping.update(items)
-        return mapping
+
+        def mapping() -> Any:
+            made = type(fetches)(fetches.default_factory) \
+                if isinstance(fetches, defaultdict) else type(fetches)()
+            made.update(items)
+            return made
+
+        return _own_type(mapping, items)
     if isinstance(fetches, (list, tuple)):
         values = [_rebuild(v, results) for v in fetches]
+        if type(fetches) in (list, tuple):
+            return type(fetches)(values)
+        plain = values if isinstance(fetches, list) else tuple(values)
         if hasattr(fetches, "_fields"):  # a namedtuple takes its fields one by one
-            return type(fetches)(*values)
-        return type(fetches)(values)
+            return _own_type(lambda: type(fetches)(*values), plain)
+        return _own_type(lambda: type(fetches)(values), plain)
     return next(results)
+
+
+def _own_type(make: Callable[[], Any], plain: Any) -> Any:
+    """``make()``, the fetches' own container type made of the values in ``plain`` (a
+    dict, list or tuple of them), if it can be made and holds those very values; else
+    ``plain``. A class whose constructor takes arguments of its own (``Named(tag, ...)``)
+    raised a raw TypeError, failing a run that had computed everything, and one whose
+    first argument is another (``Tagged(tag, values=())``) came back empty."""
+    try:
+        made = make()
+        if isinstance(plain, dict):
+            same = len(made) == len(plain) and all(made[k] is v for k, v in plain.items())
+        else:
+            same = len(made) == len(plain) and all(a is b for a, b in zip(made, plain))
+    except Exception:  # noqa: BLE001 - the user's class, which may raise anything
+        return plain
+    return made if same else plain
