@@ -80,7 +80,7 @@ def auto_place(graph: Graph, devices: Sequence[str]) -> PassResult:
         mapping[id(n)] = copy_node(new, n, args, control, chosen)
         if chosen is not n.device:
             changes.append(f"auto_place: {n.name} ({n.op}) on {chosen.name}")
-    return PassResult(new, mapping, changes)
+    return PassResult(new, mapping, changes, source=graph)
 
 
 def _finish(n: Node, device, free_at: dict, finish: dict, mapping: dict) -> float:
