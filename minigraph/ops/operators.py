@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import inspect
 import itertools
 import linecache
 import math
@@ -23,7 +24,7 @@ import os
 import sys
 import sysconfig
 import threading
-from types import FrameType, FunctionType, ModuleType, SimpleNamespace
+from types import CodeType, FrameType, FunctionType, ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -292,20 +293,36 @@ def refuse_captured(where: str, value: Any) -> None:
     under mg.grad, a batch under mg.vmap, a graph's node): x's array cannot hold the
     result, which is the transformation's value, so the name x is bound to it, as for a
     value that cannot be written into (:func:`updated`). A name of the updating
-    function's own may be; an attribute, an item or a global (``self.buf += x``, ``hs[0]
+    function's own may be, and so may an item or attribute of a container the function
+    made itself (``outs[0] += x`` after ``outs = [...]``, ``a.v += x`` after ``a =
+    Acc()``): they go when it returns, as torch.func allows. An item or attribute
+    reached from a global, a free variable or a parameter (``self.buf += x``, ``hs[0]
     += x``) would be left holding the transformation's value after it returns, where
     eager mode writes into the tensor. Refused, as torch.func refuses an update "that
-    would mutate a captured Tensor". (Where the user's line is no ``x op= y`` statement,
-    as where source mode runs f's statements itself, which binds its own names, the
-    update is left to the others' checks.)"""
+    would mutate a captured Tensor"; so is one through a local name bound to such a
+    container (``outs = self.bufs``), or two levels down (``outs[0][0] += x``). (Where
+    the user's line is no ``x op= y`` statement, as where source mode runs f's
+    statements itself, which binds its own names, the update is left to the others'
+    checks.)"""
     frame = user_frame()
     stmt = None if frame is None else _statement_at(frame)
     if frame is None or not isinstance(stmt, ast.AugAssign):
         return
     code = frame.f_code
-    if isinstance(stmt.target, ast.Name) and frame.f_locals is not frame.f_globals and \
-            stmt.target.id in code.co_varnames and stmt.target.id not in code.co_cellvars:
-        return  # (a local name: it goes when the function returns)
+    place = stmt.target
+    if frame.f_locals is not frame.f_globals:
+        own = code.co_varnames + code.co_cellvars  # (cellvars: a closure reads the name)
+        if isinstance(place, ast.Name) and place.id in own:
+            return  # (a name of its own, a parameter too: it goes when the function
+            # returns; the caller's holders of the value are refuse_aliased's)
+        # One level down only (outs[0], a.v): the container holding the tensor is then
+        # the one the name holds, which _its_own reads (in outs[0][0], outs[0] may be a
+        # global's list, and is not read: refused, as the other spellings)
+        held = place.value if isinstance(place, (ast.Subscript, ast.Attribute)) else None
+        if isinstance(held, ast.Name) and held.id in own and \
+                held.id not in _parameters(code) and held.id in frame.f_locals and \
+                _its_own(frame.f_locals[held.id], frame):
+            return  # (in what the function made: that goes when it returns too)
     target = ast.unparse(stmt.target)
     raise GradientError(
         f"{where}: {target} is a tensor, and the value is a transformation's "
@@ -313,6 +330,25 @@ def refuse_captured(where: str, value: Any) -> None:
         f"hold the transformation's value, and binding {target} to it would leave that "
         f"value in {target} after the transformation returns. Compute the new value "
         f"inside f (buf = buf + x) and return it, or update the tensor outside f")
+
+
+def _parameters(code: CodeType) -> tuple[str, ...]:
+    """The names of a function's parameters (``*args`` and ``**kwargs`` too), which
+    ``co_varnames`` lists first."""
+    count = code.co_argcount + code.co_kwonlyargcount + \
+        bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return tuple(code.co_varnames[:count])
+
+
+def _its_own(v: Any, frame: FrameType) -> bool:
+    """Whether nothing but ``frame``'s own names (not its parameters or free variables)
+    holds the container or object ``v``, as far as the search for holders sees
+    (:func:`_holders`): one the function made, not a global's, a parameter's or a
+    caller's that a local name was bound to (``outs = self.bufs``)."""
+    code = frame.f_code
+    outside = set(_parameters(code) + code.co_freevars)
+    mine = {name: w for name, w in frame.f_locals.items() if name not in outside}
+    return len(_holders_in_scope(v, None, frame)) == len(_holders(mine, v, None, False))
 
 
 def _holders_in_scope(x: Any, memory: Any, frame: FrameType) -> list[str]:
@@ -380,13 +416,18 @@ class _Probe:
 
 def _statement_refs() -> int:
     """How many references ``name += y`` holds to name's value while ``__iadd__`` runs,
-    in this Python (2 up to 3.13: the name and the operand on the stack)."""
+    in this Python (2 up to 3.13: the name and the operand on the stack); more while a
+    tracer holds the probe's frame locals."""
     p: Any = _Probe()
     p += 0
     return int(p)
 
 
-_STATEMENT_REFS = _statement_refs()
+# At most 2, the count of CPython 3.10 to 3.13: a tracer that reads frames' f_locals
+# while minigraph is imported (a debugger stepping) adds the probe frame's own references
+# to the count, and a count too high would let _alone take a value with another holder
+# for alone (a wrong value where the update is not refused). A lower one is only slower.
+_STATEMENT_REFS = min(_statement_refs(), 2)
 
 
 # The arguments that running transformations handed f as the caller's own objects, each
@@ -558,15 +599,18 @@ def _in_a_library(frame: FrameType) -> bool:
 def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
     """Where ``names`` (a frame's locals) hold ``x`` or memory it shares: ``h``,
     ``hs[0]``, ``d['h']``, ``o.h``, ``self.hidden[3]``, ``hs[0][0]``, ``an item of s``,
-    at any depth (each container and object once). At a module's (a notebook's) top
-    level, IPython's record of the cells' results (``_``, ``_3``, ``Out``) is left out:
-    it holds every value a cell displayed, which the user does not read back.
+    at any depth below containers of at most ``_VIEWS_READ`` items (each container and
+    object once). At a module's (a notebook's) top level, IPython's record of the cells'
+    results (``_``, ``_3``, ``Out``) is left out: it holds every value a cell displayed,
+    which the user does not read back.
 
-    The items of a container are compared with ``x`` by identity at C's speed, and
-    walked into only where their types may hold others (a list of 60,000 tensors costs
-    an update about a millisecond); whether one is a view of ``x``'s memory, which takes
-    a Python call per item, is asked of containers of at most ``_VIEWS_READ`` items (a
-    view kept in a longer one is not seen). ``memory`` None: ``x`` itself only."""
+    The items of a container are compared with ``x`` by identity at C's speed (a list
+    of 60,000 tensors costs an update about a millisecond). Whether one is a view of
+    ``x``'s memory, which takes a Python call per item, is asked, and the containers
+    and objects among them are walked into, only in containers of at most
+    ``_VIEWS_READ`` items: every update pays for what is read, and a dataset of 200,000
+    rows in scope would cost each one a second. (A view, or a container holding x,
+    inside a longer container is not seen.) ``memory`` None: ``x`` itself only."""
     found: list[str] = []
     walked: set[int] = set()  # (the containers and objects read: each once)
     for name, v in names.items():
@@ -591,8 +635,10 @@ def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int]) -> list[st
             continue
         walked.add(id(v))
         same = any(map(operator.is_, items, itertools.repeat(x)))
-        views = memory is not None and len(items) <= _VIEWS_READ
-        nested = {kind for kind in set(map(type, items)) if _may_hold(kind)}
+        small = len(items) <= _VIEWS_READ  # (read further: see _holders)
+        views = memory is not None and small
+        kinds = set(map(type, items)) if small else set()
+        nested = {kind for kind in kinds if _may_hold(kind)}
         if not (same or views or nested):
             continue
         for place, item in _places(v):
@@ -615,10 +661,13 @@ def _may_hold(kind: type) -> bool:
     of objects can be large, and which do not keep the user's values."""
     if issubclass(kind, (*_SEQUENCES, dict, np.ndarray, SimpleNamespace)):
         return True
-    if issubclass(kind, (type, ModuleType, FunctionType)) or kind.__module__ == "builtins" \
-            or kind.__module__.startswith("minigraph."):  # (a graph's own records)
+    module = getattr(kind, "__module__", None)
+    if not isinstance(module, str):  # (a class made with __module__ None: from nowhere
+        module = ""                  # known, so not a library's)
+    if issubclass(kind, (type, ModuleType, FunctionType)) or module == "builtins" \
+            or module.startswith("minigraph."):  # (a graph's own records)
         return False
-    source = getattr(sys.modules.get(kind.__module__), "__file__", None) or ""
+    source = getattr(sys.modules.get(module), "__file__", None) or ""
     return not source.startswith(LIBRARIES) and \
         (kind.__dictoffset__ != 0 or bool(_slots(kind)))
 
@@ -658,8 +707,13 @@ def _contents(v: Any) -> Any:
 
 
 def _attributes(v: Any) -> dict[str, Any]:
-    """An instance's attributes: its ``__dict__`` and the ``__slots__`` that are set."""
-    attributes = getattr(v, "__dict__", None)
+    """An instance's attributes: its ``__dict__`` and the ``__slots__`` that are set.
+    An object whose ``__dict__`` cannot be read (its ``__getattribute__`` raises) is
+    taken as holding none there: an update must not fail on an unrelated object."""
+    try:
+        attributes = getattr(v, "__dict__", None)
+    except Exception:  # (the user's code raised: what it is does not matter here)
+        attributes = None
     found = dict(attributes) if type(attributes) is dict else {}
     for name in _slots(type(v)):
         try:
