@@ -34,7 +34,7 @@ from .device import nbytes as array_nbytes  # (__init__ has a local named nbytes
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
-from .ops.shape_rules import FLOATS, dtype_name, sizes, supported_dtype
+from .ops.shape_rules import DTYPES, FLOATS, dtype_name, sizes, supported_dtype
 
 FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
 
@@ -54,7 +54,7 @@ def expose(array: Any) -> None:
     global _exposures
     memory = owner(array)
     key = id(memory)
-    if key in _EXPOSED:
+    if key in _EXPOSED or isinstance(memory, np.generic):  # (a NumPy scalar: immutable)
         return
     try:  # (forgotten when the memory is freed, before its id can be another array's)
         _EXPOSED[key] = weakref.ref(memory, lambda _, key=key: _EXPOSED.pop(key, None))  # type: ignore[misc]
@@ -87,9 +87,11 @@ def owner(array: Any) -> Any:
 
 def write_target(t: "Tensor") -> Any:
     """What a write into ``t`` changes: the array that owns its memory (so a write
-    through a view counts for every tensor sharing it). Writes are counted, and
-    guarded, per target."""
-    return owner(t.data)
+    through a view counts for every tensor sharing it), or ``t`` itself where it holds a
+    NumPy scalar (the 0-d result of a kernel: ``x -= 1`` replaces it, and the tape's
+    entries hold the tensor). Writes are counted, and guarded, per target."""
+    data = t.data
+    return t if isinstance(data, np.generic) else owner(data)
 
 
 class Tensor(ArrayOps):
@@ -108,12 +110,6 @@ class Tensor(ArrayOps):
         # default None only lets ``mg.Tensor([1.0, 2.0])``, PyTorch's torch.Tensor habit,
         # reach the except clauses below, which point to mg.tensor; they cost nothing
         # until they catch.)
-        if type(data) is not np.ndarray and isinstance(data, np.generic):
-            # A NumPy kernel's 0-d result (x.sum(), x[0], a * b of 0-d arrays) is a NumPy
-            # scalar: immutable, so a view of it (s.reshape(1), s.numpy(), DLPack) would
-            # be a copy, and s += 1 would replace it, leaving every view with the old
-            # value. A 0-d array is memory that views share, as every other tensor's is.
-            data = np.asarray(data)
         self.data = data
         self.device = device
         self._requires_grad = requires_grad  # (the slot itself: the library's own flag)
@@ -222,7 +218,11 @@ class Tensor(ArrayOps):
 
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it), as PyTorch's:
-        a write into one shows in the other."""
+        a write into one shows in the other. (A reduction's 0-d result holds a NumPy
+        scalar, which a write replaces instead of changing: it becomes a 0-d array that
+        both tensors then hold.)"""
+        if isinstance(self.data, np.generic):
+            self.data = np.asarray(self.data)
         return shared(self.data, self.device)
 
     @property
@@ -449,7 +449,9 @@ class Tensor(ArrayOps):
                 f"Export t.detach() (the same memory, cut from the tape) or ask for a copy "
                 f"(np.from_dlpack(t, copy=True)); PyTorch refuses such an export too")
         data = self.data
-        if any(stride < 0 for stride in getattr(data, "strides", ())):
+        if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
+            data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact
+        elif any(stride < 0 for stride in getattr(data, "strides", ())):
             # A reversed view (x[::-1]) has a negative stride, which DLPack allows but
             # PyTorch cannot read: torch.from_dlpack (and torch.tensor) abort the whole
             # process. Such a tensor exports a C-ordered copy, which copy=None permits.
@@ -468,10 +470,17 @@ class Tensor(ArrayOps):
 
     def __dlpack_device__(self) -> tuple[Any, int]:
         """(DLPack device type, index) of the memory: (1, 0) for the CPU, (2, N) for cuda:N."""
-        return self.data.__dlpack_device__()
+        data = self.data
+        if not hasattr(data, "__dlpack_device__"):
+            data = self.device.xp.asarray(data)
+        return data.__dlpack_device__()
 
     def __repr__(self) -> str:
-        body = repr(host_values(self)).replace("array(", "tensor(", 1)[:-1]
+        body = repr(host_values(self)).replace("array(", "tensor(", 1)
+        if body.endswith(")"):
+            body = body[:-1]
+        else:  # a NumPy scalar's repr has no "array(" around it
+            body = f"tensor({body}"
         if "dtype=" not in body:
             body += f", dtype={self.dtype}"
         extra = f", device={self.device.name}"
@@ -544,6 +553,9 @@ def _not_the_constructor(data: Any, device: Any = None) -> str:
             f"dtype=..., device=..., requires_grad=...), as torch.tensor")
 
 
+_NUMPY_DTYPES = frozenset(np.dtype(name) for name in DTYPES)  # NumPy's of minigraph's dtypes
+
+
 def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = None,
            requires_grad: bool = False) -> Tensor:
     """Make a tensor from Python data, a NumPy array or another tensor (always a copy).
@@ -580,8 +592,9 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
         except OverflowError:
             raise DTypeError(f"tensor(): an integer in the data does not fit in "
                              f"{name or 'int64'}; minigraph's widest integer is int64") from None
-    if name is None and isinstance(data, (np.ndarray, np.generic)):
-        supported_dtype("tensor()", data.dtype)  # (before another device is given it)
+    if name is None and isinstance(data, (np.ndarray, np.generic)) and \
+            data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
+        supported_dtype("tensor()", data.dtype)  # (refused before another device has it)
     t = Tensor(dev.asarray(data, dtype=name, copy=copy), dev)
     supported_dtype("tensor()", t.dtype)  # (another library's array: a torch int8 ...)
     if requires_grad:

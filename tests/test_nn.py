@@ -367,13 +367,12 @@ def test_an_update_of_another_dtype_is_refused_before_any_parameter_is_written()
     assert list(opt.state) == [1]
 
 
-def test_sgd_steps_a_zero_d_parameter_made_by_a_reduction():
-    """A 0-d parameter made from a reduction held a NumPy scalar, whose flags say
-    read-only; SGD took it for a read-only array and refused the step. (It holds a 0-d
-    array now.) Oracle: the closed form 1 - 0.1 * 2 = 0.8 (and PyTorch's SGD gives the
-    same)."""
+def test_sgd_steps_a_zero_d_parameter_held_as_a_numpy_scalar():
+    """A 0-d parameter made from a reduction holds a NumPy scalar, whose flags say
+    read-only; SGD took it for a read-only array and refused the step. Oracle: the
+    closed form 1 - 0.1 * 2 = 0.8 (and PyTorch's SGD gives the same)."""
     scale = (mg.tensor([1.0, 2.0]).sum() / 3).requires_grad_()  # (a leaf: nothing recorded)
-    assert scale.shape == ()
+    assert isinstance(scale.data, np.generic)
     (scale * scale).backward()  # gradient 2 * scale = 2
     nn.SGD([scale], lr=0.1).step()
     np.testing.assert_allclose(scale.numpy(), 1 - 0.1 * 2.0, rtol=1e-15)

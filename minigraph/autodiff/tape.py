@@ -418,7 +418,7 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         _check_in_place(prim, x, other)  # (the common case, p -= lr * g, needs no rule)
     try:
         # (NumPy's flag refuses a write into a NumPy array that a guard made read-only;
-        # another array asks the guard)
+        # another array, or a NumPy scalar, which the write replaces, asks the guard)
         if type(x.data) is not np.ndarray and read_only(x):
             raise refusal_of_a_write()
         if x.device.context is not None:
@@ -443,8 +443,8 @@ def _write_into(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any],
     ``x //= 0``, which the kernel refuses. A float loop never stops part way
     (floating-point errors are reported once it has finished), so it writes into x
     itself: an optimizer's update of a large parameter, ``p -= lr * g``, costs no copy."""
-    if x.dtype[0] not in "iub":  # ("int64", "uint8", "bool": not floats)
-        x.data = write(x.data, value)
+    if isinstance(x.data, np.generic) or x.dtype[0] not in "iub":  # (a NumPy scalar: the
+        x.data = write(x.data, value)  # write replaces it anyway; "int64", "bool" ...)
     else:
         x.data[...] = prim.impl(x.device.xp, x.data, value)
 
@@ -494,6 +494,8 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
     try:
         if type(x.data) is not np.ndarray and read_only(x):  # (see update_in_place)
             raise refusal_of_a_write()
+        if isinstance(x.data, np.generic):  # a 0-d kernel result: a NumPy scalar, which
+            x.data = np.array(x.data)       # cannot be written into
         if x.device.context is not None:
             with x.device.context:
                 set_items(x.device, x.data, where, value)

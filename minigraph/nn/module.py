@@ -324,11 +324,12 @@ def _write_in_place(p: Tensor, value: Any) -> None:
     from ..autodiff.tape import _stamp
 
     data = p.data
-    writable = getattr(getattr(data, "flags", None), "writeable", True)
+    writable = (not isinstance(data, np.generic)
+                and getattr(getattr(data, "flags", None), "writeable", True))
     with p.device.context or nullcontext():
         if writable:
             data[...] = value
-        else:  # a read-only view cannot be written: the tensor gets a
+        else:  # a NumPy scalar or a read-only view cannot be written: the tensor gets a
             p.data = value  # new array of its own (still the same Tensor object), counted
             nbytes = array_nbytes(value)
             p.device.live_bytes += nbytes - p._nbytes

@@ -119,6 +119,8 @@ class SGD:
 
 def _check_writable(i: int, p: Tensor) -> None:
     """Refuse, before anything is written, a parameter whose array is read-only."""
+    if isinstance(p.data, np.generic):  # a 0-d result held as a NumPy scalar: its flags
+        return  # say read-only, but the in-place write replaces it with a 0-d array
     flags = getattr(p.data, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         raise ValueError(f"SGD.step: parameter {i} (shape {p.shape}) lives in a read-only "
