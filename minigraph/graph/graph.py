@@ -737,7 +737,8 @@ def fed_value(node: Node, value: Any) -> Any:
     else:
         array = np.asarray(value)
         dtype = array.dtype
-    if node.dtype is not None:
+    if node.dtype is not None and dtype != node.dtype:  # (the same dtype changes nothing:
+        # the common feed pays no check, nor the words of an error it will not raise)
         _refuse_changing_cast(array, dtype, node.dtype, f"feed for '{node.name}'",
                               "fed to a node", f"(created at {describe_location(node.location)})")
     if node.shape is not None and tuple(array.shape) != node.shape:
