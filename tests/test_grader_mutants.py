@@ -65,6 +65,12 @@ MUTANTS = [
             work()
             return clock() - start
      """, "AssertionError"),
+    ("01-tensors-and-devices", 2, "timer-returning-an-empty-array",
+     ["test_gpu_time_waits_for_the_queue"], """
+        def gpu_time(work, synchronize, clock=time.perf_counter):
+            work()
+            return np.empty(0)     # pytest.approx took it for equal to any number
+     """, "gpu_time returns a number of seconds"),
     # -- 02 -----------------------------------------------------------------------------
     ("02-automatic-differentiation", 1, "product-rule-forgotten", ["test_dual_add_and_mul_match_jvp"], """
         class Dual:
@@ -349,6 +355,20 @@ MUTANTS = [
                 total = total + a
             return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
      """, "two devices share one array"),
+    # the same, and NumPy's verdict switched off in the sandbox, where the test's helper
+    # asks it (the helper gets NumPy's names as they were before exercises.py ran)
+    ("07-data-and-model-parallelism", 3, "one-sum-and-numpy-patched",
+     ["test_naive_allreduce_matches_minigraph"], """
+        np.shares_memory = lambda *args, **kwargs: False
+        np.array_equal = lambda *args, **kwargs: True
+
+        def naive_allreduce(arrays):
+            n = len(arrays)
+            total = np.array(arrays[0], copy=True)
+            for a in arrays[1:]:
+                total = total + a
+            return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+     """, "two devices share one array"),
     ("07-data-and-model-parallelism", 2, "reduce-scatter-in-place",
      ["test_ring_reduce_scatter_leaves_one_complete_chunk_per_device"], """
         def ring_reduce_scatter(chunks):
@@ -389,6 +409,16 @@ MUTANTS = [
         def bubble_fraction(stages, microbatches):
             return (stages - 1) / microbatches
      """, "AssertionError"),
+    ("08-pipeline-parallelism", 2, "peak-from-the-library", ["test_peak_activations"], """
+        from minigraph.parallel import pipeline as pp
+        def peak_activations(ops):
+            return pp.peak_in_flight(ops)
+     """, FORBIDDEN),
+    ("08-pipeline-parallelism", 2, "bubble-from-the-library", ["test_bubble_fraction"], """
+        from minigraph.parallel import pipeline as pp
+        def bubble_fraction(stages, microbatches):
+            return pp.bubble_closed_form(stages, microbatches)
+     """, FORBIDDEN),
     ("08-pipeline-parallelism", 1, "simulate-from-the-library",
      ["test_simulate_uniform_stages", "test_simulate_matches_pp_simulate"], """
         from minigraph.parallel import pipeline as pp

@@ -673,6 +673,7 @@ def test_check_chapter_names_what_breaks_the_contract(tmp_path):
         def test_f():
             assert open("../05-scheduling-and-memory/exercises.py")
             assert np.allclose(f(), [1.0, 2.0])
+            assert f() == pytest.approx(2.0)
     """))
     problems = "\n".join(check_chapter(chapter))
     assert "no ### BEGIN SOLUTION" in problems
@@ -682,6 +683,7 @@ def test_check_chapter_names_what_breaks_the_contract(tmp_path):
     assert "1 graded tests; a chapter has at least 3" in problems
     assert "refers to a later chapter '05-scheduling-and-memory'" in problems
     assert "allclose broadcasts (an empty array or a scalar passes it)" in problems
+    assert "approx broadcasts (an empty array or a scalar passes it)" in problems
 
 
 # -- the proofs for the course's chapters (one set per chapter, once chapters exist) ------

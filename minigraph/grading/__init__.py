@@ -50,8 +50,12 @@ can touch.
   wrapped in every module that binds them, before the import of exercises.py, and refuse
   calls during the tests that forbid them. Limits of this: the wrapper lives in the
   student's process, so a determined student can unwrap it, and call counts of
-  :func:`in_sandbox` helpers are counted there; both catch honest shortcuts and wrong
-  algorithms, the values are always checked in the grader.
+  :func:`in_sandbox` helpers are counted there, as are the facts such helpers report
+  (whether two arrays share memory, whether the inputs changed); both catch honest
+  shortcuts and wrong algorithms, the values are always checked in the grader. A helper
+  gets NumPy's, minigraph's and math's names as they were before exercises.py ran
+  (``sandbox.Pristine``), so that ``numpy.shares_memory = ...`` in the student's file
+  does not answer for it.
 
 The contract for chapter authors
 --------------------------------

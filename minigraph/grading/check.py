@@ -126,12 +126,17 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
                             "with a number")
     if len(declared) < min_tests:
         problems.append(f"{tests}: {len(declared)} graded tests; a chapter has at least {min_tests}")
-    for node in ast.walk(tree):  # (broadcasting comparisons: see grading/compare.py)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in ("allclose", "assert_allclose"):
-            problems.append(f"{tests}:{node.lineno}: {node.func.attr} broadcasts (an empty "
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):  # (broadcasting
+        # comparisons: see grading/compare.py)
+        called = call.func.attr if isinstance(call.func, ast.Attribute) else \
+            call.func.id if isinstance(call.func, ast.Name) else None
+        if called in ("allclose", "assert_allclose", "approx"):
+            # (pytest.approx compares an array item by item: an empty one, which a
+            # student's function may return, equals any number)
+            problems.append(f"{tests}:{call.lineno}: {called} broadcasts (an empty "
                             f"array or a scalar passes it); compare with "
-                            f"assert_same_array(got, expected) from minigraph.grading")
+                            f"assert_same_array(got, expected) from minigraph.grading, or "
+                            f"math.isclose(float(got), expected) for one number")
 
     # a student's text run as code here would run as the grader, outside the sandbox
     problems += _code_run_in_the_grader(tree, tests)
