@@ -31,6 +31,17 @@ from minigraph.grading.release import solution_regions
 CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
 FORBIDDEN = "ForbiddenCall"
 
+# One sum handed to every device (right values, one array): the grader can tell only in
+# the sandbox, where the arrays live (what crosses to it is a fresh copy)
+ONE_SUM_FOR_EVERY_DEVICE = """
+        def naive_allreduce(arrays):
+            n = len(arrays)
+            total = np.array(arrays[0], copy=True)
+            for a in arrays[1:]:
+                total = total + a
+            return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
+"""
+
 # (chapter, set, name, the tests (names or prefixes of parametrized ones), code, why)
 MUTANTS = [
     # -- 01 -----------------------------------------------------------------------------
@@ -347,28 +358,15 @@ MUTANTS = [
     # right values, but the rules the grader can only check in the sandbox (what crosses
     # to the grader is a fresh copy): one array for every device, inputs changed
     ("07-data-and-model-parallelism", 2, "one-sum-for-every-device",
-     ["test_naive_allreduce_matches_minigraph"], """
-        def naive_allreduce(arrays):
-            n = len(arrays)
-            total = np.array(arrays[0], copy=True)
-            for a in arrays[1:]:
-                total = total + a
-            return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
-     """, "two devices share one array"),
+     ["test_naive_allreduce_matches_minigraph"], ONE_SUM_FOR_EVERY_DEVICE,
+     "two devices share one array"),
     # the same, and NumPy's verdict switched off in the sandbox, where the test's helper
     # asks it (the helper gets NumPy's names as they were before exercises.py ran)
     ("07-data-and-model-parallelism", 3, "one-sum-and-numpy-patched",
      ["test_naive_allreduce_matches_minigraph"], """
         np.shares_memory = lambda *args, **kwargs: False
         np.array_equal = lambda *args, **kwargs: True
-
-        def naive_allreduce(arrays):
-            n = len(arrays)
-            total = np.array(arrays[0], copy=True)
-            for a in arrays[1:]:
-                total = total + a
-            return [total] * n, [(n - 1) * arrays[0].nbytes] + [arrays[0].nbytes] * (n - 1)
-     """, "two devices share one array"),
+     """ + ONE_SUM_FOR_EVERY_DEVICE, "two devices share one array"),
     ("07-data-and-model-parallelism", 2, "reduce-scatter-in-place",
      ["test_ring_reduce_scatter_leaves_one_complete_chunk_per_device"], """
         def ring_reduce_scatter(chunks):

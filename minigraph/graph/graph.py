@@ -620,13 +620,11 @@ def _holds(const: Node, a: Any) -> bool:
     old, now = np.asarray(const.device.to_numpy(const.value)), np.asarray(now)
     if old.dtype != now.dtype or old.shape != now.shape:
         return False
-    size = old.dtype.itemsize
-    if size not in (1, 2, 4, 8):  # (no unsigned integer that wide: its bytes, copied)
-        return old.tobytes() == now.tobytes()
-    # the same items as unsigned integers of their width, which are equal exactly when
-    # their bits are (a view: no copy, whatever the strides)
-    bits = np.dtype(f"u{size}")
-    return bool(np.array_equal(old.view(bits), now.view(bits)))
+    # (the library's one test of "the same values", which the compiled programs' captured
+    # arrays use too; imported here: autodiff imports this module)
+    from ..autodiff.reads import differs
+
+    return not differs(now, old)
 
 
 def _given(value: Any, dtype: str | None, what: str, name: str | None) -> Tensor:

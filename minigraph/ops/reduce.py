@@ -80,29 +80,32 @@ _NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": _ADD_REDUCE,
                                                     "max": np.maximum.reduce,
                                                     "min": np.minimum.reduce}
 
-#: sums of float16/float32 arrays larger than this are checked by _wide_sum
+#: NumPy sums of arrays larger than this are checked by _wide_sum (float32 ones, long)
 _ROUNDING_RISK = 1 << 16
 
 
-def _wide_sum(x: np.ndarray, axis: Any, keepdims: bool) -> Any:
-    """A float16/float32 sum with more than 4096 terms per result, accumulated in float64.
+def _wide_sum(xp: Any, x: Any, axis: Any, keepdims: bool, mean: bool = False) -> Any:
+    """The sum (or mean) of a float16/float32 ``x`` with more than 4096 terms per result,
+    accumulated in float64 and rounded back to x's dtype once; None for any other ``x``,
+    which the caller sums as it does.
 
     NumPy sums pairwise (error about log2(n) roundings) only along the axis that is
     contiguous in memory; along another axis, a batch's axis 0, it adds the rows one by
     one, and the error grows with n: the sum over axis 0 of a (10^6, 4) float32 array of
-    0.1 came out 100958 instead of 100000 (PyTorch's cascade sum: 99999.9). Accumulated
-    in float64, n roundings of 1e-16 stay far below float32's resolution; the result is
-    rounded back to x's dtype once. (Smaller sums keep NumPy's float32 accumulation, the
-    hand-written NumPy a benchmark compares with: 4096 roundings of 6e-8 are 2e-4 at the
-    very worst, and about 4e-6 typically.)"""
-    if x.dtype.char in "ef":
-        # (axis: a tuple, as the primitive's parameter, or an int, as a kernel passes it)
-        axes = axis if type(axis) is tuple else (axis,)
-        terms = x.size if axis is None else math.prod([x.shape[i] for i in axes])
-        if terms > 4096:
-            total = _ADD_REDUCE(x, axis, np.float64, None, keepdims)
-            return total.astype(x.dtype) if type(total) is np.ndarray else x.dtype.type(total)
-    return _ADD_REDUCE(x, axis, None, None, keepdims)
+    0.1 came out 100958 instead of 100000 (PyTorch's cascade sum: 99999.9), and so did
+    array-api-strict's, which is NumPy's. Accumulated in float64, n roundings of 1e-16
+    stay far below float32's resolution. (Smaller sums keep the float32 accumulation of
+    the hand-written NumPy a benchmark compares with: 4096 roundings of 6e-8 are 2e-4 at
+    the very worst, and about 4e-6 typically.) ``axis``: a tuple, as the primitive's
+    parameter, or an int, as a kernel passes it."""
+    if str(x.dtype).rpartition(".")[2] not in ("float32", "float16"):
+        return None
+    axes = axis if type(axis) is tuple else (axis,)
+    terms = x.size if axis is None else math.prod([x.shape[i] for i in axes])
+    if terms <= 4096:
+        return None
+    total = xp.sum(x, axis=axis, dtype=xp.float64, keepdims=keepdims)
+    return xp.astype(total / terms if mean else total, x.dtype)
 
 
 def reduction_kernel(name: str) -> Callable[..., Any]:
@@ -120,31 +123,20 @@ def reduction_kernel(name: str) -> Callable[..., Any]:
     def kernel(xp: Any, x: Any, axis: "int | tuple[int, ...] | None", keepdims: bool) -> Any:
         if ufunc is not None and type(x) is np.ndarray:
             if ufunc is _ADD_REDUCE and x.size > _ROUNDING_RISK:
-                return _wide_sum(x, axis, keepdims)
+                wide = _wide_sum(xp, x, axis, keepdims)
+                if wide is not None:
+                    return wide
             # positional, as the ufunc's reduce takes them: (x, axis, dtype, out, keepdims)
             return ufunc(x, axis, None, None, keepdims)
         method = getattr(x, name, None)
         if method is not None:
             return method(axis=axis, keepdims=keepdims)
         if name in ("sum", "mean"):  # (an Array API namespace: array-api-strict's rows
-            wide = _wide_namespace(xp, x, axis, keepdims, name)  # add up as NumPy's do)
+            wide = _wide_sum(xp, x, axis, keepdims, name == "mean")  # add up as NumPy's)
             if wide is not None:
                 return wide
         return getattr(xp, name)(x, axis=axis, keepdims=keepdims)
     return kernel
-
-
-def _wide_namespace(xp: Any, x: Any, axis: Any, keepdims: bool, name: str) -> Any:
-    """:func:`_wide_sum` (and the mean from it) in an Array API namespace, whose ``sum``
-    takes a ``dtype``; None where x is not float32/float16 or the terms are few."""
-    if str(x.dtype).rpartition(".")[2] not in ("float32", "float16"):
-        return None
-    axes = tuple(range(x.ndim)) if axis is None else axis if type(axis) is tuple else (axis,)
-    terms = math.prod([x.shape[i] for i in axes])
-    if terms <= 4096:
-        return None
-    total = xp.sum(x, axis=axis, dtype=xp.float64, keepdims=keepdims)
-    return xp.astype(total if name == "sum" else total / terms, x.dtype)
 
 
 sum_kernel = reduction_kernel("sum")
@@ -164,8 +156,11 @@ def mean_kernel(xp: Any, x: Any, axis: "tuple[int, ...] | None", keepdims: bool)
         shape = x.shape
         n = x.size if axis is None else math.prod([shape[i] for i in axis])
         if n:
-            total = _wide_sum(x, axis, keepdims) if x.size > _ROUNDING_RISK else \
-                _ADD_REDUCE(x, axis, None, None, keepdims)
+            wide = _wide_sum(xp, x, axis, keepdims, mean=True) \
+                if x.size > _ROUNDING_RISK else None
+            if wide is not None:
+                return wide
+            total = _ADD_REDUCE(x, axis, None, None, keepdims)
             if type(total) is np.ndarray:
                 return np.true_divide(total, _INTP(n), out=total, casting="unsafe")
             return total.dtype.type(total / _INTP(n))
@@ -188,7 +183,9 @@ def with_params(kernel: Callable[..., Any], ufunc: Callable[..., Any] | None = N
     def call_ufunc(xp: Any, x: Any, params: dict) -> Any:
         if type(x) is np.ndarray:
             if reduce is _ADD_REDUCE and x.size > _ROUNDING_RISK:
-                return _wide_sum(x, params["axis"], params["keepdims"])
+                wide = _wide_sum(xp, x, params["axis"], params["keepdims"])
+                if wide is not None:
+                    return wide
             return reduce(x, params["axis"], None, None, params["keepdims"])
         return kernel(xp, x, params["axis"], params["keepdims"])
     return call_ufunc
