@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dis
 import inspect
 import itertools
 import linecache
@@ -300,15 +301,28 @@ def refuse_captured(where: str, value: Any) -> None:
     += x``) would be left holding the transformation's value after it returns, where
     eager mode writes into the tensor. Refused, as torch.func refuses an update "that
     would mutate a captured Tensor"; so is one through a local name bound to such a
-    container (``outs = self.bufs``), or two levels down (``outs[0][0] += x``). (Where
-    the user's line is no ``x op= y`` statement, as where source mode runs f's
-    statements itself, which binds its own names, the update is left to the others'
-    checks.)"""
+    container (``outs = self.bufs``), or two levels down (``outs[0][0] += x``). Where the
+    line cannot be read whole (no source text, as under ``exec``; a statement over
+    several lines), the bytecode says where the result goes: to a name of f's own, or
+    refused. So is a call whose result no name takes (``operator.iadd(buf, x)``): eager
+    mode would have written into buf; here the update would be lost. (Source mode runs
+    f's statements itself, binding f's names: its normaliser checks those updates.)"""
     frame = user_frame()
-    stmt = None if frame is None else _statement_at(frame)
-    if frame is None or not isinstance(stmt, ast.AugAssign):
-        return
+    if frame is None or frame.f_code.co_filename.startswith(("<minigraph", "<source")):
+        return  # (a program minigraph wrote: codegen.define's; it binds names of its own)
+    stmt = _statement_at(frame)
     code = frame.f_code
+    if not isinstance(stmt, ast.AugAssign):  # (no source text, a line of a longer
+        # statement, or a call: operator.iadd(buf, x), buf.__iadd__(x)): the bytecode says
+        if _run_by_source_mode():
+            return  # (its normaliser runs f's statements, binds f's names, checks holders)
+        store = _update_stored_by(frame)
+        if store is not None and (store.opname.startswith("STORE_FAST") or (
+                store.opname == "STORE_DEREF" and store.argval in code.co_cellvars)):
+            return  # (a name of its own, as below)
+        target = "the tensor" if store is None else \
+            str(store.argval[0] if isinstance(store.argval, tuple) else store.argval)
+        raise _captured(where, target, value, store is None)
     place = stmt.target
     if frame.f_locals is not frame.f_globals:
         own = code.co_varnames + code.co_cellvars  # (cellvars: a closure reads the name)
@@ -323,13 +337,54 @@ def refuse_captured(where: str, value: Any) -> None:
                 held.id not in _parameters(code) and held.id in frame.f_locals and \
                 _its_own(frame.f_locals[held.id], frame):
             return  # (in what the function made: that goes when it returns too)
-    target = ast.unparse(stmt.target)
-    raise GradientError(
-        f"{where}: {target} is a tensor, and the value is a transformation's "
-        f"({value._kind()}): the update would mutate a captured tensor. Its array cannot "
-        f"hold the transformation's value, and binding {target} to it would leave that "
-        f"value in {target} after the transformation returns. Compute the new value "
-        f"inside f (buf = buf + x) and return it, or update the tensor outside f")
+    raise _captured(where, ast.unparse(stmt.target), value, False)
+
+
+def _captured(where: str, target: str, value: Any, unbound: bool) -> GradientError:
+    """The refusal of :func:`refuse_captured`; ``unbound``: the update is a call whose
+    result no name is bound to (``operator.iadd(buf, x)``), so it would be lost."""
+    what = ("a call such as operator.iadd(buf, x) updates a tensor, with a value that is a "
+            f"transformation's ({value._kind()}): the update would mutate a captured tensor. "
+            "Its array cannot hold the transformation's value, and the call's result is "
+            "bound to no name, so the update would be lost") if unbound else (
+        f"{target} is a tensor, and the value is a transformation's ({value._kind()}): the "
+        f"update would mutate a captured tensor. Its array cannot hold the transformation's "
+        f"value, and binding {target} to it would leave that value in {target} after the "
+        f"transformation returns")
+    return GradientError(f"{where}: {what}. Compute the new value inside f (buf = buf + x) "
+                         f"and return it, or update the tensor outside f")
+
+
+def _run_by_source_mode() -> bool:
+    """Whether source mode's normaliser is running the update: it runs f's statements
+    itself (the user's frame is then the transformation's caller), binds f's names, and
+    refuses holders outside f by its own check."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and _in_minigraph(frame):
+        if frame.f_globals.get("__name__") == "minigraph.autodiff.source.normalize":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _update_stored_by(frame: FrameType) -> Any:
+    """The instruction that stores the result of the augmented assignment ``frame`` is
+    running (``x += y`` is an in-place operator instruction, then a STORE_FAST,
+    STORE_DEREF, STORE_GLOBAL, STORE_NAME, STORE_ATTR or STORE_SUBSCR, after stack
+    shuffles), read from the bytecode where the source text is not there (``python -c``,
+    ``exec``) or does not hold the statement whole; None where the frame is not at an
+    in-place operator (a call: ``operator.iadd(buf, x)``)."""
+    instructions = list(dis.get_instructions(frame.f_code))
+    at = next((k for k, i in enumerate(instructions) if i.offset == frame.f_lasti), None)
+    if at is None:
+        return None
+    op = instructions[at]
+    if not (op.opname.startswith("INPLACE_") or  # (Python 3.10's; 3.11+: BINARY_OP +=)
+            (op.opname == "BINARY_OP" and str(op.argrepr).endswith("="))):
+        return None
+    return next((i for i in instructions[at + 1:]
+                 if i.opname not in ("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "DUP_TOP")),
+                None)
 
 
 def _parameters(code: CodeType) -> tuple[str, ...]:
