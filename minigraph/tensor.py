@@ -176,6 +176,7 @@ class Tensor(ArrayOps):
         reads such values, and a write through NumPy would pass the tape's guard unseen
         (``autodiff/tape.py``) and change the gradient without a word. PyTorch refuses
         ``.numpy()`` there; ``t.detach().numpy()`` is the writable array in both."""
+        self._own_array()
         return self._handed_out(host_values(self))
 
     def _handed_out(self, array: Any) -> Any:
@@ -221,9 +222,16 @@ class Tensor(ArrayOps):
         a write into one shows in the other. (A reduction's 0-d result holds a NumPy
         scalar, which a write replaces instead of changing: it becomes a 0-d array that
         both tensors then hold.)"""
+        return shared(self._own_array(), self.device)
+
+    def _own_array(self) -> Any:
+        """``data``, made a 0-d array where it is a NumPy scalar, before its memory is
+        shared (``detach``, ``numpy``, ``np.asarray``, DLPack): a kernel's 0-d result is
+        kept as NumPy's scalar, whose ops are faster, but no write changes a scalar, so a
+        write on one side would not show on the other."""
         if isinstance(self.data, np.generic):
             self.data = np.asarray(self.data)
-        return shared(self.data, self.device)
+        return self.data
 
     @property
     def grad(self) -> "Tensor | None":
@@ -378,6 +386,8 @@ class Tensor(ArrayOps):
         if copy is False and self.device.context is not None:
             raise ValueError(f"np.asarray(..., copy=False): this tensor lives on {self.device}, "
                              f"so a NumPy array of it is always a copy (copy=None allows one)")
+        if copy is not True:
+            self._own_array()
         host = host_values(self)
         if copy is not True:  # (np.asarray(t): the tensor's own array, as t.numpy())
             host = self._handed_out(host)
@@ -448,9 +458,9 @@ class Tensor(ArrayOps):
                 f"add_, ...) would change a value backward() reads, unseen by the tape. "
                 f"Export t.detach() (the same memory, cut from the tape) or ask for a copy "
                 f"(np.from_dlpack(t, copy=True)); PyTorch refuses such an export too")
-        data = self.data
-        if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel):
-            data = self.device.xp.asarray(data)  # immutable, so a 0-d array copy is exact
+        data = self.data if copy else self._own_array()
+        if not hasattr(data, "__dlpack__"):  # a NumPy scalar (0-d result of a kernel),
+            data = self.device.xp.asarray(data)  # a copy asked for: immutable, so exact
         elif any(stride < 0 for stride in getattr(data, "strides", ())):
             # A reversed view (x[::-1]) has a negative stride, which DLPack allows but
             # PyTorch cannot read: torch.from_dlpack (and torch.tensor) abort the whole

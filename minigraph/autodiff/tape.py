@@ -382,7 +382,7 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
     """``x op= other`` (``write`` is ``operator.isub`` & co.): see the rules above."""
     if type(other) in KINDS and type(other) is not Tensor:  # a transformation's value: it
         # cannot be written into x's array (as recorded): x's name is bound to x op other
-        refuse_captured(f"{prim.name} in place ({_describe((x, other))})", other)
+        refuse_captured(f"{prim.name} in place ({_describe((x, other))})", x, other)
         return updated(prim, x, other)
     if _mode.enabled and (x.requires_grad or getattr(other, "requires_grad", False)):
         if x.requires_grad and x._entry is None:
@@ -414,8 +414,10 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         other = tensor(other, device=x.device)
         value = other.data
     if not (type(other) is Tensor and other.data.shape == x.data.shape
-            and other.data.dtype == x.data.dtype):
-        _check_in_place(prim, x, other)  # (the common case, p -= lr * g, needs no rule)
+            and other.data.dtype == x.data.dtype and x.dtype[0] == "f"):
+        # (the common case, p -= lr * g, needs no rule: floats of one dtype keep it; ints
+        # do not always: x /= y is a float)
+        _check_in_place(prim, x, other)
     try:
         # (NumPy's flag refuses a write into a NumPy array that a guard made read-only;
         # another array, or a NumPy scalar, which the write replaces, asks the guard)
@@ -442,9 +444,13 @@ def _write_into(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any],
     integer array ``**`` a negative integer), which left x half written, and answer 0 for
     ``x //= 0``, which the kernel refuses. A float loop never stops part way
     (floating-point errors are reported once it has finished), so it writes into x
-    itself: an optimizer's update of a large parameter, ``p -= lr * g``, costs no copy."""
-    if isinstance(x.data, np.generic) or x.dtype[0] not in "iub":  # (a NumPy scalar: the
-        x.data = write(x.data, value)  # write replaces it anyway; "int64", "bool" ...)
+    itself: an optimizer's update of a large parameter, ``p -= lr * g``, costs no copy.
+    (A 0-d kernel result is a NumPy scalar, which no write changes: it is replaced, by
+    the kernel's result where it is an integer, for the same checks.)"""
+    if x.dtype[0] not in "iub":  # ("int64", "uint8", "bool")
+        x.data = write(x.data, value)
+    elif isinstance(x.data, np.generic):
+        x.data = prim.impl(x.device.xp, x.data, value)
     else:
         x.data[...] = prim.impl(x.device.xp, x.data, value)
 

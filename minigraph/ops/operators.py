@@ -289,7 +289,7 @@ def refuse_aliased(x: Any, where: str) -> None:
             f"meant to change apart")
 
 
-def refuse_captured(where: str, value: Any) -> None:
+def refuse_captured(where: str, x: Any, value: Any) -> None:
     """``x op= value`` where x is a tensor and ``value`` a transformation's (f's argument
     under mg.grad, a batch under mg.vmap, a graph's node): x's array cannot hold the
     result, which is the transformation's value, so the name x is bound to it, as for a
@@ -307,6 +307,7 @@ def refuse_captured(where: str, value: Any) -> None:
     refused. So is a call whose result no name takes (``operator.iadd(buf, x)``): eager
     mode would have written into buf; here the update would be lost. (Source mode runs
     f's statements itself, binding f's names: its normaliser checks those updates.)"""
+    refs = sys.getrefcount(x)  # (first: before this function refers to x in more places)
     frame = user_frame()
     if frame is None or frame.f_code.co_filename.startswith(("<minigraph", "<source")):
         return  # (a program minigraph wrote: codegen.define's; it binds names of its own)
@@ -335,8 +336,11 @@ def refuse_captured(where: str, value: Any) -> None:
         held = place.value if isinstance(place, (ast.Subscript, ast.Attribute)) else None
         if isinstance(held, ast.Name) and held.id in own and \
                 held.id not in _parameters(code) and held.id in frame.f_locals and \
-                _its_own(frame.f_locals[held.id], frame):
-            return  # (in what the function made: that goes when it returns too)
+                _its_own(frame.f_locals[held.id], frame) and _alone(x, refs, frame):
+            return  # (in what the function made, holding a tensor nothing else holds,
+            # by its reference count: that goes when it returns too. A tensor the
+            # container was given, a model's parameter, a global's, is captured: the
+            # search for holders does not look inside a module or a long list)
     raise _captured(where, ast.unparse(stmt.target), value, False)
 
 
@@ -685,18 +689,27 @@ def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int]) -> list[st
     todo = [(name, v)]  # (a stack, not recursion: a deeply nested list is no error)
     while todo:
         where, v = todo.pop()
-        items = _contents(v)
-        if items is None or id(v) in walked:
+        if id(v) in walked:
             continue
         walked.add(id(v))
-        same = any(map(operator.is_, items, itertools.repeat(x)))
-        small = len(items) <= _VIEWS_READ  # (read further: see _holders)
+        try:
+            items = _contents(v)
+            if items is None:
+                continue
+            same = any(map(operator.is_, items, itertools.repeat(x)))
+            small = len(items) <= _VIEWS_READ  # (read further: see _holders)
+        except Exception:  # (a user's container that raises when read, a table that
+            continue       # loads lazily: an update must not fail on an unrelated object)
         views = memory is not None and small
         kinds = set(map(type, items)) if small else set()
         nested = {kind for kind in kinds if _may_hold(kind)}
         if not (same or views or nested):
             continue
-        for place, item in _places(v):
+        try:
+            places = list(_places(v))
+        except Exception:  # (as above: what it holds is not seen)
+            continue
+        for place, item in places:
             if item is x or views and _shares(_memory(item), memory):
                 found.append(where + place)
             elif type(item) in nested:
@@ -750,11 +763,13 @@ def _contents(v: Any) -> Any:
         return v
     if kind is dict:
         return v.values()
-    if isinstance(v, _SEQUENCES):  # (their subclasses, a namedtuple, a deque: after the
-        return v                    # exact types, which most containers are, for speed)
-    if isinstance(v, dict):  # an OrderedDict, a defaultdict
+    # (issubclass of its type, not isinstance: isinstance asks the object's __class__,
+    # which a proxy's __getattribute__ may answer with an error)
+    if issubclass(kind, _SEQUENCES):  # (their subclasses, a namedtuple, a deque: after
+        return v                      # the exact types, which most containers are)
+    if issubclass(kind, dict):  # an OrderedDict, a defaultdict
         return v.values()
-    if isinstance(v, np.ndarray):
+    if issubclass(kind, np.ndarray):
         return v.ravel().tolist() if v.dtype == object else None
     if not _may_hold(kind):
         return None
@@ -781,13 +796,14 @@ def _attributes(v: Any) -> dict[str, Any]:
 def _places(v: Any) -> Any:
     """``(place, item)`` for what :func:`_contents` gives, each place written as Python
     reads it."""
-    if isinstance(v, (set, frozenset)):
-        return ((f" (an item of the {type(v).__name__})", item) for item in v)
-    if isinstance(v, _SEQUENCES):
+    kind = type(v)
+    if issubclass(kind, (set, frozenset)):
+        return ((f" (an item of the {kind.__name__})", item) for item in v)
+    if issubclass(kind, _SEQUENCES):
         return ((f"[{i}]", item) for i, item in enumerate(v))
-    if isinstance(v, dict):
+    if issubclass(kind, dict):
         return ((f"[{key!r}]", item) for key, item in v.items())
-    if isinstance(v, np.ndarray):
+    if issubclass(kind, np.ndarray):
         return ((f"[{', '.join(map(str, i))}]", item) for i, item in np.ndenumerate(v))
     return ((f".{key}", item) for key, item in _attributes(v).items())
 
@@ -801,8 +817,8 @@ def _memory(v: Any) -> Any:
     batch), a tensor's array with its array namespace, or the graph node whose memory a
     chain of view nodes (reshape, basic indexing ...) shares. None for anything else (a
     number, a source variable: source mode checks its own names)."""
-    if not isinstance(v, ArrayOps):  # (a user's object of another kind: not read)
-        return None
+    if not issubclass(type(v), ArrayOps):  # (a user's object of another kind: not read;
+        return None                         # its type, as _contents asks)
     v = innermost(v)
     data = getattr(v, "data", None)
     if data is not None and hasattr(data, "shape"):  # a tensor

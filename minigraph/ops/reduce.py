@@ -80,8 +80,9 @@ _NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": _ADD_REDUCE,
                                                     "max": np.maximum.reduce,
                                                     "min": np.minimum.reduce}
 
-#: NumPy sums of arrays larger than this are checked by _wide_sum (float32 ones, long)
-_ROUNDING_RISK = 1 << 16
+#: The most terms per result that a float16/float32 sum adds in its own dtype (_wide_sum);
+#: an array of no more elements cannot have more terms, so its sum is not looked at
+_ROUNDING_RISK = 4096
 
 
 def _wide_sum(xp: Any, x: Any, axis: Any, keepdims: bool, mean: bool = False) -> Any:
@@ -102,7 +103,7 @@ def _wide_sum(xp: Any, x: Any, axis: Any, keepdims: bool, mean: bool = False) ->
         return None
     axes = axis if type(axis) is tuple else (axis,)
     terms = x.size if axis is None else math.prod([x.shape[i] for i in axes])
-    if terms <= 4096:
+    if terms <= _ROUNDING_RISK:
         return None
     total = xp.sum(x, axis=axis, dtype=xp.float64, keepdims=keepdims)
     return xp.astype(total / terms if mean else total, x.dtype)
