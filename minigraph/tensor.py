@@ -39,43 +39,9 @@ from .ops.shape_rules import DTYPES, FLOATS, dtype_name, sizes, supported_dtype
 FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
 
 
-# The memory of tensors handed to the user writable: a CPU tensor's own array from
-# ``t.numpy()`` or ``np.asarray(t)``, its DLPack export. NumPy (or another library) may
-# write it at any time unseen, as it may an outside NumPy array, so a compiled program
-# that holds such a tensor as a constant compares its values on every call
-# (``signature.Captured``). ``_exposures`` counts the memory ever handed out: while it
-# stays the same, no program has to look.
-_EXPOSED: dict[int, Any] = {}  # id(memory) -> a weak reference to it
-_exposures = 0
-
-
-def expose(array: Any) -> None:
-    """Say that ``array``'s memory, a tensor's own, is now the user's to write too."""
-    global _exposures
-    memory = owner(array)
-    key = id(memory)
-    if key in _EXPOSED or isinstance(memory, np.generic):  # (a NumPy scalar: immutable)
-        return
-    try:  # (forgotten when the memory is freed, before its id can be another array's)
-        _EXPOSED[key] = weakref.ref(memory, lambda _, key=key: _EXPOSED.pop(key, None))  # type: ignore[misc]
-    except TypeError:  # (no weak reference: kept alive, so its id stays its own)
-        _EXPOSED[key] = memory
-    _exposures += 1
-
-
-def exposed(array: Any) -> bool:
-    """Whether ``array``'s memory was handed out writable (:func:`expose`)."""
-    return id(owner(array)) in _EXPOSED
-
-
-def exposures() -> int:
-    """How many memories were ever handed out writable."""
-    return _exposures
-
-
 def host_values(t: "Tensor") -> Any:
     """``t``'s values on the host, for the library's own reading: on a CPU device the
-    tensor's own array, which is not handed to the user (nothing to :func:`expose`)."""
+    tensor's own array, not to be handed to the user as it is (``Tensor.numpy``)."""
     return t.device.to_numpy(t.data)
 
 
@@ -169,7 +135,7 @@ class Tensor(ArrayOps):
     def numpy(self) -> Any:
         """The values as a NumPy array: on a CPU device the tensor's own array, as
         PyTorch's ``.numpy()`` (an in-place update shows through it, both ways: a compiled
-        program that holds the tensor compares its values from then on, see
+        program that holds the tensor compares its values on every call, see
         ``signature.Captured``); from a GPU a copy.
 
         For a tensor that requires a gradient, a read-only view of it: ``backward()``
@@ -182,19 +148,16 @@ class Tensor(ArrayOps):
     def _handed_out(self, array: Any) -> Any:
         """The values on the host, ``array``, as the user gets them: where it is the
         tensor's own memory, a read-only view of it if backward() reads it (above), else
-        the memory itself, which compiled programs then watch (:func:`expose`).
+        the memory itself.
 
         The own memory is the array itself on a NumPy device, and on an array-api-strict
         device the NumPy array its Array wraps (``_array``, which ``Device.to_numpy``
         hands out); a GPU's values come as a copy."""
         data = self.data
         own = array is data or array is getattr(data, "_array", None)
-        if own:
-            if self.requires_grad:
-                array = array.view()
-                array.flags.writeable = False
-            else:
-                expose(data)  # (the tensor's array: what compiled programs look up)
+        if own and self.requires_grad:
+            array = array.view()
+            array.flags.writeable = False
         return array
 
     def item(self) -> "float | int | bool":
@@ -471,8 +434,6 @@ class Tensor(ArrayOps):
                     f"(strides {data.strides}), which not every consumer can read (PyTorch "
                     f"aborts), so it is only exported as a copy; copy=False cannot share it")
             data = self.device.copy_from(data, self.device)
-        elif not copy:
-            expose(data)  # (the consumer may write it: compiled programs watch it)
         # Pass on only what the consumer gave: older producers accept only ``stream``.
         given = {"stream": stream, "max_version": max_version, "dl_device": dl_device,
                  "copy": copy}

@@ -20,6 +20,9 @@ them read-only while f runs, so the write raises at the user's line before it is
 
 from __future__ import annotations
 
+import array
+import builtins
+import collections
 import functools
 import sys
 import weakref
@@ -30,12 +33,13 @@ from typing import Any, Iterator
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
 
-from ..errors import GradientError
+from ..errors import GradientError, MinigraphError
 from ..ops.operators import LIBRARIES, ArrayOps, raised_at
 from ..tensor import Tensor, owner, write_target
 
 
 _UNBOUND = object()  # a name absent from where it is looked up
+_BUILTINS = vars(builtins)
 
 
 def read_from_outside(f: Any) -> dict[str, Any]:
@@ -43,49 +47,60 @@ def read_from_outside(f: Any) -> dict[str, Any]:
     looking into the functions it calls), by name; none for a callable that is not a
     Python function (a partial, an object)."""
     return {name: value for where, name, value in outside_reads(f, depth=0)
-            if type(where) is not _Items and value is not _UNBOUND}
+            if type(where) not in (_Items, _Code) and value is not _UNBOUND}
 
 
 def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]]:
     """``(where, name, value)`` for what f reads from outside its arguments, ``where``
     being the dict, closure cell or container that holds ``value`` under ``name``:
 
+    * f's code itself (``f.__code__`` may be replaced);
     * the globals and closure variables f's code reads (its comprehensions' and nested
       functions' code too; every global where it may name one at run time:
-      ``globals()["W"]``), and its parameters' default values;
+      ``globals()["W"]``; a builtin's name as a global absent), and its parameters'
+      default values;
     * the attributes of those objects, and of a method's ``self``, that the code names
       (``CONFIG.lr``, ``self.scale``), where Python finds them (:func:`_attributes`: an
       object's own dict, its class's, a class's, a module's of the user's), or all of
       them where the code may name one at run time (``getattr(obj, name)``);
-    * the items of the lists and dicts among them, nested, as one entry per container
-      (an ``_Items``, its items compared as a whole: one bound anew, added or removed),
-      and the named attributes of those items (at most ``_MOST_INSIDE`` objects looked
-      inside per function);
+    * the items of the lists, dicts, sets ... among them (``_CONTAINERS``), nested, as
+      one entry per container (an ``_Items``, its items compared as a whole: one bound
+      anew, added or removed), and the named attributes of those items (at most
+      ``_MOST_INSIDE`` objects looked inside per function: more are refused);
     * every parameter and layer of a module (``nn.Module``: its ``_parameters`` and
       ``_modules``, the whole tree) that f is, or reads;
-    * what the user's functions, methods and properties among them read, however deep
-      (``depth`` calls further, if given); not what minigraph's or an installed
+    * what the user's functions, methods, properties, static and class methods,
+      ``__getattr__`` and callable objects among them read (:func:`_followed`), however
+      deep (``depth`` calls further, if given); not what minigraph's or an installed
       library's code reads.
 
     A compiled program (``signature.Captured``) keeps them, to see a name bound anew
-    (``W = ...``, ``layer.weight = ...``). A transformed function (``mg.grad(f)``, whose
-    ``__wrapped__`` is f) and a ``functools.partial`` read what their function reads, a
-    partial also the arguments it passes."""
+    (``W = ...``, ``layer.weight = ...``). A transformed function (``mg.grad(f)``,
+    ``mg.trace(f)``, whose ``__wrapped__`` is f) reads what f reads; a decorator's
+    wrapper (``functools.wraps``) that too, and what its own code reads; a
+    ``functools.partial`` what its function reads, and the arguments it passes, and
+    what they hold."""
     found: list[tuple[Any, str, Any]] = []
     todo, seen = [(f, 0)], set()
     while todo:
         fn, level = todo.pop()
-        for _ in range(100):  # (a bound: a chain of wrappers, never a cycle of them)
-            if isinstance(fn, functools.partial):  # (what it passes f is read too; its
-                given = {f"argument {k} of the partial": a  # arguments are never
-                         for k, a in enumerate(fn.args)}    # bound anew)
-                found += [(given, k, a) for k, a in given.items()]
-                found += [(fn.keywords, k, a) for k, a in fn.keywords.items()]
+        passed: list[tuple[Any, str, Any]] = []  # (a partial's arguments: f reads them too,
+        for _ in range(100):  # and inside them)  (a bound: a chain of wrappers, no cycle)
+            if isinstance(fn, functools.partial):  # (its arguments are never bound anew)
+                given = {f"argument {k} of the partial": a for k, a in enumerate(fn.args)}
+                passed += [(given, k, a) for k, a in given.items()]
+                passed += [(fn.keywords, k, a) for k, a in fn.keywords.items()]
                 fn = fn.func
+            elif isinstance(fn, (staticmethod, classmethod)):  # (one read from a class
+                fn = fn.__func__                                # dict, as it is there)
             elif hasattr(fn, "__wrapped__"):
+                if type(fn) is FunctionType and _users(fn):  # (a decorator's wrapper: its
+                    todo.append((getattr(fn, "__wrapped__"), level))  # own reads, and f's)
+                    break
                 fn = fn.__wrapped__
             else:
                 break
+        found += passed
         key = (id(fn.__func__), id(fn.__self__)) if isinstance(fn, MethodType) else id(fn)
         if key in seen:  # (a bound method is made anew on each access: its parts say)
             continue
@@ -101,7 +116,8 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         if type(fn) is not FunctionType:
             continue
         code = fn.__code__
-        names: set[str] = set()
+        found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__ =
+        names: set[str] = set()                                # ...: a cell run again)
         codes = [code]
         while codes:  # (a comprehension's or a nested function's code is a constant)
             c = codes.pop()
@@ -111,8 +127,11 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         module = fn.__globals__
         read = names | {n for n in module if not n.startswith("__")} \
             if not names.isdisjoint(_ANY_GLOBAL) else names  # (globals()["W"]: any one)
-        reads: list[tuple[Any, str, Any]] = [(module, n, module[n]) for n in sorted(read)
-                                             if n in module]
+        # (a builtin's name, read while no global has it: a global of that name made
+        # later, len = ..., is read instead)
+        reads: list[tuple[Any, str, Any]] = [
+            (module, n, module[n] if n in module else _UNBOUND) for n in sorted(read)
+            if n in module or n in _BUILTINS]
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
                 reads.append((cell, name, cell.cell_contents))
@@ -122,35 +141,68 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         reads += [(defaults, n, v) for n, v in defaults.items()]
         # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
-        labelled = [("self", owner)] + [(n, v) for _, n, v in reads]
+        labelled = [("self", owner)] + [(n, v) for _, n, v in passed + reads]
         inside: set[int] = set()
+        # (a partial's arguments go to code that may name any of their attributes)
+        given_whole = {id(v) for _, _, v in passed}
         methods = []  # (the user's methods that the code may call on an object read)
         for label, obj in labelled:  # (the list grows as items and attributes are found)
-            if id(obj) in inside or len(inside) > _MOST_INSIDE:
+            if id(obj) in inside or type(obj) in _ATOMS:
                 continue
+            if len(inside) == _MOST_INSIDE:
+                raise _too_large(fn, label)
             inside.add(id(obj))
-            if isinstance(obj, (list, tuple, dict)):  # (a tuple's items cannot be bound
-                # anew, but an array among them can be written: its items are watched too)
+            if isinstance(obj, _CONTAINERS):  # (a tuple's items cannot be bound anew, but
+                # an array among them can be written: its items are watched too)
                 reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
-                keys = list(obj) if isinstance(obj, dict) else range(len(obj))
-                labelled += [(f"{label}[{k!r}]", obj[k]) for k in keys]
+                pairs = obj.items() if isinstance(obj, dict) else enumerate(obj)
+                labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
-            named = _attributes(obj, None if every_attribute else sorted(names))
+            named = _attributes(obj, None if every_attribute or id(obj) in given_whole
+                                else sorted(names))
             reads += named
             labelled += [(f"{label}.{n}", v) for _, n, v in named if v is not _UNBOUND]
-            if not isinstance(obj, (type, ModuleType)):  # (an object: its class's methods
-                for home, _, v in named:                 # and properties, with it as self)
-                    method = v.fget if type(v) is property else v
-                    if type(method) is FunctionType and \
-                            home is not getattr(obj, "__dict__", None):
-                        methods.append(MethodType(method, obj))
+            methods += [m for home, _, v in named if (m := _method(obj, home, v)) is not None]
+            dynamic = getattr(type(obj), "__getattr__", None)  # (cfg.scale computed there
+            if type(dynamic) is FunctionType and _users(dynamic):  # from cfg._s)
+                methods.append(MethodType(dynamic, obj))
         found += reads
         if depth is None or level < depth:  # (the functions read, items included:
             items = [i for w, _, v in reads if type(w) is _Items for i in v[1]]  # OPS["act"])
-            todo += [(v, level + 1) for v in [v for _, _, v in reads] + items + methods
-                     if _layers(v) is not None or type(v) in (FunctionType, MethodType)
-                     and (hasattr(v, "__wrapped__") or _users(v))]
+            todo += [(v, level + 1) for v in [v for _, _, v in passed + reads] + items + methods
+                     if _followed(v)]
     return found
+
+
+def _followed(v: Any) -> bool:
+    """Whether :func:`outside_reads` reads what ``v``, a value f reads, reads in turn, as
+    f may call it: a module; the user's function or method, or a wrapper of any function
+    (``functools.wraps``, ``mg.grad``'s, ``mg.trace``'s and source mode's objects); a
+    partial; a static or class method; an object of the user's class with ``__call__``."""
+    kind = type(v)
+    if kind in (FunctionType, MethodType):
+        return hasattr(v, "__wrapped__") or _users(v)
+    if kind in (functools.partial, staticmethod, classmethod) or _layers(v) is not None:
+        return True
+    own = getattr(v, "__dict__", None)  # (an attribute of the object: not __getattr__'s)
+    return not isinstance(v, type) and (
+        isinstance(own, dict) and "__wrapped__" in own or
+        type(getattr(kind, "__call__", None)) is FunctionType and _users_class(kind))
+
+
+def _method(obj: Any, home: Any, v: Any) -> Any:
+    """What calling attribute ``v`` of ``obj`` (found in ``home``) may run, whose reads
+    :func:`outside_reads` then reads: a static method's function, a class method with
+    its class, an object's method or property (its class's) with the object as self;
+    None for anything else."""
+    if type(v) is staticmethod:
+        return v.__func__
+    if type(v) is classmethod:
+        return MethodType(v.__func__, obj if isinstance(obj, type) else type(obj))
+    if isinstance(obj, (type, ModuleType)) or home is getattr(obj, "__dict__", None):
+        return None
+    method = v.fget if type(v) is property else v
+    return MethodType(method, obj) if type(method) is FunctionType else None
 
 
 def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any]]:
@@ -158,8 +210,10 @@ def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any
     those of its own dict), where Python finds them: an object's own dict, then its
     class's and its bases' (the user's classes only); a class's and its bases'; a user's
     module's (not minigraph's or a library's). A class attribute read through an object
-    is also recorded as absent from the object's own dict, so that one set there later
-    (``obj.lr = 0.5`` over ``class C: lr = 2.0``) is seen."""
+    is also recorded as absent from the object's own dict, and one of a base class from
+    the dicts of the classes before it, so that one set there later (``obj.lr = 0.5``
+    over ``class C: lr = 2.0``, ``Sub.lr = 0.5`` over ``Base.lr``) is seen; so is one
+    that none has, where the object's class has ``__getattr__``, which then made it."""
     own = None
     homes: list[Any]  # (dicts, and a class's read-only view of its dict)
     if isinstance(obj, ModuleType):
@@ -175,17 +229,19 @@ def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any
             [c.__dict__ for c in type(obj).__mro__ if _users_class(c)]
     if not homes:
         return []
+    dynamic = own is not None and type(getattr(type(obj), "__getattr__", None)) is FunctionType
     found = []
     for n in (list(homes[0]) if names is None else names):
-        for home in homes:
+        for k, home in enumerate(homes):
             if n in home:
-                if own is not None and home is not own:
-                    found.append((own, n, _UNBOUND))
+                found += [(before, n, _UNBOUND) for before in homes[:k]]
                 value = home[n]
                 if type(value) is MemberDescriptorType and not isinstance(obj, type):
                     home, value = _Slots(obj), getattr(obj, n, _UNBOUND)  # (__slots__)
                 found.append((home, n, value))
                 break
+        else:  # (in none: its class's __getattr__ may make it, until one is set)
+            found += [(home, n, _UNBOUND) for home in homes] if dynamic else []
     return found
 
 
@@ -237,8 +293,25 @@ _ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
 _ANY_GLOBAL = frozenset({"globals", "eval", "exec"})
 
 # How many objects outside_reads looks inside (their attributes, a container's items)
-# per function: a bound on the work, for a function that reads a very large structure.
+# per function: a bound on the work, for a function that reads a very large structure,
+# which it refuses (_too_large) rather than leave a part of it unwatched.
 _MOST_INSIDE = 10_000
+# The containers whose items outside_reads watches (an item bound anew, added, removed),
+# and the values with nothing inside to watch (a tensor or an array is compared whole).
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array, bytearray)
+_ATOMS = frozenset({int, float, bool, complex, str, bytes, type(None), Tensor, np.ndarray})
+
+
+def _too_large(fn: FunctionType, label: str) -> MinigraphError:
+    """The refusal of a function that reads more than ``_MOST_INSIDE`` objects."""
+    root = label.replace("[", ".").split(".")[0]  # (BIG, of BIG[9999][0])
+    return MinigraphError(
+        f"{fn.__qualname__} reads {root} from outside its arguments, a structure of more "
+        f"than {_MOST_INSIDE:,} lists, dicts and objects ({label} ...): a compiled "
+        f"program (graph or source mode, mg.trace, mg.checkpoint) is built again when "
+        f"what f reads changes, and watching that many on every call would cost more "
+        f"than the program. Pass what f uses as an argument, or keep the numbers in an "
+        f"array or a tensor (watched whole)")
 
 
 class _Defaults:
@@ -267,6 +340,16 @@ class _Defaults:
         return values[names.index(name)] if name in names else default
 
 
+class _Code:
+    """Where a function's code is (``f.__code__ = g.__code__``: a notebook's cell run
+    again, a reload): ``rebound`` compares ``fn.__code__``."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: FunctionType):
+        self.fn = fn
+
+
 class _Slots:
     """Where an object's ``__slots__`` values are, as a dict's ``get`` finds them."""
 
@@ -280,27 +363,66 @@ class _Slots:
 
 
 class _Items:
-    """Where a list's, tuple's or dict's items are: ``rebound`` compares them all with the
-    snapshot taken when f was read (an item bound anew, added or removed)."""
+    """Where a container's items are (``_CONTAINERS``: a list's, a dict's, a set's ...):
+    ``rebound`` compares them with the snapshot taken when f was read (an item bound
+    anew, added or removed): all of them, but those under ``skip``, the keys (a dict's)
+    or positions (another's) that f itself wrote (:class:`Written`)."""
 
-    __slots__ = ("container",)
+    __slots__ = ("container", "skip")
 
-    def __init__(self, container: "list | tuple | dict"):
-        self.container = container
+    def __init__(self, container: Any, skip: frozenset = frozenset()):
+        self.container, self.skip = container, skip
 
 
-def _snapshot(container: "list | tuple | dict") -> tuple:
-    """A dict's keys and values, or a list's or tuple's items (with None for its keys)."""
+def _snapshot(container: Any) -> tuple:
+    """A dict's keys and values, or another container's items (with None for its keys)."""
     if isinstance(container, dict):
         return tuple(container), tuple(container.values())
     return None, tuple(container)
 
 
-def _same(container: "list | tuple | dict", snapshot: tuple) -> bool:
-    """Whether ``container`` holds the keys and the very objects of ``snapshot``."""
+def _same(container: Any, snapshot: tuple, skip: frozenset = frozenset()) -> bool:
+    """Whether ``container`` holds the keys and the very objects of ``snapshot``: those
+    not under the keys ``skip`` of a dict; those before the first position in ``skip``
+    of another container (f's log: ``runs.append(1)`` writes on, on each eager run)."""
     keys, items = _snapshot(container)
+    if skip and keys is not None:
+        now, then = _by_key((keys, items)), _by_key(snapshot)
+        return now.keys() - skip == then.keys() - skip and all(
+            now[k] is v or _same_constant(now[k], v) for k, v in then.items() if k not in skip)
+    if skip:  # (another container's: the items before f's first)
+        end = min(skip)
+        return len(items) >= end and \
+            all(a is b or _same_constant(a, b) for a, b in zip(items[:end], snapshot[1]))
     return keys == snapshot[0] and len(items) == len(snapshot[1]) and \
-        all(a is b for a, b in zip(items, snapshot[1]))
+        all(a is b or _same_constant(a, b) for a, b in zip(items, snapshot[1]))
+
+
+def _by_key(snapshot: tuple) -> dict:
+    """A snapshot's items by their keys (a dict's) or positions (another container's)."""
+    keys, items = snapshot
+    return dict(zip(range(len(items)) if keys is None else keys, items))
+
+
+def _written(container: Any, snapshot: tuple) -> frozenset:
+    """The keys or positions whose objects in ``container`` are not ``snapshot``'s."""
+    now, then = _by_key(_snapshot(container)), _by_key(snapshot)
+    return frozenset(k for k in now.keys() | then.keys()
+                     if k not in now or k not in then or now[k] is not then[k])
+
+
+class Written(frozenset):
+    """``recording.written_by_f``: the ids of the containers that f wrote while it was
+    recorded (its own record of its runs: ``runs.append(1)``, ``STATE["calls"] += 1``),
+    with ``keys``: per id, the keys or positions it wrote, which the program does not
+    guard (``without``); the others it does (``STATE["scale"] = 5.0`` later is seen)."""
+
+    keys: dict[int, frozenset]
+
+    def __new__(cls, keys: dict[int, frozenset]) -> "Written":
+        written = super().__new__(cls, keys)
+        written.keys = keys
+        return written
 
 
 def _containers(f: Any) -> dict[int, tuple[Any, tuple]]:
@@ -311,27 +433,53 @@ def _containers(f: Any) -> dict[int, tuple[Any, tuple]]:
 
 
 def without(reads: list[tuple[Any, str, Any]], own: frozenset[int]) -> list:
-    """``reads`` less the entries of the containers whose ids are in ``own``."""
-    return [r for r in reads if not (type(r[0]) is _Items and id(r[0].container) in own)]
+    """``reads`` less what f wrote in the containers whose ids are in ``own``: the keys
+    or positions a :class:`Written` names (another set of ids: the whole container)."""
+    kept = []
+    for where, name, value in reads:
+        if type(where) is _Items and id(where.container) in own:
+            if not isinstance(own, Written):
+                continue
+            where = _Items(where.container, own.keys[id(where.container)])
+        kept.append((where, name, value))
+    return kept
 
 
 def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
     """The first name of ``reads`` (:func:`outside_reads`) that holds another object now
-    (``LR = 0.001``, ``W = W - lr * g``, ``PARAMS[0] = w2``), or None."""
+    (``LR = 0.001``, ``W = W - lr * g``, ``PARAMS[0] = w2``), or None. Another object
+    that is the same constant (``SCALE = float(cfg["scale"])`` on every step:
+    :func:`_same_constant`) is not another value."""
     for where, name, value in reads:
         if type(where) is _Items:
-            if not _same(where.container, value):
+            if not _same(where.container, value, where.skip):
+                return name
+        elif type(where) is _Code:  # (no call: this runs on every cached call)
+            if where.fn.__code__ is not value:
                 return name
         elif type(where) in (dict, MappingProxyType, _Defaults, _Slots):
-            if where.get(name, _UNBOUND) is not value:  # (a global deleted: not value)
+            now = where.get(name, _UNBOUND)  # (a global deleted: not value)
+            if now is not value and not _same_constant(now, value):
                 return name
         else:
             try:
-                if where.cell_contents is not value:
-                    return name
+                now = where.cell_contents
             except ValueError:
                 return name
+            if now is not value and not _same_constant(now, value):
+                return name
     return None
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b``, two objects, are one constant of a program, as its
+    signature keys a constant argument (``signature.constant_key``: by type and value, a
+    float by its bits: 1 is not True nor 1.0, -0.0 is not 0.0, NaN is NaN). Python's
+    plain numbers and strings only: another object may change while it is held."""
+    if type(a) is not type(b) or type(a) not in (int, float, bool, str):
+        return False
+    from .signature import constant_key  # (signature.py imports this module)
+    return bool(constant_key(a, 0) == constant_key(b, 0))
 
 
 def refused_read_only(exc: BaseException) -> bool:
@@ -486,28 +634,32 @@ def differs(a: Any, was: Any) -> bool:
     """Whether array ``a`` holds other values than its copy ``was``: NaN equals NaN,
     and -0.0 is not 0.0 (1 / x tells them apart), so NumPy's floats compare by bits."""
     if type(a) is np.ndarray:  # (one pass, without the temporaries below)
+        unit = _WORDS.get(a.dtype.itemsize)  # (by bits, as integers of the same size)
+        if unit is not None and a.dtype == was.dtype and a.shape == was.shape and \
+                a.dtype.kind in "fciub":
+            return not (a.view(unit) == was.view(unit)).all()
         if a.dtype.kind in "fc":
-            if a.flags.c_contiguous and was.flags.c_contiguous and a.dtype == was.dtype:
-                return not np.array_equal(a.reshape(-1).view(np.uint8),
-                                          was.reshape(-1).view(np.uint8))
             return not (np.array_equal(a, was, equal_nan=True) and (
                 a.dtype.kind == "c" or np.array_equal(np.signbit(a), np.signbit(was))))
         return not np.array_equal(a, was)
     return not bool(array_namespace(a).all((a == was) | ((a != a) & (was != was))))
 
 
+_WORDS = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
+
+
 class recording:
     """``with recording(f, who) as r:`` around the one run (or reading) of f that builds
     a compiled program (graph mode, ``mg.trace``, source mode). Meanwhile the tensors and
     arrays f reads from outside are read-only (:func:`read_only_arrays`); afterwards
-    ``r.written_by_f`` holds the ids of the lists and dicts f wrote: its own record of
-    its runs (``runs.append(1)``, a counter), which the recording writes and the replays
-    leave alone (chapter 04), and which the program does not guard
-    (``signature.Captured``)."""
+    ``r.written_by_f`` holds the ids of the lists and dicts f wrote, and what it wrote
+    in each (:class:`Written`): its own record of its runs (``runs.append(1)``, a
+    counter), which the recording writes and the replays leave alone (chapter 04), and
+    which the program does not guard (``signature.Captured``)."""
 
     def __init__(self, f: Any, who: str):
         self.f, self.who = f, who
-        self.written_by_f: frozenset[int] = frozenset()
+        self.written_by_f: frozenset[int] = Written({})
 
     def __enter__(self) -> "recording":
         self._before = _containers(self.f)
@@ -516,8 +668,8 @@ class recording:
         return self
 
     def __exit__(self, *exc: Any) -> Any:
-        self.written_by_f = frozenset(k for k, (c, snap) in self._before.items()
-                                      if not _same(c, snap))
+        self.written_by_f = Written({k: _written(c, snap) for k, (c, snap)
+                                     in self._before.items() if not _same(c, snap)})
         return self._arrays.__exit__(*exc)  # (raises the refusal of a write, if any)
 
 

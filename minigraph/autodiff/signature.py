@@ -35,6 +35,7 @@ weakly: a program dies with its function.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 import weakref
@@ -46,10 +47,10 @@ from array_api_compat import array_namespace
 from ..device import get_device
 from ..ops.primitive import KINDS
 from ..ops.weak import Weak
-from ..tensor import Tensor, exposed, exposures
+from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
-from .reads import arrays_in, differs, outside_reads, rebound, without
+from .reads import _users_class, arrays_in, differs, outside_reads, rebound, without
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
@@ -154,45 +155,110 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
         raise TypeError(f"argument {k} ({what}) is neither data (a tensor, an array, a "
                         f"float) nor a hashable Python value; a compiled program is built "
                         f"per value of such arguments") from None
-    if type(a).__hash__ is object.__hash__ and isinstance(getattr(a, "__dict__", None), dict):
+    if type(a).__hash__ is object.__hash__ and _fields(a) is not None:
         # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls; a
-        # model, with m.w = new_w): what its attributes hold is part of its key, so that
-        # a program built for the old ones is not reused. A plain value by its value; any
-        # other by identity (a program that read it holds it: its id is not reused), its
-        # writes in place seen as a global's are (Captured).
-        held = tuple(sorted((n, _key_of(v, k, whole) if type(v) in _PLAIN else id(v))
-                            for n, v in vars(a).items()))
-        return type(a), a, held
+        # model, with m.w = new_w): what it holds is part of its key (:func:`_held`), so
+        # that a program built for the old contents is not reused.
+        return _held(a, k, whole, set(), top=True)
     return type(a), a
 
 
 _PLAIN = (int, float, bool, str, type(None), complex)  # (attributes keyed by their value)
+_ITEMS = (list, tuple, set, frozenset, collections.deque)  # (keyed by their items)
+_DEEPEST = 100  # (levels of a constant argument's nesting that _held reads)
+
+
+def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
+          depth: int = 0) -> Any:
+    """The key of ``a``, a constant object or what it holds, as deep as f may read it
+    (``cfg.scales[0]``, ``cfg.inner.scale``, ``cfg.w[0]``), each object once (``seen``):
+    a plain value by its value; a list's, tuple's, set's or dict's items, and the user's
+    object's attributes (its ``__dict__`` or ``__slots__``; ``top``: any class's), by
+    theirs; a NumPy array by its bytes. Anything else by identity, and held
+    (:class:`_Same`: a freed object's id may be another's); a tensor among them is a
+    constant of the program, whose writes ``Captured`` sees. The cost: a pass over what
+    the object holds, on every call that passes it. (A recursion over the user's
+    objects, bounded: a constant nested deeper than ``_DEEPEST`` is refused.)"""
+    if type(a) in _PLAIN:
+        return _key_of(a, k, whole)
+    if depth > _DEEPEST:
+        raise TypeError(f"argument {k} ({type(whole).__name__}) holds values nested more "
+                        f"than {_DEEPEST} levels deep; a compiled program is built per "
+                        f"value of such an argument, keyed by all it holds: pass the "
+                        f"values f uses as arguments of their own")
+    depth += 1
+    if id(a) in seen:  # (met before: keyed there)
+        return _Same(a)
+    seen.add(id(a))
+    def key(v: Any) -> Any:
+        return _held(v, k, whole, seen, depth=depth)
+    if isinstance(a, _ITEMS):
+        return type(a), tuple(map(key, a))
+    if isinstance(a, dict):
+        return type(a), tuple((key(n), key(v)) for n, v in a.items())
+    if type(a) is np.ndarray:
+        return np.ndarray, a.shape, a.dtype.str, a.tobytes()
+    fields = _fields(a)
+    if fields is None or not (top or _users_class(type(a))):
+        return _Same(a)
+    return type(a), _Same(a), tuple(sorted((n, key(v)) for n, v in fields))
+
+
+def _fields(a: Any) -> "list[tuple[str, Any]] | None":
+    """An object's attributes: its ``__dict__``'s, and its ``__slots__``' that are set;
+    None for a value without either."""
+    own = getattr(a, "__dict__", None)
+    slots = [n for c in type(a).__mro__ for n in c.__dict__.get("__slots__", ())
+             if n not in ("__dict__", "__weakref__") and hasattr(a, n)]
+    if type(own) is not dict and not slots:
+        return None
+    return (list(own.items()) if type(own) is dict else []) + \
+        [(n, getattr(a, n)) for n in slots]
+
+
+class _Same:
+    """An object in a key by identity: equal to the key of that object alone. It holds
+    the object, so that its id is not another's while the key lives."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is _Same and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 class Captured:
     """What a compiled program read from outside its arguments when it was built: the
-    tensors among its constants, with their write stamps, and what the function it was
-    built from reads (``reads.outside_reads``: its globals and closure variables, the
+    tensors among its constants, with copies of their values, and what the function it
+    was built from reads (``reads.outside_reads``: its globals and closure variables, the
     attributes its code names, the items of the lists and dicts among them, a module's
     parameters).
 
     Such a value is a constant of the program, as in ``jax.jit``; but an in-place update
-    of a tensor (``w -= lr * g``) or of an array (``X[:] = next_batch``), or a name or an
-    item bound to another value (``LR = 0.001``, ``W = W - lr * g``, ``layer.weight =
-    ...``, ``PARAMS[0] = w2``), would leave the program computing with the old value
-    while the tape, which runs the function, uses the new one. So the program is *stale*
-    once one of them has changed, and its cache builds it again (as ``torch.compile``'s
-    guards do): every mode agrees. The check costs an identity comparison per name and
-    item read, one comparison while no tensor anywhere is written, and a comparison of
-    each NumPy or CuPy array read with its copy (NumPy writes an array without minigraph
-    seeing it, so only its values can tell: data passed as an argument costs nothing).
-    A tensor whose memory was handed out writable (``t.numpy()``, DLPack: ``tensor.expose``)
-    is such an array too: NumPy may write it unseen. One handed out after the program
-    was built makes the program stale, and the next one compares it.
+    of a tensor (``w -= lr * g``, ``W.data -= lr * g``) or of an array (``X[:] =
+    next_batch``), or a name or an item bound to another value (``LR = 0.001``, ``W = W -
+    lr * g``, ``layer.weight = ...``, ``PARAMS[0] = w2``), would leave the program
+    computing with the old value while the tape, which runs the function, uses the new
+    one. So the program is *stale* once one of them has changed, and its cache builds it
+    again (as ``torch.compile``'s guards do): every mode agrees.
+
+    The check costs an identity comparison per name and item read and per tensor (its
+    array bound anew: ``t.data = other``), and a comparison of each tensor's and array's
+    values with a copy taken when the program was built. That comparison is the only
+    sound rule: a tensor's array is the user's to write unseen (``W.data -= 3.0``,
+    PyTorch's habit, ``t.numpy()``, DLPack), as an outside NumPy array is, and NumPy
+    keeps no count of writes (torch's version counter). It reads each captured byte once
+    per call, as a program that computes with them does (``reads.differs``: some tens
+    of microseconds per megabyte), and keeps a copy of each; data passed as an argument
+    costs nothing, and so does a function that reads no tensor or array from outside.
     """
 
-    __slots__ = ("tensors", "datas", "stamps", "built_at", "reads", "arrays", "exposures",
-                 "hidden")
+    __slots__ = ("tensors", "datas", "reads", "arrays")
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
@@ -204,28 +270,21 @@ class Captured:
         self.tensors = list({id(t): t for t in list(tensors) + outside
                              if isinstance(t, Tensor)}.values())
         self.datas = [t.data for t in self.tensors]  # (t.data = other, PyTorch's habit)
-        self.built_at = tape.last_write()
-        self.stamps = [tape.write_stamp(t) for t in self.tensors]
-        self.exposures = exposures()
-        self.hidden = [t.data for t in self.tensors if not exposed(t.data)]
         watched = [a for a in outside if type(a) is not Tensor] + \
-            [t.data for t in self.tensors if exposed(t.data)]
+            [d for d in self.datas if not isinstance(d, np.generic)]  # (a NumPy scalar:
+        # immutable, a write replaces it, which the identity test sees)
         self.arrays = [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
 
     def stale(self) -> bool:
         if self.reads and rebound(self.reads) is not None:
             return True
-        if self.arrays and any(differs(a, was) for a, was in self.arrays):
-            return True
-        if not self.tensors:  # (the cached call's common case: one test, nothing more)
-            return False
-        if self.hidden and exposures() != self.exposures and any(map(exposed, self.hidden)):
-            return True
-        if any(t.data is not d for t, d in zip(self.tensors, self.datas)):
-            return True
-        if tape.last_write() <= self.built_at:
-            return False
-        return any(tape.write_stamp(t) != s for t, s in zip(self.tensors, self.stamps))
+        for t, d in zip(self.tensors, self.datas):  # (loops, not any(): the cached call's
+            if t.data is not d:                      # path, without a generator's calls)
+                return True
+        for a, was in self.arrays:
+            if differs(a, was):
+                return True
+        return False
 
 
 class Programs(dict):

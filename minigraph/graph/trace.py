@@ -42,7 +42,7 @@ from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_int
 from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
 from ..autodiff.reads import recording
 from ..autodiff import tape
-from ..autodiff.tape import enable_grad, is_grad_enabled
+from ..autodiff.tape import enable_grad, is_grad_enabled, no_grad
 from ..errors import GradientError
 from ..ops import copy as C
 from ..ops.operators import passed_as_is
@@ -110,7 +110,8 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
 
 
 def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
-           nums: tuple[int, ...] = (), who: str = "mg.trace") -> tuple[Graph, list[Node], Any]:
+           nums: tuple[int, ...] = (), who: str = "mg.trace",
+           grad: bool = True) -> tuple[Graph, list[Node], Any]:
     """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
     The arguments that are data by their signature ``key`` become placeholders; the
     others are constants of the graph. A weak Python float (its entry says so) is handed
@@ -120,7 +121,10 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
     A value f computes inside ``with mg.no_grad():`` gets a ``no_grad`` node (its table
     entry: ops/copy.py), so the graph differentiates as the tape does (PyTorch's
     torch.func.grad respects such a block too) and mg.jvp's tangents pass it, as on the
-    tape; an outer no_grad around the call does not count, as for every transformation.
+    tape; an outer no_grad around the call does not count, as for every transformation
+    that differentiates. ``grad``: the grad mode f runs in, and can observe
+    (``mg.is_grad_enabled()``): on, but ``mg.trace``'s (a transformation that does not
+    differentiate) is its caller's, as in eager mode.
 
     An argument that is the caller's tensor (or NumPy array) and not one of ``nums``,
     those differentiated, is the caller's too while f runs (``operators.passed_as_is``):
@@ -130,7 +134,7 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
     graph.eager_placement = True
     inputs, call_args = [], []
     names = _parameter_names(f, len(args))
-    with graph, enable_grad():
+    with graph, enable_grad() if grad else no_grad():
         for k, (a, entry) in enumerate(zip(args, key)):
             if entry[0] == DATA:
                 t = a if isinstance(a, Tensor) or type(a) in KINDS else tensor(a)
@@ -216,36 +220,52 @@ class Traced:
         self.nums, self.who = nums, who  # (the arguments a vjp differentiates: see record)
         self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
         self.name = getattr(f, "__name__", "f")
-        # signature -> (compiled function, single output?, graph): the one cache
+        # signature -> (compiled function, single output?, graph): the one cache; for
+        # mg.trace's calls under no_grad, programs of their own (_programs)
         self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = programs(f, "trace")
+        self.no_grad_cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = \
+            programs(f, "trace", ("no_grad",)) if who == "mg.trace" else self.cache
         self.recordings = 0  # how many times the Python body ran
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (the cached call's path: no call for none)
             refuse_keywords(kwargs, "trace")
         key = signature(args)
-        entry = self.cache.get(key)
+        # (the programs for the caller's grad mode: _programs, inline where grad is on)
+        cache = self.cache if is_grad_enabled() else self._programs(args)
+        entry = cache.get(key)
         # (a global tensor written: again; but not to run f on the tape, which needs none)
         if entry is None or entry[0].captured.stale() and not on_the_tape(entry[0]):
-            graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who)
+            graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
+                                        grad=cache is self.cache)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
-            self.cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
-        fn, one, _ = self.cache[key]
+            cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
+        fn, one, _ = cache[key]
         if on_the_tape(fn):  # (f itself, recorded by the tape: see on_the_tape)
             return self.f(*args)
         results = _call(fn, args, key)
         return results[0] if one else results
 
+    def _programs(self, args: tuple) -> dict:
+        """The programs for a call on ``args``: f runs in its caller's grad mode, as in
+        eager mode, where it may observe it (``mg.is_grad_enabled()``), so a call under
+        no_grad has programs of its own, recorded under no_grad. But not on values of a
+        transformation, which replay the program through ``bind``: an outer no_grad
+        does not stop their level, so f's values must not get ``no_grad`` nodes."""
+        if is_grad_enabled() or any(type(a) in KINDS for a in args):
+            return self.cache
+        return self.no_grad_cache
+
     def graph(self, *args: Any) -> Graph:
         """The graph recorded for these arguments' signature."""
         self(*args)
-        return self.cache[signature(args)][2]
+        return self._programs(args)[signature(args)][2]
 
     def source(self, *args: Any) -> str:
         """The compiled Python source for these arguments' signature."""
         self(*args)
-        return self.cache[signature(args)][0].source
+        return self._programs(args)[signature(args)][0].source
 
 
 def trace(f: Callable[..., Any]) -> Traced:

@@ -121,6 +121,7 @@ class SourceGrad:
     def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
         prog = cache.get(key)  # the cache: no rewriting
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
+            self._src = _read(self.f)  # (f's code may be another: f.__code__ = ...)
             try:
                 prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded)
             except RecursionError:  # (past normalize.py's walk, which names the line)

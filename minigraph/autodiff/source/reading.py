@@ -87,12 +87,14 @@ def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
 class _Source:
     """A function's parsed definition and what it can see (globals, closure cells)."""
 
-    __slots__ = ("_fn", "node", "filename", "lines", "closure", "loads", "names", "keep")
+    __slots__ = ("_fn", "code", "node", "filename", "lines", "closure", "loads", "names",
+                 "keep")
     keep: Any  # (what must outlive the function's weak reference: see _calling)
 
     def __init__(self, fn: types.FunctionType, node: ast.FunctionDef):
         self._fn = weakref.ref(fn)  # weak: the cache below must not keep fn alive
         self.node = node
+        self.code = fn.__code__  # (the code read: f.__code__ may be replaced later)
         self.filename = fn.__code__.co_filename
         self.lines = linecache.getlines(self.filename)
         self.closure = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
@@ -158,7 +160,8 @@ if hasattr(ast, "TryStar"):
 
 
 def _read(fn: Callable[..., Any]) -> _Source:
-    """Parse ``fn`` (cached) and refuse unsupported constructs before anything runs."""
+    """Parse ``fn`` (cached, per code object: ``fn.__code__ = ...`` is read anew) and
+    refuse unsupported constructs before anything runs."""
     if getattr(fn, "transformation", None) is not None or \
             (getattr(fn, "__module__", None) or "").startswith("minigraph.ops."):
         return _calling(fn)  # (mg.sin's own text binds the primitive: it is not read)
@@ -166,7 +169,7 @@ def _read(fn: Callable[..., Any]) -> _Source:
         raise TypeError(f"source_grad: expects a plain function defined with def, got "
                         f"{type(fn).__name__} {fn!r}")
     src = _SOURCES.get(fn)
-    if src is None:
+    if src is None or src.code is not fn.__code__:
         src = _parse(fn)
         _check(src)
         _SOURCES[fn] = src
