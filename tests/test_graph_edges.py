@@ -44,7 +44,7 @@ def test_a_feed_the_optimised_graph_would_ignore_is_refused():
         a, b = mg.exp(x), mg.exp(x)
     xv = np.array([1.0, 2.0])
     np.testing.assert_allclose(mg.Session(g).run(y, {x: xv, c: [5.0, 5.0]}), xv * 5.0)
-    res = optimize(g, [y, z])
+    res = optimize(g, [y, z, c, k])  # (c and k fetched too, or optimize prunes them)
     sess = mg.Session(res.graph)
     with pytest.raises(FeedError, match="'c' cannot be fed .* dropped"):
         sess.run(res[y], {res[x]: xv, res[c]: [5.0, 5.0]})

@@ -259,6 +259,14 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
                              f"build the computation inside `with mg.Graph():`")
     graph = ys[0].graph
     check_nodes(graph, ys + xs, "gradients", "node")  # (one of another graph: named, and where)
+    for x in xs:  # (a derivative with respect to x perturbs x, as a feed of x replaces it)
+        why = graph.unfeedable.get(id(x))
+        if why is not None:
+            raise GradientError(f"gradients: cannot differentiate with respect to '{x.name}' "
+                                f"({x.op}) in graph {graph.name!r}, which a pass rewrote "
+                                f"(graph/passes.py): it cannot be fed, and a derivative "
+                                f"with respect to it would be as wrong: {why}. "
+                                f"Differentiate in the original graph")
     if len(grad_ys) != len(ys):
         raise GradientError(f"gradients: {len(ys)} ys but {len(grad_ys)} grad_ys")
     for y in ys:

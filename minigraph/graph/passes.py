@@ -12,17 +12,22 @@ holds stay valid), a ``mapping`` from old nodes to new ones (to fetch and feed),
   a constant;
 * ``simplify``: ``x * 1``, ``x + -0.0``, ``x - 0``, ``x / 1`` and ``x ** 1`` are ``x`` (each
   primitive's table entry says which number is ``neutral`` where; the reverse-graph pass
-  leaves many: it seeds a scalar output's adjoint with ones).
+  leaves many: it seeds a scalar output's adjoint with ones). Where ``x`` is a
+  placeholder or a variable, ``y = x * 1`` becomes ``identity(x)``, a view, so that ``y``
+  stays a node of its own: fed, or differentiated with respect to, it means what it did.
 
-``optimize`` does the four in one walk over the graph.
+``optimize`` does the four in one walk over the graph, then prunes what the folds and
+drops left unread.
 
 The mapping serves fetches, and feeds of placeholders. A feed of another node (TF1 feeds
 any node: a constant, an intermediate) stands in for it only where the pass left it and
 its readers as they were: a constant folded into its readers would be ignored, and a node
 merged with another would reach the readers of both. The new graph lists such nodes
 (``Graph.unfeedable``, with those of its input graph where that was a pass's too), and
-Session.run and compile_graph refuse to feed them, saying why. (TF1's Grappler is told
-the feeds and keeps them; these passes run before any feed is known.)
+Session.run and compile_graph refuse to feed them, saying why, and mg.gradients to
+differentiate with respect to them (a derivative perturbs a node as a feed replaces it).
+(TF1's Grappler is told the feeds and keeps them; these passes run before any feed is
+known.)
 
 A variable is not copied: the new graph's Variable node is a :class:`SharedVariable`,
 whose value *is* the original's, so that training through one graph is seen by the
@@ -32,6 +37,7 @@ stays one). Sessions of the two graphs take one lock for that state.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -40,6 +46,7 @@ import numpy as np
 from ..autodiff.backward import collector_paused
 from ..autodiff.tape import NO_PARAMS
 from ..device import Device
+from ..ops.copy import IDENTITY
 from ..ops.primitive import register_kind
 from .graph import Graph, GraphError, Node, check_nodes, describe_location, reads_across
 from .topo import fifo_order, needed
@@ -51,6 +58,15 @@ class PassResult:
     mapping: dict[int, Node]  # id(old node) -> new node
     changes: list[str] = field(default_factory=list)
     source: Graph | None = None  # the pass's input graph, which ``mapping`` maps from
+    # why a node of ``source`` that the pass read has no node here (optimize: nothing
+    # fetched needs it once its readers were folded or dropped), by id
+    removed: dict[int, str] = field(default_factory=dict)
+    # how many nodes ``source`` had when the pass ran: a node added later is none the
+    # pass read (a graph only grows, so those it read are among the first ``known``)
+    known: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.known = 0 if self.source is None else len(self.source.nodes)
 
     def __getitem__(self, old: Node) -> Node:
         """The new node standing for ``old``; an error that says why there is none (it
@@ -62,9 +78,15 @@ class PassResult:
             raise GraphError(f"PassResult[...]: expects a node of the pass's input graph, "
                              f"got a {type(old).__name__}")
         if self.source is not None and old.graph is self.source:
+            if not any(n is old for n in self.source.nodes[:self.known]):
+                raise GraphError(f"PassResult[...]: node '{old.name}' ({old.op}) was created "
+                                 f"after the pass ran (at {describe_location(old.location)}), "
+                                 f"so the pass's graph has no node for it. Run the pass "
+                                 f"again on graph {self.source.name!r}")
+            why = self.removed.get(id(old), "nothing fetched when the pass ran needs it")
             raise GraphError(f"PassResult[...]: node '{old.name}' ({old.op}) was pruned: "
-                             f"nothing fetched when the pass ran needs it, so the new graph "
-                             f"has no node for it. Run the pass with it among the fetches")
+                             f"{why}, so the new graph has no node for it. Run the pass "
+                             f"with it among the fetches")
         source = "" if self.source is None else f" ({self.source.name!r})"
         raise GraphError(f"PassResult[...]: node '{old.name}' ({old.op}) has no node in the "
                          f"pass's graph: it is not a node of the pass's input graph{source} "
@@ -198,15 +220,15 @@ def value_key(v: object) -> Hashable:
     Neither ``repr`` nor ``==`` will do: NumPy elides a large array's ``repr`` to "...",
     so two different arrays print alike; and ``1 == 1.0 == True`` and ``0.0 == -0.0``,
     yet ``x ** 1`` and ``x ** 1.0`` have different dtypes and ``1 / -0.0`` is ``-inf``.
-    So a float is keyed by its bits (``float.hex`` keeps the sign of zero and tells NaNs
-    apart from numbers), an array by its dtype, shape and bytes, and a value of a type
-    this function does not know by its identity: such nodes merge only if they share
-    the very object, which is never wrong.
+    So a float is keyed by its bits (the sign of zero, and a NaN's sign and payload:
+    ``x * -nan`` is ``-nan``; ``float.hex`` wrote ``nan`` for them all), an array by its
+    dtype, shape and bytes, and a value of a type this function does not know by its
+    identity: such nodes merge only if they share the very object, which is never wrong.
     """
     if v is None or isinstance(v, (bool, int, str, bytes)):
         return type(v), v  # (bool before int would not matter: the type is in the key)
     if isinstance(v, float):
-        return float, v.hex()
+        return float, struct.pack("<d", v)
     if isinstance(v, (np.ndarray, np.generic)):
         a = np.ascontiguousarray(v)
         return type(v), a.dtype.str, a.shape, a.tobytes()
@@ -263,7 +285,7 @@ def fold_constants(graph: Graph, fetches: Sequence[Node]) -> PassResult:
 
 
 def _folding(changes: list[str]) -> Rewrite:
-    from ..runtime.scheduler import Step, compute
+    from ..runtime.scheduler import NodeError, Step, compute
 
     def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node | None:
         if n.prim is None or control:
@@ -285,17 +307,34 @@ def _folding(changes: list[str]) -> Rewrite:
         probe.foreign = None
         values = {id(a): a.value if not reads_across(n, a)
                   else n.device.copy_sent(a.value, a.device) for a in nodes}
-        value = compute(probe, values, [], [])
+        try:  # (a fold that signals, 1 / 0, is left to the run, and to the run's errstate)
+            with np.errstate(all="raise"):
+                value = compute(probe, values, [], [])
+        except NodeError as exc:
+            if isinstance(exc.__cause__, FloatingPointError):
+                return None
+            raise
         for a in nodes:
             new.unfeedable[id(a)] = (f"its value was folded into '{n.name}' "
                                      f"(fold_constants), which would not read a value fed here")
-        shown = repr(n.device.to_numpy(value).tolist())
         changes.append(f"fold_constants: {n.name} ({n.op}) is the constant "
-                       f"{shown if len(shown) < 60 else shown[:57] + '...'}")
+                       f"{_shown(n.device.to_numpy(value))}")
         return new._register(Node(new, n.name, "Const", None, (), NO_PARAMS, n.shape, n.dtype,
                                   n.device, n.location, value))
 
     return rewrite
+
+
+def _shown(value: Any) -> str:
+    """A folded value as a change line shows it: in full if short, else its dtype, shape
+    and first items. (A repr of the whole array, cut to one line afterwards, took seconds
+    for a 2000x2000 fold.)"""
+    array = np.asarray(value)
+    if array.size > 8:
+        first = ", ".join(repr(v) for v in array.flat[:4].tolist())
+        return f"{array.dtype}{list(array.shape)} [{first}, ...]"
+    shown = repr(array.tolist())
+    return shown if len(shown) < 60 else shown[:57] + "..."
 
 
 def _neutral_operand(n: Node, args: tuple) -> Node | None:
@@ -324,16 +363,23 @@ def _simplifying(changes: list[str]) -> Rewrite:
     def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node | None:
         kept = None if control else _neutral_operand(n, args)
         if kept is not None:
-            changes.append(f"simplify: {n.name} ({n.op}) is just {kept.name}")
+            source = kept.op in ("Placeholder", "Variable")  # (what is fed, and trained)
+            changes.append(f"simplify: {n.name} ({n.op}) is just {kept.name}"
+                           + (" (an identity of it)" if source else ""))
             unit = args[1] if args[0] is kept else args[0]
             if isinstance(unit, Node):  # (a Const: its value decided the drop)
                 new.unfeedable[id(unit)] = (
                     f"'{n.name}' read it as a neutral operand and was dropped (simplify), "
                     f"so it would not read a value fed here")
-            if kept.op != "Placeholder":  # (fed, it gives y = x * 1 its value in both graphs)
-                new.unfeedable[id(kept)] = (
-                    f"it stands for '{n.name}' too ({n.op} with a neutral operand, dropped "
-                    f"by simplify), so a value fed here would reach the readers of both")
+            if source:
+                # y = x * 1 becomes identity(x), a view: y standing for x itself, a feed of
+                # y reached the readers of x too, and x must stay feedable (a placeholder)
+                # and differentiable (a variable): marked, it was neither
+                return new._register(Node(new, n.name, IDENTITY.name, IDENTITY, (kept,),
+                                          NO_PARAMS, n.shape, n.dtype, n.device, n.location))
+            new.unfeedable[id(kept)] = (
+                f"it stands for '{n.name}' too ({n.op} with a neutral operand, dropped "
+                f"by simplify), so a value fed here would reach the readers of both")
         return kept
 
     return rewrite
@@ -348,10 +394,39 @@ def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     node that computes the same, else copied. A pass after the other would copy the
     graph once each (on a 10^5-node chain each copy takes seconds), and a fold that
     makes a constant ``1`` would wait for the next pass to simplify the ``x * 1``
-    reading it.
+    reading it. What the walk copied before its readers were folded or dropped (their
+    constant operands) is pruned afterwards: see _drop_dead.
     """
-    keep = needed(check_nodes(graph, fetches, "optimize"))
+    fetches = check_nodes(graph, fetches, "optimize")
+    keep = needed(fetches)
     pruned = [f"prune: removed {n.name} ({n.op})" for n in graph.nodes if id(n) not in keep]
     result = _run_pass(graph, fetches, _folding, _simplifying, _merging, keep=keep)
     result.changes = pruned + result.changes
-    return result
+    return _drop_dead(result, fetches)
+
+
+def _drop_dead(result: PassResult, fetches: Sequence[Node]) -> PassResult:
+    """``result`` pruned again: the walk copies a node before it meets its readers, so the
+    constants a fold read, and the unit of a dropped ``x * 1``, stay in its graph, needed
+    by no fetch (a chain of folds kept each intermediate array). The mapping goes on from
+    ``result.source``; a node that goes is said to, and why."""
+    walked = result.graph
+    ends = [result.mapping[id(f)] for f in fetches]
+    if len(needed(ends)) == len(walked.nodes):
+        return result  # (nothing is dead: no second copy of the graph)
+    pruned = prune(walked, ends)
+    assert result.source is not None  # (set by _walk)
+    mapping: dict[int, Node] = {}
+    removed: dict[int, str] = {}
+    for old in result.source.nodes:
+        mid = result.mapping.get(id(old))
+        if mid is None:
+            continue  # (pruned before the walk: said already)
+        now = pruned.mapping.get(id(mid))
+        if now is not None:
+            mapping[id(old)] = now
+        else:  # (its mark says what the rewrite of its readers did)
+            removed[id(old)] = (f"nothing fetched needs it once its readers were rewritten "
+                                f"({walked.unfeedable.get(id(mid), 'folded or dropped')})")
+            result.changes.append(f"prune: removed {old.name} ({old.op}): {removed[id(old)]}")
+    return PassResult(pruned.graph, mapping, result.changes, result.source, removed)
