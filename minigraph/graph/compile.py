@@ -30,11 +30,13 @@ array), not a constant or variable, not an output, and no view of it exists (no 
 is a primitive marked ``view``, a reshape, transpose ... that could share its memory);
 see :func:`in_place_plan`.
 
-What the function does with state and failures is what a Session's run does: an Assign's
-variable stores a copy of the value, made after every line has run (so a failed call
-changes no variable, and no array the caller holds, fed or returned, is the variable's);
-a kernel that fails raises the Session's ``NodeError``, which names the node and the
-user's line that made it (:func:`_naming_failures` finds it from the traceback).
+What the function does with state and failures is what a Session's run does: where it
+reads or assigns a variable, it runs under the graph's state lock (a Session's runs take
+it too, so concurrent calls and runs lose no update); an Assign's variable stores a copy
+of the value, made after every line has run (so a failed call changes no variable, and
+no array the caller holds, fed or returned, is the variable's); a kernel that fails
+raises the Session's ``NodeError``, which names the node and the user's line that made
+it (:func:`_naming_failures` finds it from the traceback).
 """
 
 from __future__ import annotations
@@ -62,11 +64,13 @@ class CompiledFunction:
     captured: Captured  # the tensors it read from outside (set by mg.trace's _compile)
 
     def __init__(self, source: str, fn: Any, inputs: list[Node], outputs: list[Node],
-                 lines: dict[int, tuple[Node, list[str | None]]] | None = None):
+                 lines: dict[int, tuple[Node, list[str | None]]] | None = None,
+                 single: bool = False):
         self.source = source
         self.raw = _naming_failures(fn, lines or {})  # takes and returns device arrays
         self.inputs = inputs
         self.outputs = outputs
+        self.single = single  # compiled for one output node: a call returns its tensor
         # Per output: its device, and whether the caller must get a copy. A constant's
         # or variable's value is the graph's own buffer (a zero gradient, say), returned
         # by every call; an input returned as an output (the gradient of x * y with
@@ -81,13 +85,14 @@ class CompiledFunction:
                        for k, (n, r) in enumerate(zip(outputs, roots))]
         self.copied = any(self.copies)
 
-    def __call__(self, *args: Any) -> tuple[Tensor, ...]:
+    def __call__(self, *args: Any) -> Tensor | tuple[Tensor, ...]:
         if len(args) != len(self.inputs):
             raise TypeError(f"compiled function takes {len(self.inputs)} inputs "
                             f"({', '.join(n.name for n in self.inputs)}), got {len(args)}")
         # (each argument checked as a feed is: the code was written for the inputs' shapes
         # and dtypes, and a float cast to an int input would lose its fraction)
-        return self.wrap(self.raw(*[fed_value(n, a) for a, n in zip(args, self.inputs)]))
+        results = self.wrap(self.raw(*[fed_value(n, a) for a, n in zip(args, self.inputs)]))
+        return results[0] if self.single else results  # (as Session.run(y) gives y's value)
 
     def wrap(self, values: Sequence[Any]) -> tuple[Tensor, ...]:
         """The raw function's results as the caller's tensors (copied where said above)."""
@@ -156,9 +161,11 @@ def own_copy(value: Any, device: Device) -> Any:
     return value if isinstance(value, np.generic) else device.xp.asarray(value, copy=True)
 
 
-def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
-                  name: str = "compiled") -> CompiledFunction:
+def compile_graph(graph: Graph, inputs: Sequence[Node] | Node,
+                  outputs: Sequence[Node] | Node, name: str = "compiled") -> CompiledFunction:
     """Python source computing ``outputs`` from ``inputs``, compiled with compile/exec.
+    Each is a list of nodes or one node; the function returns a tuple of tensors, or,
+    for one output node (not in a list), its tensor alone, as ``Session.run`` does.
 
     (With the cyclic garbage collector paused, as the passes and the reverse sweep pause
     it: the bookkeeping below makes a list or two per node while the whole graph is
@@ -168,9 +175,10 @@ def compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
         return _compile_graph(graph, inputs, outputs, name)
 
 
-def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node],
-                   name: str) -> CompiledFunction:
+def _compile_graph(graph: Graph, inputs: Sequence[Node] | Node,
+                   outputs: Sequence[Node] | Node, name: str) -> CompiledFunction:
     check_graph(graph, "compile_graph")
+    single = isinstance(outputs, Node)
     inputs = check_nodes(graph, inputs, "compile_graph", "input")
     outputs = check_nodes(graph, outputs, "compile_graph", "output")
     for n in inputs:  # (an input is fed at every call)
@@ -199,11 +207,17 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
     assigns: list[tuple[str, str, str]] = []  # (variable's holder, value, device) per Assign
     into = in_place_plan(order, fed, outputs)
     dead = last_uses(order, fed, outputs)
+    # A program that reads or assigns variables runs under the graph's state lock, as a
+    # Session's run of the same nodes does: two threads that each read v and assign v + 1
+    # would otherwise both read the old value, and one update would be lost. (Only there:
+    # a program without state takes no lock, and runs in parallel with itself.)
+    stateful = any(n.op in ("Variable", "Assign") for n in order)
+    header = 2 if stateful else 1  # the source's lines before the nodes': def (and with)
     for node in order:
         if id(node) not in fed:
             lines.append(_line(node, local, names, assigns, into.get(id(node))))
-            at[len(lines) + 1] = (node, [local[id(a)] if isinstance(a, Node) else None
-                                         for a in node.args])  # (line 1 is the def)
+            at[len(lines) + header] = (node, [local[id(a)] if isinstance(a, Node) else None
+                                              for a in node.args])
             if id(node) in dead:
                 freed = ", ".join(local[id(n)] for n in dead[id(node)])
                 lines.append(f"    del {freed}  # last use")
@@ -213,10 +227,16 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node], outputs: Sequence[Node]
     lines += [f"    {var}.value = {dev}.copy_from({value}, {dev})" for var, value, dev in assigns]
     outs = ", ".join(local[id(n)] for n in outputs)
     lines.append(f"    return ({outs},)" if outputs else "    return ()")
+    if stateful:
+        from ..runtime.session import _state_lock  # (the runtime builds on graph)
+
+        lock = names.constant(_state_lock(graph), "state_lock")
+        lines = [f"    with {lock}:  # variables: one run at a time"] + [
+            "    " + line for line in lines]
     params = ", ".join(local[id(n)] for n in inputs)
     source = f"def {name}({params}):\n" + "\n".join(lines) + "\n"
     fn = define(source, name, f"<minigraph compiled {name} {id(source):x}>", names.namespace)
-    return CompiledFunction(source, fn, inputs, outputs, at)
+    return CompiledFunction(source, fn, inputs, outputs, at, single)
 
 
 def in_place_plan(order: list[Node], fed: set[int], outputs: list[Node]) -> dict[int, Node]:

@@ -676,7 +676,16 @@ def check_graph(graph: Any, who: str) -> Graph:
 def check_nodes(graph: Graph, nodes: Any, who: str, role: str = "fetch") -> list[Node]:
     """``nodes`` as a list, each a node of ``graph``; else an error naming ``who`` (a
     function or a tensor among them failed deep inside with an AttributeError, a node of
-    another graph with a KeyError, after pruning the whole graph)."""
+    another graph with a KeyError, after pruning the whole graph). One node is a list of
+    that node, as ``Session.run(y)`` takes it."""
+    if isinstance(nodes, Node):
+        # (not list(nodes): a node is iterable, and its items are new getitem nodes
+        # added to the user's graph; a 0-d node cannot be iterated at all)
+        return check_nodes(graph, [nodes], who, role)
+    if isinstance(nodes, (str, Tensor)) or not isinstance(nodes, Iterable):
+        # (a name's letters, a tensor's rows, were each taken for one)
+        raise GraphError(f"{who}: expects a node or a list of nodes as its {role}s, got "
+                         f"a {type(nodes).__name__}; write [node, ...]")
     nodes = list(nodes)
     for k, n in enumerate(nodes):
         if not isinstance(n, Node):
@@ -789,8 +798,18 @@ def _refuse_changing_cast(array: Any, dtype: np.dtype, target: str, who: str, ma
     if not np.can_cast(dtype, target, "same_kind"):
         raise error(f"{who}: a value of dtype {dtype} cannot be {made} of dtype {target} "
                     f"{where}")
-    if dtype.kind in "iu" and array.size and not np.can_cast(dtype, target, "safe"):
+    if dtype.kind in "iu" and array.size and not _holds_every(dtype, np.dtype(target)):
         _check_integers_fit(np.asarray(array), np.dtype(target), who, where, error)
+
+
+def _holds_every(dtype: np.dtype, target: np.dtype) -> bool:
+    """Whether ``target`` holds every integer of the integer dtype ``dtype`` exactly.
+    NumPy's "safe" casts are not all exact: int64 -> float64 is safe to NumPy, yet a
+    float64 has 53 bits of mantissa and rounds 2**53 + 1 to 2**53. A float holds every
+    integer of up to its mantissa's bits and the implicit leading one (float32: 24)."""
+    if target.kind == "f":
+        return np.iinfo(dtype).bits - (dtype.kind == "i") <= np.finfo(target).nmant + 1
+    return bool(np.can_cast(dtype, target, "safe"))
 
 
 def _check_integers_fit(array: Any, target: np.dtype, who: str, where: str,
@@ -810,7 +829,8 @@ def _check_integers_fit(array: Any, target: np.dtype, who: str, where: str,
     if changed.size:
         raise error(f"{who}: {changed.size} of the {array.dtype} values (e.g. "
                     f"{int(changed.flat[0])}) have no exact {target}, which would round "
-                    f"them; give floats, or a wider dtype {where}")
+                    f"them; give floats{', or a wider dtype' if target.itemsize < 8 else ''} "
+                    f"{where}")
 
 
 def _changed_by_cast(array: Any, target: np.dtype) -> Any:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import copy as C
 from . import elementwise as E
 from .primitive import Primitive, bind, bind_one, bind_two, register_kind
@@ -41,7 +43,6 @@ class Weak:
 
     __slots__ = ("value",)
     _priority = 30  # above graph nodes (10) and source variables (20), below every level
-    __array_ufunc__ = None  # NumPy defers to our operators (np.float64(2) * s)
 
     def __init__(self, value: Any):
         self.value = value
@@ -102,6 +103,23 @@ class Weak:
     def item(self) -> Any: return self.value.item()
     def numpy(self) -> Any: return self.value.numpy()
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        # (without it, NumPy read the value as an opaque object: np.asarray(s) was an
+        # object array, which failed later as "dtype object is not supported"; now a
+        # graph node's or a source variable's own refusal says what happened, and why)
+        return np.asarray(self.value, dtype=dtype, copy=copy)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy's operator on a NumPy value and this one (``np.float64(2) * s`` calls
+        np.multiply) is answered by our own operator, as it is for a Python float; any
+        other NumPy function (``np.sqrt(s)``) needs the number, and gets the recording's
+        refusal from np.asarray (a TracedValueError naming the argument and its line)."""
+        names = _NUMPY_OPERATORS.get(ufunc)
+        if method == "__call__" and names is not None and len(inputs) == 2 and not kwargs:
+            a, b = inputs
+            return getattr(self, names[0])(b) if a is self else getattr(self, names[1])(a)
+        return getattr(ufunc, method)(*[np.asarray(x) for x in inputs], **kwargs)
+
     def _kind(self) -> str:  # (what an error calls it, as ArrayOps._kind)
         return "float argument of a function being recorded (mg.trace, graph or source mode)"
 
@@ -110,6 +128,17 @@ class Weak:
 
 
 register_kind(Weak)
+
+# The ufunc NumPy calls for an operator -> Weak's method for it, with the weak value on the
+# left and on the right (reflected: ``2 < s`` is ``s > 2``)
+_NUMPY_OPERATORS = {
+    np.add: ("__add__", "__radd__"), np.subtract: ("__sub__", "__rsub__"),
+    np.multiply: ("__mul__", "__rmul__"), np.divide: ("__truediv__", "__rtruediv__"),
+    np.power: ("__pow__", "__rpow__"), np.floor_divide: ("__floordiv__", "__rfloordiv__"),
+    np.remainder: ("__mod__", "__rmod__"), np.matmul: ("__matmul__", "__rmatmul__"),
+    np.less: ("__lt__", "__gt__"), np.less_equal: ("__le__", "__ge__"),
+    np.greater: ("__gt__", "__lt__"), np.greater_equal: ("__ge__", "__le__"),
+    np.equal: ("__eq__", "__eq__"), np.not_equal: ("__ne__", "__ne__")}
 
 
 def _inner(v: Any) -> Any:
