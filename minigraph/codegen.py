@@ -24,7 +24,13 @@ devices, constants) must never be names of its own variables: a local ``k_mul`` 
 hide the kernel. :class:`Names` gives every identifier of one function out of one set,
 so a collision gets a suffix (``k_mul_1``) instead of a wrong result. (A source program's
 variables are named before its text is written, by ``autodiff/source/tidy.py``; its
-globals start with ``_``, ``_k_mul``, ``_xp``, which no name made there does.)
+globals start with ``_``, ``_k_mul``, ``_xp``, which no name made there does.) The
+builtins that :func:`literal` writes calls of (:data:`BUILTINS`) are read from the
+namespace too, so no variable may take their names either.
+
+A name is compared as Python compares it: Python reads an identifier in its NFKC form
+(``ｍｕｌ``, fullwidth, *is* ``mul``, and ``x²`` is ``x2``), so :meth:`Names.identifier`
+normalises first, then keeps only what an identifier may hold.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import keyword
 import linecache
 import math
+import unicodedata
 import weakref
 from typing import Any, Callable, Hashable, Iterable
 
@@ -41,6 +48,11 @@ from .ops.primitive import Primitive
 # The types whose ``repr`` is Python that evaluates to an equal value. Exactly these
 # types: a NumPy scalar is a subclass of float but its repr is ``np.float64(2.0)``.
 LITERALS = (bool, int, float, str, type(None))
+
+# The builtins :func:`literal` writes calls of (``float('inf')``, ``slice(1, None, None)``):
+# a variable of a generated function named like one would hide it, so no generated
+# function's variable is given these names (here, and in ``autodiff/source/compiled.py``).
+BUILTINS = ("float", "slice")
 
 
 def literal(value: Any, name: Callable[[Any], str]) -> str:
@@ -78,7 +90,8 @@ class Names:
     def __init__(self, prefix: str = "", taken: Iterable[str] = (),
                  spell: Callable[[Any], str | None] | None = None):
         self.prefix = prefix
-        self.taken = set(taken)  # every identifier in use: variables, and globals given out
+        # every identifier in use: variables, globals given out, the builtins written
+        self.taken = {unicodedata.normalize("NFKC", t) for t in taken} | set(BUILTINS)
         self.spell = spell
         self.namespace: dict[str, Any] = {}
         self.devices: dict[str, Device] = {}  # (the devices among the namespace's values)
@@ -86,10 +99,14 @@ class Names:
 
     def identifier(self, text: str) -> str:
         """A new identifier made of ``text``: ``gradients/mul_1`` -> ``gradients_mul_1``,
-        with a suffix if taken (``mul_1``), ``v_`` before a keyword or a leading digit."""
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in text) or "v"
-        if base[0].isdigit() or keyword.iskeyword(base):
-            base = "v_" + base
+        with a suffix if taken (``mul_1``), ``v_`` before a keyword, ``__debug__`` or what
+        cannot start one (a digit). ``text`` is taken in the NFKC form Python reads it in
+        (fullwidth ``ｍｕｌ`` is ``mul``, ``w₁`` is ``w1``), so that two names that
+        Python reads as one are told apart here too."""
+        text = unicodedata.normalize("NFKC", text)
+        base = "".join(c if ("_" + c).isidentifier() else "_" for c in text) or "v"
+        if not base.isidentifier() or keyword.iskeyword(base) or base == "__debug__":
+            base = "v_" + base  # (__debug__ is a constant: it cannot be assigned)
         name, k = base, 1
         while name in self.taken:
             name, k = f"{base}_{k}", k + 1

@@ -15,17 +15,18 @@ import functools
 import inspect
 import itertools
 import math
+import re
 import sys
 from collections import Counter
-from typing import Any, Callable, cast
+from typing import Any, Callable, NamedTuple, cast
 
 import numpy as np
 
-from ...codegen import LITERALS, Names, define
+from ...codegen import BUILTINS, LITERALS, Names, define
 from ...device import Device, get_device
 from ...errors import GradientError
-from ...graph.compile import CompiledFunction, compile_graph, own_copy
-from ...graph.graph import Graph
+from ...graph.compile import CompiledFunction, _naming_failures, compile_graph, own_copy
+from ...graph.graph import Graph, Node
 from ...ops.operators import caller_held
 from ...ops.primitive import KINDS
 from ...ops.weak import Weak, strong
@@ -108,7 +109,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     saved, _writing.writer = _writing.writer, writer
     try:
         inputs, call_args = _inputs(src, args, nums, params, writer, signature)
-        norm = _Normaliser(writer)
+        norm = _Normaliser(writer, taken={*params, *_GLOBALS})
         names = [p.name for p in inspect.signature(src.fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         norm.passed = {names[k]: what for k, what in
@@ -128,14 +129,17 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         _writing.writer = saved
     runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
-                   writer, single, signature, seed, written_by_f)
+                   writer, single, signature, seed, written_by_f, norm.index_names,
+                   norm.places)
 
 
-# The names the program's text reads from its namespace. A parameter of f named like one
-# would hide it (``def grad_f(mg, x): a = mg.sin(x)``), and so would one starting with _,
-# as the globals of the kernel text do (``_k_sin``, ``_xp``): such a parameter is renamed
-# in the program (``mg_1``), which is called by position.
-_GLOBALS = ("mg", "range", "reversed")
+# The names the program's text reads from its namespace, the builtins its literals call
+# included (``float('inf')``: codegen.BUILTINS). A parameter of f named like one would
+# hide it (``def grad_f(mg, x): a = mg.sin(x)``), and so would one starting with _, as
+# the globals of the kernel text do (``_k_sin``, ``_xp``): such a parameter is renamed
+# in the program (``mg_1``), which is called by position. (Loop indices likewise:
+# normalize.py's ``index_name``.)
+_GLOBALS = ("mg", "range", "reversed", *BUILTINS)
 
 
 def _program_params(names: list[str]) -> list[str]:
@@ -209,21 +213,28 @@ def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> Src
 def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: list,
             backward: list, out: SrcVar, grads: list[SrcVar], pairs: list, writer: _Writer,
             single: bool, signature: tuple, seed: SrcVar | None = None,
-            written_by_f: frozenset[int] = frozenset()) -> Program:
+            written_by_f: frozenset[int] = frozenset(),
+            indices: set[str] | frozenset[str] = frozenset(),
+            places: dict[int, tuple[Line, tuple[str, int]]] | None = None) -> Program:
     """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
     last parameter, after f's. ``written_by_f``: the lists and dicts f wrote while it
-    was read (``reads.recording``), which the program does not guard."""
+    was read (``reads.recording``), which the program does not guard. ``indices``: the
+    names the loop indices were given (``normalize.py``), already in the text;
+    ``places``: the user's line of each forward line (``_Normaliser.places``)."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
-    namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack"},
-                   writer.reserved)
+    # (the name the def statement gives: the function's __name__ may be no identifier)
+    name = f"{'vjp' if seed is not None else 'grad'}_{src.node.name}"
+    # Every name the texts use is taken: the parameters, the globals, the stack, the
+    # loop indices, and the names their def statements bind in the namespace (the
+    # program's, the primal's), which a constant of that name would be replaced by.
+    namer = _Namer(set(params) | {*_GLOBALS, "stack", "_stack", *indices, name,
+                                  src.node.name}, writer.reserved)
     consts: dict[int, tuple[Any, str]] = {}
     _name_all(namer, forward, backward, out, consts, writer.hints, seed)
     _collect_consts(whole, namer, consts, writer.hints)
     if seed is not None:
         runtime = runtime + [seed]
-    # (the name the def statement gives: the function's __name__ may be no identifier)
-    name = f"{'vjp' if seed is not None else 'grad'}_{src.node.name}"
     returned = [out] + grads
     loops = any(isinstance(s, (For, If)) for s in whole)
     source, primal, kernel_text = _texts(
@@ -237,12 +248,19 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
+        # Where a kernel's failure says its line was written: the user's line of a
+        # forward line; f's def for the others (the reverse sweep's lines are not placed)
+        known, start = places or {}, (src.filename, src.node.lineno)
+
+        def where(line: Line) -> tuple[str, int]:
+            return known[id(line)][1] if id(line) in known else start
         if not loops:
-            prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned)
+            prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned,
+                                                           where)
         else:
             assert kernel_text is not None  # (written for every program with loops)
             prog.kernels, prog.gradient_kernels = _loop_kernels(name, *kernel_text, consts,
-                                                                returned)
+                                                                returned, whole, where)
     return prog
 
 
@@ -311,20 +329,54 @@ def _function(name: str, params: list[str], body: list[str], ret: str, consts: d
     return f"def {name}({', '.join(params)}):\n" + "\n".join(body + [f"    return {ret}"]) + "\n"
 
 
-def _loop_kernels(name: str, source: str, names: Names, consts: dict, returned: list[SrcVar]
+class _Failed(NamedTuple):
+    """What a failure of a line of the kernel text names (``scheduler.node_failure``
+    reads these of a graph node): the variable it assigns, its primitive, its arguments
+    and the user's line that wrote it."""
+    name: str
+    op: str
+    args: tuple
+    location: tuple[str, int]
+
+
+def _loop_kernels(name: str, source: str, names: Names, consts: dict, returned: list[SrcVar],
+                  lines: list, where: Callable[[Line], tuple[str, int]]
                   ) -> tuple[_LoopKernels, _LoopKernels]:
     """A program with loops or run-time ifs as kernels on arrays: the text ``render.py``
     wrote with kernel calls, defined with the kernels, the device's array module and the
-    constants' arrays; once for (value, *gradients) and once for the gradients alone."""
+    constants' arrays; once for (value, *gradients) and once for the gradients alone.
+    A kernel that fails raises the ``NodeError`` graph compilation's does, naming the
+    variable its line assigns and the user's line (``where``) that wrote it."""
     namespace = {**names.namespace, "_xp": returned[0].device.xp}
     namespace.update({cname: value.data if isinstance(value, Tensor) else value
                       for value, cname in consts.values()})
-    raw = define(source, name, f"<source_grad {name} kernels>", namespace)
+    raw = define(source, name, f"<source_grad {name} kernels {id(source):x}>", namespace)
+    # each line ``v = _k_div(...)`` of the text: the program's line of that variable and
+    # primitive (a loop's variable is assigned on several lines), and the names of the
+    # arguments it reads by name (not those written into it inline)
+    kernels = {given: cast(tuple, key)[1] for key, given in names.given.items()
+               if cast(tuple, key)[0] == "kernel"}  # (_k_div -> div)
+    ops: dict[tuple[str | None, str], Line] = {}
+    for s in _walk(lines):
+        if isinstance(s, Line) and isinstance(s.expr, Op):
+            ops.setdefault((s.targets[0].name, s.expr.prim.name), s)
+    at: dict[int, tuple[Any, list[str | None]]] = {}
+    for k, text in enumerate(source.splitlines(), 1):
+        target, _, call = text.strip().partition(" = ")
+        line = ops.get((target, kernels.get(call.split("(", 1)[0], "")))
+        if line is not None:
+            e = cast(Op, line.expr)
+            read = [a.name if type(a) is SrcVar and re.search(rf"\b{a.name}\b", call)
+                    else None for a in e.args]
+            at[k] = (_Failed(cast(str, line.targets[0].name), e.prim.name, e.args,
+                             where(line)), read)
+    raw = _naming_failures(raw, cast("dict[int, tuple[Node, list[str | None]]]", at))
     devices = [v.device for v in returned]
     return _LoopKernels(source, raw, devices), _LoopKernels(source, raw, devices, value=False)
 
 
-def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar]
+def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVar],
+             where: Callable[[Line], tuple[str, int]]
              ) -> tuple[CompiledFunction, CompiledFunction]:
     """A straight-line program as kernels on arrays: its lines as a graph
     (``minigraph/graph``) that graph compilation compiles, once for (value, *gradients)
@@ -333,6 +385,7 @@ def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVa
     results that are the caller's own."""
     device = returned[0].device
     graph, nodes = Graph(name), cast("dict[int, Any]", {})
+    placed: list[tuple[Any, tuple[str, int]]] = []  # a line's node, the user's line
 
     def node(v: Any) -> Any:  # a variable's node; numbers, arrays as graph.add takes them
         if type(v) is SrcVar and id(v) not in nodes:  # a tensor f read: a constant
@@ -351,9 +404,14 @@ def _kernels(name: str, runtime: list[SrcVar], lines: list, returned: list[SrcVa
             else:  # a Fill
                 made = [graph.constant(Tensor(device.full(e.shape, e.value, e.dtype), device),
                                        name=names[0])]
+            if not isinstance(e, Ref):  # (a node made here, for this line)
+                placed.append((made[0], where(line)))
             nodes.update(zip(map(id, line.targets), made))
     for n in graph.nodes:  # (where it was built: not a line of f to write in a comment)
         n.location = None
     inputs, outputs = [nodes[id(v)] for v in runtime], [node(v) for v in returned]
-    return (compile_graph(graph, inputs, outputs, name),
-            compile_graph(graph, inputs, outputs[1:], name))
+    compiled = (compile_graph(graph, inputs, outputs, name),
+                compile_graph(graph, inputs, outputs[1:], name))
+    for n, at in placed:  # (once the texts are written: a kernel's failure names it)
+        n.location = at
+    return compiled

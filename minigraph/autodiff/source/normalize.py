@@ -23,7 +23,7 @@ import itertools
 import math
 import operator
 import types
-from typing import Any, Callable, NamedTuple, cast
+from typing import Any, Callable, Iterable, NamedTuple, cast
 
 import numpy as np
 
@@ -121,8 +121,19 @@ class _Normaliser:
     a static ``if``) and runs it now; what depends on the inputs' values becomes lines.
     """
 
-    def __init__(self, writer: _Writer):
+    def __init__(self, writer: _Writer, taken: Iterable[str] = ()):
         self.w = writer
+        # Loop indices keep the user's names in the text (``for i in range(n)``), written
+        # before the other variables are named (tidy.py's _Namer): one is renamed where
+        # its name is already the program's, a parameter or global (``taken``) or an
+        # enclosing loop's index (``indices``, an inlined helper's loop inside its
+        # caller's), and the names given (``index_names``) are taken for the others.
+        self.taken = set(taken)
+        self.indices: list[str] = []  # the enclosing loops' indices, by the program's names
+        self.index_names: set[str] = set()
+        # id(line) -> (the line, the user's file and line that wrote it), for errors of
+        # kernels on arrays (compiled.py); the line is kept so that its id stays its own
+        self.places: dict[int, tuple[Line, tuple[str, int]]] = {}
         self.stack: list[_Source] = []  # the functions being run (inlined calls nest)
         # the names the statement being run binds to a call's result (h = step(h)): they
         # do not hold what the call updates; and, for each caller of an inlined call, its
@@ -189,12 +200,16 @@ class _Normaliser:
             for k, stmt in enumerate(stmts):
                 self.w.where = self.src.where(stmt)
                 self.rebinding = frozenset()  # (s_Assign says which, for its call)
-                absorbed = _absorb(stmts, k)
-                if absorbed is not None:  # if c: return a / rest == if c: return a else: rest
-                    return self.s_If(absorbed, env)
-                result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
-                if result is not None:
-                    return result
+                start, block = len(self.w.block), self.w.block
+                try:
+                    absorbed = _absorb(stmts, k)
+                    if absorbed is not None:  # if c: return a / rest == if c: return a else: rest
+                        return self.s_If(absorbed, env)
+                    result = getattr(self, "s_" + type(stmt).__name__, self.s_unknown)(stmt, env)
+                    if result is not None:
+                        return result
+                finally:
+                    self.place(block[start:], self.w.where)
             return None
         except RecursionError:  # (caught in the innermost block: where is its statement)
             raise _too_deep(self.w.where or self.src.where()) from None
@@ -679,7 +694,7 @@ class _Normaliser:
                   ) -> tuple[Index, list, dict, dict, set]:
         """The loop's index, its body written once, its loop variables, what each carried
         name holds at the end of the body, and the names of the weak loop variables."""
-        index = Index(name, _loop_values(rng, self.loops))
+        index = Index(self.index_name(name), _loop_values(rng, self.loops))
         # What each loop variable is (shape, dtype, device, active) comes from its value
         # before the loop and at the end of the body, so writing the body may change it
         # (h = 0.0 becomes a tensor; an inactive h is assigned an active value): the body
@@ -713,10 +728,12 @@ class _Normaliser:
                 body_env[key] = _flat(self.origin(n, env)) | top if n in env else top
             before = _sharing(body_env, names)
             self.loops += 1
+            self.indices.append(index.text)
             try:
                 body, _ = self.sub_block(node.body, body_env)
             finally:
                 self.loops -= 1
+                self.indices.pop()
             ends = {n: body_env.get(n, _MISSING) for n in carried}
             self.end_origins = {n: body_env["<origin>" + n] for n in carried
                                 if "<origin>" + n in body_env}
@@ -730,6 +747,28 @@ class _Normaliser:
             if settled == specs and _sharing(body_env, names) == before:
                 return index, body, lvs, ends, weak
             specs = settled
+
+    def place(self, block: list, where: Where) -> None:
+        """Remember ``where`` as the user's line of the lines in ``block`` that have none
+        yet (an inner statement's lines were placed at its own line, before)."""
+        for stmt in _walk(block):
+            if isinstance(stmt, Line):
+                self.places.setdefault(id(stmt), (stmt, (where.filename, where.lineno)))
+
+    def index_name(self, name: str) -> str:
+        """The program's name for the index the user named ``name``: the user's, unless
+        the program's text uses it already (a parameter, a global, an enclosing loop's
+        index) or it starts with _ as the kernel text's globals do (``_xp``); then the
+        first free of ``k_1``, ``k_2`` ... (``_xp`` -> ``xp``). The same for every round
+        of one loop's body (the enclosing loops are the same)."""
+        used = self.taken | set(self.indices)
+        if name in used or name.startswith("_"):
+            base = name.strip("_") or "i"
+            name = next(n for n in itertools.chain([base], (f"{base}_{k}" for k in
+                                                             itertools.count(1)))
+                        if n not in used and n not in self.w.reserved)
+        self.index_names.add(name)
+        return name
 
     def settle(self, name: str, init: Any, end: Any, spec: _Spec | None) -> _Spec | None:
         """What loop variable ``name`` must be, after a round that ended with ``end``: None

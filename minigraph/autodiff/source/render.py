@@ -62,8 +62,9 @@ class _Text:
         self.consts = consts  # id(value) -> (value, name)
         # With ``kernels``, kernels on arrays instead of mg. calls: the names of kernels
         # and devices (``_k_sin``, ``_dev_cpu``), bound in ``names.namespace``. They start
-        # with _, as the program's own names (tidy.py) never do but _t1 and _stack.
-        self.names = Names("_", spell=self.spell) if kernels else None
+        # with _, as the program's own names (tidy.py) never do but _t1 and _stack; the
+        # array namespace ``_xp`` and the stack are the text's own (compiled.py binds _xp).
+        self.names = Names("_", ("_xp", "_stack"), self.spell) if kernels else None
         self.counts = counts  # how often each variable is read
         # The temporaries to write inline, as a first pass (``inlined`` None, planning)
         # chose them: those whose text is short; ``used`` are those really written inline.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import keyword
+import unicodedata
 from typing import Any, Iterator
 
 from .program import For, If, Line, Ref, _uses, _walk
@@ -140,9 +141,11 @@ class _Namer:
         self.counter = itertools.count(1)
 
     def free(self, name: str, claim: bool = False) -> bool:
-        # (not a name starting with _: the kernel text's globals do, _k_sin and _xp)
+        # (not a name starting with _: the kernel text's globals do, _k_sin and _xp; and
+        # only a name in the NFKC form Python reads it in: a __name__ "ｍｇ" is mg)
         return (name.isidentifier() and not keyword.iskeyword(name) and name not in self.taken
-                and not name.startswith("_") and (claim or name not in self.reserved))
+                and not name.startswith("_") and (claim or name not in self.reserved)
+                and unicodedata.normalize("NFKC", name) == name)
 
     def take(self, name: str) -> str:
         self.taken.add(name)
