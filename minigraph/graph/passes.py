@@ -425,8 +425,8 @@ def _drop_dead(result: PassResult, fetches: Sequence[Node]) -> PassResult:
         now = pruned.mapping.get(id(mid))
         if now is not None:
             mapping[id(old)] = now
-        else:  # (its mark says what the rewrite of its readers did)
-            removed[id(old)] = (f"nothing fetched needs it once its readers were rewritten "
-                                f"({walked.unfeedable.get(id(mid), 'folded or dropped')})")
-            result.changes.append(f"prune: removed {old.name} ({old.op}): {removed[id(old)]}")
+        else:
+            removed[id(old)] = "nothing fetched needs it once its readers were folded or dropped"
+            result.changes.append(f"prune: removed {old.name} ({old.op}), read only by what "
+                                  f"was folded or dropped")
     return PassResult(pruned.graph, mapping, result.changes, result.source, removed)
