@@ -37,6 +37,7 @@ stays one). Sessions of the two graphs take one lock for that state.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
@@ -359,11 +360,13 @@ def simplify(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     return _run_pass(graph, fetches, _simplifying)
 
 
-def _simplifying(changes: list[str]) -> Rewrite:
+def _simplifying(changes: list[str], identities: bool = True) -> Rewrite:
+    """``identities``: see :func:`optimize`."""
     def rewrite(new: Graph, n: Node, args: tuple, control: tuple) -> Node | None:
         kept = None if control else _neutral_operand(n, args)
         if kept is not None:
-            source = kept.op in ("Placeholder", "Variable")  # (what is fed, and trained)
+            # (what is fed, and trained)
+            source = identities and kept.op in ("Placeholder", "Variable")
             changes.append(f"simplify: {n.name} ({n.op}) is just {kept.name}"
                            + (" (an identity of it)" if source else ""))
             unit = args[1] if args[0] is kept else args[0]
@@ -377,15 +380,16 @@ def _simplifying(changes: list[str]) -> Rewrite:
                 # and differentiable (a variable): marked, it was neither
                 return new._register(Node(new, n.name, IDENTITY.name, IDENTITY, (kept,),
                                           NO_PARAMS, n.shape, n.dtype, n.device, n.location))
-            new.unfeedable[id(kept)] = (
-                f"it stands for '{n.name}' too ({n.op} with a neutral operand, dropped "
-                f"by simplify), so a value fed here would reach the readers of both")
+            if kept.op != "Placeholder":  # (identities=False: fed, a placeholder gives
+                new.unfeedable[id(kept)] = (  # y = x * 1 its value in both graphs)
+                    f"it stands for '{n.name}' too ({n.op} with a neutral operand, dropped "
+                    f"by simplify), so a value fed here would reach the readers of both")
         return kept
 
     return rewrite
 
 
-def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
+def optimize(graph: Graph, fetches: Sequence[Node], identities: bool = True) -> PassResult:
     """prune, cse, fold_constants, simplify; the mapping goes from the original graph.
 
     One walk does all four: it visits only the nodes the fetches need (that is the
@@ -396,11 +400,18 @@ def optimize(graph: Graph, fetches: Sequence[Node]) -> PassResult:
     makes a constant ``1`` would wait for the next pass to simplify the ``x * 1``
     reading it. What the walk copied before its readers were folded or dropped (their
     constant operands) is pruned afterwards: see _drop_dead.
+
+    ``identities=False``: a node that simplifies to a placeholder or a variable is that
+    node itself, not an identity of it (see simplify), for a graph that only its fetches
+    are read from, with no feed or derivative of another node (``mg.trace``'s and graph
+    mode's programs): the identity would be a kernel call on every run.
     """
     fetches = check_nodes(graph, fetches, "optimize")
     keep = needed(fetches)
     pruned = [f"prune: removed {n.name} ({n.op})" for n in graph.nodes if id(n) not in keep]
-    result = _run_pass(graph, fetches, _folding, _simplifying, _merging, keep=keep)
+    simplifying = _simplifying if identities else functools.partial(_simplifying,
+                                                                      identities=False)
+    result = _run_pass(graph, fetches, _folding, simplifying, _merging, keep=keep)
     result.changes = pruned + result.changes
     return _drop_dead(result, fetches)
 

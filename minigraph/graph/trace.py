@@ -395,7 +395,8 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
     program is stale once what f read from outside has changed (``Captured``)."""
     captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
                         graph.written_by_f)
-    result = optimize(graph, outputs + inputs)  # inputs are kept even if unused
+    # (inputs are kept even if unused; nothing but the outputs is read: no identities)
+    result = optimize(graph, outputs + inputs, identities=False)
     fn = compile_graph(result.graph, [result[n] for n in inputs],
                        [result[n] for n in outputs], name)
     fn.captured = captured  # type: ignore[attr-defined]
