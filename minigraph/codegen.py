@@ -189,5 +189,19 @@ def define(source: str, name: str, filename: str, namespace: dict) -> Any:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
     fn = namespace[name]
-    weakref.finalize(fn, linecache.cache.pop, filename, None)
+    GENERATED[filename] = GENERATED.get(filename, 0) + 1
+    weakref.finalize(fn, _forget, filename)
     return fn
+
+
+# The file names of the programs ``define`` made and that live (how many of each): a
+# frame running one is minigraph's, not the user's (ops/operators.py asks; a user's
+# code may have any file name, "<source>" too)
+GENERATED: dict[str, int] = {}
+
+
+def _forget(filename: str) -> None:
+    linecache.cache.pop(filename, None)
+    left = GENERATED.pop(filename, 1) - 1
+    if left:
+        GENERATED[filename] = left

@@ -513,3 +513,84 @@ def test_what_a_partial_s_arguments_hold_is_watched(kind, mode):
         p = functools.partial(lambda s, x: times_k_of(x, s), held)
         change = lambda: setattr(held, "k", 5.0)  # noqa: E731
     assert _after(p, mode, change) == pytest.approx(_expected(mode, 5.0))
+
+
+# -- containers of other kinds, and a large structure of numbers -----------------------------
+
+import array as _array  # noqa: E402
+import collections as _collections  # noqa: E402
+
+USER_DICT = _collections.UserDict(scale=2.0)
+CHAIN = _collections.ChainMap({"scale": 2.0})
+USER_LIST = _collections.UserList([2.0])
+
+
+def _reads_a_user_dict(x):
+    return x * USER_DICT["scale"]
+
+
+def _reads_a_chain_map(x):
+    return x * CHAIN["scale"]
+
+
+def _reads_a_user_list(x):
+    return x * USER_LIST[0]
+
+
+@pytest.mark.parametrize("f, change", [
+    (_reads_a_user_dict, lambda: USER_DICT.__setitem__("scale", 5.0)),
+    (_reads_a_chain_map, lambda: CHAIN.__setitem__("scale", 5.0)),
+    (_reads_a_user_list, lambda: USER_LIST.__setitem__(0, 5.0))])
+def test_a_global_mapping_or_sequence_of_any_kind_changed_in_place_is_seen(f, change):
+    """Only list, tuple, dict, set, deque and array.array were watched: a UserDict,
+    ChainMap or UserList changed in place kept the old program (d(s x)/dx = s)."""
+    g, t = mg.grad(f, mode="graph"), mg.trace(f)
+    assert g(3.0).item() == 2.0 and t(3.0).item() == 6.0
+    change()
+    try:
+        assert g(3.0).item() == 5.0 and t(3.0).item() == 15.0
+    finally:
+        USER_DICT["scale"] = CHAIN["scale"] = 2.0
+        USER_LIST[0] = 2.0
+
+
+class _Config:
+    def __init__(self, ks):
+        self.ks = ks
+
+
+def _scaled_by_a_static_argument(x, cfg):
+    return mg.sum(x * cfg.ks[0])
+
+
+@pytest.mark.parametrize("make", [lambda: _array.array("d", [2.0]),
+                                  lambda: _collections.UserList([2.0]),
+                                  lambda: bytearray([2])])
+def test_a_static_argument_holding_another_sequence_is_keyed_by_its_items(make):
+    """A constant argument holding an array.array, a bytearray or a UserList was keyed
+    by identity: cfg.ks[0] = 5 reused the program built for 2."""
+    cfg = _Config(make())
+    g = mg.grad(_scaled_by_a_static_argument, mode="graph")
+    x = mg.tensor([1.0, 1.0])
+    np.testing.assert_array_equal(g(x, cfg).numpy(), [2.0, 2.0])
+    cfg.ks[0] = 5
+    np.testing.assert_array_equal(g(x, cfg).numpy(), [5.0, 5.0])
+
+
+PAIRS = [(i, float(i)) for i in range(20_000)]
+
+
+def _reads_pairs(x):
+    return x * PAIRS[3][1]
+
+
+def test_a_large_structure_of_tuples_of_numbers_is_watched_not_refused():
+    """20,000 tuples of numbers counted towards the 10,000 objects looked inside, and f
+    was refused; a tuple of numbers cannot change, its list's items see it replaced."""
+    g = mg.grad(_reads_pairs, mode="graph")
+    assert g(2.0).item() == 3.0
+    PAIRS[3] = (3, 5.0)
+    try:
+        assert g(2.0).item() == 5.0
+    finally:
+        PAIRS[3] = (3, 3.0)

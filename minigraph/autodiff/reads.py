@@ -23,6 +23,7 @@ from __future__ import annotations
 import array
 import builtins
 import collections
+from collections import abc
 import functools
 import sys
 import weakref
@@ -147,15 +148,16 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         given_whole = {id(v) for _, _, v in passed}
         methods = []  # (the user's methods that the code may call on an object read)
         for label, obj in labelled:  # (the list grows as items and attributes are found)
-            if id(obj) in inside or type(obj) in _ATOMS:
-                continue
+            if id(obj) in inside or type(obj) in _ATOMS or type(obj) is tuple and all(
+                    type(item) in _CONSTANTS for item in obj):
+                continue  # (a tuple of numbers cannot change: its container's items see it)
             if len(inside) == _MOST_INSIDE:
                 raise _too_large(fn, label)
             inside.add(id(obj))
-            if isinstance(obj, _CONTAINERS):  # (a tuple's items cannot be bound anew, but
-                # an array among them can be written: its items are watched too)
+            if is_container(obj):  # (a tuple's items cannot be bound anew, but an array
+                # among them can be written: its items are watched too)
                 reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
-                pairs = obj.items() if isinstance(obj, dict) else enumerate(obj)
+                pairs = obj.items() if isinstance(obj, abc.Mapping) else enumerate(obj)
                 labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
             named = _attributes(obj, None if every_attribute or id(obj) in given_whole
@@ -299,7 +301,17 @@ _MOST_INSIDE = 10_000
 # The containers whose items outside_reads watches (an item bound anew, added, removed),
 # and the values with nothing inside to watch (a tensor or an array is compared whole).
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array, bytearray)
-_ATOMS = frozenset({int, float, bool, complex, str, bytes, type(None), Tensor, np.ndarray})
+
+
+def is_container(obj: Any) -> bool:
+    """Whether ``obj``'s items are watched as a container's (and a constant argument keyed
+    by them, signature._held): the types above, the common case, checked first; then any
+    mapping, set or sequence but a string (a UserDict, a ChainMap, a UserList, a
+    memoryview), whose items its own methods give."""
+    return isinstance(obj, _CONTAINERS) or isinstance(obj, (abc.Mapping, abc.Set)) or \
+        isinstance(obj, abc.Sequence) and not isinstance(obj, (str, bytes))
+_CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
+_ATOMS = _CONSTANTS | {Tensor, np.ndarray}
 
 
 def _too_large(fn: FunctionType, label: str) -> MinigraphError:
@@ -376,7 +388,7 @@ class _Items:
 
 def _snapshot(container: Any) -> tuple:
     """A dict's keys and values, or another container's items (with None for its keys)."""
-    if isinstance(container, dict):
+    if isinstance(container, abc.Mapping):
         return tuple(container), tuple(container.values())
     return None, tuple(container)
 
@@ -707,7 +719,7 @@ def arrays_in(reads: list[tuple[Any, str, Any]]) -> list[tuple[str, Any]]:
 def _guarded(v: Any) -> bool:
     """A plain tensor, or a NumPy or other library's array; not a transformation's value
     nor a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace)."""
-    return type(v) is Tensor or type(v) is np.ndarray or \
+    return type(v) is Tensor or isinstance(v, np.ndarray) or \
         not isinstance(v, (ArrayOps, np.generic)) and is_array_api_obj(v)
 
 

@@ -35,7 +35,7 @@ weakly: a program dies with its function.
 
 from __future__ import annotations
 
-import collections
+from collections.abc import Mapping
 import dataclasses
 import threading
 import weakref
@@ -50,7 +50,8 @@ from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
 from .argnums import refuse_pytrees
-from .reads import _users_class, arrays_in, differs, outside_reads, rebound, without
+from .reads import (_users_class, arrays_in, differs, is_container, outside_reads, rebound,
+                    without)
 
 DATA = "data"  # the first item of an argument's signature when the program reads it
 WEAK = "weak"  # the last item of a weak Python number's (ops/weak.py)
@@ -164,7 +165,6 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
 
 
 _PLAIN = (int, float, bool, str, type(None), complex)  # (attributes keyed by their value)
-_ITEMS = (list, tuple, set, frozenset, collections.deque)  # (keyed by their items)
 _DEEPEST = 100  # (levels of a constant argument's nesting that _held reads)
 
 
@@ -172,9 +172,10 @@ def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
           depth: int = 0) -> Any:
     """The key of ``a``, a constant object or what it holds, as deep as f may read it
     (``cfg.scales[0]``, ``cfg.inner.scale``, ``cfg.w[0]``), each object once (``seen``):
-    a plain value by its value; a list's, tuple's, set's or dict's items, and the user's
-    object's attributes (its ``__dict__`` or ``__slots__``; ``top``: any class's), by
-    theirs; a NumPy array by its bytes. Anything else by identity, and held
+    a plain value by its value; a container's items (a list's, tuple's, set's, dict's,
+    UserList's ...: ``reads.is_container``), and the user's object's attributes (its
+    ``__dict__`` or ``__slots__``; ``top``: any class's), by theirs; a NumPy array by its
+    bytes. Anything else by identity, and held
     (:class:`_Same`: a freed object's id may be another's); a tensor among them is a
     constant of the program, whose writes ``Captured`` sees. The cost: a pass over what
     the object holds, on every call that passes it. (A recursion over the user's
@@ -192,10 +193,10 @@ def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
     seen.add(id(a))
     def key(v: Any) -> Any:
         return _held(v, k, whole, seen, depth=depth)
-    if isinstance(a, _ITEMS):
+    if is_container(a):
+        if isinstance(a, Mapping):
+            return type(a), tuple((key(n), key(v)) for n, v in a.items())
         return type(a), tuple(map(key, a))
-    if isinstance(a, dict):
-        return type(a), tuple((key(n), key(v)) for n, v in a.items())
     if type(a) is np.ndarray:
         return np.ndarray, a.shape, a.dtype.str, a.tobytes()
     fields = _fields(a)

@@ -235,7 +235,7 @@ class Traced:
         cache = self.cache if is_grad_enabled() else self._programs(args)
         entry = cache.get(key)
         # (a global tensor written: again; but not to run f on the tape, which needs none)
-        if entry is None or entry[0].captured.stale() and not on_the_tape(entry[0]):
+        if entry is None or not on_the_tape(entry[0]) and entry[0].captured.stale():
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
                                         grad=cache is self.cache)
             self.recordings += 1
@@ -309,7 +309,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         nums, cache = known
         key = signature(args, nums)
         compiled = cache.get(key)
-        if compiled is None or compiled.captured.stale() and not on_the_tape(compiled):
+        if compiled is None or not on_the_tape(compiled) and compiled.captured.stale():
             for i in nums:  # (the signature read an int, a list ... being differentiated)
                 if key[i][0] != DATA:
                     raise not_data(args[i], i, "grad")
@@ -354,7 +354,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
         key = signature(args + (g,), argnums)
         compiled = cache.get(key)
-        if compiled is None or compiled.captured.stale() and not on_the_tape(compiled):
+        if compiled is None or not on_the_tape(compiled) and compiled.captured.stale():
             compiled = cache[key] = build(args, key)  # (a global tensor written: again)
         return compiled
 

@@ -309,21 +309,27 @@ def refuse_captured(where: str, x: Any, value: Any) -> None:
     f's statements itself, binding f's names: its normaliser checks those updates.)"""
     refs = sys.getrefcount(x)  # (first: before this function refers to x in more places)
     frame = user_frame()
-    if frame is None or frame.f_code.co_filename.startswith(("<minigraph", "<source")):
+    if frame is None or _generated(frame.f_code):
         return  # (a program minigraph wrote: codegen.define's; it binds names of its own)
     stmt = _statement_at(frame)
+    if not isinstance(stmt, ast.AugAssign):  # (over several lines?)
+        stmt = _augmented_statement(frame)
     code = frame.f_code
-    if not isinstance(stmt, ast.AugAssign):  # (no source text, a line of a longer
-        # statement, or a call: operator.iadd(buf, x), buf.__iadd__(x)): the bytecode says
+    if stmt is None:  # (no source text, or a call: operator.iadd(buf, x), buf.__iadd__(x))
         if _run_by_source_mode():
             return  # (its normaliser runs f's statements, binds f's names, checks holders)
-        store = _update_stored_by(frame)
+        store = _update_stored_by(frame)  # (the bytecode says where the result goes)
+        name = None if store is None else \
+            store.argval[0] if isinstance(store.argval, tuple) else store.argval
         if store is not None and (store.opname.startswith("STORE_FAST") or (
-                store.opname == "STORE_DEREF" and store.argval in code.co_cellvars)):
+                store.opname == "STORE_DEREF" and name in code.co_cellvars)):
             return  # (a name of its own, as below)
-        target = "the tensor" if store is None else \
-            str(store.argval[0] if isinstance(store.argval, tuple) else store.argval)
-        raise _captured(where, target, value, store is None)
+        if store is None or store.opname == "POP_TOP":
+            raise _captured(where, "the tensor", value, True)
+        target = {"STORE_ATTR": f"the attribute {name}", "STORE_SUBSCR": "the item"}.get(
+            store.opname, str(name))
+        raise _captured(where, target, value, False, unread=store.opname in (
+            "STORE_ATTR", "STORE_SUBSCR"))
     place = stmt.target
     if frame.f_locals is not frame.f_globals:
         own = code.co_varnames + code.co_cellvars  # (cellvars: a closure reads the name)
@@ -344,9 +350,11 @@ def refuse_captured(where: str, x: Any, value: Any) -> None:
     raise _captured(where, ast.unparse(stmt.target), value, False)
 
 
-def _captured(where: str, target: str, value: Any, unbound: bool) -> GradientError:
+def _captured(where: str, target: str, value: Any, unbound: bool,
+              unread: bool = False) -> GradientError:
     """The refusal of :func:`refuse_captured`; ``unbound``: the update is a call whose
-    result no name is bound to (``operator.iadd(buf, x)``), so it would be lost."""
+    result no name is bound to (``operator.iadd(buf, x)``), so it would be lost;
+    ``unread``: an item or attribute updated where the line has no source text."""
     what = ("a call such as operator.iadd(buf, x) updates a tensor, with a value that is a "
             f"transformation's ({value._kind()}): the update would mutate a captured tensor. "
             "Its array cannot hold the transformation's value, and the call's result is "
@@ -355,6 +363,9 @@ def _captured(where: str, target: str, value: Any, unbound: bool) -> GradientErr
         f"update would mutate a captured tensor. Its array cannot hold the transformation's "
         f"value, and binding {target} to it would leave that value in {target} after the "
         f"transformation returns")
+    if unread:
+        what += (" (the line has no source text, as under exec, so whether f made the "
+                 "container itself cannot be read)")
     return GradientError(f"{where}: {what}. Compute the new value inside f (buf = buf + x) "
                          f"and return it, or update the tensor outside f")
 
@@ -371,20 +382,52 @@ def _run_by_source_mode() -> bool:
     return False
 
 
+def _generated(code: CodeType) -> bool:
+    """Whether ``code`` is a program minigraph wrote (``codegen.define`` keeps their file
+    names), not the user's: a user's file name may start as one of ours."""
+    from ..codegen import GENERATED  # (codegen imports the ops: at call time)
+
+    return code.co_filename in GENERATED
+
+
+def _augmented_statement(frame: FrameType) -> "ast.AugAssign | None":
+    """The augmented assignment ``frame`` is at, read whole where it spans several lines
+    (``bufs[0] += (x *`` and ``2)`` on the next): the in-place operator's position in the
+    code (Python 3.11+) covers the statement. None where it is no such statement, or its
+    text is not there."""
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None:
+        return None
+    where = list(positions())[frame.f_lasti // 2]
+    if None in where:
+        return None
+    first, last, start, end = where
+    lines = [linecache.getline(frame.f_code.co_filename, k).encode()  # (columns: of UTF-8
+             for k in range(first, last + 1)]                        # bytes)
+    if not all(lines):
+        return None
+    text = b"".join(lines)[start:len(b"".join(lines[:-1])) + end].decode(errors="replace")
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return None
+    return body[0] if len(body) == 1 and isinstance(body[0], ast.AugAssign) else None
+
+
 def _update_stored_by(frame: FrameType) -> Any:
-    """The instruction that stores the result of the augmented assignment ``frame`` is
-    running (``x += y`` is an in-place operator instruction, then a STORE_FAST,
-    STORE_DEREF, STORE_GLOBAL, STORE_NAME, STORE_ATTR or STORE_SUBSCR, after stack
-    shuffles), read from the bytecode where the source text is not there (``python -c``,
-    ``exec``) or does not hold the statement whole; None where the frame is not at an
-    in-place operator (a call: ``operator.iadd(buf, x)``)."""
+    """The instruction that takes the result of the update ``frame`` is running: after an
+    in-place operator (``x += y``: then a STORE_FAST, STORE_DEREF, STORE_GLOBAL,
+    STORE_NAME, STORE_ATTR or STORE_SUBSCR, after stack shuffles) or a call
+    (``t = operator.iadd(t, y)``: a store; ``operator.iadd(buf, y)``: POP_TOP, the result
+    dropped), read from the bytecode where the source text is not there (``python -c``,
+    ``exec``); None where the frame is at neither."""
     instructions = list(dis.get_instructions(frame.f_code))
     at = next((k for k, i in enumerate(instructions) if i.offset == frame.f_lasti), None)
     if at is None:
         return None
     op = instructions[at]
-    if not (op.opname.startswith("INPLACE_") or  # (Python 3.10's; 3.11+: BINARY_OP +=)
-            (op.opname == "BINARY_OP" and str(op.argrepr).endswith("="))):
+    if not (op.opname.startswith(("INPLACE_", "CALL")) or  # (3.10's INPLACE_ADD ...;
+            (op.opname == "BINARY_OP" and str(op.argrepr).endswith("="))):  # 3.11+'s)
         return None
     return next((i for i in instructions[at + 1:]
                  if i.opname not in ("SWAP", "COPY", "ROT_TWO", "ROT_THREE", "DUP_TOP")),
