@@ -142,6 +142,8 @@ def _example_error(prim: Primitive, dims: list, values: list,
     examples = [example(v, d) if d is not None else v for v, d in zip(values, dims)]
     try:
         prim.shape(*examples, **params)
+    except BatchingError:  # (a batch among the parameters, which the rule read: the
+        return None        # rule's own refusal says it better)
     except MinigraphError as exc:
         shown = [f"shape {a.shape} {a.dtype}" if hasattr(a, "shape") else repr(a)
                  for a in examples] + [f"{k}={v!r}" for k, v in params.items()]

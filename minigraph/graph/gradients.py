@@ -35,6 +35,7 @@ from ..autodiff.tape import as_gradient
 from ..errors import GradientError, ShapeError
 from ..ops.copy import IDENTITY
 from ..ops.elementwise import add_n
+from ..ops.primitive import KINDS
 from ..ops.shape_rules import FLOATS, shape_of
 from .graph import Graph, GraphError, Node, check_nodes, user_location
 
@@ -254,6 +255,13 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
         raise GradientError("gradients: no ys to differentiate (an empty list); give the "
                             "value(s) whose gradient you want")
     for v in ys + xs:
+        if type(v) in KINDS and type(v) is not Node:  # (a transformation's value: a
+            # batch of mg.vmap, a box of mg.grad ...)
+            raise GraphError(f"gradients: expected graph nodes, got a {v._kind()}: "
+                             f"mg.gradients differentiates a graph's nodes, not a "
+                             f"transformation's values; differentiate inside the "
+                             f"transformation instead (mg.vmap(mg.grad(f)) for "
+                             f"per-example gradients)")
         if not isinstance(v, Node):
             raise GraphError(f"gradients: expected graph nodes, got {type(v).__name__}; "
                              f"build the computation inside `with mg.Graph():`")

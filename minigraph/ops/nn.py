@@ -275,6 +275,10 @@ def _nll_grad_batched(dims: tuple, g: Any, labels: Any, num_classes: int, dtype:
     """``-one_hot(labels) * g / N`` for each example: g's batch axis (if any) becomes a
     (B, 1, 1) column that scales every example's one-hot matrix."""
     _nll_grad_shape(B.example(g, dims[0]), B.example(labels, dims[1]), num_classes, dtype)
+    from ..tensor import Tensor  # (the tensor module imports this one)
+
+    if type(labels) is Tensor:  # (checked here, or one_hot would name itself: _nll_batched)
+        check_label_range(labels.device.xp, labels.data, num_classes, "nll_loss_grad")
     if dims[0] is not None:
         g = SH.reshape(g, S.shape_of(g) + (1, 1))
     n = S.shape_of(labels)[-1]
@@ -349,6 +353,7 @@ def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """``-one_hot(labels) * g / N``: nll_loss's VJP for the loss's adjoint ``g`` (a
     scalar), an (N, num_classes) matrix."""
+    _check_labels("nll_loss_grad", labels)
     return bind(NLL_LOSS_GRAD, g, labels,
                 num_classes=_num_classes("nll_loss_grad", num_classes),
                 dtype=S.supported_dtype("nll_loss_grad", dtype))

@@ -205,6 +205,32 @@ class ArrayOps:
         also shares its memory: Tensor.detach)."""
         return C.stop_gradient(self)
 
+    # -- the tape's attributes, on a value that is not a tensor (Tensor has its own) ----------
+    # A transformation's value (a box, a dual number, a batch) or a graph node answers
+    # them as torch.func's wrapped tensors do: no gradient is recorded on it, and
+    # backward() is refused: inside a transformation mg.grad and mg.vjp differentiate.
+    @property
+    def requires_grad(self) -> bool:
+        return False
+
+    @property
+    def grad(self) -> Any:  # (None here; a tensor's, its gradient)
+        return None
+
+    def backward(self, *args: Any, **kwargs: Any) -> None:
+        raise GradientError(
+            f"backward() of a {self._kind()}: backward() differentiates what the tape "
+            f"recorded on tensors, and inside a transformation (mg.grad, mg.vmap, mg.jvp) "
+            f"or a graph there is none. Differentiate with mg.grad or mg.vjp of a function "
+            f"(per-example gradients: mg.vmap(mg.grad(loss))), or mg.gradients in a graph")
+
+    def __format__(self, spec: str) -> str:
+        """``f"{x:.3f}"``: the number, where the value can say it (float(): a box's or
+        a dual number's value inside; a batch or a graph node refuses, saying why); with
+        no spec, the text print shows."""
+        # (each kind has its __float__, which ArrayOps does not declare)
+        return format(float(self), spec) if spec else str(self)  # type: ignore[arg-type]
+
     # -- elementwise functions as methods -----------------------------------------------------
     def exp(self) -> Any: return E.exp(self)
     def log(self) -> Any: return E.log(self)

@@ -210,6 +210,9 @@ def _scatter_add_batched(dims: tuple, g: Any, index: tuple, shape: tuple) -> Any
     """g broadcasts to one example's ``x[index]``: given the rank of ``x[index]`` first
     (1s after the batch axis, as ``B.align`` does), so that moving the batch axis to
     where NumPy puts it (``at``) leaves every other axis against its own."""
+    for i in index:  # (scatter_add lets source mode's loop index through, not a batch's)
+        if type(i) in KINDS:
+            host_index(i, "scatter_add")  # (which refuses it, saying why)
     _scatter_add_shape(B.example(g, dims[0]), index, shape)  # its checks, on one example
     batched, at = _batched_index(index)
     own = S.shape_of(g)  # (B,) + the shape of one example's g
