@@ -45,7 +45,10 @@ transformation writes the recomputed lines into the reverse sweep.
 arrays) are f's inputs; any other argument (a number, a string, None) is passed to f as
 it is, as ``torch.utils.checkpoint`` does, and gets no gradient; a list, tuple or dict
 holding arrays or tensors is refused (one array per argument, as every transformation
-takes them: ``argnums.refuse_pytrees``). f returns one tensor.
+takes them: ``argnums.refuse_pytrees``), and so is one that holds other values at the
+backward pass (``cfg.scale = 3.0``: f recomputed would read them). f returns one tensor;
+a number or an array it returns is a constant, and so is an integer or boolean result:
+they take no gradient (``requires_grad`` is False), as in torch.
 Gradients go to the arguments only, so f must not read a tensor that requires a gradient
 (or a value of an enclosing ``mg.grad``, ``mg.jvp``, ``mg.vmap`` or graph) from outside
 (a closure, a global): that raises, naming the fix. A module is the usual case, so
@@ -63,15 +66,33 @@ closure variable, an attribute, an item of a list or dict) that is bound to anot
 value before the backward (``SCALE = 3.0``), or a tensor or array it reads from outside
 that is written in place (``C += 1``), is refused there too, where
 ``torch.utils.checkpoint`` recomputes with the new value (:func:`_remember`).
+
+**Random numbers.** f may draw from a random number generator it reads: a NumPy
+``Generator`` (``rng.random(x.shape)`` for a dropout mask), a ``RandomState``, Python's
+``random.Random``, or the global ones of ``np.random`` and ``random``. The forward pass
+takes their states before f runs, and the recomputation (and forward mode's tangent
+pass) sets them again, so that it draws the same numbers; then it puts back the states
+they had (:func:`_drawing_again`), as ``torch.utils.checkpoint`` does with torch's own
+generator (``preserve_rng_state=True``). A generator whose state cannot be set
+(``random.SystemRandom``), or one read where the checkpoint is a graph's node (which
+draws anew at every run, its gradient's node too), is refused: draw outside f.
+
+**In a graph** (``mg.Graph``, ``mg.trace``, graph mode) the checkpoint's node runs f at
+every run: where a name f read when the graph was built, or a static argument, holds
+another value then, the run is refused (:class:`_AsBuilt`), since the graph's other
+nodes hold the old value.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import random
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple
+from contextlib import contextmanager
+from types import BuiltinMethodType, CodeType, MethodType
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -82,14 +103,14 @@ from ..graph.graph import Graph, GraphError, Node, placeholder
 from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.primitive import KINDS, Each, bind, primitive
-from ..ops.shape_rules import FLOATS, dtype_of, shape_of
+from ..ops.shape_rules import FLOATS, dtype_name, dtype_of, shape_of
 from ..ops.weak import Weak
 from ..tensor import Tensor, owner, shared, tensor
 from .batching import vmap
-from .forward import jvp
+from .forward import rerun_jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
-from .signature import Captured, constant_key, programs, signature
+from .signature import Captured, _held, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_since
 from .reads import (arrays_in, differs, outside_arrays, outside_reads, read_only_arrays,
                     rebound)
@@ -123,9 +144,17 @@ def _closure_error(what: str) -> CheckpointError:
 
 
 def _tuple_error(out: Any) -> CheckpointError:
-    return CheckpointError(f"checkpoint: f returned a {type(out).__name__}; a checkpointed "
-                           f"function returns one tensor (checkpoint each output's function, "
-                           f"or mg.stack/mg.concatenate the outputs)")
+    what = "None" if out is None else f"a {type(out).__name__}"
+    return CheckpointError(f"checkpoint: f returned {what}; a checkpointed function returns "
+                           f"one tensor (checkpoint each output's function, or "
+                           f"mg.stack/mg.concatenate the outputs)")
+
+
+def _not_a_value(out: Any) -> bool:
+    """Whether f's result is none of what it may return: a tensor (a value of a
+    transformation, a graph node), an array, a Python number."""
+    return not (isinstance(out, (Tensor, Node, bool, int, float)) or type(out) in KINDS
+                or hasattr(out, "__array__") and hasattr(out, "dtype"))
 
 
 # -- the kernel: f on arrays, nothing recorded -----------------------------------------------
@@ -139,10 +168,16 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
                          "start from the written value (and write it twice)", CheckpointError,
                          arrays):  # (its arguments too: refused before the write is made)
         out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
-    if isinstance(out, (tuple, list)):
+    if _not_a_value(out):
         raise _tuple_error(out)
     if type(out) in KINDS:
         raise _closure_error(f"a value of a transformation or a graph ({type(out).__name__})")
+    # (a number, an array, a tensor read from outside: a constant, the forward pass
+    # notes, whose result then takes no gradient, as torch's: see checkpoint)
+    outside = {id(owner(a.data if isinstance(a, Tensor) else a)) for _, a in outside_arrays(fn)}
+    constant = not isinstance(out, Tensor) or id(owner(out.data)) in outside
+    if _forward.passes and _forward.passes[-1].fn is fn:
+        _forward.passes[-1].constant = constant
     if not isinstance(out, Tensor):
         out = tensor(out, device=dev)
     if out.requires_grad:  # only a tensor read from outside can have made it so
@@ -154,7 +189,6 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     # a Session's memory manager follows; a view of a tensor f reads from outside (a
     # global table's rows) is memory no run owns: a copy, or the run would recycle the
     # global's buffer once the result is dead, and hand it over as a fetched value.
-    outside = {id(owner(a.data if isinstance(a, Tensor) else a)) for _, a in outside_arrays(fn)}
     if id(owner(out.data)) in outside:
         return dev.copy_from(out.data, dev)
     return out.data
@@ -175,12 +209,13 @@ def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> t
                 out = _call(fn, static, inputs)
         except GraphError as exc:  # a node of the enclosing graph met one of these
             raise _closure_error("a node of the graph being built") from exc
-    if isinstance(out, (tuple, list)):
+    if _not_a_value(out):
         raise _tuple_error(out)
     if isinstance(out, Node) and out.graph is graph or isinstance(out, Tensor):
         return tuple(shape_of(out)), out.dtype
-    if isinstance(out, (bool, int, float)):
-        return (), "float64"
+    if type(out) not in KINDS:  # a constant: a number, an array (int64 for 3, as NumPy)
+        constant = np.asarray(out)
+        return constant.shape, dtype_name(constant.dtype)
     raise _closure_error(f"a value of a transformation ({type(out).__name__})")
 
 
@@ -226,7 +261,8 @@ def _pull(g: Any, args: tuple, fn: Callable[..., Any], static: Static, device: A
         values = list(args)
         for k, x in zip(wrt, xs):
             values[k] = x
-        return _call(fn, static, values)
+        out = _call(fn, static, values)  # (a number or an array: a constant, no gradient)
+        return out if isinstance(out, Tensor) or type(out) in KINDS else tensor(out)
 
     _, pullback = vjp(along, *(args[k] for k in wrt))  # the recomputation
     grads: list = [None] * len(args)
@@ -371,43 +407,89 @@ class _Read(NamedTuple):
     stamp: int     # tape.last_write() then: a tensor f reads must not be written since
     tensors: list  # the tensors among the reads
     arrays: list   # (array, digest of its bytes or a copy): NumPy writes them unseen
+    static: list   # (position, key) of f's other arguments (_static_keys)
+    drawn: list    # (name, generator, its state before f drew): _generator_states
 
 
 _READS: dict[int, _Read] = {}
 
 
-def _remember(f: Callable[..., Any], value: Tensor) -> None:
-    """What f reads from outside now, for ``value``'s backward pass. A NumPy array is
-    kept as a digest of its bytes (BLAKE2b, 16 bytes: no copy, where a checkpoint is
-    there to save memory); another library's array as a copy."""
-    reads = outside_reads(f)
+def _remember(f: Callable[..., Any], value: Tensor, reads: list, static: Static,
+              drawn: list) -> None:
+    """What f read from outside (``reads``), the static arguments it was given, and the
+    states its random number generators had (``drawn``), for ``value``'s backward pass.
+    A NumPy array is kept as a digest of its bytes (BLAKE2b, 16 bytes: no copy, where a
+    checkpoint is there to save memory); another library's array as a copy."""
     found = [a for _, a in arrays_in(reads)]
     arrays = [(a, _digest(a) if type(a) is np.ndarray else
                array_namespace(a).asarray(a, copy=True))
               for a in found if type(a) is not Tensor]
     ident = id(value)
     _READS[ident] = _Read(weakref.ref(value, lambda _: _READS.pop(ident, None)), reads,
-                          last_write(), [a for a in found if type(a) is Tensor], arrays)
+                          last_write(), [a for a in found if type(a) is Tensor], arrays,
+                          _static_keys(static), drawn)
+
+
+def _static_keys(static: Static) -> list:
+    """``(position, key)`` of f's arguments that are not tensors, keyed as a compiled
+    program keys them (``signature.constant_key``; an object or a dict by all it holds,
+    ``signature._held``): ``cfg.scale = 3.0`` between the forward and the backward
+    changes the key. None for one that cannot be keyed (nested too deep)."""
+    keys = []
+    for i, v in static:
+        try:
+            try:
+                key = constant_key(v, i)
+            except TypeError:  # (a dict, a list: unhashable, keyed by their items)
+                key = _held(v, i, v, set(), top=True)
+        except TypeError:
+            key = None
+        keys.append((i, key))
+    return keys
 
 
 def _digest(a: np.ndarray) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest()
 
 
-def _refuse_rebound(out: Any) -> None:
-    """Refuse to recompute f for ``out`` where a name f read holds another value now, or
-    a tensor or array it read was written in place."""
+def _read_for(out: Any) -> _Read | None:
+    """What f read when it computed ``out`` (:func:`_remember`), if it is remembered."""
     read = _READS.get(id(out))
-    if read is None or read.ref() is not out:
-        return
-    name = rebound(read.reads)
+    return read if read is not None and read.ref() is out else None
+
+
+# What _refuse_rebound says, where f runs again: (since when, why that is refused, the fix)
+_BACKWARD = ("the forward pass", "the backward pass recomputes f, which would read the new "
+             "value and give the derivative of another function (torch.utils.checkpoint "
+             "gives it silently)", "Change it after backward()")
+_BUILT = ("the graph was built", "the graph's other nodes hold the value it had then, but the "
+          "checkpoint's node runs f at every Session.run, which would read the new one (as "
+          "jax.jit(jax.checkpoint(f)) would not)", "Build the graph again after the change")
+
+
+def _refuse_rebound(reads: list, keys: list, static: Static,
+                    when: tuple[str, str, str] = _BACKWARD) -> None:
+    """Refuse to run f again where a name f read (``reads``) holds another value now, or
+    one of its ``static`` arguments (an object, a dict) holds other values than their
+    ``keys`` (:func:`_static_keys`) say it did then."""
+    since, why, fix = when
+    changed = next((i for (i, was), (_, now) in zip(keys, _static_keys(static))
+                    if was is not None and was != now), None)
+    if changed is not None:
+        raise CheckpointError(
+            f"checkpoint: argument {changed} of f (a {type(dict(static)[changed]).__name__}, "
+            f"not a tensor) holds other values since {since}; {why}. {fix}, or pass the "
+            f"values to f as tensors")
+    name = rebound(reads)
     if name is not None:
         raise CheckpointError(
-            f"checkpoint: f reads {name}, which holds another value since the forward pass "
-            f"(a name or an item bound anew); the backward pass recomputes f, which would "
-            f"read the new value and give the derivative of another function "
-            f"(torch.utils.checkpoint gives it silently). Bind it after backward(), or pass "
-            f"it to f as an argument")
+            f"checkpoint: f reads {name}, which holds another value since {since} (a name "
+            f"or an item bound anew); {why}. {fix}, or pass it to f as an argument")
+
+
+def _refuse_written(read: _Read) -> None:
+    """Refuse to recompute f for the backward pass where a tensor or array f read
+    (``read``) was written in place since the forward pass."""
     k = written_since(read.tensors, read.stamp)
     changed = read.tensors[k] if k is not None else next(
         (a for a, was in read.arrays
@@ -423,16 +505,113 @@ def _refuse_rebound(out: Any) -> None:
             f"pass it to f as an argument")
 
 
+# -- random numbers: the recomputation draws what the forward pass drew ------------------
+
+def _generator(v: Any, names: set[str]) -> Any:
+    """The random number generator whose state ``v`` draws from, or None: NumPy's
+    Generator (its BitGenerator), BitGenerator or RandomState, Python's ``random.Random``;
+    the module ``np.random`` or ``random`` (their global generator, which their
+    functions use) where f reads that module, or numpy where f's code ``names`` random
+    (``np.random.rand``), or one of their functions (``rand``, a method of np.random's
+    global RandomState)."""
+    if isinstance(v, np.random.Generator):
+        return v.bit_generator
+    if isinstance(v, (np.random.BitGenerator, np.random.RandomState, random.Random)):
+        return v
+    if v is np and "random" in names or v is np.random:
+        return np.random
+    if v is random:
+        return random
+    if isinstance(v, (MethodType, BuiltinMethodType)):  # (a bound method: its object's)
+        return _generator(v.__self__, names)
+    return None
+
+
+def _names(reads: list) -> set[str]:
+    """The names in the code of f and of the functions it calls (``outside_reads`` lists
+    their code objects), nested functions and comprehensions included."""
+    codes = [v for _, _, v in reads if type(v) is CodeType]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [k for k in code.co_consts if type(k) is CodeType]
+    return names
+
+
+def _state(g: Any) -> Any:
+    if isinstance(g, np.random.BitGenerator):
+        return g.state
+    if isinstance(g, np.random.RandomState) or g is np.random:
+        return g.get_state(legacy=False)
+    return g.getstate()  # (random.Random, or the module random)
+
+
+def _set_state(g: Any, state: Any) -> None:
+    if isinstance(g, np.random.BitGenerator):
+        g.state = state
+    elif isinstance(g, np.random.RandomState) or g is np.random:
+        g.set_state(state)
+    else:
+        g.setstate(state)
+
+
+def _generator_states(reads: list) -> list:
+    """``(name, generator, state)`` of each random number generator f reads
+    (:func:`_generator`), taken before f runs: the recomputation draws again from these
+    states, as ``torch.utils.checkpoint`` does with torch's (``preserve_rng_state=True``).
+    A generator with no state to set (``random.SystemRandom``) is refused."""
+    states: dict[int, tuple[str, Any, Any]] = {}
+    names = _names(reads)
+    methods = (MethodType, BuiltinMethodType)  # (named by the generator, not its method)
+    for _, name, v in sorted(reads, key=lambda r: isinstance(r[2], methods)):
+        g = _generator(v, names)
+        if g is None or id(g) in states:
+            continue
+        try:
+            states[id(g)] = (name, g, _state(g))
+        except NotImplementedError:
+            raise CheckpointError(
+                f"checkpoint: f reads {name}, a random number generator whose state cannot "
+                f"be set ({type(g).__name__}); the backward pass recomputes f, which would "
+                f"draw other numbers and give the derivative of another function. Draw "
+                f"them outside f and pass them as an argument") from None
+    return list(states.values())
+
+
+@contextmanager
+def _drawing_again(drawn: list) -> Iterator[None]:
+    """The generators of ``drawn`` at the states they had before the forward pass while
+    the recomputation runs, then back at the states they have now (so that code after
+    the backward draws what it would without checkpoint)."""
+    now = [(g, _state(g)) for _, g, _ in drawn]
+    for _, g, state in drawn:
+        _set_state(g, state)
+    try:
+        yield
+    finally:
+        for g, state in now:
+            _set_state(g, state)
+
+
 def _vjp_rule(i: int) -> Callable[..., Any]:
     def rule(g: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
              device: Any) -> Any:
+        if dtype_of(out) not in FLOATS:  # (an integer result: a constant, as in torch)
+            return C.zeros_like(args[i])
         memo = _memo
         hit = memo.key and memo.key[0]() is g and memo.key[1]() is out \
             and memo.grads[i] is not _TAKEN  # (taken already: a new sweep, recompute)
         if not hit:
             memo.key, memo.grads = (), []
-            _refuse_rebound(out)
-            grads = _pull(g, args, fn, static, device, out=out)
+            read = _read_for(out)
+            if read is not None:
+                _refuse_rebound(read.reads, read.static, static)
+                _refuse_written(read)
+            drawn = read.drawn if read is not None else []
+            with _drawing_again(drawn):  # (f's random numbers, as in the forward pass;
+                # not the replay, whose recorded graph holds those drawn when recorded)
+                grads = _pull(g, args, fn, static, device, out=None if drawn else out)
             state = memo.__dict__  # this thread's memo, for the callback
 
             def forget(ref: Any) -> None:
@@ -463,14 +642,40 @@ class _Tangent:
         def along(x: Any) -> Any:
             return _call(self.fn, self.static, args[:i] + (x,) + args[i + 1:])
 
-        return jvp(along, (args[i],), (t,))[1]
+        return rerun_jvp(along, (args[i],), (t,))[1]  # (no_grad as in the enclosing pass)
 
 
 def _jvp_rule(i: int) -> Callable[..., Any]:
     def rule(t: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
              device: Any) -> Any:
-        return bind(CHECKPOINT, t, *args, fn=_Tangent(fn, static, i), static=(), device=device)
+        if dtype_of(out) not in FLOATS:  # (an integer result: a constant, zero tangent)
+            return None
+        # (it runs inside the checkpoint's forward pass, which f has drawn from already:
+        # the tangent's pass draws again what it drew, :func:`_drawing_again`)
+        forward = _forward.passes[-1] if _forward.passes else None
+        with _drawing_again(forward.drawn if forward is not None and forward.fn is fn
+                            else []):
+            return bind(CHECKPOINT, t, *args, fn=_Tangent(fn, static, i), static=(),
+                        device=device)
     return rule
+
+
+class _Pass:
+    """A checkpoint's forward pass: its f (``fn``), the states of the generators f draws
+    from (:func:`_generator_states`), and whether f's result was a constant (``_impl``)."""
+
+    def __init__(self, fn: Callable[..., Any], drawn: list):
+        self.fn, self.drawn, self.constant = fn, drawn, False
+
+
+class _Forward(threading.local):
+    """The checkpoints whose forward pass is running in this thread, innermost last."""
+
+    def __init__(self) -> None:
+        self.passes: list[_Pass] = []
+
+
+_forward = _Forward()
 
 
 class _Batched:
@@ -516,8 +721,35 @@ class _Weakly:
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, *args: Any) -> Any:
-        return self.fn(*(Weak(a) if i in self.positions and not _a_level(a) else a
+        # (a Python number, where a replay of the recording hands f the float itself,
+        # is already what f sees in eager mode: a Weak is around a recorded value only)
+        return self.fn(*(Weak(a) if i in self.positions and not _a_level(a)
+                         and not isinstance(a, (bool, int, float)) else a
                          for i, a in enumerate(args)))
+
+
+class _AsBuilt:
+    """f as a graph's node runs it (``mg.Graph``, whose ``Session.run`` runs f again each
+    time, and its gradient's node once more): refused where a name f read when the graph
+    was built (``reads``), or a static argument, holds another value now. The graph's
+    other nodes hold what f read then (a global's value is a constant of theirs), as the
+    checkpoint's node's result would in JAX (``jit`` of ``checkpoint``)."""
+
+    def __init__(self, fn: Callable[..., Any], reads: list, static: Static):
+        # (not a module's parameters: nn.functional_call swaps values in for them while
+        # other nodes run, a pipeline's threads, and a module's checkpoint takes them as
+        # arguments)
+        swapped = {id(v.__dict__["_parameters"]) for _, _, v in reads
+                   if callable(getattr(v, "named_parameters", None))
+                   and type(getattr(v, "__dict__", {}).get("_parameters")) is dict}
+        reads = [r for r in reads if id(r[0]) not in swapped]
+        self.fn, self.built = fn, (reads, _static_keys(static), static)
+        self.weak_inputs = getattr(fn, "weak_inputs", ())  # (as _Weakly's)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args: Any) -> Any:
+        _refuse_rebound(*self.built, when=_BUILT)
+        return self.fn(*args)
 
 
 def _a_level(a: Any) -> bool:
@@ -562,10 +794,31 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
                                                                Device)), get_device(None))
         key = (tuple(weak), tuple(weak_inputs))
         fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
-        out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
+        reads = outside_reads(f)
+        drawn = _generator_states(  # (before f draws from them; a generator argument too)
+            reads + [(static, f"argument {i}", a) for i, a in static])
+        if any(type(innermost(a)) is Node for a in inputs):  # a node of a graph built
+            if drawn:  # (no forward pass to take the states from: each node draws anew)
+                raise CheckpointError(
+                    f"checkpoint: f draws random numbers from {drawn[0][0]}; in a graph, "
+                    f"f runs at every Session.run in the checkpoint's node, and again in "
+                    f"its gradient's node, which would draw other numbers and give the "
+                    f"derivative of another function. Draw them outside f and pass them as "
+                    f"an argument (a placeholder)")
+            fn = _AsBuilt(fn, reads, tuple(static))
+        _forward.passes.append(forward := _Pass(fn, drawn))
+        try:
+            out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
+        finally:
+            _forward.passes.pop()
+        if type(out) is Tensor and out.requires_grad and (
+                forward.constant or out.dtype not in FLOATS):
+            return out.detach()  # (a constant, or an integer: no gradient, as torch's)
         value = innermost(out)  # (a transformation's value: the tensor inside it)
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
-            _remember(f, value)
+            if rebound(reads) is not None:  # (f itself bound one: read them again)
+                reads = outside_reads(f)
+            _remember(f, value, reads, tuple(static), drawn)
         return out
 
     checkpointed.__name__ = f"checkpoint({name})"

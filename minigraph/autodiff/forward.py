@@ -19,6 +19,7 @@ constant with zero tangent. The primal and tangent may be any value (a tensor, a
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import nullcontext
 from typing import Any, Callable
 
@@ -72,7 +73,11 @@ class Dual(ValueInside, ArrayOps):
         depth = _GRAD_LEVELS.get(self.level)
         if depth is not None and (prim is C.NO_GRAD or not records_since(depth)):
             return out  # inside no_grad, under forward-mode grad: a constant (see _jvp)
-        tangent = push_tangents(prim, params, out, primals, tangents)
+        outer, _pushing.level = _pushing.level, self.level  # (for :func:`rerun_jvp`)
+        try:
+            tangent = push_tangents(prim, params, out, primals, tangents)
+        finally:
+            _pushing.level = outer
         if tangent is None:
             return out  # a zero tangent: the result is a constant at this level
         return Dual(out, tangent, self.level)
@@ -140,6 +145,23 @@ transformation(jvp, "jvp")  # (it takes the values: see mg.vjp's mark in tape.py
 # every mode gives the same gradient; mg.jvp's own passes ignore the block, as
 # torch.func.jvp.
 _GRAD_LEVELS: dict[int, int] = {}
+
+
+class _Pushing(threading.local):
+    """The level whose tangents a JVP rule is pushing now, in this thread (None: none)."""
+    level: int | None = None
+
+
+_pushing = _Pushing()
+
+
+def rerun_jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+    """:func:`jvp` of f for a JVP rule that runs f again (checkpoint's): a pass of
+    forward-mode ``grad``, where ``with mg.no_grad():`` makes a constant, if the pass
+    whose tangents the rule is pushing is one; else mg.jvp's, which ignores the block.
+    Without it, f inside a checkpoint would ignore the block where f outside one does
+    not, and mg.grad(mode="forward") would disagree with the other modes."""
+    return _jvp(f, primals, tangents, for_grad=_pushing.level in _GRAD_LEVELS)
 
 
 def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
