@@ -190,6 +190,12 @@ def _compile_graph(graph: Graph, inputs: Sequence[Node] | Node,
                          f"{describe_location(twice.location)}); a node takes one value "
                          f"per call, so list it once")
     order = fifo_order(graph.nodes, needed(outputs, fed), fed)
+    for n in order:  # (the inputs too: the order holds them)
+        if n.device.remote:  # its kernels, and its variables' values, are another process's
+            raise GraphError(f"compile_graph: node '{n.name}' ({n.op}) is on "
+                             f"{n.device.name}, another process, which runs it and keeps its "
+                             f"variables: a compiled function runs in this process only. Run "
+                             f"the graph with Session.run on every rank")
     if any(n.op == "Assign" for n in order):  # (its assignments land at the end, as a run's)
         refuse_reads_after_assigns(order, "compile_graph")
     names = Names()

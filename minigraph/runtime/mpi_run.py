@@ -5,17 +5,20 @@ Every rank builds the same graph (SPMD: single program, multiple data) and calls
 
 1. checks the feeds and plans the run, exactly as in one process;
 2. on every run, sends every other rank a *fingerprint* of its plan (node names,
-   ops, devices, shapes) and compares theirs: two ranks that built different graphs
-   would wait for tensors that never come, so they are told at once instead;
+   ops, devices, shapes, dtypes, parameters, constants' values) and a digest of each
+   feed, and compares theirs: two ranks that built different graphs would wait for
+   tensors that never come, or compute another graph's values, and a feed that differs
+   between ranks would be read on one rank only, so they are told at once instead.
+   While a rank plans, it sends *alive* messages (see below), so that a long planning
+   is not mistaken for a dead rank;
 3. partitions the graph (``partition.py``): every rank computes the same partition, so
    every rank knows every Send/Recv key, and the MPI *tag* of a key, a number derived
    from the key's CRC-32, is the same everywhere;
 4. runs only its own partitions (devices ``rank:R/...`` with R its rank), one executor
-   thread each. A Send to another rank posts a non-blocking MPI send (``Isend``); every
-   Recv from another rank posted its non-blocking receive (``Irecv``) when the run began,
-   so a message lands in its buffer as soon as it arrives. The calling thread meanwhile
-   *progresses* the requests (``Testsome``) and hands arrived tensors to the rendezvous,
-   which wakes the Recv nodes, as in one process;
+   thread each. A Send to another rank posts a non-blocking MPI send (``Isend``). The
+   calling thread meanwhile *progresses* the run: it asks MPI for any tensor that has
+   arrived (a matched probe, ``Improbe``), receives it and hands it to the rendezvous,
+   which wakes the Recv node, as in one process;
 5. sends every other rank a *done* message with the fetched values it computed, its
    trace events and the bytes it sent, and waits for theirs: every rank returns every
    fetched value, and ``sess.last_run`` shows every rank's events on one timeline.
@@ -27,14 +30,19 @@ with ``rank R:`` in front. A rank that hears nothing from another one for
 ``mg.distributed.set_timeout`` seconds (default 30) while it waits for it raises
 :class:`RankTimeout`, naming the keys of the Recvs that are waiting. Ranks send each other
 an *alive* message every quarter of the timeout while they run, so a long kernel on one
-rank is not mistaken for a dead one. Control messages (hello, alive, done, abort) carry
-the run's number, so a late one from a failed run is recognised and dropped; data
-messages of a failed run may be left undelivered, so after a failure every rank moves to
-a new *epoch*, which shifts all data tags.
+rank is not mistaken for a dead one. Every message carries the run's number, so a late
+one from a failed run (sent before its sender heard of the failure) is recognised and
+dropped when it is read: a control message (hello, alive, done, abort) by the control
+loop, a tensor by the progress loop, which reads every tensor that arrives. After a
+failure every rank also moves to a new *epoch*, which shifts all data tags.
+
+Every refusal of a cross-rank run (from a second thread, on a closed session, a bad feed)
+happens inside the run, after it took its number, and is told to the other ranks as an
+abort: a rank that refused alone would pair its next run with the others' current one.
 
 Control messages are pickled Python objects (mpi4py's lowercase API), which is fine
-between the ranks of one job; tensors travel as raw buffers (the uppercase API), with
-their shape and dtype known to both sides from the graph.
+between the ranks of one job; tensors travel as raw buffers (the uppercase API), on a
+communicator of their own, with their shape and dtype known to both sides from the graph.
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ import hashlib
 import threading
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, Callable, Iterator, cast
 
 import numpy as np
 
@@ -55,8 +64,10 @@ from ..graph.graph import Node, describe_location
 from .partition import Partition
 from .profile import RunStats
 from .rendezvous import Rendezvous
+from .scheduler import Run
 
 CONTROL = 0  # the tag of control messages; data tags start at 1
+HEADER = 8  # bytes in front of every tensor sent: the number of its run (an int64)
 
 
 class RemoteRankError(MinigraphError, RuntimeError):
@@ -91,9 +102,12 @@ class _World:
         # takes any tag). Making it is collective: every rank makes its first cross-rank
         # run at the same point of the program, and creates the world there; a rank
         # that does not come is waited for as long as a run waits for news.
+        # Tensors travel on a second one, which control messages never reach: a rank
+        # takes whatever tensor has arrived there (MPIRendezvous.progress).
         self.comm, request = distributed.comm().Idup()
+        self.data, data_request = distributed.comm().Idup()
         deadline = time.monotonic() + distributed.timeout()
-        while not request.Test():
+        while not MPI.Request.Testall([request, data_request]):
             if time.monotonic() > deadline:
                 raise RankTimeout(
                     f"rank {distributed.rank()}: the first cross-rank run waits for every "
@@ -106,26 +120,54 @@ class _World:
         # another run's feeds, silently): every run comes from this thread.
         self.thread = threading.get_ident()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        # (guards run_id and outbox: a refused run from another thread, and the
+        # heartbeat thread, use them too)
+        self.lock = threading.Lock()
         self.run_id = 0
         self.epoch = 0
+        self.planning: _Conversation | None = None  # the run that plans now (_heartbeat)
         self.early: list[tuple[int, int, str, Any]] = []  # (source, run, kind, payload)
         self.outbox: list[Any] = []  # requests of control messages still in flight
         tag_ub = self.comm.Get_attr(MPI.TAG_UB) or 32767
         self.keyspace = min(1 << 20, (tag_ub + 1) // 16)  # tags per epoch
         self.epochs = (tag_ub - 1) // self.keyspace
 
-    def tag(self, route: Route) -> int:
-        return 1 + (self.epoch % self.epochs) * self.keyspace + route.tag
+    def beat(self) -> None:
+        """The heartbeat thread: while a run plans, an *alive* message to every other
+        rank each quarter of the timeout. (One thread for the process's life: a thread
+        started for each run cost a millisecond a run. It looks every 50 ms, so that a
+        timeout lowered meanwhile is kept.)"""
+        last = 0.0
+        while True:
+            time.sleep(0.05)
+            talk = self.planning
+            if talk is not None and time.monotonic() - last > distributed.timeout() / 4:
+                last = time.monotonic()
+                talk.tell_all("alive", None)
+
+    def tag(self, route: Route, epoch: int) -> int:
+        return 1 + (epoch % self.epochs) * self.keyspace + route.tag
+
+    def next_run(self) -> tuple[int, int]:
+        """The number of a new cross-rank run (every rank numbers its runs alike), and
+        its epoch: the one the failures of the runs before it left, taken now, as a run
+        refused on another thread meanwhile moves the world to the next one."""
+        with self.lock:
+            self.run_id += 1
+            return self.run_id, self.epoch
 
     def send_control(self, dest: int, run: int, kind: str, payload: Any) -> None:
-        self.outbox.append(self.comm.isend((run, kind, payload), dest=dest, tag=CONTROL))
+        with self.lock:
+            self.outbox.append(self.comm.isend((run, kind, payload), dest=dest, tag=CONTROL))
 
     def flush(self, wait: float = 0.0) -> None:
         """Forget control sends that completed; with ``wait``, give them that long."""
         deadline = time.monotonic() + wait
         while True:
-            self.outbox = [r for r in self.outbox if not r.Test()]
-            if not self.outbox or time.monotonic() >= deadline:
+            with self.lock:
+                self.outbox = [r for r in self.outbox if not r.Test()]
+                pending = bool(self.outbox)
+            if not pending or time.monotonic() >= deadline:
                 return
             time.sleep(0.001)
 
@@ -139,6 +181,7 @@ def world() -> _World:
         import atexit
 
         _world = _World()
+        threading.Thread(target=_world.beat, name="minigraph-heartbeat", daemon=True).start()
         # The last control messages must leave before MPI finalizes (mpi4py finalizes
         # at exit too; handlers run last-registered first, so this one runs before).
         atexit.register(_world.flush, 2.0)
@@ -185,6 +228,11 @@ class _Conversation:
     def heard_from(self, rank: int) -> None:
         self.heard[rank] = time.monotonic()
 
+    def restart_clock(self) -> None:
+        """Count silence from now: the time this rank spent planning was its own."""
+        now = time.monotonic()
+        self.heard = {p: now for p in self.peers}
+
     def silent(self, ranks: "set[int] | list[int]") -> int | None:
         """A rank among ``ranks`` we have not heard from for longer than the timeout."""
         now, limit = time.monotonic(), distributed.timeout()
@@ -227,19 +275,20 @@ class _Pause:
 
 class MPIRendezvous(Rendezvous):
     """The rendezvous of one rank: local keys as in one process, keys that cross ranks
-    over MPI."""
+    over MPI. A tensor travels behind a header holding its run's number (``HEADER``)."""
 
-    def __init__(self, w: _World, outgoing: dict[str, Route], incoming: dict[str, Route]):
+    def __init__(self, w: _World, run: int, epoch: int, outgoing: dict[str, Route],
+                 incoming: dict[str, Route]):
         super().__init__()
-        self.w = w
+        self.w, self.run = w, run
         self.outgoing = outgoing
+        self.tags = {key: w.tag(route, epoch) for key, route in outgoing.items()}
         self.sends: list[tuple[Any, np.ndarray]] = []  # (request, buffer kept alive)
-        self.recvs: list[tuple[Any, np.ndarray, Route]] = []
+        # (sender, tag) -> the Route of a tensor still to come; a dict, so that each
+        # arrival costs the same however many are still to come
+        self.expected = {(route.peer, w.tag(route, epoch)): route for route in incoming.values()}
         self.owing: dict[int, int] = {}  # rank -> how many of the Recvs it owes us
-        for route in incoming.values():  # every receive is posted before anything runs
-            buffer = np.empty(route.shape, dtype=route.dtype)
-            request = w.comm.Irecv(buffer, source=route.peer, tag=w.tag(route))
-            self.recvs.append((request, buffer, route))
+        for route in incoming.values():
             self.owing[route.peer] = self.owing.get(route.peer, 0) + 1
 
     def send(self, key: str, value: Any) -> None:
@@ -251,30 +300,54 @@ class MPIRendezvous(Rendezvous):
             raise RuntimeError(  # a wrong buffer would be read as garbage on the other side
                 f"Send {key!r}: the value has shape {buffer.shape} and dtype {buffer.dtype}, "
                 f"but the graph says {route.shape} {route.dtype}")
+        message = np.empty(HEADER + buffer.nbytes, dtype=np.uint8)
+        message[:HEADER] = np.array([self.run], dtype=np.int64).view(np.uint8)
+        message[HEADER:] = buffer.reshape(-1).view(np.uint8)
         with self._lock:
-            if self.error is not None:  # The run failed: its receiver has withdrawn the
-                # Recv (cancel), so this send would never be matched, and its tag comes
-                # back once the epochs wrap round: a later run would read this tensor.
+            if self.error is not None:  # the run failed: nobody will read this tensor
                 return
-            request = self.w.comm.Isend(buffer, dest=route.peer, tag=self.w.tag(route))
-            self.sends.append((request, buffer))
+            request = self.w.data.Isend(message, dest=route.peer, tag=self.tags[key])
+            self.sends.append((request, message))
             self.sent_bytes += buffer.nbytes
 
     def progress(self) -> list[int]:
-        """Deliver the tensors that arrived; return the ranks they came from."""
-        if not self.recvs:
-            return []
+        """Receive the tensors that arrived, and deliver this run's; return the ranks
+        they came from.
+
+        Each arrival is found by a matched probe (``Improbe``), which costs the same
+        however many tensors are still to come (testing a posted receive per expected
+        tensor at every poll made a run quadratic in its cross-rank edges), and is
+        received into a buffer of its own size. One of a failed run, sent before its
+        sender heard of the failure, is received and dropped here: its run number is
+        not ours (it may even have the tag of one of ours, once the epochs came round)."""
         MPI = distributed._mpi()
-        done = MPI.Request.Testsome([r for r, _, _ in self.recvs]) or []
-        arrived = [self.recvs[i] for i in done]
-        gone = set(done)  # (once: a set per element made a long chain's run quadratic)
-        self.recvs = [x for i, x in enumerate(self.recvs) if i not in gone]
-        for _, buffer, route in arrived:
-            self._put(route.key, buffer)
+        status = MPI.Status()
+        senders = []
+        while (found := self._probe(status)) is not None:
+            message = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+            found.Recv(message)
+            peer = status.Get_source()
+            senders.append(peer)
+            route = self.expected.get((peer, status.Get_tag()))
+            if route is None or message[:HEADER].view(np.int64)[0] != self.run:
+                continue  # a failed run's (even of another shape): dropped
+            del self.expected[(peer, status.Get_tag())]
+            self._put(route.key, message[HEADER:].view(route.dtype).reshape(route.shape))
             self.owing[route.peer] -= 1
             if not self.owing[route.peer]:
                 del self.owing[route.peer]
-        return [route.peer for _, _, route in arrived]
+        return senders
+
+    def _probe(self, status: Any) -> Any:
+        """A tensor that arrived (an MPI ``Message``), or None. A few probes in a row:
+        MPICH's probe moves arrived messages into its queue only every few calls, so one
+        probe per poll saw a tensor several polls late (up to a millisecond each)."""
+        MPI = distributed._mpi()
+        for _ in range(4):
+            found = self.w.data.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if found is not None:
+                return found
+        return None
 
     def sends_done(self) -> bool:
         with self._lock:
@@ -284,16 +357,14 @@ class MPIRendezvous(Rendezvous):
     def waiting_on(self) -> dict[int, list[str]]:
         """The ranks that owe us tensors, and the keys of those Recvs."""
         owed: dict[int, list[str]] = {}
-        for _, _, route in self.recvs:
+        for route in self.expected.values():
             owed.setdefault(route.peer, []).append(route.key)
         return owed
 
     def cancel(self) -> None:
-        """Withdraw the receives still posted (a failed run's tensors may never come)."""
-        for request, _, _ in self.recvs:
-            request.Cancel()
-            request.Wait()
-        self.recvs, self.owing = [], {}
+        """Expect nothing more (a failed run's tensors may never come; those that do
+        are dropped by a later run's ``progress``)."""
+        self.expected, self.owing = {}, {}
 
 
 def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict: dict
@@ -304,32 +375,40 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
     if distributed.world_for_names() == 1:  # say so before starting MPI for nothing
         _check_placement(session._plan(resolve(), session._feeds(feed_dict)), 1)
     w = world()
-    if threading.get_ident() != w.thread:
-        raise distributed.DistributedError(
-            f"rank {w.rank}: cross-rank runs come from one thread of each process (the "
-            f"first one's): ranks pair their runs in the order they make them, and runs "
-            f"from two threads would pair in whatever order the threads come. Make them "
-            f"from one thread (or all with one Session's run_async, which has one thread)")
-    w.run_id += 1
-    talk = _Conversation(w, w.run_id)
+    # The run's number first: every refusal below (another thread, a closed session, a
+    # bad feed) uses it up and tells the other ranks, whose runs of it fail too, so that
+    # every rank's next run has the same number. (A rank that refused before taking it
+    # paired its next run with the others' current one: another call's values, silently.)
+    number, epoch = w.next_run()
+    talk = _Conversation(w, number)
     rendezvous: MPIRendezvous | None = None
+    runs: list[tuple[str, Run]] = []  # this rank's partitions' runs, once made
     try:
-        fetches = resolve()
-        feeds = session._feeds(feed_dict)
-        plan = session._plan(fetches, feeds)
-        _check_placement(plan, w.size)
-        fingerprint = session._fingerprints.get(id(plan))
-        if fingerprint is None:
-            fingerprint = session._fingerprints[id(plan)] = _fingerprint(plan, fetches)
+        if threading.get_ident() != w.thread:
+            raise distributed.DistributedError(
+                f"rank {w.rank}: cross-rank runs come from one thread of each process (the "
+                f"first one's): ranks pair their runs in the order they make them, and runs "
+                f"from two threads would pair in whatever order the threads come. Make them "
+                f"from one thread (or all with one Session's run_async, which has one thread)")
+        with _heartbeat(talk):  # (planning may outlast the timeout: the others must know)
+            fetches = resolve()
+            feeds = session._feeds(feed_dict)
+            plan = session._plan(fetches, feeds)
+            _check_placement(plan, w.size)
+            fingerprint = session._fingerprints.get(id(plan))
+            if fingerprint is None:
+                fingerprint = session._fingerprints[id(plan)] = _fingerprint(plan, fetches)
+        talk.restart_clock()
         # (every run, not only a plan's first: ranks that agreed on two plans may run
         # them crosswise later, and would pair each other's messages without a word)
-        _compare_plans(talk, fingerprint, len(plan))
-        parts = session._partition(fetches, feeds)
-        outgoing, incoming = _routes(parts, w)
-        rendezvous = MPIRendezvous(w, outgoing, incoming)
-        wall, start = time.time(), time.perf_counter()
-        mine = [name for name in parts if not get_device(name).remote]
-        runs = session._partition_runs(parts, mine, fetches, feeds, rendezvous, start)
+        _compare_plans(talk, fingerprint, len(plan), _feed_digests(plan, feeds))
+        with _heartbeat(talk):  # (a large partition's executors take a while to make)
+            parts = session._partition(fetches, feeds)
+            outgoing, incoming = _routes(parts, w)
+            rendezvous = MPIRendezvous(w, number, epoch, outgoing, incoming)
+            wall, start = time.time(), time.perf_counter()
+            mine = [name for name in parts if not get_device(name).remote]
+            runs = session._partition_runs(parts, mine, fetches, feeds, rendezvous, start)
         threads = session._start_executors(runs)
         _progress(talk, rendezvous, threads, [run for _, run in runs])
         values, assigns = session._collect(parts, [run for _, run in runs])
@@ -349,12 +428,26 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
         if rendezvous is not None:
             rendezvous.abort(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             rendezvous.cancel()
-        w.epoch += 1  # every rank's run fails, so every rank moves on to the same epoch
+        if runs:  # a failed run's statistics show how far it got, as in one process
+            session.last_run = RunStats.merge([run for _, run in runs])
+        with w.lock:  # every rank's run fails, so every rank moves on to the same epoch
+            w.epoch += 1
         if not isinstance(exc, RemoteRankError):
             talk.tell_all("abort", _describe(w.rank, exc))
             w.flush(wait=1.0)
             _name_rank(exc, w.rank)
         raise
+
+
+@contextmanager
+def _heartbeat(talk: _Conversation) -> Iterator[None]:
+    """Let the world's heartbeat thread speak for this run while this thread does long
+    work of its own (planning), during which it polls nothing."""
+    talk.w.planning = talk
+    try:
+        yield
+    finally:
+        talk.w.planning = None
 
 
 def _progress(talk: _Conversation, rendezvous: MPIRendezvous, threads: list[threading.Thread],
@@ -411,21 +504,72 @@ def _check_placement(plan: list[Node], size: int) -> None:
 
 
 def _fingerprint(plan: list[Node], fetches: list[Node]) -> str:
-    text = repr([(n.name, n.op, n.device.name, n.shape, n.dtype) for n in plan]
-                + [f.name for f in fetches])
-    return hashlib.sha1(text.encode()).hexdigest()
+    """A digest of what every rank must agree on: each node's name, op, device, shape,
+    dtype, arguments (its inputs' names, and numbers such as the 2.0 of ``x * 2.0``),
+    control inputs and parameters (an axis, a dtype), each constant's value, and the
+    fetches. (A variable's value is not in it: each rank keeps its own copy, current only
+    on its own rank.)"""
+    digest = hashlib.sha1()
+    for n in plan:
+        digest.update(repr((n.name, n.op, n.device.name, n.shape, n.dtype,
+                            _describe_param(n.args), _describe_param(n.control_inputs),
+                            _describe_param(n.params))).encode())
+        if n.op == "Const":
+            digest.update(_bytes_of(n.device.to_numpy(n.value)))
+    digest.update(repr([f.name for f in fetches]).encode())
+    return digest.hexdigest()
 
 
-def _compare_plans(talk: _Conversation, fingerprint: str, size: int) -> None:
-    talk.tell_all("hello", (fingerprint, size))
+def _describe_param(value: Any) -> Any:
+    """A parameter as text that is the same on every rank that built the same graph: an
+    object's default repr holds its address, which differs between processes."""
+    if isinstance(value, dict):
+        return sorted((repr(k), _describe_param(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_describe_param(v) for v in value]
+    if isinstance(value, Node):
+        return f"node {value.name}"
+    if isinstance(value, np.ndarray):
+        return hashlib.sha1(_bytes_of(value)).hexdigest()
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes,
+                                           np.generic, np.dtype)):
+        return repr(value)
+    return getattr(value, "__qualname__", type(value).__qualname__)  # a function, a class
+
+
+def _bytes_of(value: Any) -> bytes:
+    """A NumPy value's shape, dtype and bytes."""
+    array = np.ascontiguousarray(value)
+    return repr((array.shape, str(array.dtype))).encode() + array.tobytes()
+
+
+def _feed_digests(plan: list[Node], feeds: dict[int, Any]) -> dict[str, str]:
+    """A digest of each fed value, by placeholder name: every rank must feed the same
+    (a placeholder lives on one rank, which alone reads its feed: another rank's feed of
+    it would be dropped without a word)."""
+    return {n.name: hashlib.sha1(_bytes_of(n.device.to_numpy(feeds[id(n)]))).hexdigest()
+            for n in plan if id(n) in feeds}
+
+
+def _compare_plans(talk: _Conversation, fingerprint: str, size: int,
+                   feeds: dict[str, str]) -> None:
+    talk.tell_all("hello", (fingerprint, size, feeds))
     theirs = talk.wait_all("hello", "plan")
-    differ = {r: n for r, (f, n) in theirs.items() if f != fingerprint}
+    differ = {r: n for r, (f, n, _) in theirs.items() if f != fingerprint}
     if differ:
         listing = ", ".join(f"rank {r} ({n} nodes)" for r, n in sorted(differ.items()))
         raise distributed.DistributedError(
             f"rank {talk.w.rank} ({size} nodes to run) and {listing} run different graphs or "
             f"fetches: every rank must build the same graph (same names, ops, devices, "
-            f"shapes) and run it with the same fetches and feeds")
+            f"shapes, parameters, constants) and run it with the same fetches and feeds")
+    for r, (_, _, their_feeds) in sorted(theirs.items()):
+        names = sorted(name for name in feeds if their_feeds.get(name) != feeds[name])
+        if names:
+            raise distributed.DistributedError(
+                f"rank {talk.w.rank} and rank {r} feed different values to placeholder(s) "
+                f"{', '.join(repr(name) for name in names)}: a placeholder lives on one rank, "
+                f"which alone reads its feed, so every rank must feed it the same value "
+                f"(for a batch per rank, give each rank a placeholder on its own device)")
 
 
 def _routes(parts: Partition, w: _World) -> tuple[dict[str, Route], dict[str, Route]]:

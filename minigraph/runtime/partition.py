@@ -10,7 +10,8 @@ devices is a Send and its Recv, and a Send makes a real copy into B's memory. A 
 used by several nodes of B crosses once (one Send/Recv pair per tensor and destination
 device). An explicit ``x.to(B)`` node is itself such an edge: it becomes the Recv.
 A control edge across devices ("run after that node") becomes a Send/Recv of an empty
-tensor: what crosses is only the news that the node has run.
+tensor: what crosses is only the news that the node has run (its key starts with ``^``,
+so that it never meets a data edge's, whatever the nodes are called).
 
 ``mg.partition(g)`` returns ``{device name: Graph}``; the session runs each of those
 graphs on its own device executor (``session.py``).
@@ -45,7 +46,8 @@ class CommNode(Node):
 
     @property
     def key(self) -> str:
-        return make_key(self.send_device, self.recv_device, self.tensor_name)
+        return make_key(self.send_device, self.recv_device, self.tensor_name,
+                        self.params["control"])
 
 
 class Partition(dict):

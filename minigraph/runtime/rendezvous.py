@@ -2,10 +2,10 @@
 
 Each transfer has a key, ``"send_device;recv_device;tensor_name"`` (TensorFlow's
 rendezvous key, minus the incarnation and frame fields it needs for distributed runs and
-loops). ``send`` stores the value under the key; ``recv`` hands it to a callback at once
-if it is there, or as soon as it arrives. A Recv therefore never blocks a thread: the
-executor of its device keeps running the other ready nodes meanwhile. Blocking would
-deadlock as soon as two devices wait on each other.
+loops), with ``^`` in front for a control edge. ``send`` stores the value under the key;
+``recv`` hands it to a callback at once if it is there, or as soon as it arrives. A Recv
+therefore never blocks a thread: the executor of its device keeps running the other
+ready nodes meanwhile. Blocking would deadlock as soon as two devices wait on each other.
 
 ``abort(error)`` wakes everybody with the error: when one device's executor fails, the
 others stop instead of waiting forever for a tensor that will never come.
@@ -25,8 +25,12 @@ from ..device import nbytes
 Callback = Callable[[Any, BaseException | None], None]
 
 
-def make_key(send_device: str, recv_device: str, tensor_name: str) -> str:
-    return f"{send_device};{recv_device};{tensor_name}"
+def make_key(send_device: str, recv_device: str, tensor_name: str,
+             control: bool = False) -> str:
+    """A control edge's key starts with ``^`` (TensorFlow's mark of a control input): a
+    data edge's starts with a device name, which never does, whatever the tensor's name
+    (a node may be called ``"a/control"``, the name of ``a``'s control edge)."""
+    return f"{'^' if control else ''}{send_device};{recv_device};{tensor_name}"
 
 
 class Rendezvous:

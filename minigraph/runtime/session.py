@@ -124,7 +124,8 @@ class Session:
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
         with self._idle:
-            self._check_open("run")
+            if not self._spans_ranks():  # (a run across ranks refuses inside: see _run)
+                self._check_open("run")
             self._running += 1
         try:
             return self._run(fetches, feed_dict)
@@ -142,6 +143,7 @@ class Session:
                 # (checked inside the run: a rank that refuses its call takes part in the
                 # run still and tells the others, so that every rank's runs stay in step;
                 # one that refused alone made the others pair with its next call)
+                self._check_open("run")
                 _check_feed_dict("run", feed_dict)
                 return [self._node(f) for f in _flatten(fetches)]
 
@@ -323,8 +325,21 @@ class Session:
         that run: as a GPU copies what queued work reads from the host when the work is
         queued, a later write into a fed array (or another array put in the dict) does
         not change a run already started."""
-        self._check_open("run_async")
-        _check_feed_dict("run_async", feed_dict)
+        try:
+            self._check_open("run_async")
+            _check_feed_dict("run_async", feed_dict)
+        except (SessionClosedError, TypeError):
+            if not self._spans_ranks():
+                raise
+            # Refused on this rank alone, the other ranks' matching runs would pair with
+            # this rank's next one: across ranks the refusal is a run, made here, that
+            # fails on every rank (``run`` raises the same error inside it).
+            refused: Future = Future()
+            try:
+                refused.set_result(self.run(fetches, feed_dict))
+            except BaseException as exc:  # noqa: BLE001 - the future holds it
+                refused.set_exception(exc)
+            return refused
         feeds = {key: _snapshot(value) for key, value in (feed_dict or {}).items()}
         with self._cache_lock:
             if self._background is None:

@@ -415,8 +415,10 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     order = [_with_empty_ops(s, [(kind, k) for s2, kind, k, _, _ in timeline if s2 == s],
                              pipe.schedule.ops[s], plan.empty)
              for s in range(len(pipe.stages))]
+    # (a control edge's key starts with "^", rendezvous.make_key's mark: a node's own name
+    # may end in "/control")
     sends = sum(1 for e in stats.events
-                if e["op"] == "Send" and not e.get("key", "").endswith("/control"))
+                if e["op"] == "Send" and not e.get("key", "").startswith("^"))
     peak = [stats.lower_bound.get(get_device(d).name, 0) for d in pipe.devices]
     return PipelineRun(float(sum(values["losses"])), grads, order, timeline, peak, sends, stats)
 
