@@ -255,7 +255,7 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
         raise GradientError("gradients: no ys to differentiate (an empty list); give the "
                             "value(s) whose gradient you want")
     for v in ys + xs:
-        if type(v) in KINDS and type(v) is not Node:  # (a transformation's value: a
+        if type(v) in KINDS and not isinstance(v, Node):  # (a transformation's value: a
             # batch of mg.vmap, a box of mg.grad ...)
             raise GraphError(f"gradients: expected graph nodes, got a {v._kind()}: "
                              f"mg.gradients differentiates a graph's nodes, not a "
