@@ -235,14 +235,16 @@ class Traced:
         cache = self.cache if is_grad_enabled() else self._programs(args)
         entry = cache.get(key)
         # (a global tensor written: again; but not to run f on the tape, which needs none)
-        if entry is None or not on_the_tape(entry[0]) and entry[0].captured.stale():
+        taped = entry is not None and on_the_tape(entry[0])
+        if entry is None or not taped and entry[0].captured.stale():
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
                                         grad=cache is self.cache)
             self.recordings += 1
             outputs, one = _outputs(out, self.name, graph)
             cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
+            taped = on_the_tape(cache[key][0])
         fn, one, _ = cache[key]
-        if on_the_tape(fn):  # (f itself, recorded by the tape: see on_the_tape)
+        if taped:  # (f itself, recorded by the tape: see on_the_tape)
             return self.f(*args)
         results = _call(fn, args, key)
         return results[0] if one else results
@@ -309,13 +311,16 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         nums, cache = known
         key = signature(args, nums)
         compiled = cache.get(key)
-        if compiled is None or not on_the_tape(compiled) and compiled.captured.stale():
+        # (a program run on the tape is not asked whether it is stale: it is not run)
+        taped = compiled is not None and on_the_tape(compiled)
+        if compiled is None or not taped and compiled.captured.stale():
             for i in nums:  # (the signature read an int, a list ... being differentiated)
                 if key[i][0] != DATA:
                     raise not_data(args[i], i, "grad")
                 refuse_integers(getattr(args[i], "dtype", None) or key[i][3], i, "grad")
             compiled = cache[key] = build(args, nums, key)
-        if on_the_tape(compiled):  # (the tape's gradient, which it records: on_the_tape)
+            taped = on_the_tape(compiled)
+        if taped:  # (the tape's gradient, which it records: on_the_tape)
             value, grads = tape.value_and_grad(f, argnums)(*args)
             return (value, grads) if with_value else grads
         results = _call(compiled, args, key)
