@@ -399,6 +399,16 @@ class Graph:
         self._by_name[node.name] = node
         return node
 
+    def _drop(self, dead: set[int]) -> None:
+        """Take the nodes whose ids are in ``dead`` out of this graph, which no node that
+        stays reads: a pass's new graph, before anyone else holds it (graph/passes.py)."""
+        self.nodes = [n for n in self.nodes if id(n) not in dead]
+        self._by_name = {k: n for k, n in self._by_name.items() if id(n) not in dead}
+        self._consts = {k: c for k, c in self._consts.items() if id(c[1]) not in dead}
+        for key in dead:  # (their ids may be another node's once they are freed)
+            self.unfeedable.pop(key, None)
+            self.loose.discard(key)
+
     def _argument(self, a: Any) -> Any:
         """An argument as a node stores it: nodes (of this graph) and Python numbers."""
         if isinstance(a, Node):
