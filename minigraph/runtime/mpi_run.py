@@ -409,6 +409,8 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
             wall, start = time.time(), time.perf_counter()
             mine = [name for name in parts if not get_device(name).remote]
             runs = session._partition_runs(parts, mine, fetches, feeds, rendezvous, start)
+        talk.restart_clock()  # (this rank's own work is no silence of the others: their
+        # 'alive' messages wait, unread, in the queue meanwhile)
         threads = session._start_executors(runs)
         _progress(talk, rendezvous, threads, [run for _, run in runs])
         values, assigns = session._collect(parts, [run for _, run in runs])
