@@ -306,10 +306,11 @@ _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array
 def is_container(obj: Any) -> bool:
     """Whether ``obj``'s items are watched as a container's (and a constant argument keyed
     by them, signature._held): the types above, the common case, checked first; then any
-    mapping, set or sequence but a string (a UserDict, a ChainMap, a UserList, a
-    memoryview), whose items its own methods give."""
+    mapping, set or sequence (a UserDict, a ChainMap, a UserList), whose items its own
+    methods give. Not a string, nor a ``range`` (it cannot change, and ``range(10**9)``
+    has a billion items to copy), nor a ``memoryview`` (a buffer's bytes, one by one)."""
     return isinstance(obj, _CONTAINERS) or isinstance(obj, (abc.Mapping, abc.Set)) or \
-        isinstance(obj, abc.Sequence) and not isinstance(obj, (str, bytes))
+        isinstance(obj, abc.Sequence) and not isinstance(obj, (str, bytes, range, memoryview))
 _CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
 _ATOMS = _CONSTANTS | {Tensor, np.ndarray}
 
