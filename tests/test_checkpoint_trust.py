@@ -219,3 +219,36 @@ def test_a_python_number_result_has_numpy_dtype_in_a_graph(number):
         z = mg.checkpoint(lambda a: number)(x)
     got = mg.Session(g).run(z, feed_dict={x: X0})
     assert str(z.dtype) == str(np.asarray(number).dtype) == str(np.asarray(got).dtype)
+
+
+RNGS = [np.random.default_rng(0)]
+
+
+class _Holder:
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+
+def _dropout_by_an_item(x):
+    return mg.sum(x * mg.tensor((RNGS[0].random(8) > 0.5).astype(float)))
+
+
+def _dropout_by_an_argument(x, holder):
+    return mg.sum(x * mg.tensor((holder.rng.random(8) > 0.5).astype(float)))
+
+
+@pytest.mark.parametrize("where", ["an item of a global list", "an argument's attribute"])
+def test_a_generator_one_level_down_draws_the_forward_pass_numbers(where):
+    """A generator reached through a list f reads, or an attribute of an argument, was
+    not restored: the recomputation drew another mask. d/dx sum(x * m) = m, the mask of
+    the forward pass (closed form; torch.utils.checkpoint preserves its RNG state)."""
+    x = mg.tensor(np.ones(8), requires_grad=True)
+    if where == "an item of a global list":
+        RNGS[0] = np.random.default_rng(0)
+        mask = (np.random.default_rng(0).random(8) > 0.5).astype(float)
+        y = mg.checkpoint(_dropout_by_an_item)(x)
+    else:
+        mask = (np.random.default_rng(0).random(8) > 0.5).astype(float)
+        y = mg.checkpoint(_dropout_by_an_argument)(x, _Holder())
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), mask)

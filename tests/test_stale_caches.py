@@ -594,3 +594,29 @@ def test_a_large_structure_of_tuples_of_numbers_is_watched_not_refused():
         assert g(2.0).item() == 5.0
     finally:
         PAIRS[3] = (3, 3.0)
+
+
+class _LazyRows(_collections.abc.Sequence):
+    """A dataset whose rows load on demand, and raise until they are there."""
+    scale = 3.0
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, k):
+        raise RuntimeError(f"row {k} is not loaded yet")
+
+
+ROWS = _LazyRows()
+
+
+def _reads_a_lazy_sequence(x):
+    return x * ROWS.scale
+
+
+def test_a_users_lazy_sequence_is_not_read_item_by_item():
+    """Every Sequence and Mapping was watched item by item for a while: a lazy dataset's
+    rows were loaded (or raised) on every call. Only containers that store their items
+    are; d(3x)/dx = 3."""
+    assert mg.grad(_reads_a_lazy_sequence, mode="graph")(2.0).item() == 3.0
+    assert mg.trace(_reads_a_lazy_sequence)(2.0).item() == 6.0

@@ -112,8 +112,8 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, _held, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_since
-from .reads import (arrays_in, differs, outside_arrays, outside_reads, read_only_arrays,
-                    rebound)
+from .reads import (arrays_in, differs, is_container, outside_arrays, outside_reads,
+                    read_only_arrays, rebound, values_in)
 from ..ops.operators import innermost, passed_as_is
 
 
@@ -507,6 +507,34 @@ def _refuse_written(read: _Read) -> None:
 
 # -- random numbers: the recomputation draws what the forward pass drew ------------------
 
+_MOST_HELD = 10_000
+
+
+def _held_by(static: "Static | list", levels: int = 3) -> list:
+    """``(where, name, value)`` for f's arguments that are not tensors and what they hold,
+    ``levels`` deep (``t[0]``, ``cfg.rng``, ``d["r"]``): where a generator may be that f
+    draws from. (A bounded walk over the user's objects, each once, at most
+    ``_MOST_HELD`` of them: a long list of numbers passed as an argument is not read
+    whole on every call.)"""
+    found: list = []
+    seen: set[int] = set()
+    todo = [(f"argument {i}", a) for i, a in static]
+    for _ in range(levels):
+        inside: list = []
+        for name, v in todo:
+            if id(v) in seen or len(seen) >= _MOST_HELD:
+                continue
+            seen.add(id(v))
+            found.append((static, name, v))
+            if is_container(v):
+                pairs = v.items() if isinstance(v, dict) else enumerate(v)
+                inside += [(f"{name}[{k!r}]", item) for k, item in pairs]
+            elif isinstance(getattr(v, "__dict__", None), dict) and not isinstance(v, type):
+                inside += [(f"{name}.{k}", item) for k, item in vars(v).items()]
+        todo = inside
+    return found
+
+
 def _generator(v: Any, names: set[str]) -> Any:
     """The random number generator whose state ``v`` draws from, or None: NumPy's
     Generator (its BitGenerator), BitGenerator or RandomState, Python's ``random.Random``;
@@ -564,7 +592,8 @@ def _generator_states(reads: list) -> list:
     states: dict[int, tuple[str, Any, Any]] = {}
     names = _names(reads)
     methods = (MethodType, BuiltinMethodType)  # (named by the generator, not its method)
-    for _, name, v in sorted(reads, key=lambda r: isinstance(r[2], methods)):
+    # (the items of the lists and dicts f reads too: RNGS[0], CFG["rng"], self.rngs[0])
+    for name, v in sorted(values_in(reads), key=lambda r: isinstance(r[1], methods)):
         g = _generator(v, names)
         if g is None or id(g) in states:
             continue
@@ -795,8 +824,8 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         key = (tuple(weak), tuple(weak_inputs))
         fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
         reads = outside_reads(f)
-        drawn = _generator_states(  # (before f draws from them; a generator argument too)
-            reads + [(static, f"argument {i}", a) for i, a in static])
+        drawn = _generator_states(  # (before f draws from them; a generator argument too,
+            reads + _held_by(static))  # or one an argument holds)
         if any(type(innermost(a)) is Node for a in inputs):  # a node of a graph built
             if drawn:  # (no forward pass to take the states from: each node draws anew)
                 raise CheckpointError(

@@ -301,16 +301,17 @@ _MOST_INSIDE = 10_000
 # The containers whose items outside_reads watches (an item bound anew, added, removed),
 # and the values with nothing inside to watch (a tensor or an array is compared whole).
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array, bytearray)
+_STORED = (collections.UserDict, collections.UserList, collections.ChainMap)
 
 
 def is_container(obj: Any) -> bool:
     """Whether ``obj``'s items are watched as a container's (and a constant argument keyed
-    by them, signature._held): the types above, the common case, checked first; then any
-    mapping, set or sequence (a UserDict, a ChainMap, a UserList), whose items its own
-    methods give. Not a string, nor a ``range`` (it cannot change, and ``range(10**9)``
-    has a billion items to copy), nor a ``memoryview`` (a buffer's bytes, one by one)."""
-    return isinstance(obj, _CONTAINERS) or isinstance(obj, (abc.Mapping, abc.Set)) or \
-        isinstance(obj, abc.Sequence) and not isinstance(obj, (str, bytes, range, memoryview))
+    by them, signature._held): the types above and their subclasses, whose items are
+    stored, and the standard library's UserDict, UserList and ChainMap themselves. Not
+    any other mapping or sequence: a user's may compute its items on demand (a lazy
+    table, a dataset that loads or raises for an item, ``range(10**9)``), and copying
+    them all on every call would run that code (it ran 14,000 loads, or raised)."""
+    return isinstance(obj, _CONTAINERS) or type(obj) in _STORED
 _CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
 _ATOMS = _CONSTANTS | {Tensor, np.ndarray}
 
@@ -712,9 +713,14 @@ def outside_arrays(f: Any) -> list[tuple[str, Any]]:
 def arrays_in(reads: list[tuple[Any, str, Any]]) -> list[tuple[str, Any]]:
     """The tensors and arrays among ``reads`` (:func:`outside_reads`) and among the items
     of its lists and dicts, each with where it is."""
-    arrays = [(name, v) for where, name, v in reads if _guarded(v)]
-    return arrays + [(name, item) for where, name, v in reads if type(where) is _Items
-                     for item in v[1] if _guarded(item)]
+    return [(name, v) for name, v in values_in(reads) if _guarded(v)]
+
+
+def values_in(reads: list[tuple[Any, str, Any]]) -> list[tuple[str, Any]]:
+    """The values among ``reads`` (:func:`outside_reads`), then the items of its lists
+    and dicts, each with where it is."""
+    return [(name, v) for where, name, v in reads] + \
+        [(name, item) for where, name, v in reads if type(where) is _Items for item in v[1]]
 
 
 def _guarded(v: Any) -> bool:
