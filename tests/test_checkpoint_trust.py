@@ -252,3 +252,23 @@ def test_a_generator_one_level_down_draws_the_forward_pass_numbers(where):
         y = mg.checkpoint(_dropout_by_an_argument)(x, _Holder())
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), mask)
+
+
+class _DetailedError(Exception):
+    def __init__(self, message, detail):
+        super().__init__(message)
+        self.detail = detail
+
+
+def _raises_its_own_error(x):
+    raise _DetailedError("bad input", detail=42)
+
+
+def test_an_exception_f_raises_reaches_the_caller_as_it_is():
+    """The kernel's error was rebuilt as type(exc)(message), which failed for an
+    exception whose __init__ takes other arguments: the caller got a TypeError about
+    __init__ instead of f's error (plain Python and torch.utils.checkpoint pass it on)."""
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(_DetailedError, match="bad input") as caught:
+        mg.checkpoint(_raises_its_own_error)(x)
+    assert caught.value.detail == 42

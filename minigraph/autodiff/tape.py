@@ -333,7 +333,10 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
         return ShapeError(f"{where}: {exc}")
     if isinstance(exc, TypeError):
         return DTypeError(f"{where}: {exc}")
-    return type(exc)(f"{where}: {exc}")
+    try:
+        return type(exc)(f"{where}: {exc}")
+    except Exception:  # (an exception whose __init__ takes other arguments, the user's
+        return exc     # own raised in f: passed on as it is, with its attributes)
 
 
 # -- in-place updates, and the guard that keeps the tape's values true ---------------------------
