@@ -365,6 +365,23 @@ def _across_two_ranks():
     return g, x, y
 
 
+def sending_while_the_other_fails(slow, check):
+    """y = slow(x) * 2 + check(c): rank 0 computes slow(x) and sends it while rank 1 runs
+    check(c), which fails for a negative c (a run that fails while a Send is on its way)."""
+    import minigraph as mg
+    from minigraph.ops.primitive import Primitive
+    from minigraph.ops.shape_rules import same
+
+    with mg.Graph() as g:
+        with mg.device("rank:0/cpu"):
+            x = mg.placeholder(shape=(), name="x")
+            sx = g.add(Primitive("slow", slow, same, vjp=[None]), (x,), {})
+        with mg.device("rank:1/cpu"):
+            c = mg.placeholder(shape=(), name="c")
+            y = sx * 2.0 + g.add(Primitive("check", check, same, vjp=[None]), (c,), {})
+    return g, x, c, y
+
+
 def _attempt(fn) -> dict:
     start = time.monotonic()
     try:
@@ -462,8 +479,6 @@ def scenario_late_sends(out: dict) -> None:
     import time
 
     import minigraph as mg
-    from minigraph.ops.primitive import Primitive
-    from minigraph.ops.shape_rules import same
     from minigraph.runtime import mpi_run
 
     def slow(xp, a):  # rank 0 is still computing when rank 1 fails
@@ -474,13 +489,7 @@ def scenario_late_sends(out: dict) -> None:
         if float(a) < 0:
             raise ValueError("negative input")
         return a * 1.0
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(), name="x")
-            sx = g.add(Primitive("slow", slow, same, vjp=[None]), (x,), {})
-        with mg.device("rank:1/cpu"):
-            c = mg.placeholder(shape=(), name="c")
-            y = sx * 2.0 + g.add(Primitive("check", check, same, vjp=[None]), (c,), {})
+    g, x, c, y = sending_while_the_other_fails(slow, check)
     sess = mg.Session(g)
     w = mpi_run.world()
     out["epochs"] = w.epochs

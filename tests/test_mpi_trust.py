@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import test_distributed
-from test_distributed import needs_mpi
+from test_distributed import _across_two_ranks, needs_mpi, sending_while_the_other_fails
 
 HERE = Path(__file__).resolve()
 
@@ -36,18 +36,6 @@ def _attempt(fn) -> dict:
         return {"value": np.asarray(fn()).tolist()}
     except Exception as exc:  # noqa: BLE001 - the test asserts on the type and message
         return {"type": type(exc).__name__, "message": str(exc)}
-
-
-def _across_two_ranks():
-    """x on rank 0, y = 2x on rank 1."""
-    import minigraph as mg
-
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(2,), name="x")
-        with mg.device("rank:1/cpu"):
-            y = x * 2.0
-    return g, x, y
 
 
 # -- tests in this process (no MPI needed) --------------------------------------------------
@@ -215,8 +203,6 @@ def scenario_refusals(out: dict) -> None:
 
 def scenario_stale(out: dict) -> None:
     import minigraph as mg
-    from minigraph.ops.primitive import Primitive
-    from minigraph.ops.shape_rules import same
     from minigraph.runtime import mpi_run
 
     mg.distributed.set_timeout(10.0)
@@ -231,13 +217,7 @@ def scenario_stale(out: dict) -> None:
             raise ValueError("negative input")
         return a * 1.0
 
-    with mg.Graph() as g:
-        with mg.device("rank:0/cpu"):
-            x = mg.placeholder(shape=(), name="x")
-            sx = g.add(Primitive("slow", slow, same, vjp=[None]), (x,), {})
-        with mg.device("rank:1/cpu"):
-            c = mg.placeholder(shape=(), name="c")
-            y = sx * 2.0 + g.add(Primitive("check", check, same, vjp=[None]), (c,), {})
+    g, x, c, y = sending_while_the_other_fails(slow, check)
     sess = mg.Session(g)
     mpi_run.world().epochs = 1  # the tags come round at once, not after 511 failures
     out["failed"], out["wrong"] = 0, []
