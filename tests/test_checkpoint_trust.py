@@ -272,3 +272,40 @@ def test_an_exception_f_raises_reaches_the_caller_as_it_is():
     with pytest.raises(_DetailedError, match="bad input") as caught:
         mg.checkpoint(_raises_its_own_error)(x)
     assert caught.value.detail == 42
+
+
+SHIFT = mg.tensor(np.array([1.0, 2.0]))
+
+
+def _shifted(x):
+    return mg.sum(mg.sin(x * SHIFT))
+
+
+@pytest.mark.parametrize("write", ["data", "numpy_of_data", "rebind"])
+def test_a_tensor_read_from_outside_written_around_the_tape_is_refused(write):
+    """A tensor f reads from outside, written between the forward and the backward pass
+    where no write stamp sees it (``W.data -= g``, PyTorch's habit, a write into the array
+    ``W.data`` is, ``W.data = other``): the recomputation read the new values and gave the
+    derivative of another function ([0.0, -5.1] where cos(x * w) * w is [0.88, 0.34])."""
+    global SHIFT
+    SHIFT = mg.tensor(np.array([1.0, 2.0]))
+    x = mg.tensor(np.array([0.5, 0.7]), requires_grad=True)
+    y = mg.checkpoint(_shifted)(x)
+    if write == "data":
+        SHIFT.data -= 3.0
+    elif write == "numpy_of_data":
+        SHIFT.data[1] = 5.0
+    else:
+        SHIFT.data = np.array([4.0, 5.0])
+    with pytest.raises(CheckpointError, match="changed in place since the forward pass"):
+        y.backward()
+
+
+def test_a_tensor_read_from_outside_left_alone_gives_the_closed_form():
+    """The watch above refuses only a change: untouched, the gradient is cos(x * w) * w."""
+    global SHIFT
+    SHIFT = mg.tensor(np.array([1.0, 2.0]))
+    x = mg.tensor(np.array([0.5, 0.7]), requires_grad=True)
+    mg.checkpoint(_shifted)(x).backward()
+    w = np.array([1.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(np.array([0.5, 0.7]) * w) * w, rtol=1e-14)

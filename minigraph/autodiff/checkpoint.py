@@ -406,7 +406,8 @@ class _Read(NamedTuple):
     reads: list    # reads.outside_reads(f)
     stamp: int     # tape.last_write() then: a tensor f reads must not be written since
     tensors: list  # the tensors among the reads
-    arrays: list   # (array, digest of its bytes or a copy): NumPy writes them unseen
+    arrays: list   # (array or tensor, digest of its bytes or a copy): writes that
+                   # no stamp sees (W.data -= g, through W.numpy(), X[:] = batch)
     static: list   # (position, key) of f's other arguments (_static_keys)
     drawn: list    # (name, generator, its state before f drew): _generator_states
 
@@ -418,12 +419,13 @@ def _remember(f: Callable[..., Any], value: Tensor, reads: list, static: Static,
               drawn: list) -> None:
     """What f read from outside (``reads``), the static arguments it was given, and the
     states its random number generators had (``drawn``), for ``value``'s backward pass.
-    A NumPy array is kept as a digest of its bytes (BLAKE2b, 16 bytes: no copy, where a
-    checkpoint is there to save memory); another library's array as a copy."""
+    A NumPy array, or a tensor's, is kept as a digest of its bytes (BLAKE2b, 16 bytes: no
+    copy, where a checkpoint is there to save memory); another library's array as a copy.
+    (A tensor's write stamp misses ``W.data -= g`` and writes through ``W.numpy()``.)"""
     found = [a for _, a in arrays_in(reads)]
-    arrays = [(a, _digest(a) if type(a) is np.ndarray else
-               array_namespace(a).asarray(a, copy=True))
-              for a in found if type(a) is not Tensor]
+    arrays = [(a, _digest(d) if isinstance(d, (np.ndarray, np.generic)) else
+               array_namespace(d).asarray(d, copy=True))
+              for a in found for d in [_array(a)]]
     ident = id(value)
     _READS[ident] = _Read(weakref.ref(value, lambda _: _READS.pop(ident, None)), reads,
                           last_write(), [a for a in found if type(a) is Tensor], arrays,
@@ -448,8 +450,20 @@ def _static_keys(static: Static) -> list:
     return keys
 
 
-def _digest(a: np.ndarray) -> bytes:
+def _digest(a: "np.ndarray | np.generic") -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest()
+
+
+def _array(a: Any) -> Any:
+    """The array a tensor holds now (``W.data = other`` gives it another), or ``a``."""
+    return a.data if type(a) is Tensor else a
+
+
+def _changed(a: Any, was: Any) -> bool:
+    """Whether ``a`` (an array or a tensor) holds other bytes than ``was`` (:func:`_remember`)."""
+    now = _array(a)
+    return _digest(now) != was if isinstance(now, (np.ndarray, np.generic)) else \
+        differs(now, was)
 
 
 def _read_for(out: Any) -> _Read | None:
@@ -492,11 +506,12 @@ def _refuse_written(read: _Read) -> None:
     (``read``) was written in place since the forward pass."""
     k = written_since(read.tensors, read.stamp)
     changed = read.tensors[k] if k is not None else next(
-        (a for a, was in read.arrays
-         if (_digest(a) != was if type(a) is np.ndarray else differs(a, was))), None)
+        (a for a, was in read.arrays if _changed(a, was)), None)
     if changed is not None:
         what, plain = ("a tensor", "backward() without checkpoint refuses it too") \
-            if k is not None else ("an array", "without checkpoint, the tape keeps a copy")
+            if k is not None else ("an array", "without checkpoint, the tape keeps a copy") \
+            if type(changed) is not Tensor else \
+            ("a tensor", "written by W.data -= g or through W.numpy(), which no write stamp sees")
         raise CheckpointError(
             f"checkpoint: f reads {what} from outside its arguments (shape "
             f"{tuple(changed.shape)}) that was changed in place since the forward pass; the "
