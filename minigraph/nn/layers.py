@@ -20,7 +20,8 @@ import numpy as np  # initial values are drawn on the host
 
 from ..errors import ShapeError
 from ..ops import elementwise as E
-from ..ops.shape_rules import shape_of
+from ..ops import shape_rules as S
+from ..ops.shape_rules import input_shape
 from ..tensor import tensor
 from .module import Module
 
@@ -30,11 +31,24 @@ _generator = np.random.default_rng(0)
 def manual_seed(seed: int) -> None:
     """Restart the generator that layers without a ``seed=`` draw their weights from."""
     global _generator
-    _generator = np.random.default_rng(seed)
+    _generator = np.random.default_rng(_seed("manual_seed", seed))
 
 
 def _rng(seed: int | None) -> np.random.Generator:
-    return _generator if seed is None else np.random.default_rng(seed)
+    return _generator if seed is None else np.random.default_rng(_seed("Linear", seed))
+
+
+def _seed(who: str, seed: Any) -> int:
+    """``seed`` as NumPy's generator takes it, an int in 0 .. 2**64 - 1. Every seed
+    PyTorch takes is taken, -2**63 .. 2**64 - 1, a negative one as PyTorch maps it, to
+    its 64-bit two's complement (``manual_seed(-1)`` is ``manual_seed(2**64 - 1)``).
+    What is not an integer is refused, naming ``who``: None would seed NumPy from the
+    operating system's entropy, other weights on every run; 1.5 and True are no seeds."""
+    n = S.integer(who, "seed", seed)
+    if not -2 ** 63 <= n < 2 ** 64:
+        raise ValueError(f"{who}: seed must lie in -2**63 .. 2**64 - 1 (PyTorch's range), "
+                         f"got {n}")
+    return n % 2 ** 64
 
 
 class Linear(Module):
@@ -48,17 +62,21 @@ class Linear(Module):
                  dtype: str = "float64", device: Any = None, seed: int | None = None):
         super().__init__()
         for what, n in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(n, int) or n < 1:
+            # (NumPy's integers too, as PyTorch takes them; a bool is no size, though
+            # Python counts it an int: Linear(True, 2) failed inside NumPy's generator)
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
                 raise ValueError(f"Linear: {what} must be a positive int, got {n!r}")
-        self.in_features, self.out_features = in_features, out_features
-        rng, bound = _rng(seed), 1.0 / math.sqrt(in_features)
-        w = rng.uniform(-bound, bound, size=(out_features, in_features))
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        rng, bound = _rng(seed), 1.0 / math.sqrt(self.in_features)
+        w = rng.uniform(-bound, bound, size=(self.out_features, self.in_features))
         self.weight = tensor(w, dtype, device, requires_grad=True)
-        b = rng.uniform(-bound, bound, size=(out_features,)) if bias else None
+        b = rng.uniform(-bound, bound, size=(self.out_features,)) if bias else None
         self.bias = tensor(b, dtype, device, requires_grad=True) if bias else None
 
     def forward(self, x: Any) -> Any:
-        shape = shape_of(x)  # (a nested list's too; None: a graph input of any shape)
+        # (a nested list's shape too; None: a graph input of any shape; a None or a str
+        # is refused, by type)
+        shape = input_shape("Linear", "input", x)
         if shape is not None and (len(shape) == 0 or shape[-1] != self.in_features):
             raise ShapeError(f"{self!r}: the input has shape {tuple(shape)}; its last "
                              f"dimension must be in_features={self.in_features}")

@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
 from ..ops import elementwise as E
 from ..ops import nn as NN
 from ..ops import reduce as R
-from ..ops.shape_rules import shape_of
+from ..ops.shape_rules import input_shape
 from .module import Module
 
 REDUCTIONS = ("mean", "sum")
@@ -41,9 +40,10 @@ class CrossEntropyLoss(_Loss):
     def forward(self, logits: Any, labels: Any) -> Any:
         if self.reduction == "mean":
             return NN.cross_entropy(logits, labels)
-        # The sum is N times the mean. shape_of reads a nested list's shape too; a shape
-        # that is unknown (None) or not (N, C) is refused by cross_entropy, by name.
-        shape = shape_of(logits)
+        # The sum is N times the mean. input_shape reads a nested list's shape too (and
+        # refuses a None or a str); a shape that is unknown (None) or not (N, C) is
+        # refused by cross_entropy, by name.
+        shape = input_shape("CrossEntropyLoss", "logits", logits)
         if shape is not None and len(shape) == 2 and shape[0] == 0:
             # an empty batch: its sum is 0 (PyTorch's), but N * mean would be 0 * (0/0),
             # nan. cross_entropy still checks the shapes and labels (its unused 0/0
@@ -59,12 +59,8 @@ class MSELoss(_Loss):
     """The mean (or sum) of squared differences; both arguments have the same shape."""
 
     def forward(self, prediction: Any, target: Any) -> Any:
-        # shape_of reads every kind of value the same way (a tensor's or node's shape,
-        # NumPy's for a nested list, () for a number), so no target skips the check
-        a, b = shape_of(prediction), shape_of(target)
-        if a is not None and b is not None and tuple(a) != tuple(b):  # (None: a graph
-            # placeholder of unknown shape, checked when the subtraction runs)
-            raise ShapeError(f"MSELoss: the prediction has shape {tuple(a)} and the target "
-                             f"{tuple(b)}; they must be equal (no broadcasting here)")
+        # The shapes must be equal: now, or when a graph runs if one is unknown until then
+        prediction = NN.check_same_shape("MSELoss", ("prediction", "target"),
+                                         prediction, target)
         d = E.sub(prediction, target)  # (not '-': a list minus a list is not defined)
         return R.mean(d * d) if self.reduction == "mean" else R.sum(d * d)

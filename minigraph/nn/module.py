@@ -9,6 +9,15 @@ an activation kept on ``self``, is a plain attribute), and
 parameter of the tree, own ones first, then each submodule's in the order they were
 assigned, which is the order an optimizer and ``pp.profile`` see them in.
 
+The rule looks at the tensor, not at where it came from (PyTorch registers only
+``nn.Parameter`` values, a type minigraph has not), so an *input* stored on ``self`` in
+``forward`` (``self.last_input = x``, for a saliency map) becomes a parameter when ``x``
+is a leaf that requires a gradient: it appears in ``parameters()`` and the state dict
+(whose earlier copies then no longer load: a key is missing), and an optimizer built
+afterwards trains it, writing into the caller's tensor. Keep such an input detached,
+``self.last_input = x.detach()`` (the same data, no gradient: a plain attribute), or
+outside the module.
+
 Calling a module calls its ``forward``. A forward is written with minigraph functions
 only, so the same layer computes on eager tensors (and records on the tape), and builds
 nodes when it is given graph nodes (see ``stateless.py`` for graphs whose parameters

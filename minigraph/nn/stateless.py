@@ -15,7 +15,8 @@ with new values after each step. So the parameters should be graph *inputs*:
 
 ``functional_call(module, values, *args)`` runs ``module(*args)`` (``args`` may also be
 one tuple, PyTorch's form) with the parameters named in ``values`` replaced by those
-values (nodes, tensors, anything the forward can compute with) and puts the module's own
+values (nodes, tensors, anything the forward can compute with; nested lists and arrays
+become tensors, as ``mg.tensor`` makes them) and puts the module's own
 tensors back afterwards, even if the forward raised. Nothing about the layers changes:
 they still just read ``self.weight``. (Not thread-safe: two threads must not call it on
 one module at once.) A tensor that several
@@ -29,6 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..graph.graph import Node, placeholder
+from ..ops.primitive import KINDS
+from ..tensor import Tensor, tensor
 from .module import Module
 
 
@@ -64,6 +67,7 @@ def functional_call(module: Module, values: dict[str, Any], *args: Any, **kwargs
                        f"{[name for name, _ in module.named_parameters()]}")
     given: dict[int, tuple[str, Any]] = {}  # id(the module's tensor) -> (name, new value)
     for name, value in values.items():
+        value = _as_value(name, value, tensors[name])
         first = given.setdefault(id(tensors[name]), (name, value))
         if first[1] is not value:
             raise ValueError(f"functional_call: {first[0]!r} and {name!r} are one tensor "
@@ -78,6 +82,22 @@ def functional_call(module: Module, values: dict[str, Any], *args: Any, **kwargs
     finally:
         for owner, leaf, tensor in reversed(saved):
             owner._parameters[leaf] = tensor
+
+
+def _as_value(name: str, value: Any, own: Tensor) -> Any:
+    """A value to stand for the parameter ``name``: a tensor, or a value of a kind that
+    ``bind`` interprets (a graph node, a dual number ...), as it is; plain data (a nested
+    list, a NumPy array, a number) as ``mg.tensor`` makes it, on the device of the
+    parameter ``own`` (a layer given the list itself did ``[[1.0]].T``: an
+    AttributeError); anything else, tensor()'s error, naming functional_call and the
+    parameter."""
+    if isinstance(value, Tensor) or type(value) in KINDS:
+        return value
+    try:
+        return tensor(value, device=own.device)
+    except (TypeError, ValueError) as exc:  # (None, a str, a ragged list)
+        raise type(exc)(f"functional_call: the value for {name!r} ({type(value).__name__}) "
+                        f"is not a tensor, an array or a number: {exc}") from None
 
 
 def parameter_placeholders(module: Module, prefix: str = "") -> dict[str, Node]:

@@ -298,7 +298,7 @@ NLL_LOSS_GRAD = primitive(
 def softmax(x: Any, axis: int = -1) -> Any:
     """exp(x) / sum(exp(x)) along ``axis``, computed stably. A 0-d ``x`` is one class on
     its own, as in PyTorch (axis 0 or -1): its softmax is 1.0."""
-    if S.shape_of(x) == ():
+    if S.input_shape("softmax", "input", x) == ():
         return SH.reshape(softmax(_one_class("softmax", x, axis), 0), ())
     return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, x))
 
@@ -306,7 +306,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """log(softmax(x)) along ``axis``, computed stably; 0.0 for a 0-d ``x``, as in
     PyTorch (see ``softmax``)."""
-    if S.shape_of(x) == ():
+    if S.input_shape("log_softmax", "input", x) == ():
         return SH.reshape(log_softmax(_one_class("log_softmax", x, axis), 0), ())
     return bind(LOG_SOFTMAX, x, axis=S.check_axis("log_softmax", axis, x))
 
@@ -365,10 +365,8 @@ def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
     gradient sigmoid(x) - t exact) however large |x| is. ``logits`` and ``targets`` must
     have one shape, as in PyTorch: logits (N, 1) against targets (N,) would broadcast to
     an N x N grid of pairs and average those, silently."""
-    xs, ts = S.shape_of(logits), S.shape_of(targets)
-    if xs is not None and ts is not None and tuple(xs) != tuple(ts):
-        raise ShapeError(f"binary_cross_entropy_with_logits: logits and targets must have "
-                         f"the same shape, got {tuple(xs)} and {tuple(ts)}")
+    logits = check_same_shape("binary_cross_entropy_with_logits", ("logits", "targets"),
+                              logits, targets)
     # (minigraph's functions, not Python's operators: they read nested lists too, where
     # 1.0 - [0.0, 1.0] and -[0.5] are not defined)
     picked = E.add(E.mul(targets, E.log_sigmoid(logits)),
@@ -376,10 +374,32 @@ def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
     return R.mean(E.neg(picked))
 
 
+def check_same_shape(op: str, what: tuple[str, str], x: Any, y: Any) -> Any:
+    """``x``, once ``y`` is known to have its shape: ``op`` (a loss) pairs the elements of
+    its two arguments, ``what[0]`` and ``what[1]``, without broadcasting, as PyTorch
+    does; a prediction (N, 1) against a target (N,) would broadcast to an N x N grid of
+    pairs and be averaged, silently.
+
+    Shapes known now are compared now, and a ShapeError names ``op``. A shape known
+    only when a graph runs (a placeholder of ``shape=None``) is compared then: ``x``
+    comes back as ``add_n([x, zeros_like(y)])``, and AddN's kernel refuses terms of two
+    shapes (the run fails with a NodeError that shows the user's line). The sum holds
+    x's numbers (a -0.0 becomes 0.0), in the dtype x and y promote to, as the loss's
+    result is; AddN's rules pass x's gradient and tangent on unchanged, and zeros_like
+    has none for y."""
+    xs, ys = S.input_shape(op, what[0], x), S.input_shape(op, what[1], y)
+    if xs is None or ys is None:
+        return E.add_n([x, C.zeros_like(y)])
+    if tuple(xs) != tuple(ys):
+        raise ShapeError(f"{op}: the {what[0]} {tuple(xs)} and the {what[1]} {tuple(ys)} "
+                         f"must have the same shape (no broadcasting here)")
+    return x
+
+
 def cross_entropy(logits: Any, labels: Any) -> Any:
     """Mean over the batch of -log softmax(logits)[label]; labels are integer classes."""
     _check_labels("cross_entropy", labels)
-    ls, ys = S.shape_of(logits), S.shape_of(labels)
+    ls, ys = S.input_shape("cross_entropy", "logits", logits), S.shape_of(labels)
     if ls is not None and ys is not None:  # (checked here: log_softmax would take any shape)
         _check_batch("cross_entropy", "logits", ls, ys)
     return nll_loss(log_softmax(logits, 1), labels)
@@ -388,6 +408,7 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
 def _check_labels(who: str, labels: Any) -> None:
     if type(labels) is int:  # (one label as a Python int: a number has no dtype)
         return
+    S.input_shape(who, "labels", labels)  # (a None, a str, a ragged list: no labels at all)
     dtype = S.dtype_of(labels)
     if dtype in ("int64", "int32"):  # (the dtypes every kernel here indexes with)
         return

@@ -49,11 +49,41 @@ _LISTS = (list, tuple)  # nested lists of numbers: arrays, once an op's kernel i
 def shape_of(v: Any) -> tuple[int, ...]:
     """The shape of any value kind: a Python number has shape ``()``, a nested list of
     numbers the shape NumPy gives it (the eager interpreter makes it a tensor; a rule that
-    took it for a number gave ``mg.sum([[1, 2], [3, 4]], axis=0)`` back unsummed)."""
+    took it for a number gave ``mg.sum([[1, 2], [3, 4]], axis=0)`` back unsummed).
+    Anything else without a shape is taken for a number: see :func:`input_shape`."""
     shape: Any = getattr(v, "shape", _NO_SHAPE)
     if shape is _NO_SHAPE:
-        return np.shape(v) if type(v) in _LISTS else ()
+        return _list_shape("", v) if type(v) in _LISTS else ()
     return shape
+
+
+def input_shape(op: str, what: str, v: Any) -> tuple[int, ...]:
+    """The shape of ``v``, a value the user hands to ``op`` as its ``what`` (a layer's
+    input, a loss's target), as :func:`shape_of` reads it; but where shape_of takes
+    anything without a shape for a number, of shape ``()`` (a None or a str passed on
+    to a layer was told "the input has shape ()"), this refuses what is not a tensor,
+    an array, a number or a nested list of numbers with a ``TypeError`` naming ``op``
+    and the type, as PyTorch does ("argument 'input' must be Tensor, not NoneType")."""
+    shape: Any = getattr(v, "shape", _NO_SHAPE)
+    if shape is not _NO_SHAPE:
+        return shape  # (the common case, read at once: a tensor, an array, a graph node)
+    if type(v) in _LISTS:
+        return _list_shape(f"{op}: the {what} is ", v)
+    if isinstance(v, (int, float)):  # (a bool is an int)
+        return ()
+    raise TypeError(f"{op}: the {what} must be a tensor, an array, a number or a nested "
+                    f"list of numbers, not {type(v).__name__}")
+
+
+def _list_shape(where: str, v: Any) -> tuple[int, ...]:
+    """NumPy's shape of the nested list ``v``; for a ragged one (rows of several
+    lengths), which has none, a ShapeError that ``where`` begins (NumPy's own error
+    speaks of "setting an array element with a sequence", naming no op)."""
+    try:
+        return np.shape(v)
+    except ValueError:
+        raise ShapeError(f"{where}a nested list whose rows have different lengths "
+                         f"(ragged): it has no shape, and is no array") from None
 
 
 def dtype_of(v: Any) -> str | None:
