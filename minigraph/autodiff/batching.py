@@ -27,9 +27,9 @@ import numpy as np
 
 from ..errors import MinigraphError, ShapeError
 from ..ops import shape as SH
-from ..ops.batch_rules import example, moveaxis
+from ..ops.batch_rules import example, moveaxis, size_of
 from ..ops.operators import ArrayOps, passed_as_is
-from ..ops.primitive import KINDS, Primitive, register_kind
+from ..ops.primitive import KINDS, Primitive, bind, register_kind
 from ..ops.weak import strong
 from ..ops.shape_rules import shape_of
 from ..tensor import Tensor, tensor
@@ -85,10 +85,11 @@ class BatchTracer(ArrayOps):
         except BatchingError:
             raise
         except Exception:  # (its message names the rule's call: shape (5, 3), axis 1)
-            error = _example_error(prim, dims, values, params)
-            if error is None:
+            found = _example_error(prim, dims, values, params)
+            if found is None:  # (no example's error to tell: the batched one stands)
                 raise
-            raise error from None
+            error, cause = found
+            raise error from cause
         _check_rule(prim, dims, values, out)
         return BatchTracer(out, self.level)
 
@@ -134,24 +135,52 @@ register_kind(BatchTracer)
 
 
 def _example_error(prim: Primitive, dims: list, values: list,
-                   params: dict) -> Exception | None:
-    """The error of ``prim`` on one example, by its shape rule on the shapes f sees; None
-    if they fit. A batching rule calls the op with the batch axis in front (shape (5, 3)
-    for examples of shape (3,), ``axis=0`` moved to ``axis=1``), so its own error speaks
-    of a call the user never wrote; JAX and torch.func speak of one example."""
+                   params: dict) -> tuple[Exception, BaseException | None] | None:
+    """The error of ``prim`` on one example, with its cause; None if no example fails
+    alone. A batching rule calls the op with the batch axis in front (shape (5, 3) for
+    examples of shape (3,), ``axis=0`` moved to ``axis=1``), so its own error speaks of
+    a call the user never wrote; JAX and torch.func speak of one example.
+
+    The shape rule, on the shapes f sees, finds most errors without computing anything.
+    The others depend on the values (a label out of range, an integer to a negative
+    power, the max of no element) or on the devices: the op then runs on the examples
+    one at a time, as f would without vmap, and the first that fails gives its own
+    error (its type, its message, its cause), told where it comes from."""
+    size = size_of(dims, values)
     examples = [example(v, d) if d is not None else v for v, d in zip(values, dims)]
+    shown = [f"shape {a.shape} {a.dtype}" if hasattr(a, "shape") else repr(a)
+             for a in examples] + [f"{k}={v!r}" for k, v in params.items()]
+    call = f"{prim.name}({', '.join(shown)})"
     try:
         prim.shape(*examples, **params)
     except BatchingError:  # (a batch among the parameters, which the rule read: the
         return None        # rule's own refusal says it better)
     except MinigraphError as exc:
-        shown = [f"shape {a.shape} {a.dtype}" if hasattr(a, "shape") else repr(a)
-                 for a in examples] + [f"{k}={v!r}" for k, v in params.items()]
-        return type(exc)(f"{exc} (inside mg.vmap: one example is "
-                         f"{prim.name}({', '.join(shown)}))")
-    except Exception:  # (a rule that cannot read these: the batched error stands)
-        return None
+        return _told(exc, f"{exc} (inside mg.vmap over a batch of {size}: one example is "
+                          f"{call})"), None
+    except Exception:  # (a rule that cannot read these, or f's own error, raised where
+        return None    # checkpoint's rule runs f: the error stands as it came)
+    for i in range(size):
+        one = [v[i] if d is not None else v for v, d in zip(values, dims)]
+        try:
+            bind(prim, *one, **params)
+        except Exception as exc:
+            # (a kernel's error comes as "the call: the kernel's message", the kernel's
+            # error its cause (tape._kernel_error): the call is said below, as f wrote it)
+            cause = exc.__cause__
+            said = cause if cause is not None and str(exc).endswith(f": {cause}") else exc
+            return _told(exc, f"{said} (inside mg.vmap over a batch of {size}: example {i}, "
+                              f"the first that fails alone, is {call})"), cause
     return None
+
+
+def _told(exc: Exception, message: str) -> Exception:
+    """``exc`` again, of its own type, with ``message``; as it is if its ``__init__``
+    takes other arguments (an exception of the user's, raised in a checkpointed f)."""
+    try:
+        return type(exc)(message)
+    except Exception:
+        return exc
 
 
 def _check_rule(prim: Primitive, dims: list, values: list, out: Any) -> None:
