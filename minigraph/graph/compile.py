@@ -74,13 +74,16 @@ class CompiledFunction:
         # Per output: its device, and whether the caller must get a copy. A constant's
         # or variable's value is the graph's own buffer (a zero gradient, say), returned
         # by every call; an input returned as an output (the gradient of x * y with
-        # respect to y is x) is the caller's array; two outputs over one buffer would be
-        # two tensors that change together; a view (reshape, transpose ...) is its
-        # argument's buffer, and a broadcast one cannot even be written. The caller gets
-        # values of its own, never those, as the tape's gradients are.
+        # respect to y is x) is the caller's array, whatever node the input is (a
+        # placeholder, or an inner node fed as a Session.run feeds it); two outputs over
+        # one buffer would be two tensors that change together; a view (reshape,
+        # transpose ...) is its argument's buffer, and a broadcast one cannot even be
+        # written. The caller gets values of its own, never those, as the tape's
+        # gradients are.
         roots = [_buffer_of(n) for n in outputs]
+        fed = {id(n) for n in inputs}
         self.devices = [n.device for n in outputs]
-        self.copies = [r is not n or r.op in _OWN or r.op == "Placeholder"
+        self.copies = [r is not n or r.op in _OWN or id(r) in fed
                        or any(r is q for q in roots[:k])
                        for k, (n, r) in enumerate(zip(outputs, roots))]
         self.copied = any(self.copies)

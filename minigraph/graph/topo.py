@@ -92,22 +92,32 @@ def refuse_reads_after_assigns(plan: list[Node], who: str = "run") -> None:
     ``r`` would read the old one, a silent difference, so it is an error. (A node that only *computes from* the Assign's value, a gradient say, reads
     the value from before the run, the one the value was computed from, as it should.)
 
-    ``plan`` is in topological order; one walk carries, per node, the Assigns upstream of
-    it by any path (``upstream``) and those ordered before it by a control edge
-    (``ordered``: upstream of one of its control inputs, or of a node before it)."""
-    upstream: dict[int, frozenset] = {}
-    ordered: dict[int, frozenset] = {}
+    ``plan`` is in topological order. An Assign is ordered before a node when a path of
+    edges leads from the Assign to the node through a control edge. One walk carries, per
+    node, the Assigns upstream of it by any path (``upstream``) and those ordered before it
+    (``ordered``: upstream of one of its control inputs, or ordered before one of its
+    inputs), each set as the bits of a Python int. Only the Assigns of a variable read
+    under a control edge get a bit (:func:`_watched`; no other can be reported): a plan
+    without control edges, a chain of ``s = s + v.assign(v + x)`` say, carries no bits,
+    and the walk is linear. (Sets of Assign nodes per node made that chain quadratic:
+    each link held every Assign before it.)"""
+    bit = _watched(plan)
+    upstream: dict[int, int] = {}
+    ordered: dict[int, int] = {}
     assigned: dict[int, Node] = {}  # id(variable) -> its Assign in this plan
-    nothing: frozenset = frozenset()
     for n in plan:
-        up = nothing.union(*(upstream.get(id(p), nothing) for p in n.inputs))
-        after = nothing.union(*(ordered.get(id(p), nothing) for p in n.inputs))
+        up = after = 0
+        for p in n.inputs:
+            up |= upstream.get(id(p), 0)
+            after |= ordered.get(id(p), 0)
         for c in n.control_inputs:
-            up |= upstream.get(id(c), nothing)
-            after |= upstream.get(id(c), nothing)
-        for a in after:
-            var = a.args[0]
-            if any(arg is var for arg in n.args):
+            up |= upstream.get(id(c), 0)
+            after |= upstream.get(id(c), 0)
+        # (an Assign ordered before n was walked already, and so was at most one Assign
+        # of each variable: a second raised below when it was walked)
+        for var in n.inputs if after else ():
+            a = assigned.get(id(var))
+            if a is not None and after & bit.get(id(a), 0):
                 raise GraphError(
                     f"{who}: '{n.name}' ({n.op}, created at {describe_location(n.location)}) "
                     f"reads variable '{var.name}' under a control dependency on "
@@ -125,8 +135,22 @@ def refuse_reads_after_assigns(plan: list[Node], who: str = "run") -> None:
                     f"'{n.args[0].name}' in one run; a run stores its assignments when it "
                     f"ends, each computed from the value before the run, so one would be "
                     f"lost. Run them in two runs.")
-            up = up | {n}
+            up |= bit.get(id(n), 0)
         if up:
             upstream[id(n)] = up
         if after:
             ordered[id(n)] = after
+
+
+def _watched(plan: list[Node]) -> dict[int, int]:
+    """``{id(Assign): its bit}`` for the Assigns of ``plan`` that assign a variable read by
+    a node under a control edge (one that has a control input, or reads, along data
+    edges, a node that has one): only such a node can be ordered after an Assign."""
+    controlled: set[int] = set()
+    read: set[int] = set()  # ids of the nodes the controlled nodes read
+    for n in plan:
+        if n.control_inputs or any(id(p) in controlled for p in n.inputs):
+            controlled.add(id(n))
+            read.update(id(a) for a in n.inputs)
+    assigns = [n for n in plan if n.op == "Assign" and id(n.args[0]) in read]
+    return {id(a): 1 << k for k, a in enumerate(assigns)}

@@ -54,10 +54,12 @@ class Partition(dict):
     """``{device name: Graph}`` plus the bookkeeping the session needs."""
 
     def __init__(self, graphs: dict[str, Graph], copies: dict[int, Node],
-                 origins: dict[int, Node]):
+                 origins: dict[int, list[Node]]):
         super().__init__(graphs)
         self.copies = copies    # id(original node) -> its node in a partition
-        self.origins = origins  # id(partition node) -> the original node
+        # id(partition node) -> every original node it stands for: one, except for a Recv
+        # that several transfers of the same value to the same device share (``recv``)
+        self.origins = origins
 
     def sends(self) -> list[CommNode]:
         return [n for g in self.values() for n in g.nodes if n.op == "Send"]
@@ -86,7 +88,7 @@ class _Partitioner:
         self.graph = graph
         self.parts: dict[str, Graph] = {}
         self.copies: dict[int, Node] = {}
-        self.origins: dict[int, Node] = {}
+        self.origins: dict[int, list[Node]] = {}
         self.recvs: dict[tuple[int, str, bool], Node] = {}  # (node, device, control)
 
     def part(self, device: Device) -> Graph:
@@ -99,8 +101,10 @@ class _Partitioner:
             copies = n.prim is not None and n.prim.transfer  # (to_device: a table flag)
             source = n.inputs[0] if copies and n.inputs else None
             if source is not None and id(n) not in fed and source.device is not n.device:
-                self.copies[id(n)] = self.recv(source, n.device)  # the transfer is the Recv
-                self.origins[id(self.copies[id(n)])] = n
+                recv = self.copies[id(n)] = self.recv(source, n.device)  # it is the Recv
+                # (a.to(B) twice, or the gradients of two xs with one adjoint, share that
+                # Recv: it stands for each of them, so that each gets its value)
+                self.origins.setdefault(id(recv), []).append(n)
                 continue
             args = () if id(n) in fed else tuple(self.edge(a, n.device) for a in n.args)
             control = () if id(n) in fed else tuple(
@@ -110,7 +114,7 @@ class _Partitioner:
                         n.dtype, n.device, n.location, n.value, control)
             self.part(n.device)._register(copy)
             self.copies[id(n)] = copy
-            self.origins[id(copy)] = n
+            self.origins[id(copy)] = [n]
         return Partition(self.parts, self.copies, self.origins)
 
     def edge(self, a: Any, device: Device) -> Any:

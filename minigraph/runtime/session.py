@@ -228,13 +228,12 @@ class Session:
         runs = []
         for name in names:
             graph = parts[name]
-            origin = {id(n): parts.origins.get(id(n)) for n in graph.nodes}
+            origin = {id(n): parts.origins.get(id(n), []) for n in graph.nodes}
             for n in graph.nodes:  # (a cached partition's variables hold the values of the
-                source = origin[id(n)]  # run that made it: a commit since changed the graph's)
-                if n.op == "Variable" and source is not None:
-                    n.value = source.value
+                if n.op == "Variable" and origin[id(n)]:  # run that made it: a commit
+                    n.value = origin[id(n)][0].value  # since changed the graph's)
             own_feeds = {id(n): feeds[id(o)] for n in graph.nodes
-                         if (o := origin[id(n)]) is not None and id(o) in feeds}
+                         for o in origin[id(n)] if id(o) in feeds}
             own_fetches = [parts.copies[id(f)] for f in fetches
                            if parts.copies[id(f)].graph is graph]
             plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds))
@@ -282,10 +281,11 @@ class Session:
         values = {}
         for run in runs:
             for n in run.plan:
-                original = parts.origins.get(id(n))
-                if original is not None and id(n) in run.values:
-                    values[id(original)] = run.values[id(n)]
-        assigns = [(parts.origins[id(var)], v) for run in runs for var, v in run.assigns]
+                if id(n) in run.values:  # (a Recv stands for every transfer it replaced)
+                    for original in parts.origins.get(id(n), ()):
+                        values[id(original)] = run.values[id(n)]
+        # (an Assign stands for itself alone: only a shared Recv stands for several)
+        assigns = [(parts.origins[id(var)][0], v) for run in runs for var, v in run.assigns]
         return values, assigns
 
     def _spans_ranks(self) -> bool:
