@@ -34,6 +34,7 @@ from .device import nbytes as array_nbytes  # (__init__ has a local named nbytes
 from .errors import DeviceError, DTypeError, GradientError
 from .ops import elementwise as E
 from .ops.operators import ArrayOps
+from .ops.shape import same_device
 from .ops.shape_rules import DTYPES, FLOATS, dtype_name, sizes, supported_dtype
 
 FLOAT_DTYPES = FLOATS  # (the floating dtypes: shape_rules holds the one list)
@@ -54,8 +55,14 @@ def owner(array: Any) -> Any:
 def write_target(t: "Tensor") -> Any:
     """What a write into ``t`` changes: the array that owns its memory (so a write
     through a view counts for every tensor sharing it), or ``t`` itself where it holds a
-    NumPy scalar (the 0-d result of a kernel: ``x -= 1`` replaces it, and the tape's
-    entries hold the tensor). Writes are counted, and guarded, per target."""
+    NumPy scalar (the 0-d result of a kernel), which has no memory. Writes are counted,
+    and guarded, per target.
+
+    The target must not change once a write was counted on it, or the count is lost. A
+    tensor holding a NumPy scalar has therefore never been written: a write first makes
+    the scalar a 0-d array of the tensor's own (``Tensor._own_array``), which stays its
+    array, and counts on that. (Only a guard keys such a tensor by itself,
+    ``reads.read_only_arrays``; while it does, the scalar is kept as it is.)"""
     data = t.data
     return t if isinstance(data, np.generic) else owner(data)
 
@@ -142,8 +149,7 @@ class Tensor(ArrayOps):
         reads such values, and a write through NumPy would pass the tape's guard unseen
         (``autodiff/tape.py``) and change the gradient without a word. PyTorch refuses
         ``.numpy()`` there; ``t.detach().numpy()`` is the writable array in both."""
-        self._own_array()
-        return self._handed_out(host_values(self))
+        return self._handed_out(self.device.to_numpy(self._own_array()))
 
     def _handed_out(self, array: Any) -> Any:
         """The values on the host, ``array``, as the user gets them: where it is the
@@ -183,18 +189,32 @@ class Tensor(ArrayOps):
     def detach(self) -> "Tensor":
         """The same data, cut from the tape (no gradient flows through it), as PyTorch's:
         a write into one shows in the other. (A reduction's 0-d result holds a NumPy
-        scalar, which a write replaces instead of changing: it becomes a 0-d array that
-        both tensors then hold.)"""
+        scalar, which has no memory to share: it becomes a 0-d array of the tensor's own,
+        which both tensors then hold.)"""
         return shared(self._own_array(), self.device)
 
     def _own_array(self) -> Any:
         """``data``, made a 0-d array where it is a NumPy scalar, before its memory is
-        shared (``detach``, ``numpy``, ``np.asarray``, DLPack): a kernel's 0-d result is
-        kept as NumPy's scalar, whose ops are faster, but no write changes a scalar, so a
-        write on one side would not show on the other."""
-        if isinstance(self.data, np.generic):
-            self.data = np.asarray(self.data)
-        return self.data
+        shared (``detach``, ``numpy``, ``np.asarray``, DLPack) or written (``x -= 1``,
+        ``x[i] = v``): a kernel's 0-d result is kept as NumPy's scalar, whose ops are
+        faster, but no write changes a scalar, so a write on one side would not show on
+        the other, and the tape would count it on the tensor, not on the array that
+        a later read makes (see ``write_target``).
+
+        While a guard holds the tensor read-only by its identity (``reads.read_only``:
+        a scalar has no read-only flag), the scalar stays: an array made now would carry
+        no guard, and the next write would go through. The caller gets a read-only copy
+        instead; no write can reach the tensor meanwhile anyway."""
+        data = self.data
+        if isinstance(data, np.generic):
+            from .autodiff.reads import read_only  # (reads.py imports this module)
+
+            array = np.asarray(data)
+            if read_only(self):
+                array.flags.writeable = False
+                return array
+            self.data = data = array
+        return data
 
     @property
     def grad(self) -> "Tensor | None":
@@ -261,10 +281,17 @@ class Tensor(ArrayOps):
         _tape().backward(self, grad, create_graph, retain_graph)
 
     # -- in-place updates: write into this tensor's array (see autodiff/tape.py) -----------
+    # (A NumPy scalar becomes the tensor's own 0-d array before a write: the write goes
+    # into that array and is counted on it, as on any array; see write_target.)
     def _update(self, prim: Any, write: Any, other: Any) -> "Tensor":
+        self._own_array()
         return _tape().update_in_place(self, prim, write, other)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        # (an index tensor on another device is refused, as x[i] refuses it: the tape
+        # reads its values through a copy)
+        same_device("x[...] = value", (self, *(index if isinstance(index, tuple) else (index,))))
+        self._own_array()
         _tape().assign_item(self, index, value)
 
     def __iadd__(self, other: Any) -> "Tensor":
@@ -349,9 +376,7 @@ class Tensor(ArrayOps):
         if copy is False and self.device.context is not None:
             raise ValueError(f"np.asarray(..., copy=False): this tensor lives on {self.device}, "
                              f"so a NumPy array of it is always a copy (copy=None allows one)")
-        if copy is not True:
-            self._own_array()
-        host = host_values(self)
+        host = self.device.to_numpy(self.data if copy is True else self._own_array())
         if copy is not True:  # (np.asarray(t): the tensor's own array, as t.numpy())
             host = self._handed_out(host)
         return np.asarray(host, dtype=dtype, copy=copy)
@@ -558,11 +583,13 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     if name is not None:
         supported_dtype("tensor()", name)  # (the dtype asked for, before anything is copied)
     if copy is None:  # Python data: NumPy's rules give its dtype on every device (another
-        try:          # namespace may differ: array-api-strict's wrapped 2**63 to int64)
+        given = data  # namespace may differ: array-api-strict's wrapped 2**63 to int64)
+        try:
             data = np.asarray(data, dtype=name)
         except OverflowError:
-            raise DTypeError(f"tensor(): an integer in the data does not fit in "
-                             f"{name or 'int64'}; minigraph's widest integer is int64") from None
+            raise _too_wide(name) from None
+        if data.dtype.kind in "uO" and _beyond_int64(given):  # (NumPy makes uint64, or
+            raise _too_wide(name)  # object, of such an int: a dtype nobody asked for)
     if name is None and isinstance(data, (np.ndarray, np.generic)) and \
             data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
         supported_dtype("tensor()", data.dtype)  # (refused before another device has it)
@@ -576,17 +603,37 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     return t
 
 
-def _check_nested(data: "list | tuple") -> None:
-    """Refuse, before NumPy sees them, nested lists that would come out wrong:
+def _too_wide(name: str | None) -> DTypeError:
+    """The refusal of a Python int that does not fit in the dtype ``name`` (or int64)."""
+    return DTypeError(f"tensor(): an integer in the data does not fit in {name or 'int64'}; "
+                      f"minigraph's widest integer is int64")
+
+
+def _beyond_int64(data: Any) -> bool:
+    """Whether Python ``data`` holds an int outside int64, which NumPy would keep as
+    uint64 (up to 2**64 - 1) or as Python objects."""
+    try:
+        np.asarray(data, dtype=np.int64)
+    except OverflowError:
+        return True
+    except (TypeError, ValueError):  # (something else made the dtype: None, a str ...)
+        pass
+    return False
+
+
+def _check_nested(data: "list | tuple", who: str = "tensor()") -> None:
+    """Refuse, before NumPy sees them, nested lists that would come out wrong (``who``:
+    what a ragged list's error calls the operation):
 
     * a tensor among the elements (but a 0-d one, a number): NumPy would make an object
       array, or an extra axis
       (``mg.tensor((x,))`` had shape (1, *x.shape)), and an element being differentiated
       would silently lose its derivative (a gradient of 0). ``mg.stack`` combines
       tensors, and records;
-    * a ragged list (``[[1.0, 2.0], [3.0]]``): NumPy's error names neither the argument
-      nor the place; this one does, as PyTorch's ("expected sequence of length 2 at dim 1
-      (got 1)"). The expected lengths are those of the first element at each depth.
+    * a ragged list (``[[1.0, 2.0], [3.0]]``, ``[[1.0, 2.0], np.array([3.0])]``): NumPy's
+      error names neither the argument nor the place; this one does, as PyTorch's
+      ("expected sequence of length 2 at dim 1 (got 1)"). The expected lengths are those
+      of the first element at each depth (an array's shape, where it is one).
     """
     from .ops.primitive import KINDS
 
@@ -595,17 +642,18 @@ def _check_nested(data: "list | tuple") -> None:
     while isinstance(first, (list, tuple)):
         expected.append(len(first))
         first = first[0] if first else None
+    expected += getattr(first, "shape", ())  # (an array among the rows: its own axes)
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         seq, dim = stack.pop()
         if dim < len(expected) and len(seq) != expected[dim]:
-            raise ValueError(f"tensor(): data is a ragged nested list: expected a sequence of "
+            raise ValueError(f"{who}: data is a ragged nested list: expected a sequence of "
                              f"length {expected[dim]} at dim {dim}, got {len(seq)}; every "
                              f"row must have the same length")
         for k, item in enumerate(seq):
             if isinstance(item, (list, tuple)):
                 if dim + 1 >= len(expected):
-                    raise ValueError(f"tensor(): data is a ragged nested list: expected a "
+                    raise ValueError(f"{who}: data is a ragged nested list: expected a "
                                      f"number at dim {dim + 1}, got a {type(item).__name__} "
                                      f"of length {len(item)}")
                 stack.append((item, dim + 1))
@@ -621,10 +669,23 @@ def _check_nested(data: "list | tuple") -> None:
                     f"{item.shape}; tensor() takes numbers (nested lists of them), not a "
                     f"sequence of tensors. Use mg.stack([...]) to combine tensors, or pass "
                     f"the tensor itself")
-            elif dim + 1 < len(expected) and not hasattr(item, "shape"):
-                raise ValueError(f"tensor(): data is a ragged nested list: expected a sequence "
-                                 f"of length {expected[dim + 1]} at dim {dim + 1}, got a "
-                                 f"{type(item).__name__}")
+            elif not hasattr(item, "shape"):
+                if dim + 1 < len(expected):
+                    raise ValueError(f"{who}: data is a ragged nested list: expected a "
+                                     f"sequence of length {expected[dim + 1]} at dim "
+                                     f"{dim + 1}, got a {type(item).__name__}")
+            elif tuple(item.shape) != tuple(expected[dim + 1:]):  # (an array, a 0-d tensor)
+                raise ValueError(f"{who}: data is a ragged nested list: expected "
+                                 f"{_nested(expected[dim + 1:])} at dim {dim + 1}, got a "
+                                 f"{type(item).__name__} of shape {tuple(item.shape)}")
+
+
+def _nested(shape: list[int]) -> str:
+    """What ``_check_nested`` expects at a place: a number, or a sequence of ``shape``."""
+    if not shape:
+        return "a number"
+    return f"a sequence of length {shape[0]}" + (f" (shape {tuple(shape)})"
+                                                  if len(shape) > 1 else "")
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:

@@ -75,6 +75,7 @@ def matmul(x: Any, y: Any) -> Any:
         return bind_two(MATMUL, x, y)
     if not xs or not ys:
         raise ShapeError(f"matmul: operands must have at least one axis, got shapes {xs} and {ys}")
+    SH.same_device("matmul", (x, y))  # (before a vector is made a matrix: see same_device)
     if len(xs) > 1 and len(ys) > 1:  # matrices given as nested lists (they have no ndim)
         return bind_two(MATMUL, x, y)
     if xs[-1] != ys[0 if len(ys) == 1 else -2]:  # (refused before a reshape is made: in

@@ -402,6 +402,7 @@ def cross_entropy(logits: Any, labels: Any) -> Any:
     ls, ys = S.input_shape("cross_entropy", "logits", logits), S.shape_of(labels)
     if ls is not None and ys is not None:  # (checked here: log_softmax would take any shape)
         _check_batch("cross_entropy", "logits", ls, ys)
+    SH.same_device("cross_entropy", (logits, labels))  # (before log_softmax, nll_loss)
     return nll_loss(log_softmax(logits, 1), labels)
 
 

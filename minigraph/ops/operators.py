@@ -165,7 +165,12 @@ class ArrayOps:
         return SH.reshape(self, shape[0] if len(shape) == 1 else shape)
 
     def transpose(self, *axes: Any) -> Any:
-        return SH.transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+        # NumPy's spellings: x.transpose(), x.transpose(1, 0), x.transpose((1, 0)); one
+        # argument is passed on as it is (None, a tuple, an integer array, which has no
+        # truth value to ask)
+        if not axes:
+            return SH.transpose(self)
+        return SH.transpose(self, axes[0] if len(axes) == 1 else axes)
 
     # (``dtype`` and ``out`` are NumPy's: ``np.sum(x)``, ``np.mean(x)``, ``np.max(x)`` and
     # ``np.min(x)`` call the method of a value that is not a NumPy array, passing them, so
@@ -884,10 +889,21 @@ def _memory(v: Any) -> Any:
     """What ``v``'s value is stored in, as eager mode would have it: under a
     transformation's wrappers (``_inside``: a box's value, a dual number's primal, a vmap
     batch), a tensor's array with its array namespace, or the graph node whose memory a
-    chain of view nodes (reshape, basic indexing ...) shares. None for anything else (a
+    chain of view nodes (reshape, basic indexing ...) shares; a NumPy array itself (the
+    user's ``t.numpy()``, ``np.asarray(t)``, ``np.from_dlpack(t)``: eager mode's update
+    shows through it, as through a ``t.detach()``), and another library's array on the
+    host as NumPy's view of it (``torch.from_dlpack(t)``). None for anything else (a
     number, a source variable: source mode checks its own names)."""
-    if not issubclass(type(v), ArrayOps):  # (a user's object of another kind: not read;
-        return None                         # its type, as _contents asks)
+    kind = type(v)  # (its type, as _contents asks)
+    if issubclass(kind, np.ndarray):
+        return np, v
+    if not issubclass(kind, ArrayOps):  # (a user's object of another kind: not read)
+        if hasattr(kind, "__dlpack__"):
+            try:
+                return np, np.from_dlpack(v)  # (no copy: a view of the same memory)
+            except Exception:  # (a GPU's, a torch tensor that requires a gradient: not
+                return None    # host memory a CPU tensor can share)
+        return None
     v = innermost(v)
     data = getattr(v, "data", None)
     if data is not None and hasattr(data, "shape"):  # a tensor
@@ -911,11 +927,15 @@ def innermost(v: Any) -> Any:
 
 
 def _shares(a: Any, b: Any) -> bool:
-    """Whether two ``_memory`` results may overlap: the array namespace's
-    ``may_share_memory`` where it has one (NumPy's, CuPy's), else the same object."""
+    """Whether two ``_memory`` results may overlap: NumPy's ``may_share_memory`` for two
+    NumPy arrays (a CPU tensor's namespace is array-api-compat's, a user's array NumPy's
+    own), else the array namespace's where it has one (CuPy's), else the same object.
+    (It compares the memory's bounds: cheap, whatever the arrays' sizes.)"""
     if a is None or b is None:
         return False
     (xp, a), (other, b) = a, b
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
     overlap = getattr(xp, "may_share_memory", None) if xp is other else None
     return bool(overlap(a, b)) if overlap is not None else a is b
 

@@ -250,11 +250,13 @@ def normalize_axis(x: Any, axis: "int | tuple[int, ...] | list[int] | None",
     if not all(type(a) is int for a in axes):
         axes = tuple(S.integer(who, "axis", a) for a in axes)
     if ndim == 0 and all(a in (0, -1) for a in axes):
-        return ()  # a 0-d tensor over "its" axis 0: over no axis at all, as NumPy does
-    out = [S.check_axis(who, a, x) for a in axes]
+        out = [0] * len(axes)  # a 0-d tensor's "axis 0", which 0 and -1 both name
+    else:
+        out = [S.check_axis(who, a, x) for a in axes]
     if len(set(out)) != len(out):
         raise ShapeError(f"{who}: axis {axis} names an axis twice (tensor of rank {ndim})")
-    return tuple(sorted(out))
+    return () if ndim == 0 else tuple(sorted(out))  # (a 0-d tensor over its axis 0: over
+    # no axis at all, as NumPy's sum of a 0-d array over axis 0)
 
 
 # ``axis=None``, every axis, is the common call: it needs no normalising, and its

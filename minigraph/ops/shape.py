@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
 
-from ..errors import AxisError, ShapeError
+from ..errors import AxisError, DeviceError, ShapeError
 from . import batch_rules as B
 from . import copy as C
 from . import reduce as R
@@ -315,13 +315,21 @@ def reshape(x: Any, shape: "tuple[int, ...] | int") -> Any:
 
 
 def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
-    """Permute the axes (reverse them by default, like ``numpy.transpose``)."""
+    """Permute the axes (reverse them by default, like ``numpy.transpose``). ``axes``,
+    as NumPy takes it: None, a sequence of ints (a tuple, a list, an integer array), or
+    one int (``x.transpose(0)`` of a vector: a permutation of one)."""
     ndim = S.rank("transpose", x)
     if axes is None:
         axes = tuple(reversed(range(ndim)))
-    else:  # (one int, as NumPy's x.transpose(0) of a vector takes it: a permutation of one)
-        axes = (axes,) if isinstance(axes, (int, np.integer)) else axes
-        axes = tuple(S.check_axis("transpose", a, x) for a in axes)
+    else:
+        if isinstance(axes, (int, np.integer)) or isinstance(axes, np.ndarray) and axes.ndim == 0:
+            axes = (axes,)
+        elif not (isinstance(axes, (tuple, list)) or
+                  isinstance(axes, np.ndarray) and axes.ndim == 1):
+            raise TypeError(f"transpose: axes must be None, an int or a sequence of ints (a "
+                            f"permutation of the axes of shape {S.shape_of(x)}), got "
+                            f"{type(axes).__name__} {axes!r}")
+        axes = tuple(S.check_axis("transpose", a, x) for a in axes)  # (each an integer)
         if sorted(axes) != list(range(ndim)):
             raise ShapeError(f"transpose: axes {axes} are not a permutation of the "
                              f"{ndim} axes of a tensor of shape {S.shape_of(x)}")
@@ -329,8 +337,13 @@ def transpose(x: Any, axes: "tuple[int, ...] | None" = None) -> Any:
 
 
 def matrix_transpose(x: Any) -> Any:
-    """Swap the last two axes (``x.mT``)."""
+    """Swap the last two axes (``x.mT``); a value of fewer than two axes has no matrix
+    to transpose, and is refused, as NumPy refuses it."""
     ndim = S.rank("matrix_transpose", x)
+    if ndim < 2:
+        raise ShapeError(f"matrix_transpose (x.mT): a matrix transpose with ndim < 2 is "
+                         f"undefined, as in NumPy; got a tensor of shape {S.shape_of(x)} "
+                         f"(rank {ndim}). Give it two axes first (x[None] for a row)")
     return transpose(x, tuple(range(ndim - 2)) + (ndim - 1, ndim - 2))
 
 
@@ -343,13 +356,33 @@ def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
     return bind(BROADCAST_TO, x, shape=shape)
 
 
-def host_index(i: Any, who: str = "getitem") -> Any:
+def same_device(who: str, values: "list[Any] | tuple[Any, ...]") -> None:
+    """Refuse tensors among ``values`` that live on different devices, naming ``who``,
+    the function the user called, and the values as given. A function made of
+    primitives (``stack``, ``matmul`` of a vector, indexing by a tensor) asks before
+    its first step: the check of the eager interpreter would name an inner primitive
+    (concatenate) and shapes the user never wrote (a vector made a matrix). Mixing
+    devices is an error, never a silent copy."""
+    from ..tensor import Tensor  # (tensor.py imports the ops)
+
+    tensors = [v for v in values if isinstance(v, Tensor)]
+    names = sorted({t.device.name for t in tensors})
+    if len(names) > 1:
+        given = ", ".join(f"shape {t.shape} {t.dtype} on {t.device.name}" for t in tensors)
+        raise DeviceError(f"{who}: arguments live on different devices "
+                          f"({' and '.join(names)}): {given}. minigraph never copies "
+                          f"silently; move one with x.to('{names[0]}')")
+
+
+def host_index(i: Any, who: str = "getitem", x: Any = None) -> Any:
     """Index parts as the kernel takes them: integer tensors and arrays become host
     arrays of their own, copies. The index is a parameter of the operation, which the
     tape keeps for the backward pass: a later ``idx[0] = 2`` must not change which
     elements the recorded gradient goes to (PyTorch keeps the index tensor and refuses
     the sweep after such a write; a copy gives the gradient of what was computed).
-    ``who``: what an error calls the operation (``x[...] = value`` for an assignment)."""
+    ``who``: what an error calls the operation (``x[...] = value`` for an assignment);
+    ``x``: the value indexed, whose device an index tensor must live on (a copy from
+    another device would be a silent one)."""
     if i is None or i is Ellipsis or isinstance(i, (int, slice)):
         return i
     if type(i) in KINDS:  # an index is a parameter, fixed when the op is made: not a value
@@ -359,6 +392,7 @@ def host_index(i: Any, who: str = "getitem") -> Any:
                          f"graph runs; under vmap, one index per example); use mg.one_hot or "
                          f"mg.where to select")
     if hasattr(i, "numpy"):  # (a tensor: its values, not its memory)
+        same_device(who, (x, i))
         return np.array(i.device.to_numpy(i.data))
     index = np.array(i)
     if isinstance(i, (list, tuple)) and index.size == 0:  # ([] is float64 to NumPy, which
@@ -369,7 +403,7 @@ def host_index(i: Any, who: str = "getitem") -> Any:
 def getitem(x: Any, index: Any) -> Any:
     """``x[index]``: ints, slices, ``None``, ``...`` and integer arrays; differentiable."""
     index = _spelled_out(index, lambda: S.rank("getitem", x))
-    return bind(GETITEM, x, index=tuple(host_index(i) for i in index))
+    return bind(GETITEM, x, index=tuple(host_index(i, "getitem", x) for i in index))
 
 
 def scatter_add(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
@@ -377,7 +411,7 @@ def scatter_add(g: Any, index: Any, shape: tuple[int, ...]) -> Any:
     index read as ``x[index]`` reads it: getitem's VJP. (The index getitem's rule passes
     may hold a loop index that source mode knows only when its program runs.)"""
     shape = S.sizes("scatter_add", shape)
-    index = tuple(i if type(i) in KINDS else host_index(i)
+    index = tuple(i if type(i) in KINDS else host_index(i, "scatter_add", g)
                   for i in _spelled_out(index, lambda: len(shape)))
     return bind(SCATTER_ADD, g, index=index, shape=shape)
 
@@ -414,6 +448,7 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     xs = S.operands("stack", xs)
     if not xs:
         raise ValueError("stack: needs at least one tensor")
+    same_device("stack", xs)  # (before the reshapes: see same_device)
     shapes = [S.shape_of(x) for x in xs]
     if any(s != shapes[0] for s in shapes):
         raise ShapeError(f"stack: all tensors must have the same shape, got {shapes}")
