@@ -116,7 +116,7 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
         refuse_pytrees(args, nums, "hessian")
         for i in nums:
             tape._differentiable(args[i], i, "hessian")  # (floats only: the tape's one check)
-        if isinstance(argnums, int):
+        if single(argnums):  # (an int, a NumPy integer: one block, as jacrev's rule)
             return jacfwd(gradient(nums[0]), nums[0])(*args)
         return tuple(tuple(jacfwd(gradient(i), j)(*args) for j in nums) for i in nums)
     return transformation(hess, "hessian", f)

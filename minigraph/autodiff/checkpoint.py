@@ -65,7 +65,9 @@ refused before it is made (``reads.read_only_arrays``). A name f reads (a global
 closure variable, an attribute, an item of a list or dict) that is bound to another
 value before the backward (``SCALE = 3.0``), or a tensor or array it reads from outside
 that is written in place (``C += 1``), is refused there too, where
-``torch.utils.checkpoint`` recomputes with the new value (:func:`_remember`).
+``torch.utils.checkpoint`` recomputes with the new value (:func:`_remember`). A function
+passed to f as an argument (``checkpoint(outer)(x, fn)``, a bound method, ``mg.grad(g)``)
+is f's code as much as f's own: what it reads is guarded the same way.
 
 **Random numbers.** f may draw from a random number generator it reads: a NumPy
 ``Generator`` (``rng.random(x.shape)`` for a dropout mask), a ``RandomState``, Python's
@@ -85,6 +87,7 @@ nodes hold the old value.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -133,6 +136,11 @@ def _call(fn: Callable[..., Any], static: Static, values: Any) -> Any:
     return fn(*args)
 
 
+def _call_on(fn: Callable[..., Any], static: Static, *values: Any) -> Any:
+    """:func:`_call` with the tensor arguments one by one (a graph records it)."""
+    return _call(fn, static, values)
+
+
 _CLOSURE = ("f reads {what} from outside its arguments (a closure or a global); "
             "checkpoint sends gradients to its arguments only, so that one would get none. "
             "Pass it as an argument: mg.checkpoint(lambda x, w: ...)(x, w), or "
@@ -166,7 +174,8 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
     dev = get_device(device)
     with read_only_arrays(fn, "checkpoint", "; the backward pass runs f again, which would "
                          "start from the written value (and write it twice)", CheckpointError,
-                         arrays):  # (its arguments too: refused before the write is made)
+                         arrays, static):  # (its arguments too: refused before the write is
+        # made; and what a function among them reads, as f's own reads)
         out = _call(fn, static, [shared(a, dev) if hasattr(a, "shape") else a for a in arrays])
     if _not_a_value(out):
         raise _tuple_error(out)
@@ -174,7 +183,8 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
         raise _closure_error(f"a value of a transformation or a graph ({type(out).__name__})")
     # (a number, an array, a tensor read from outside: a constant, the forward pass
     # notes, whose result then takes no gradient, as torch's: see checkpoint)
-    outside = {id(owner(a.data if isinstance(a, Tensor) else a)) for _, a in outside_arrays(fn)}
+    outside = {id(owner(a.data if isinstance(a, Tensor) else a))
+               for _, a in outside_arrays(fn, static)}
     constant = not isinstance(out, Tensor) or id(owner(out.data)) in outside
     if _forward.passes and _forward.passes[-1].fn is fn:
         _forward.passes[-1].constant = constant
@@ -332,15 +342,18 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
     from ..graph.gradients import gradients  # (graph modules import this one)
     from ..graph.trace import record
 
+    # (a partial, not a lambda: what it is given, f and a function among its static
+    # arguments, is what the recording guards; a lambda of minigraph's is not read)
+    run = functools.partial(_call_on, fn, static)
     try:
-        graph, inputs, result = record(lambda *xs: _call(fn, static, xs), args,
-                                       "checkpoint_backward", key)
+        graph, inputs, result = record(run, args, "checkpoint_backward", key)
     except Exception:  # noqa: BLE001  (an if on a value, NumPy on a node, ...: the tape
         return _UNTRACEABLE  # recomputes instead, running f as it is, its errors its own)
     if not isinstance(result, Node) or result.graph is not graph or \
             any(result is x for x in inputs):
         return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save)
-    captured = Captured((t for t, _ in graph._consts.values()), fn, graph.written_by_f)
+    captured = Captured((t for t, _ in graph._consts.values()), fn, graph.written_by_f,
+                        static)
     xs = [inputs[k] for k in wrt]
     with graph, result.device:
         seed = placeholder(tuple(result.shape), str(result.dtype), name="g")
@@ -838,7 +851,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
                                                                Device)), get_device(None))
         key = (tuple(weak), tuple(weak_inputs))
         fn = f if not weak else weakly.get(key) or weakly.setdefault(key, _Weakly(f, *key))
-        reads = outside_reads(f)
+        reads = outside_reads(f, arguments=static)  # (a function passed to f: its reads)
         drawn = _generator_states(  # (before f draws from them; a generator argument too,
             reads + _held_by(static))  # or one an argument holds)
         if any(type(innermost(a)) is Node for a in inputs):  # a node of a graph built
@@ -861,7 +874,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         value = innermost(out)  # (a transformation's value: the tensor inside it)
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
             if rebound(reads) is not None:  # (f itself bound one: read them again)
-                reads = outside_reads(f)
+                reads = outside_reads(f, arguments=static)
             _remember(f, value, reads, tuple(static), drawn)
         return out
 

@@ -51,7 +51,8 @@ def read_from_outside(f: Any) -> dict[str, Any]:
             if type(where) not in (_Items, _Code) and value is not _UNBOUND}
 
 
-def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]]:
+def outside_reads(f: Any, depth: int | None = None,
+                  arguments: "abc.Sequence[tuple[int, Any]]" = ()) -> list[tuple[Any, str, Any]]:
     """``(where, name, value)`` for what f reads from outside its arguments, ``where``
     being the dict, closure cell or container that holds ``value`` under ``name``:
 
@@ -80,12 +81,26 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
     ``mg.trace(f)``, whose ``__wrapped__`` is f) reads what f reads; a decorator's
     wrapper (``functools.wraps``) that too, and what its own code reads; a
     ``functools.partial`` what its function reads, and the arguments it passes, and
-    what they hold."""
+    what they hold.
+
+    ``arguments``: ``(position, value)`` of f's arguments that are constants of a
+    compiled program (``signature.constant_arguments``: a function, a bound method, a
+    transformed function, a config object, a tuple of them), read as a partial's
+    arguments are: what a function passed to f reads (``outer(x, fn)``, whose fn reads
+    ``SCALE``) is a constant of the program as much as what f reads itself.
+
+    Minigraph's and an installed library's functions are not read (:func:`_users`): their
+    globals, closure variables and defaults are the library's own state, which changes
+    as it runs (``levels.running``, the levels of the transformations running), not the
+    user's; only what they are given is (a partial's arguments, the attributes of their
+    object that their code names: a layer's weight, the f of checkpoint's wrappers)."""
     found: list[tuple[Any, str, Any]] = []
     todo, seen = [(f, 0)], set()
+    held = {f"argument {k}": a for k, a in arguments}  # (where f's constant arguments are)
+    start = [(held, name, a) for name, a in held.items()]  # (read with f, the first one)
     while todo:
         fn, level = todo.pop()
-        passed: list[tuple[Any, str, Any]] = []  # (a partial's arguments: f reads them too,
+        passed, start = start, []  # (a partial's arguments: f reads them too,
         for _ in range(100):  # and inside them)  (a bound: a chain of wrappers, no cycle)
             if isinstance(fn, functools.partial):  # (its arguments are never bound anew)
                 given = {f"argument {k} of the partial": a for k, a in enumerate(fn.args)}
@@ -95,8 +110,8 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
             elif isinstance(fn, (staticmethod, classmethod)):  # (one read from a class
                 fn = fn.__func__                                # dict, as it is there)
             elif hasattr(fn, "__wrapped__"):
-                if type(fn) is FunctionType and _users(fn):  # (a decorator's wrapper: its
-                    todo.append((getattr(fn, "__wrapped__"), level))  # own reads, and f's)
+                if type(fn) is FunctionType:  # (a decorator's wrapper: its own reads, if
+                    todo.append((getattr(fn, "__wrapped__"), level))  # the user's, and f's)
                     break
                 fn = fn.__wrapped__
             else:
@@ -117,29 +132,30 @@ def outside_reads(f: Any, depth: int | None = None) -> list[tuple[Any, str, Any]
         if type(fn) is not FunctionType:
             continue
         code = fn.__code__
-        found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__ =
-        names: set[str] = set()                                # ...: a cell run again)
+        names: set[str] = set()
         codes = [code]
         while codes:  # (a comprehension's or a nested function's code is a constant)
             c = codes.pop()
             names.update(c.co_names)
             codes += [k for k in c.co_consts if type(k) is type(code)]
         every_attribute = not names.isdisjoint(_ANY_ATTRIBUTE)
-        module = fn.__globals__
-        read = names | {n for n in module if not n.startswith("__")} \
-            if not names.isdisjoint(_ANY_GLOBAL) else names  # (globals()["W"]: any one)
-        # (a builtin's name, read while no global has it: a global of that name made
-        # later, len = ..., is read instead)
-        reads: list[tuple[Any, str, Any]] = [
-            (module, n, module[n] if n in module else _UNBOUND) for n in sorted(read)
-            if n in module or n in _BUILTINS]
-        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                reads.append((cell, name, cell.cell_contents))
-            except ValueError:  # (a cell not yet filled)
-                continue
-        defaults = _Defaults(fn)  # (f(x, w=W): W is read when a call leaves w out)
-        reads += [(defaults, n, v) for n, v in defaults.items()]
+        reads: list[tuple[Any, str, Any]] = []
+        if _users(fn):  # (the one test: a library's function reads none of its own state)
+            found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__
+            module = fn.__globals__                            # = ...: a cell run again)
+            read = names | {n for n in module if not n.startswith("__")} \
+                if not names.isdisjoint(_ANY_GLOBAL) else names  # (globals()["W"]: any)
+            # (a builtin's name, read while no global has it: a global of that name made
+            # later, len = ..., is read instead)
+            reads += [(module, n, module[n] if n in module else _UNBOUND)
+                      for n in sorted(read) if n in module or n in _BUILTINS]
+            for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+                try:
+                    reads.append((cell, name, cell.cell_contents))
+                except ValueError:  # (a cell not yet filled)
+                    continue
+            defaults = _Defaults(fn)  # (f(x, w=W): W is read when a call leaves w out)
+            reads += [(defaults, n, v) for n, v in defaults.items()]
         # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
         labelled = [("self", owner)] + [(n, v) for _, n, v in passed + reads]
@@ -439,11 +455,12 @@ class Written(frozenset):
         return written
 
 
-def _containers(f: Any) -> dict[int, tuple[Any, tuple]]:
-    """The lists and dicts among what f reads (:func:`outside_reads`), by id, each with
-    a snapshot of its items."""
-    return {id(w.container): (w.container, snap) for w, _, snap in outside_reads(f)
-            if type(w) is _Items}
+def _containers(f: Any, constants: "abc.Sequence[tuple[int, Any]]" = ()
+                ) -> dict[int, tuple[Any, tuple]]:
+    """The lists and dicts among what f reads (:func:`outside_reads`, ``constants`` its
+    ``arguments``), by id, each with a snapshot of its items."""
+    return {id(w.container): (w.container, snap) for w, _, snap
+            in outside_reads(f, arguments=constants) if type(w) is _Items}
 
 
 def without(reads: list[tuple[Any, str, Any]], own: frozenset[int]) -> list:
@@ -540,7 +557,7 @@ BUILT = (", while its program was built; the program runs no Python, so the writ
 
 @contextmanager
 def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] = GradientError,
-                     arguments: Any = ()) -> Iterator[None]:
+                     arguments: Any = (), constants: Any = ()) -> Iterator[None]:
     """While a compiled program is built from f (or forward mode runs it once per input
     element, or a checkpoint runs it to run it again in the backward pass: ``why`` says
     what the write would do), the tensors and arrays f reads from outside its arguments
@@ -556,12 +573,13 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
     into such an array meanwhile is refused too.) ``arguments``: f's arguments whose
     arrays are guarded the same way (a checkpoint's, forward mode's that it does not
     differentiate; None for one that is not), so that a NumPy array's write is refused
-    before it is made."""
+    before it is made. ``constants``: f's arguments whose reads are f's too (a function
+    passed to f: :func:`outside_reads`'s ``arguments``), whose arrays are guarded so."""
     frozen: dict[int, tuple[str, Any, Any]] = {}  # id(array) -> (place, value, array)
     kept: list[tuple[str, Any, Any, Any]] = []  # (place, value, array, copy)
     places = [(f"its argument {k}", v) for k, v in enumerate(arguments) if _guarded(v)]
     places += [(f"{place}, which it reads from outside its arguments", v)
-               for place, v in outside_arrays(f)]
+               for place, v in outside_arrays(f, constants)]
     for place, v in places:
         array = v.data if type(v) is Tensor else v
         if id(array) in frozen or any(array is k[2] for k in kept):
@@ -671,13 +689,15 @@ class recording:
     counter), which the recording writes and the replays leave alone (chapter 04), and
     which the program does not guard (``signature.Captured``)."""
 
-    def __init__(self, f: Any, who: str):
-        self.f, self.who = f, who
+    def __init__(self, f: Any, who: str, constants: "abc.Sequence[tuple[int, Any]]" = ()):
+        """``constants``: f's arguments that are constants of the program, whose reads
+        are f's too (:func:`outside_reads`'s ``arguments``)."""
+        self.f, self.who, self.constants = f, who, constants
         self.written_by_f: frozenset[int] = Written({})
 
     def __enter__(self) -> "recording":
-        self._before = _containers(self.f)
-        self._arrays = read_only_arrays(self.f, self.who)
+        self._before = _containers(self.f, self.constants)
+        self._arrays = read_only_arrays(self.f, self.who, constants=self.constants)
         self._arrays.__enter__()
         return self
 
@@ -691,10 +711,15 @@ class recording:
 _ARRAYS: "weakref.WeakKeyDictionary[Any, tuple[list, list]]" = weakref.WeakKeyDictionary()
 
 
-def outside_arrays(f: Any) -> list[tuple[str, Any]]:
+def outside_arrays(f: Any, constants: "abc.Sequence[tuple[int, Any]]" = ()
+                   ) -> list[tuple[str, Any]]:
     """The tensors and arrays (NumPy's, CuPy's) f reads from outside its arguments
-    (:func:`outside_reads`: by name, attribute, or as an item of a list or dict), each
-    with where it is."""
+    (:func:`outside_reads`: by name, attribute, or as an item of a list or dict; and
+    those its ``constants`` read, its ``arguments`` there), each with where it is."""
+    # (found each time where a constant argument may read something: the cache is per f;
+    # a number, a string or None reads nothing)
+    if any(type(a) not in _ATOMS for _, a in constants):
+        return arrays_in(outside_reads(f, arguments=constants))
     try:
         reads, arrays = _ARRAYS[f]
         if rebound(reads) is None:  # (a name's or an item's object is the same one)

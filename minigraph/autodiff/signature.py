@@ -16,7 +16,9 @@ later call whose arguments have the same *signature*:
 * any other argument (an int, a string, None, a tuple ...) is a constant of the program,
   by its type and value: ``range(n)`` is unrolled or looped over for that n. The type
   keeps 1, 1.0 and True apart, and a float inside a constant is keyed by its bits, so
-  0.0 and -0.0 (whose ``1 / x`` differ) never share a program.
+  0.0 and -0.0 (whose ``1 / x`` differ) never share a program. What a function among
+  them reads (``fn`` of ``outer(x, fn)``: its globals, ``self.scale``) is guarded as what
+  f reads is (:class:`Captured`, given :func:`constant_arguments`).
 
 No transformation level is part of it, because a program never depends on one. It is
 written from its arguments' shapes, dtypes and devices alone, and its code runs on arrays
@@ -134,6 +136,14 @@ def arrays(args: tuple, key: tuple, static: bool) -> list | None:
         else:  # a float or an array: (DATA, device, shape, dtype)
             out.append(entry[1].asarray(a))
     return out
+
+
+def constant_arguments(args: tuple, key: tuple) -> tuple[tuple[int, Any], ...]:
+    """``(position, value)`` of the arguments that ``key``, their signature, makes
+    constants of the program: their identity and contents are in the key, and what a
+    function among them reads (its globals, ``self.scale``) the program's ``Captured``
+    guards, as it guards what f reads."""
+    return tuple((k, a) for k, (a, entry) in enumerate(zip(args, key)) if entry[0] != DATA)
 
 
 def constant_key(a: Any, k: int) -> Any:
@@ -261,10 +271,16 @@ class Captured:
 
     __slots__ = ("tensors", "datas", "reads", "arrays")
 
-    def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset()):
+    def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset(),
+                 constants: "tuple[tuple[int, Any], ...]" = ()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
-        (``reads.recording``), its own record of its runs, which are not guarded."""
-        self.reads = without(outside_reads(f), own) if f is not None else []
+        (``reads.recording``), its own record of its runs, which are not guarded.
+        ``constants``: f's arguments that are constants of the program
+        (:func:`constant_arguments`), whose reads are guarded as f's are: ``fn`` in
+        ``grad(outer)(x, fn)``, whose global ``SCALE = 2.0`` makes the program stale, as
+        f's own global would."""
+        self.reads = without(outside_reads(f, arguments=constants), own) \
+            if f is not None else []
         outside = [a for _, a in arrays_in(self.reads)]
         # the constants, and the tensors f reads that are no constant of the program (an
         # index, x[IDX], is a parameter of its getitem; a tensor whose shape f reads)

@@ -314,6 +314,7 @@ class Graph:
         # the ids of the lists and dicts the function wrote while it was recorded (its
         # own log of its runs: reads.recording), which its program does not guard
         self.written_by_f: frozenset[int] = frozenset()
+        self.constants: tuple = ()  # (position, value) of f's constant arguments
         # A pass's graph (graph/passes.py): id -> why, for the nodes a feed would not
         # stand in for as it did in the original graph (a constant folded into its
         # readers, a node merged with another); Session.run and compile_graph refuse it.

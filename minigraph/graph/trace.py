@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence, cast
 
 from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_integers,
                                  refuse_keywords, refuse_non_functions, single)
-from ..autodiff.signature import DATA, Captured, arrays, is_weak, programs, signature
+from ..autodiff.signature import (DATA, Captured, arrays, constant_arguments, is_weak, programs,
+                                  signature)
 from ..autodiff.reads import recording
 from ..autodiff import tape
 from ..autodiff.tape import enable_grad, is_grad_enabled, no_grad
@@ -147,8 +148,10 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
             else:
                 call_args.append(a)
         graph.recording = True
+        graph.constants = constant_arguments(args, key)
         try:
-            with passed_as_is(call_args, nums, who, args), recording(f, who) as run:
+            with passed_as_is(call_args, nums, who, args), \
+                    recording(f, who, graph.constants) as run:
                 out = f(*call_args)
         finally:
             graph.recording = False
@@ -399,7 +402,7 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
     """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python; the
     program is stale once what f read from outside has changed (``Captured``)."""
     captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
-                        graph.written_by_f)
+                        graph.written_by_f, graph.constants)
     # (inputs are kept even if unused; nothing but the outputs is read: no identities)
     result = optimize(graph, outputs + inputs, identities=False)
     fn = compile_graph(result.graph, [result[n] for n in inputs],

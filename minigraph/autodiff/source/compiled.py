@@ -33,7 +33,7 @@ from ...ops.weak import Weak, strong
 from ...tensor import Tensor, tensor
 from ..argnums import not_data, refuse_integers
 from ..reads import recording
-from ..signature import Captured, is_weak
+from ..signature import Captured, constant_arguments, is_weak
 from .adjoint import _adjoint_of, _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
@@ -115,7 +115,8 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
         norm.passed = {names[k]: what for k, what in
                        caller_held(args, nums, "vjp" if seeded else "grad").items()
                        if k < len(names)}
-        with recording(src.fn, "source_grad") as run:
+        constants = constant_arguments(args, signature)  # (a function passed: its reads)
+        with recording(src.fn, "source_grad", constants) as run:
             out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
         written_by_f = run.written_by_f  # (its own log of its runs: not guarded)
         forward = writer.block
@@ -130,7 +131,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
                    writer, single, signature, seed, written_by_f, norm.index_names,
-                   norm.places)
+                   norm.places, constants)
 
 
 # The names the program's text reads from its namespace, the builtins its literals call
@@ -215,12 +216,15 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
             single: bool, signature: tuple, seed: SrcVar | None = None,
             written_by_f: frozenset[int] = frozenset(),
             indices: set[str] | frozenset[str] = frozenset(),
-            places: dict[int, tuple[Line, tuple[str, int]]] | None = None) -> Program:
+            places: dict[int, tuple[Line, tuple[str, int]]] | None = None,
+            constants: tuple = ()) -> Program:
     """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
     last parameter, after f's. ``written_by_f``: the lists and dicts f wrote while it
     was read (``reads.recording``), which the program does not guard. ``indices``: the
     names the loop indices were given (``normalize.py``), already in the text;
-    ``places``: the user's line of each forward line (``_Normaliser.places``)."""
+    ``places``: the user's line of each forward line (``_Normaliser.places``);
+    ``constants``: f's constant arguments (``signature.constant_arguments``), whose
+    reads the program guards as f's."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     # (the name the def statement gives: the function's __name__ may be no identifier)
@@ -244,7 +248,8 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     namespace.update({cname: value for value, cname in consts.values()})
     fn = define(source, name, f"<source_grad {name} {id(source):x}>", namespace)
     prog = Program(signature, source, primal, fn, single, namespace, src.node.name)
-    prog.captured = Captured((value for value, _ in consts.values()), src.fn, written_by_f)
+    prog.captured = Captured((value for value, _ in consts.values()), src.fn, written_by_f,
+                             constants)
     device = out.device  # kernels on arrays: one device, not a GPU (its own context)
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
