@@ -118,8 +118,8 @@ def test_max_splits_the_gradient_between_ties():
 @pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
 def test_min_at_ties_and_minimum_away_from_them_follow_pytorch(mode):
     """mg.min shares the gradient between tied minima as torch.amin does (row 0 has a
-    tie). mg.minimum is checked against torch.minimum away from ties only: at a tie
-    PyTorch splits the gradient, and minigraph gives it to x (the next test)."""
+    tie). mg.minimum is checked against torch.minimum away from ties here; at a tie both
+    split the gradient evenly (the next test)."""
     torch = pytest.importorskip("torch")
     x0, y0 = np.array([[3.0, 1.0, 1.0], [2.0, 2.0, 5.0]]), np.array([0.5, 4.0, 1.5])
     xt = torch.tensor(x0, requires_grad=True)
@@ -144,14 +144,14 @@ def _sum_of_minimum(x, y):
 
 
 @pytest.mark.parametrize("mode", ["tape", "forward", "graph", "source"])
-def test_maximum_and_minimum_give_a_tie_to_their_first_argument(mode):
-    """At x == y, maximum and minimum are not differentiable; minigraph takes the
-    subgradient that gives the whole derivative to x (TensorFlow's rule: its maximum's
-    gradient masks x >= y), in every mode, reverse and forward. Closed form: d/dx = 1,
-    d/dy = 0 at the ties, and the plain derivative elsewhere."""
+def test_maximum_and_minimum_split_a_tie_evenly(mode):
+    """At x == y, maximum and minimum are not differentiable; minigraph splits the
+    derivative evenly between x and y, as torch.maximum, jax.numpy.maximum and its own
+    mg.max do, in every mode, reverse and forward (it gave it all to x, TensorFlow's
+    rule). Closed form: d/dx = d/dy = 1/2 at the ties, the plain derivative elsewhere."""
     x0, y0 = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 5.0])  # a tie at index 0
-    for f, want in [(_sum_of_maximum, [[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]),
-                    (_sum_of_minimum, [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])]:
+    for f, want in [(_sum_of_maximum, [[0.5, 1.0, 0.0], [0.5, 0.0, 1.0]]),
+                    (_sum_of_minimum, [[0.5, 0.0, 1.0], [0.5, 1.0, 0.0]])]:
         gx, gy = mg.grad(f, argnums=(0, 1), mode=mode)(mg.tensor(x0), mg.tensor(y0))
         assert gx.numpy().tolist() == want[0] and gy.numpy().tolist() == want[1]
 
@@ -168,14 +168,14 @@ def _sqrt_of_minus_minimum(x):
     return mg.sum(mg.sqrt(-mg.minimum(x, 0.0)))
 
 
-@pytest.mark.parametrize("mode", ["tape", "graph", "source"])
+@pytest.mark.parametrize("mode", ["tape", "graph", "source", "forward"])
 def test_what_relu_maximum_and_minimum_do_not_select_gets_zero_even_from_inf(mode):
     """sqrt's derivative at 0 is inf, and relu's, maximum's and minimum's VJPs
     multiplied g by a 0/1 mask: 0 * inf gave nan at x = -1 (or 4), where the function is
     constant nearby and its derivative 0, as PyTorch and finite differences say. A
     nan argument gives both arguments the gradient, as PyTorch does. (Forward mode
-    meets the same inf the other way round, sqrt's tangent inf * 0 from relu's, and
-    gives nan, as torch.func.jacfwd does.)"""
+    meets the same inf the other way round, relu's zero tangent times sqrt's inf; a
+    zero tangent now stays zero there, where torch.func.jacfwd gives nan.)"""
     torch = pytest.importorskip("torch")
     x0 = np.array([-1.0, 4.0, 0.25])
     fns = [(_sqrt_of_relu, lambda t: torch.sqrt(torch.relu(t)).sum()),

@@ -97,18 +97,29 @@ def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
     """The one forward-tangent step: ``out``'s tangent from its arguments' tangents, the
     sum of the primitive's JVP terms, (b.3)-(b.5): ``da = dx * y + x * dy``. ``None`` in
     ``tangents`` is a zero tangent; the result is ``None`` when every term is zero. Dual
-    numbers run it for every operation, ``explain`` runs it on symbols to print (c.*)."""
+    numbers run it for every operation, ``explain`` runs it on symbols to print (c.*).
+
+    The tangent has ``out``'s shape, dtype and device, whatever the rules return: a rule
+    that hands ``t`` on (``add``'s, ``where``'s ...) gives a float32 tangent for the
+    float64 result of ``x32 + c64``, in which a later ``* 1e300`` overflows, and which
+    ``jvp`` refuses as a tangent of that result (JAX's and torch.func's rule)."""
     tangent = None
     if not prim.jvp:  # (no rule: comparisons, stop_gradient ...; no_grad has one only)
         return None
     if type(prim.jvp) is Each and prim.jvp.together is not None:  # (n arguments at once)
-        return prim.jvp.together(tangents, out, *primals, **params)
-    for i, t in enumerate(tangents):
-        rule = prim.jvp[i] if t is not None else None
-        if rule is not None:
-            term = rule(t, out, *primals, **params)
-            tangent = term if tangent is None else tangent + term
-    if tangent is not None and shape_of(tangent) != shape_of(out):
+        tangent = prim.jvp.together(tangents, out, *primals, **params)
+    else:
+        for i, t in enumerate(tangents):
+            rule = prim.jvp[i] if t is not None else None
+            if rule is not None:
+                term = rule(t, out, *primals, **params)
+                tangent = term if tangent is None else tangent + term
+    if tangent is None:
+        return None
+    # out's dtype and device (a cast, a copy, only where they differ), as a gradient has
+    # its input's: the same helper; cast before the broadcast, which makes more elements
+    tangent = as_gradient(tangent, out)
+    if shape_of(tangent) != shape_of(out):
         tangent = SH.broadcast_to(tangent, shape_of(out))  # a broadcast argument's tangent
     return tangent
 

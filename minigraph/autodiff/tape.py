@@ -56,7 +56,7 @@ from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kin
 from ..ops.shape import host_index, set_items
 from ..ops.shape_rules import promote, shape_of
 from ..ops.weak import Weak
-from .argnums import (Argnums, normalize_argnums, refuse_integers, refuse_keywords,
+from .argnums import (Argnums, normalize_argnums, not_data, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, escaped, new_level, running, transformation
@@ -873,11 +873,15 @@ register_kind(Box)
 def _differentiable(x: Any, position: int, who: str) -> Any:
     """``x`` as a value to differentiate: tensors and values of other transformations
     as they are, numbers and arrays as tensors (a recorded function's float too: its
-    ``Weak`` becomes the float64 tensor eager mode makes); only floating dtypes."""
+    ``Weak`` becomes the float64 tensor eager mode makes); only floating dtypes. Anything
+    else (a Module, a dict, a string ...) is refused as graph and source mode refuse it
+    (``tensor()`` said only "dtype object is not supported")."""
     if type(x) is Weak:  # (inline: this runs per argument of every mg.grad call)
         x = x.value
     if not isinstance(x, Tensor):
         if type(x) not in KINDS:
+            if not (isinstance(x, (int, float, list, tuple)) or hasattr(x, "shape")):
+                raise not_data(x, position, who)  # (an array of any library has a shape)
             x = tensor(x)
         elif shape_of(x) is None:  # (a derivative has its argument's shape)
             raise ShapeError(f"{who}: argument {position} has an unknown shape (a graph "

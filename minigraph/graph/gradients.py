@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from ..autodiff.backward import collector_paused, reverse_sweep
 from ..autodiff.tape import as_gradient
-from ..errors import GradientError, ShapeError
+from ..errors import DTypeError, GradientError, ShapeError
 from ..ops.copy import IDENTITY
 from ..ops.elementwise import add_n
 from ..ops.primitive import KINDS
@@ -281,6 +281,12 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
         if y.dtype is not None and y.dtype not in FLOATS:
             raise GradientError(f"gradients: '{y.name}' has dtype {y.dtype}; only floating "
                                 f"values have gradients")
+    for x in xs:  # (the sweep gives no adjoint to an integer: None, read as "no path")
+        if x.dtype is not None and x.dtype not in FLOATS:
+            raise DTypeError(f"gradients: cannot differentiate with respect to '{x.name}' "
+                             f"({x.op}) of dtype {x.dtype}: a derivative by an integer or "
+                             f"a bool is not defined; give it a floating dtype "
+                             f"({' or '.join(FLOATS)})")
     for k, (y, g) in enumerate(zip(ys, grad_ys)):  # (TensorFlow's and PyTorch's rule)
         if isinstance(g, Node) and g.shape is None:  # (see _refuse_unknown_shapes)
             raise GradientError(f"gradients: grad_ys[{k}] '{g.name}' has an unknown shape, "

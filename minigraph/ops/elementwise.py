@@ -13,8 +13,9 @@ of shape (32, 10) and ``b`` of shape (10,) gives ``b`` a gradient of shape (10,)
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from . import reduce as R
 from . import shape_rules as S
 from ..errors import DTypeError, ShapeError
 from .primitive import Each, bind, bind_one, bind_two, primitive, ufunc_out
+
+if TYPE_CHECKING:  # (for annotations only: tensor.py imports this module)
+    from ..tensor import Tensor
 
 
 def _unbroadcast(*rules):
@@ -99,6 +103,58 @@ def _pow_kernel(xp: Any, x: Any, y: Any) -> Any:
     return x ** y
 
 
+def _still(t: Any, term: Any) -> Any:
+    """A JVP's ``term``, the tangent ``t`` times the derivative, with 0 where ``t`` is 0:
+    an element whose input does not move does not move the output, even where the
+    derivative is inf or nan (sqrt's and log's at 0, 1 / y's at y = 0, exp's beyond 709,
+    cos's at inf ...) and the product reads 0 * inf = nan. Forward-mode ``grad`` and
+    ``jacfwd`` put such zeros in every element of a tangent but one, and the nan spread
+    through a sum to the other elements: grad(sqrt(x).sum()) at [0, 4, 1] was [inf, nan,
+    nan] in forward mode, [inf, 0.25, 0.5] in reverse mode. (torch.func.jacfwd and
+    jax.jacfwd keep the nan.) A nonzero tangent keeps its inf or nan, as the mathematics
+    says. Cheap: only a term with an inf or a nan (or whose numbers are not known yet, a
+    graph node's) is looked at, and only its nan elements where t is 0 change (0 * inf
+    and 0 / 0 give nan); a zero that is a number stays, with its own derivative, which an
+    outer transformation may differentiate (``where(t == 0, 0.0, term)`` would hide it)."""
+    if _all_finite(term):
+        return term
+    return where(t == 0, where(term == term, term, 0.0), term)  # (nan != nan)
+
+
+@functools.cache
+def _tensor_class() -> type[Tensor]:
+    """minigraph's Tensor, imported at the first call (tensor.py imports this module); an
+    import statement in :func:`_all_finite` took half its time."""
+    from ..tensor import Tensor
+
+    return Tensor
+
+
+def _all_finite(v: Any) -> bool:
+    """Whether every number of ``v`` is known to be finite: a Python number, or a tensor,
+    also under a transformation's wrappers (``_inside``: a box's value, a dual number's
+    primal, a vmap batch) or held as ``value`` (a weak number's tensor, an ``explain``
+    symbol's, a source program's constant's). False where the numbers are not known
+    before the program runs: a graph node, a source variable."""
+    tensor_class = _tensor_class()
+    for _ in range(100):  # (levels of nesting: a bound, as in operators.innermost)
+        if isinstance(v, tensor_class):
+            if getattr(v.data, "ndim", None) == 0:  # (one number: Python's test is a
+                return math.isfinite(v.data)         # tenth of NumPy's all(isfinite))
+            xp = v.device.xp
+            return bool(xp.all(xp.isfinite(v.data)))
+        if type(v) in (int, float):
+            return math.isfinite(v)
+        inside = getattr(v, "_inside", None)
+        if inside is not None:
+            v = inside()
+        elif isinstance(getattr(v, "value", None), tensor_class):
+            v = v.value
+        else:
+            return False
+    return False
+
+
 # -- arithmetic -----------------------------------------------------------------------
 # The rules use Python's operators: on a tensor, a dual number, a graph node or a source
 # variable they call the functions below, and on plain numbers they stay plain numbers.
@@ -119,14 +175,15 @@ SUB = primitive(
 
 MUL = primitive(  # (b.3): da = dx * y + x * dy        (f.4), (f.5): gy = ga * x, gx = ga * y
     "mul", lambda xp, x, y: x * y, S.elementwise("mul"),
-    jvp=[lambda t, out, x, y: t * y, lambda t, out, x, y: x * t],
+    jvp=[lambda t, out, x, y: _still(t, t * y), lambda t, out, x, y: _still(t, x * t)],
     vjp=_unbroadcast(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
     out=ufunc_out("multiply"), batch=B.elementwise("mul"),
     symbol="*", neutral=(1, (0, 1)))
 
 DIV = primitive(
     "div", lambda xp, x, y: x / y, S.floating("div"),
-    jvp=[lambda t, out, x, y: t / y, lambda t, out, x, y: -t * out / y],
+    jvp=[lambda t, out, x, y: _still(t, t / y),
+         lambda t, out, x, y: _still(t, -t * out / y)],
     vjp=_unbroadcast(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
     out=ufunc_out("divide"), batch=B.elementwise("div"),
     symbol="/", neutral=(1, (1,)))
@@ -163,7 +220,8 @@ def _pow_dy(g: Any, out: Any, x: Any, y: Any) -> Any:
 # d(x ** y) = y * x ** (y - 1) * dx + log(x) * x ** y * dy
 POW = primitive(
     "pow", _pow_kernel, _pow_shape,
-    jvp=[_pow_dx, _pow_dy],
+    jvp=[lambda t, out, x, y: _still(t, _pow_dx(t, out, x, y)),
+         lambda t, out, x, y: _still(t, _pow_dy(t, out, x, y))],
     vjp=_unbroadcast(_pow_dx, _pow_dy),
     out=ufunc_out("pow"), batch=B.elementwise("pow"),
     symbol="**", neutral=(1, (1,)))
@@ -231,7 +289,8 @@ FLOOR_DIVIDE = primitive(
 
 REMAINDER = primitive(
     "remainder", *_floored("remainder"),
-    jvp=[lambda t, out, x, y: t, lambda t, out, x, y: -t * floor_divide(x, y)],
+    jvp=[lambda t, out, x, y: t,
+         lambda t, out, x, y: _still(t, -t * floor_divide(x, y))],
     vjp=_unbroadcast(lambda g, out, x, y: g, lambda g, out, x, y: -g * floor_divide(x, y)),
     batch=B.elementwise("remainder"),
     symbol="%")
@@ -246,23 +305,36 @@ def _mask(condition: Any, like: Any) -> Any:
     return C.astype(condition, cast(str, S.dtype_of(like)), copy=False)
 
 
-# At ties the derivative goes to x, as in TensorFlow. The argument not selected gets 0
-# with where, not g times a 0/1 mask, which gives nan where g is inf or nan (0 * inf):
-# sqrt(maximum(x, 0)) at x = -1 is constant nearby, its derivative 0, as PyTorch's. Where
-# the value is nan (a nan argument: no comparison holds), both get g, as in PyTorch.
+def _selected(g: Any, loses: Any, ties: Any) -> Any:
+    """An argument's share of maximum's (minimum's) derivative: ``g`` where it is
+    selected, 0 where the other one is (``loses``), ``g / 2`` at a tie (``ties``).
+
+    At x == y the function is not differentiable; the derivative is split evenly, as
+    torch.maximum and jax.numpy.maximum split it, and as mg.max and mg.min split theirs
+    (reduce.py): maximum(x, y) and max(stack([x, y])) have one derivative. The argument
+    not selected gets 0 with where, not g times a 0/1 mask, which gives nan where g is inf
+    or nan (0 * inf): sqrt(maximum(x, 0)) at x = -1 is constant nearby, its derivative 0,
+    as PyTorch's. Where the value is nan (a nan argument: no comparison holds), both get
+    g, as in PyTorch's gradient."""
+    return where(loses, 0.0, where(ties, g * 0.5, g))
+
+
+# One rule serves the JVP (g a tangent) and the VJP (g an adjoint).
 MAXIMUM = primitive(
     "maximum", lambda xp, x, y: xp.maximum(x, y), S.elementwise("maximum"),
-    jvp=[lambda t, out, x, y: where(x < y, 0.0, t), lambda t, out, x, y: where(x >= y, 0.0, t)],
-    vjp=_unbroadcast(lambda g, out, x, y: where(x < y, 0.0, g),
-                     lambda g, out, x, y: where(x >= y, 0.0, g)),
+    jvp=[lambda t, out, x, y: _selected(t, x < y, x == y),
+         lambda t, out, x, y: _selected(t, x > y, x == y)],
+    vjp=_unbroadcast(lambda g, out, x, y: _selected(g, x < y, x == y),
+                     lambda g, out, x, y: _selected(g, x > y, x == y)),
     out=ufunc_out("maximum"), batch=B.elementwise("maximum"),
     public="maximum")
 
 MINIMUM = primitive(
     "minimum", lambda xp, x, y: xp.minimum(x, y), S.elementwise("minimum"),
-    jvp=[lambda t, out, x, y: where(x > y, 0.0, t), lambda t, out, x, y: where(x <= y, 0.0, t)],
-    vjp=_unbroadcast(lambda g, out, x, y: where(x > y, 0.0, g),
-                     lambda g, out, x, y: where(x <= y, 0.0, g)),
+    jvp=[lambda t, out, x, y: _selected(t, x > y, x == y),
+         lambda t, out, x, y: _selected(t, x < y, x == y)],
+    vjp=_unbroadcast(lambda g, out, x, y: _selected(g, x > y, x == y),
+                     lambda g, out, x, y: _selected(g, x < y, x == y)),
     out=ufunc_out("minimum"), batch=B.elementwise("minimum"),
     public="minimum")
 
@@ -277,28 +349,28 @@ ABS = primitive(  # d|x| = sign(x) dx, 0 at x = 0 (as PyTorch and JAX): a subgra
 
 EXP = primitive(
     "exp", lambda xp, x: xp.exp(as_floating(xp, x)), S.floating("exp"),
-    jvp=[lambda t, out, x: t * out],
+    jvp=[lambda t, out, x: _still(t, t * out)],
     vjp=[lambda g, out, x: g * out],
     out=ufunc_out("exp"), batch=B.elementwise("exp"),
     public="exp")
 
 LOG = primitive(
     "log", lambda xp, x: xp.log(as_floating(xp, x)), S.floating("log"),
-    jvp=[lambda t, out, x: t / x],
+    jvp=[lambda t, out, x: _still(t, t / x)],
     vjp=[lambda g, out, x: g / x],
     out=ufunc_out("log"), batch=B.elementwise("log"),
     public="log")
 
 SIN = primitive(  # (b.4): db = cos(x) * dx        (f.5): gx += gb * cos(x)
     "sin", lambda xp, x: xp.sin(as_floating(xp, x)), S.floating("sin"),
-    jvp=[lambda t, out, x: t * cos(x)],
+    jvp=[lambda t, out, x: _still(t, t * cos(x))],
     vjp=[lambda g, out, x: g * cos(x)],
     out=ufunc_out("sin"), batch=B.elementwise("sin"),
     public="sin")
 
 COS = primitive(
     "cos", lambda xp, x: xp.cos(as_floating(xp, x)), S.floating("cos"),
-    jvp=[lambda t, out, x: -(t * sin(x))],
+    jvp=[lambda t, out, x: _still(t, -(t * sin(x)))],
     vjp=[lambda g, out, x: -(g * sin(x))],
     out=ufunc_out("cos"), batch=B.elementwise("cos"),
     public="cos")
@@ -417,7 +489,7 @@ RELU = primitive(
 
 SQRT = primitive(
     "sqrt", lambda xp, x: xp.sqrt(as_floating(xp, x)), S.floating("sqrt"),
-    jvp=[lambda t, out, x: t / (2.0 * out)],
+    jvp=[lambda t, out, x: _still(t, t / (2.0 * out))],
     vjp=[lambda g, out, x: g / (2.0 * out)],
     out=ufunc_out("sqrt"), batch=B.elementwise("sqrt"),
     public="sqrt")
@@ -553,12 +625,14 @@ def remainder(x: Any, y: Any) -> Any:
 
 
 def maximum(x: Any, y: Any) -> Any:
-    """Elementwise maximum; at ties the gradient goes to ``x``."""
+    """Elementwise maximum; at ties the gradient is split evenly between ``x`` and ``y``
+    (as in PyTorch and JAX, and as ``mg.max`` splits it)."""
     return bind_two(MAXIMUM, x, y)
 
 
 def minimum(x: Any, y: Any) -> Any:
-    """Elementwise minimum; at ties the gradient goes to ``x``."""
+    """Elementwise minimum; at ties the gradient is split evenly between ``x`` and ``y``
+    (as in PyTorch and JAX, and as ``mg.min`` splits it)."""
     return bind_two(MINIMUM, x, y)
 
 
