@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -667,3 +668,290 @@ def test_the_memory_limit_must_be_positive(memory, capsys):
     assert exit_info.value.code == 2 and "--memory" in capsys.readouterr().err
     with pytest.raises(GradingError, match="memory"):
         grade(EXAMPLE, tests=EXAMPLE, memory_mb=int(memory))
+
+
+# -- leftovers, paths and limits ---------------------------------------------------------------
+# Each grades the example chapter on its own (a few seconds: marked slow), or calls the
+# grader's cleanup directly. The oracles are the kernel's: what os.lstat, /proc/sysvipc,
+# getrusage and fork say, never the grader's own report of what it did.
+
+ROOT = pytest.mark.skipif(not isolation.is_root(), reason="the sandbox account exists only as root")
+NOBODY_UID = 54_321   # a uid no process has: owner of the files the cleanup must remove
+
+
+def _deep_tree(top: Path, levels: int = 1500) -> None:
+    """A folder ``levels`` deep under ``top``, made one level at a time through
+    descriptors, as a student's code can (a path that long would not fit in one call)."""
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+
+
+def _grade_example(tmp_path: Path, name: str, source: str, **kwargs) -> Report:
+    folder = tmp_path / name / EXAMPLE.name
+    _write(folder, "exercises.py", source)
+    return grade(folder, tests=EXAMPLE, timeout=3, total_timeout=10, **kwargs)
+
+
+@ROOT
+def test_a_folder_1500_levels_deep_is_removed_without_a_crash(tmp_path):
+    """shutil.rmtree(ignore_errors=True) recursed once per level and let RecursionError
+    through: the sandbox's deep tree in /tmp crashed the harness before results.json was
+    written, and, never removed, crashed every later grading under the same account."""
+    tree = tmp_path / "deep"
+    try:
+        _deep_tree(tree)
+        os.chown(tree, NOBODY_UID, NOBODY_UID)
+        assert isolation.remove_files_of(NOBODY_UID, roots=(str(tmp_path),)) == 1
+        assert not os.path.lexists(tree)
+        _deep_tree(tree)   # where the grader writes a file of its own (new_file)
+        os.close(isolation.new_file(tree, os.O_WRONLY))
+        assert tree.is_file()
+    finally:  # (pytest's own cleanup of tmp_path would recurse too)
+        subprocess.run(["rm", "-rf", str(tree)])
+
+
+@ROOT
+@pytest.mark.slow
+def test_a_deep_tree_left_by_the_sandbox_costs_no_verdict(tmp_path):
+    """A 1,500-level tree in the sandbox's own folder and in /tmp: the grading crashed
+    (no results, "minigraph grade --json" died with a traceback), and the reference
+    solution graded next under the same account scored 0. Oracle: the reference's 11."""
+    outside = Path(f"/tmp/{TOKEN}-{os.getpid()}-deep")
+    attack = PRELUDE + f"""
+for top in (".", {str(outside)!r}):
+    os.makedirs(top, exist_ok=True)
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(1500):
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+"""
+    try:
+        attacked = _grade_example(tmp_path, "attack", attack)
+        assert attacked.score == 0 and len(attacked.results) == 7 and not attacked.notes, \
+            attacked.notes
+        assert not os.path.lexists(outside)
+        honest = _grade_example(tmp_path, "honest", (EXAMPLE / "exercises.py").read_text())
+        assert honest.score == honest.max_score == 11, honest.table(width=200)
+    finally:
+        subprocess.run(["rm", "-rf", str(outside)])
+
+
+def test_a_cleanup_that_fails_is_said_beside_the_verdict():
+    """The harness ended the sandbox in a ``finally`` before writing results.json: an
+    exception there (rm, ipcrm) lost every verdict. Now it is a note, with the results."""
+    from minigraph.grading.harness import end_sandbox
+    from minigraph.grading.runner import _outcomes
+
+    class Failing:
+        def close(self):
+            raise OSError("rm -rf could not remove everything: Permission denied")
+
+    left = end_sandbox(Failing())  # type: ignore[arg-type]
+    assert "Permission denied" in left
+    data = {"tests": [{"nodeid": "t.py::test_a", "points": 1.0}],
+            "outcomes": {"t.py::test_a": ["passed", ""]}, "left": left}
+    run = _outcomes(data, Path("t.py"), 0, "")
+    assert [o.status for o in run.outcomes] == ["passed"] and run.notes == [left]
+
+
+@ROOT
+@pytest.mark.parametrize("planted", ["gitdir-file", "symlink"])
+def test_a_dot_git_in_the_submission_makes_root_close_nothing_else(tmp_path, planted):
+    """A file .git in the submission holding "gitdir: /any/folder" (or a .git symlink)
+    made the grader, as root, chmod o-rwx that folder: /usr or the Python installation,
+    and every later grading failed. Oracle: the folder's mode, by os.stat."""
+    precious = tmp_path / "some-system-folder"
+    precious.mkdir(mode=0o755)
+    precious.chmod(0o755)
+    submission = tmp_path / "submission" / EXAMPLE.name
+    _write(submission, "exercises.py", "def add(a, b):\n    return a + b\n")
+    if planted == "symlink":
+        (submission / ".git").symlink_to(precious)
+    else:
+        (submission / ".git").write_text(f"gitdir: {precious}\n")
+    from minigraph.grading.grade import _protect_course
+    _protect_course(EXAMPLE / "test_exercises.py", None, submission)
+    assert oct(precious.stat().st_mode & 0o777) == oct(0o755)
+
+
+@ROOT
+@pytest.mark.slow
+def test_the_sandbox_cannot_find_or_read_a_classmates_submission(tmp_path):
+    """An instructor grades a folder of submissions one by one: the command line
+    (``minigraph grade class/alice/99-example``) was readable in /proc by every account,
+    and the classmates' folders beside alice's were readable (mode 0755), so a stub found
+    and ran bob's exercises.py. The sandbox now sees only its own processes, and not the
+    folder that holds the submissions; their modes stay as they were.
+    Oracles: a process whose command line names the class, bob's file, the stub's score."""
+    classroom = tmp_path / "class"
+    bob = classroom / "bob" / EXAMPLE.name / "exercises.py"
+    _write(bob.parent, bob.name, (EXAMPLE / "exercises.py").read_text())
+    for folder in (tmp_path, classroom, bob.parent.parent, bob.parent):
+        folder.chmod(0o755)
+    modes = {path: path.stat().st_mode for path in (classroom, bob.parent, bob)}
+    # a stand-in for the instructor's `minigraph grade PATH`, as root, while the grading runs
+    marker = f"{TOKEN}-class-{os.getpid()}"
+    witness = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    stub = f"""
+import os
+def add(a, b):
+    for pid in os.listdir("/proc"):
+        try:
+            if {marker.encode()!r} in open(f"/proc/{{pid}}/cmdline", "rb").read():
+                return a + b   # found the class folder: it would run a classmate's file
+        except OSError:
+            pass
+    try:
+        exec(open({str(bob)!r}).read(), globals())   # (its path guessed, or searched for)
+    except OSError:
+        raise NotImplementedError("found nothing") from None
+    return add(a, b)
+"""
+    try:
+        report = _grade_example(classroom, "alice", stub)
+    finally:
+        witness.kill()
+        witness.wait()
+    assert "found nothing" in _outputs(report)["test_add"], report.table(width=200)
+    assert {path: path.stat().st_mode for path in modes} == modes
+
+
+@ROOT
+@pytest.mark.slow
+def test_a_file_in_run_lock_does_not_outlive_the_grading(tmp_path):
+    """Only /tmp, /var/tmp and /dev/shm were cleaned: a file the sandbox wrote in
+    /run/lock (mode 1777, like /tmp) stayed, and the next grading under the same account
+    read it (one student's solution, run as another's). Every folder any account may
+    write into is now found at grading time. Oracle: os.path.lexists."""
+    shared = [f for f in isolation.shared_folders() if f not in ("/tmp", "/var/tmp", "/dev/shm")]
+    if not shared:
+        pytest.skip("no world-writable folder here but /tmp, /var/tmp and /dev/shm")
+    drops = [os.path.join(folder, f".{TOKEN}-{os.getpid()}-drop") for folder in shared]
+    attack = PRELUDE + "".join(f"""
+try:
+    open({drop!r}, "w").write("left by the sandbox")
+except OSError:
+    pass
+""" for drop in drops)
+    try:
+        report = _grade_example(tmp_path, "drop", attack)
+        assert report.score == 0
+        assert [d for d in drops if os.path.lexists(d)] == []
+    finally:
+        for drop in drops:
+            if os.path.lexists(drop):
+                os.unlink(drop)
+
+
+def _sysv_objects(uid: int) -> list[str]:
+    """The kernel's tables of SysV IPC objects: those ``uid`` owns or created."""
+    found = []
+    for kind in ("shm", "msg", "sem"):
+        lines = Path("/proc/sysvipc", kind).read_text().splitlines()
+        header = lines[0].split()
+        for line in lines[1:]:
+            fields = dict(zip(header, line.split()))
+            if uid in (int(fields["uid"]), int(fields["cuid"])):
+                found.append(f"{kind} {fields[header[1]]}")
+    return found
+
+
+@ROOT
+@pytest.mark.slow
+def test_sysv_ipc_objects_do_not_outlive_the_grading(tmp_path):
+    """A shared memory segment (RAM outside --memory once detached), a message queue and
+    a semaphore set the sandbox made outlived the grading: memory held after it, and a
+    channel to the next grading under the same account. Oracle: /proc/sysvipc/*."""
+    attack = PRELUDE + """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+libc.shmget(IPC_PRIVATE, 2**20, IPC_CREAT | 0o600)
+libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)
+libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o600)
+"""
+    report = _grade_example(tmp_path, "ipc", attack)
+    assert report.score == 0
+    left = []
+    for account in pwd.getpwall():
+        if account.pw_name.startswith(isolation.ACCOUNT_PREFIX):
+            # (an account another grading holds now, under pytest -n, may have its own)
+            fd = isolation.lock_account(account.pw_name)
+            if fd is not None:
+                left += _sysv_objects(account.pw_uid)
+                os.close(fd)
+    assert left == []
+
+
+@ROOT
+@pytest.mark.slow
+def test_the_sandbox_may_not_start_a_second_process_or_thread(tmp_path):
+    """--memory is RLIMIT_AS, a limit per process, and the account could run 32: a
+    submission held 16 x 100 MB with --memory 256. The sandbox is now one process, so
+    --memory bounds it. Oracle: the kernel's answer to fork() and to a new thread."""
+    attack = PRELUDE + """
+import threading
+def add(a, b):
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = None
+    if pid == 0:
+        os._exit(0)
+    try:
+        threading.Thread(target=time.sleep, args=(0.1,)).start()
+        started = True
+    except RuntimeError:
+        started = False
+    if pid is not None or started:
+        return a + b
+    raise NotImplementedError("neither a process nor a thread")
+"""
+    report = _grade_example(tmp_path, "fork", attack, memory_mb=256)
+    outputs = {r.name: r.output for r in report.results}
+    assert report.score == 0 and "neither a process nor a thread" in outputs["test_add"], \
+        report.table(width=200)
+
+
+@pytest.mark.slow
+def test_a_huge_source_is_not_parsed_in_the_grader(tmp_path):
+    """Chapter 04's test ran ast.parse, in the grader's process, on the string the
+    student's graph_to_source returned: 2 MB of "a=x;" took the grader to 1.3 GB and
+    19 s, outside --memory and --timeout. Oracle: the kernel's peak RSS of the grader's
+    processes (wait4), well under what the parse took."""
+    chapter = Path(__file__).resolve().parents[1] / "chapters" / "04-define-and-run-vs-define-by-run"
+    folder = tmp_path / chapter.name
+    _write(folder, "exercises.py", 'def graph_to_source(nodes, inputs, outputs, name="f"):\n'
+                                   '    return "def f(x):\\n a=x" + ";a=x" * 500_000 + "\\n return a\\n"\n')
+    table = tmp_path / "table.txt"
+    with open(table, "w") as out:   # (a process of its own: the peak is this grading's)
+        proc = subprocess.Popen([sys.executable, "-m", "minigraph", "grade", str(folder),
+                                 "--tests", str(chapter), "--timeout", "2",
+                                 "--total-timeout", "20", "--memory", "512"], stdout=out)
+    _, status, usage = os.wait4(proc.pid, 0)   # (Popen.wait gives no rusage)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    row = [line for line in table.read_text().splitlines() if "straight_line" in line]
+    assert row and "0 / 1" in row[0], table.read_text()
+    assert usage.ru_maxrss < 800 * 1024, f"peak RSS {usage.ru_maxrss >> 10} MB"
+
+
+@pytest.mark.parametrize("memory", ["-5", "0"])
+def test_the_autograder_refuses_a_memory_limit_that_grades_nothing(tmp_path, memory, capsys):
+    """``minigraph autograder --memory -5`` wrote a bundle whose every grading failed
+    (``minigraph grade`` refuses it): no results.json, for every student."""
+    from minigraph.grading.__main__ import main as grading_main
+    from minigraph.grading.autograder import AutograderError, autograder
+    out = tmp_path / "ag"
+    with pytest.raises(SystemExit) as exit_info:
+        grading_main(["autograder", str(EXAMPLE), "-o", str(out), "--memory", memory])
+    assert exit_info.value.code == 2 and "--memory" in capsys.readouterr().err
+    with pytest.raises(AutograderError, match="memory"):
+        autograder(EXAMPLE, out, memory_mb=int(memory))
+    assert not out.exists()

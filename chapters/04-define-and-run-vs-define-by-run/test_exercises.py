@@ -13,6 +13,11 @@ from minigraph.grading import assert_same_array, exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
+#: the longest source the tests parse here, in the grader: ast.parse takes hundreds of
+#: times a text's size in memory (2 MB of "a=x;" took 1.3 GB, outside --memory and
+#: --timeout), and a graph_to_source of these graphs is a few hundred characters
+MAX_SOURCE = 64 * 1024
+
 # -- helpers (part of the tests, not of the exercises) ----------------------------------------
 
 TOY_FUNCTIONS = {
@@ -144,6 +149,10 @@ def test_graph_to_source_computes_the_graph(exercises):
 def test_graph_to_source_is_straight_line_and_pruned(exercises):
     for k, (nodes, inputs, outputs) in enumerate(_cases()):
         source = exercises.graph_to_source(nodes, inputs, outputs, name="f")
+        assert isinstance(source, str), f"graph {k}: graph_to_source must return a str"
+        assert len(source) <= MAX_SOURCE, (
+            f"graph {k}: graph_to_source returned {len(source)} characters; this graph "
+            f"needs a few hundred, and the grader reads at most {MAX_SOURCE}")
         tree = ast.parse(source)
         assert len(tree.body) == 1 and isinstance(tree.body[0], ast.FunctionDef), (
             f"graph {k}: the source must be one function definition")

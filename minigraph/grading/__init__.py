@@ -38,11 +38,15 @@ can touch.
 - *Isolation and limits* (:mod:`.isolation`): as root, the sandbox drops to an account of
   its own (created with ``useradd --system``) before the student's file is read; the
   course is closed to others, the results live in a 0700 folder; rlimits bound CPU,
-  memory, file size, open files and processes; ``PR_SET_NO_NEW_PRIVS``, a death signal;
-  a per-call timeout (SIGUSR1, then a kill) and a whole-submission budget. Every process
-  of the account is killed (``kill(-1)`` as that account) before results are written;
-  without root, the grader is a child subreaper and kills its descendants, and one line
-  says which protections are missing (the account, hence reading the course).
+  memory, file size and open files, and allow one process (so that the memory limit,
+  per process, is the sandbox's); ``PR_SET_NO_NEW_PRIVS``, a death signal; a view of
+  its own (a mount namespace) where ``/proc`` shows only its own processes and the
+  folder holding the submission, and those beside it, is empty; a per-call timeout
+  (SIGUSR1, then a kill) and a whole-submission budget. Every process of the account is
+  killed (``kill(-1)`` as that account) before results are written, then its SysV IPC
+  objects and its files where any account may write are removed; without root, the
+  grader is a child subreaper and kills its descendants, and one line says which
+  protections are missing (the account, hence reading the course).
 - *Results are the grader's*: the harness writes them after the sandbox is gone; what
   the student's code prints goes to a log nobody grades.
 - *Hidden tests* (``@pytest.mark.hidden``): Gradescope's ``after_published``, left out of

@@ -35,7 +35,8 @@ from importlib import metadata
 from pathlib import Path
 
 from minigraph.grading.grade import (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT,
-                                     TEST_FILE, _positive)
+                                     MEMORY_HELP, TEST_FILE, _positive, _positive_int,
+                                     limits_problem)
 from minigraph.grading.release import SKIPPED_DIRS
 
 ZIP_NAME = "autograder.zip"
@@ -153,6 +154,9 @@ def autograder(chapter: str | Path, out: str | Path, *, force: bool = False,
     """Write the Gradescope bundle for ``chapter`` (a chapter folder of the course, or its
     test file) into ``out``; return the zip to upload."""
     chapter, out = Path(chapter), Path(out)
+    problem = limits_problem(timeout, total_timeout, memory_mb)
+    if problem:  # (the bundle would grade nothing: every submission "the grader failed")
+        raise AutograderError(problem)
     tests = chapter / TEST_FILE if chapter.is_dir() else chapter
     if not tests.is_file():
         raise AutograderError(f"{chapter}: no {TEST_FILE} (CHAPTER is a chapter folder of the course)")
@@ -199,8 +203,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-timeout", metavar="S", type=_positive, default=DEFAULT_TOTAL_TIMEOUT,
                         dest="total_timeout",
                         help=f"seconds a whole submission may run (default {DEFAULT_TOTAL_TIMEOUT:g})")
-    parser.add_argument("--memory", metavar="MB", type=int, default=DEFAULT_MEMORY_MB,
-                        dest="memory_mb", help=f"the sandbox's memory in MB (default {DEFAULT_MEMORY_MB})")
+    parser.add_argument("--memory", metavar="MB", type=_positive_int, default=DEFAULT_MEMORY_MB,
+                        dest="memory_mb", help=MEMORY_HELP)
 
 
 def add_autograder_parser(subparsers) -> argparse.ArgumentParser:

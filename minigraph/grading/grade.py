@@ -34,6 +34,11 @@ TEST_FILE = "test_exercises.py"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_TOTAL_TIMEOUT = 180.0
 DEFAULT_MEMORY_MB = 2048
+#: what --memory limits, said the same by ``grade`` and ``autograder``
+MEMORY_HELP = ("address space of the sandbox's process in MB (RLIMIT_AS; the sandbox may start "
+               "no other process or thread, so this bounds its memory, but for files in "
+               "memory-backed folders such as /dev/shm and SysV shared memory, which it may "
+               f"hold until the grading ends; default {DEFAULT_MEMORY_MB})")
 
 
 class GradingError(Exception):
@@ -86,11 +91,13 @@ def _protect_course(test_file: Path, course: Path | None, submission: Path) -> l
     folders, and the git repository they are checked out of, whose history holds every
     reference solution and hidden test too (a student's code read them with git show).
     The submission's folder too: the sandbox runs a copy, and a folder of submissions
-    graded one after another must not let one student's code run another's."""
+    graded one after another must not let one student's code run another's. Nothing the
+    student wrote is followed: a .git file in or above the submission (which the student
+    may have uploaded) named any folder of the machine for root to close."""
     if not isolation.is_root():
         return []
     changed = []
-    folders = {test_file.resolve().parent, submission.resolve()}
+    folders = {test_file.resolve().parent}
     if course is not None:
         folders.add(course.resolve())
     else:  # --tests: the chapter's course is the folder of chapters it lies in
@@ -98,25 +105,45 @@ def _protect_course(test_file: Path, course: Path | None, submission: Path) -> l
         if any((d / TEST_FILE).is_file() for d in course_dir.iterdir()
                if d.is_dir() and d != test_file.resolve().parent):
             folders.add(course_dir)
-    for folder in folders | {g for f in folders for g in _git_dirs(f)}:
+    git_dirs = {g for f in folders for g in _git_dirs(f)}
+    folders.add(submission.resolve())
+    git_dirs.update(_git_dirs(submission.resolve(), follow=False))
+    for folder in folders | git_dirs:
         if folder.exists() and isolation.close_to_others(folder):
             changed.append(str(folder))
     return changed
 
 
-def _git_dirs(folder: Path) -> list[Path]:
+def _git_dirs(folder: Path, follow: bool = True) -> list[Path]:
     """The .git of the work tree that holds ``folder``, and, where .git is a file (a
-    linked work tree, a submodule: "gitdir: ..."), the folder it points to."""
+    linked work tree, a submodule: "gitdir: ..."), the folder it points to. With
+    ``follow=False`` (the submission's, which the student may have uploaded) nothing is
+    followed: only a .git that is a folder itself is returned."""
     for parent in [folder, *folder.parents]:
         dot_git = parent / ".git"
+        if not os.path.lexists(dot_git):
+            continue
+        if not follow:
+            return [dot_git] if dot_git.is_dir() and not dot_git.is_symlink() else []
         if dot_git.is_dir():
-            return [dot_git]
+            return [dot_git.resolve()]  # (a link: where it points; links are not closed)
         if dot_git.is_file():
             text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
             target = (parent / text[len("gitdir:"):].strip()).resolve() \
                 if text.startswith("gitdir:") else None
             return [dot_git] + ([target] if target is not None and target.is_dir() else [])
+        return []
     return []
+
+
+def limits_problem(timeout: float, total_timeout: float, memory_mb: int) -> str | None:
+    """What is wrong with these limits (None if nothing): what ``grade`` and
+    ``autograder`` check before grading, or before writing a bundle that would grade."""
+    if not timeout > 0 or not total_timeout > 0:
+        return f"the timeouts must be positive, not {timeout}, {total_timeout}"
+    if not memory_mb > 0:  # (a negative RLIMIT_AS reads as 2**64 - x to the kernel: no limit)
+        return f"the memory limit must be positive, not {memory_mb} MB"
+    return None
 
 
 def grade(path: str | Path, *, tests: str | Path | None = None, course: str | Path | None = None,
@@ -125,12 +152,12 @@ def grade(path: str | Path, *, tests: str | Path | None = None, course: str | Pa
     """Grade the exercises.py in ``path`` (a chapter folder or the file itself).
 
     ``timeout``: seconds per call into the student's code; ``total_timeout``: seconds for
-    the whole submission; ``memory_mb``: the sandbox's address space; ``isolate=False``
-    runs the sandbox without an account or limits (only for debugging the grader)."""
-    if not timeout > 0 or not total_timeout > 0:
-        raise GradingError(f"the timeouts must be positive, not {timeout}, {total_timeout}")
-    if not memory_mb > 0:  # (a negative RLIMIT_AS reads as 2**64 - x to the kernel: no limit)
-        raise GradingError(f"the memory limit must be positive, not {memory_mb} MB")
+    the whole submission; ``memory_mb``: the address space of the sandbox, one process
+    (see :class:`.isolation.Limits`); ``isolate=False`` runs the sandbox without an
+    account or limits (only for debugging the grader)."""
+    problem = limits_problem(timeout, total_timeout, memory_mb)
+    if problem:
+        raise GradingError(problem)
     exercises, test_file = locate(path, tests, course)
     if importlib.util.find_spec("pytest") is None:
         raise GradingError("minigraph grade runs the tests with pytest, which is not installed: "
@@ -199,7 +226,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds the whole submission may run (default {DEFAULT_TOTAL_TIMEOUT:g})")
     parser.add_argument("--memory", metavar="MB", type=_positive_int, default=DEFAULT_MEMORY_MB,
                         dest="memory_mb",
-                        help=f"address space of the sandbox in MB (default {DEFAULT_MEMORY_MB})")
+                        help=MEMORY_HELP)
     parser.add_argument("--course", metavar="DIR", default=None,
                         help="the course's chapters folder (default: the installed project's)")
     parser.add_argument("--tests", metavar="DIR_OR_FILE", default=None,

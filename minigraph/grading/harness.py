@@ -41,6 +41,19 @@ class Harness:
         self.sandbox.guard = sorted({n for item in session.items for n in forbidden_of(item)[0]})
 
 
+def end_sandbox(sandbox: Sandbox) -> str:
+    """End the sandbox and every process it started, and remove what it left; return
+    what could not be removed ("" when nothing): the results are written all the same,
+    with this beside them, never lost to it."""
+    try:
+        sandbox.close()
+    except Exception as exc:  # (OSError from rm or ipcrm, or a bug of the grader's)
+        return f"the grader could not remove all that the sandbox left: {exc}"
+    finally:
+        isolation.kill_descendants()
+    return ""
+
+
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
@@ -50,7 +63,8 @@ def main(argv: list[str]) -> int:
     settings = SandboxSettings(exercises=Path(config["exercises"]), timeout=config["timeout"],
                                total_timeout=config["total_timeout"], limits=limits,
                                isolate=config.get("isolate", True),
-                               workdir=Path(config["workdir"]))
+                               workdir=Path(config["workdir"]),
+                               shared=tuple(config.get("shared") or ()) or None)
     sandbox = Sandbox(settings)
     sandbox.spawn()  # its interpreter starts while pytest collects the tests
     collector = Collector()
@@ -65,11 +79,10 @@ def main(argv: list[str]) -> int:
     try:
         exit_code = pytest.main(args, plugins=[collector, Harness(sandbox, collector)])
     finally:
-        sandbox.close()
-        isolation.kill_descendants()
+        left = end_sandbox(sandbox)
     results = {"tests": collector.tests, "errors": collector.collect_errors,
                "outcomes": collector.outcomes, "processes": sandbox.processes,
-               "exit_code": int(exit_code), "used": sandbox.used}
+               "exit_code": int(exit_code), "used": sandbox.used, "left": left}
     target = Path(config["results"])
     temporary = target.with_suffix(".tmp")
     # (mode 0600, made new: the sandbox's account passes through this folder)

@@ -11,14 +11,24 @@ and ``exec`` (``subprocess.Popen``'s ``user``, ``group``, ``extra_groups`` and
   others' access to the course folder), cannot write where results go (the grader's
   private folder, mode 0700), cannot write the installed package (owned by root);
 - **limits** (``resource.setrlimit``): CPU seconds, address space (``--memory``), file
-  size, open files, number of processes, no core files;
+  size, open files, no core files, and one process: the address space limit is per
+  process, so the account may not start a second (nor a thread), and ``--memory`` bounds
+  the whole sandbox (but for files it writes to memory-backed folders such as /dev/shm,
+  and SysV shared memory, until they are removed at the end);
+- **a view of its own** (``unshare --mount``, then ``mount``): /proc shows the sandbox
+  its own processes only, so it cannot read the grader's command line, which names the
+  submission's path, and an empty folder covers the folder that holds the submission
+  and those beside it (a class's, graded one after another);
 - **no way back up**: ``PR_SET_NO_NEW_PRIVS`` (no set-uid program restores privileges)
   and ``PR_SET_PDEATHSIG`` (the sandbox dies with the grader);
 - **the end**: as root, a child that takes the account's uid sends ``kill(-1, SIGKILL)``,
   which reaches exactly the processes of that account, whatever their session or parent;
   without root, the grader is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): orphans
   of the sandbox (a ``setsid`` daemon, a double fork) are re-parented to it instead of
-  init, and it kills its descendants until none are left.
+  init, and it kills its descendants until none are left;
+- **the leftovers** (as root): the account's SysV IPC objects and its files in every
+  folder any account may write into are removed when the grading ends, so that nothing
+  passes from one grading to the next.
 
 Without root the sandbox runs as the grader's own user: it cannot be kept from reading
 the course or signalling the grader, and :func:`missing_protection` says so in one line.
@@ -28,17 +38,17 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import os
 import pwd
 import resource
-import shutil
 import signal
 import stat
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AbstractSet
+from typing import AbstractSet, Sequence
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -61,10 +71,12 @@ def is_root() -> bool:
 
 @dataclass
 class Limits:
-    memory_mb: int = 2048        # address space of each sandbox process
-    cpu_seconds: int = 300       # CPU time of each sandbox process
+    memory_mb: int = 2048        # address space of the sandbox process
+    cpu_seconds: int = 300       # CPU time of the sandbox process
     file_mb: int = 64            # the largest file it may write
-    processes: int = 32          # processes and threads of the account (as root)
+    # processes and threads of the account (as root): RLIMIT_AS is per process, so with
+    # 32, the sandbox held 32 x --memory; with 1, --memory is the sandbox's
+    processes: int = 1
     open_files: int = 256
 
 
@@ -76,8 +88,9 @@ class Account:
     lock_fd: int
 
 
-def claim_account() -> Account:
-    """An unprivileged account no other grading is using now (root only)."""
+def claim_account(shared: Sequence[str] | None = None) -> Account:
+    """An unprivileged account no other grading is using now (root only); ``shared``:
+    the folders where its files are looked for (default :func:`shared_folders`)."""
     for n in range(ACCOUNTS):
         name = f"{ACCOUNT_PREFIX}{n}"
         fd = lock_account(name)
@@ -90,16 +103,16 @@ def claim_account() -> Account:
                             "--shell", "/usr/sbin/nologin", "--user-group", name],
                            check=True, capture_output=True)
             entry = pwd.getpwnam(name)
-        kill_account(entry.pw_uid)  # leftovers of a grader that was itself killed
+        end_account(entry.pw_uid, shared)  # leftovers of a grader that was itself killed
         return Account(name, entry.pw_uid, entry.pw_gid, fd)
     raise RuntimeError(f"all {ACCOUNTS} sandbox accounts are in use")
 
 
 def kill_unclaimed_accounts() -> None:
-    """End the processes of every sandbox account no grading holds now: what a grader
-    that was itself killed left behind (a daemon of the student's that outlived it).
-    ``claim_account`` does the same for the account it takes; the runner calls this
-    when it had to kill a grader, so that nothing waits for the next grading."""
+    """End every sandbox account no grading holds now (:func:`end_account`): what a
+    grader that was itself killed left behind (a daemon of the student's that outlived
+    it, its files). ``claim_account`` does the same for the account it takes; the runner
+    calls this when it had to kill a grader, so that nothing waits for the next grading."""
     if not is_root():
         return
     for n in range(ACCOUNTS):
@@ -108,7 +121,7 @@ def kill_unclaimed_accounts() -> None:
         if fd is None:  # held by a grading that is still running
             continue
         try:
-            kill_account(pwd.getpwnam(name).pw_uid)
+            end_account(pwd.getpwnam(name).pw_uid)
         except KeyError:  # (never created)
             pass
         finally:
@@ -184,21 +197,81 @@ def kill_account(uid: int, patience: float = 5.0) -> int:
         time.sleep(0.01)
 
 
-#: where any account may write: what the sandbox's account left there is removed
-SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+def end_account(uid: int, shared: Sequence[str] | None = None) -> None:
+    """End everything of ``uid`` (root only): its processes, then, as nothing of it runs
+    any more, its SysV IPC objects and its files in the folders any account may write
+    into (``shared``, default :func:`shared_folders`)."""
+    kill_account(uid)
+    remove_ipc_of(uid)
+    remove_files_of(uid, shared)
 
 
-def remove_files_of(uid: int, roots: tuple[str, ...] = SHARED_FOLDERS) -> int:
-    """Remove every file and folder of ``uid`` under ``roots`` (root only, after the
-    account's processes are ended, so that nothing changes meanwhile); return how many.
-    The limit on the size of a file is per file: without this, a submission filled
-    /tmp, and /dev/shm (which is memory), with files that outlived its grading. The walk
-    never follows a link, and enters only folders the account could enter too."""
-    removed = 0
-    stack = [root for root in roots if os.path.isdir(root)]
-    while stack:
+def remove_trees(paths: Sequence["str | Path"]) -> None:
+    """Remove each of ``paths`` and all that is under it, with coreutils' ``rm -rf``:
+    it never follows a link, and walks a tree of any depth (``shutil.rmtree`` recurses
+    in Python, once per level: a student's folder 1,500 levels deep raised
+    RecursionError in the grader, before the results were written).
+    ``--one-file-system``: a file system mounted inside is left alone. ``xargs`` splits
+    a long list into commands the kernel accepts. Raises OSError with rm's complaint
+    where something could not be removed."""
+    if not paths:
+        return
+    done = subprocess.run(["xargs", "-0", "-r", "rm", "-rf", "--one-file-system", "--"],
+                          input=b"\0".join(os.fsencode(p) for p in paths),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        complaint = done.stderr.decode(errors="replace").strip()
+        raise OSError(f"rm -rf could not remove everything: {complaint[-500:]}")
+
+
+@functools.cache
+def shared_folders() -> tuple[str, ...]:
+    """Every folder of this machine that any account may write into (mode o+w: /tmp,
+    /var/tmp, /dev/shm, /run/lock ... whatever this machine has), on every mounted file
+    system but the kernel's /proc and /sys, and not below a folder others cannot enter
+    (o-x: the account cannot reach what is inside); one inside another is found by
+    walking the outer one. A walk of the machine's folders (a second or more), so it is
+    done once per process, by the runner, which hands the list to the harness."""
+    found = subprocess.run(["find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", "-o", "!",
+                            "-perm", "-o+x", ")", "-prune", "-o", "-type", "d", "-perm", "-o+w",
+                            "-print0", "-prune"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return tuple(os.fsdecode(p) for p in found.stdout.split(b"\0") if p)
+
+
+def _closed(info: os.stat_result) -> bool:
+    """A folder of root's in which only root, or an entry's owner, may rename an entry
+    (not writable by others, or sticky like /tmp). A path through such folders, each
+    root's, cannot be turned into a link by another account while root works on it."""
+    return info.st_uid == 0 and (not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                                 or bool(info.st_mode & stat.S_ISVTX))
+
+
+def remove_files_of(uid: int, roots: Sequence[str] | None = None) -> int:
+    """Remove every file and folder of ``uid`` under ``roots`` (default
+    :func:`shared_folders`) (root only, after the account's processes are ended, so that
+    nothing changes meanwhile); return how many. The limit on the size of a file is per
+    file: without this, a submission filled /tmp, and /dev/shm (which is memory), with
+    files that outlived its grading, and left files in /run/lock for the next grading
+    under the same account to read. The walk never follows a link, enters only folders
+    the account could enter too, and only root's folders inside closed ones
+    (:func:`_closed`): another sandbox, running now, could otherwise swap a folder on
+    the path for a link, and make root remove what the link points to. What the account
+    left inside another account's folder goes when that folder is removed."""
+    targets = []
+    stack = []
+    for root in shared_folders() if roots is None else roots:
         try:
-            entries = list(os.scandir(stack.pop()))
+            above = [os.lstat(folder) for folder in Path(root).parents]
+            info = os.lstat(root)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and all(map(_closed, above)):
+            stack.append((root, info))
+    while stack:
+        folder, folder_info = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
         except OSError:
             continue
         for entry in entries:
@@ -207,16 +280,43 @@ def remove_files_of(uid: int, roots: tuple[str, ...] = SHARED_FOLDERS) -> int:
             except OSError:
                 continue
             if info.st_uid == uid:
-                if stat.S_ISDIR(info.st_mode):
-                    shutil.rmtree(entry.path, ignore_errors=True)  # (never follows links)
-                else:
-                    try:
-                        os.unlink(entry.path)
-                    except OSError:
-                        continue
-                removed += 1
-            elif stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH:
-                stack.append(entry.path)
+                targets.append(entry.path)
+            elif (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IXOTH
+                  and info.st_uid == 0 and _closed(folder_info)):
+                stack.append((entry.path, info))
+    remove_trees(targets)
+    return len(targets)
+
+
+#: the kinds of SysV IPC object: their table in /proc/sysvipc, and ipcrm's option
+IPC_KINDS = (("shm", "-m"), ("msg", "-q"), ("sem", "-s"))
+
+
+def remove_ipc_of(uid: int) -> int:
+    """Remove every SysV shared memory segment, message queue and semaphore set that
+    ``uid`` owns or created (root only); return how many. They outlive the processes
+    that made them: segments of the account's held memory outside --memory after its
+    grading, and any of them could pass data to the next grading under the account.
+    (Its owner may give an object away with IPC_SET; the creator stays.)"""
+    removed = 0
+    for kind, option in IPC_KINDS:
+        try:
+            lines = Path("/proc/sysvipc", kind).read_text().splitlines()
+        except OSError:  # (a kernel without SysV IPC)
+            continue
+        header = lines[0].split()
+        ids = []
+        for line in lines[1:]:
+            fields = dict(zip(header, line.split()))
+            if uid in (int(fields["uid"]), int(fields["cuid"])):
+                ids.append(fields[header[1]])  # (shmid, msqid, semid)
+        if ids:
+            done = subprocess.run(["ipcrm"] + [a for i in ids for a in (option, i)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if done.returncode != 0:
+                raise OSError(f"ipcrm could not remove the {kind} objects {ids}: "
+                              f"{done.stderr.decode(errors='replace').strip()}")
+            removed += len(ids)
     return removed
 
 
@@ -273,9 +373,10 @@ def readable_by_others(path: Path) -> bool:
 
 
 def close_to_others(path: Path) -> bool:
-    """Remove others' access to ``path`` (the course folder); True when it changed."""
-    mode = path.stat().st_mode
-    if not mode & stat.S_IRWXO:
+    """Remove others' access to ``path`` (the course folder); True when it changed. A
+    symbolic link is left alone: chmod would change what it points to, wherever that is."""
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode) or not mode & stat.S_IRWXO:
         return False
     os.chmod(path, stat.S_IMODE(mode) & ~stat.S_IRWXO)
     return True
@@ -296,9 +397,68 @@ def sandbox_dir(parent: Path, account: Account | None) -> Path:
     return folder
 
 
+#: what the sandbox's command runs through (as root), in a mount namespace of its own
+#: (``unshare --mount``: private propagation, gone with the sandbox): /proc mounted
+#: again with ``hidepid=invisible``, so that the account sees only its own processes,
+#: and an empty read-only folder mounted over the folder ``$0`` (where not empty) that
+#: holds the submission. Without them, the student's code read /proc/PID/cmdline of the
+#: grader, found the submission's path, and ran a classmate's exercises.py from the
+#: folder beside it.
+PRIVATE_VIEW = ('mount -t proc -o hidepid=invisible proc /proc && '
+                '{ [ -z "$0" ] || mount -t tmpfs -o ro,size=4k,mode=0555 hidden "$0"; } && '
+                'exec "$@"')
+
+
+def _view(hide: "str | Path") -> tuple[str, ...]:
+    return ("unshare", "--mount", "--", "sh", "-c", PRIVATE_VIEW, str(hide))
+
+
+@functools.cache
+def can_make_private_view() -> bool:
+    """Whether this machine lets the grader run the sandbox in :data:`PRIVATE_VIEW`
+    (root, and a kernel or container that lets root make a mount namespace and mount
+    there); tried once per process. Where not, :func:`missing_protection` says so."""
+    if not is_root():
+        return False
+    folder = private_dir("minigraph-view-")
+    try:
+        tried = subprocess.run(_view(folder) + ("true",), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        folder.rmdir()
+    return tried.returncode == 0
+
+
+def private_view(hide: Path | None) -> tuple[str, ...]:
+    """The command to put before the sandbox's: :data:`PRIVATE_VIEW`, covering ``hide``
+    (see :func:`folder_to_hide`), where this machine allows it, else ``()``."""
+    return _view(hide or "") if can_make_private_view() else ()
+
+
+def folder_to_hide(submission: Path, needed: Sequence[Path]) -> Path | None:
+    """The highest folder that holds ``submission`` (a folder, resolved) and none of
+    ``needed`` (what the sandbox reads: its own folder, Python, minigraph), but none
+    directly under /: the submissions of a class, side by side there, are then out of
+    the sandbox's sight whatever their modes. None where ``submission`` holds one."""
+    needed = [n.resolve() for n in needed]
+    hide = None
+    for folder in [submission, *submission.parents]:
+        if len(folder.parts) < 3 or any(folder == n or folder in n.parents for n in needed):
+            break
+        hide = folder
+    return hide
+
+
 def missing_protection() -> str | None:
     if is_root():
-        return None
+        if can_make_private_view():
+            return None
+        return ("sandbox: this machine does not let the grader give the sandbox a view of "
+                "its own (unshare --mount, then mount), so the student's code can read the "
+                "grader's command line, and the submission's path in it, and the folders "
+                "beside the submission: keep other submissions where others cannot read them")
     return ("sandbox: not running as root, so the student's code runs as your own user: it "
             "is separated into its own process with limits, but could read the course's files "
             "and signal the grader (grade as root, as Gradescope does, for the full protection)")
@@ -313,7 +473,7 @@ def new_file(path: "str | Path", flags: int) -> int:
     except FileNotFoundError:
         pass
     except IsADirectoryError:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_trees([path])
     return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
 
 

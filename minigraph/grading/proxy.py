@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +60,8 @@ class SandboxSettings:
     limits: isolation.Limits = field(default_factory=isolation.Limits)
     isolate: bool = True                  # a separate account (as root) and the limits
     workdir: Path | None = None           # a private folder for the sandbox's folder
+    shared: tuple[str, ...] | None = None  # where its account's files are looked for
+                                           # (None: isolation.shared_folders())
 
 
 def student_error(info: dict) -> BaseException:
@@ -269,7 +270,7 @@ class Sandbox:
 
     def _spawn(self) -> None:
         if self._root and self.account is None:
-            self.account = isolation.claim_account()
+            self.account = isolation.claim_account(self.settings.shared)
         if self._dir is None:
             parent = self.settings.workdir
             if parent is None:  # a folder of our own, removed by close()
@@ -292,7 +293,13 @@ class Sandbox:
             else:
                 isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
 
-        python = [sys.executable, "-I", "-m", "minigraph.grading.sandbox"]
+        # (as root: in a view of its own, where the grader's command line and the folder
+        # of the submission, with the others beside it, are hidden)
+        python_paths = [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+        needed = [self._dir, Path(__file__).parents[2], *(Path(p) for p in python_paths if p)]
+        hide = isolation.folder_to_hide(Path(self.settings.exercises).resolve().parent, needed)
+        python = [*isolation.private_view(hide), sys.executable, "-I", "-m",
+                  "minigraph.grading.sandbox"]
         if not self.settings.isolate:  # a source checkout that is not installed
             python = [sys.executable, "-m", "minigraph.grading.sandbox"]
             env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
@@ -366,15 +373,19 @@ class Sandbox:
             isolation.kill_descendants()
 
     def close(self) -> None:
+        """End the sandbox and remove what it left; the account is released even where
+        something could not be removed (the OSError then says what)."""
         self._stop()
-        if self.account is not None:
-            isolation.kill_account(self.account.uid)
-            isolation.remove_files_of(self.account.uid)  # (after the kill: none are written now)
-            isolation.release_account(self.account)
-            self.account = None
-        if self._made is not None:  # after the kills: nothing can write there any more
-            shutil.rmtree(self._made, ignore_errors=True)
-            self._made = self._dir = None
+        try:
+            if self.account is not None:
+                isolation.end_account(self.account.uid, self.settings.shared)
+            if self._made is not None:  # after the kills: nothing can write there any more
+                made, self._made, self._dir = self._made, None, None
+                isolation.remove_trees([made])
+        finally:
+            if self.account is not None:
+                isolation.release_account(self.account)
+                self.account = None
 
     # requests -----------------------------------------------------------------------------
 

@@ -69,7 +69,11 @@ def run_tests(test_file: Path, exercises: Path, *, timeout: float, total_timeout
         # (the student's path as given, not resolved: the copy for the sandbox follows no link)
         config = {"test_file": str(local_tests), "exercises": os.path.abspath(exercises),
                   "timeout": timeout, "total_timeout": total_timeout, "memory_mb": memory_mb,
-                  "isolate": isolate, "workdir": str(private), "results": str(results_path)}
+                  "isolate": isolate, "workdir": str(private), "results": str(results_path),
+                  # where the account's files are looked for (found once per process,
+                  # here: a walk of the machine's folders)
+                  "shared": list(isolation.shared_folders())
+                  if isolate and isolation.is_root() else []}
         # The sandbox's account may pass through this folder (mode 0711) to its own, and
         # knows these names: the configuration names the submission's path, the log quotes
         # the failing tests' source (hidden tests' expected values included). Mode 0600.
@@ -99,10 +103,16 @@ def run_tests(test_file: Path, exercises: Path, *, timeout: float, total_timeout
             data = json.loads(results_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             data = None
-        return _outcomes(data, test_file, proc.returncode, log_text)
+        result = _outcomes(data, test_file, proc.returncode, log_text)
     finally:
-        import shutil
-        shutil.rmtree(private, ignore_errors=True)
+        try:
+            isolation.remove_trees([private])
+            left = ""
+        except OSError as exc:  # (said beside the verdict, never instead of it)
+            left = f"the grader could not remove its folder {private}: {exc}"
+    if left:
+        result.notes.append(left)
+    return result
 
 
 def _outcomes(data: dict | None, test_file: Path, returncode: int | None,
@@ -129,6 +139,8 @@ def _outcomes(data: dict | None, test_file: Path, returncode: int | None,
         outcomes += [TestOutcome(d.nodeid, d.points, "failed", collection_failed,
                                  "" if d.marked else "no points marker")
                      for d in _declared(test_file) if d.nodeid not in seen]
+    if data.get("left"):  # what the sandbox left and the grader could not remove
+        notes.append(str(data["left"]))
     return RunResult(outcomes, notes, int(data.get("processes", 0)), log_text)
 
 
