@@ -71,7 +71,11 @@ class Tensor(ArrayOps):
     """An n-dimensional array on a device; records its history when gradients are needed."""
 
     __slots__ = ("data", "device", "_requires_grad", "_grad", "_entry", "_nbytes",
-                 "__weakref__")
+                 "_switches", "__weakref__")
+    # (Set only once a leaf's requires_grad is switched: when, in the tape's sequence
+    # numbers, for the entries recorded before (tape.switched). Unset, the common case,
+    # costs the eager interpreter nothing: the tape reads it with getattr.)
+    _switches: tuple[int, ...]
     _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
     _noun = "tensor"
     # (Tensor is not registered with register_kind: bind runs the eager interpreter
@@ -260,6 +264,9 @@ class Tensor(ArrayOps):
                 "requires_grad: only a leaf tensor's flag can change, and this one is the "
                 "result of a recorded operation; for a value without that history, use "
                 "y.detach() (or compute it under mg.no_grad())")
+        if flag != self._requires_grad:  # (the entries recorded until now keep the flag
+            # they saw, as in PyTorch: see tape.switched)
+            self._switches = _tape().switched(getattr(self, "_switches", (-1,)))
         self._requires_grad = flag
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":

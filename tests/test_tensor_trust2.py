@@ -73,9 +73,6 @@ def test_a_read_of_a_guarded_0d_result_does_not_lift_the_guard():
     assert Y.item() == 7.0
 
 
-@pytest.mark.xfail(strict=True, reason="needs the view primitives' interpreter "
-                   "(autodiff/tape.py, apply_one) to make a NumPy scalar the tensor's "
-                   "own array before a view of it is made: see the report of this fix")
 def test_views_of_a_0d_result_share_its_memory():
     """c.reshape(1) of a reduction's 0-d result (a NumPy scalar) was a copy: ``c += 1``
     did not show through it, as it does in PyTorch (and for a 0-d leaf)."""

@@ -106,7 +106,7 @@ def hessian(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
 
     def gradient(i: int) -> Callable:
         if i not in gradients:
-            gradients[i] = jacrev(f, i, mode=mode)
+            gradients[i] = _jacrev(f, i, True, mode, "hessian")
         return gradients[i]
 
     def hess(*args: Any, **kwargs: Any) -> Any:
@@ -206,30 +206,36 @@ def jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     rows of the identity, as JAX does; ``vectorize=False`` runs them one by one, as
     ``torch.autograd.functional.jacobian`` does by default (chapter 02 counts them).
     ``mode`` is the vjp's (``"tape"``, ``"graph"`` or ``"source"``: see :func:`vjp`)."""
+    return _jacrev(f, argnums, vectorize, mode, "jacrev")
+
+
+def _jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]", vectorize: bool,
+            mode: str, who: str) -> Callable:
+    """:func:`jacrev`, its errors naming ``who``: ``hessian`` for the one inside it."""
     from ..ops.shape import stack
     from .batching import vmap
     from .forward import basis_vectors, identity_rows, jacobian_from_rows
 
-    refuse_non_functions(f, "jacrev")
+    refuse_non_functions(f, who)
     if mode != "tape":
-        pullbacks = _pullbacks(mode, "jacrev")
+        pullbacks = _pullbacks(mode, who)
         made: dict[tuple[int, ...], Any] = {}  # argnums -> the mode's vjp
 
     def jac(*args: Any, **kwargs: Any) -> Any:
-        refuse_keywords(kwargs, "jacrev")
-        nums = normalize_argnums(argnums, len(args), "jacrev")
-        refuse_pytrees(args, nums, "jacrev")
+        refuse_keywords(kwargs, who)
+        nums = normalize_argnums(argnums, len(args), who)
+        refuse_pytrees(args, nums, who)
         # (as tensors here: the Jacobian's shape is read from them, a list has none)
-        args = tuple(tape._differentiable(a, i, "jacrev") if i in nums else a
+        args = tuple(tape._differentiable(a, i, who) if i in nums else a
                      for i, a in enumerate(args))
         if mode == "tape":
-            with passed_as_is(args, nums, "jacrev"):
+            with passed_as_is(args, nums, who):
                 out, vjp_fn = tape.recorded_vjp(lambda *xs: f(*tape.put(args, nums, xs)),
-                                                tuple(args[i] for i in nums), "jacrev")
+                                                tuple(args[i] for i in nums), who)
         else:
             if nums not in made:
                 made[nums] = pullbacks(f, nums)
-            out, vjp_fn = _pulled(made[nums], args, mode, "jacrev")
+            out, vjp_fn = _pulled(made[nums], args, mode, who)
         rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
         if rows is None:
             per_input = None

@@ -176,27 +176,28 @@ def rerun_jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[A
 
 
 def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
-         for_grad: bool) -> tuple[Any, Any]:
-    """:func:`jvp`, or one pass of forward-mode ``grad`` (``for_grad``)."""
-    refuse_non_functions(f, "jvp")
+         for_grad: bool, who: str = "jvp") -> tuple[Any, Any]:
+    """:func:`jvp`, or one pass of forward-mode ``grad`` (``for_grad``), for the function
+    ``who`` that the user called (jvp, grad, jacfwd), whose name its errors give."""
+    refuse_non_functions(f, who)
     if len(primals) != len(tangents):
-        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    refuse_pytrees(primals, range(len(primals)), "jvp", "primal")
-    refuse_pytrees(tangents, range(len(tangents)), "jvp", "tangent")
+        raise ValueError(f"{who}: {len(primals)} primals but {len(tangents)} tangents")
+    refuse_pytrees(primals, range(len(primals)), who, "primal")
+    refuse_pytrees(tangents, range(len(tangents)), who, "tangent")
     level = new_level()
     duals = []
     for k, (p, given) in enumerate(zip(primals, tangents)):
-        p = _differentiable(p, k, "jvp")
+        p = _differentiable(p, k, who)
         number = isinstance(given, (int, float))
         t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
         if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
             # primal's kind; a float64 tangent would make the float32 result's tangent float64)
-            raise DTypeError(f"jvp: a tangent must have its primal's dtype and device: primal "
+            raise DTypeError(f"{who}: a tangent must have its primal's dtype and device: primal "
                              f"{p.dtype} on {p.device.name}, tangent {t.dtype} on "
                              f"{t.device.name} (a Python number takes the primal's)")
         if shape_of(t) != shape_of(p):
             if not number:  # (JAX's and torch.func's rule)
-                raise ShapeError(f"jvp: tangent {k} has shape {shape_of(t)}, its primal "
+                raise ShapeError(f"{who}: tangent {k} has shape {shape_of(t)}, its primal "
                                  f"{shape_of(p)}; a tangent is a direction in the primal's "
                                  f"space, of its shape (a Python number is broadcast to it)")
             t = SH.broadcast_to(t, shape_of(p))
@@ -216,10 +217,10 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
         primal, tangent = own_results([out.primal, out.tangent], given)
         return primal, tangent
     if isinstance(out, (tuple, list, dict)):  # (as vjp: one output, whose tangent is one)
-        raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__} (for several "
-                        f"outputs, one jvp per output, or mg.stack them)")
+        raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__} (for "
+                        f"several outputs, one {who} per output, or mg.stack them)")
     if not is_value(out):
-        raise TypeError(f"jvp: f must return a tensor, got {type(out).__name__}")
+        raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__}")
     out = _as_tensor(out)
     return out, zeros(shape_of(out), out.dtype, out.device)
 
@@ -304,10 +305,12 @@ def jacfwd(f: Callable[..., Any], argnums: Argnums = 0, vectorize: bool = True) 
                 if rows is None:
                     columns, out = None, along(x)
                 elif vectorize:  # the output once (unbatched), its tangents as a batch
-                    out, columns = vmap(lambda t: jvp(along, (x,), (t,)),
+                    out, columns = vmap(lambda t: _jvp(along, (x,), (t,), for_grad=False,
+                                                       who="jacfwd"),
                                         out_axes=(None, 0))(rows)
                 else:
-                    passes = [jvp(along, (x,), (e,)) for e in basis_vectors(x)]
+                    passes = [_jvp(along, (x,), (e,), for_grad=False, who="jacfwd")
+                              for e in basis_vectors(x)]
                     out, columns = passes[0][0], stack([t for _, t in passes])
                 jacs.append(jacobian_from_rows(columns, out, x, outputs_first=False))
         return jacs[0] if single(argnums) else tuple(jacs)
@@ -369,7 +372,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args
                     with passed_as_is(own, nums, "grad"):
                         value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
-                                        for_grad=True)
+                                        for_grad=True, who="grad")
                     if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                         raise GradientError(f"grad: f must return a scalar, it returned "
                                             f"shape {shape_of(value)}; use mg.jacfwd for a "

@@ -54,14 +54,14 @@ from ..ops.operators import (ArrayOps, check_in_place, passed_as_is, rebinding, 
                              refuse_captured, updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index, set_items
-from ..ops.shape_rules import promote, shape_of
+from ..ops.shape_rules import FLOATS, promote, shape_of
 from ..ops.weak import Weak
 from .argnums import (Argnums, normalize_argnums, not_data, refuse_integers, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
 from .backward import Entry, collector_paused, reverse_sweep
 from .levels import ValueInside, escaped, new_level, running, transformation
 from .reads import ReadOnlyWrite, read_only, refusal_of_a_write, refused_read_only
-from ..tensor import Tensor, owner, tensor, write_target, zeros
+from ..tensor import Tensor, _check_nested, owner, shared, tensor, write_target, zeros
 
 _NUMBERS = (float, int, bool)
 
@@ -192,6 +192,8 @@ def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
     """:func:`apply` for one argument: ``mg.sin(x)``, ``x.sum(axis=0)``, ``x.reshape(...)``."""
     if type(x) is Tensor and x.device.context is None and prim is not _TO_DEVICE:
         device = x.device
+        if prim.view and isinstance(x.data, np.generic):  # (see _apply_general)
+            x._own_array()
         try:
             if not params:
                 data = prim.impl(device.xp, x.data)
@@ -247,6 +249,11 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
                 device = a.device
             elif a.device is not device:
                 raise _device_error(prim, args)
+            if prim.view and isinstance(a.data, np.generic):  # a kernel's 0-d result, a
+                # NumPy scalar, has no memory for a view (c.reshape(1), c[None]) to share:
+                # it becomes c's own 0-d array first, so that a write into one shows in
+                # the other, as for any array (Tensor._own_array)
+                a._own_array()
             arrays.append(a.data)
             if a._requires_grad:
                 track = True
@@ -278,15 +285,20 @@ _TO_DEVICE = C.TO_DEVICE
 
 def _apply_converting(prim: Primitive, args: tuple, params: dict) -> Tensor:
     """``apply`` for arguments that are not all tensors and numbers: lists and arrays
-    become tensors on the device of the tensor arguments; with no tensor argument at
-    all (``mg.sin(2.0)``), everything becomes a tensor on the default device."""
+    become tensors on the device of the tensor arguments, or with no tensor argument at
+    all (``mg.add(array, 2)``, ``mg.sin(2.0)``), on the default device."""
+    if not args:  # (apply would come back here for ever)
+        raise TypeError(f"{prim.name}: needs at least one argument")
     tensors = [a for a in args if isinstance(a, Tensor)]
     device = tensors[0].device if tensors else get_device(None)
-    # Exact Python numbers stay weak; NumPy scalars (np.float64 is a float subclass)
-    # have a dtype of their own, as in NumPy, and become tensors.
+    # Exact Python numbers stay weak beside any other argument, which becomes a strong
+    # tensor (NumPy's rule, NEP 50: 2 + a float32 array is float32, as shape_rules.promote
+    # gives it); only where all are numbers (mg.sin(2.0)) do they become tensors. NumPy
+    # scalars (np.float64 is a float subclass) have a dtype of their own, as in NumPy.
+    weak = any(type(a) not in _NUMBERS for a in args)
     converted = []
     for k, a in enumerate(args):
-        if type(a) is Tensor or (tensors and type(a) in _NUMBERS):
+        if type(a) is Tensor or (weak and type(a) in _NUMBERS):
             converted.append(a)
             continue
         try:
@@ -327,12 +339,15 @@ def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) ->
         return type(rule_error)(f"{rule_error} [in {where}]")
     except Exception:
         pass
-    if isinstance(exc, IndexError):
-        return IndexError(f"{where}: {exc}")
-    if "broadcast" in str(exc) or "shape" in str(exc) or "dimension" in str(exc):
-        return ShapeError(f"{where}: {exc}")
-    if isinstance(exc, TypeError):
-        return DTypeError(f"{where}: {exc}")
+    if exc.__cause__ is None:  # a raw kernel error (NumPy's): its words tell what failed.
+        # (One made from another, by this function inside a checkpointed f, already names
+        # its op and the shapes, so it mentions "shape" whatever failed: it keeps its type.)
+        if isinstance(exc, IndexError):
+            return IndexError(f"{where}: {exc}")
+        if "broadcast" in str(exc) or "shape" in str(exc) or "dimension" in str(exc):
+            return ShapeError(f"{where}: {exc}")
+        if isinstance(exc, TypeError):
+            return DTypeError(f"{where}: {exc}")
     try:
         return type(exc)(f"{where}: {exc}")
     except Exception:  # (an exception whose __init__ takes other arguments, the user's
@@ -486,7 +501,14 @@ def assign_item(x: Tensor, index: Any, value: Any) -> None:
             raise DeviceError(f"x[...] = value: x lives on {x.device.name}, the value on "
                               f"{value.device.name}; move it with .to('{x.device.name}')")
     elif isinstance(value, (list, tuple)):  # Python numbers, weak as one number is: x's
-        numbers = np.asarray(value).ravel().tolist()  # dtype where each of them fits it
+        # dtype where each of them fits it (a ragged list, refused first, is NumPy's error)
+        _check_nested(value, "x[...] = value")
+        numbers = np.asarray(value).ravel().tolist()
+        odd = [n for n in numbers if type(n) not in _NUMBERS]
+        if odd:  # (None, a str: NumPy made an array of objects, or of text)
+            raise TypeError(f"x[...] = value: the value holds a {type(odd[0]).__name__} "
+                            f"({odd[0]!r}); a list assigned into a tensor must hold numbers "
+                            f"only (bool, int or float)")
         value = tensor(value, dtype=x.dtype if promote(x, *numbers) == x.dtype else None,
                        device=x.device)
     elif type(value) not in _NUMBERS:
@@ -653,6 +675,8 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
                 f"earlier backward() and released, as PyTorch does (its saved values are "
                 f"gone). Pass retain_graph=True to the first backward() to go through it "
                 f"again; the gradients then add up in .grad")
+        if entry[2] < _last_switch:  # (rare: a leaf's flag switched since: see switched)
+            entry = _as_recorded(entry)
         found.append((entry[2], t, entry))
         for a in entry[3:]:
             if type(a) is Tensor and a._requires_grad:
@@ -661,6 +685,57 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
     # triples never compare their tensors.)
     found.sort()
     return [(e[0], e[1], t, e[3:]) for _, t, e in found], leaves
+
+
+# A leaf's requires_grad switched after it was used. PyTorch's rule: an argument counts
+# for an entry only if it required a gradient both when the entry was recorded and now,
+# at the sweep. (``x.requires_grad_()`` after ``y = (x * c).sum() + (x * x).sum()``, c
+# tracked, gives x no gradient from y: the sweep used to follow x through ``x * c``,
+# recorded because of c, and not through the unrecorded ``x * x``, a silent partial
+# gradient.) The sweep reads the flag as it is now; a switched leaf keeps the sequence
+# numbers of its last switches (``Tensor._switches``), by which an entry recorded before
+# them reads the flag it saw. Recording pays nothing for it: an entry made after the
+# latest switch of any leaf, the common case, is taken as it is.
+
+_last_switch = -1  # (-1: no leaf's flag was ever switched)
+_SWITCHES_KEPT = 4
+
+
+def switched(history: tuple[int, ...]) -> tuple[int, ...]:
+    """A leaf's ``_switches`` once its flag switches now, from the ones before (``(-1,)``
+    where there were none): ``(horizon, *stamps)``, the sequence numbers of its last
+    switches and of the last one forgotten (-1: none), so that a flag switched at every
+    step of a loop (a GAN's frozen discriminator) keeps a few."""
+    global _last_switch
+    _last_switch = next(_sequence)
+    horizon, *stamps = history
+    stamps.append(_last_switch)
+    if len(stamps) > _SWITCHES_KEPT:
+        horizon = stamps.pop(0)
+    return (horizon, *stamps)
+
+
+def _as_recorded(entry: tuple) -> tuple:
+    """``entry`` as it was recorded: each argument that requires a gradient now and did
+    not then replaced by an untracked tensor over the same data, which the sweep neither
+    follows nor gives an adjoint."""
+    seq = entry[2]
+    return entry[:3] + tuple(
+        shared(a.data, a.device) if type(a) is Tensor and a._requires_grad
+        and not _tracked_at(a, seq) else a for a in entry[3:])
+
+
+def _tracked_at(a: Tensor, seq: int) -> bool:
+    """Whether ``a``, which requires a gradient now, did when the entry ``seq`` was
+    recorded: its flag has switched an even number of times since."""
+    horizon, *stamps = getattr(a, "_switches", (-1,))  # (unset: never switched)
+    if seq < horizon:
+        raise GradientError(
+            f"backward: the requires_grad flag of a tensor ({_describe((a,))}) was switched "
+            f"more than {_SWITCHES_KEPT} times since an operation on it was recorded, and "
+            f"whether that operation tracked it is no longer known. Call backward() before "
+            f"switching the flag again, or compute the value again after the last switch")
+    return sum(s > seq for s in stamps) % 2 == 0
 
 
 class _Released:
@@ -740,6 +815,11 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
     a gradient has its leaf's dtype, and is the leaf's own array (see :func:`_own`).
     """
     if not out.requires_grad:
+        if out.dtype not in FLOATS:  # (a comparison, a cast to an integer: never recorded)
+            raise GradientError(
+                f"backward(): this tensor has dtype {out.dtype}; only floating values have "
+                f"gradients (a comparison or a cast to an integer or bool stops them): "
+                f"differentiate a floating value")
         raise GradientError(
             "backward(): this tensor does not require a gradient: no input of its "
             "computation had requires_grad=True (or it was computed under mg.no_grad())")
