@@ -185,3 +185,17 @@ def test_grad_with_respect_to_something_not_an_array_says_so(mode, value):
                                         rf"tensor to be differentiated, got "
                                         rf"{type(value).__name__}$"):
         mg.grad(lambda m, x: x.sum(), argnums=0, mode=mode)(value, mg.tensor([1.0]))
+
+
+@pytest.mark.parametrize("differentiate", [
+    lambda g: mg.jacfwd(g), lambda g: mg.grad(g, mode="forward"), lambda g: mg.grad(g)])
+def test_the_derivative_of_a_jvp_in_its_tangent_keeps_an_infinite_element(differentiate):
+    """jvp(f, (x,), (t,)) is linear in t, its derivative in t is f's gradient, here
+    1 / (2 sqrt(x)) = [inf, 0.25, 0.5] at x = [0, 4, 1] (closed form). The zero put in for
+    0 * inf where t is 0 has no derivative in t: it gave 0 (forward) or nan (tape) for
+    inf. A tangent some transformation differentiates keeps its term as it is."""
+    x = mg.tensor([0.0, 4.0, 1.0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = differentiate(lambda t: mg.jvp(lambda a: mg.sqrt(a).sum(), (x,), (t,))[1])(
+            mg.tensor([0.0, 1.0, 0.0]))
+    np.testing.assert_array_equal(got.numpy(), [np.inf, 0.25, 0.5])

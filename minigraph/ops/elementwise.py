@@ -26,7 +26,8 @@ from . import shape_rules as S
 from ..errors import DTypeError, ShapeError
 from .primitive import Each, bind, bind_one, bind_two, primitive, ufunc_out
 
-if TYPE_CHECKING:  # (for annotations only: tensor.py imports this module)
+if TYPE_CHECKING:  # (for annotations only: both modules import this one)
+    from ..autodiff.batching import BatchTracer
     from ..tensor import Tensor
 
 
@@ -112,22 +113,42 @@ def _still(t: Any, term: Any) -> Any:
     through a sum to the other elements: grad(sqrt(x).sum()) at [0, 4, 1] was [inf, nan,
     nan] in forward mode, [inf, 0.25, 0.5] in reverse mode. (torch.func.jacfwd and
     jax.jacfwd keep the nan.) A nonzero tangent keeps its inf or nan, as the mathematics
-    says. Cheap: only a term with an inf or a nan (or whose numbers are not known yet, a
-    graph node's) is looked at, and only its nan elements where t is 0 change (0 * inf
-    and 0 / 0 give nan); a zero that is a number stays, with its own derivative, which an
-    outer transformation may differentiate (``where(t == 0, 0.0, term)`` would hide it)."""
-    if _all_finite(term):
+    says. Cheap: only a term with an inf or a nan is looked at, and only its nan elements
+    where t is 0 change (0 * inf and 0 / 0 give nan).
+
+    Only for a tangent that no outer transformation differentiates (:func:`_plain`): the
+    derivative of t * J with respect to t is J, inf at such an element, and a 0 put in
+    would have none (jacfwd of a jvp in its tangent gave 0 for inf); a graph's or a source
+    program's tangent may be differentiated later, so it too keeps its term. (Where the
+    outer transformation differentiates the primal instead, the value is right, but the
+    derivative of a masked element still reads 0 * inf = nan: NumPy's where evaluates
+    both sides.)"""
+    if not _plain(t) or _all_finite(term):
         return term
     return where(t == 0, where(term == term, term, 0.0), term)  # (nan != nan)
 
 
 @functools.cache
-def _tensor_class() -> type[Tensor]:
-    """minigraph's Tensor, imported at the first call (tensor.py imports this module); an
-    import statement in :func:`_all_finite` took half its time."""
+def _plain_classes() -> "tuple[type[Tensor], type[BatchTracer]]":
+    """minigraph's Tensor and vmap's BatchTracer, imported at the first call (both modules
+    import this one)."""
+    from ..autodiff.batching import BatchTracer
     from ..tensor import Tensor
 
-    return Tensor
+    return Tensor, BatchTracer
+
+
+def _plain(t: Any) -> bool:
+    """Whether ``t`` is a value no transformation differentiates: a tensor that requires
+    no gradient, or a vmap batch of one (vmap differentiates nothing)."""
+    tensor, batch = _plain_classes()
+    for _ in range(100):  # (levels of vmap: a bound, as in operators.innermost)
+        if type(t) is tensor:
+            return not t._requires_grad
+        if type(t) is not batch:
+            return False
+        t = t._inside()
+    return False
 
 
 def _all_finite(v: Any) -> bool:
@@ -136,7 +157,7 @@ def _all_finite(v: Any) -> bool:
     primal, a vmap batch) or held as ``value`` (a weak number's tensor, an ``explain``
     symbol's, a source program's constant's). False where the numbers are not known
     before the program runs: a graph node, a source variable."""
-    tensor_class = _tensor_class()
+    tensor_class = _plain_classes()[0]
     for _ in range(100):  # (levels of nesting: a bound, as in operators.innermost)
         if isinstance(v, tensor_class):
             if getattr(v.data, "ndim", None) == 0:  # (one number: Python's test is a
