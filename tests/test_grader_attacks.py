@@ -10,6 +10,8 @@ chapter of tests/grading_fixtures (copied into a course folder of their own).
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import pwd
@@ -888,6 +890,35 @@ libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o600)
                 left += _sysv_objects(account.pw_uid)
                 os.close(fd)
     assert left == []
+
+
+@ROOT
+@pytest.mark.slow
+def test_a_posix_message_queue_does_not_outlive_the_grading(tmp_path):
+    """A POSIX message queue the sandbox made (mq_open, mq_send) outlived the grading and
+    carried a message to the next grading under the same account: the sandbox now has an
+    IPC namespace of its own (unshare --ipc), gone with it. Oracle: mq_open of its name,
+    as root, in the machine's namespace."""
+    name = f"/minigraph-test-{os.getpid()}".encode()
+    attack = PRELUDE + f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mq_open.restype = ctypes.c_int
+q = libc.mq_open({name!r}, os.O_CREAT | os.O_WRONLY, 0o666, None)
+if q >= 0:
+    libc.mq_send(q, b"secret", 6, 0)
+"""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mq_open.restype = ctypes.c_int
+    try:
+        report = _grade_example(tmp_path, "mqueue", attack)
+        assert report.score == 0
+        q = libc.mq_open(name, os.O_RDONLY)
+        if q >= 0:
+            libc.mq_close(q)
+        assert q < 0 and ctypes.get_errno() == errno.ENOENT
+    finally:
+        libc.mq_unlink(name)
 
 
 @ROOT

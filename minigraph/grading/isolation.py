@@ -15,10 +15,12 @@ and ``exec`` (``subprocess.Popen``'s ``user``, ``group``, ``extra_groups`` and
   process, so the account may not start a second (nor a thread), and ``--memory`` bounds
   the whole sandbox (but for files it writes to memory-backed folders such as /dev/shm,
   and SysV shared memory, until they are removed at the end);
-- **a view of its own** (``unshare --mount``, then ``mount``): /proc shows the sandbox
-  its own processes only, so it cannot read the grader's command line, which names the
-  submission's path, and an empty folder covers the folder that holds the submission
-  and those beside it (a class's, graded one after another);
+- **a view of its own** (``unshare --mount --ipc``, then ``mount``): /proc shows the
+  sandbox its own processes only, so it cannot read the grader's command line, which
+  names the submission's path, and an empty folder covers the folder that holds the
+  submission and those beside it (a class's, graded one after another); its SysV IPC
+  objects and POSIX message queues live in a namespace of its own, gone with it (a queue
+  in the machine's passed a message to the next grading under the same account);
 - **no way back up**: ``PR_SET_NO_NEW_PRIVS`` (no set-uid program restores privileges)
   and ``PR_SET_PDEATHSIG`` (the sandbox dies with the grader);
 - **the end**: as root, a child that takes the account's uid sends ``kill(-1, SIGKILL)``,
@@ -398,7 +400,8 @@ def sandbox_dir(parent: Path, account: Account | None) -> Path:
 
 
 #: what the sandbox's command runs through (as root), in a mount namespace of its own
-#: (``unshare --mount``: private propagation, gone with the sandbox): /proc mounted
+#: (``unshare --mount``: private propagation, gone with the sandbox) and an IPC namespace
+#: of its own (``--ipc``: SysV objects and POSIX message queues): /proc mounted
 #: again with ``hidepid=invisible``, so that the account sees only its own processes,
 #: and an empty read-only folder mounted over the folder ``$0`` (where not empty) that
 #: holds the submission. Without them, the student's code read /proc/PID/cmdline of the
@@ -410,7 +413,7 @@ PRIVATE_VIEW = ('mount -t proc -o hidepid=invisible proc /proc && '
 
 
 def _view(hide: "str | Path") -> tuple[str, ...]:
-    return ("unshare", "--mount", "--", "sh", "-c", PRIVATE_VIEW, str(hide))
+    return ("unshare", "--mount", "--ipc", "--", "sh", "-c", PRIVATE_VIEW, str(hide))
 
 
 @functools.cache
@@ -456,7 +459,7 @@ def missing_protection() -> str | None:
         if can_make_private_view():
             return None
         return ("sandbox: this machine does not let the grader give the sandbox a view of "
-                "its own (unshare --mount, then mount), so the student's code can read the "
+                "its own (unshare --mount --ipc, then mount), so the student's code can read the "
                 "grader's command line, and the submission's path in it, and the folders "
                 "beside the submission: keep other submissions where others cannot read them")
     return ("sandbox: not running as root, so the student's code runs as your own user: it "
