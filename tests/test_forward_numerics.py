@@ -199,3 +199,13 @@ def test_the_derivative_of_a_jvp_in_its_tangent_keeps_an_infinite_element(differ
         got = differentiate(lambda t: mg.jvp(lambda a: mg.sqrt(a).sum(), (x,), (t,))[1])(
             mg.tensor([0.0, 1.0, 0.0]))
     np.testing.assert_array_equal(got.numpy(), [np.inf, 0.25, 0.5])
+
+
+@pytest.mark.parametrize("mode", ["tape", "forward"])
+def test_grad_takes_what_mg_tensor_takes(mode):
+    """A buffer (array.array) is data to mg.tensor, and was to grad, until the check for
+    a Module refused everything without a shape. Closed form: d/dx sum(x * x) = 2x."""
+    import array
+
+    got = mg.grad(lambda x: mg.sum(x * x), mode=mode)(array.array("d", [1.0, 2.0]))
+    np.testing.assert_array_equal(got.numpy(), [2.0, 4.0])

@@ -960,9 +960,12 @@ def _differentiable(x: Any, position: int, who: str) -> Any:
         x = x.value
     if not isinstance(x, Tensor):
         if type(x) not in KINDS:
-            if not (isinstance(x, (int, float, list, tuple)) or hasattr(x, "shape")):
-                raise not_data(x, position, who)  # (an array of any library has a shape)
-            x = tensor(x)
+            try:  # (what mg.tensor takes: numbers, nested lists, arrays, buffers)
+                x = tensor(x)
+            except (TypeError, ValueError) as exc:  # (a DTypeError is a TypeError)
+                if isinstance(x, (list, tuple)):  # (a ragged list: tensor() says where)
+                    raise
+                raise not_data(x, position, who) from exc
         elif shape_of(x) is None:  # (a derivative has its argument's shape)
             raise ShapeError(f"{who}: argument {position} has an unknown shape (a graph "
                              f"placeholder made with shape=None); {who} needs it: give the "
