@@ -28,9 +28,8 @@ Send/Recv pairs in ``sess.last_run.bytes_moved``. What each algorithm should sen
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np  # host numbers: the loss's value once and twice over
 
@@ -40,7 +39,7 @@ from ..graph.graph import Node
 from ..ops import shape as SH
 from ..ops import shape_rules as S
 from ..ops.copy import astype
-from ..tensor import Tensor, tensor, zeros
+from ..tensor import Tensor, host_values, tensor, zeros
 
 
 @dataclass
@@ -242,15 +241,14 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
     device's loss is the mean over its slice, so it is weighted by the slice's share of
     the batch before the allreduce adds the slices up. A loss that sums over the batch
     (``nn.CrossEntropyLoss(reduction="sum")`` inside) has its slices' losses added as
-    they are: ``loss.reduction = "sum"`` says so, else a test finds it (``_share_weight``).
+    they are: ``loss.reduction = "sum"`` says so, else a test finds it, on each call
+    (``_share_weight``), or refuses a loss it cannot tell.
     """
     _same_rows(x, y, "data_parallel_grads")
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
     total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), "data_parallel_grads")
-    # (xs[0].shape is x's when the batch is empty)
-    first = next((k for k, xk in enumerate(xs) if xk.shape[0]), 0)
-    weight = _share_weight(loss, replicas[first], xs[first], ys[first], "data_parallel_grads")
+    weight = _share_weight(loss, zip(replicas, xs, ys), "data_parallel_grads")
     local = [_weighted_grads(loss, pk, xk, yk, total, weight)
              for xk, yk, pk in zip(xs, ys, replicas)]
     summed = [allreduce([local[k][j] for k in range(len(devices))], algorithm)
@@ -259,6 +257,7 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
 
 
 def device_names(devices: Sequence[Any]) -> list[str]:
+    _check_devices(devices, "device_names")
     return [get_device(d).name for d in devices]
 
 
@@ -306,16 +305,17 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     the whole batch's gradient, the value one process would compute. (A loss that sums
     over the batch is added up unweighted, as in ``data_parallel_grads``.)
     """
-    from ..autodiff.api import grad
+    from .. import distributed
 
     _same_rows(x, y, "data_parallel_grads_across_ranks")
     # (x.shape below: a list has none, as data_parallel_grads accepts lists)
     x, y = (v if isinstance(v, Tensor) else tensor(v) for v in (x, y))
     xs, ys = shard(x), shard(y)
     total = _batch_size(tuple(x.shape), x.shape[0], "data_parallel_grads_across_ranks")
-    # (rank 0's share on every rank: every rank takes the same decision)
-    weight = _share_weight(loss, params, shard(x, 0), shard(y, 0),
-                           "data_parallel_grads_across_ranks")
+    # (the shares in rank order on every rank: every rank takes the same decision)
+    world = distributed.world_size()
+    weight = _share_weight(loss, ((params, shard(x, r, world), shard(y, r, world))
+                                  for r in range(world)), "data_parallel_grads_across_ranks")
     return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total, weight))
 
 
@@ -337,48 +337,68 @@ def _batch_size(shape: tuple, total: int, who: str) -> int:
     return total
 
 
-_FOUND_REDUCTIONS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-
-
-def _share_weight(loss: Any, params: Sequence[Tensor], x: Tensor, y: Tensor,
+def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Tensor]],
                   who: str) -> bool:
     """Whether each share's loss is weighted by its share of the batch: yes for a mean,
     no for a sum (``nn.CrossEntropyLoss(reduction="sum")`` inside), whose shares add up
     as they are. Weighting a sum by n / total divided its gradient by the number of
     devices, without a word. ``loss.reduction`` says which, if set; else the loss is
-    evaluated on the rows ``x`` and on them twice over: a mean keeps its value, a sum
-    doubles it (found once per loss function: two more evaluations of its first call). A
-    loss that does neither (a sum plus a penalty on the weights, which every share would
-    add once) is refused."""
+    evaluated on a share's rows (``shares``: (params, x, y), in order) and on them twice
+    over: a mean keeps its value, a sum doubles it. Where the two readings cannot tell
+    (``_reading``: a loss of 0 on the share is both), the next share is tried, and if
+    none tells, the loss is refused: a guess divided a sum's gradient by the number of
+    devices. The verdict is not remembered: it is one batch's reading, and another batch
+    may read otherwise (a share whose loss is 0). A loss that does neither (a sum plus a
+    penalty on the weights, which every share would add once) is refused."""
     from ..autodiff.tape import no_grad
 
     reduction = getattr(loss, "reduction", None)
-    if reduction is None:
-        try:
-            reduction = _FOUND_REDUCTIONS.get(loss)
-        except TypeError:  # (no weak reference to it)
-            pass
-    if reduction is None and x.shape[0]:
+    readings = []  # (once, twice) of each share that told nothing
+    for params, x, y in (shares if reduction is None else ()):
+        if not x.shape[0]:
+            continue
         with no_grad():
-            once = float(loss(list(params), x, y).item())
+            value = loss(list(params), x, y)
+            once = float(value.item())
             twice = float(loss(list(params), SH.concatenate([x, x], axis=0),
                                SH.concatenate([y, y], axis=0)).item())
-        if not (np.isfinite(once) and np.isfinite(twice)) or np.isclose(twice, once):
-            reduction = "mean"  # (a loss that is not finite: its gradient will say so)
-        elif np.isclose(twice, 2 * once):
-            reduction = "sum"
-        else:
-            reduction = f"neither: the rows twice over changed it from {once} to {twice}"
-        try:
-            _FOUND_REDUCTIONS[loss] = reduction
-        except TypeError:
-            pass
-    if reduction not in (None, "mean", "sum"):
+        reduction = _reading(once, twice, _resolution(value))
+        if reduction is not None:
+            break
+        readings.append((once, twice))
+    if reduction is None:
+        raise ValueError(f"{who}: cannot tell whether the loss is a mean or a sum over the "
+                         f"batch: on each share, the loss (and on its rows twice over) was "
+                         f"{readings}, where a mean and a sum read the same; set "
+                         f"loss.reduction = 'mean' or 'sum'")
+    if reduction not in ("mean", "sum"):
         raise ValueError(f"{who}: the loss's reduction is {reduction!s}; the shares' "
                          f"losses add up to the batch's only for a mean (weighted by the "
                          f"shares' sizes) or a sum (added as they are); set "
                          f"loss.reduction = 'mean' or 'sum' if it is one")
     return reduction != "sum"
+
+
+def _reading(once: float, twice: float, eps: float) -> str | None:
+    """What a loss of ``once`` on some rows and ``twice`` on them twice over is: "mean"
+    (the same value), "sum" (twice the value), "neither ...", or None where it cannot
+    tell: a loss that is not finite, or 0 (so, within its dtype's resolution ``eps``, as
+    np.isclose's atol made 2e-10 a mean), is both a mean and a sum. The comparisons are
+    relative, to sqrt(eps) of the value: the rows twice over are added in another order."""
+    if not (np.isfinite(once) and np.isfinite(twice)) or abs(once) <= eps:
+        return None
+    tolerance = np.sqrt(eps) * max(abs(once), abs(twice))
+    if abs(twice - once) <= tolerance:
+        return "mean"
+    if abs(twice - 2 * once) <= tolerance:
+        return "sum"
+    return f"neither: the rows twice over changed it from {once} to {twice}"
+
+
+def _resolution(value: Tensor) -> float:
+    """The machine epsilon of ``value``'s dtype (float64's for an integer loss)."""
+    dtype = np.asarray(host_values(value)).dtype
+    return float(np.finfo(dtype if dtype.kind == "f" else np.float64).eps)
 
 
 def _weighted_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Tensor,

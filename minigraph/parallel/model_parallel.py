@@ -22,6 +22,7 @@ is taken through ``stop_gradient``. The label's logit is shifted by M like the o
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 import numpy as np  # the initial weights are drawn on the host
@@ -33,6 +34,7 @@ from ..ops import elementwise as E
 from ..ops import nn as NN
 from ..ops import reduce as R
 from ..tensor import Tensor, host_values, tensor
+from .data_parallel import _check_devices
 
 
 class ShardedLinear:
@@ -40,6 +42,7 @@ class ShardedLinear:
 
     def __init__(self, in_features: int, out_features: int, devices: Sequence[str],
                  dtype: str = "float64", seed: int = 0):
+        _check_devices(devices, "ShardedLinear")
         if not 1 <= len(devices) <= out_features:  # (a shard of no class has no maximum)
             raise ValueError(f"ShardedLinear: {out_features} output classes cannot be split "
                              f"over {len(devices)} devices; each shard needs at least one")
@@ -166,6 +169,7 @@ class LayerSplitMLP:
         from ..ops import linalg as L
         from ..runtime.session import Session
 
+        _check_devices(devices, "LayerSplitMLP")
         if len(sizes) < 2 or not devices:
             raise ValueError(f"LayerSplitMLP: sizes lists the input width and each layer's "
                              f"output (at least two numbers, got {list(sizes)}), on at least "
@@ -178,8 +182,12 @@ class LayerSplitMLP:
             # step() fetched None)
             raise DTypeError(f"LayerSplitMLP: dtype must be float32 or float64, the dtypes "
                              f"that have gradients, got {dtype!r}")
-        rng = np.random.default_rng(seed)
         layers = len(sizes) - 1
+        if len(devices) > layers:  # (the extra devices were left out without a word)
+            raise ValueError(f"LayerSplitMLP: {layers} layer(s) cannot be split over "
+                             f"{len(devices)} devices {list(devices)}; each device needs at "
+                             f"least one layer: give at most {layers} devices")
+        rng = np.random.default_rng(seed)
         self.params = []  # host arrays: W0, b0, W1, b1, ...
         for i in range(layers):
             self.params.append(rng.normal(0, 1 / np.sqrt(sizes[i]), (sizes[i], sizes[i + 1]))
@@ -207,9 +215,19 @@ class LayerSplitMLP:
         self.session = Session(g)
 
     def step(self, x: Any, labels: Any, lr: float) -> float:
-        """One SGD step on the batch; returns the loss before the step."""
+        """One SGD step on the batch; returns the loss before the step. All or nothing,
+        as ``nn.SGD.step``: ``lr`` is checked and every change computed before the first
+        parameter is written (an lr that broadcast against some parameters and not others
+        left the model half-stepped)."""
+        # (nn.SGD's check, and finite: an inf or nan lr would write inf or nan everywhere)
+        if not isinstance(lr, numbers.Real) or isinstance(lr, bool):
+            raise TypeError(f"LayerSplitMLP.step: lr must be a real number, got "
+                            f"{type(lr).__name__} {lr!r}")
+        if not 0.0 <= lr < np.inf:
+            raise ValueError(f"LayerSplitMLP.step: lr must be a finite number >= 0, got {lr}")
         feeds = {self.x: x, self.labels: labels, **dict(zip(self.slots, self.params))}
         loss, grads = self.session.run([self.loss, self.grads], feeds)
-        for p, g in zip(self.params, grads):
-            p -= lr * g
+        changes = [lr * g for g in grads]
+        for p, change in zip(self.params, changes):
+            p -= change
         return float(loss)

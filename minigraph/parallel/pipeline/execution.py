@@ -5,6 +5,7 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from dataclasses import dataclass
@@ -17,11 +18,13 @@ from ...autodiff.tape import no_grad
 from ...device import get_device
 from ...graph.gradients import gradients
 from ...graph.graph import Graph, Node, placeholder
-from ...nn.module import Sequential
+from ...nn.module import Module, Sequential
 from ...nn.stateless import functional_call
 from ...runtime.profile import RunStats
+from ...runtime.scheduler import NodeError
 from ...runtime.session import Session
 from ...tensor import Tensor, host_values, tensor
+from ..data_parallel import _check_devices
 from .common import Event, Op, PipelineError
 from .profiling import _check_sequential
 from .scheduling import Schedule, _as_schedule, peak_in_flight, schedule
@@ -89,8 +92,12 @@ class Pipeline:
     ``recompute=True`` re-materialises each stage's activations (GPipe's recomputation,
     below).
 
-    **What is built.** One graph per minibatch shape (built once, then re-run): for each
-    stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
+    **What is built.** One graph per minibatch shape (built once, then re-run). Each run
+    feeds it the microbatches and the parameters' current values; what else the layers
+    and the loss read (a tensor kept as a plain attribute, ``self.scale``, a number, the
+    loss's ``reduction``) the graph holds as constants, so a run first compares them with
+    what the graph was built from (``_built_from``) and rebuilds it if one changed. For
+    each stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
     placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
 
     * F(s, k) reads F(s-1, k)'s output through ``.to(device)`` and applies the stage's
@@ -148,7 +155,7 @@ class Pipeline:
         self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
         self.workers = workers
         self.recompute = recompute
-        self._plans: dict[tuple, _Plan] = {}
+        self._plans: dict[tuple, tuple[tuple, _Plan]] = {}  # key -> (_built_from, plan)
         _check_parameters(self.model)
         if recompute:
             _check_recomputable(self.model, self.stages, self.devices)
@@ -161,11 +168,17 @@ class Pipeline:
         xs, ys = _host(x), _host(labels)
         sizes = self._sizes(xs, ys)
         key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
-        if key not in self._plans:
-            self._plans[key] = _GraphBuilder(self, sizes, xs, ys).build()
-        plan = self._plans[key]
+        state = _built_from(self)
+        if key not in self._plans or self._plans[key][0] != state:
+            # (a buffer, a number or the loss's reduction changed since the graph was
+            # built, which holds them as constants: it is rebuilt, not run stale)
+            self._plans[key] = (state, _GraphBuilder(self, sizes, xs, ys).build())
+        plan = self._plans[key][1]
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
-        values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
+        try:
+            values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
+        except NodeError as error:
+            raise _in_batch(error, sizes) from error
         return plan, _run_result(self, plan, values)
 
     def backward(self, x: Any, labels: Any) -> PipelineRun:
@@ -204,6 +217,7 @@ def _check_stages(stages: Sequence[Sequence[int]], n: int) -> list[list[int]]:
 
 
 def _stage_devices(devices: Sequence[str] | None, p: int) -> list[str]:
+    _check_devices(devices, "Pipeline")
     names = list(devices) if devices is not None else \
         ["cpu" if s == 0 else f"cpu:{s}" for s in range(p)]
     if len(names) != p:
@@ -243,6 +257,68 @@ def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
                             f"recompute=False")
 
 
+def _built_from(pipe: Pipeline) -> tuple:
+    """What the graph holds as constants, as it is now: every attribute of the loss (its
+    ``reduction`` too, which sets the microbatches' weights) and, without recomputation,
+    of the layers' modules, other than their parameters (fed on every run) and graph
+    nodes (an activation a layer kept while the graph was built). A tensor counts by its
+    identity and a digest of its values, a number or string by its value, another object
+    by its identity: ``Pipeline`` rebuilds its graph when this changes. (Recomputation
+    runs the layers themselves on every run: they read their attributes then.)"""
+    loss = pipe.loss
+    owners: list[tuple[str, Any]] = [("loss", loss)]
+    if isinstance(loss, Module):  # (a loss's parameters are constants of the graph too)
+        paths = loss._paths()
+        owners = [(f"loss.{prefix}", m) for prefix, m in paths]
+        owners += [(f"loss.{prefix}{name}", t) for prefix, m in paths
+                   for name, t in m._parameters.items()]
+    if not pipe.recompute:
+        owners += [(f"{i}.{prefix}", m) for i, layer in enumerate(pipe.model)
+                   for prefix, m in layer._paths()]
+    state: list[tuple[str, Any]] = [("loss.reduction", repr(getattr(loss, "reduction", None)))]
+    for where, owner in owners:
+        if isinstance(owner, Tensor):
+            state.append((where, _fingerprint(owner)))
+            continue
+        for name, value in getattr(owner, "__dict__", {}).items():
+            if name not in ("_parameters", "_modules") and not isinstance(value, Node):
+                state.append((where + name, _fingerprint(value)))
+    return tuple(state)
+
+
+def _fingerprint(value: Any) -> Any:
+    """A value that equals another's when the graph would hold the same constant."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        array = np.ascontiguousarray(host_values(value) if isinstance(value, Tensor) else value)
+        device = value.device.name if isinstance(value, Tensor) else "host"
+        return (id(value), array.shape, str(array.dtype), device,
+                hashlib.blake2b(array.tobytes(), digest_size=16).digest())
+    if isinstance(value, (list, tuple)):
+        return tuple(_fingerprint(v) for v in value)
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
+        return repr(value)  # (repr: a nan equals itself)
+    return ("object", id(value))  # (a change inside it is not seen)
+
+
+_FAILED_NODE = re.compile(r"node 'stage(\d+)/([FB])(\d+)/")
+_ROW = re.compile(r"\((row |at \()(\d+)")  # ("label 3 (row 0)", "label 3 (at (0, 1))")
+
+
+def _in_batch(error: NodeError, sizes: tuple[int, ...]) -> NodeError:
+    """The error of a node of microbatch k, naming the microbatch and with the rows it
+    names counted in the user's batch: row r of microbatch k is row start_k + r (a bad
+    label at row 3 of the batch was said to be at row 0, of its microbatch)."""
+    match = _FAILED_NODE.match(str(error))
+    if match is None:
+        return error
+    s, kind, k = int(match[1]), match[2], int(match[3])
+    start = sum(sizes[:k])
+    text = _ROW.sub(lambda m: f"({m[1]}{start + int(m[2])}", str(error))
+    return NodeError(f"Pipeline: the {'forward' if kind == 'F' else 'backward'} pass of "
+                     f"microbatch {k} (rows {start}..{start + sizes[k] - 1} of the batch) "
+                     f"failed on stage {s}, rows counted in the batch: {text}")
+
+
 def _host(value: Any) -> np.ndarray:
     return host_values(value) if isinstance(value, Tensor) else np.asarray(value)
 
@@ -257,7 +333,6 @@ class _Plan:
     params: list[Node]           # aligned with model.parameters()
     grads: list[Node | None]     # accumulated gradients, aligned with model.parameters()
     losses: list[Node]
-    empty: set[tuple[int, str, int]]  # (stage, kind, k) of the ops that have no node to run
 
     def feed(self, model: Sequential, xs: np.ndarray, ys: np.ndarray,
              sizes: tuple[int, ...]) -> dict:
@@ -285,7 +360,6 @@ class _GraphBuilder:
         self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
         self.accumulated: dict[int, Node] = {}
         self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
-        self.empty: set[tuple[int, str, int]] = set()  # ops that built no node
         self.stage_functions: dict[int, Callable[..., Any]] = {}  # (recompute=True)
         self.scales = [n / sum(sizes) for n in sizes] if _reduction(pipe.loss, m) == "mean" \
             else [1.0] * m
@@ -324,8 +398,7 @@ class _GraphBuilder:
                   for node in self.layer_params[i].values()]
         session = Session(self.graph, workers=self.pipe.workers, trace=True)
         return _Plan(session, self.xs, self.ys, params,
-                     [self.accumulated.get(id(node)) for node in params], self.losses,
-                     self.empty)
+                     [self.accumulated.get(id(node)) for node in params], self.losses)
 
     def _forward(self, s: int, k: int) -> None:
         h = self.xs[k] if s == 0 else self.outputs[s - 1][k].to(self.devs[s])
@@ -369,9 +442,8 @@ class _GraphBuilder:
 
     def _backward(self, s: int, k: int) -> None:
         wrt = ([] if s == 0 else [self.inputs[s][k]]) + self.stage_params(s)
-        if not wrt:  # a first stage without parameters has nothing to differentiate:
-            self.empty.add((s, "B", k))  # its B runs no node, but holds its place in order
-            return
+        if not wrt:  # a first stage without parameters has nothing to differentiate: its B
+            return  # runs no node, but holds its place in the order (_with_empty_ops)
         last = s == len(self.pipe.stages) - 1
         seed = None if last else [self.input_grads[s + 1][k]]
         grads = gradients(self.outputs[s][k], wrt, seed)
@@ -412,8 +484,8 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
         span[0], span[1] = min(span[0], start), max(span[1], end)
     timeline = sorted(((s, kind, k, a, b) for (s, kind, k), (a, b) in spans.items()),
                       key=lambda e: (e[3], e[0]))
-    order = [_with_empty_ops(s, [(kind, k) for s2, kind, k, _, _ in timeline if s2 == s],
-                             pipe.schedule.ops[s], plan.empty)
+    order = [_with_empty_ops([(kind, k) for s2, kind, k, _, _ in timeline if s2 == s],
+                             pipe.schedule.ops[s])
              for s in range(len(pipe.stages))]
     # (a control edge's key starts with "^", rendezvous.make_key's mark: a node's own name
     # may end in "/control")
@@ -423,18 +495,22 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     return PipelineRun(float(sum(values["losses"])), grads, order, timeline, peak, sends, stats)
 
 
-def _with_empty_ops(s: int, measured: list[Op], ops: Sequence[Op],
-                    empty: set[tuple[int, str, int]]) -> list[Op]:
-    """Stage s's measured order with its empty ops (a B of a first stage without
-    parameters, which runs no node and so leaves no event) put back where the schedule
+def _with_empty_ops(measured: list[Op], ops: Sequence[Op]) -> list[Op]:
+    """A stage's measured order with its empty ops put back where its schedule ``ops``
     has them: right after the op before them, whose end is theirs (the control edges
-    make the next op wait for that one). Left out, the stage seemed to hold every
-    microbatch's activations to the end (``peak_activations``)."""
+    make the next op wait for that one). An op is empty when it runs no node of its own
+    and so leaves no event: the B of a first stage without parameters, the F and B of
+    a stage that only passes its input on (an identity layer: its F is the Recv of its
+    input, its B passes the gradient back as it came). Left out, such a stage seemed to
+    hold no microbatch's activations, or every one to the end (``peak_activations``),
+    where the schedule (and ``recompute=True``, whose checkpoint nodes run) has it run
+    its ops in order."""
+    ran = set(measured)
     lead: list[Op] = []
     after: dict[Op, list[Op]] = {}
     previous: Op | None = None
     for op in ops:
-        if (s, *op) in empty:
+        if op not in ran:
             (lead if previous is None else after.setdefault(previous, [])).append(op)
         else:
             previous = op

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -74,19 +74,28 @@ class Profile:
     @classmethod
     def from_text(cls, text: str) -> "Profile":
         """Read the node lines of PipeDream's text form (edge lines are skipped; a list
-        of activation sizes, as PipeDream writes for multi-output layers, is summed)."""
+        of activation sizes, as PipeDream writes for multi-output layers, is summed). A
+        layer line without one of the four fields, or with a value that is not a number
+        >= 0, is refused, naming the line and the field; so is a text without a layer
+        line (it read as a profile of no layers)."""
         layers = []
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             parts = line.strip().split(" -- ")
             if len(parts) < 3 or "=" not in parts[-1]:
                 continue  # an edge "node1 -- node2", or a blank line
-            fields = dict(re.findall(r"(\w+)=(\[[^\]]*\]|[^,\s]+)", parts[-1]))
-            layers.append(LayerCost(
-                parts[0], " -- ".join(parts[1:-1]),
-                float(fields["forward_compute_time"]) / 1e3,
-                float(fields["backward_compute_time"]) / 1e3,
-                round(sum(float(v) for v in fields["activation_size"].strip("[]").split(";"))),
-                round(float(fields["parameter_size"]))))
+            found = dict(re.findall(r"(\w+)=(\[[^\]]*\]|[^,\s]+)", parts[-1]))
+            where = f"Profile.from_text: line {number} ({line.strip()!r})"
+            missing = [name for name in _TEXT_FIELDS if name not in found]
+            if missing:  # (a bare KeyError named neither the line nor what was expected)
+                raise PipelineError(f"{where} has no {', '.join(missing)}; a layer line "
+                                    f"gives {'=..., '.join(_TEXT_FIELDS)}=...")
+            forward, backward, activation, parameters = (
+                _text_number(found[name], name, where) for name in _TEXT_FIELDS)
+            layers.append(LayerCost(parts[0], " -- ".join(parts[1:-1]), forward / 1e3,
+                                    backward / 1e3, round(activation), round(parameters)))
+        if not layers:  # (an empty profile, which failed later, far from the text)
+            raise PipelineError("Profile.from_text: the text has no layer line (PipeDream's "
+                                "'node1 -- <layer> -- forward_compute_time=..., ...')")
         return cls(layers)
 
     # -- JSON -------------------------------------------------------------------------------
@@ -100,7 +109,20 @@ class Profile:
 
     @classmethod
     def from_json(cls, text: str) -> "Profile":
-        return cls([LayerCost(**entry) for entry in json.loads(text)["layers"]])
+        """Read ``to_json``'s form. A layer without one of LayerCost's fields (or with
+        another) is refused naming the layer and the fields, as ``from_text`` does; so
+        is a text without a layer (a bare KeyError or TypeError named neither)."""
+        data = json.loads(text)
+        layers = data.get("layers") if isinstance(data, dict) else None
+        if not layers or not isinstance(layers, list):
+            raise PipelineError("Profile.from_json: the text has no \"layers\" list of "
+                                "layers (to_json's form)")
+        expected = [f.name for f in fields(LayerCost)]
+        for i, entry in enumerate(layers):
+            if not isinstance(entry, dict) or sorted(entry) != sorted(expected):
+                raise PipelineError(f"Profile.from_json: layer {i} is {entry!r}; a layer "
+                                    f"gives exactly {', '.join(expected)}")
+        return cls([LayerCost(**entry) for entry in layers])
 
     def save(self, path: "str | Path") -> Path:
         """Write the profile; the suffix picks the form: ``.json`` or ``.txt`` (PipeDream)."""
@@ -118,6 +140,23 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"<Profile of {len(self)} layers, {sum(self.compute_times()) * 1e3:.3f} ms>"
+
+
+# The fields of a layer line of PipeDream's text form, in the order LayerCost takes them.
+_TEXT_FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size",
+                "parameter_size")
+
+
+def _text_number(value: str, name: str, where: str) -> float:
+    """A field's value: a number >= 0 (milliseconds or bytes); a list ``[a; b]`` of
+    activation sizes is summed."""
+    try:
+        number = sum(float(v) for v in value.strip("[]").split(";"))
+    except ValueError:  # (float()'s message named neither the line nor the field)
+        number = float("nan")
+    if not 0 <= number < float("inf"):
+        raise PipelineError(f"{where}: {name}={value} is not a number >= 0")
+    return number
 
 
 def _check_sequential(model: Any, who: str) -> Sequential:
