@@ -159,3 +159,29 @@ def test_only_the_ops_errors_are_retold():
     with pytest.raises(NotImplementedError) as error:
         mg.vmap(lambda x: bind(mine_op, x))(mg.tensor(np.ones((2, 3))))
     assert error.value is refusal
+
+
+def test_a_checkpointed_f_that_fails_runs_once_and_its_error_is_its_own():
+    """A kernel error inside a checkpointed f under vmap ran f five times (the shape rule
+    and the example-by-example run each ran it again: its prints and counters five
+    times), and f's own exception came back as its own cause, prefixed by the batched
+    call. Oracle: the plain call, which runs f once."""
+    runs = []
+
+    class Mine(Exception):
+        pass
+
+    def g(x):
+        runs.append(1)
+        return mg.max(x, axis=0)
+
+    with pytest.raises(ValueError, match="zero-size"):
+        mg.vmap(mg.checkpoint(g))(mg.tensor(np.ones((3, 0))))
+    assert len(runs) == 1
+
+    def h(x):
+        raise Mine("mine")
+
+    with pytest.raises(Mine) as caught:
+        mg.checkpoint(h)(mg.tensor([1.0]))
+    assert str(caught.value) == "mine" and caught.value.__cause__ is not caught.value

@@ -146,6 +146,8 @@ def _example_error(prim: Primitive, dims: list, values: list,
     power, the max of no element) or on the devices: the op then runs on the examples
     one at a time, as f would without vmap, and the first that fails gives its own
     error (its type, its message, its cause), told where it comes from."""
+    if prim.runs_user_code:  # (checkpoint's f: its rule ran f under vmap, whose own ops
+        return None          # told their errors per example; f must not run again)
     size = size_of(dims, values)
     examples = [example(v, d) if d is not None else v for v, d in zip(values, dims)]
     shown = [f"shape {a.shape} {a.dtype}" if hasattr(a, "shape") else repr(a)

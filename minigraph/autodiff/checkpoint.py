@@ -761,7 +761,7 @@ def _write(prim: Any, args: list[str], params: dict, literal: Callable[[Any], st
 CHECKPOINT = primitive(
     "checkpoint", _impl, _shape, jvp=Each(_jvp_rule), vjp=Each(_vjp_rule), batch=_batch,
     cost="expensive", view=True,  # (f may return an argument, or a view of one)
-    write=_write)
+    write=_write, runs_user_code=True)
 
 
 class _Weakly:

@@ -43,7 +43,7 @@ import itertools
 import math
 import threading
 import weakref
-from typing import AbstractSet, Any, Callable, Iterable, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, NoReturn, Sequence
 
 import numpy as np
 
@@ -204,7 +204,7 @@ def apply_one(prim: Primitive, x: Any, params: dict) -> Tensor:
         except MinigraphError:
             raise
         except Exception as exc:
-            raise _kernel_error(prim, (x,), params, exc) from exc
+            _raise_kernel_error(prim, (x,), params, exc)
         # (the flag's slot, read as the tensor's own interpreter: the public property
         # checks writes, and a call to read it would cost every eager op)
         if x._requires_grad and prim.differentiable and (not _blocks_off or _mode.enabled):
@@ -230,7 +230,7 @@ def apply_two(prim: Primitive, x: Any, y: Any) -> Tensor:
     except MinigraphError:
         raise
     except Exception as exc:
-        raise _kernel_error(prim, (x, y), {}, exc) from exc
+        _raise_kernel_error(prim, (x, y), {}, exc)
     if ((tx is Tensor and x._requires_grad) or (ty is Tensor and y._requires_grad)) \
             and prim.differentiable and (not _blocks_off or _mode.enabled):
         return Tensor(data, device, True, (prim, NO_PARAMS, next(_sequence), x, y))
@@ -272,7 +272,7 @@ def _apply_general(prim: Primitive, args: tuple, params: dict) -> Tensor:
     except MinigraphError:
         raise
     except Exception as exc:
-        raise _kernel_error(prim, args, params, exc) from exc
+        _raise_kernel_error(prim, args, params, exc)
     if prim is _TO_DEVICE:  # the one primitive whose result lives on another device
         device = params["device"]
     if track and prim.differentiable and (not _blocks_off or _mode.enabled):
@@ -330,7 +330,24 @@ def _device_error(prim: Primitive, args: tuple) -> DeviceError:
         f"x.to('{names[0]}')")
 
 
+def _raise_kernel_error(prim: Primitive, args: tuple, params: dict,
+                        exc: Exception) -> NoReturn:
+    """Raise what :func:`_kernel_error` makes of ``exc``, from it; ``exc`` itself as it
+    came where that is it (it was raised as its own cause)."""
+    error = _kernel_error(prim, args, params, exc)
+    if error is exc:
+        raise exc
+    raise error from exc
+
+
 def _kernel_error(prim: Primitive, args: tuple, params: dict, exc: Exception) -> Exception:
+    """The error to raise for ``exc``, which the kernel of ``prim`` raised on ``args``:
+    one that names the op and the shapes, of the shape rule's type where it finds the
+    fault. An op that runs the user's code (checkpoint's f) passes on what it raised as
+    it is: f's own error, or one its ops already told, and its shape rule would run f
+    again."""
+    if prim.runs_user_code:
+        return exc
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items() if k not in ("device", "source"))
     where = f"{prim.name}({_describe(args)}{', ' + shown if shown else ''})"
     try:  # the shape rule explains a mismatch better than the kernel's message
@@ -450,7 +467,7 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         if refused_read_only(exc):  # (an array reads.py made read-only while f runs)
             raise ReadOnlyWrite(_kernel_error(prim, (x, other), {}, exc),
                                 array=x.data) from exc
-        raise _kernel_error(prim, (x, other), {}, exc) from exc
+        _raise_kernel_error(prim, (x, other), {}, exc)
     _stamp(x)
     return x
 

@@ -117,7 +117,7 @@ class Primitive:
     __slots__ = ("name", "impl", "impl_with", "shape", "jvp", "vjp", "cost", "out",
                  "in_place", "view", "batch", "differentiable", "symbol", "public",
                  "positional", "write", "flops", "transfer", "returns_view", "neutral",
-                 "promoted")
+                 "promoted", "runs_user_code")
 
     def __init__(self, name: str, impl: Callable[..., Any], shape: Callable[..., tuple],
                  jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
@@ -129,8 +129,11 @@ class Primitive:
                  impl_with: Callable[[Any, Any, dict], Any] | None = None,
                  returns_view: Callable[[tuple, dict], bool] | None = None,
                  neutral: tuple[float, tuple[int, ...]] | None = None,
-                 promoted: tuple[int, ...] | None = None):
+                 promoted: tuple[int, ...] | None = None, runs_user_code: bool = False):
         self.name = name
+        # the kernel runs a function of the user's (checkpoint's f): running it again to
+        # explain an error would run f's side effects again, and its errors are f's own
+        self.runs_user_code = runs_user_code
         # the arguments whose dtypes make the result's (None: all): where's condition
         # does not, so a Python float beside it takes the dtype of the values only
         self.promoted = promoted
@@ -239,7 +242,7 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               batch: Rule | None = None, **written: Any) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
     optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``,
-    ``impl_with``, ``returns_view``, ``neutral``, ``promoted``."""
+    ``impl_with``, ``returns_view``, ``neutral``, ``promoted``, ``runs_user_code``."""
     if name in PRIMITIVES:
         raise ValueError(f"primitive {name!r} is defined twice")
     if cost not in ("free", "cheap", "expensive"):
