@@ -22,10 +22,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..codegen import literal
+from ..errors import DTypeError
 from ..ops.operators import ArrayOps
 from ..ops.primitive import ATOM, PRECEDENCE, UNARY, Primitive, bind, register_kind
 from ..tensor import Tensor, tensor
 from . import tape
+from .argnums import refuse_integers
 from .backward import reverse_sweep
 from .forward import push_tangents
 
@@ -62,7 +64,7 @@ def _text(a: Any, prec: int, strict: bool = False) -> str:
     """An argument's text, in parentheses if it binds more loosely than needed (a
     negative number too, as an operand: ``(-2) ** x``, since ``-2 ** x`` is -4)."""
     if not isinstance(a, Sym):
-        text = _number(a)
+        text = _number(a, exact=True)
         return f"({text})" if prec > 0 and text.startswith("-") else text
     weaker = a.prec < prec or (strict and a.prec == prec)
     return f"({a.expr})" if weaker else a.expr
@@ -95,13 +97,16 @@ def _named(o: Any) -> str:
     values, as a list, shortened if long (``index=[0, 0, 1]``): its type's name would
     print two different indices, with different derivatives, as the same formula."""
     if isinstance(o, (np.ndarray, np.generic)):
-        text = np.array2string(np.asarray(o), separator=", ", threshold=10, edgeitems=3)
+        text = _exact_array(np.asarray(o), separator=", ", threshold=10, edgeitems=3)
         return " ".join(text.split())  # (on one line: a 2-D array prints one row a line)
     return getattr(o, "__name__", None) or getattr(o, "name", None) or type(o).__name__
 
 
-def _number(v: Any) -> str:
-    """A value as the textbook would print it: 6, 0.9093, [1. 2.]."""
+def _number(v: Any, exact: bool = False) -> str:
+    """A value as the textbook would print it: 6, 0.9093, [1. 2.]. ``exact``: a
+    constant in a formula, with every digit that reads it back (``x - 1.0000004``: a
+    formula must compute the value printed after it, and ``x - 1`` does not); else a
+    value after ``=``, with 6 significant digits (4 in an array)."""
     if isinstance(v, Sym):
         v = v.value
     arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
@@ -109,8 +114,22 @@ def _number(v: Any) -> str:
         x = arr.item()
         if float(x).is_integer():  # (-0.0 as -0: y / -0.0 is -inf, y / 0 is inf)
             return "-0" if x == 0 and math.copysign(1.0, x) < 0 else str(int(x))
-        return f"{x:.6g}"
+        return repr(x) if exact else f"{x:.6g}"  # (a Python float's repr reads back)
+    if exact:
+        return _exact_array(arr)
     return np.array2string(arr, precision=4)
+
+
+def _exact_array(arr: np.ndarray, **options: Any) -> str:
+    """``arr`` with every digit that reads each element back (floatmode="unique"),
+    whatever ``np.set_printoptions`` says; ``options`` go to ``np.array2string``.
+
+    A float32 array is written as the float64 numbers it holds, as a scalar is
+    (``repr``): its own shortest digits read back only in float32 (float32 0.1 is
+    0.10000000149011612, and that is what a float64 computation with it reads)."""
+    if arr.dtype.kind == "f":
+        arr = arr.astype(np.float64)
+    return np.array2string(arr, floatmode="unique", suppress_small=False, **options)
 
 
 def _names(n: int, taken: set[str]) -> list[str]:
@@ -127,7 +146,7 @@ def _names(n: int, taken: set[str]) -> list[str]:
 
 def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     """Run ``f`` on tracked tensors; return the inputs, the tape in order and the names."""
-    xs = {name: tensor(v, requires_grad=True) for name, v in inputs.items()}
+    xs = {name: _input(name, k, v) for k, (name, v) in enumerate(inputs.items())}
     for name, x in xs.items():  # (a vector's "dx = 1" would be a direction, not d/dx)
         if x.shape != ():
             raise ValueError(f"explain: prints the textbook's traces of numbers; input "
@@ -151,6 +170,17 @@ def _trace(f: Callable[..., Any], inputs: dict[str, Any]):
     return xs, recorded, names
 
 
+def _input(name: str, position: int, value: Any) -> Tensor:
+    """The input ``name`` (f's argument ``position``) as a tensor to differentiate, or
+    mg.grad's refusal of an integer (``x=2``: pass 2.0), which names the input."""
+    x = tensor(value)
+    try:
+        refuse_integers(x.dtype, position, "explain")
+    except DTypeError as exc:
+        raise DTypeError(f"{exc} (the input {name} = {value!r})") from None
+    return x.requires_grad_()
+
+
 def _refuse_derived_names(xs: dict[str, Tensor], names: set[str]) -> None:
     """Refuse an input whose name is one the traces give to a tangent (``d`` + a name)
     or an adjoint (``g`` + a name): with inputs x and dx, ``dx`` would stand for both the
@@ -169,7 +199,7 @@ def _symbol(a: Any, names: dict[int, str]) -> Any:
     constant, a value computed under no_grad) as its number: ``a = x * 2``."""
     if not isinstance(a, Tensor):
         return a
-    return Sym(names[id(a)] if id(a) in names else _number(a), a.detach())
+    return Sym(names[id(a)] if id(a) in names else _number(a, exact=True), a.detach())
 
 
 def _sym_args(args: tuple, names: dict[int, str]) -> list[Any]:
@@ -179,7 +209,8 @@ def _sym_args(args: tuple, names: dict[int, str]) -> list[Any]:
 def evaluation_trace(f: Callable[..., Any], label: str = "a", **inputs: Any) -> list[str]:
     """The lines ``(a.k) name = expression = value`` of the forward evaluation."""
     xs, recorded, names = _trace(f, inputs)
-    lines = [f"{n} = {_number(x)}" for n, x in xs.items()]
+    # (an input as exactly as a constant: the formulas below start from it)
+    lines = [f"{n} = {_number(x, exact=True)}" for n, x in xs.items()]
     for t in recorded:
         prim, params, _, *args = t._entry
         expr = _make(prim, tuple(_sym_args(args, names)), params, t).expr

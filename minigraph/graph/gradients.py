@@ -225,19 +225,27 @@ def _sweep_order(ys: list[Node], relevant: dict[int, Node],
 
 def _scope_name(graph: Graph) -> str:
     """``gradients`` for the first pass, ``gradients_1``, ``gradients_2`` ... after it (as
-    in TensorFlow), so the nodes of each pass can be told apart. (The scopes taken are
-    kept per graph and brought up to date with the nodes added since: a scan of every
-    node per pass made m passes over a growing graph time m^2.)"""
-    seen, taken, k = _SCOPES.get(graph, (0, set(), 1))
-    taken.update(n.name.split("/", 1)[0] for n in graph.nodes[seen:] if "/" in n.name)
+    in TensorFlow), so the nodes of each pass can be told apart; inside a name scope
+    (``model``) the numbers count that scope's passes: ``model/gradients``, then
+    ``model/gradients_1``. (The scopes taken, every scope path of every node's name, are
+    kept per graph and brought up to date with the nodes added since, and so is the
+    next number per enclosing scope: a scan of every node per pass made m passes over a
+    growing graph time m^2.)"""
+    seen, taken, next_k = _SCOPES.get(graph, (0, set(), {}))
+    for n in graph.nodes[seen:]:
+        scopes = n.name.split("/")[:-1]  # model/gradients/mul: model, model/gradients
+        taken.update("/".join(scopes[:i]) for i in range(1, len(scopes) + 1))
+    prefix = graph._prefix  # the enclosing name scope: "model/" (or "" at the top)
+    k = next_k.get(prefix, 1)
     name = "gradients" if k == 1 else f"gradients_{k - 1}"
-    while name in taken:
+    while prefix + name in taken:
         name, k = f"gradients_{k}", k + 1
-    _SCOPES[graph] = (len(graph.nodes), taken, k)
+    next_k[prefix] = k
+    _SCOPES[graph] = (len(graph.nodes), taken, next_k)
     return name
 
 
-_SCOPES: "weakref.WeakKeyDictionary[Graph, tuple[int, set[str], int]]" = \
+_SCOPES: "weakref.WeakKeyDictionary[Graph, tuple[int, set[str], dict[str, int]]]" = \
     weakref.WeakKeyDictionary()
 
 

@@ -15,8 +15,9 @@ The optimisations of SINGA's computational graph, made observable:
   its memory from the buffered operations the same way).
 
 Values that are views of other values (a reshape, a transpose, ``identity``) share their
-base's buffer: a buffer is freed when the last value that uses it dies. Feeds,
-constants and variables are not the run's to free and are not counted.
+base's buffer, and so does a value handed on as it is (``stop_gradient``, an ``Assign``,
+a ``Send``, of a NumPy scalar too): a buffer is freed when the last value that uses it
+dies. Feeds, constants and variables are not the run's to free and are not counted.
 
 Per run, per device, it records: the peak of bytes held (live values plus pooled free
 buffers, the memory the runtime really holds), the *liveness lower bound* (the peak of
@@ -108,7 +109,7 @@ class Memory:
         self.writable = counts.writable      # ids of the nodes that can use a pooled buffer
         self.reads = counts.reads            # node id -> its counted inputs
         self.fetched = {id(f) for f in fetches}
-        self.external = {id(root(a)) for a in external}
+        self.external = {id(root(a)): root(a) for a in external}  # buffer id -> the array
         self.value_storage: dict[int, int] = {}   # node id -> id of its buffer
         self.storage: dict[int, list] = {}        # buffer id -> [array, users, device]
         self.pool: dict[tuple, list[Any]] = {}
@@ -147,11 +148,7 @@ class Memory:
     def produced(self, node: Node, value: Any, reused: bool) -> None:
         """``node`` has computed ``value`` (into a pooled buffer if ``reused``)."""
         base = root(value)
-        # A NumPy scalar shares no memory, but NumPy hands out one np.True_ and one
-        # np.False_: two comparisons' results are one object, which its id would take
-        # for a view of the first. Such a value is keyed by its node (~id: negative,
-        # never an array's id).
-        key = id(base) if not isinstance(base, np.generic) else ~id(node)
+        key = id(base) if not isinstance(base, np.generic) else self._scalar_key(node, base)
         self.value_storage[id(node)] = key
         if key in self.external:
             return
@@ -170,6 +167,29 @@ class Memory:
         self.total[dev] += size
         if self.keep_curve:
             self._curve(dev)
+
+    def _scalar_key(self, node: Node, scalar: np.generic) -> int:
+        """The key of the buffer that holds a NumPy scalar, the value of ``node``.
+
+        A scalar is the same buffer as another value only when it is that value handed
+        on: the same object as the value of one of the node's inputs (``stop_gradient``,
+        an ``Assign`` or a ``Send`` of a 0-d result), keyed as that input's, so that its
+        bytes are counted once, as the plan counts them. Its id alone would not do:
+        NumPy hands out one np.True_ and one np.False_, so two comparisons' results are
+        one object, which would be counted once. Any other scalar is new, keyed by its
+        node (~id: negative, never an array's id)."""
+        if node.op in ("Const", "Variable"):
+            return id(scalar)  # (the graph's own value: external)
+        for i in node.inputs:
+            key = self.value_storage.get(id(i))
+            if key is not None and self._held(key) is scalar:
+                return key
+        return ~id(node)
+
+    def _held(self, key: int) -> Any:
+        """The array (or scalar) the run holds under ``key``, or an external one."""
+        entry = self.storage.get(key)
+        return entry[0] if entry is not None else self.external.get(key)
 
     def consumed(self, node: Node) -> list[Node]:
         """``node`` has run: its inputs have one reader fewer. Returns the nodes whose
@@ -359,14 +379,18 @@ class MemoryPlan:
         if id(node) in model.writable:
             model.buffer_for(node)
         real = {slot: b for slot, b in enumerate(buffers) if b is not None}
+        keys: dict[int, int] = {}  # the model's key of a buffer -> the run's (_scalar_key)
         for key, at in model.value_storage.items():
             entry = model.storage.get(at)
             if entry is not None:
-                real[entry[0].slot] = root(values[key])
-        memory.storage = {id(real[b.slot]): [real[b.slot], users, dev, size]
-                          for b, users, dev, size in model.storage.values()}
-        memory.value_storage = {key: id(real[model.storage[at][0].slot])
-                                if at in model.storage else at
+                array = real[entry[0].slot] = root(values[key])
+                # (a NumPy scalar by a node that holds it: two np.True_ are two buffers)
+                keys.setdefault(at, ~key if isinstance(array, np.generic) else id(array))
+        memory.storage = {keys[at]: [real[b.slot], users, dev, size]
+                          for at, (b, users, dev, size) in model.storage.items()}
+        # (an external value by its own id, as produced() keys it, not by the model's one
+        # stand-in for them all: a scalar handed on is looked up by it, _scalar_key)
+        memory.value_storage = {key: keys[at] if at in keys else id(root(values[key]))
                                 for key, at in model.value_storage.items()}
         memory.pool = {k: [real[b.slot] for b in free] for k, free in model.pool.items()}
         memory.readers, memory.demand = model.readers, model.demand

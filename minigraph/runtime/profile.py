@@ -34,7 +34,10 @@ or chrome://tracing); ``gantt()`` draws the threads as rows with matplotlib.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import uuid
 from typing import Any
 
 from ..errors import MinigraphError
@@ -80,9 +83,10 @@ class RunStats:
     @staticmethod
     def _untraced(what: str) -> str:
         return (f"last_run.{what}: this run was not traced, so it recorded no timings; "
-                f"create the session with mg.Session(graph, trace=True) (tracing reads the "
-                f"clock twice per node). The order, peak_bytes, lower_bound, total_bytes "
-                f"and bytes_moved are kept for every run")
+                f"create the session with mg.Session(graph, trace=True), or set "
+                f"sess.trace = True before the run (tracing reads the clock twice per "
+                f"node). The order, peak_bytes, lower_bound, total_bytes and bytes_moved "
+                f"are kept for every run")
 
     @classmethod
     def merge(cls, runs: list) -> "RunStats":
@@ -162,9 +166,20 @@ class RunStats:
         return events + flows
 
     def to_chrome_trace(self, path: str) -> str:
-        """Write ``chrome_trace()`` as JSON to ``path``; returns the path."""
-        with open(path, "w") as f:
-            json.dump(self.chrome_trace(), f)
+        """Write ``chrome_trace()`` as JSON to ``path``; returns the path. A call that
+        fails leaves an existing file as it was: the text is made first (an untraced run
+        has no trace: TraceError), then written to a new file beside ``path``, which
+        replaces it in one step (``os.replace``) only once it is complete."""
+        text = json.dumps(self.chrome_trace())
+        temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"  # (a name no one else holds)
+        try:
+            with open(temporary, "x") as f:
+                f.write(text)
+            os.replace(temporary, path)
+        except BaseException:  # (a full disk, Ctrl-C: no half-written file left behind)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
         return path
 
     def gantt(self, ax: Any = None) -> Any:

@@ -8,9 +8,10 @@
 3. run those nodes with the scheduler (``scheduler.py``): in FIFO topological order with
    ``workers=1``, on a pool of threads otherwise; each node's kernel runs on its
    device's array namespace, and memory is recycled as ``memory.py`` describes. The
-   plan (order, dependency counts, and for serial runs on one device, untraced and not
-   in debug mode, the memory: ``memory.MemoryPlan``) is made once per fetches and
-   feeds, at the first run, and reused by the runs after it;
+   plan (order, dependency counts) is made once per fetches and feeds, at the first
+   run, and reused by the runs after it; so is, for serial runs on one device, untraced
+   and not in debug mode, the memory (``memory.MemoryPlan``), once per setting of
+   ``recycle``;
 4. return the fetched values as NumPy values, in the structure of ``fetches`` (a node,
    a name, or lists, tuples (namedtuples too, as TF1) and dicts of them).
 
@@ -81,17 +82,16 @@ class Session:
     TensorFlow's ``RunOptions(trace_level=FULL_TRACE)``; the order, the peaks of
     memory and the bytes moved are always there (a run across devices is always
     traced: the order of its executors' nodes comes from the events' clock).
+
+    ``workers``, ``recycle``, ``debug`` and ``trace`` may be changed between runs
+    (``sess.trace = True``): the next run takes the new setting, as TensorFlow takes
+    its ``RunOptions`` per run, and they are checked when set as when the session is
+    made.
     """
 
     def __init__(self, graph: Graph | None = None, workers: int = 1,
                  cost_model: str = "static", recycle: bool = True, debug: bool = False,
                  trace: bool = False):
-        # (workers="2" reached the comparison below: Python's "'<' not supported")
-        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
-            raise TypeError(f"Session: workers must be an int, got {type(workers).__name__} "
-                            f"{workers!r}")
-        if workers < 1:
-            raise ValueError(f"Session: workers must be >= 1, got {workers}")
         if cost_model not in ("static", "measured"):
             raise ValueError(f"Session: cost_model is 'static' or 'measured', got {cost_model!r}")
         self.graph = check_graph(graph, "Session") if graph is not None else default_graph()
@@ -104,7 +104,7 @@ class Session:
         # FIFO plans (node lists), and Partitions under keys that start with "partition"
         self._plans: dict[tuple, Any] = {}
         self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
-        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._pools: dict[tuple[str, int], ThreadPoolExecutor] = {}  # (device, workers) ->
         self._background: ThreadPoolExecutor | None = None
         self._closed = False
         self._running = 0  # runs in flight, which close() lets finish
@@ -113,13 +113,53 @@ class Session:
         self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
         self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
         self._one_device: dict[int, bool] = {}  # id(plan) -> all its nodes on one device
-        # id(plan) -> its memory decided at plan time, or None (memory.MemoryPlan)
-        self._memory_plans: dict[int, MemoryPlan | None] = {}
+        # (id(plan), recycle) -> its memory decided before its first serial run with that
+        # setting, or None (memory.MemoryPlan)
+        self._memory_plans: dict[tuple[int, bool], MemoryPlan | None] = {}
         self._accounting = ""  # how the last run on one device counted its memory (Run)
         # guards the caches above when several threads run at once: a plan made twice
         # would leave a layout under the id of a plan that died (ids are reused)
         self._cache_lock = threading.RLock()
         self._background_thread = -1  # its thread's ident, once it ran something (close)
+
+    # -- the settings, checked whenever they are set -------------------------------------
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @workers.setter
+    def workers(self, workers: int) -> None:
+        # (workers="2" reached the comparison below: Python's "'<' not supported")
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+            raise TypeError(f"Session: workers must be an int, got {type(workers).__name__} "
+                            f"{workers!r}")
+        if workers < 1:
+            raise ValueError(f"Session: workers must be >= 1, got {workers}")
+        self._workers = int(workers)
+
+    @property
+    def recycle(self) -> bool:
+        return self._recycle
+
+    @recycle.setter
+    def recycle(self, recycle: bool) -> None:
+        self._recycle = _flag("recycle", recycle)
+
+    @property
+    def debug(self) -> bool:
+        return self._debug
+
+    @debug.setter
+    def debug(self, debug: bool) -> None:
+        self._debug = _flag("debug", debug)
+
+    @property
+    def trace(self) -> bool:
+        return self._trace
+
+    @trace.setter
+    def trace(self, trace: bool) -> None:
+        self._trace = _flag("trace", trace)
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
@@ -202,9 +242,9 @@ class Session:
         if self.workers > 1 and (layout.overlaps if self.costs is None else
                                  can_overlap(plan, self.costs.cost)):
             pool = self._pool_for(plan[0].device.name)
-        memory_plan = self._memory_plans[id(plan)]
+        memory_plan = self._memory_plan(plan, fetches, feeds, run) if pool is None else None
         try:
-            if pool is None and memory_plan is not None:
+            if memory_plan is not None:
                 run.run_planned(memory_plan)  # the serial walk, its memory decided already
             else:
                 self._execute(run, pool)
@@ -310,14 +350,16 @@ class Session:
             return self._plans[key]
 
     def _pool_for(self, device: str) -> ThreadPoolExecutor | None:
-        """Each device has its own workers, like a stream of its own."""
-        if self.workers == 1:
+        """Each device has its own workers, like a stream of its own (a pool per number
+        of workers: ``sess.workers`` may change between runs)."""
+        workers = self.workers  # (read once: another thread may set it meanwhile)
+        if workers == 1:
             return None
         with self._cache_lock:  # (two threads must not both make the device's pool)
-            if device not in self._pools:
-                self._pools[device] = ThreadPoolExecutor(
-                    self.workers, thread_name_prefix=f"minigraph-{device}")
-            return self._pools[device]
+            if (device, workers) not in self._pools:
+                self._pools[device, workers] = ThreadPoolExecutor(
+                    workers, thread_name_prefix=f"minigraph-{device}")
+            return self._pools[device, workers]
 
     def run_async(self, fetches: Any, feed_dict: dict | None = None) -> Future:
         """Start ``run`` in the background; the returned future's ``result()`` waits.
@@ -422,9 +464,10 @@ class Session:
         """The nodes to run, in FIFO order, cached with their dependency counts (the
         plan stays in the cache, so its id keys its layout).
 
-        A plan is cached only once everything made for it (layout, memory plan) has
-        been made: a plan cached before a step that then failed would have no entry in
-        the other caches, and every later run of the same fetches would fail there."""
+        A plan is cached only once everything made for it (its layout, whether it is
+        stateful, whether it is on one device) has been made: a plan cached before a
+        step that then failed would have no entry in the other caches, and every later
+        run of the same fetches would fail there."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
             if key not in self._plans:
@@ -437,26 +480,41 @@ class Session:
                 stateful = any(n.op in ("Variable", "Assign") for n in plan)
                 if stateful:  # (before the plan is kept: every run of it is refused)
                     refuse_reads_after_assigns(plan)
-                layout = Layout(plan, set(feeds))
-                one_device = len({n.device.name for n in plan}) == 1
-                memory_plan = self._plan_memory(plan, fetches, set(feeds), layout, one_device)
-                self._layouts[id(plan)] = layout
+                self._layouts[id(plan)] = Layout(plan, set(feeds))
                 self._stateful[id(plan)] = stateful
-                self._one_device[id(plan)] = one_device
-                self._memory_plans[id(plan)] = memory_plan
+                self._one_device[id(plan)] = len({n.device.name for n in plan}) == 1
                 self._plans[key] = plan
             return self._plans[key]
 
-    def _plan_memory(self, plan: list[Node], fetches: list[Node], fed: set[int],
-                     layout: Layout, one_device: bool) -> MemoryPlan | None:
-        """The plan's memory, decided now for its serial runs (``memory.MemoryPlan``), or
-        None where runs keep the dynamic accounting: a traced run (its memory curve
-        needs the clock of each change), a debug run (it poisons what it frees), a
-        measured cost model (it times every node), a plan across devices (it runs
-        partitioned), or a plan the model cannot know in advance (``plan_memory``)."""
-        if self.trace or self.debug or self.costs is not None or not one_device:
+    def _memory_plan(self, plan: list[Node], fetches: list[Node], feeds: dict[int, Any],
+                     run: Run) -> MemoryPlan | None:
+        """The memory of a serial ``run`` of ``plan`` on one device, decided before the
+        first such run and kept (``memory.MemoryPlan``), or None where the run keeps the
+        dynamic accounting: a traced run (its memory curve needs the clock of each
+        change), a debug run (it poisons what it frees), a measured cost model (it times
+        every node), or a plan the model cannot know in advance (``plan_memory``).
+
+        Decided by the settings ``run`` was made with (``_new_run`` read them once), not
+        by the session's now: they may change between runs, and a plan made for
+        ``trace=False`` would leave a traced run without events."""
+        if run.trace or run.memory.poison or self.costs is not None:
             return None
-        return plan_memory(plan, fetches, fed, self.recycle, layout.counts)
+        key = (id(plan), run.memory.recycle)  # (what the model depends on, with the plan)
+        with self._cache_lock:
+            if key not in self._memory_plans:
+                self._memory_plans[key] = plan_memory(plan, fetches, set(feeds),
+                                                      run.memory.recycle,
+                                                      self._layouts[id(plan)].counts)
+            return self._memory_plans[key]
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A setting that is on or off, refused unless a bool: Python's truthiness would take
+    trace="no" for yes, and debug="off" would poison."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"Session: {name} must be True or False, got "
+                        f"{type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def _check_feed_dict(who: str, feed_dict: Any) -> None:

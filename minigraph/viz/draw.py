@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..graph.graph import Graph, Node
-from .dot import SHAPES, is_gradient as _is_gradient
+from .dot import GRADIENT_SCOPE, SHAPES, is_gradient as _is_gradient
 
 
 def layout(nodes: list[Node]) -> dict[int, tuple[float, float]]:
@@ -37,9 +37,14 @@ COLORS = {"input or constant": "lightgrey", "forward": "lightblue",
 
 
 def _kind(node: Node) -> str:
+    """Which colour's kind ``node`` is. A gradient node's pass is its innermost
+    gradients scope, which may be inside the user's own scopes: model/gradients/mul is
+    of the first pass, model/gradients_1/mul of the second."""
     if _is_gradient(node):
-        first = node.name.split("/", 1)[0]
-        return "reverse graph (gradients/)" if first == "gradients" else "second pass (gradients_1/, ...)"
+        scope = next(s for s in reversed(node.name.split("/")[:-1])
+                     if GRADIENT_SCOPE.fullmatch(s + "/"))
+        return "reverse graph (gradients/)" if scope == "gradients" else \
+            "second pass (gradients_1/, ...)"
     return "input or constant" if node.op in SHAPES else "forward"
 
 
