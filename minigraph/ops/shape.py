@@ -363,6 +363,9 @@ def same_device(who: str, values: "list[Any] | tuple[Any, ...]") -> None:
     its first step: the check of the eager interpreter would name an inner primitive
     (concatenate) and shapes the user never wrote (a vector made a matrix). Mixing
     devices is an error, never a silent copy."""
+    devices = {id(d) for v in values if (d := getattr(v, "device", None)) is not None}
+    if len(devices) < 2:
+        return  # (the common case, without the import below)
     from ..tensor import Tensor  # (tensor.py imports the ops)
 
     tensors = [v for v in values if isinstance(v, Tensor)]
