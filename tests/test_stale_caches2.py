@@ -219,3 +219,34 @@ def test_hessian_numpy_integer_argnums_is_an_int(mode):
         torch.tensor(x), torch.tensor(y))
     assert isinstance(got, mg.Tensor)
     np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+TABLE = np.empty(1, dtype=object)
+
+
+def _reads_the_table(x):
+    return (x * TABLE[0]).sum()
+
+
+@pytest.mark.parametrize("mode", ["graph", "source"])
+def test_a_tensor_in_an_object_array_bound_anew_gives_a_new_program(mode):
+    """A NumPy array of objects (a table of tensors) was compared by its values: the
+    stale check compared the tensors elementwise and died in NumPy's "ambiguous truth
+    value". Its items are watched as a list's. Closed form: d/dx sum(x * w) = w."""
+    TABLE[0] = mg.tensor([1.0, 1.0])
+    g = mg.grad(_reads_the_table, mode=mode)
+    x = mg.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(g(x).numpy(), [1.0, 1.0])
+    TABLE[0] = mg.tensor([3.0, 3.0])
+    np.testing.assert_array_equal(g(x).numpy(), [3.0, 3.0])
+
+
+def test_a_tensor_in_an_object_array_written_before_backward_is_refused():
+    """A checkpoint's recomputation read the new values of a tensor held in an object
+    array (gradient [5, 5] for the forward pass's [1, 1]), where one in a list is refused."""
+    TABLE[0] = mg.tensor([1.0, 1.0])
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    y = mg.checkpoint(_reads_the_table)(x)
+    TABLE[0].data[...] = 5.0
+    with pytest.raises(CheckpointError, match="changed in place since the forward pass"):
+        y.backward()

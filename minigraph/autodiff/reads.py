@@ -164,8 +164,8 @@ def outside_reads(f: Any, depth: int | None = None,
         given_whole = {id(v) for _, _, v in passed}
         methods = []  # (the user's methods that the code may call on an object read)
         for label, obj in labelled:  # (the list grows as items and attributes are found)
-            if id(obj) in inside or type(obj) in _ATOMS or type(obj) is tuple and all(
-                    type(item) in _CONSTANTS for item in obj):
+            if id(obj) in inside or type(obj) in _ATOMS and not is_container(obj) or \
+                    type(obj) is tuple and all(type(item) in _CONSTANTS for item in obj):
                 continue  # (a tuple of numbers cannot change: its container's items see it)
             if len(inside) == _MOST_INSIDE:
                 raise _too_large(fn, label)
@@ -173,7 +173,8 @@ def outside_reads(f: Any, depth: int | None = None,
             if is_container(obj):  # (a tuple's items cannot be bound anew, but an array
                 # among them can be written: its items are watched too)
                 reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
-                pairs = obj.items() if isinstance(obj, abc.Mapping) else enumerate(obj)
+                pairs = obj.items() if isinstance(obj, abc.Mapping) else \
+                    enumerate(obj.flat if type(obj) is np.ndarray else obj)
                 labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
             named = _attributes(obj, None if every_attribute or id(obj) in given_whole
@@ -326,8 +327,11 @@ def is_container(obj: Any) -> bool:
     stored, and the standard library's UserDict, UserList and ChainMap themselves. Not
     any other mapping or sequence: a user's may compute its items on demand (a lazy
     table, a dataset that loads or raises for an item, ``range(10**9)``), and copying
-    them all on every call would run that code (it ran 14,000 loads, or raised)."""
-    return isinstance(obj, _CONTAINERS) or type(obj) in _STORED
+    them all on every call would run that code (it ran 14,000 loads, or raised). A NumPy
+    array of objects is one too (a table of tensors: its items are objects, which a
+    comparison of its values would compare elementwise)."""
+    return isinstance(obj, _CONTAINERS) or type(obj) in _STORED or \
+        (type(obj) is np.ndarray and obj.dtype.kind == "O")
 _CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
 _ATOMS = _CONSTANTS | {Tensor, np.ndarray}
 
@@ -408,6 +412,8 @@ def _snapshot(container: Any) -> tuple:
     """A dict's keys and values, or another container's items (with None for its keys)."""
     if isinstance(container, abc.Mapping):
         return tuple(container), tuple(container.values())
+    if type(container) is np.ndarray:  # (an array of objects: its items, not its rows)
+        return None, tuple(container.flat)
     return None, tuple(container)
 
 
@@ -666,6 +672,9 @@ def differs(a: Any, was: Any) -> bool:
     """Whether array ``a`` holds other values than its copy ``was``: NaN equals NaN,
     and -0.0 is not 0.0 (1 / x tells them apart), so NumPy's floats compare by bits."""
     if type(a) is np.ndarray:  # (one pass, without the temporaries below)
+        if a.dtype.kind == "O":  # (objects, tensors say: the very same ones, as a list's
+            return a.shape != was.shape or \
+                any(x is not y for x, y in zip(a.flat, was.flat))  # items: is_container)
         unit = _WORDS.get(a.dtype.itemsize)  # (by bits, as integers of the same size)
         if unit is not None and a.dtype == was.dtype and a.shape == was.shape and \
                 a.dtype.kind in "fciub":
