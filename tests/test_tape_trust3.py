@@ -193,3 +193,32 @@ def test_forward_modes_errors_name_the_function_called(returned, call, who):
     return a tensor", naming a function the user did not call."""
     with pytest.raises(TypeError, match=rf"^{who}: f must return a tensor, got"):
         call(returned)
+
+
+def test_a_second_derivative_through_an_op_recorded_before_the_switch_is_kept():
+    """backward(create_graph=True) through b = x * w * w, recorded before
+    w.requires_grad_(), held w as a constant in the gradient's record, so the second
+    derivative with respect to w lost b's terms ([2.98, -1.04] for [21.52, -0.19]).
+    PyTorch's saved tensor is w itself. Oracle: torch, and central differences of the
+    closed form L(w) = sum((w cos(xw) x + sin(xw) + w^2)^2)."""
+    torch = pytest.importorskip("torch")
+    X, W = [0.3, 0.7], [1.5, -0.5]
+
+    def second(lib, tensor):
+        x, w = tensor(X, requires_grad=True), tensor(W)
+        b = x * w * w
+        w.requires_grad_(True)
+        a = lib.sin(x * w) * x
+        (a + b).sum().backward(create_graph=True)
+        gx = x.grad
+        x.grad = w.grad = None
+        (gx * gx).sum().backward()
+        return np.array(w.grad.tolist())
+
+    got = second(mg, mg.tensor)
+    want = second(torch, lambda v, **k: torch.tensor(v, dtype=torch.float64, **k))
+    x, w, h = np.array(X), np.array(W), 1e-6
+    L = lambda w: np.sum((w * np.cos(x * w) * x + np.sin(x * w) + w * w) ** 2)  # noqa: E731
+    fd = np.array([(L(w + h * e) - L(w - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got, fd, rtol=1e-6)

@@ -664,13 +664,14 @@ def _viewed(t: Tensor) -> str | None:
 
 # -- the reverse sweep ----------------------------------------------------------------------------
 
-def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
+def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int], create_graph: bool = False
              ) -> tuple[list[Entry], list[Tensor]]:
     """The tape behind ``outputs`` as the sweep's entries, ``(primitive, params, tensor,
     arguments)`` in evaluation order, and the leaves reached.
 
     A tensor in ``stop`` is treated as a leaf even if it was computed: ``grad`` asks for
-    the derivative with respect to it, not beyond it.
+    the derivative with respect to it, not beyond it. ``create_graph``: the sweep records
+    its own work (see :func:`_as_recorded`).
     """
     seen: set[int] = set()
     found: list[tuple[int, Tensor, tuple]] = []  # (sequence number, tensor, its entry)
@@ -693,7 +694,11 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int]
                 f"gone). Pass retain_graph=True to the first backward() to go through it "
                 f"again; the gradients then add up in .grad")
         if entry[2] < _last_switch:  # (rare: a leaf's flag switched since: see switched)
-            entry = _as_recorded(entry)
+            recorded = _as_recorded(entry, create_graph)
+            found.append((entry[2], t, recorded))
+            stack += [a for a, now in zip(entry[3:], recorded[3:])  # (not what stands in
+                      if a is now and type(a) is Tensor and a._requires_grad]  # for one)
+            continue
         found.append((entry[2], t, entry))
         for a in entry[3:]:
             if type(a) is Tensor and a._requires_grad:
@@ -732,14 +737,27 @@ def switched(history: tuple[int, ...]) -> tuple[int, ...]:
     return (horizon, *stamps)
 
 
-def _as_recorded(entry: tuple) -> tuple:
+def _as_recorded(entry: tuple, create_graph: bool = False) -> tuple:
     """``entry`` as it was recorded: each argument that requires a gradient now and did
-    not then replaced by an untracked tensor over the same data, which the sweep neither
-    follows nor gives an adjoint."""
+    not then replaced by a tensor of the same values which this sweep neither follows nor
+    gives an adjoint (:func:`_entries` does not follow it): one over the same data; with
+    ``create_graph``, one computed from the argument (``a * 1.0``, exact), so that the
+    gradient's own record reads the argument, as PyTorch's saved tensor is the argument
+    itself: a second derivative through it (``x.grad`` of ``x * w * w``, recorded before
+    ``w.requires_grad_()``, depends on w) is not lost."""
     seq = entry[2]
     return entry[:3] + tuple(
-        shared(a.data, a.device) if type(a) is Tensor and a._requires_grad
+        _standing_in(a, create_graph) if type(a) is Tensor and a._requires_grad
         and not _tracked_at(a, seq) else a for a in entry[3:])
+
+
+def _standing_in(a: Tensor, create_graph: bool) -> Tensor:
+    """What stands in for ``a`` in an entry recorded before ``a`` required a gradient
+    (:func:`_as_recorded`)."""
+    if not create_graph:
+        return shared(a.data, a.device)
+    with _SetGradMode(True):
+        return a * 1.0
 
 
 def _tracked_at(a: Tensor, seq: int) -> bool:
@@ -777,7 +795,7 @@ def sweep(outputs: list[Tensor], seeds: list[Tensor], stop: AbstractSet[int] = f
     their own work when ``create_graph`` is on.
     """
     with collector_paused():  # (reading the tape allocates as much as sweeping it)
-        entries, leaves = _entries(outputs, stop)
+        entries, leaves = _entries(outputs, stop, create_graph)
         if entries and _last_write > entries[0][2]._entry[2]:  # a write since the oldest
             _check_writes([e[2] for e in entries])
         with _SetGradMode(create_graph):
