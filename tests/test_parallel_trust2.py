@@ -249,3 +249,22 @@ def test_profile_from_json_names_the_layer_and_the_fields():
             pp.Profile.from_json(text)
     (back,) = pp.Profile.from_json(json.dumps({"layers": [{**layer, "parameter_bytes": 16}]}))
     assert back.parameter_bytes == 16
+
+
+@pytest.mark.parametrize("kind", ["max", "square of the mean"])
+def test_data_parallel_refuses_a_loss_that_is_neither_a_mean_nor_a_sum(kind):
+    """A max, or the square of a mean, reads the same on a share's rows twice over, so it
+    was taken for a mean, and the shares' weighted gradients added up to another
+    function's ([1.78, 2.39, -0.82] for torch's [1.22, 3.09, -0.38]). The shares' losses
+    alone and together tell: it is neither, and refused."""
+    mg.set_virtual_cpus(2)
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=(6, 3)), rng.normal(size=3)
+    y = rng.normal(size=6)
+
+    def loss(params, a, b):
+        d = a @ params[0] - b
+        return mg.max(d * d) if kind == "max" else mg.mean(d) ** 2
+
+    with pytest.raises(ValueError, match="neither"):
+        mg.parallel.data_parallel_grads(loss, [mg.tensor(w)], x, y, ["cpu", "cpu:1"])

@@ -343,56 +343,68 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
     no for a sum (``nn.CrossEntropyLoss(reduction="sum")`` inside), whose shares add up
     as they are. Weighting a sum by n / total divided its gradient by the number of
     devices, without a word. ``loss.reduction`` says which, if set; else the loss is
-    evaluated on a share's rows (``shares``: (params, x, y), in order) and on them twice
-    over: a mean keeps its value, a sum doubles it. Where the two readings cannot tell
-    (``_reading``: a loss of 0 on the share is both), the next share is tried, and if
-    none tells, the loss is refused: a guess divided a sum's gradient by the number of
-    devices. The verdict is not remembered: it is one batch's reading, and another batch
-    may read otherwise (a share whose loss is 0). A loss that does neither (a sum plus a
-    penalty on the weights, which every share would add once) is refused."""
+    evaluated on two shares' rows (``shares``: (params, x, y), in order), each alone and
+    both together: a mean of the two is the mean of their rows, a sum their sum. A loss
+    that is neither (a max, the square of a mean, a penalty on the weights that every
+    share would add once) is refused: the shares' gradients add up to the batch's for a
+    mean or a sum only. Where the readings cannot tell (``_reading``: losses of 0), the
+    next pair is tried, and if none tells, the loss is refused: a guess divided a sum's
+    gradient by the number of devices. The verdict is not remembered: it is one batch's
+    reading, and another batch may read otherwise. One share that holds every row is
+    weighted 1 either way."""
     from ..autodiff.tape import no_grad
 
     reduction = getattr(loss, "reduction", None)
-    readings = []  # (once, twice) of each share that told nothing
-    for params, x, y in (shares if reduction is None else ()):
-        if not x.shape[0]:
-            continue
+    shares = [share for share in shares if share[1].shape[0]]
+    if reduction is None and len(shares) < 2:
+        return True  # (n / total is 1: a mean's weight and a sum's)
+    readings = []  # (alone, alone, together) of each pair that told nothing
+    pairs = zip(shares, shares[1:]) if reduction is None else ()
+    for (params, x0, y0), (_, x1, y1) in pairs:
         with no_grad():
-            value = loss(list(params), x, y)
-            once = float(value.item())
-            twice = float(loss(list(params), SH.concatenate([x, x], axis=0),
-                               SH.concatenate([y, y], axis=0)).item())
-        reduction = _reading(once, twice, _resolution(value))
+            value = loss(list(params), x0, y0)
+            first = float(value.item())
+            second = float(loss(list(params), x1.to(x0.device), y1.to(y0.device)).item())
+            both = float(loss(list(params), SH.concatenate([x0, x1.to(x0.device)], axis=0),
+                              SH.concatenate([y0, y1.to(y0.device)], axis=0)).item())
+        reduction = _reading(first, second, both, x0.shape[0], x1.shape[0],
+                             _resolution(value))
         if reduction is not None:
             break
-        readings.append((once, twice))
+        readings.append((first, second, both))
     if reduction is None:
         raise ValueError(f"{who}: cannot tell whether the loss is a mean or a sum over the "
-                         f"batch: on each share, the loss (and on its rows twice over) was "
+                         f"batch: on pairs of shares, alone and together, it was "
                          f"{readings}, where a mean and a sum read the same; set "
                          f"loss.reduction = 'mean' or 'sum'")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"{who}: the loss's reduction is {reduction!s}; the shares' "
-                         f"losses add up to the batch's only for a mean (weighted by the "
-                         f"shares' sizes) or a sum (added as they are); set "
+                         f"gradients add up to the batch's only for a mean (weighted by the "
+                         f"shares' sizes) or a sum (added as they are) over rows; set "
                          f"loss.reduction = 'mean' or 'sum' if it is one")
     return reduction != "sum"
 
 
-def _reading(once: float, twice: float, eps: float) -> str | None:
-    """What a loss of ``once`` on some rows and ``twice`` on them twice over is: "mean"
-    (the same value), "sum" (twice the value), "neither ...", or None where it cannot
-    tell: a loss that is not finite, or 0 (so, within its dtype's resolution ``eps``, as
-    np.isclose's atol made 2e-10 a mean), is both a mean and a sum. The comparisons are
-    relative, to sqrt(eps) of the value: the rows twice over are added in another order."""
-    if not (np.isfinite(once) and np.isfinite(twice)) or abs(once) <= eps:
+def _reading(first: float, second: float, both: float, n0: int, n1: int,
+             eps: float) -> str | None:
+    """What a loss of ``first`` on n0 rows, ``second`` on n1 others and ``both`` on the
+    n0 + n1 together is: "mean" (both is their mean weighted by rows), "sum" (their sum),
+    "neither ...", or None where it cannot tell: a loss that is not finite, or 0 (so,
+    within its dtype's resolution ``eps``), or readings that fit both. The comparisons
+    are relative, to sqrt(eps) of the values: the rows are added in another order."""
+    values = (first, second, both)
+    largest = max(abs(v) for v in values)
+    if not all(np.isfinite(v) for v in values) or largest <= eps:
         return None
-    tolerance = np.sqrt(eps) * max(abs(once), abs(twice))
-    if abs(twice - once) <= tolerance:
-        return "mean"
-    if abs(twice - 2 * once) <= tolerance:
-        return "sum"
-    return f"neither: the rows twice over changed it from {once} to {twice}"
+    tolerance = np.sqrt(eps) * largest
+    mean = (n0 * first + n1 * second) / (n0 + n1)
+    is_mean, is_sum = abs(both - mean) <= tolerance, abs(both - (first + second)) <= tolerance
+    if is_mean != is_sum:
+        return "mean" if is_mean else "sum"
+    if is_mean:
+        return None
+    return (f"neither: two shares' rows read {first} and {second} alone and {both} "
+            f"together, not their mean ({mean}) nor their sum ({first + second})")
 
 
 def _resolution(value: Tensor) -> float:
