@@ -268,3 +268,43 @@ def test_data_parallel_refuses_a_loss_that_is_neither_a_mean_nor_a_sum(kind):
 
     with pytest.raises(ValueError, match="neither"):
         mg.parallel.data_parallel_grads(loss, [mg.tensor(w)], x, y, ["cpu", "cpu:1"])
+
+
+PIPE_SCALE = 1.5
+
+
+class _ScaledByConfig(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3, seed=1)
+        self.cfg = {"scale": 1.5}
+
+    def forward(self, x):
+        return self.lin(x) * self.cfg["scale"] * (PIPE_SCALE / 1.5)
+
+
+@pytest.mark.parametrize("change", ["dict item", "global"])
+def test_pipeline_rebuilds_when_a_dict_item_or_a_global_its_layers_read_changes(change):
+    """Pipeline(recompute=False) held a number read from a dict attribute or a global as
+    a constant of the graph built at the first run, and kept running it after the number
+    changed (loss 0.994 for torch's 1.031). Oracle: torch with the new number."""
+    global PIPE_SCALE
+    mg.set_virtual_cpus(2)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(6, 4)), rng.integers(0, 3, 6)
+    model = nn.Sequential(nn.Linear(4, 4, seed=0), nn.Tanh(), _ScaledByConfig())
+    pipe = mg.parallel.pipeline.Pipeline(model, nn.CrossEntropyLoss(), [[0, 1], [2]],
+                                         ["cpu", "cpu:1"], "1f1b", 2)
+    pipe.run(x, y)
+    try:
+        if change == "global":
+            PIPE_SCALE = 3.0
+        else:
+            model[2].cfg["scale"] = 3.0
+        got = pipe.run(x, y).loss
+    finally:
+        PIPE_SCALE = 1.5
+    ts = [torch.tensor(p.numpy()) for p in model.parameters()]
+    z = (torch.tanh(torch.tensor(x) @ ts[0].T + ts[1]) @ ts[2].T + ts[3]) * 3.0
+    assert got == pytest.approx(torch.nn.functional.cross_entropy(z, torch.tensor(y)).item(),
+                                rel=1e-12)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np  # host arrays: microbatch slices, fetched gradients
 
 from ...autodiff.checkpoint import checkpoint
+from ...autodiff.reads import outside_reads, rebound
 from ...autodiff.tape import no_grad
 from ...device import get_device
 from ...graph.gradients import gradients
@@ -95,8 +96,9 @@ class Pipeline:
     **What is built.** One graph per minibatch shape (built once, then re-run). Each run
     feeds it the microbatches and the parameters' current values; what else the layers
     and the loss read (a tensor kept as a plain attribute, ``self.scale``, a number, the
-    loss's ``reduction``) the graph holds as constants, so a run first compares them with
-    what the graph was built from (``_built_from``) and rebuilds it if one changed. For
+    loss's ``reduction``, a global or a dict item they read) the graph holds as
+    constants, so a run first compares them with what the graph was built from
+    (``_built_from``, ``_reads``) and rebuilds it if one changed. For
     each stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
     placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
 
@@ -155,7 +157,8 @@ class Pipeline:
         self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
         self.workers = workers
         self.recompute = recompute
-        self._plans: dict[tuple, tuple[tuple, _Plan]] = {}  # key -> (_built_from, plan)
+        # key -> (_built_from, what the forwards read then: _reads, the plan)
+        self._plans: dict[tuple, tuple[tuple, list, _Plan]] = {}
         _check_parameters(self.model)
         if recompute:
             _check_recomputable(self.model, self.stages, self.devices)
@@ -169,11 +172,14 @@ class Pipeline:
         sizes = self._sizes(xs, ys)
         key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
         state = _built_from(self)
-        if key not in self._plans or self._plans[key][0] != state:
-            # (a buffer, a number or the loss's reduction changed since the graph was
-            # built, which holds them as constants: it is rebuilt, not run stale)
-            self._plans[key] = (state, _GraphBuilder(self, sizes, xs, ys).build())
-        plan = self._plans[key][1]
+        built = self._plans.get(key)
+        if built is None or built[0] != state or rebound(built[1]) is not None:
+            # (a buffer, a number, the loss's reduction, or a name, attribute or item the
+            # forwards read changed since the graph was built, which holds them as
+            # constants: it is rebuilt, not run stale)
+            reads = _reads(self)
+            self._plans[key] = (state, reads, _GraphBuilder(self, sizes, xs, ys).build())
+        plan = self._plans[key][2]
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
         try:
             values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
@@ -255,6 +261,17 @@ def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
                             f"{s} recomputes its layers on {device.name}, where it cannot be "
                             f"read. Put it on {device.name}, make it a parameter, or use "
                             f"recompute=False")
+
+
+def _reads(pipe: Pipeline) -> list:
+    """What the loss and, without recomputation, the layers' forwards read from outside
+    their arguments (``reads.outside_reads``: globals, closure variables, the attributes
+    their code names, the items of the dicts and lists among them), as compiled programs
+    guard it: ``SCALE = 3.0``, ``cfg["scale"] = 3.0``, ``holder.scale = 3.0`` bind a
+    constant of the graph anew (``reads.rebound`` tells)."""
+    functions = [pipe.loss] + ([] if pipe.recompute else [
+        m.forward for layer in pipe.model for _, m in layer._paths()])
+    return [r for f in functions for r in outside_reads(f)]
 
 
 def _built_from(pipe: Pipeline) -> tuple:
