@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -131,6 +132,23 @@ def test_a_failed_chrome_trace_leaves_the_existing_file(tmp_path, monkeypatch):
         traced.last_run.to_chrome_trace(path)
     assert open(path).read() == before
     assert os.listdir(tmp_path) == ["trace.json"]
+
+
+def test_a_chrome_trace_is_written_through_a_link_and_keeps_the_files_mode(tmp_path):
+    """The atomic write replaced a link at the path by a file (the file it pointed to kept
+    the old trace) and gave a private file the umask's mode: ``open(path, "w")`` writes
+    through the link and keeps the mode."""
+    g, x, z = _graph()
+    traced = mg.Session(g, trace=True)
+    traced.run(z, {x: np.ones(100)})
+    target, link = tmp_path / "real.json", tmp_path / "trace.json"
+    target.write_text("old")
+    os.chmod(target, 0o600)
+    link.symlink_to(target)
+    traced.last_run.to_chrome_trace(str(link))
+    assert link.is_symlink()
+    assert len(json.loads(target.read_text())["traceEvents"]) > 0
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
 
 
 # -- 3. the session's settings: checked, and honoured when changed ----------------------

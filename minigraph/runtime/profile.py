@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import uuid
 from typing import Any
 
@@ -169,13 +170,17 @@ class RunStats:
         """Write ``chrome_trace()`` as JSON to ``path``; returns the path. A call that
         fails leaves an existing file as it was: the text is made first (an untraced run
         has no trace: TraceError), then written to a new file beside ``path``, which
-        replaces it in one step (``os.replace``) only once it is complete."""
+        replaces it in one step (``os.replace``) only once it is complete. A link at
+        ``path`` is written through, as ``open`` writes it, and the file keeps its mode."""
         text = json.dumps(self.chrome_trace())
-        temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"  # (a name no one else holds)
+        target = os.path.realpath(path)  # (replacing the link itself would leave its file)
+        temporary = f"{target}.{uuid.uuid4().hex[:8]}.tmp"  # (a name no one else holds)
         try:
             with open(temporary, "x") as f:
                 f.write(text)
-            os.replace(temporary, path)
+            if os.path.exists(target):
+                shutil.copymode(target, temporary)
+            os.replace(temporary, target)
         except BaseException:  # (a full disk, Ctrl-C: no half-written file left behind)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
