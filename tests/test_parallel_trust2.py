@@ -251,6 +251,25 @@ def test_profile_from_json_names_the_layer_and_the_fields():
     assert back.parameter_bytes == 16
 
 
+@pytest.mark.parametrize("field, value", [("forward_time", "abc"), ("parameter_bytes", None),
+                                          ("activation_bytes", -5)])
+def test_profile_from_json_refuses_a_value_that_is_no_number(field, value):
+    """from_json checked the fields' names, not their values: "abc" and null failed later
+    in the partitioner with Python's own TypeError, and -5 was partitioned silently."""
+    layer = {"name": "node1", "desc": "Linear", "forward_time": 1e-3, "backward_time": 2e-3,
+             "activation_bytes": 8, "parameter_bytes": 16}
+    with pytest.raises(PipelineError, match=f"layer 0's {field} is .*not a number >= 0"):
+        pp.Profile.from_json(json.dumps({"layers": [{**layer, field: value}]}))
+
+
+def test_profile_from_text_refuses_a_negative_size_in_a_list():
+    """A list of activation sizes [100; -60] was summed to 40 despite "a number >= 0"."""
+    line = ("node1 -- Linear -- forward_compute_time=1.0, backward_compute_time=2.0, "
+            "activation_size=[100; -60], parameter_size=16.0")
+    with pytest.raises(PipelineError, match="activation_size"):
+        pp.Profile.from_text(line)
+
+
 @pytest.mark.parametrize("kind", ["max", "square of the mean"])
 def test_data_parallel_refuses_a_loss_that_is_neither_a_mean_nor_a_sum(kind):
     """A max, or the square of a mean, reads the same on a share's rows twice over, so it

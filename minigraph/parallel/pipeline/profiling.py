@@ -122,6 +122,12 @@ class Profile:
             if not isinstance(entry, dict) or sorted(entry) != sorted(expected):
                 raise PipelineError(f"Profile.from_json: layer {i} is {entry!r}; a layer "
                                     f"gives exactly {', '.join(expected)}")
+            for name in expected[2:]:  # (times and sizes: "abc" or null failed later, in
+                value = entry[name]    # the partitioner, naming neither layer nor field)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                        not 0 <= value < float("inf"):
+                    raise PipelineError(f"Profile.from_json: layer {i}'s {name} is "
+                                        f"{value!r}, not a number >= 0")
         return cls([LayerCost(**entry) for entry in layers])
 
     def save(self, path: "str | Path") -> Path:
@@ -151,10 +157,11 @@ def _text_number(value: str, name: str, where: str) -> float:
     """A field's value: a number >= 0 (milliseconds or bytes); a list ``[a; b]`` of
     activation sizes is summed."""
     try:
-        number = sum(float(v) for v in value.strip("[]").split(";"))
+        numbers = [float(v) for v in value.strip("[]").split(";")]
     except ValueError:  # (float()'s message named neither the line nor the field)
-        number = float("nan")
-    if not 0 <= number < float("inf"):
+        numbers = [float("nan")]
+    number = sum(numbers)
+    if not all(0 <= n < float("inf") for n in numbers + [number]):  # ([100; -60] is no 40)
         raise PipelineError(f"{where}: {name}={value} is not a number >= 0")
     return number
 
