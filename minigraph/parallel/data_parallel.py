@@ -347,9 +347,13 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
     both together: a mean of the two is the mean of their rows, a sum their sum. A loss
     that is neither (a max, the square of a mean, a penalty on the weights that every
     share would add once) is refused: the shares' gradients add up to the batch's for a
-    mean or a sum only. Where the readings cannot tell (``_reading``: losses of 0), the
-    next pair is tried, and if none tells, the loss is refused: a guess divided a sum's
-    gradient by the number of devices. The verdict is not remembered: it is one batch's
+    mean or a sum only. Every pair of neighbouring shares is read (a weighted mean whose
+    first two shares weigh the same reads as a mean there), and they must agree; where
+    the readings cannot tell (``_reading``: losses of 0), the pair counts for nothing,
+    and if none tells, the loss is refused: a guess divided a sum's gradient by the
+    number of devices. (A term of no row's, a penalty on the weights, whose value is too
+    small to show beside the loss's, below sqrt(eps) of it, is not seen: a loss with
+    one is not for this function, which adds a share's gradient per device.) The verdict is not remembered: it is one batch's
     reading, and another batch may read otherwise. One share that holds every row is
     weighted 1 either way."""
     from ..autodiff.tape import no_grad
@@ -359,19 +363,27 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
     if reduction is None and len(shares) < 2:
         return True  # (n / total is 1: a mean's weight and a sum's)
     readings = []  # (alone, alone, together) of each pair that told nothing
-    pairs = zip(shares, shares[1:]) if reduction is None else ()
+    verdicts = set()  # (every pair is read: a weighted mean whose first two shares weigh
+    pairs = zip(shares, shares[1:]) if reduction is None else ()  # the same read as one)
     for (params, x0, y0), (_, x1, y1) in pairs:
         with no_grad():
             value = loss(list(params), x0, y0)
-            first = float(value.item())
-            second = float(loss(list(params), x1.to(x0.device), y1.to(y0.device)).item())
-            both = float(loss(list(params), SH.concatenate([x0, x1.to(x0.device)], axis=0),
-                              SH.concatenate([y0, y1.to(y0.device)], axis=0)).item())
-        reduction = _reading(first, second, both, x0.shape[0], x1.shape[0],
-                             _resolution(value))
-        if reduction is not None:
+            first = _scalar(value, who)
+            second = _scalar(loss(list(params), x1.to(x0.device), y1.to(y0.device)), who)
+            both = _scalar(loss(list(params), SH.concatenate([x0, x1.to(x0.device)], axis=0),
+                                SH.concatenate([y0, y1.to(y0.device)], axis=0)), who)
+        verdict = _reading(first, second, both, x0.shape[0], x1.shape[0], _resolution(value))
+        if verdict is None:
+            readings.append((first, second, both))
+        elif verdict not in ("mean", "sum"):
+            reduction = verdict
             break
-        readings.append((first, second, both))
+        else:
+            verdicts.add(verdict)
+    if reduction is None and len(verdicts) > 1:
+        reduction = "neither: some pairs of shares read as a mean and others as a sum"
+    elif reduction is None and verdicts:
+        reduction = verdicts.pop()
     if reduction is None:
         raise ValueError(f"{who}: cannot tell whether the loss is a mean or a sum over the "
                          f"batch: on pairs of shares, alone and together, it was "
@@ -383,6 +395,15 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
                          f"shares' sizes) or a sum (added as they are) over rows; set "
                          f"loss.reduction = 'mean' or 'sum' if it is one")
     return reduction != "sum"
+
+
+def _scalar(value: Any, who: str) -> float:
+    """The loss's value, a number: a loss of several numbers is refused by name (item()
+    said only "the tensor has 3 elements")."""
+    if getattr(value, "shape", ()) not in ((), (1,)):
+        raise ValueError(f"{who}: the loss must return a scalar, it returned shape "
+                         f"{tuple(value.shape)}; reduce it (a mean or a sum over the rows)")
+    return float(value.item())
 
 
 def _reading(first: float, second: float, both: float, n0: int, n1: int,
