@@ -9,12 +9,12 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np  # host arrays: microbatch slices, fetched gradients
 
 from ...autodiff.checkpoint import checkpoint
-from ...autodiff.reads import outside_reads, rebound
+from ...autodiff.reads import arrays_in, differs, outside_reads, rebound
 from ...autodiff.tape import no_grad
 from ...device import get_device
 from ...graph.gradients import gradients
@@ -98,7 +98,7 @@ class Pipeline:
     and the loss read (a tensor kept as a plain attribute, ``self.scale``, a number, the
     loss's ``reduction``, a global or a dict item they read) the graph holds as
     constants, so a run first compares them with what the graph was built from
-    (``_built_from``, ``_reads``) and rebuilds it if one changed. For
+    (``_built_from``, ``_Reads``) and rebuilds it if one changed. For
     each stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
     placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
 
@@ -157,8 +157,8 @@ class Pipeline:
         self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
         self.workers = workers
         self.recompute = recompute
-        # key -> (_built_from, what the forwards read then: _reads, the plan)
-        self._plans: dict[tuple, tuple[tuple, list, _Plan]] = {}
+        # key -> (_built_from, what the forwards read then: _Reads, the plan)
+        self._plans: dict[tuple, tuple[tuple, _Reads, _Plan]] = {}
         _check_parameters(self.model)
         if recompute:
             _check_recomputable(self.model, self.stages, self.devices)
@@ -173,11 +173,11 @@ class Pipeline:
         key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
         state = _built_from(self)
         built = self._plans.get(key)
-        if built is None or built[0] != state or rebound(built[1]) is not None:
-            # (a buffer, a number, the loss's reduction, or a name, attribute or item the
-            # forwards read changed since the graph was built, which holds them as
-            # constants: it is rebuilt, not run stale)
-            reads = _reads(self)
+        if built is None or built[0] != state or built[1].changed():
+            # (a buffer, a number, the loss's reduction, or a name, attribute, item, tensor
+            # or array the forwards read changed since the graph was built, which holds
+            # them as constants: it is rebuilt, not run stale)
+            reads = _Reads.of(self)
             self._plans[key] = (state, reads, _GraphBuilder(self, sizes, xs, ys).build())
         plan = self._plans[key][2]
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
@@ -263,15 +263,32 @@ def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
                             f"recompute=False")
 
 
-def _reads(pipe: Pipeline) -> list:
+class _Reads(NamedTuple):
     """What the loss and, without recomputation, the layers' forwards read from outside
     their arguments (``reads.outside_reads``: globals, closure variables, the attributes
     their code names, the items of the dicts and lists among them), as compiled programs
     guard it: ``SCALE = 3.0``, ``cfg["scale"] = 3.0``, ``holder.scale = 3.0`` bind a
-    constant of the graph anew (``reads.rebound`` tells)."""
-    functions = [pipe.loss] + ([] if pipe.recompute else [
-        m.forward for layer in pipe.model for _, m in layer._paths()])
-    return [r for f in functions for r in outside_reads(f)]
+    constant of the graph anew (``reads.rebound`` tells), and ``G *= 2.0``, ``GA[0] =
+    3.0`` write one in place (a copy of each tensor and array among them, but the
+    parameters, which every run feeds, tells)."""
+
+    reads: list
+    copies: list  # (tensor or array, a copy of its values then)
+
+    @classmethod
+    def of(cls, pipe: Pipeline) -> "_Reads":
+        functions = [pipe.loss] + ([] if pipe.recompute else [
+            m.forward for layer in pipe.model for _, m in layer._paths()])
+        reads = [r for f in functions for r in outside_reads(f)]
+        fed = {id(p) for p in pipe.model.parameters()}
+        copies = [(a, np.array(host_values(a) if isinstance(a, Tensor) else a, copy=True))
+                  for _, a in arrays_in(reads) if id(a) not in fed]
+        return cls(reads, copies)
+
+    def changed(self) -> bool:
+        return rebound(self.reads) is not None or any(
+            differs(np.asarray(host_values(a) if isinstance(a, Tensor) else a), was)
+            for a, was in self.copies)
 
 
 def _built_from(pipe: Pipeline) -> tuple:
