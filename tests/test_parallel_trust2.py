@@ -252,7 +252,8 @@ def test_profile_from_json_names_the_layer_and_the_fields():
 
 
 @pytest.mark.parametrize("field, value", [("forward_time", "abc"), ("parameter_bytes", None),
-                                          ("activation_bytes", -5)])
+                                          ("activation_bytes", -5),
+                                          ("activation_bytes", 10**400)])
 def test_profile_from_json_refuses_a_value_that_is_no_number(field, value):
     """from_json checked the fields' names, not their values: "abc" and null failed later
     in the partitioner with Python's own TypeError, and -5 was partitioned silently."""

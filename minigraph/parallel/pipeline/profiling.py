@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -125,7 +126,7 @@ class Profile:
             for name in expected[2:]:  # (times and sizes: "abc" or null failed later, in
                 value = entry[name]    # the partitioner, naming neither layer nor field)
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                        not 0 <= value < float("inf"):
+                        not 0 <= value < float("inf") or value > _LARGEST:
                     raise PipelineError(f"Profile.from_json: layer {i}'s {name} is "
                                         f"{value!r}, not a number >= 0")
         return cls([LayerCost(**entry) for entry in layers])
@@ -147,6 +148,10 @@ class Profile:
     def __repr__(self) -> str:
         return f"<Profile of {len(self)} layers, {sum(self.compute_times()) * 1e3:.3f} ms>"
 
+
+# The largest time or size a profile takes: a float's (10**400, an int, failed in
+# the partitioner's float arithmetic with Python's own OverflowError)
+_LARGEST = sys.float_info.max
 
 # The fields of a layer line of PipeDream's text form, in the order LayerCost takes them.
 _TEXT_FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size",
