@@ -222,3 +222,17 @@ def test_a_second_derivative_through_an_op_recorded_before_the_switch_is_kept():
     fd = np.array([(L(w + h * e) - L(w - h * e)) / (2 * h) for e in np.eye(2)])
     np.testing.assert_allclose(got, want, rtol=1e-12)
     np.testing.assert_allclose(got, fd, rtol=1e-6)
+
+
+def test_a_flag_switched_off_and_on_several_times_before_backward_keeps_the_gradient():
+    """Three off/on pairs of w's flag between y = (x * w).sum() and backward() were
+    refused ("switched more than 4 times"); PyTorch gives both gradients: y's derivative
+    is w for x and x for w (closed form)."""
+    x, w = mg.tensor([1.0, 2.0], requires_grad=True), mg.tensor([3.0, 4.0], requires_grad=True)
+    y = (x * w).sum()
+    for _ in range(3):
+        w.requires_grad_(False)
+        w.requires_grad_(True)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])

@@ -720,14 +720,15 @@ def _entries(outputs: Iterable[Tensor], stop: AbstractSet[int], create_graph: bo
 # latest switch of any leaf, the common case, is taken as it is.
 
 _last_switch = -1  # (-1: no leaf's flag was ever switched)
-_SWITCHES_KEPT = 4
+_SWITCHES_KEPT = 64  # (a flag switched off and on around each of 32 steps between a
+# record and its backward; PyTorch keeps none of this, its graph holds what it recorded)
 
 
 def switched(history: tuple[int, ...]) -> tuple[int, ...]:
     """A leaf's ``_switches`` once its flag switches now, from the ones before (``(-1,)``
     where there were none): ``(horizon, *stamps)``, the sequence numbers of its last
     switches and of the last one forgotten (-1: none), so that a flag switched at every
-    step of a loop (a GAN's frozen discriminator) keeps a few."""
+    step of a loop (a GAN's frozen discriminator) keeps its last 64."""
     global _last_switch
     _last_switch = next(_sequence)
     horizon, *stamps = history
