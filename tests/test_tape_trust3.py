@@ -236,3 +236,12 @@ def test_a_flag_switched_off_and_on_several_times_before_backward_keeps_the_grad
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
     np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+
+def test_add_n_adds_python_numbers_as_one_numpy_op_would():
+    """AddN's kernel added its terms left to right: 2 + np.True_ made an int64 first,
+    which widened a float32 term to float64, where its shape rule (and
+    np.result_type, NEP 50) say float32. Found by test_ops_trust's random terms."""
+    terms = (2, np.True_, np.asarray(0.5, dtype=np.float32))
+    assert mg.add_n(list(terms)).dtype == np.result_type(*terms).name == "float32"
+    assert mg.add_n(list(terms)).item() == 3.5

@@ -196,3 +196,16 @@ def test_a_device_error_names_the_function_called_and_its_shapes():
         mg.stack([a, b])
     with pytest.raises(DeviceError, match="^matmul: .*" + given):
         a @ b
+
+
+def test_stack_puts_host_data_where_the_tensors_live():
+    """mg.stack([a tensor on cpu:1, a NumPy array]) made the array a tensor on cpu (its
+    reshape) and refused, naming concatenate and shapes the user never wrote, where
+    mg.concatenate and b * array place host data on the tensor's device. Oracle: NumPy's
+    stack of the same values."""
+    mg.set_virtual_cpus(2)
+    b = mg.tensor([1.0, 2.0], device="cpu:1")
+    for host in (np.ones(2), [1.0, 1.0]):
+        out = mg.stack([b, host])
+        assert out.device.name == "cpu:1"
+        np.testing.assert_array_equal(out.numpy(), np.stack([[1.0, 2.0], np.ones(2)]))

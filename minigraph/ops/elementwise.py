@@ -562,10 +562,16 @@ def _add_arrays(xp: Any, *xs: Any) -> Any:
             break
     if len(xs) == 1:
         return xp.asarray(xs[0], copy=True)
+    if any(type(x) in _WEAK for x in xs):  # (Python numbers last: they take the arrays'
+        xs = tuple(sorted(xs, key=lambda x: type(x) in _WEAK))  # dtype, as one NumPy op;
+        # first, 2 + np.True_ made an int64 that widened a float32 term to float64)
     total = xs[0] + xs[1]
     for x in xs[2:]:
         total = total + x
     return total
+
+
+_WEAK = (int, float, bool)  # Python's numbers, weak beside arrays (NEP 50)
 
 
 # AddN adds up several terms of one shape; the reverse-graph pass uses it to sum the

@@ -457,4 +457,11 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
         raise ShapeError(f"stack: all tensors must have the same shape, got {shapes}")
     axis = S.check_axis("stack", axis, xs[0], new=1)  # (a new axis: one more than x has)
     shape = tuple(shapes[0])
-    return concatenate([reshape(x, shape[:axis] + (1,) + shape[axis:]) for x in xs], axis)
+    new = shape[:axis] + (1,) + shape[axis:]
+    # (host data stays host data, which concatenate puts where the tensors live: a
+    # reshape would make it a tensor on the default device, another than theirs)
+    return concatenate([np.reshape(np.asarray(x), new) if isinstance(x, _HOST) else
+                        reshape(x, new) for x in xs], axis)
+
+
+_HOST = (np.ndarray, np.generic, list, tuple, int, float, bool)  # (data of no device)
