@@ -548,11 +548,18 @@ def scenario_refusals(out: dict) -> None:
     out["after"] = sess.run(y, {x: np.array([1.0, 2.0])}).tolist()
 
 
-if __name__ == "__main__":
+def run_scenario(scenarios: dict) -> None:
+    """What a rank of ``mpiexec -n 2 python FILE SCENARIO OUTDIR`` runs: the function
+    ``scenario_SCENARIO`` among ``scenarios`` (a test file's globals), its result written
+    to OUTDIR/rank-N.json."""
     scenario, outdir = sys.argv[1], Path(sys.argv[2])
     import minigraph as mg
 
     mg.distributed.init()
     result = {"rank": mg.distributed.rank(), "pid": os.getpid()}
-    globals()[f"scenario_{scenario}"](result)
+    scenarios[f"scenario_{scenario}"](result)
     (outdir / f"rank-{result['rank']}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    run_scenario(globals())

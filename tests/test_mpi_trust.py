@@ -10,9 +10,6 @@ run in pytest's process.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -325,10 +322,4 @@ def scenario_last_run(out: dict) -> None:
 
 
 if __name__ == "__main__":
-    scenario, outdir = sys.argv[1], Path(sys.argv[2])
-    import minigraph as mg
-
-    mg.distributed.init()
-    result = {"rank": mg.distributed.rank(), "pid": os.getpid()}
-    globals()[f"scenario_{scenario}"](result)
-    (outdir / f"rank-{result['rank']}.json").write_text(json.dumps(result))
+    test_distributed.run_scenario(globals())

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np  # host numbers: the loss's value once and twice over
+import numpy as np  # host numbers: the losses of two shares, alone and together
 
 from ..device import get_device, nbytes
 from ..errors import DTypeError, ShapeError

@@ -65,6 +65,24 @@ from .rendezvous import Rendezvous
 from .scheduler import FeedError, Layout, NodeError, Run, can_overlap, unfed  # noqa: F401 - FeedError, NodeError are re-exported
 
 
+class _Flag:
+    """A setting of the Session that is on or off (``recycle``, ``debug``, ``trace``),
+    checked whenever it is set: refused unless a bool, as Python's truthiness would take
+    trace="no" for yes, and debug="off" would poison."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_{name}"
+
+    def __get__(self, session: Any, owner: type | None = None) -> Any:
+        return self if session is None else getattr(session, self.slot)
+
+    def __set__(self, session: Any, value: Any) -> None:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"Session: {self.name} must be True or False, got "
+                            f"{type(value).__name__} {value!r}")
+        setattr(session, self.slot, bool(value))
+
+
 class SessionClosedError(MinigraphError, RuntimeError):
     """A closed session was asked to run (TensorFlow's "Attempted to use a closed
     Session")."""
@@ -137,29 +155,9 @@ class Session:
             raise ValueError(f"Session: workers must be >= 1, got {workers}")
         self._workers = int(workers)
 
-    @property
-    def recycle(self) -> bool:
-        return self._recycle
-
-    @recycle.setter
-    def recycle(self, recycle: bool) -> None:
-        self._recycle = _flag("recycle", recycle)
-
-    @property
-    def debug(self) -> bool:
-        return self._debug
-
-    @debug.setter
-    def debug(self, debug: bool) -> None:
-        self._debug = _flag("debug", debug)
-
-    @property
-    def trace(self) -> bool:
-        return self._trace
-
-    @trace.setter
-    def trace(self, trace: bool) -> None:
-        self._trace = _flag("trace", trace)
+    recycle = _Flag()
+    debug = _Flag()
+    trace = _Flag()
 
     def run(self, fetches: Any, feed_dict: dict | None = None) -> Any:
         """Compute ``fetches`` (a node or a structure of nodes) and return NumPy values."""
@@ -508,13 +506,6 @@ class Session:
             return self._memory_plans[key]
 
 
-def _flag(name: str, value: Any) -> bool:
-    """A setting that is on or off, refused unless a bool: Python's truthiness would take
-    trace="no" for yes, and debug="off" would poison."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"Session: {name} must be True or False, got "
-                        f"{type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _check_feed_dict(who: str, feed_dict: Any) -> None:
