@@ -26,6 +26,16 @@ class DeviceError(MinigraphError, RuntimeError):
     """An unknown or unavailable device, or tensors of two devices in one eager op."""
 
 
+def mixed_devices(who: str, names: "list[str]", given: str, where: str = "") -> DeviceError:
+    """The one error for arguments of one operation on different devices, in every mode:
+    ``who`` is the operation, ``names`` the devices (sorted), ``given`` the arguments as
+    the mode can describe them (shapes on the tape, node names in a graph), ``where``
+    the user's line where a graph has one."""
+    return DeviceError(f"{who}: arguments live on different devices "
+                       f"({' and '.join(names)}): {given}. minigraph never copies "
+                       f"silently; move one with x.to('{names[0]}'){where}")
+
+
 class GradientError(MinigraphError, RuntimeError):
     """A gradient that cannot be computed as asked (non-scalar output, no path, ...)."""
 

@@ -2,12 +2,14 @@
 API and the argument, never a silent wrong value or a raw Python/NumPy error. Oracles:
 PyTorch (torch, torch.func), NumPy and hand counts."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 import minigraph as mg
-from minigraph.errors import ShapeError
+from minigraph.errors import DeviceError, ShapeError
 
 
 # -- optimizer arguments ----------------------------------------------------------------------
@@ -256,3 +258,25 @@ def test_set_virtual_cpus_leaves_a_registered_cpu_named_device_alone():
         device_module._registry.clear()
         device_module._registry.update(saved)
         mg.set_virtual_cpus(3)
+
+
+def _product(x, y):
+    return (x * y).sum()
+
+
+def test_every_mode_refuses_mixed_devices_with_one_message():
+    """The refusal of arguments on two devices was written four times (the eager
+    stack/matmul check, the tape, graph building, source mode); source mode's said
+    neither the shapes nor how to move one. Now every mode names the op, both devices,
+    each argument and the fix; a graph adds the user's line, source mode its line."""
+    x, y = mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0], device="cpu:1")
+    for mode, given in [("tape", r"shape \(2,\) float64 on cpu, shape \(2,\) float64 on cpu:1"),
+                        ("graph", "'x' on cpu, 'y' on cpu:1"),
+                        ("source", r"shape \(2,\) float64 on cpu, shape \(2,\) float64 on cpu:1")]:
+        with pytest.raises(DeviceError) as caught:
+            mg.grad(_product, mode=mode)(x, y)
+        assert re.match(r"mul: arguments live on different devices \(cpu and cpu:1\): "
+                        + given + r"\. minigraph never copies silently; move one with "
+                        r"x\.to\('cpu'\)", str(caught.value)), (mode, str(caught.value))
+        if mode != "tape":  # (a graph's node and source mode's statement: the user's line)
+            assert "return (x * y).sum()" in str(caught.value), mode

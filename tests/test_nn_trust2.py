@@ -35,15 +35,17 @@ def _bce(x, t):
     return mg.binary_cross_entropy_with_logits(x, t)
 
 
-@pytest.mark.parametrize("loss, oracle", [
-    (_mse, F.mse_loss),
-    (_bce, F.binary_cross_entropy_with_logits)])
-def test_a_loss_on_placeholders_of_unknown_shape_refuses_to_broadcast_when_run(loss, oracle):
+@pytest.mark.parametrize("loss, oracle, name", [
+    (_mse, F.mse_loss, "MSELoss"),
+    (_bce, F.binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits")])
+def test_a_loss_on_placeholders_of_unknown_shape_refuses_to_broadcast_when_run(loss, oracle,
+                                                                               name):
     """MSELoss and binary_cross_entropy_with_logits skipped their shape check when a
     placeholder had shape=None: fed (5, 1) and (5,), or (5, 1) and (1, 1), they
     broadcast and averaged the grid (MSE 4.0 where the elementwise MSE is 0.0). Eager
     mode and PyTorch refuse these shapes; equal shapes give PyTorch's value, and the
-    gradients of every mode are PyTorch's."""
+    gradients of every mode are PyTorch's. The run's error names the loss (its node was
+    plain 'AddN', an op the user never wrote)."""
     with mg.Graph() as g:
         a, b = mg.placeholder(None, name="a"), mg.placeholder(None, name="b")
         out = loss(a, b)
@@ -51,7 +53,7 @@ def test_a_loss_on_placeholders_of_unknown_shape_refuses_to_broadcast_when_run(l
     want = oracle(torch.tensor(x), torch.tensor(t)).item()
     np.testing.assert_allclose(mg.Session(g).run(out, {a: x, b: t}), want, rtol=1e-13)
     for other in (t[:, 0], t[:1]):  # (5,) and (1, 1): both broadcast against (5, 1)
-        with pytest.raises(MinigraphError, match="same shape"):
+        with pytest.raises(MinigraphError, match=f"node '{name}/AddN'.*same shape"):
             mg.Session(g).run(out, {a: x, b: other})
     with pytest.raises(ShapeError, match="same shape"):  # (eager: refused at once)
         loss(mg.tensor(x), mg.tensor(t[:, 0]))
@@ -162,3 +164,40 @@ def test_layers_and_losses_name_a_value_that_is_no_array():
     np.testing.assert_allclose(lin(x).numpy(), np.array(x) @ lin.weight.numpy().T
                                + lin.bias.numpy(), rtol=1e-13)
     assert nn.MSELoss()(2.0, 3.0).item() == 1.0
+
+
+# -- freezing a whole model -------------------------------------------------------------------
+
+def test_requires_grad_of_a_module_freezes_every_parameter_as_pytorchs_does():
+    """Module had no requires_grad_ (PyTorch's way to freeze a part of a model, such as
+    a discriminator): ``model.requires_grad_(False)`` raised AttributeError. Oracle:
+    the same two-layer model in PyTorch, its second layer frozen: the same .grad (None
+    where frozen), and SGD leaves the frozen weights as they were; unfrozen again, they
+    get PyTorch's gradients."""
+    m = nn.Sequential(nn.Linear(3, 4, seed=1), nn.Linear(4, 2, seed=2))
+    t = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).double()
+    with torch.no_grad():
+        for p, q in zip(m.parameters(), t.parameters()):
+            q.copy_(torch.tensor(p.numpy()))
+    x = RNG.normal(size=(5, 3))
+    assert m[1].requires_grad_(False) is m[1]
+    t[1].requires_grad_(False)
+    frozen = m[1].weight.numpy()
+    opt = nn.SGD(m.parameters(), lr=0.1)
+    (m(mg.tensor(x)) ** 2).sum().backward()
+    (t(torch.tensor(x)) ** 2).sum().backward()
+    for p, q in zip(m.parameters(), t.parameters()):
+        assert (p.grad is None) == (q.grad is None) and p.requires_grad == q.requires_grad
+        if q.grad is not None:
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12)
+    opt.step(), torch.optim.SGD(t.parameters(), lr=0.1).step()
+    np.testing.assert_array_equal(m[1].weight.numpy(), frozen)
+    assert len(m.parameters()) == 4 and list(m.state_dict()) == list(t.state_dict())
+
+    m.zero_grad(), t.zero_grad(), m.requires_grad_(), t.requires_grad_()
+    (m(mg.tensor(x)) ** 2).sum().backward()
+    (t(torch.tensor(x)) ** 2).sum().backward()
+    for p, q in zip(m.parameters(), t.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12)
+    with pytest.raises(TypeError, match="requires_grad must be True or False, got 'no'"):
+        m.requires_grad_("no")

@@ -48,7 +48,8 @@ from typing import AbstractSet, Any, Callable, Iterable, NoReturn, Sequence
 import numpy as np
 
 from ..device import get_device
-from ..errors import DeviceError, DTypeError, GradientError, MinigraphError, ShapeError
+from ..errors import (DeviceError, DTypeError, GradientError, MinigraphError, ShapeError,
+                      mixed_devices)
 from ..ops import copy as C
 from ..ops.operators import (ArrayOps, check_in_place, passed_as_is, rebinding, refuse_aliased,
                              refuse_captured, updated, user_frame)
@@ -324,10 +325,7 @@ def _describe(args: tuple) -> str:
 
 def _device_error(prim: Primitive, args: tuple) -> DeviceError:
     names = sorted({a.device.name for a in args if isinstance(a, Tensor)})
-    return DeviceError(
-        f"{prim.name}: arguments live on different devices ({' and '.join(names)}): "
-        f"{_describe(args)}. minigraph never copies silently; move one with "
-        f"x.to('{names[0]}')")
+    return mixed_devices(prim.name, names, _describe(args))
 
 
 def _raise_kernel_error(prim: Primitive, args: tuple, params: dict,

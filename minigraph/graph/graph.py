@@ -39,7 +39,7 @@ from array_api_compat import array_namespace
 
 from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
-from ..errors import DeviceError, DTypeError, MinigraphError, ShapeError
+from ..errors import DTypeError, MinigraphError, ShapeError, mixed_devices
 from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
@@ -535,12 +535,9 @@ class Graph:
         for a in strong:
             if a.device is not device:
                 names = sorted({b.device.name for b in strong})
-                raise DeviceError(
-                    f"{prim.name}: arguments live on different devices "
-                    f"({' and '.join(names)}): "
-                    + ", ".join(f"'{b.name}' on {b.device.name}" for b in strong)
-                    + f". minigraph never copies silently; move one with x.to('{names[0]}')"
-                    f"\n  in node '{name}' created at {describe_location(location)}")
+                given = ", ".join(f"'{b.name}' on {b.device.name}" for b in strong)
+                raise mixed_devices(prim.name, names, given, f"\n  in node '{name}' "
+                                    f"created at {describe_location(location)}")
         return device, False
 
     def add_special(self, op: str, args: tuple, shape: tuple | None = None,

@@ -280,6 +280,19 @@ class Module:
         for p in self.parameters():
             p.grad = None
 
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Freeze (``False``) or unfreeze every parameter of the tree, as PyTorch's: a
+        frozen parameter keeps its place in ``parameters()`` and the state dict, gets no
+        ``.grad`` from ``backward()``, and an optimizer's ``step()`` leaves it as it is.
+        Returns the module, so that ``model.requires_grad_(False)`` can be chained."""
+        if not isinstance(requires_grad, bool):
+            # (a str or None would be truthy or falsy by accident)
+            raise TypeError(f"{type(self).__name__}.requires_grad_: requires_grad must be "
+                            f"True or False, got {requires_grad!r}")
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)

@@ -24,6 +24,7 @@ mean ``-mean(sum(where(one_hot, logp, 0)))`` written with other primitives.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, cast
 
 import numpy as np
@@ -383,13 +384,16 @@ def check_same_shape(op: str, what: tuple[str, str], x: Any, y: Any) -> Any:
     Shapes known now are compared now, and a ShapeError names ``op``. A shape known
     only when a graph runs (a placeholder of ``shape=None``) is compared then: ``x``
     comes back as ``add_n([x, zeros_like(y)])``, and AddN's kernel refuses terms of two
-    shapes (the run fails with a NodeError that shows the user's line). The sum holds
+    shapes (the run fails with a NodeError that shows the user's line, and names the
+    node ``op/AddN``: the check is made under a name scope of ``op``). The sum holds
     x's numbers (a -0.0 becomes 0.0), in the dtype x and y promote to, as the loss's
     result is; AddN's rules pass x's gradient and tangent on unchanged, and zeros_like
     has none for y."""
     xs, ys = S.input_shape(op, what[0], x), S.input_shape(op, what[1], y)
     if xs is None or ys is None:
-        return E.add_n([x, C.zeros_like(y)])
+        graph = getattr(x, "graph", None) or getattr(y, "graph", None)  # (a graph's node)
+        with graph.name_scope(op) if graph is not None else nullcontext():
+            return E.add_n([x, C.zeros_like(y)])
     if tuple(xs) != tuple(ys):
         raise ShapeError(f"{op}: the {what[0]} {tuple(xs)} and the {what[1]} {tuple(ys)} "
                          f"must have the same shape (no broadcasting here)")

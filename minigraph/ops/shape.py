@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
 
-from ..errors import AxisError, DeviceError, ShapeError
+from ..errors import AxisError, ShapeError, mixed_devices
 from . import batch_rules as B
 from . import copy as C
 from . import reduce as R
@@ -372,9 +372,7 @@ def same_device(who: str, values: "list[Any] | tuple[Any, ...]") -> None:
     names = sorted({t.device.name for t in tensors})
     if len(names) > 1:
         given = ", ".join(f"shape {t.shape} {t.dtype} on {t.device.name}" for t in tensors)
-        raise DeviceError(f"{who}: arguments live on different devices "
-                          f"({' and '.join(names)}): {given}. minigraph never copies "
-                          f"silently; move one with x.to('{names[0]}')")
+        raise mixed_devices(who, names, given)
 
 
 def host_index(i: Any, who: str = "getitem", x: Any = None) -> Any:

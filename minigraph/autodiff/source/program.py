@@ -18,7 +18,7 @@ import contextlib
 from typing import Any, Iterator
 
 from ...device import Device, get_device
-from ...errors import DeviceError, MinigraphError
+from ...errors import MinigraphError, mixed_devices
 from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.primitive import Primitive, bind
@@ -167,10 +167,9 @@ class _Writer:
     def device_of(self, prim: Primitive, args: tuple, params: dict) -> Device:
         devices = {a.device.name: a.device for a in args if isinstance(a, (SrcVar, Tensor))}
         if len(devices) > 1:
-            raise _located(DeviceError(
-                f"{prim.name}: arguments live on different devices "
-                f"({' and '.join(sorted(devices))}); minigraph never copies silently"),
-                self.where)
+            given = ", ".join(f"shape {a.shape} {a.dtype} on {a.device.name}"
+                              for a in args if isinstance(a, (SrcVar, Tensor)))
+            raise _located(mixed_devices(prim.name, sorted(devices), given), self.where)
         if prim is C.TO_DEVICE:
             return params["device"]
         return next(iter(devices.values())) if devices else get_device(None)
