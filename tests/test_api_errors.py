@@ -280,3 +280,27 @@ def test_every_mode_refuses_mixed_devices_with_one_message():
                         r"x\.to\('cpu'\)", str(caught.value)), (mode, str(caught.value))
         if mode != "tape":  # (a graph's node and source mode's statement: the user's line)
             assert "return (x * y).sum()" in str(caught.value), mode
+
+
+def _ignores_a(x, a):
+    return (x * 2.0).sum()
+
+
+@pytest.mark.parametrize("array", [np.array([1.0, "s"], dtype=object), np.array(["s"]),
+                                   np.ones(2, np.float16)])
+def test_an_array_of_an_unsupported_dtype_is_refused_naming_the_transform_and_argument(array):
+    """An object, str or float16 array passed to a compiled function was refused as
+    "tensor(): dtype object is not supported", naming a function the user never called
+    and no argument. NumPy's dtype names are the oracle; the tape, which hands f the
+    array as it is, still gives d(2 sum x)/dx = 2."""
+    x = mg.tensor([1.0, 3.0])
+    for run in (mg.grad(_ignores_a, mode="graph"), mg.grad(_ignores_a, mode="source")):
+        with pytest.raises(mg.errors.DTypeError,
+                           match=rf"graph and source mode: argument 1 \(a NumPy array\): "
+                                 rf"dtype {array.dtype.name} is not supported"):
+            run(x, array)
+    with pytest.raises(mg.errors.DTypeError,
+                       match=rf"checkpoint\(_ignores_a\): argument 1 \(an array\): dtype "
+                             rf"{array.dtype.name} is not supported"):
+        mg.checkpoint(_ignores_a)(x, array)
+    np.testing.assert_array_equal(mg.grad(_ignores_a)(x, array).numpy(), [2.0, 2.0])

@@ -106,7 +106,7 @@ from ..graph.graph import Graph, GraphError, Node, placeholder
 from ..ops import copy as C
 from ..ops import shape as SH
 from ..ops.primitive import KINDS, Each, bind, primitive
-from ..ops.shape_rules import FLOATS, dtype_name, dtype_of, shape_of
+from ..ops.shape_rules import FLOATS, dtype_name, dtype_of, shape_of, supported_dtype
 from ..ops.weak import Weak
 from ..tensor import Tensor, owner, shared, tensor
 from .batching import vmap
@@ -842,6 +842,7 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
             if isinstance(a, Tensor) or type(a) in KINDS:
                 inputs.append(a)
             elif hasattr(a, "__array__") and hasattr(a, "dtype"):  # a NumPy array
+                supported_dtype(f"checkpoint({name}): argument {i} (an array)", a.dtype)
                 inputs.append(tensor(a))
             else:
                 static.append((i, a))

@@ -48,6 +48,7 @@ from array_api_compat import array_namespace
 
 from ..device import get_device
 from ..ops.primitive import KINDS
+from ..ops.shape_rules import DTYPES, supported_dtype
 from ..ops.weak import Weak
 from ..tensor import Tensor
 from . import tape
@@ -91,6 +92,11 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
         elif t in KINDS:
             key.append((DATA, a.device, tuple(a.shape), np.dtype(str(a.dtype))))
         elif isinstance(a, np.ndarray):
+            if a.dtype.name not in DTYPES and k not in nums:  # (an object, str or float16
+                # array, which a placeholder cannot hold: named here, not as mg.tensor's,
+                # never called; one differentiated has its own error, which says more)
+                supported_dtype(f"mg.trace, graph and source mode: argument {k} (a NumPy "
+                                f"array)", a.dtype)
             key.append((DATA, get_device(None), a.shape, a.dtype))
         elif isinstance(a, (tuple, list)) and k in nums:
             # numbers to differentiate: an array, as mg.tensor makes it (and the tape)
