@@ -227,6 +227,38 @@ def test_hessians_through_the_gradient_primitives_have_closed_forms():
         np.testing.assert_allclose(outer(mg.grad(ce))(z).numpy(), want, rtol=1e-12, atol=1e-15)
 
 
+def test_a_primitive_without_derivative_rules_is_refused_where_it_is_written():
+    """A primitive written without jvp and vjp rules (``x ** 3`` as a student's table
+    entry) was taken for a constant: mg.grad, graph mode and mg.jvp all said its
+    derivative was 0, where the closed form 3 x^2 is 3 at x = 1 (JAX refuses). A rule
+    list with a rule in one mode and none in the other would give 0 in that mode too.
+    Now each is refused when written, and ``differentiable=False`` (a comparison's
+    declaration) or ``vjp=[None]`` (no derivative through the argument) still works."""
+    from minigraph.ops.primitive import Primitive, bind
+    from minigraph.ops.shape_rules import same
+
+    cube = lambda xp, x: x ** 3  # noqa: E731
+    with pytest.raises(ValueError, match="'cube': no jvp and no vjp rule.*differentiable=False"):
+        Primitive("cube", cube, same)
+    with pytest.raises(ValueError, match="'cube': no jvp rule"):
+        Primitive("cube", cube, same, vjp=[lambda g, out, x: 3.0 * x * x * g])
+    with pytest.raises(ValueError, match="'cube': no vjp rule"):
+        Primitive("cube", cube, same, jvp=[lambda t, out, x: 3.0 * x * x * t])
+    with pytest.raises(ValueError, match="differentiable=False, but a vjp rule"):
+        Primitive("cube", cube, same, vjp=[lambda g, out, x: g], differentiable=False)
+    x = mg.tensor([1.0, 2.0], requires_grad=True)
+    for declared in (Primitive("cube", cube, same, differentiable=False),
+                     Primitive("cube", cube, same, vjp=[None])):
+        y = bind(declared, x)
+        np.testing.assert_array_equal(y.numpy(), [1.0, 8.0])
+        assert not y.requires_grad  # (a constant: backward() would refuse it)
+    rules = Primitive("cube", cube, same, jvp=[lambda t, out, x: 3.0 * x * x * t],
+                      vjp=[lambda g, out, x: 3.0 * x * x * g])
+    for mode in ("tape", "graph", "forward"):
+        np.testing.assert_allclose(mg.grad(lambda v: mg.sum(bind(rules, v)), mode=mode)(
+            mg.tensor([1.0, 2.0])).numpy(), [3.0, 12.0], err_msg=mode)
+
+
 def test_gradcheck_reports_the_wrong_element():
     """A primitive with a deliberately wrong VJP is caught and the element named."""
     from minigraph.ops.primitive import Primitive, bind

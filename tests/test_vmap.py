@@ -368,7 +368,8 @@ def test_out_axes_errors():
 
 def test_an_op_without_a_batching_rule_is_refused_by_name():
     # (made, not registered: the table itself must stay complete)
-    lonely = Primitive("lonely", lambda xp, x: x, lambda x: (x.shape, x.dtype))
+    lonely = Primitive("lonely", lambda xp, x: x, lambda x: (x.shape, x.dtype),
+                       differentiable=False)
     assert lonely.batch is None
     with pytest.raises(BatchingError, match="'lonely' has no batching rule"):
         mg.vmap(lambda a: bind(lonely, a))(np.ones((2, 3)))
@@ -377,7 +378,7 @@ def test_an_op_without_a_batching_rule_is_refused_by_name():
 
 
 def test_a_wrong_batching_rule_is_caught():
-    bad = Primitive("bad", lambda xp, x: x, lambda x: (x.shape, x.dtype),
+    bad = Primitive("bad", lambda xp, x: x, lambda x: (x.shape, x.dtype), differentiable=False,
                     batch=lambda dims, x: mg.sum(x, 0))  # drops the batch axis
     with pytest.raises(BatchingError, match="'bad' returned shape"):
         mg.vmap(lambda a: bind(bad, a))(np.ones((2, 3)))

@@ -77,7 +77,7 @@ def test_a_dtype_the_kernel_refuses_names_one_example():
     became a DTypeError about invert(shape (2, 3) float64 ...)."""
     said = _numpy_message(np.invert, np.ones(3))
     invert = Primitive("invert", lambda xp, x: xp.invert(x), lambda x: (x.shape, x.dtype),
-                       batch=lambda dims, x: bind(invert, x))
+                       differentiable=False, batch=lambda dims, x: bind(invert, x))
     with pytest.raises(DTypeError) as error:
         mg.vmap(lambda x: bind(invert, x))(mg.tensor(np.ones((2, 3))))
     message = str(error.value)
@@ -155,7 +155,8 @@ def test_only_the_ops_errors_are_retold():
     def rule(dims, x):
         raise refusal
 
-    mine_op = Primitive("mine_op", lambda xp, x: x, lambda x: (x.shape, x.dtype), batch=rule)
+    mine_op = Primitive("mine_op", lambda xp, x: x, lambda x: (x.shape, x.dtype), batch=rule,
+                        differentiable=False)
     with pytest.raises(NotImplementedError) as error:
         mg.vmap(lambda x: bind(mine_op, x))(mg.tensor(np.ones((2, 3))))
     assert error.value is refusal

@@ -33,7 +33,7 @@ IDENTITY = primitive(
 
 STOP_GRADIENT = primitive("stop_gradient", _view_of, S.same, view=True,
                           returns_view=always_a_view,
-                          batch=B.elementwise("stop_gradient"),
+                          batch=B.elementwise("stop_gradient"), differentiable=False,
     public="stop_gradient", cost="free")
 
 # What ``with mg.no_grad():`` leaves in a recorded program (a graph that mg.trace or
@@ -48,7 +48,7 @@ def _no_grad_jvp(t: Any, out: Any, x: Any) -> Any:
 
 NO_GRAD = primitive("no_grad", _view_of, S.same, view=True,
                     returns_view=always_a_view, jvp=[_no_grad_jvp],
-                    batch=B.elementwise("no_grad"), cost="free")
+                    batch=B.elementwise("no_grad"), differentiable=False, cost="free")
 # (no mg. function: a written program calls the table's entry, mg.PRIMITIVES['no_grad'],
 # as codegen.mg_call writes every primitive without a public name)
 
@@ -78,10 +78,10 @@ TO_DEVICE = primitive(
 # makes them with these, so that they are graph nodes in a graph, lines in a source
 # program, and batched under vmap. Their result does not depend on x's value: no rules.
 ZEROS_LIKE = primitive("zeros_like", lambda xp, x: xp.zeros_like(x), S.same,
-                       batch=B.elementwise("zeros_like"),
+                       batch=B.elementwise("zeros_like"), differentiable=False,
     public="zeros_like")
 ONES_LIKE = primitive("ones_like", lambda xp, x: xp.ones_like(x), S.same,
-                      batch=B.elementwise("ones_like"),
+                      batch=B.elementwise("ones_like"), differentiable=False,
     public="ones_like")
 
 

@@ -305,7 +305,7 @@ def _floored(name: str) -> tuple[Any, Any]:
 # gives it; PyTorch raises); x % y has d(x % y) = dx - (x // y) dy, as PyTorch's.
 FLOOR_DIVIDE = primitive(
     "floor_divide", *_floored("floor_divide"),
-    batch=B.elementwise("floor_divide"),
+    batch=B.elementwise("floor_divide"), differentiable=False,
     symbol="//")
 
 REMAINDER = primitive(
@@ -590,22 +590,22 @@ ADD_N = primitive(
 # -- comparisons (no derivative: their results are bool) ---------------------------------
 
 LESS = primitive("less", lambda xp, x, y: x < y, S.comparison("less"),
-                 batch=B.elementwise("less"),
+                 batch=B.elementwise("less"), differentiable=False,
     symbol="<")
 LESS_EQUAL = primitive("less_equal", lambda xp, x, y: x <= y, S.comparison("less_equal"),
-                       batch=B.elementwise("less_equal"),
+                       batch=B.elementwise("less_equal"), differentiable=False,
     symbol="<=")
 GREATER = primitive("greater", lambda xp, x, y: x > y, S.comparison("greater"),
-                    batch=B.elementwise("greater"),
+                    batch=B.elementwise("greater"), differentiable=False,
     symbol=">")
 GREATER_EQUAL = primitive("greater_equal", lambda xp, x, y: x >= y,
-                          S.comparison("greater_equal"), batch=B.elementwise("greater_equal"),
+                          S.comparison("greater_equal"), batch=B.elementwise("greater_equal"), differentiable=False,
     symbol=">=")
 EQUAL = primitive("equal", lambda xp, x, y: x == y, S.comparison("equal"),
-                  batch=B.elementwise("equal"),
+                  batch=B.elementwise("equal"), differentiable=False,
     symbol="==")
 NOT_EQUAL = primitive("not_equal", lambda xp, x, y: x != y, S.comparison("not_equal"),
-                      batch=B.elementwise("not_equal"),
+                      batch=B.elementwise("not_equal"), differentiable=False,
     symbol="!=")
 
 

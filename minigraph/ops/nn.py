@@ -156,7 +156,7 @@ def _one_hot_kernel(xp: Any, labels: Any, num_classes: int, dtype: str) -> Any:
 ONE_HOT = primitive(
     "one_hot", _one_hot_kernel,
     lambda labels, num_classes, dtype: (S.shape_of(labels) + (num_classes,), dtype),
-    batch=B.elementwise("one_hot"),
+    batch=B.elementwise("one_hot"), differentiable=False,
     public="one_hot", positional=("num_classes", "dtype"))  # the new axis is the last: batched labels just work
 
 

@@ -69,7 +69,9 @@ How an op is written, and what the runtime needs beyond its rules, also sit in i
     ``simplify``, ``source/program.py``), asking :meth:`Primitive.is_neutral`.
 
 ``None`` in ``jvp``/``vjp`` means "no derivative through this argument" (an integer
-index, a condition, labels). Both rule lists are written with minigraph's own functions,
+index, a condition, labels); an op with no derivative at all (a comparison,
+``stop_gradient``) says ``differentiable=False``, and one with neither is refused when
+defined, rather than differentiated as if its derivative were 0. Both rule lists are written with minigraph's own functions,
 so the same rule runs on any value that flows through it: tensors (and then a rule run
 while recording gives second derivatives), dual numbers, graph nodes, source variables.
 
@@ -129,7 +131,8 @@ class Primitive:
                  impl_with: Callable[[Any, Any, dict], Any] | None = None,
                  returns_view: Callable[[tuple, dict], bool] | None = None,
                  neutral: tuple[float, tuple[int, ...]] | None = None,
-                 promoted: tuple[int, ...] | None = None, runs_user_code: bool = False):
+                 promoted: tuple[int, ...] | None = None, runs_user_code: bool = False,
+                 differentiable: bool = True):
         self.name = name
         # the kernel runs a function of the user's (checkpoint's f): running it again to
         # explain an error would run f's side effects again, and its errors are f's own
@@ -151,7 +154,8 @@ class Primitive:
         self.view = view
         self.batch = batch
         # Looked up on every eager call, so computed once here.
-        self.differentiable = any(rule is not None for rule in vjp)
+        self.differentiable = differentiable and _has_rule(vjp)
+        _check_rules(name, jvp, vjp, differentiable)
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         return bind(self, *args, **params)
@@ -177,6 +181,34 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _has_rule(rules: Any) -> bool:
+    return isinstance(rules, Each) or any(rule is not None for rule in rules)
+
+
+def _check_rules(name: str, jvp: Any, vjp: Any, differentiable: bool) -> None:
+    """A primitive has both derivative rules, ``jvp`` and ``vjp`` (``None`` for an
+    argument without a derivative: ``vjp=[None]`` says it has none), or says
+    ``differentiable=False``: its result is a constant to every differentiation (a
+    comparison, ``stop_gradient``; ``no_grad`` keeps a jvp for mg.jvp). A missing rule is
+    refused where it is written: the sweeps would take the op for a constant, and an
+    ``x ** 3`` defined without rules would have derivative 0 without a word (JAX raises
+    "Differentiation rule for 'cube' not implemented", at the first differentiation)."""
+    if not differentiable:
+        if _has_rule(vjp):
+            raise ValueError(f"primitive {name!r}: differentiable=False, but a vjp rule is "
+                             f"given; give one or the other")
+        return
+    given = {"jvp": isinstance(jvp, Each) or len(jvp) > 0,
+             "vjp": isinstance(vjp, Each) or len(vjp) > 0}
+    missing = [what for what in given if not given[what]]
+    if len(missing) == 2 or missing and _has_rule(jvp if missing == ["vjp"] else vjp):
+        raise ValueError(f"primitive {name!r}: no {' and no '.join(missing)} rule; give "
+                         f"both derivative rules, jvp=[...] and vjp=[...] (None for an "
+                         f"argument without a derivative), or differentiable=False if its "
+                         f"result is a constant to every differentiation (as a comparison "
+                         f"is); without a rule, its derivative would be taken as 0")
 
 
 def always_a_view(out_shape: tuple, params: dict) -> bool:
@@ -239,7 +271,8 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
               jvp: Sequence[Rule | None] | Each = (), vjp: Sequence[Rule | None] | Each = (),
               cost: str = "cheap", out: Callable[..., Any] | None = None,
               in_place: bool = True, view: bool = False,
-              batch: Rule | None = None, **written: Any) -> Primitive:
+              batch: Rule | None = None, differentiable: bool = True,
+              **written: Any) -> Primitive:
     """Define a primitive and enter it in the table ``PRIMITIVES``. ``written`` holds the
     optional ``symbol``, ``public``, ``positional``, ``write``, ``flops``, ``transfer``,
     ``impl_with``, ``returns_view``, ``neutral``, ``promoted``, ``runs_user_code``."""
@@ -249,7 +282,7 @@ def primitive(name: str, impl: Callable[..., Any], shape: Callable[..., tuple], 
         raise ValueError(f"primitive {name!r}: cost must be 'free', 'cheap' or 'expensive'")
     prim = Primitive(name, impl, shape, jvp if isinstance(jvp, Each) else tuple(jvp),
                      vjp if isinstance(vjp, Each) else tuple(vjp), cost, out, in_place, view,
-                     batch, **written)
+                     batch, differentiable=differentiable, **written)
     PRIMITIVES[name] = prim
     return prim
 
