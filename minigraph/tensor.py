@@ -255,7 +255,7 @@ class Tensor(ArrayOps):
         # PyTorch's checks. An integer tensor has no gradient (its sweep would compute
         # one in its dtype: 2 for d(2.5 t)/dt). A recorded result's flag is its history's:
         # switching it off would silently cut the gradient that flows through it.
-        flag = bool(flag)
+        flag = as_flag("requires_grad", flag)
         if flag and self.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"only floating-point tensors can require gradients, "
                              f"this one has dtype {self.dtype}")
@@ -571,6 +571,8 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     Nested lists must be rectangular (a ragged one is refused, naming where), and must
     hold numbers, not tensors: ``mg.stack`` combines tensors.
     """
+    if requires_grad is not False and requires_grad is not True:
+        requires_grad = as_flag("tensor()", requires_grad)
     if device is None and isinstance(data, Tensor) and scoped_device() is None:
         device = data.device  # (a copy does not silently move to another device)
     dev = get_device(device)
@@ -608,6 +610,16 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
                              f"this one has dtype {t.dtype}")
         t._requires_grad = True  # (checked just above: the setter would check again)
     return t
+
+
+def as_flag(who: str, value: Any) -> bool:
+    """``value`` as requires_grad takes it: True or False (a NumPy bool too), else a
+    TypeError, as PyTorch's. Python's truth would read ``requires_grad="False"`` as
+    True, and turn gradients on with the word that meant off."""
+    if value is True or value is False or isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"{who}: requires_grad must be True or False, got {value!r} (a "
+                    f"{type(value).__name__})")
 
 
 def _too_wide(name: str | None) -> DTypeError:

@@ -197,3 +197,22 @@ def test_stack_puts_host_data_where_the_tensors_live():
         out = mg.stack([b, host])
         assert out.device.name == "cpu:1"
         np.testing.assert_array_equal(out.numpy(), np.stack([[1.0, 2.0], np.ones(2)]))
+
+
+@pytest.mark.parametrize("value", ["False", "no", 0, 1, None, 1.0])
+def test_requires_grad_takes_true_or_false_only_as_pytorch_does(value):
+    """``requires_grad="False"`` read the string's truth and turned gradients on (the
+    constructor, the setter and requires_grad_ alike). PyTorch refuses every non-bool
+    there ("requires_grad must be a bool"), and so does minigraph now; the tensor is
+    left as it was."""
+    with pytest.raises(TypeError):
+        torch.tensor([1.0]).requires_grad_(value)
+    with pytest.raises(TypeError, match=r"tensor\(\): requires_grad must be True or False"):
+        mg.tensor([1.0, 2.0], requires_grad=value)
+    t = mg.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match="requires_grad must be True or False"):
+        t.requires_grad = value
+    with pytest.raises(TypeError, match="requires_grad must be True or False"):
+        t.requires_grad_(value)
+    assert t.requires_grad is False
+    assert mg.tensor([1.0], requires_grad=np.bool_(True)).requires_grad is True

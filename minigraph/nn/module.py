@@ -40,7 +40,7 @@ import numpy as np  # load_state_dict reads values through the host format
 
 from ..device import nbytes as array_nbytes
 from ..errors import MinigraphError
-from ..tensor import Tensor, host_values
+from ..tensor import Tensor, as_flag, host_values
 
 
 class StateDictError(MinigraphError, RuntimeError):
@@ -285,10 +285,7 @@ class Module:
         frozen parameter keeps its place in ``parameters()`` and the state dict, gets no
         ``.grad`` from ``backward()``, and an optimizer's ``step()`` leaves it as it is.
         Returns the module, so that ``model.requires_grad_(False)`` can be chained."""
-        if not isinstance(requires_grad, bool):
-            # (a str or None would be truthy or falsy by accident)
-            raise TypeError(f"{type(self).__name__}.requires_grad_: requires_grad must be "
-                            f"True or False, got {requires_grad!r}")
+        requires_grad = as_flag(f"{type(self).__name__}.requires_grad_", requires_grad)
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
