@@ -44,6 +44,12 @@ class GradcheckError(MinigraphError, AssertionError):
     """Analytic and numerical derivatives disagree (raised by ``mg.gradcheck``)."""
 
 
+class NoArrayError(MinigraphError, AttributeError):
+    """``x.data`` or a DLPack export of a value that has no array to hand out: a graph
+    node, a value inside a transformation. (An AttributeError too, so that
+    ``getattr(x, "data", None)`` and ``hasattr`` still answer None and False.)"""
+
+
 class PytreeError(MinigraphError, TypeError):
     """A list, tuple or dict holding arrays where a transformation takes one array per
     argument: JAX's and torch.func's *pytrees*, which minigraph does not take."""

@@ -76,6 +76,7 @@ class Tensor(ArrayOps):
     # numbers, for the entries recorded before (tape.switched). Unset, the common case,
     # costs the eager interpreter nothing: the tape reads it with getattr.)
     _switches: tuple[int, ...]
+    data: Any  # (the array itself: a slot, where other kinds refuse it: ops/operators.py)
     _priority = 0  # the eager interpreter: below graph nodes and dual numbers (primitive.bind)
     _noun = "tensor"
     # (Tensor is not registered with register_kind: bind runs the eager interpreter

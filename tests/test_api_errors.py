@@ -304,3 +304,37 @@ def test_an_array_of_an_unsupported_dtype_is_refused_naming_the_transform_and_ar
                              rf"{array.dtype.name} is not supported"):
         mg.checkpoint(_ignores_a)(x, array)
     np.testing.assert_array_equal(mg.grad(_ignores_a)(x, array).numpy(), [2.0, 2.0])
+
+
+def _reads_data(x):
+    x.data
+    return mg.sum(x)
+
+
+def _exports(x):
+    np.from_dlpack(x)
+    return mg.sum(x)
+
+
+@pytest.mark.parametrize("f", [_reads_data, _exports])
+def test_the_array_of_a_value_inside_a_transformation_is_refused_clearly(f):
+    """x.data and DLPack export (np.from_dlpack, torch.from_dlpack) of a value inside
+    mg.vmap, mg.grad, mg.jvp or a graph failed with "'BatchTracer' object has no
+    attribute 'data'" (or torch's "invalid capsule"), naming an internal class, where
+    x.numpy() got a clear refusal; torch.func.vmap refuses .data too. On a tensor, both
+    still hand out its array (NumPy's values are the oracle)."""
+    x = mg.tensor([1.0, 2.0])
+    calls = {"vmap": lambda: mg.vmap(f)(mg.tensor(np.ones((2, 2)))),
+             "tape": lambda: mg.grad(f)(x), "forward": lambda: mg.grad(f, mode="forward")(x),
+             "graph": lambda: mg.grad(f, mode="graph")(x)}
+    for name, call in calls.items():
+        with pytest.raises(mg.errors.NoArrayError,
+                           match=r"(\.data|DLPack export).*(per example|being differentiated|"
+                                 r"graph node has no array)"):
+            call()
+    with pytest.raises(mg.errors.NoArrayError, match="DLPack export"):
+        mg.vmap(lambda v: (torch.from_dlpack(v), v)[1])(mg.tensor(np.ones((2, 2))))
+    np.testing.assert_array_equal(x.data, [1.0, 2.0])
+    np.testing.assert_array_equal(np.from_dlpack(x), [1.0, 2.0])
+    assert getattr(mg.vmap(lambda v: getattr(v, "data", None) is None and v)(
+        mg.tensor(np.ones((2, 2)))), "shape") == (2, 2)  # (getattr's default still answers)

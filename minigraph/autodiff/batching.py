@@ -113,6 +113,9 @@ class BatchTracer(ArrayOps):
     def __index__(self) -> int:
         raise self._one_number("an index")
 
+    def _no_array_of(self, what: str) -> str:  # (x.data, DLPack: ops/operators.py)
+        return str(self._one_number(what))
+
     def item(self) -> Any:
         raise self._one_number("item()")
 

@@ -111,6 +111,9 @@ class ValueInside:
     def numpy(self) -> Any:
         raise _no_array("numpy()")
 
+    def _no_array_of(self, what: str) -> str:  # (x.data, DLPack: ops/operators.py)
+        return str(_no_array(what))
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         # (np.asarray(x) and np.array(x) ask this first; without it, NumPy read x as a
         # sequence and made an object array, which failed later without saying why)

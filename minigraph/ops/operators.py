@@ -34,7 +34,7 @@ from . import copy as C
 from . import elementwise as E
 from . import shape_rules as S
 from .weak import AS_NUMBER, Weak
-from ..errors import DTypeError, GradientError, ShapeError
+from ..errors import DTypeError, GradientError, NoArrayError, ShapeError
 from . import linalg as L
 from . import reduce as R
 from . import shape as SH
@@ -140,6 +140,25 @@ class ArrayOps:
 
     def _kind(self) -> str:
         return self._noun or f"value ({type(self).__name__}, inside a transformation)"
+
+    # -- the array itself, which only a tensor hands out (tensor.py has these as its own) ---
+    # Without them, x.data and np.from_dlpack(x) inside mg.grad, mg.vmap or a graph
+    # failed with "'Box' object has no attribute 'data'", naming an internal class.
+    @property
+    def data(self) -> Any:
+        raise NoArrayError(self._no_array_of(".data"))
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        raise NoArrayError(self._no_array_of("DLPack export (np.from_dlpack, torch.from_dlpack)"))
+
+    def __dlpack_device__(self) -> Any:
+        raise NoArrayError(self._no_array_of("DLPack export (np.from_dlpack, torch.from_dlpack)"))
+
+    def _no_array_of(self, what: str) -> str:
+        """Why this kind of value has no array for ``what`` (a kind may say it its way)."""
+        return (f"{what}: a {self._kind()} has no array to hand out (only a tensor, outside "
+                f"transformations, has one); compute with minigraph functions on it")
 
     def _refuse_update(self, where: str) -> None:
         """A kind whose ``x op= y`` must not rebind the name raises here (see ``updated``):
