@@ -338,3 +338,46 @@ def test_the_array_of_a_value_inside_a_transformation_is_refused_clearly(f):
     np.testing.assert_array_equal(np.from_dlpack(x), [1.0, 2.0])
     assert getattr(mg.vmap(lambda v: getattr(v, "data", None) is None and v)(
         mg.tensor(np.ones((2, 2)))), "shape") == (2, 2)  # (getattr's default still answers)
+
+
+def _times(x, y):
+    return x * y
+
+
+def test_a_value_that_is_not_an_array_is_named_by_op_and_argument_in_every_mode():
+    """In a graph, mg.trace and graph mode, ``x * 'a'`` said "tensor(): cannot make a
+    tensor of 'a'", naming a function the user never called and no argument; so did
+    mg.jvp's tangents and mg.gradcheck's inputs. Eager mode's message is the model."""
+    x = mg.tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"mul: argument 1 \(str\) is not a tensor"):
+        _times(x, "a")
+    with mg.Graph():
+        with pytest.raises(TypeError, match=r"mul: argument 1 \(str\) is not a tensor"
+                                            r"(.|\n)*at .*test_api_errors.py"):
+            _times(mg.placeholder((2,), name="p"), "a")
+    for run in (mg.trace(_times), mg.grad(lambda a, b: mg.sum(_times(a, b)), mode="graph")):
+        with pytest.raises(TypeError, match=r"mul: argument 1 \(str\) is not a tensor"):
+            run(x, "a")
+    with pytest.raises(TypeError, match=r"jvp: tangent 1 \(NoneType\) is not a tensor"):
+        mg.jvp(_times, (x, x), (x, None))
+    with pytest.raises(TypeError, match=r"gradcheck: input 1 \(str\) is not a tensor"):
+        mg.gradcheck(_times, (x, "a"))
+
+
+@pytest.mark.parametrize("name", [None, 7, ["w"]])
+def test_a_name_that_is_not_a_str_is_refused_clearly(name):
+    """mg.name_scope(None) raised "'NoneType' object has no attribute 'strip'" and
+    placeholder(name=7) "can only concatenate str (not "int") to str" (TF1 says a name
+    must be a string); the graph stays usable."""
+    with mg.Graph() as g:
+        with pytest.raises(TypeError, match="name_scope: the name must be a str"):
+            with mg.name_scope(name):
+                pass
+        if name is not None:  # (None is the default: an automatic name)
+            for make in (lambda: mg.placeholder((2,), name=name),
+                         lambda: mg.constant([1.0], name=name)):
+                with pytest.raises(TypeError, match="a node's name must be a str"):
+                    make()
+        p = mg.placeholder((2,), name="y")
+        y = p * 2.0
+    np.testing.assert_array_equal(mg.Session(g).run(y, {p: np.ones(2)}), [2.0, 2.0])

@@ -55,6 +55,15 @@ def _numeric_jacobian(f: Callable, args: list[Tensor], i: int, eps: float) -> np
     return jac
 
 
+def _input(k: int, x: Any) -> Tensor:
+    """Input ``k`` as a tensor; its error names gradcheck's input, not ``tensor()``."""
+    try:
+        return tensor(x)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"gradcheck: input {k} ({type(x).__name__}) is not a tensor, an "
+                        f"array or a number: {exc}") from None
+
+
 def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-4, mode: str = "tape") -> bool:
     """Check ``mode``'s Jacobian of ``f`` against finite differences: ``"tape"``,
@@ -70,7 +79,7 @@ def gradcheck(f: Callable[..., Any], inputs: Sequence[Any], eps: float = 1e-6,
         raise TypeError(f"gradcheck: inputs must be a tuple or list of f's arguments, got "
                         f"{type(inputs).__name__}: write mg.gradcheck(f, (x,))")
     refuse_pytrees(inputs, range(len(inputs)), "gradcheck", "input")
-    args = [x if isinstance(x, Tensor) else tensor(x) for x in inputs]
+    args = [x if isinstance(x, Tensor) else _input(k, x) for k, x in enumerate(inputs)]
     jacobian = _JACOBIANS[mode]
     if not any(x.dtype in FLOAT_DTYPES for x in args):
         # (True here would say that derivatives were checked when none was)

@@ -193,7 +193,11 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
     for k, (p, given) in enumerate(zip(primals, tangents)):
         p = _differentiable(p, k, who)
         number = isinstance(given, (int, float))
-        t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
+        try:
+            t = tensor(given, dtype=p.dtype, device=p.device) if number else _as_tensor(given)
+        except (TypeError, ValueError) as exc:  # (None, a str: say which tangent)
+            raise type(exc)(f"{who}: tangent {k} ({type(given).__name__}) is not a tensor, "
+                            f"an array or a number: {exc}") from None
         if t.dtype != p.dtype or t.device != p.device:  # (JAX's rule: a tangent is of its
             # primal's kind; a float64 tangent would make the float32 result's tangent float64)
             raise DTypeError(f"{who}: a tangent must have its primal's dtype and device: primal "

@@ -103,6 +103,20 @@ def describe_location(location: tuple[str, int] | None) -> str:
 
 # -- nodes ------------------------------------------------------------------------------------
 
+def _value(a: Any, prim: Primitive | None, k: int) -> Tensor:
+    """``tensor(a)`` for argument ``k`` of ``prim``, whose error names the op, the
+    argument and the user's line, as eager mode's does (not ``tensor()``, which the user
+    never called)."""
+    try:
+        return tensor(a)
+    except (TypeError, ValueError) as exc:
+        if prim is None:
+            raise
+        raise type(exc)(f"{prim.name}: argument {k} ({type(a).__name__}) is not a tensor, "
+                        f"an array or a number: {exc}\n  at "
+                        f"{describe_location(user_location())}") from None
+
+
 class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
@@ -337,6 +351,9 @@ class Graph:
         """Prefix the names of the nodes made inside with ``name/``; an empty ``name``
         goes back to the top level, as in TF1 (it made names like ``/x``, which no one
         fetches by)."""
+        if not isinstance(name, str):  # (None.strip: an AttributeError naming nothing)
+            raise TypeError(f"name_scope: the name must be a str, got {name!r} (a "
+                            f"{type(name).__name__})")
         outer = self._scopes
         self._scopes = outer + [name.strip("/")] if name.strip("/") else []
         self._prefix = "/".join(self._scopes) + "/" if self._scopes else ""
@@ -384,7 +401,11 @@ class Graph:
     # -- adding nodes ----------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
         """``base`` under the current name scope, with _1, _2, ... if already taken."""
-        name = self._prefix + base  # ("/".join(self._scopes + [base]), kept ready)
+        try:
+            name = self._prefix + base  # ("/".join(self._scopes + [base]), kept ready)
+        except TypeError:  # (name=7: "can only concatenate str (not "int") to str")
+            raise TypeError(f"a node's name must be a str, got {base!r} (a "
+                            f"{type(base).__name__})") from None
         if name not in self._by_name:
             return name
         k = self._suffix.get(name, 1)  # remembered, so a long chain of "mul" stays O(1)
@@ -410,8 +431,9 @@ class Graph:
             self.unfeedable.pop(key, None)
             self.loose.discard(key)
 
-    def _argument(self, a: Any) -> Any:
-        """An argument as a node stores it: nodes (of this graph) and Python numbers."""
+    def _argument(self, a: Any, prim: Primitive | None = None, k: int = 0) -> Any:
+        """An argument as a node stores it: nodes (of this graph) and Python numbers.
+        (``prim`` and ``k``: the op and the position, which an error names.)"""
         if isinstance(a, Node):
             if a.graph is not self:
                 inner = default_graph()  # (the graph f is being recorded into, if any)
@@ -437,19 +459,20 @@ class Graph:
         # array cost a copy of it, and a loop reading one weight many times crawled.)
         cached = self._consts.get(id(a))
         if cached is None or cached[0] is not a or not _holds(cached[1], a):
-            const = self.constant(a if isinstance(a, Tensor) else tensor(a), name="const")
+            const = self.constant(a if isinstance(a, Tensor) else _value(a, prim, k),
+                                  name="const")
             if not isinstance(a, Tensor):
                 self.loose.add(id(const))
             cached = (a, const)
             self._consts[id(a)] = cached
         return cached[1]
 
-    def _arguments(self, args: tuple) -> tuple:
+    def _arguments(self, args: tuple, prim: Primitive) -> tuple:
         """``tuple(self._argument(a) for a in args)``; the usual arguments (nodes of this
         graph, numbers) are looked at without a call, as this runs for every node."""
         for a in args:
             if type(a) not in _NUMBERS and not (type(a) is Node and a.graph is self):
-                return tuple([self._argument(a) for a in args])
+                return tuple([self._argument(a, prim, k) for k, a in enumerate(args)])
         return args if type(args) is tuple else tuple(args)
 
     def add(self, prim: Primitive, args: tuple, params: dict, name: str | None = None, *,
@@ -457,7 +480,7 @@ class Graph:
         """Add a node applying ``prim``; its shape and dtype come from the shape rule.
         ``location``: where the user created it, if the caller has found it already."""
         location = location or self._location or user_location()
-        args = self._arguments(args)
+        args = self._arguments(args, prim)
         name = self.unique_name(name or prim.name)
         shape, dtype = self._infer(prim, args, params, name, location)
         # (most nodes have no parameters: they share the one empty dict the tape's entries
