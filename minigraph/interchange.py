@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import io
 import os
-import secrets
 import struct
 import zipfile
 import zlib
 from collections import OrderedDict
-from typing import Any, Mapping
+from typing import IO, Any, Mapping
 
 import numpy as np  # the archive format is NumPy's
 
 from .device import Device, get_device
 from .errors import DeviceError, DTypeError, MinigraphError
+from .files import write_atomically
 from .ops.shape_rules import DTYPES
 from .tensor import Tensor, host_values, shared
 
@@ -131,10 +131,10 @@ def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
     with their dtype and shape (tensors are copied to the host). Everything is checked
     first: a value that is not a tensor or an array, a dtype minigraph cannot load back
     (float16, object, ...), or a key that cannot be a name in the archive raises, and
-    nothing is written. The archive is written to a temporary file in the same folder
-    and then moved over ``path`` in one step (``os.replace``), so a failure (a full disk,
-    an interrupt) leaves an existing file as it was, never half-written. A new file gets
-    the mode ``open()`` would give it (0o666 less the umask); a replaced one keeps its own.
+    nothing is written. The archive is written whole or not at all (``files.py``): a
+    failure (a full disk, an interrupt) leaves an existing file as it was, never
+    half-written; otherwise it is written as ``open(path, "wb")`` writes, through a link,
+    with ``open``'s mode for a new file and the old mode for a replaced one.
 
     ``np.load(path)`` reads the file too; PyTorch users get ``torch.from_numpy`` of each.
     """
@@ -142,38 +142,16 @@ def save(state_dict: Mapping[str, Any], path: "str | os.PathLike[str]") -> None:
         raise TypeError(f"save: expected a dict of name -> tensor (model.state_dict()), got "
                         f"a {type(state_dict).__name__}")
     arrays = [(_entry_name(key), _host_array(key, value)) for key, value in state_dict.items()]
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = _new_file(folder, os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # What np.savez does, written out: np.savez(file, **dict) would take a key
-            # named "file" or "allow_pickle" for its own argument.
-            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
-                for entry, array in arrays:
-                    with z.open(entry, "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, array, allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(path):  # (a new file has open()'s mode already: _new_file)
-            os.chmod(tmp, os.stat(path).st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
+    def write(f: IO[bytes]) -> None:
+        # What np.savez does, written out: np.savez(file, **dict) would take a key named
+        # "file" or "allow_pickle" for its own argument.
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+            for entry, array in arrays:
+                with z.open(entry, "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
 
-def _new_file(folder: str, name: str) -> tuple[int, str]:
-    """A new temporary file in ``folder``, opened for writing: ``(fd, path)``. As
-    ``tempfile.mkstemp`` makes one (a random name, created only if it does not exist:
-    O_EXCL), but with the mode ``open()`` gives a new file, 0o666 less the umask, which
-    the system applies itself (mkstemp's file is its owner's only)."""
-    while True:
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:  # (2**64 names: another run's, once in an age)
-            continue
+    write_atomically(path, write)
 
 
 def _entry_name(key: Any) -> str:

@@ -731,3 +731,27 @@ def test_mg_from_dlpack_of_a_negated_torch_view():
     np.testing.assert_array_equal(t.numpy(), im.resolve_neg().numpy())
     with pytest.raises(TypeError, match=r"torch\.Tensor is a negated view.*copy=True"):
         mg.from_dlpack(im, copy=False)
+
+
+def test_save_and_chrome_trace_write_as_open_does_and_name_the_users_path(tmp_path):
+    """mg.save to a missing folder said "No such file or directory:
+    '/missing/.m.npz.879d....tmp'", and to a folder it wrote the whole archive into the
+    folder's parent before failing on a name the user never chose; mg.save replaced a
+    link with a file, where np.save (the oracle, as open does) writes through it and
+    to_chrome_trace did too. One write (minigraph/files.py) now serves both."""
+    state = {"w": mg.tensor([1.0, 2.0])}
+    with pytest.raises(FileNotFoundError) as expected:
+        open(tmp_path / "missing" / "m.npz", "wb")
+    with pytest.raises(FileNotFoundError) as got:
+        mg.save(state, tmp_path / "missing" / "m.npz")
+    assert str(got.value) == str(expected.value)
+    with pytest.raises(IsADirectoryError, match=str(tmp_path)):
+        mg.save(state, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # (no temporary file left behind)
+
+    target, link = tmp_path / "real.npz", tmp_path / "link.npz"
+    target.write_bytes(b"an older file")
+    link.symlink_to(target)
+    mg.save(state, link)
+    assert link.is_symlink()
+    np.testing.assert_array_equal(mg.load(target)["w"].numpy(), [1.0, 2.0])

@@ -34,14 +34,11 @@ or chrome://tracing); ``gantt()`` draws the threads as rows with matplotlib.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import uuid
 from typing import Any
 
 from ..errors import MinigraphError
+from ..files import write_atomically
 
 
 class TraceError(MinigraphError, ValueError):
@@ -169,22 +166,10 @@ class RunStats:
     def to_chrome_trace(self, path: str) -> str:
         """Write ``chrome_trace()`` as JSON to ``path``; returns the path. A call that
         fails leaves an existing file as it was: the text is made first (an untraced run
-        has no trace: TraceError), then written to a new file beside ``path``, which
-        replaces it in one step (``os.replace``) only once it is complete. A link at
-        ``path`` is written through, as ``open`` writes it, and the file keeps its mode."""
+        has no trace: TraceError), then written whole or not at all (``files.py``), as
+        ``open`` writes it otherwise (through a link, keeping the file's mode)."""
         text = json.dumps(self.chrome_trace())
-        target = os.path.realpath(path)  # (replacing the link itself would leave its file)
-        temporary = f"{target}.{uuid.uuid4().hex[:8]}.tmp"  # (a name no one else holds)
-        try:
-            with open(temporary, "x") as f:
-                f.write(text)
-            if os.path.exists(target):
-                shutil.copymode(target, temporary)
-            os.replace(temporary, target)
-        except BaseException:  # (a full disk, Ctrl-C: no half-written file left behind)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
+        write_atomically(path, lambda f: f.write(text.encode()))
         return path
 
     def gantt(self, ax: Any = None) -> Any:
