@@ -381,3 +381,26 @@ def test_a_name_that_is_not_a_str_is_refused_clearly(name):
         p = mg.placeholder((2,), name="y")
         y = p * 2.0
     np.testing.assert_array_equal(mg.Session(g).run(y, {p: np.ones(2)}), [2.0, 2.0])
+
+
+def test_ops_refuse_what_is_not_an_operand_naming_the_op():
+    """matmul(None, x) and x @ 'ab' said "operands must have at least one axis, got
+    shapes () and (2,)" (None read as a number of shape ()), sum_to(None, (1,)) spoke of
+    "x's shape ()", astype(None) and to_device(None) raised raw AttributeErrors, astype of
+    a ragged list NumPy's "inhomogeneous shape"; NumPy and PyTorch raise a TypeError
+    for such operands. AddN's refusal lists every term's shape, in order."""
+    x = mg.tensor([1.0, 2.0])
+    with pytest.raises(TypeError):
+        np.ones(2) @ "ab"  # (NumPy's own refusal)
+    for call, message in [(lambda: mg.matmul(None, x), "matmul: the first operand .* not NoneType"),
+                          (lambda: x @ "ab", "matmul: the second operand .* not str"),
+                          (lambda: mg.sum_to(None, (1,)), "sum_to: the input .* not NoneType"),
+                          (lambda: mg.astype(None, "float32"), "astype: the input .* not NoneType"),
+                          (lambda: mg.to_device(None, "cpu"), "to_device: x must be a tensor")]:
+        with pytest.raises(TypeError, match=message):
+            call()
+    with pytest.raises(ShapeError, match="astype: the input is a nested list whose rows"):
+        mg.astype([[1.0, 2.0], [3.0]], "float32")
+    with pytest.raises(ShapeError, match=r"got the shapes \[\(2,\), \(2,\), \(3,\)\]"):
+        mg.add_n([x, x, mg.tensor([1.0, 2.0, 3.0])])
+    np.testing.assert_array_equal(mg.matmul([1.0, 2.0], x).numpy(), 5.0)  # (lists still work)

@@ -113,6 +113,7 @@ def astype(x: Any, dtype: str, copy: bool = True) -> Any:
     changed ``x``); ``copy=False`` gives ``x`` itself then, as the library's own rules ask.
     (Values of a transformation or a graph cannot be written in place: no copy is made.)"""
     dtype = S.supported_dtype("astype", dtype)
+    S.input_shape("astype", "input", x)  # (None, a str, a ragged list: refused naming astype)
     if S.dtype_of(x) == dtype and (not copy or type(x) in KINDS):
         return x
     if dtype not in S.FLOATS:
@@ -124,5 +125,8 @@ def to_device(x: Any, device: Any) -> Any:
     """A copy of ``x`` on ``device`` (differentiable: the gradient is copied back)."""
     from ..device import get_device
 
-    dst, src = get_device(device), x.device
+    dst, src = get_device(device), getattr(x, "device", None)
+    if src is None:  # (a number or a list lives on no device: mg.tensor puts it on one)
+        raise TypeError(f"to_device: x must be a tensor, not {type(x).__name__}; "
+                        f"mg.tensor(x, device={dst.name!r}) makes one on that device")
     return x if dst is src else bind(TO_DEVICE, x, device=dst, source=src)

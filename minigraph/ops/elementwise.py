@@ -538,8 +538,9 @@ def _same_shape(xs: tuple) -> tuple:
     broadcast, as TensorFlow's: its terms are the shares of one value's adjoint). A
     Python number is added to every element, as by ``+``."""
     shapes = {S.shape_of(x) for x in xs if type(x) not in (bool, int, float)}
-    if len(shapes) > 1:
-        raise ShapeError(f"AddN: all terms must have the same shape, got {sorted(shapes)}")
+    if len(shapes) > 1:  # (each term's shape, in order: which one differs is the point)
+        given = [S.shape_of(x) for x in xs]
+        raise ShapeError(f"AddN: all terms must have the same shape, got the shapes {given}")
     return shapes.pop() if shapes else ()
 
 

@@ -70,7 +70,10 @@ def matmul(x: Any, y: Any) -> Any:
         matrices = False
     if matrices:  # matrices or stacks of them, the common case: the primitive itself
         return bind_two(MATMUL, x, y)
-    xs, ys = S.shape_of(x), S.shape_of(y)
+    # (what is not an operand, None or a str, has no shape: refused naming it, not read
+    # as a number of shape ())
+    xs, ys = S.input_shape("matmul", "first operand", x), S.input_shape("matmul",
+                                                                         "second operand", y)
     if xs is None or ys is None:  # a graph node of unknown shape: decided when it runs
         return bind_two(MATMUL, x, y)
     if not xs or not ys:

@@ -301,7 +301,7 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``x`` down to ``shape``: the adjoint of broadcasting ``shape`` to ``x.shape``."""
     if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
         shape = S.sizes("sum_to", shape)  # (the common case checks once)
-    xshape = S.shape_of(x)
+    xshape = S.input_shape("sum_to", "input", x)
     if xshape == tuple(shape):
         return x
     lead = len(xshape) - len(shape)
