@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np  # host arrays: microbatch slices, fetched gradients
+from array_api_compat import array_namespace
 
 from ...autodiff.checkpoint import checkpoint
 from ...autodiff.reads import arrays_in, differs, outside_reads, rebound
@@ -41,6 +42,7 @@ class PipelineRun:
 
     loss: float                    # the loss of the whole minibatch
     grads: list[np.ndarray]        # aligned with model.parameters()
+    loss_grads: list[np.ndarray]   # aligned with the loss's parameters() (a loss module's)
     order: list[list[Op]]          # per stage: the ops in the order its device ran them
     timeline: list[Event]          # measured: (stage, kind, k, start, end) in seconds
     peak_bytes: list[int]          # per stage: the most bytes of live values on its device
@@ -57,6 +59,10 @@ class PipelineRun:
         return draw_timeline(self.timeline, len(self.order), ax, title)
 
 
+def _loss_name(loss: Any) -> str:
+    return getattr(loss, "__name__", type(loss).__name__)
+
+
 def _reduction(loss: Any, microbatches: int) -> str:
     """How ``loss`` reduces a batch: "mean" or "sum", from its ``reduction`` attribute
     (``nn.MSELoss(reduction="sum")``). The microbatch losses add up to the minibatch's
@@ -67,7 +73,7 @@ def _reduction(loss: Any, microbatches: int) -> str:
     if reduction is None and microbatches == 1:
         return "sum"  # (one microbatch: its loss is the minibatch's, whatever it is)
     if reduction not in ("mean", "sum"):
-        name = getattr(loss, "__name__", type(loss).__name__)
+        name = _loss_name(loss)
         raise PipelineError(
             f"Pipeline: the loss {name} has "
             f"{'no reduction' if reduction is None else f'reduction {reduction!r}'}, so "
@@ -94,11 +100,14 @@ class Pipeline:
     below).
 
     **What is built.** One graph per minibatch shape (built once, then re-run). Each run
-    feeds it the microbatches and the parameters' current values; what else the layers
-    and the loss read (a tensor kept as a plain attribute, ``self.scale``, a number, the
-    loss's ``reduction``, a global or a dict item they read) the graph holds as
-    constants, so a run first compares them with what the graph was built from
-    (``_built_from``, ``_Reads``) and rebuilds it if one changed. For
+    feeds it the microbatches and the parameters' current values (a loss module's own
+    parameters too, a learnable temperature: they get gradients, ``loss_grads``); what
+    else the layers and the loss read (a tensor kept as a plain attribute,
+    ``self.scale``, a number, the loss's ``reduction``, a global or a dict item they
+    read) the graph holds as constants, so a run first compares them, and the modules
+    and parameters themselves (``_structure``: a layer swapped, appended, a parameter
+    removed or registered in another order, another loss), with what the graph was built
+    from (``_built_from``, ``_Reads``) and rebuilds it if one changed. For
     each stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
     placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
 
@@ -143,7 +152,7 @@ class Pipeline:
                  schedule: "str | Schedule" = "1f1b", microbatches: int = 4,
                  workers: int = 1, recompute: bool = False):
         self.model = _check_sequential(model, "Pipeline")
-        self.loss = loss
+        self.loss = loss  # (called on graph nodes: checked with the model, _check_model)
         self.stages = _check_stages(stages, len(model))
         self.devices = _stage_devices(devices, len(self.stages))
         if isinstance(schedule, str):
@@ -157,11 +166,9 @@ class Pipeline:
         self._build_order = [e[:3] for e in simulate(self.schedule).timeline]
         self.workers = workers
         self.recompute = recompute
-        # key -> (_built_from, what the forwards read then: _Reads, the plan)
+        # key -> (_structure and _built_from, what the forwards read then: _Reads, the plan)
         self._plans: dict[tuple, tuple[tuple, _Reads, _Plan]] = {}
-        _check_parameters(self.model)
-        if recompute:
-            _check_recomputable(self.model, self.stages, self.devices)
+        _check_model(self)
 
     def run(self, x: Any, labels: Any) -> PipelineRun:
         """Run one minibatch through the pipeline; the gradients are not stored anywhere."""
@@ -171,30 +178,34 @@ class Pipeline:
         xs, ys = _host(x), _host(labels)
         sizes = self._sizes(xs, ys)
         key = (sizes, xs.shape[1:], str(xs.dtype), ys.shape[1:], str(ys.dtype))
-        state = _built_from(self)
+        state = (_structure(self), _built_from(self))
         built = self._plans.get(key)
         if built is None or built[0] != state or built[1].changed():
-            # (a buffer, a number, the loss's reduction, or a name, attribute, item, tensor
+            # (a module, a parameter or the loss was replaced, added or removed, or a
+            # buffer, a number, the loss's reduction, or a name, attribute, item, tensor
             # or array the forwards read changed since the graph was built, which holds
             # them as constants: it is rebuilt, not run stale)
+            _check_model(self)  # (a layer appended, a loss swapped: checked as at first)
             reads = _Reads.of(self)
             self._plans[key] = (state, reads, _GraphBuilder(self, sizes, xs, ys).build())
         plan = self._plans[key][2]
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
         try:
-            values = plan.session.run(fetches, plan.feed(self.model, xs, ys, sizes))
+            values = plan.session.run(fetches, plan.feed(_parameters(self), xs, ys, sizes))
         except NodeError as error:
             raise _in_batch(error, sizes) from error
         return plan, _run_result(self, plan, values)
 
     def backward(self, x: Any, labels: Any) -> PipelineRun:
-        """``run``, then add the gradients to the parameters' ``.grad``, as backward()
-        does: a parameter that does not require a gradient (frozen), or that no path from
-        the loss reaches, keeps its ``.grad`` as it was (None stays None), so that an
-        optimizer leaves it alone (its weight decay included)."""
+        """``run``, then add the gradients to the parameters' ``.grad`` (the model's and
+        a loss module's), as backward() does: a parameter that does not require a
+        gradient (frozen), or that no path from the loss reaches, keeps its ``.grad`` as
+        it was (None stays None), so that an optimizer leaves it alone (its weight decay
+        included)."""
         plan, result = self._run(x, labels)
+        grads = result.grads + result.loss_grads
         with no_grad():
-            for p, g, node in zip(self.model.parameters(), result.grads, plan.grads):
+            for p, g, node in zip(_parameters(self), grads, plan.grads):
                 if not p.requires_grad or node is None:
                     continue
                 t = tensor(g, dtype=p.dtype, device=p.device)
@@ -233,14 +244,43 @@ def _stage_devices(devices: Sequence[str] | None, p: int) -> list[str]:
     return names
 
 
-def _check_parameters(model: Sequential) -> None:
-    owner: dict[int, int] = {}
-    for i, layer in enumerate(model):
-        for p in layer.parameters():
+def _check_model(pipe: Pipeline) -> None:
+    """What ``Pipeline`` checks of its model and loss when it is made, and again before
+    it builds a graph: a layer appended, or a submodule or the loss swapped, since."""
+    model, loss = _check_sequential(pipe.model, "Pipeline"), pipe.loss
+    covered = sum(len(layers) for layers in pipe.stages)
+    if len(model) != covered:  # (the stages were checked against the model when made)
+        raise PipelineError(f"Pipeline: the model has {len(model)} layers now, its stages "
+                            f"{pipe.stages} cover {covered}: a layer was added or removed "
+                            f"after the Pipeline was made; make a new Pipeline with stages "
+                            f"that cover layers 0..{len(model) - 1}")
+    if not callable(loss):
+        raise TypeError(f"Pipeline: the loss must be a function or module called as "
+                        f"loss(output, labels) (nn.CrossEntropyLoss()), got an object of type "
+                        f"{type(loss).__name__}, which cannot be called")
+    _check_parameters(model, loss)
+    if pipe.recompute:
+        _check_recomputable(model, pipe.stages, pipe.devices)
+
+
+def _check_parameters(model: Sequential, loss: Any) -> None:
+    owner: dict[int, str] = {}
+    parts = [(f"layer {i}", layer) for i, layer in enumerate(model)]
+    if isinstance(loss, Module):
+        parts.append((f"the loss {_loss_name(loss)}", loss))
+    for part, module in parts:
+        for p in module.parameters():
             if id(p) in owner:
-                raise PipelineError(f"Pipeline: layers {owner[id(p)]} and {i} share a "
+                raise PipelineError(f"Pipeline: {owner[id(p)]} and {part} share a "
                                     f"parameter; shared weights are not supported")
-            owner[id(p)] = i
+            owner[id(p)] = part
+
+
+def _parameters(pipe: Pipeline) -> list[Tensor]:
+    """What each run feeds the graph's placeholders, in order: the model's parameters,
+    then a loss module's own (a learnable temperature)."""
+    loss = pipe.loss.parameters() if isinstance(pipe.loss, Module) else []
+    return pipe.model.parameters() + loss
 
 
 def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
@@ -280,15 +320,55 @@ class _Reads(NamedTuple):
         functions = [pipe.loss] + ([] if pipe.recompute else [
             m.forward for layer in pipe.model for _, m in layer._paths()])
         reads = [r for f in functions for r in outside_reads(f)]
-        fed = {id(p) for p in pipe.model.parameters()}
-        copies = [(a, np.array(host_values(a) if isinstance(a, Tensor) else a, copy=True))
-                  for _, a in arrays_in(reads) if id(a) not in fed]
+        fed = {id(p) for p in _parameters(pipe)}
+        copies = [(a, _copy(a)) for _, a in arrays_in(reads) if id(a) not in fed]
         return cls(reads, copies)
 
     def changed(self) -> bool:
         return rebound(self.reads) is not None or any(
-            differs(np.asarray(host_values(a) if isinstance(a, Tensor) else a), was)
+            differs(np.asarray(host_values(a)) if isinstance(a, Tensor) else a, was)
             for a, was in self.copies)
+
+
+def _copy(a: Any) -> Any:
+    """A copy of the values of a tensor (on the host) or of an array, to compare with
+    them later (``reads.differs``). Another library's array is copied by its own library,
+    as ``signature.Captured`` does: NumPy refuses to read a torch tensor that requires a
+    gradient."""
+    if isinstance(a, Tensor):
+        return np.array(host_values(a), copy=True)
+    return array_namespace(a).asarray(a, copy=True)
+
+
+def _structure(pipe: Pipeline) -> tuple:
+    """The modules and parameters the graph was built from, compared without reading a
+    value: the model and the loss themselves, and for every module of their trees its
+    path, identity and class, and its parameters' names in order (the placeholders are
+    fed by position, ``_Plan.feed``), identities, shapes and dtypes. A submodule
+    swapped (``block.act = nn.ReLU()``), a layer appended, a parameter removed
+    (``lin.bias = None``) or registered anew after the others, another loss: it differs,
+    and ``Pipeline`` builds a new graph (or says why it cannot)."""
+    trees: list[tuple[str, Any]] = [("loss", pipe.loss)] + \
+        [(str(i), layer) for i, layer in enumerate(pipe.model)]
+    state: list[Any] = [_Same(pipe.model), _Same(pipe.loss)]
+    for where, root in trees:
+        if isinstance(root, Module):
+            state += [(f"{where}.{prefix}", _Same(m), type(m),
+                       [(name, p if p is None else (_Same(p), p.shape, p.dtype))
+                        for name, p in m._parameters.items()])
+                      for prefix, m in root._paths()]
+    return tuple(state)
+
+
+class _Same:
+    """An object in a fingerprint, equal to another's when it is the very same object;
+    held, so that no later object takes its id (``id`` alone could name a new one)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
 
 
 def _built_from(pipe: Pipeline) -> tuple:
@@ -301,11 +381,8 @@ def _built_from(pipe: Pipeline) -> tuple:
     runs the layers themselves on every run: they read their attributes then.)"""
     loss = pipe.loss
     owners: list[tuple[str, Any]] = [("loss", loss)]
-    if isinstance(loss, Module):  # (a loss's parameters are constants of the graph too)
-        paths = loss._paths()
-        owners = [(f"loss.{prefix}", m) for prefix, m in paths]
-        owners += [(f"loss.{prefix}{name}", t) for prefix, m in paths
-                   for name, t in m._parameters.items()]
+    if isinstance(loss, Module):  # (its parameters are fed, like the layers')
+        owners = [(f"loss.{prefix}", m) for prefix, m in loss._paths()]
     if not pipe.recompute:
         owners += [(f"{i}.{prefix}", m) for i, layer in enumerate(pipe.model)
                    for prefix, m in layer._paths()]
@@ -325,13 +402,13 @@ def _fingerprint(value: Any) -> Any:
     if isinstance(value, (Tensor, np.ndarray)):
         array = np.ascontiguousarray(host_values(value) if isinstance(value, Tensor) else value)
         device = value.device.name if isinstance(value, Tensor) else "host"
-        return (id(value), array.shape, str(array.dtype), device,
+        return (_Same(value), array.shape, str(array.dtype), device,
                 hashlib.blake2b(array.tobytes(), digest_size=16).digest())
     if isinstance(value, (list, tuple)):
         return tuple(_fingerprint(v) for v in value)
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         return repr(value)  # (repr: a nan equals itself)
-    return ("object", id(value))  # (a change inside it is not seen)
+    return ("object", _Same(value))  # (a change inside it is not seen)
 
 
 _FAILED_NODE = re.compile(r"node 'stage(\d+)/([FB])(\d+)/")
@@ -364,13 +441,13 @@ class _Plan:
     session: Session
     xs: list[Node]
     ys: list[Node]
-    params: list[Node]           # aligned with model.parameters()
-    grads: list[Node | None]     # accumulated gradients, aligned with model.parameters()
+    params: list[Node]           # aligned with _parameters(pipe)
+    grads: list[Node | None]     # accumulated gradients, aligned with _parameters(pipe)
     losses: list[Node]
 
-    def feed(self, model: Sequential, xs: np.ndarray, ys: np.ndarray,
+    def feed(self, params: list[Tensor], xs: np.ndarray, ys: np.ndarray,
              sizes: tuple[int, ...]) -> dict:
-        feed: dict[Node, Any] = dict(zip(self.params, model.parameters()))
+        feed: dict[Node, Any] = dict(zip(self.params, params))
         start = 0
         for k, n in enumerate(sizes):
             feed[self.xs[k]], feed[self.ys[k]] = xs[start:start + n], ys[start:start + n]
@@ -402,7 +479,7 @@ class _GraphBuilder:
 
     def _inputs(self, xs: np.ndarray, ys: np.ndarray) -> None:
         """Placeholders: each layer's parameters on its stage's device, x on the first
-        stage's, labels on the last stage's."""
+        stage's, labels and a loss module's parameters on the last stage's."""
         self.layer_params: dict[int, dict[str, Node]] = {}
         for s, layers in enumerate(self.pipe.stages):
             with self.devs[s]:
@@ -416,6 +493,10 @@ class _GraphBuilder:
         with self.devs[-1]:
             self.ys = [placeholder((n,) + ys.shape[1:], str(ys.dtype), name=f"labels{k}")
                        for k, n in enumerate(self.sizes)]
+            loss, last = self.pipe.loss, len(self.pipe.stages) - 1
+            self.loss_params = {} if not isinstance(loss, Module) else {
+                name: placeholder(t.shape, t.dtype, name=f"stage{last}/loss.{name}")
+                for name, t in loss.named_parameters()}
 
     def stage_params(self, s: int) -> list[Node]:
         return [node for i in self.pipe.stages[s] for node in self.layer_params[i].values()]
@@ -429,7 +510,7 @@ class _GraphBuilder:
                     (self._forward if kind == "F" else self._backward)(s, k)
                 self._close(s, start)
         params = [node for i in range(len(self.pipe.model))
-                  for node in self.layer_params[i].values()]
+                  for node in self.layer_params[i].values()] + list(self.loss_params.values())
         session = Session(self.graph, workers=self.pipe.workers, trace=True)
         return _Plan(session, self.xs, self.ys, params,
                      [self.accumulated.get(id(node)) for node in params], self.losses)
@@ -443,10 +524,17 @@ class _GraphBuilder:
             for i in self.pipe.stages[s]:
                 h = functional_call(self.pipe.model[i], self.layer_params[i], h)
         if s == len(self.pipe.stages) - 1:
-            h = self.pipe.loss(h, self.ys[k])
+            loss, name = self.pipe.loss, _loss_name(self.pipe.loss)
+            h = functional_call(loss, self.loss_params, h, self.ys[k]) \
+                if isinstance(loss, Module) else loss(h, self.ys[k])
+            if not isinstance(h, Node):  # (None: a forgotten return; a number or a tensor
+                # is not computed from the output: no gradient would reach the model)
+                raise PipelineError(f"Pipeline: the loss {name} returned "
+                                    f"{type(h).__name__}, not the microbatch's loss "
+                                    f"computed from the output and the labels (a graph "
+                                    f"node here){'; is a return missing?' if h is None else ''}")
             if h.shape is None or tuple(h.shape) != ():  # (it was seeded with ones, and
                 # the sum of the losses then failed in NumPy after the whole run)
-                name = getattr(self.pipe.loss, "__name__", type(self.pipe.loss).__name__)
                 raise PipelineError(f"Pipeline: the loss {name} must return a scalar, the "
                                     f"microbatch's loss; it returned shape "
                                     f"{None if h.shape is None else tuple(h.shape)}; reduce "
@@ -475,10 +563,11 @@ class _GraphBuilder:
         return self.stage_functions[s]
 
     def _backward(self, s: int, k: int) -> None:
-        wrt = ([] if s == 0 else [self.inputs[s][k]]) + self.stage_params(s)
+        last = s == len(self.pipe.stages) - 1
+        params = self.stage_params(s) + (list(self.loss_params.values()) if last else [])
+        wrt = ([] if s == 0 else [self.inputs[s][k]]) + params
         if not wrt:  # a first stage without parameters has nothing to differentiate: its B
             return  # runs no node, but holds its place in the order (_with_empty_ops)
-        last = s == len(self.pipe.stages) - 1
         seed = None if last else [self.input_grads[s + 1][k]]
         grads = gradients(self.outputs[s][k], wrt, seed)
         if s > 0:
@@ -486,7 +575,7 @@ class _GraphBuilder:
                 raise PipelineError(f"Pipeline: the output of stage {s} does not depend on "
                                     f"its input; no gradient can flow to stage {s - 1}")
             self.input_grads[s][k], grads = grads[0], grads[1:]
-        for node, g in zip(self.stage_params(s), grads):
+        for node, g in zip(params, grads):
             if g is not None:
                 total = self.accumulated.get(id(node))
                 self.accumulated[id(node)] = g if total is None else total + g
@@ -503,10 +592,11 @@ class _GraphBuilder:
 def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     stats = plan.session.last_run
     assert stats is not None  # (the plan's session has just run)
-    params = pipe.model.parameters()
+    params = _parameters(pipe)
     fetched = iter(values["grads"])
     grads = [np.zeros(p.shape, dtype=host_values(p).dtype) if g is None else np.asarray(next(fetched))
              for p, g in zip(params, plan.grads)]
+    n = len(pipe.model.parameters())  # (the loss's parameters come after the model's)
     spans: dict[tuple[int, str, int], list[float]] = {}
     for e in stats.events:
         match = _OP_NAME.match(e["name"])
@@ -526,7 +616,8 @@ def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
     sends = sum(1 for e in stats.events
                 if e["op"] == "Send" and not e.get("key", "").startswith("^"))
     peak = [stats.lower_bound.get(get_device(d).name, 0) for d in pipe.devices]
-    return PipelineRun(float(sum(values["losses"])), grads, order, timeline, peak, sends, stats)
+    return PipelineRun(float(sum(values["losses"])), grads[:n], grads[n:], order, timeline,
+                       peak, sends, stats)
 
 
 def _with_empty_ops(measured: list[Op], ops: Sequence[Op]) -> list[Op]:
