@@ -184,7 +184,7 @@ def test_a_kernel_error_inside_a_checkpoint_keeps_its_type():
 @pytest.mark.parametrize("returned", [lambda a: (a * a, a), lambda a: None])
 @pytest.mark.parametrize("call, who", [
     (lambda f: mg.grad(f, mode="forward")(2.0), "grad"),
-    (lambda f: mg.value_and_grad(f, mode="forward")(2.0), "grad"),
+    (lambda f: mg.value_and_grad(f, mode="forward")(2.0), "value_and_grad"),
     (lambda f: mg.jacfwd(f)(np.ones(2)), "jacfwd"),
     (lambda f: mg.jacfwd(f, vectorize=False)(np.ones(2)), "jacfwd"),
     (lambda f: mg.hessian(f)(np.ones(2)), "hessian")])

@@ -55,14 +55,20 @@ def value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
                    mode: str = "tape") -> Callable[..., tuple]:
     """``v, g = mg.value_and_grad(f, argnums, mode)(*args)``: f's value and gradient."""
     refuse_non_functions(f, "value_and_grad")
+    made = _value_and_grad(f, argnums, mode, "value_and_grad")
+    made.__name__ = f"value_and_grad_{getattr(f, '__name__', 'f')}"  # (as grad names its own)
+    return transformation(made, f"value_and_grad(mode={mode!r})", f)
+
+
+def _value_and_grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]", mode: str,
+                    who: str) -> Callable[..., tuple]:
+    """``mode``'s value_and_grad of f, whose errors name ``who``, the function called."""
     try:
         make = MODES[mode]
     except KeyError:
-        raise ValueError(f"grad: unknown mode {mode!r}; available here: "
+        raise ValueError(f"{who}: unknown mode {mode!r}; available here: "
                          f"{', '.join(MODES)}") from None
-    made = make(f, argnums)
-    made.__name__ = f"value_and_grad_{getattr(f, '__name__', 'f')}"  # (as grad names its own)
-    return transformation(made, f"value_and_grad(mode={mode!r})", f)
+    return make(f, argnums, who=who)
 
 
 def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
@@ -77,9 +83,9 @@ def grad(f: Callable[..., Any], argnums: "int | tuple[int, ...]" = 0,
     """
     refuse_non_functions(f, "grad")
     if mode in GRADIENT_ONLY:
-        gradient = GRADIENT_ONLY[mode](f, argnums)
+        gradient = GRADIENT_ONLY[mode](f, argnums, who="grad")
     else:
-        vg = value_and_grad(f, argnums, mode)
+        vg = _value_and_grad(f, argnums, mode, "grad")
 
         def gradient(*args: Any, **kwargs: Any) -> Any:
             return vg(*args, **kwargs)[1]

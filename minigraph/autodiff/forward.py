@@ -361,28 +361,30 @@ def _runs(args: tuple, nums: tuple[int, ...]) -> int:
     return sum(math.prod(shape_of(args[i])) for i in nums)
 
 
-def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
-    """Forward mode behind ``mg.value_and_grad(f, mode="forward")``: n passes for n inputs."""
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
+                   who: str = "grad") -> Callable:
+    """Forward mode behind ``mg.value_and_grad(f, mode="forward")`` and ``mg.grad``: n
+    passes for n inputs; ``who`` is the function the user called, which errors name."""
 
     def wrapped(*args: Any, **kwargs: Any) -> tuple:
-        refuse_keywords(kwargs, "grad")
-        nums = normalize_argnums(argnums, len(args), "grad")
-        refuse_pytrees(args, nums, "grad")
-        args = tuple(_differentiable(a, i, "grad") if i in nums else a
+        refuse_keywords(kwargs, who)
+        nums = normalize_argnums(argnums, len(args), who)
+        refuse_pytrees(args, nums, who)
+        args = tuple(_differentiable(a, i, who) if i in nums else a
                      for i, a in enumerate(args))
         value = None
         grads = []
-        with _read_only(f, args, nums, _runs(args, nums), "grad"):
+        with _read_only(f, args, nums, _runs(args, nums), who):
             for i in nums:
                 x = args[i]
                 parts = []
                 for e in basis_vectors(x):
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args
-                    with passed_as_is(own, nums, "grad"):
+                    with passed_as_is(own, nums, who):
                         value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
-                                        for_grad=True, who="grad")
+                                        for_grad=True, who=who)
                     if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
-                        raise GradientError(f"grad: f must return a scalar, it returned "
+                        raise GradientError(f"{who}: f must return a scalar, it returned "
                                             f"shape {shape_of(value)}; use mg.jacfwd for a "
                                             f"vector output")
                     parts.append(t)

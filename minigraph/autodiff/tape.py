@@ -1135,24 +1135,26 @@ def as_gradient(g: Any, x: Any) -> Any:
     return g
 
 
-def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
-    """Tape mode behind ``mg.value_and_grad(f, mode="tape")``."""
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
+                   who: str = "grad") -> Callable:
+    """Tape mode behind ``mg.value_and_grad(f, mode="tape")`` and ``mg.grad``; ``who``
+    is the function the user called, which errors name."""
 
     checked: dict[int, tuple[int, ...]] = {}  # argument count -> the normalised argnums
 
     def wrapped(*args: Any, **kwargs: Any) -> tuple:
         if kwargs:  # (the cached call's path: no call for none)
-            refuse_keywords(kwargs, "grad")
+            refuse_keywords(kwargs, who)
         nums = checked.get(len(args))
         if nums is None:
-            nums = checked[len(args)] = normalize_argnums(argnums, len(args), "grad")
-        refuse_pytrees(args, nums, "grad")
-        inputs = [_differentiable(args[i], i, "grad") for i in nums]  # (errors say grad)
-        with passed_as_is(args, nums, "grad"):
+            nums = checked[len(args)] = normalize_argnums(argnums, len(args), who)
+        refuse_pytrees(args, nums, who)
+        inputs = [_differentiable(args[i], i, who) for i in nums]  # (errors say who)
+        with passed_as_is(args, nums, who):
             out, vjp_fn = recorded_vjp(lambda *xs: f(*put(args, nums, xs)), tuple(inputs),
-                                       "grad")
+                                       who)
         if math.prod(shape_of(out)) != 1:
-            raise GradientError(f"grad: f must return a scalar, it returned shape "
+            raise GradientError(f"{who}: f must return a scalar, it returned shape "
                                 f"{shape_of(out)}; use mg.jacrev for a vector output")
         grads = vjp_fn()
         if type(out) is Tensor:  # (f may return an argument, or a view of one)

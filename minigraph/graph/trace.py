@@ -279,20 +279,21 @@ def trace(f: Callable[..., Any]) -> Traced:
 
 
 def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
-                   with_value: bool = True) -> Callable:
+                   with_value: bool = True, who: str = "value_and_grad") -> Callable:
     """Graph mode behind ``mg.value_and_grad(f, mode="graph")``: trace f, add the
     reverse-graph pass, compile value and gradients into one function, cache it per
     signature. With ``with_value=False`` (``mg.grad``) the function returns the gradients
-    only, and its program leaves out what only f's value needs."""
+    only, and its program leaves out what only f's value needs. ``who``: the function
+    the user called, which errors name."""
     name = getattr(f, "__name__", "f")
 
     def build(args: tuple, nums: tuple[int, ...], key: tuple) -> CompiledFunction:
-        graph, inputs, out = record(f, args, f"grad_{name}", key, nums, "grad")
+        graph, inputs, out = record(f, args, f"grad_{name}", key, nums, who)
         positions = _input_positions(key)
         out = _constant_output(graph, out)
-        _refuse_output(out, "grad")
+        _refuse_output(out, who)
         if out.shape is not None and math.prod(out.shape) != 1:  # (one number, as the tape)
-            raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
+            raise GradientError(f"{who}: f must return a scalar, it returned shape {out.shape}; "
                                 f"use mg.gradients in a graph for several outputs")
         xs = [inputs[positions[i]] for i in nums]
         grads = _gradients_or_zeros(graph, out, xs)
@@ -305,10 +306,10 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (the cached call's path: no call for none)
-            refuse_keywords(kwargs, "grad")
+            refuse_keywords(kwargs, who)
         known = options.get(len(args))
         if known is None:
-            nums = normalize_argnums(argnums, len(args), "grad")
+            nums = normalize_argnums(argnums, len(args), who)
             known = options[len(args)] = (nums, programs(f, "graph", (nums,) if with_value
                                                          else (nums, "gradients only")))
         nums, cache = known
@@ -319,12 +320,12 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         if compiled is None or not taped and compiled.captured.stale():
             for i in nums:  # (the signature read an int, a list ... being differentiated)
                 if key[i][0] != DATA:
-                    raise not_data(args[i], i, "grad")
-                refuse_integers(getattr(args[i], "dtype", None) or key[i][3], i, "grad")
+                    raise not_data(args[i], i, who)
+                refuse_integers(getattr(args[i], "dtype", None) or key[i][3], i, who)
             compiled = cache[key] = build(args, nums, key)
             taped = on_the_tape(compiled)
         if taped:  # (the tape's gradient, which it records: on_the_tape)
-            value, grads = tape.value_and_grad(f, argnums)(*args)
+            value, grads = tape.value_and_grad(f, argnums, who)(*args)
             return (value, grads) if with_value else grads
         results = _call(compiled, args, key)
         if not with_value:
@@ -392,9 +393,9 @@ def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],
                 for g, x in zip(found, xs)]
 
 
-def grad(f: Callable[..., Any], argnums: Argnums = 0) -> Callable:
+def grad(f: Callable[..., Any], argnums: Argnums = 0, who: str = "grad") -> Callable:
     """Graph mode behind ``mg.grad(f, mode="graph")``: the gradients alone."""
-    return value_and_grad(f, argnums, with_value=False)
+    return value_and_grad(f, argnums, with_value=False, who=who)
 
 
 def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,

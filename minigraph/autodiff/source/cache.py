@@ -38,8 +38,9 @@ class SourceGrad:
     transformation = "source_grad"  # (runs on any kind of value: see levels.transformation)
 
     def __init__(self, f: Callable[..., Any], argnums: Argnums = 0, with_value: bool = False,
-                 seeded: bool = False):
+                 seeded: bool = False, who: str = "grad"):
         self.f = f
+        self.who = who  # (the function the user called, which errors name)
         self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
         self.argnums = argnums
         # refusals happen here, before anything runs (first: they include *args, which
@@ -47,7 +48,7 @@ class SourceGrad:
         self._src = _read(f)
         code = self._src.fn.__code__  # (f's, or that of the def calling a transformation)
         # (source mode reads f's parameters, so argnums is checked against them at once)
-        self.nums = normalize_argnums(argnums, code.co_argcount, "grad", "takes")
+        self.nums = normalize_argnums(argnums, code.co_argcount, who, "takes")
         self.with_value = with_value
         # a vjp's programs (``seeded``) take the output's adjoint: programs of their own
         self.seeded, self._kind = seeded, ("vjp",) if seeded else ()
@@ -82,7 +83,7 @@ class SourceGrad:
         other mode (and JAX), so argnums=-1 is the last one passed, and one that names a
         default is refused, not differentiated."""
         if count not in self._short:
-            nums = normalize_argnums(self.argnums, count, "grad")
+            nums = normalize_argnums(self.argnums, count, self.who)
             self._short[count] = nums, programs(self.f, "source",
                                                 (nums, single(self.argnums), *self._kind))
         return self._short[count]
@@ -123,7 +124,8 @@ class SourceGrad:
         if prog is None or prog.captured.stale():  # (a global tensor it read was written)
             self._src = _read(self.f)  # (f's code may be another: f.__code__ = ...)
             try:
-                prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded)
+                prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded,
+                                  self.who)
             except RecursionError:  # (past normalize.py's walk, which names the line)
                 raise _too_deep(self._src.where()) from None
             self.transforms += 1
@@ -133,7 +135,7 @@ class SourceGrad:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (a keyword would also miss the cache, keyed by positions)
-            refuse_keywords(kwargs, "grad")
+            refuse_keywords(kwargs, self.who)
         nums, cache = self.nums, self._programs
         if len(args) != self._n:  # (the call's cost counts: no method call when complete)
             count, args = len(args), self._complete(args)  # (too many: refused there)
@@ -189,19 +191,22 @@ def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool =
     return (results[0], grads) if with_value else grads
 
 
-def source_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
+def source_grad(f: Callable[..., Any], argnums: Argnums = 0,
+                who: str = "source_grad") -> SourceGrad:
     """The gradient of scalar ``f`` by source transformation: ``mg.source_grad(f)(x, y)``.
 
     ``argnums`` an int gives one gradient, a tuple a tuple. ``.source`` is the generated
     adjoint program. Unsupported Python raises :class:`SourceTransformError` here. It is
-    also source mode behind ``mg.grad(f, mode="source")``: the gradients alone.
+    also source mode behind ``mg.grad(f, mode="source")``: the gradients alone (``who``,
+    the function the user called, is then ``grad``).
     """
-    return SourceGrad(f, argnums, with_value=False)
+    return SourceGrad(f, argnums, with_value=False, who=who)
 
 
-def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0) -> SourceGrad:
+def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
+                   who: str = "value_and_grad") -> SourceGrad:
     """Source mode behind ``mg.value_and_grad(f, mode="source")``: ``(value, grad)``."""
-    return SourceGrad(f, argnums, with_value=True)
+    return SourceGrad(f, argnums, with_value=True, who=who)
 
 
 def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SourceGrad:
@@ -213,4 +218,4 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SourceGrad:
     Each call runs the forward sweep again: a program keeps nothing between calls, where
     the tape keeps f's values from the call that recorded them. Its ``source`` is the
     text of the last program."""
-    return SourceGrad(f, argnums, seeded=True)
+    return SourceGrad(f, argnums, seeded=True, who="vjp")

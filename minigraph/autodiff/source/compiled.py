@@ -37,7 +37,7 @@ from ..signature import Captured, constant_arguments, is_weak
 from .adjoint import _adjoint_of, _Reverse
 from .normalize import _Normaliser
 from .program import Fill, For, If, Line, Op, Ref, _uses, _walk, _Writer
-from .reading import _Source
+from .reading import _refusal, _Source
 from .render import _Text
 from .tidy import _Namer, _const_name, _name_all, _program_vars, _prune, _tidy
 from .values import Cond, Index, SrcVar, _constant, _parts, _writing
@@ -100,20 +100,21 @@ class _LoopKernels:
 
 
 def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
-               signature: tuple, seeded: bool = False) -> Program:
+               signature: tuple, seeded: bool = False, who: str = "grad") -> Program:
     """Read, normalise, reverse, tidy and compile ``src`` for these arguments; ``seeded``:
     the program of a vjp, whose output may have any shape and whose reverse sweep starts
-    from the output's adjoint passed in as one more parameter."""
+    from the output's adjoint passed in as one more parameter; ``who``: the function the
+    user called (grad, value_and_grad, vjp ...), which errors name."""
     writer = _Writer()
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
     try:
-        inputs, call_args = _inputs(src, args, nums, params, writer, signature)
+        inputs, call_args = _inputs(src, args, nums, params, writer, signature, who)
         norm = _Normaliser(writer, taken={*params, *_GLOBALS})
         names = [p.name for p in inspect.signature(src.fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         norm.passed = {names[k]: what for k, what in
-                       caller_held(args, nums, "vjp" if seeded else "grad").items()
+                       caller_held(args, nums, who).items()
                        if k < len(names)}
         constants = constant_arguments(args, signature)  # (a function passed: its reads)
         with recording(src.fn, "source_grad", constants) as run:
@@ -131,7 +132,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     runtime = [a for a in map(strong, call_args) if type(a) is SrcVar]  # (read at run time)
     return _finish(src, params, runtime, forward, backward, out, grads, reverse.pairs,
                    writer, single, signature, seed, written_by_f, norm.index_names,
-                   norm.places, constants)
+                   norm.places, constants, reverse.origins)
 
 
 # The names the program's text reads from its namespace, the builtins its literals call
@@ -156,7 +157,7 @@ def _program_params(names: list[str]) -> list[str]:
 
 
 def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
-            writer: _Writer, signature: tuple) -> tuple[list[SrcVar], tuple]:
+            writer: _Writer, signature: tuple, who: str) -> tuple[list[SrcVar], tuple]:
     """Source variables for the run-time arguments (tensors, another transformation's
     values, and what :func:`_value` makes a tensor); other arguments stay Python values.
     A weak Python float (its signature says so) is f's as a ``Weak`` of its variable: it
@@ -166,12 +167,12 @@ def _inputs(src: _Source, args: tuple, nums: tuple, params: list[str],
         value = _value(a, k in nums)
         if not isinstance(value, Tensor) and type(value) not in KINDS:
             if k in nums:
-                raise not_data(a, k, "grad")
+                raise not_data(a, k, who)
             call_args.append(a)
             continue
         dtype = str(value.dtype)
         if k in nums:
-            refuse_integers(dtype, k, "grad")
+            refuse_integers(dtype, k, who)
         var = SrcVar(tuple(value.shape), dtype, value.device, k in nums, "input")
         var.name = params[k]
         call_args.append(Weak(var) if is_weak(signature[k]) else var)
@@ -201,6 +202,14 @@ def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> Src
         const = SrcVar((), "float64", get_device(None), False, "const")
         writer.emit((const,), Fill(float(out), const))
         out = const
+    if type(out) in KINDS and type(out) not in (SrcVar, Index):
+        # (a vmap's batched value, a tape's box, a jvp's dual number, a graph's node)
+        raise _refusal(
+            f"f returning a {type(out).__name__}, a value of a transformation around this one",
+            src.where(), "f reads it from outside its arguments (a variable of the enclosing "
+            "function, or one kept in a list, dict or object), and the program written "
+            "from f cannot. Pass it to f as an argument, or use mode='tape', which runs f "
+            "itself")
     if type(out) is not SrcVar:
         raise TypeError(f"{'grad' if scalar else 'vjp'}: f must return a tensor, got "
                         f"{type(out).__name__} "
@@ -217,14 +226,16 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
             written_by_f: frozenset[int] = frozenset(),
             indices: set[str] | frozenset[str] = frozenset(),
             places: dict[int, tuple[Line, tuple[str, int]]] | None = None,
-            constants: tuple = ()) -> Program:
+            constants: tuple = (),
+            origins: dict[int, tuple[Line, Line]] | None = None) -> Program:
     """Dead code, the stack, names, text, compile. A ``seed`` (a vjp's program) is the
     last parameter, after f's. ``written_by_f``: the lists and dicts f wrote while it
     was read (``reads.recording``), which the program does not guard. ``indices``: the
     names the loop indices were given (``normalize.py``), already in the text;
     ``places``: the user's line of each forward line (``_Normaliser.places``);
     ``constants``: f's constant arguments (``signature.constant_arguments``), whose
-    reads the program guards as f's."""
+    reads the program guards as f's; ``origins``: the forward line whose VJP rule wrote
+    each reverse line (``_Reverse.origins``)."""
     out = _tidy(forward, backward, out, grads, pairs)
     whole = forward + backward
     # (the name the def statement gives: the function's __name__ may be no identifier)
@@ -254,10 +265,14 @@ def _finish(src: _Source, params: list[str], runtime: list[SrcVar], forward: lis
     if device.context is None and all(v.device is device for v in
                                       runtime + list(_program_vars(whole))):
         # Where a kernel's failure says its line was written: the user's line of a
-        # forward line; f's def for the others (the reverse sweep's lines are not placed)
+        # forward line, and of the forward line a reverse line differentiates (as graph
+        # mode places a gradient node); f's def for the others (the stack's, the loops'
+        # and the branches' adjoint bookkeeping)
         known, start = places or {}, (src.filename, src.node.lineno)
+        made_by = origins or {}
 
         def where(line: Line) -> tuple[str, int]:
+            line = made_by[id(line)][1] if id(line) in made_by else line
             return known[id(line)][1] if id(line) in known else start
         if not loops:
             prog.kernels, prog.gradient_kernels = _kernels(name, runtime, whole, returned,
