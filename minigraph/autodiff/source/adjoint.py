@@ -10,8 +10,9 @@ not have is reversed here: a loop by a loop over ``reversed(range(...))``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Any
+from typing import Any, Iterator
 
 from ...errors import MinigraphError
 from ...ops import copy as C
@@ -85,6 +86,9 @@ class _Reverse:
         # (forward, reverse) loops and branches inside loops, inner first: the regions
         # whose values the stack saves (see _insert_stack)
         self.pairs: list[tuple[Any, Any]] = []
+        # id(reverse line) -> (that line, the forward line whose VJP rule wrote it): where
+        # a kernel of the reverse sweep fails, compiled.py names the user's line of the op
+        self.origins: dict[int, tuple[Line, Line]] = {}
 
     def run(self, forward: list, out: SrcVar, inputs: list[SrcVar],
             seed: SrcVar | None = None) -> list[SrcVar]:
@@ -183,15 +187,31 @@ class _Reverse:
     def straight(self, lines: list[Line], shares: dict) -> None:
         """Reverse straight-line code with :func:`reverse_sweep`: seeded with the shares
         its outputs have from later statements, it hands the shares of the variables it
-        read but did not define (its leaves) on to the statements before it."""
+        read but did not define (its leaves) on to the statements before it. Each line it
+        writes is said to come from the forward line it differentiates (:meth:`made_at`)."""
         entries = [e for line in lines for e in _entries(line)]
+        made_by = {id(out): line for line in lines for _, _, out, _ in _entries(line)}
         seeds = [(out, g) for _, _, out, _ in entries for g in shares.pop(id(out), [])]
+        for line in lines:  # a Fill reads nothing: the adjoint of what it fills ends here
+            if isinstance(line.expr, Fill):  # (a loop's start ``h = 0.0`` has one, gh)
+                for t in line.targets:
+                    shares.pop(id(t), None)
         read = {id(a): a for *_, args in entries for a in args}
         leaves = reverse_sweep(entries, seeds, _active, completed=self.named,
+                               scope=lambda out: self.made_at(made_by[id(out)]),
                                sum_leaves=False)
         for k, parts in leaves.items():
             for share in parts:  # (one by one: in a loop, each is added to gw on its line)
                 self.add(read[k], share, shares)
+
+    @contextlib.contextmanager
+    def made_at(self, forward: Line) -> Iterator[None]:
+        """The lines written inside come from ``forward``'s VJP rule (:attr:`origins`),
+        as graph mode makes a gradient node at its forward node's line."""
+        block, start = self.w.block, len(self.w.block)
+        yield
+        for line in block[start:]:
+            self.origins[id(line)] = (line, forward)
 
     # -- loops ------------------------------------------------------------------------------
     def loop(self, fwd: For, shares: dict) -> None:

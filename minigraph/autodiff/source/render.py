@@ -132,7 +132,9 @@ class _Text:
         if self.names is not None:  # (a new array on every call: the caller may keep it)
             device = self.names.device(f.device)
             return f"{device}.full({f.shape!r}, {self.literal(f.value)}, {f.dtype!r})"
-        if f.value in (0, 1) and not isinstance(f.value, bool):
+        # mg.zeros and mg.ones only for exactly +0 and 1: -0.0 == 0, but mg.zeros would
+        # drop its sign (1 / -0.0 is -inf); True == 1, but a bool is written as itself
+        if type(f.value) is not bool and f.value in (0, 1) and math.copysign(1, f.value) > 0:
             which = "ones" if f.value == 1 else "zeros"
             return f"mg.{which}({f.shape!r}, {f.dtype!r}, {f.device.name!r})"
         return f"mg.tensor({self.literal(f.value)}, {f.dtype!r}, {f.device.name!r})"
