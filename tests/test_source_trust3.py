@@ -204,3 +204,32 @@ def test_a_failing_adjoint_kernel_in_a_loop_names_the_line_of_f(monkeypatch):
     msg = str(info.value)
     assert "nll_loss_grad" in msg
     assert _line_of(cross_entropy_in_a_loop, "t = t + mg.cross_entropy") in msg
+
+
+_HELD: dict = {}
+
+
+def _reads_a_held_tensor(w):
+    return mg.sum(w * _HELD["x"] ** 2)
+
+
+def test_a_tensor_read_through_a_dict_keeps_its_gradient_on_the_tape():
+    """Source mode's kernels ran on arrays when f read a tensor that requires a gradient
+    through a container (a dict's item, which the program holds as a constant): the
+    path through it was cut off the tape, and backward() gave x.grad = [1, 1, 1] where
+    PyTorch gives 2 w x + 1. Graph mode runs such a call on the tape; so does source
+    mode now."""
+    w0, x0 = np.array([0.5, 1.0, 1.5]), np.array([1.5, 2.0, 2.5])
+    x = mg.tensor(x0, requires_grad=True)
+    _HELD["x"] = x
+    try:
+        value, grad = mg.value_and_grad(_reads_a_held_tensor, mode="source")(mg.tensor(w0))
+        (value + mg.sum(grad) + mg.sum(x)).backward()
+    finally:
+        _HELD.clear()
+    tx = torch.tensor(x0, requires_grad=True)
+    tw = torch.tensor(w0, requires_grad=True)
+    v = torch.sum(tw * tx ** 2)
+    (g,) = torch.autograd.grad(v, tw, create_graph=True)
+    (v + g.sum() + tx.sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12)

@@ -277,6 +277,19 @@ class Captured:
 
     __slots__ = ("tensors", "datas", "reads", "arrays")
 
+    def on_the_tape(self) -> bool:
+        """Whether a call of the program must be f's own values, which the tape records:
+        f reads a tensor that requires a gradient from outside its arguments (a layer's
+        weight, an item of a dict), and the tape is recording. The program holds such a
+        tensor as a constant, and what f computed from it eagerly while it was recorded
+        (``self.weight.T``) as constants too: its result would be cut off the tape, and
+        backward() would miss the path through the weight (torch.func.grad and the tape
+        follow it). Asked per call: ``requires_grad_`` can change after the program was
+        built."""
+        tensors = self.tensors  # (none, the common case: one test)
+        return bool(tensors) and tape.is_grad_enabled() and any(t._requires_grad
+                                                                for t in tensors)
+
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset(),
                  constants: "tuple[tuple[int, Any], ...]" = ()):
         """``own``: the ids of the lists and dicts f wrote while it was recorded

@@ -413,15 +413,9 @@ def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
 
 
 def on_the_tape(fn: CompiledFunction) -> bool:
-    """Whether a call of ``fn`` must be f's own, run by the tape: f reads a tensor that
-    requires a gradient from outside its arguments (a layer's weight), and the tape is
-    recording. The program holds such a tensor as a constant, and what f computed from
-    it eagerly while it was recorded (``self.weight.T``) as constants too: its result
-    would be cut off the tape, and backward() would miss the path through the weight
-    (torch.func.grad and the tape follow it). Asked per call: ``requires_grad_`` can
-    change after the program was built."""
-    tensors = fn.captured.tensors  # (none, the common case: one test)
-    return bool(tensors) and is_grad_enabled() and any(t._requires_grad for t in tensors)
+    """Whether a call of ``fn`` must be f's own, run by the tape
+    (``Captured.on_the_tape``: f reads a tensor that requires a gradient from outside)."""
+    return fn.captured.on_the_tape()
 
 
 def _input_positions(key: tuple) -> dict[int, int]:

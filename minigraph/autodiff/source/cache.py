@@ -179,11 +179,13 @@ class SourceGrad:
 def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool = True) -> Any:
     """Run the compiled program on ``args`` (whose signature is ``key``): its kernels on
     arrays when it has them and nothing needs recording (``wrap`` makes the results the
-    caller's own tensors), else ``.source``'s function on values. Returns ``(value,
-    gradients)``, or the gradients alone without ``with_value``."""
+    caller's own tensors), else ``.source``'s function on values: where f reads a tensor
+    that requires a gradient from outside (``Captured.on_the_tape``), whose path the
+    kernels would cut off the tape. Returns ``(value, gradients)``, or the gradients
+    alone without ``with_value``."""
     kernels = prog.kernels if with_value else prog.gradient_kernels
     data = None if kernels is None else arrays(args, key, static=False)
-    if kernels is None or data is None:
+    if kernels is None or data is None or prog.captured.on_the_tape():
         value, grads = prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
         return (value, grads) if with_value else grads
     results = kernels.wrap(kernels.raw(*data))
