@@ -42,7 +42,9 @@ abort: a rank that refused alone would pair its next run with the others' curren
 
 Control messages are pickled Python objects (mpi4py's lowercase API), which is fine
 between the ranks of one job; tensors travel as raw buffers (the uppercase API), on a
-communicator of their own, with their shape and dtype known to both sides from the graph.
+communicator of their own, with their shape and dtype known to both sides from the graph,
+and their layout (the order of their axes in memory, reversed and broadcast axes) in the
+message, so that a kernel of the receiving rank walks them as in one process.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ from .rendezvous import Rendezvous
 from .scheduler import Run
 
 CONTROL = 0  # the tag of control messages; data tags start at 1
-HEADER = 8  # bytes in front of every tensor sent: the number of its run (an int64)
+HEADER = 8  # bytes in front of every tensor sent: the number of its run (an int64),
+# followed by the tensor's layout (_packed)
 
 
 class RemoteRankError(MinigraphError, RuntimeError):
@@ -97,6 +100,7 @@ class _World:
 
     def __init__(self) -> None:
         MPI = distributed._mpi()
+        _check_thread_level(MPI)
         # A communicator of our own, so that the user's messages on mg.distributed.comm()
         # and ours never meet (mpi4py's send has tag 0, our control tag, and its recv
         # takes any tag). Making it is collective: every rank makes its first cross-rank
@@ -115,10 +119,7 @@ class _World:
                     f"{distributed.timeout():g} s. Did every rank call Session.run with the "
                     f"same fetches?")
             time.sleep(0.001)
-        # Ranks pair their runs in the order they make them; runs from two threads of a
-        # rank would pair in whatever order the threads happened to come (values of
-        # another run's feeds, silently): every run comes from this thread.
-        self.thread = threading.get_ident()
+        self.thread: threading.Thread | None = None  # the one that makes the runs (claim)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         # (guards run_id and outbox: a refused run from another thread, and the
         # heartbeat thread, use them too)
@@ -144,6 +145,20 @@ class _World:
             if talk is not None and time.monotonic() - last > distributed.timeout() / 4:
                 last = time.monotonic()
                 talk.tell_all("alive", None)
+
+    def claim(self) -> bool:
+        """Whether the calling thread may make a cross-rank run. Ranks pair their runs in
+        the order they make them; runs from two threads of a rank would pair in whatever
+        order the threads happened to come (values of another run's feeds, silently): so
+        every run comes from one thread, the first that makes one, as long as it lives.
+        One that ended (a closed session's background thread) leaves the role to the next
+        thread that runs. (The Thread is kept, not its ident: Python gives a dead thread's
+        ident to a new one, which then passed or not by chance.)"""
+        me = threading.current_thread()
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = me
+            return self.thread is me
 
     def tag(self, route: Route, epoch: int) -> int:
         return 1 + (epoch % self.epochs) * self.keyspace + route.tag
@@ -173,6 +188,25 @@ class _World:
 
 
 _world: _World | None = None
+
+_THREAD_LEVELS = ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")  # MPI's, from the lowest
+
+
+def _check_thread_level(MPI: Any) -> None:
+    """Refuse an MPI that does not let several threads call it at once: a run does (its
+    executors post tensors, the heartbeat thread its messages, the calling thread probes
+    for arrivals), and below ``MPI_THREAD_MULTIPLE`` that hung, or failed an assertion
+    inside MPICH, instead of raising."""
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        name = next((f"MPI_THREAD_{n}" for n in _THREAD_LEVELS
+                     if getattr(MPI, f"THREAD_{n}") == level), f"level {level}")
+        raise distributed.DistributedError(
+            f"rank {distributed.rank()}: a run across ranks calls MPI from several threads "
+            f"at once, which needs the thread level MPI_THREAD_MULTIPLE, but MPI was "
+            f"initialised with {name}: leave mpi4py.rc.thread_level at its default, "
+            f"\"multiple\" (it is read when mpi4py.MPI is first imported), and use an MPI "
+            f"library built with thread support")
 
 
 def world() -> _World:
@@ -275,7 +309,8 @@ class _Pause:
 
 class MPIRendezvous(Rendezvous):
     """The rendezvous of one rank: local keys as in one process, keys that cross ranks
-    over MPI. A tensor travels behind a header holding its run's number (``HEADER``)."""
+    over MPI. A tensor travels behind a header holding its run's number (``HEADER``) and
+    its layout (``_packed``)."""
 
     def __init__(self, w: _World, run: int, epoch: int, outgoing: dict[str, Route],
                  incoming: dict[str, Route]):
@@ -295,20 +330,18 @@ class MPIRendezvous(Rendezvous):
         route = self.outgoing.get(key)
         if route is None:
             return super().send(key, value)
-        buffer = np.asarray(value, order="C")  # (ascontiguousarray would make 0-d 1-d)
-        if buffer.shape != route.shape or buffer.dtype != np.dtype(route.dtype):
+        array = np.asarray(value)
+        if array.shape != route.shape or array.dtype != np.dtype(route.dtype):
             raise RuntimeError(  # a wrong buffer would be read as garbage on the other side
-                f"Send {key!r}: the value has shape {buffer.shape} and dtype {buffer.dtype}, "
+                f"Send {key!r}: the value has shape {array.shape} and dtype {array.dtype}, "
                 f"but the graph says {route.shape} {route.dtype}")
-        message = np.empty(HEADER + buffer.nbytes, dtype=np.uint8)
-        message[:HEADER] = np.array([self.run], dtype=np.int64).view(np.uint8)
-        message[HEADER:] = buffer.reshape(-1).view(np.uint8)
+        message = _packed(self.run, array)
         with self._lock:
             if self.error is not None:  # the run failed: nobody will read this tensor
                 return
             request = self.w.data.Isend(message, dest=route.peer, tag=self.tags[key])
             self.sends.append((request, message))
-            self.sent_bytes += buffer.nbytes
+            self.sent_bytes += array.nbytes
 
     def progress(self) -> list[int]:
         """Receive the tensors that arrived, and deliver this run's; return the ranks
@@ -332,7 +365,7 @@ class MPIRendezvous(Rendezvous):
             if route is None or message[:HEADER].view(np.int64)[0] != self.run:
                 continue  # a failed run's (even of another shape): dropped
             del self.expected[(peer, status.Get_tag())]
-            self._put(route.key, message[HEADER:].view(route.dtype).reshape(route.shape))
+            self._put(route.key, _unpacked(message, route))
             self.owing[route.peer] -= 1
             if not self.owing[route.peer]:
                 del self.owing[route.peer]
@@ -367,6 +400,46 @@ class MPIRendezvous(Rendezvous):
         self.expected, self.owing = {}, {}
 
 
+def _packed(run: int, array: np.ndarray) -> np.ndarray:
+    """The message that carries ``array`` of run number ``run`` to another rank.
+
+    A kernel's bits can depend on its inputs' layout (``sum`` adds in memory order), so
+    a value reaches the other rank laid out as a Send in one process hands it over
+    (``device.copy_keeping_layout``): a transposed value as a transpose, not C-ordered.
+    Behind the run's number, the layout: two int64s an axis, ``order`` (the axes from
+    the outermost in memory to the innermost) and each axis's ``step`` (1; -1, reversed:
+    its elements lie backwards; 0, broadcast: one element, repeated). Then the distinct
+    elements, each once, read forward, in that order (for a C-ordered array, its bytes
+    as they are); ``_unpacked`` puts the same view back on them."""
+    steps = [1 if n <= 1 or s > 0 else -1 if s < 0 else 0
+             for n, s in zip(array.shape, array.strides)]
+    distinct = array[(...,) + tuple(slice(0, 1) if step == 0 else slice(None, None, step)
+                                    for step in steps)]  # (the ... keeps a 0-d one an array)
+    # (a stable sort: axes of equal strides, of length 1, keep their order)
+    order = sorted(range(array.ndim), key=lambda a: -distinct.strides[a])
+    layout = np.array(order + steps, dtype=np.int64)
+    body = HEADER + layout.nbytes
+    message = np.empty(body + distinct.size * array.itemsize, dtype=np.uint8)
+    message[:HEADER] = np.array([run], dtype=np.int64).view(np.uint8)
+    message[HEADER:body] = layout.view(np.uint8)
+    elements = message[body:].view(array.dtype).reshape([distinct.shape[a] for a in order])
+    elements[...] = distinct.transpose(order)  # (the one copy: into the message)
+    return message
+
+
+def _unpacked(message: np.ndarray, route: Route) -> np.ndarray:
+    """The array that ``_packed`` put in ``message``, as a view of the message with the
+    layout it had on the sending rank (a broadcast one is read-only, as in one process)."""
+    ndim = len(route.shape)
+    layout = [int(v) for v in message[HEADER:HEADER + 16 * ndim].view(np.int64)]
+    order, steps = layout[:ndim], layout[ndim:]
+    elements = message[HEADER + 16 * ndim:].view(route.dtype)
+    distinct = elements.reshape([1 if steps[a] == 0 else route.shape[a] for a in order])
+    distinct = distinct.transpose(np.argsort(order))[(...,) + tuple(
+        slice(None, None, step or 1) for step in steps)]
+    return np.broadcast_to(distinct, route.shape) if 0 in steps else distinct
+
+
 def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict: dict
                      ) -> tuple[list[Node], dict, list]:
     """``Session.run`` for a graph that spans ranks: see the module's docstring. The
@@ -384,14 +457,17 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
     rendezvous: MPIRendezvous | None = None
     runs: list[tuple[str, Run]] = []  # this rank's partitions' runs, once made
     try:
-        if threading.get_ident() != w.thread:
+        # (first: a closed session or a bad fetch is refused as such from any thread, and
+        # a refused call makes no thread the one that runs)
+        fetches = resolve()
+        if not w.claim():
             raise distributed.DistributedError(
                 f"rank {w.rank}: cross-rank runs come from one thread of each process (the "
-                f"first one's): ranks pair their runs in the order they make them, and runs "
-                f"from two threads would pair in whatever order the threads come. Make them "
-                f"from one thread (or all with one Session's run_async, which has one thread)")
+                f"first one's, while it lives): ranks pair their runs in the order they make "
+                f"them, and runs from two threads would pair in whatever order the threads "
+                f"come. Make them from one thread (or all with one Session's run_async, "
+                f"which has one thread)")
         with _heartbeat(talk):  # (planning may outlast the timeout: the others must know)
-            fetches = resolve()
             feeds = session._feeds(feed_dict)
             plan = session._plan(fetches, feeds)
             _check_placement(plan, w.size)

@@ -52,6 +52,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from array_api_compat import array_namespace
 
+from ..device import copy_keeping_layout
 from ..errors import MinigraphError
 from ..graph.graph import (Graph, GraphError, Node, check_feedable, check_graph,
                            default_graph, describe_location, fed_value)
@@ -558,13 +559,34 @@ def share_state_lock(new: Graph, graph: Graph) -> None:
 
 
 def _snapshot(value: Any) -> Any:
-    """A copy of a fed value (a tensor stays a tensor of its device, an array an array of
-    its library); Python numbers and lists, which nobody can write, as they are."""
+    """A copy of a fed value, for ``run_async``: a tensor stays a tensor of its device, an
+    array an array of its library, and anything else the run would make a NumPy array of
+    (``fed_value``: a list, which its owner may write into after the call, a list of
+    arrays, a PyTorch tensor, which NumPy reads in place) becomes that array now.
+    Python and NumPy numbers, which nobody can write, stay as they are."""
     if isinstance(value, Tensor):
-        return Tensor(value.device.asarray(value.data, copy=True), value.device)
+        return Tensor(_copy(value.data, value.device.asarray), value.device)
+    if isinstance(value, (bool, int, float, complex, np.generic)):
+        return value
     if hasattr(value, "__array_namespace__") or isinstance(value, np.ndarray):
-        return array_namespace(value).asarray(value, copy=True)
-    return value
+        return _copy(value, array_namespace(value).asarray)
+    try:
+        array = np.asarray(value)  # (as fed_value makes it)
+    except Exception:  # noqa: BLE001 - no array (a ragged list): the run refuses it, by name
+        return value
+    # (NumPy reads a list's elements into a new array; anything else may lend it its own
+    # memory, as a PyTorch tensor does: that is copied, keeping its layout)
+    return array if isinstance(value, (list, tuple)) else copy_keeping_layout(array)
+
+
+def _copy(array: Any, asarray: Callable[..., Any]) -> Any:
+    """A copy of ``array`` made by its library's ``asarray``; of a NumPy array, one that
+    kernels walk as they walk the original (``device.copy_keeping_layout``), so that the
+    queued run gives the bits a run of the original would (a sum adds in memory order:
+    a plain copy turned a reversed or broadcast feed's last bits)."""
+    if type(array) is np.ndarray:
+        return copy_keeping_layout(array)
+    return asarray(array, copy=True)
 
 
 def _commit(assigns: list[tuple[Node, Any]]) -> None:
