@@ -80,12 +80,39 @@ class Linear(Module):
         if shape is not None and (len(shape) == 0 or shape[-1] != self.in_features):
             raise ShapeError(f"{self!r}: the input has shape {tuple(shape)}; its last "
                              f"dimension must be in_features={self.in_features}")
+        # Module.__setattr__ takes ``layer.weight = None`` (as PyTorch does), but the layer
+        # cannot run without a weight; None.T would fail naming neither Linear nor weight
+        if self.weight is None:
+            raise TypeError(f"{self!r}: its parameter 'weight' is None, so it cannot run; "
+                            f"assign a tensor of shape ({self.out_features}, "
+                            f"{self.in_features}) to it (only the bias may be None)")
         y = x @ self.weight.T
-        return y if self.bias is None else y + self.bias
+        if self.bias is None:
+            return y
+        # The bias is added into x @ weight.T and may not widen it (PyTorch's rule): an
+        # assigned weight of shape (1, in_features) and a bias of shape (out_features,)
+        # would broadcast to the expected shape, every column silently the same product
+        ys, bs = getattr(y, "shape", None), getattr(self.bias, "shape", None)
+        if ys is not None and bs is not None and not _fits_into(tuple(ys), tuple(bs)):
+            ws = getattr(self.weight, "shape", None)
+            raise ShapeError(f"{self!r}: a bias of shape {tuple(bs)} cannot be added into "
+                             f"x @ weight.T, of shape {tuple(ys)} (weight of shape {ws}), "
+                             f"without changing its shape; give the weight and the bias "
+                             f"as many rows")
+        return y + self.bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+def _fits_into(shape: tuple[int, ...], bias: tuple[int, ...]) -> bool:
+    """Whether a value of shape ``bias`` broadcasts to ``shape`` itself, not a larger
+    shape."""
+    try:
+        return np.broadcast_shapes(shape, bias) == shape
+    except ValueError:  # (no common shape at all)
+        return False
 
 
 class ReLU(Module):

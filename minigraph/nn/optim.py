@@ -16,18 +16,23 @@ parameters and buffers as they were (DESIGN.md: "a failed step leaves parameters
 PyTorch (chapter 01), so no new arrays are made per step, and a tape that recorded a
 parameter before the step refuses a later ``backward()`` (chapter 02). A graph that
 captured a parameter as a constant holds a copy, and keeps the value it was built with.
+
+``state_dict()`` and ``load_state_dict(sd)`` take the momentum buffers and the
+hyperparameters out and back in (PyTorch's layout), so that a run resumed from a
+checkpoint continues exactly as the uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from ..autodiff.tape import no_grad
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import Tensor
+from .module import StateDictError
 
 
 class SGD:
@@ -61,15 +66,10 @@ class SGD:
             if j != i:
                 raise ValueError(f"SGD: parameter {i} is parameter {j} again; give each "
                                  f"parameter once")
-        for what, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
-            # checked here, not at the first step(): a str, None or an array is not a
-            # hyperparameter (np.float64 is a numbers.Real; bool is refused as a likely slip)
-            if not isinstance(v, numbers.Real) or isinstance(v, bool):
-                raise TypeError(f"SGD: {what} must be a real number, got {type(v).__name__} "
-                                f"{v!r}")
-            if not v >= 0.0:
-                raise ValueError(f"SGD: {what} must be >= 0, got {v}")
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        # checked here, not at the first step()
+        self.lr = _hyperparameter("SGD", "lr", lr)
+        self.momentum = _hyperparameter("SGD", "momentum", momentum)
+        self.weight_decay = _hyperparameter("SGD", "weight_decay", weight_decay)
         self.state: dict[int, Tensor] = {}  # parameter index -> momentum buffer
 
     def zero_grad(self) -> None:
@@ -88,6 +88,83 @@ class SGD:
                 if buf is not None:
                     self.state[i] = buf
 
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state, in ``torch.optim.SGD``'s layout::
+
+            {"state": {0: {"momentum_buffer": <tensor>}, 1: {...}},  # by parameter index
+             "param_groups": [{"lr": 0.1, "momentum": 0.9, "weight_decay": 0.0,
+                               "params": [0, 1]}]}
+
+        A parameter has a momentum buffer once a step with momentum has updated it. The
+        buffers are copies: later steps do not change a state dict you took, and changing
+        it does not change the optimizer. There is one parameter group (this SGD has one
+        set of hyperparameters) and no dampening, nesterov or maximize (not implemented).
+
+        ``mg.save`` stores a flat dict of name -> array, and refuses this nested one (its
+        values include dicts and floats). To keep the buffers in a file, save them by
+        index, and rebuild the optimizer with the same hyperparameters, as you rebuild
+        the model::
+
+            state = opt.state_dict()["state"]
+            mg.save({str(i): s["momentum_buffer"] for i, s in state.items()}, "sgd.npz")
+            ...
+            opt = nn.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            sd = opt.state_dict()
+            sd["state"] = {int(i): {"momentum_buffer": b}
+                           for i, b in mg.load("sgd.npz").items()}
+            opt.load_state_dict(sd)
+        """
+        return {"state": {i: {"momentum_buffer": _copy(self.state[i])}
+                          for i in sorted(self.state)},
+                "param_groups": [{"lr": self.lr, "momentum": self.momentum,
+                                  "weight_decay": self.weight_decay,
+                                  "params": list(range(len(self.params)))}]}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Take the hyperparameters and momentum buffers of ``state_dict``, a dict in the
+        layout ``state_dict()`` gives, as PyTorch's ``load_state_dict`` does.
+
+        Everything is checked before anything changes, so a refusal leaves the optimizer
+        as it was: the keys (those of ``state_dict()``, no others), the hyperparameters
+        (as the constructor checks them), the parameter list (``[0, 1, ...]``, one index
+        per parameter of this optimizer), and every buffer (a tensor with its parameter's
+        shape and dtype; PyTorch would convert another dtype, here it is refused). The
+        buffers are copied in, onto their parameters' devices: the dict stays
+        independent of the optimizer. Parameters without a buffer in ``state_dict``
+        start their momentum afresh, as on a first step.
+        """
+        who = "SGD.load_state_dict"
+        _check_keys(who, "the state dict", state_dict, ("state", "param_groups"))
+        groups, n = state_dict["param_groups"], len(self.params)
+        if not isinstance(groups, (list, tuple)) or len(groups) != 1:
+            raise StateDictError(f"{who}: 'param_groups' must be a list of one group (SGD "
+                                 f"has one set of hyperparameters), got {groups!r}")
+        group = groups[0]
+        _check_keys(who, "the parameter group", group,
+                    ("lr", "momentum", "weight_decay", "params"))
+        lr, momentum, weight_decay = (_hyperparameter(who, what, group[what])
+                                      for what in ("lr", "momentum", "weight_decay"))
+        indices = group["params"]
+        if not isinstance(indices, (list, tuple)) or list(indices) != list(range(n)):
+            raise StateDictError(f"{who}: the group's 'params' must be "
+                                 f"[0, 1, ..., {n - 1}], one index for each of this "
+                                 f"optimizer's {n} parameters, got {indices!r}")
+        state = state_dict["state"]
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{who}: 'state' must be a dict of parameter index -> "
+                            f"{{'momentum_buffer': tensor}}, got a {type(state).__name__}")
+        buffers: dict[int, Tensor] = {}
+        for i, entry in state.items():
+            if type(i) is not int or not 0 <= i < n:  # (a bool is no index)
+                raise StateDictError(f"{who}: the key {i!r} ({type(i).__name__}) of "
+                                     f"'state' is not a parameter index, an int in "
+                                     f"0 .. {n - 1} (mg.load gives str keys: int(key))")
+            _check_keys(who, f"state[{i}]", entry, ("momentum_buffer",))
+            buffers[i] = _checked_buffer(who, i, entry["momentum_buffer"], self.params[i])
+        # nothing above failed: now change the optimizer
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.state = buffers
+
     def _update(self, i: int, p: Tensor) -> tuple[Tensor, Tensor | None]:
         """The change of parameter i (lr times its step direction) and its new momentum
         buffer (None without)."""
@@ -105,8 +182,7 @@ class SGD:
             old = self.state.get(i)
             # the first buffer is a copy (PyTorch's clone): g may be the gradient's own
             # memory, which a later backward accumulates into in place
-            buf = (Tensor(g.device.copy_from(g.data, g.device), g.device) if old is None
-                   else momentum * old + g)
+            buf = _copy(g) if old is None else momentum * old + g
             g = buf
         change = lr * g
         # the write (p -= change) keeps p's dtype; refuse another one here, before any
@@ -115,6 +191,49 @@ class SGD:
             raise DTypeError(f"SGD.step: parameter {i} has dtype {p.dtype} but its update "
                              f"{change.dtype}; no parameter was changed")
         return change, buf
+
+
+def _hyperparameter(who: str, what: str, v: Any) -> Any:
+    """``v``, checked to be a hyperparameter: a real number >= 0. A str, None or an array
+    is refused (np.float64 is a numbers.Real; a bool is refused as a likely slip)."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{who}: {what} must be a real number, got {type(v).__name__} "
+                        f"{v!r}")
+    if not float(v) >= 0.0:  # (NaN too)
+        raise ValueError(f"{who}: {what} must be >= 0, got {v}")
+    return v
+
+
+def _check_keys(who: str, what: str, d: Any, keys: tuple[str, ...]) -> None:
+    """Refuse ``d`` unless it is a dict with exactly ``keys``, naming what is amiss."""
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{who}: {what} must be a dict with the keys {list(keys)}, "
+                        f"got a {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    unexpected = [k for k in d if k not in keys]
+    if missing or unexpected:
+        raise StateDictError(f"{who}: {what} must have the keys {list(keys)}; missing: "
+                             f"{missing}, unexpected: {unexpected} (SGD has no other "
+                             f"state or hyperparameters)")
+
+
+def _checked_buffer(who: str, i: int, buf: Any, p: Tensor) -> Tensor:
+    """A copy of ``buf`` on ``p``'s device, checked to be a momentum buffer for ``p``."""
+    if not isinstance(buf, Tensor):
+        raise TypeError(f"{who}: the momentum buffer of parameter {i} is a "
+                        f"{type(buf).__name__}, not a minigraph Tensor")
+    if buf.shape != p.shape:
+        raise StateDictError(f"{who}: the momentum buffer of parameter {i} has shape "
+                             f"{buf.shape}, the parameter has shape {p.shape}")
+    if buf.dtype != p.dtype:
+        raise StateDictError(f"{who}: the momentum buffer of parameter {i} has dtype "
+                             f"{buf.dtype}, the parameter has dtype {p.dtype}")
+    return Tensor(p.device.copy_from(buf.data, buf.device), p.device)
+
+
+def _copy(t: Tensor) -> Tensor:
+    """A tensor with its own copy of ``t``'s values, on ``t``'s device, with no gradient."""
+    return Tensor(t.device.copy_from(t.data, t.device), t.device)
 
 
 def _check_writable(i: int, p: Tensor) -> None:
