@@ -28,6 +28,7 @@ Send/Recv pairs in ``sess.last_run.bytes_moved``. What each algorithm should sen
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -127,8 +128,23 @@ def _check_devices(devices: Any, who: str) -> None:
 
 
 def gather(xs: Sequence[Tensor], device: str) -> Tensor:
-    """Concatenate parts (along dimension 0) on ``device``."""
-    return SH.concatenate([x.to(device) for x in xs], axis=0)
+    """Concatenate parts (along dimension 0) on ``device`` (arrays and graph nodes too).
+    The parts are checked where they are, before the copies: concatenate's error named
+    itself, and said every part was on ``device``."""
+    # (one tensor's rows were taken for the parts and joined: (3, 2) came back as (6,))
+    if isinstance(xs, (Tensor, Node, np.ndarray)):
+        raise TypeError(f"gather: xs is a list of parts, one per device, got one tensor "
+                        f"of shape {xs.shape}; write [x]")
+    parts = [x if isinstance(x, (Tensor, Node)) else tensor(x) for x in xs]
+    if not parts:
+        raise ValueError("gather: no parts to concatenate; give one per device")
+    known = [p.shape for p in parts if p.shape is not None]  # (a node's may be unknown)
+    if any(len(s) == 0 for s in known) or len({tuple(s[1:]) for s in known}) > 1:
+        listing = ", ".join(f"{'unknown' if p.shape is None else tuple(p.shape)} on "
+                            f"{p.device.name}" for p in parts)
+        raise ShapeError(f"gather: the parts are joined along dimension 0, so each needs "
+                         f"one, and the same shape after it; got {listing}")
+    return SH.concatenate([p.to(device) for p in parts], axis=0)
 
 
 def allreduce(tensors: Sequence[Tensor], algorithm: str = "ring") -> list[Tensor]:
@@ -244,13 +260,14 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
     they are: ``loss.reduction = "sum"`` says so, else a test finds it, on each call
     (``_share_weight``), or refuses a loss it cannot tell.
     """
-    _same_rows(x, y, "data_parallel_grads")
+    who = "data_parallel_grads"
+    _same_rows(x, y, who)
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
-    total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), "data_parallel_grads")
-    weight = _share_weight(loss, zip(replicas, xs, ys), "data_parallel_grads")
-    local = [_weighted_grads(loss, pk, xk, yk, total, weight)
-             for xk, yk, pk in zip(xs, ys, replicas)]
+    total = _batch_size(xs[0].shape, sum(xk.shape[0] for xk in xs), who)
+    weight = _share_weight(loss, zip(replicas, xs, ys), who)
+    local = [_weighted_grads(loss, pk, xk, yk, start, total, weight, who)
+             for xk, yk, pk, start in zip(xs, ys, replicas, _starts(xs))]
     summed = [allreduce([local[k][j] for k in range(len(devices))], algorithm)
               for j in range(len(params))]
     return [[summed[j][k] for j in range(len(params))] for k in range(len(devices))]
@@ -307,16 +324,22 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     """
     from .. import distributed
 
-    _same_rows(x, y, "data_parallel_grads_across_ranks")
+    who = "data_parallel_grads_across_ranks"
+    _same_rows(x, y, who)
     # (x.shape below: a list has none, as data_parallel_grads accepts lists)
     x, y = (v if isinstance(v, Tensor) else tensor(v) for v in (x, y))
-    xs, ys = shard(x), shard(y)
-    total = _batch_size(tuple(x.shape), x.shape[0], "data_parallel_grads_across_ranks")
+    total = _batch_size(tuple(x.shape), x.shape[0], who)
     # (the shares in rank order on every rank: every rank takes the same decision)
-    world = distributed.world_size()
-    weight = _share_weight(loss, ((params, shard(x, r, world), shard(y, r, world))
-                                  for r in range(world)), "data_parallel_grads_across_ranks")
-    return allreduce_across_ranks(_weighted_grads(loss, params, xs, ys, total, weight))
+    world, rank = distributed.world_size(), distributed.rank()
+    shares = [(params, shard(x, r, world), shard(y, r, world)) for r in range(world)]
+    weight = _share_weight(loss, shares, who)
+    _, xs, ys = shares[rank]
+    grads = _weighted_grads(loss, params, xs, ys, _starts([s[1] for s in shares])[rank],
+                            total, weight, who)
+    # The gradients are values: where the parameters require a gradient
+    # (model.parameters()), grad's results are on the tape, for a second derivative, and
+    # all_reduce, which has no derivative, refuses a tensor on the tape.
+    return allreduce_across_ranks([g.detach() for g in grads])
 
 
 def _same_rows(x: Any, y: Any, who: str) -> None:
@@ -335,6 +358,50 @@ def _batch_size(shape: tuple, total: int, who: str) -> int:
         raise ValueError(f"{who}: the batch is empty (x has shape {shape}); there is no "
                          f"mean loss to differentiate")
     return total
+
+
+def _starts(xs: Sequence[Any]) -> list[int]:
+    """The batch row at which each share of ``xs`` (contiguous rows, in order) starts."""
+    return [sum(x.shape[0] for x in xs[:k]) for k in range(len(xs))]
+
+
+# The rows an error names: "label 3 (row 0)", "label 3 (at (0, 1))" (the row comes first).
+_ROW = re.compile(r"\((row |at \()(\d+)")
+
+
+def _rows_in_batch(message: str, start: int) -> str:
+    """``message`` with the rows it names counted in the batch: row r of a share (or a
+    microbatch) whose first row is row ``start`` of the batch is row start + r."""
+    return _ROW.sub(lambda m: f"({m[1]}{start + int(m[2])}", message)
+
+
+def _loss(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Any, y: Any,
+          start: int, who: str) -> Any:
+    """``loss(params, x, y)`` on the share of rows ``start``.. of the batch, in the user's
+    terms: a scalar tensor, or an error naming ``who``, the loss and the share's rows,
+    with the rows its message names counted in the batch (a bad label at row 5 was said
+    to be at row 1, of the share on cpu:1; a vector was refused by grad, as "f")."""
+    name = getattr(loss, "__name__", type(loss).__name__)
+    try:
+        value = loss(list(params), x, y)
+    except Exception as exc:
+        message = (f"{who}: the loss {name} failed on the share of rows {start}.."
+                   f"{start + x.shape[0] - 1} of the batch (on {x.device.name}), rows "
+                   f"counted in the batch: {_rows_in_batch(str(exc), start)}")
+        try:
+            told = type(exc)(message)
+        except Exception:  # (an exception whose __init__ takes other arguments, the
+            told = None      # user's own: passed on as it is)
+        if told is None:
+            raise
+        raise told from exc
+    if not hasattr(value, "shape"):  # (a tensor, a graph node, or grad's box of one)
+        raise TypeError(f"{who}: the loss {name} must return a scalar tensor, the mean (or "
+                        f"the sum) of its rows' losses; it returned {value!r:.60}")
+    if value.shape is not None and tuple(value.shape) not in ((), (1,)):
+        raise ValueError(f"{who}: the loss {name} must return a scalar, it returned shape "
+                         f"{tuple(value.shape)}; reduce it (a mean or a sum over the rows)")
+    return value
 
 
 def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Tensor]],
@@ -359,19 +426,22 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
     from ..autodiff.tape import no_grad
 
     reduction = getattr(loss, "reduction", None)
-    shares = [share for share in shares if share[1].shape[0]]
-    if reduction is None and len(shares) < 2:
+    shares = list(shares)  # (each with its first row, counted before the empty are dropped)
+    starts = _starts([share[1] for share in shares])
+    located = [(start, *share) for start, share in zip(starts, shares) if share[1].shape[0]]
+    if reduction is None and len(located) < 2:
         return True  # (n / total is 1: a mean's weight and a sum's)
     readings = []  # (alone, alone, together) of each pair that told nothing
     verdicts = set()  # (every pair is read: a weighted mean whose first two shares weigh
-    pairs = zip(shares, shares[1:]) if reduction is None else ()  # the same read as one)
-    for (params, x0, y0), (_, x1, y1) in pairs:
+    pairs = zip(located, located[1:]) if reduction is None else ()  # the same read as one)
+    for (start0, params, x0, y0), (start1, _, x1, y1) in pairs:
+        x1, y1 = x1.to(x0.device), y1.to(y0.device)
         with no_grad():
-            value = loss(list(params), x0, y0)
-            first = _scalar(value, who)
-            second = _scalar(loss(list(params), x1.to(x0.device), y1.to(y0.device)), who)
-            both = _scalar(loss(list(params), SH.concatenate([x0, x1.to(x0.device)], axis=0),
-                                SH.concatenate([y0, y1.to(y0.device)], axis=0)), who)
+            value = _loss(loss, params, x0, y0, start0, who)
+            first = float(value.item())
+            second = float(_loss(loss, params, x1, y1, start1, who).item())
+            both = float(_loss(loss, params, SH.concatenate([x0, x1], axis=0),
+                               SH.concatenate([y0, y1], axis=0), start0, who).item())
         verdict = _reading(first, second, both, x0.shape[0], x1.shape[0], _resolution(value))
         if verdict is None:
             readings.append((first, second, both))
@@ -395,15 +465,6 @@ def _share_weight(loss: Any, shares: Iterable[tuple[Sequence[Tensor], Tensor, Te
                          f"shares' sizes) or a sum (added as they are) over rows; set "
                          f"loss.reduction = 'mean' or 'sum' if it is one")
     return reduction != "sum"
-
-
-def _scalar(value: Any, who: str) -> float:
-    """The loss's value, a number: a loss of several numbers is refused by name (item()
-    said only "the tensor has 3 elements")."""
-    if getattr(value, "shape", ()) not in ((), (1,)):
-        raise ValueError(f"{who}: the loss must return a scalar, it returned shape "
-                         f"{tuple(value.shape)}; reduce it (a mean or a sum over the rows)")
-    return float(value.item())
 
 
 def _reading(first: float, second: float, both: float, n0: int, n1: int,
@@ -435,16 +496,18 @@ def _resolution(value: Tensor) -> float:
 
 
 def _weighted_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x: Tensor,
-                    y: Tensor, total: int, weighted: bool = True) -> list[Tensor]:
+                    y: Tensor, start: int, total: int, weighted: bool,
+                    who: str) -> list[Tensor]:
     """The gradients of this share's mean loss times its share of the batch, ``n / total``
-    (of its loss as it is, for a sum: ``weighted`` False). A share with no rows (a batch
-    smaller than the number of devices or ranks) adds nothing: zeros, without evaluating
-    a mean over no rows, which is 0/0."""
+    (of its loss as it is, for a sum: ``weighted`` False); the share's first row is row
+    ``start`` of the batch. A share with no rows (a batch smaller than the number of
+    devices or ranks) adds nothing: zeros, without evaluating a mean over no rows, which
+    is 0/0."""
     from ..autodiff.api import grad
 
     n = x.shape[0]
     if n == 0:
         return [zeros(p.shape, p.dtype, p.device) for p in params]
     scale = n / total if weighted else 1.0
-    return list(grad(lambda *ps: loss(list(ps), x, y) * scale,
+    return list(grad(lambda *ps: _loss(loss, ps, x, y, start, who) * scale,
                      argnums=tuple(range(len(params))))(*params))

@@ -6,23 +6,39 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Callable, Sequence
+
+import numpy as np  # a cost may be a NumPy number, or a 0-d array
 
 from ..cost_model import sync_factor
 from .common import PipelineError, is_count
 from .profiling import LayerCost, Profile
 
 
+def as_cost(value: Any, where: str) -> float:
+    """``value`` as a cost (a time): a real number, NumPy's too, finite and >= 0; else an
+    error naming ``where``, the function and the argument. (float() took "2" for 2, and
+    of "ab" or None said only that it could not convert it, naming neither.)"""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()  # (a 0-d array holds one number, as np.float64(2.0) is one)
+    number = float(value) if isinstance(value, Real) and not isinstance(value, bool) \
+        else math.nan
+    if not (number >= 0 and math.isfinite(number)):
+        raise PipelineError(f"{where} is {value!r:.60}; a cost is a number, finite and >= 0")
+    return number
+
+
 def _compute_costs(costs: Any, who: str) -> list[float]:
     """Per-layer costs from a Profile, LayerCosts (forward + backward) or plain numbers."""
+    if isinstance(costs, (str, bytes)) or not isinstance(costs, (Profile, Iterable)):
+        raise PipelineError(f"{who}: costs is a Profile, LayerCosts or one number per "
+                            f"layer, got {costs!r:.60}")  # (a string's letters were layers)
     items = costs.layers if isinstance(costs, Profile) else list(costs)
-    values = [c.compute_time if isinstance(c, LayerCost) else float(c) for c in items]
-    for i, v in enumerate(values):
-        if not (v >= 0 and math.isfinite(v)):
-            raise PipelineError(f"{who}: the cost of layer {i} is {v}; costs must be finite "
-                                f"and >= 0")
-    return values
+    return [as_cost(c.compute_time if isinstance(c, LayerCost) else c,
+                    f"{who}: the cost of layer {i}") for i, c in enumerate(items)]
 
 
 def _prefix(values: Sequence[float]) -> list[float]:
@@ -128,14 +144,15 @@ def partition_pipedream(profile: Any, workers: int, bandwidth: float,
     The answer is the best A[n][m] for m <= workers (more workers are not always better:
     synchronisation grows with m).
     """
-    layers = list(profile)
+    layers = list(profile) if isinstance(profile, Iterable) else []  # (None: not iterable)
     if not layers or not all(isinstance(c, LayerCost) for c in layers):
         raise PipelineError("partition_pipedream: needs a Profile (or LayerCosts): it uses "
                             "activation and parameter sizes as well as times")
     if not is_count(workers):
         raise PipelineError(f"partition_pipedream: workers must be an int >= 1, got {workers!r}")
-    if not bandwidth > 0:
-        raise PipelineError(f"partition_pipedream: bandwidth must be > 0 bytes/s, got {bandwidth}")
+    if isinstance(bandwidth, bool) or not isinstance(bandwidth, Real) or not bandwidth > 0:
+        raise PipelineError(f"partition_pipedream: bandwidth must be > 0 bytes/s, got "
+                            f"{bandwidth!r}")
     if sync not in SYNC_FACTORS:
         raise PipelineError(f"partition_pipedream: sync is one of {list(SYNC_FACTORS)}, "
                             f"got {sync!r}")

@@ -5,13 +5,14 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np  # host arrays
 
 from .common import Event, PipelineError, is_count
+from .partitioning import as_cost
 from .scheduling import Schedule, _as_schedule, peak_in_flight
 
 
@@ -76,12 +77,15 @@ class Simulation:
 
 
 def _per_stage(value: Any, n: int, what: str) -> list[float]:
-    values = [float(value)] * n if np.ndim(value) == 0 else [float(v) for v in value]
+    """``n`` costs: ``value``'s, or ``value`` n times where it is one (a number, a 0-d
+    array; a string is one too, which ``as_cost`` refuses: its letters are no costs)."""
+    if not isinstance(value, Iterable) or isinstance(value, (str, bytes)) or \
+            (isinstance(value, np.ndarray) and value.ndim == 0):
+        return [as_cost(value, f"simulate: {what}")] * n
+    values = [as_cost(v, f"simulate: {what}[{i}]") for i, v in enumerate(value)]
     if len(values) != n:
         raise PipelineError(f"simulate: {what} needs {n} values (or one for all), "
                             f"got {len(values)}")
-    if any(not (v >= 0 and math.isfinite(v)) for v in values):
-        raise PipelineError(f"simulate: {what} costs must be finite and >= 0, got {values}")
     return values
 
 
@@ -97,7 +101,14 @@ def simulate(sched: Any, forward: Any = 1.0, backward: Any = 1.0,
     computation (PipeDream's asynchronous sends): they delay the receiver, they do not
     occupy either stage. A schedule in which no stage can go on raises (a deadlock).
     """
-    sched = _as_schedule(sched)
+    try:
+        sched = _as_schedule(sched)
+    except PipelineError:
+        raise
+    except (TypeError, ValueError) as exc:  # (None: "'NoneType' object is not iterable")
+        raise PipelineError(f"simulate: sched is a Schedule (pp.schedule(...)) or a list of "
+                            f"each stage's ops, [('F', 0), ('B', 0), ...], got "
+                            f"{sched!r:.60}") from exc
     p = sched.stages
     f, b = _per_stage(forward, p, "forward"), _per_stage(backward, p, "backward")
     c = _per_stage(comm, p - 1, "comm")
