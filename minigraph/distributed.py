@@ -237,13 +237,16 @@ def broadcast(t: Any, root: int = 0) -> Any:
     size = world_size()
 
     def check() -> tuple[Any, dict]:
-        if not isinstance(root, int) or not 0 <= root < size:
+        # (a NumPy integer is a rank, as Session(workers=np.int64(2)) takes it; True is
+        # an int to Python but no rank: it broadcast rank 1's tensor)
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
+                or not 0 <= root < size:
             raise ValueError(f"broadcast: root must be a rank in 0..{size - 1}, got {root!r}")
         t_, array = _host(t)
         return (t_, array), {"shape": tuple(array.shape), "dtype": str(array.dtype),
-                             "root": root}
+                             "root": int(root)}
 
     t, array = _agree("broadcast", check)
     out = array.copy()  # the root's copy: the result is a new tensor on every rank
-    comm().Bcast(out, root=root)
+    comm().Bcast(out, root=int(root))
     return tensor(out, device=t.device)

@@ -111,6 +111,11 @@ def test_values_that_cross_ranks_keep_their_layout(tmp_path, monkeypatch):
     run in one process, whose Send keeps the layout). Oracle: NumPy, bit for bit."""
     r0, r1 = launch("layouts", tmp_path, monkeypatch)
     assert r0["differ"] == r1["differ"] == [], r0["differ"]
+    # broadcast(t, root=np.int64(1)) was refused as "root must be a rank in 0..1, got
+    # np.int64(1)", and root=True taken as rank 1 (a bool is no rank: refused now)
+    for r in (r0, r1):
+        assert r["numpy root"] == {"value": [10.0]}, r["numpy root"]
+        assert r["bool root"]["type"] == "ValueError", r["bool root"]
 
 
 @needs_mpi
@@ -169,6 +174,9 @@ def scenario_layouts(out: dict) -> None:
             sums = {k: [mg.sum(v, axis=0), mg.sum(v, axis=1), mg.sum(v)]
                     for k, v in views.items()}
     got = mg.Session(g).run(sums, {x: data})
+    t = mg.tensor([10.0 * mg.distributed.rank()])
+    out["numpy root"] = _attempt(lambda: mg.distributed.broadcast(t, root=np.int64(1)).numpy())
+    out["bool root"] = _attempt(lambda: mg.distributed.broadcast(t, root=True).numpy())
     out["differ"] = [f"{k}, sum {how}" for k, view in expected.items()
                      for how, value, want in zip(("axis=0", "axis=1", "all"), got[k],
                                                  (view.sum(axis=0), view.sum(axis=1),

@@ -366,7 +366,7 @@ def _starts(xs: Sequence[Any]) -> list[int]:
 
 
 # The rows an error names: "label 3 (row 0)", "label 3 (at (0, 1))" (the row comes first).
-_ROW = re.compile(r"\((row |at \()(\d+)")
+_ROW = re.compile(r"\((row |at \()(\d+)")  # ("label 3 (row 0)", "label 3 (at (0, 1))")
 
 
 def _rows_in_batch(message: str, start: int) -> str:

@@ -26,7 +26,7 @@ from ...runtime.profile import RunStats
 from ...runtime.scheduler import NodeError
 from ...runtime.session import Session
 from ...tensor import Tensor, host_values, tensor
-from ..data_parallel import _check_devices
+from ..data_parallel import _check_devices, _rows_in_batch
 from .common import Event, Op, PipelineError
 from .profiling import _check_sequential
 from .scheduling import Schedule, _as_schedule, peak_in_flight, schedule
@@ -412,7 +412,6 @@ def _fingerprint(value: Any) -> Any:
 
 
 _FAILED_NODE = re.compile(r"node 'stage(\d+)/([FB])(\d+)/")
-_ROW = re.compile(r"\((row |at \()(\d+)")  # ("label 3 (row 0)", "label 3 (at (0, 1))")
 
 
 def _in_batch(error: NodeError, sizes: tuple[int, ...]) -> NodeError:
@@ -424,7 +423,7 @@ def _in_batch(error: NodeError, sizes: tuple[int, ...]) -> NodeError:
         return error
     s, kind, k = int(match[1]), match[2], int(match[3])
     start = sum(sizes[:k])
-    text = _ROW.sub(lambda m: f"({m[1]}{start + int(m[2])}", str(error))
+    text = _rows_in_batch(str(error), start)
     return NodeError(f"Pipeline: the {'forward' if kind == 'F' else 'backward'} pass of "
                      f"microbatch {k} (rows {start}..{start + sizes[k] - 1} of the batch) "
                      f"failed on stage {s}, rows counted in the batch: {text}")
