@@ -55,7 +55,9 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 ``mg.checkpoint(module)`` passes the module's parameters as arguments for you
 (``nn.functional_call``, which swaps them into the module while it runs: another thread
 calling the same module meanwhile, not through the checkpoint, would see the swapped
-values, so give each thread its own module). Under ``mg.no_grad()`` it is a plain call
+values, so give each thread its own module); its backward pass recomputes with the
+values the module held when it was called (an enclosing ``nn.functional_call``'s too,
+which has put the module's own back since). Under ``mg.no_grad()`` it is a plain call
 of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
@@ -115,8 +117,8 @@ from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
 from .signature import Captured, _held, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_since
-from .reads import (arrays_in, differs, is_container, outside_arrays, outside_reads,
-                    read_only_arrays, rebound, values_in)
+from .reads import (ParametersAsArguments, arrays_in, differs, is_container, names_in,
+                    outside_arrays, outside_reads, read_only_arrays, rebound, values_in)
 from ..ops.operators import innermost, passed_as_is
 
 
@@ -584,15 +586,10 @@ def _generator(v: Any, names: set[str]) -> Any:
 
 
 def _names(reads: list) -> set[str]:
-    """The names in the code of f and of the functions it calls (``outside_reads`` lists
-    their code objects), nested functions and comprehensions included."""
-    codes = [v for _, _, v in reads if type(v) is CodeType]
-    names: set[str] = set()
-    while codes:
-        code = codes.pop()
-        names.update(code.co_names)
-        codes += [k for k in code.co_consts if type(k) is CodeType]
-    return names
+    """The attributes the code of f and of the functions it calls loads (``outside_reads``
+    lists their code objects; ``reads.names_in``), nested functions and comprehensions
+    included: ``random`` of ``np.random.rand``, not a global named ``random``."""
+    return {n for _, _, v in reads if type(v) is CodeType for n in names_in(v).attributes}
 
 
 def _state(g: Any) -> Any:
@@ -895,19 +892,29 @@ def _refuse_keywords(name: str, kwargs: dict[str, Any]) -> None:
 _MODULE_CALLS: "weakref.WeakKeyDictionary[Any, _ModuleCall]" = weakref.WeakKeyDictionary()
 
 
-class _ModuleCall:
-    """``(*inputs, *parameters) -> module(*inputs)`` with those parameter values swapped
-    in (``nn.functional_call``); one per module, whose lock keeps two threads (a
+class _ModuleCall(ParametersAsArguments):
+    """``(names, *inputs, *parameters) -> module(*inputs)`` with the parameters ``names``
+    swapped in (``nn.functional_call``): those the module had when the checkpoint was
+    called, which its backward pass recomputes with, not those the module holds then
+    (an enclosing ``functional_call`` has put its own back). So what the checkpoint
+    watches from outside is what the module reads but its parameters
+    (``reads.ParametersAsArguments``). One per module, whose lock keeps two threads (a
     ``Session``'s workers) from swapping the same module's parameters at once."""
 
     def __init__(self, module: Any):
         self.module = module
         self.lock = threading.RLock()
 
-    def __call__(self, *values: Any) -> Any:
+    def __call__(self, names: tuple[str, ...], *values: Any) -> Any:
         from ..nn.stateless import functional_call
 
-        names = [n for n, _ in self.module.named_parameters()]
+        now = tuple(n for n, _ in self.module.named_parameters())
+        if now != names:  # (a parameter added or removed since the forward pass)
+            raise CheckpointError(
+                f"checkpoint({type(self.module).__name__}): the module's parameters are "
+                f"{list(now)} now, not {list(names)} as when it was called; f runs again "
+                f"with those it was called with. Change the module's parameters after "
+                f"backward()")
         split = len(values) - len(names)
         with self.lock:
             return functional_call(self.module, dict(zip(names, values[split:])),
@@ -922,7 +929,9 @@ def _checkpoint_module(module: Any) -> Callable[..., Any]:
 
     def checkpointed(*args: Any, **kwargs: Any) -> Any:
         _refuse_keywords(type(module).__name__, kwargs)  # (the parameters come last)
-        return inner(*args, *module.parameters())
+        named = module.named_parameters()  # (an enclosing functional_call's values, if
+        # any: the arguments the backward pass recomputes with, by name)
+        return inner(tuple(n for n, _ in named), *args, *(p for _, p in named))
 
     checkpointed.__name__ = f"checkpoint({type(module).__name__})"
     return transformation(checkpointed, "checkpoint")

@@ -24,12 +24,14 @@ import array
 import builtins
 import collections
 from collections import abc
+import dis
 import functools
 import sys
 import weakref
 from contextlib import contextmanager
-from types import FunctionType, MappingProxyType, MemberDescriptorType, MethodType, ModuleType
-from typing import Any, Iterator
+from types import (CodeType, FunctionType, MappingProxyType, MemberDescriptorType, MethodType,
+                   ModuleType)
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
@@ -61,16 +63,19 @@ def outside_reads(f: Any, depth: int | None = None,
       functions' code too; every global where it may name one at run time:
       ``globals()["W"]``; a builtin's name as a global absent), and its parameters'
       default values;
-    * the attributes of those objects, and of a method's ``self``, that the code names
-      (``CONFIG.lr``, ``self.scale``), where Python finds them (:func:`_attributes`: an
-      object's own dict, its class's, a class's, a module's of the user's), or all of
-      them where the code may name one at run time (``getattr(obj, name)``);
+    * the attributes of those objects, and of a method's ``self``, that the code loads
+      (``CONFIG.lr``, ``self.scale``: :func:`names_in`), where Python finds them
+      (:func:`_attributes`: an object's own dict, its class's, a class's, a module's of
+      the user's), or all of them where the code may name one at run time
+      (``getattr(obj, name)``);
     * the items of the lists, dicts, sets ... among them (``_CONTAINERS``), nested, as
       one entry per container (an ``_Items``, its items compared as a whole: one bound
       anew, added or removed), and the named attributes of those items (at most
       ``_MOST_INSIDE`` objects looked inside per function: more are refused);
     * every parameter and layer of a module (``nn.Module``: its ``_parameters`` and
-      ``_modules``, the whole tree) that f is, or reads;
+      ``_modules``, the whole tree) that f is, or reads, and what each layer's forward
+      reads; but not the parameters of a module that f runs with its parameters as
+      arguments (:class:`ParametersAsArguments`: ``mg.checkpoint(module)``'s call);
     * what the user's functions, methods, properties, static and class methods,
       ``__getattr__`` and callable objects among them read (:func:`_followed`), however
       deep (``depth`` calls further, if given); not what minigraph's or an installed
@@ -96,6 +101,9 @@ def outside_reads(f: Any, depth: int | None = None,
     object that their code names: a layer's weight, the f of checkpoint's wrappers)."""
     found: list[tuple[Any, str, Any]] = []
     todo, seen = [(f, 0)], set()
+    as_arguments: set[int] = set()  # (the ids of the modules' tables of parameters that
+    # hold f's arguments: ParametersAsArguments)
+    listed: set[int] = set()  # (the ids of the modules whose tables are listed)
     held = {f"argument {k}": a for k, a in arguments}  # (where f's constant arguments are)
     start = [(held, name, a) for name, a in held.items()]  # (read with f, the first one)
     while todo:
@@ -121,8 +129,14 @@ def outside_reads(f: Any, depth: int | None = None,
         if key in seen:  # (a bound method is made anew on each access: its parts say)
             continue
         seen.add(key)
+        if isinstance(fn, ParametersAsArguments):  # (mg.checkpoint(module)'s call)
+            as_arguments.update(id(m.__dict__["_parameters"]) for m in _tree(fn.module))
+            fn = fn.module
         if _layers(fn) is not None:  # a module: its tree, and its forward's globals
-            found += _module_reads(fn)
+            tree = _tree(fn, listed)  # (a layer's tree, listed with its module's: not again)
+            found += _module_reads(tree, as_arguments)
+            if depth is None or level < depth:  # (its layers' forwards too: the code's
+                todo += [(m, level + 1) for m in tree[1:]]  # self.inner is in a table)
             fn = getattr(fn, "forward", None)
         elif not isinstance(fn, (FunctionType, MethodType)) and \
                 type(getattr(type(fn), "__call__", None)) is FunctionType:
@@ -132,19 +146,15 @@ def outside_reads(f: Any, depth: int | None = None,
         if type(fn) is not FunctionType:
             continue
         code = fn.__code__
-        names: set[str] = set()
-        codes = [code]
-        while codes:  # (a comprehension's or a nested function's code is a constant)
-            c = codes.pop()
-            names.update(c.co_names)
-            codes += [k for k in c.co_consts if type(k) is type(code)]
-        every_attribute = not names.isdisjoint(_ANY_ATTRIBUTE)
+        named = names_in(code)
+        every_attribute = not named.every.isdisjoint(_ANY_ATTRIBUTE)
         reads: list[tuple[Any, str, Any]] = []
         if _users(fn):  # (the one test: a library's function reads none of its own state)
             found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__
             module = fn.__globals__                            # = ...: a cell run again)
-            read = names | {n for n in module if not n.startswith("__")} \
-                if not names.isdisjoint(_ANY_GLOBAL) else names  # (globals()["W"]: any)
+            read = named.globals
+            if not named.every.isdisjoint(_ANY_GLOBAL):  # (globals()["W"]: any)
+                read = read | {n for n in module if not n.startswith("__")}
             # (a builtin's name, read while no global has it: a global of that name made
             # later, len = ..., is read instead)
             reads += [(module, n, module[n] if n in module else _UNBOUND)
@@ -165,10 +175,11 @@ def outside_reads(f: Any, depth: int | None = None,
         methods = []  # (the user's methods that the code may call on an object read)
         for label, obj in labelled:  # (the list grows as items and attributes are found)
             if id(obj) in inside or type(obj) in _ATOMS and not is_container(obj) or \
-                    type(obj) is tuple and all(type(item) in _CONSTANTS for item in obj):
-                continue  # (a tuple of numbers cannot change: its container's items see it)
+                    _constant_tuple(obj) or id(obj) in as_arguments:
+                continue  # (a tuple of numbers cannot change: its container's items see it;
+                # a table of parameters that are f's arguments is not read from outside)
             if len(inside) == _MOST_INSIDE:
-                raise _too_large(fn, label)
+                raise _too_large(fn, label, labelled)
             inside.add(id(obj))
             if is_container(obj):  # (a tuple's items cannot be bound anew, but an array
                 # among them can be written: its items are watched too)
@@ -177,11 +188,12 @@ def outside_reads(f: Any, depth: int | None = None,
                     enumerate(obj.flat if type(obj) is np.ndarray else obj)
                 labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
-            named = _attributes(obj, None if every_attribute or id(obj) in given_whole
-                                else sorted(names))
-            reads += named
-            labelled += [(f"{label}.{n}", v) for _, n, v in named if v is not _UNBOUND]
-            methods += [m for home, _, v in named if (m := _method(obj, home, v)) is not None]
+            found_in = _attributes(obj, None if every_attribute or id(obj) in given_whole
+                                   else sorted(named.attributes))
+            reads += found_in
+            labelled += [(f"{label}.{n}", v) for _, n, v in found_in if v is not _UNBOUND]
+            methods += [m for home, _, v in found_in
+                        if (m := _method(obj, home, v)) is not None]
             dynamic = getattr(type(obj), "__getattr__", None)  # (cfg.scale computed there
             if type(dynamic) is FunctionType and _users(dynamic):  # from cfg._s)
                 methods.append(MethodType(dynamic, obj))
@@ -284,18 +296,38 @@ def _layers(v: Any) -> dict | None:
         else None
 
 
-def _module_reads(module: Any) -> list[tuple[Any, str, Any]]:
-    """Every parameter and layer of ``module``'s tree, where it keeps them."""
-    found, todo, seen = [], [module], set()
+def _tree(module: Any, seen: "set[int] | None" = None) -> list[Any]:
+    """``module`` and every module inside it, each once (a shared layer, a cycle), but
+    those whose ids are in ``seen``, to which theirs are added."""
+    found, todo, seen = [], [module], set() if seen is None else seen
     while todo:
         m = todo.pop()
         if id(m) in seen:
             continue
         seen.add(id(m))
-        for table in (m.__dict__["_parameters"], m.__dict__["_modules"]):
-            found += [(table, name, value) for name, value in table.items()]
+        found.append(m)
         todo += [v for v in m.__dict__["_modules"].values() if _layers(v) is not None]
     return found
+
+
+def _module_reads(tree: list[Any], as_arguments: "set[int] | frozenset[int]" = frozenset()
+                  ) -> list[tuple[Any, str, Any]]:
+    """Every parameter and layer of the modules of ``tree`` (:func:`_tree`), where they
+    keep them; not the parameters in the tables whose ids are in ``as_arguments``."""
+    tables = [t for m in tree for t in (m.__dict__["_parameters"], m.__dict__["_modules"])]
+    return [(t, name, value) for t in tables if id(t) not in as_arguments
+            for name, value in t.items()]
+
+
+class ParametersAsArguments:
+    """The base of a callable that runs ``self.module`` with the module's parameters
+    given as its arguments, swapped into it (``nn.functional_call``), as
+    ``mg.checkpoint(module)`` runs it. What it reads from outside its arguments is what
+    the module reads, but not the module's parameters: their slots hold the arguments
+    only while it runs (an enclosing ``functional_call`` puts the module's own back
+    after its forward pass), and what they hold then is what it computes with."""
+
+    module: Any
 
 
 def _users(fn: Any) -> bool:
@@ -311,9 +343,55 @@ def _users(fn: Any) -> bool:
 _ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
 _ANY_GLOBAL = frozenset({"globals", "eval", "exec"})
 
+
+class Names(NamedTuple):
+    """The names a function's code uses (:func:`names_in`), by what it does with them."""
+    globals: frozenset[str]     # loaded as globals (or builtins): W in W @ x
+    attributes: frozenset[str]  # loaded as attributes: w in self.w, rand in np.random.rand
+    every: frozenset[str]       # all of them, and those imported, stored or deleted
+
+
+# Python's instructions that load a name as a global (LOAD_NAME: a class body's, which
+# falls back to the globals), and those that load an attribute.
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
+_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
+# code -> its Names, found once per code object (outside_reads runs on every call of a
+# checkpoint; reading the bytecode costs some microseconds per instruction)
+_NAMES: "weakref.WeakKeyDictionary[CodeType, Names]" = weakref.WeakKeyDictionary()
+
+
+def names_in(code: CodeType) -> Names:
+    """The names ``code`` and its comprehensions' and nested functions' code (constants
+    of it) use. ``co_names`` alone mixes globals with attributes (``self.w`` and a
+    global ``w`` are one entry), so the instructions that load each are read: a global
+    ``w`` that f never loads is not one f reads, however its attributes are named."""
+    named = _NAMES.get(code)
+    if named is None:
+        globals_: set[str] = set()
+        attributes: set[str] = set()
+        every: set[str] = set()
+        codes = [code]
+        while codes:
+            c = codes.pop()
+            every.update(c.co_names)
+            codes += [k for k in c.co_consts if type(k) is CodeType]
+            for instruction in dis.get_instructions(c):
+                if instruction.opname in _GLOBAL_LOADS:
+                    globals_.add(instruction.argval)
+                elif instruction.opname in _ATTRIBUTE_LOADS:
+                    attributes.add(instruction.argval)
+        named = _NAMES[code] = Names(frozenset(globals_), frozenset(attributes),
+                                     frozenset(every))
+    return named
+
+
 # How many objects outside_reads looks inside (their attributes, a container's items)
 # per function: a bound on the work, for a function that reads a very large structure,
-# which it refuses (_too_large) rather than leave a part of it unwatched.
+# which it refuses (_too_large) rather than leave a part of it unwatched. The walk is
+# linear, but a checkpoint walks again on every call, and a compiled program checks
+# every read on every call: a Sequential of 5,000 layers without parameters (10,000
+# objects) takes 0.2 s to walk, one of 20,000 layers 0.6 s (1.3 s on a busy machine),
+# more than the tape takes for its forward and backward pass (0.45 s).
 _MOST_INSIDE = 10_000
 # The containers whose items outside_reads watches (an item bound anew, added, removed),
 # and the values with nothing inside to watch (a tensor or an array is compared whole).
@@ -336,14 +414,34 @@ _CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
 _ATOMS = _CONSTANTS | {Tensor, np.ndarray}
 
 
-def _too_large(fn: FunctionType, label: str) -> MinigraphError:
-    """The refusal of a function that reads more than ``_MOST_INSIDE`` objects."""
+def _constant_tuple(v: Any) -> bool:
+    """Whether ``v`` is a tuple of numbers and strings (a module's checkpoint's names of
+    its parameters), which cannot change: the container holding it sees it replaced."""
+    return type(v) is tuple and all(type(item) in _CONSTANTS for item in v)
+
+
+def _too_large(fn: FunctionType, label: str, labelled: list[tuple[str, Any]]
+               ) -> MinigraphError:
+    """The refusal of a function that reads more than ``_MOST_INSIDE`` objects, found
+    at ``label`` (``labelled``: the objects read so far, by label); what to do instead
+    for a module (its layers) or another structure."""
     root = label.replace("[", ".").split(".")[0]  # (BIG, of BIG[9999][0])
+    held = next((v for name, v in labelled if name == root), None)
+    found = f"{fn.__qualname__} reads {root} from outside its arguments, "
+    built = ("a compiled program (graph or source mode, mg.trace, mg.checkpoint) is built "
+             "again when what f reads changes")
+    if _layers(held) is not None:
+        return MinigraphError(
+            f"{found}a module of {len(_tree(held)):,} layers, with more than "
+            f"{_MOST_INSIDE:,} lists, dicts and objects ({label} ...): {built}, and "
+            f"walking them takes longer than the tape's forward and backward pass (a "
+            f"checkpoint walks them on every call). Run it on the tape (mg.grad(..., "
+            f"mode=\"tape\"), or backward() without mg.checkpoint), which watches nothing; "
+            f"or checkpoint it in segments of fewer layers (mg.checkpoint(nn.Sequential("
+            f"*layers[i:i + 1000])) for each i), each of which watches its own")
     return MinigraphError(
-        f"{fn.__qualname__} reads {root} from outside its arguments, a structure of more "
-        f"than {_MOST_INSIDE:,} lists, dicts and objects ({label} ...): a compiled "
-        f"program (graph or source mode, mg.trace, mg.checkpoint) is built again when "
-        f"what f reads changes, and watching that many on every call would cost more "
+        f"{found}a structure of more than {_MOST_INSIDE:,} lists, dicts and objects "
+        f"({label} ...): {built}, and watching that many on every call would cost more "
         f"than the program. Pass what f uses as an argument, or keep the numbers in an "
         f"array or a tensor (watched whole)")
 
@@ -726,8 +824,8 @@ def outside_arrays(f: Any, constants: "abc.Sequence[tuple[int, Any]]" = ()
     (:func:`outside_reads`: by name, attribute, or as an item of a list or dict; and
     those its ``constants`` read, its ``arguments`` there), each with where it is."""
     # (found each time where a constant argument may read something: the cache is per f;
-    # a number, a string or None reads nothing)
-    if any(type(a) not in _ATOMS for _, a in constants):
+    # a number, a string or None reads nothing, nor does a tuple of them)
+    if any(type(a) not in _ATOMS and not _constant_tuple(a) for _, a in constants):
         return arrays_in(outside_reads(f, arguments=constants))
     try:
         reads, arrays = _ARRAYS[f]
