@@ -49,10 +49,11 @@ from .ops.primitive import Primitive
 # types: a NumPy scalar is a subclass of float but its repr is ``np.float64(2.0)``.
 LITERALS = (bool, int, float, str, type(None))
 
-# The builtins :func:`literal` writes calls of (``float('inf')``, ``slice(1, None, None)``):
-# a variable of a generated function named like one would hide it, so no generated
+# The builtins generated code calls: :func:`literal` (``float('inf')``, ``slice(1, None,
+# None)``) and source mode's loop indices (``abs(i - 1)``: ``source/values.py``'s Index).
+# A variable of a generated function named like one would hide it, so no generated
 # function's variable is given these names (here, and in ``autodiff/source/compiled.py``).
-BUILTINS = ("float", "slice")
+BUILTINS = ("float", "slice", "abs")
 
 
 def literal(value: Any, name: Callable[[Any], str]) -> str:

@@ -64,7 +64,7 @@ class Weak:
 
     # -- Python's arithmetic: weak on weak values and numbers, as on Python numbers -------
     def _arith(self, prim: Primitive, a: Any, b: Any) -> Any:
-        if (type(a) is Weak or type(a) in _NUMBERS) and (type(b) is Weak or type(b) in _NUMBERS):
+        if _as_number(a) is not None and _as_number(b) is not None:
             return Weak(bind_two(prim, _inner(a), _inner(b)))
         return bind_two(prim, a, b)  # the other value's dtype decides: _bind casts
 
@@ -141,6 +141,19 @@ _NUMPY_OPERATORS = {
     np.equal: ("__eq__", "__eq__"), np.not_equal: ("__ne__", "__ne__")}
 
 
+def _as_number(v: Any) -> Any:
+    """The Python number ``v`` is, or stands for in promotion; None for a value with a
+    dtype. A weak value stands for a number of its kind; so does a value that a recording
+    knows only as a Python number computed when its program runs, which says of which
+    kind by its ``_as_number`` (source mode's loop index, an int, and a condition on
+    one, a bool: ``s * i`` is Python's float arithmetic there, weak)."""
+    if type(v) is Weak:
+        return AS_NUMBER.get(v.dtype, 1.0)
+    if type(v) in _NUMBERS:
+        return v
+    return getattr(v, "_as_number", None)
+
+
 def _inner(v: Any) -> Any:
     return v.value if type(v) is Weak else v
 
@@ -154,7 +167,7 @@ def cast(args: tuple, promoted: tuple[int, ...] | None = None) -> tuple:
     only they take it: ``where(c, s, x)`` takes x's dtype whatever c's, and a weak
     condition keeps its own (0.1 cast to x's int64 would be 0, false)."""
     among = range(len(args)) if promoted is None else promoted
-    dtype = promote(*(AS_NUMBER.get(a.dtype, 1.0) if type(a) is Weak else a
+    dtype = promote(*(a if (n := _as_number(a)) is None else n
                       for a in (args[k] for k in among)
                       if not isinstance(a, (tuple, list, str, type(None)))))
     device = next((a.device for a in args if type(a) is not Weak and  # (a Device: not

@@ -36,6 +36,7 @@ from ...ops.shape_rules import promote
 from ...ops.weak import AS_NUMBER, Weak
 from ...tensor import Tensor
 from .. import tape
+from ..batching import BatchTracer
 from ..reads import ReadOnlyWrite, read_from_outside
 from .program import Fill, For, If, Line, Op, Ref, _Writer, _uses, _walk
 from .reading import (SourceTransformError, Where, _assigned, _loads, _located, _read, _Source,
@@ -255,8 +256,11 @@ class _Normaliser:
             self.assign(target, value, env, origin)
 
     def s_AnnAssign(self, node: ast.AnnAssign, env: dict) -> None:
+        """``b: T = a`` is ``b = a`` (Python does not evaluate a local's annotation): the
+        same assignment, so b holds a's object too (an update in place of either is then
+        refused, as after ``b = a``)."""
         if node.value is not None:
-            self.assign(node.target, self.expr(node.value, env), env)
+            self.s_Assign(ast.copy_location(ast.Assign([node.target], node.value), node), env)
 
     def s_AugAssign(self, node: ast.AugAssign, env: dict) -> None:
         """``h += y``: Python's in-place operator on a value of the program, which binds
@@ -273,7 +277,11 @@ class _Normaliser:
                     outside.update(read_from_outside(src.fn))
                 others += [f"{k} (outside the function)"
                            for k in holders_among(outside, current)]
-            if others and type(current) is not Weak:  # (a number is never written into)
+            # Python writes into the object only where its type has the in-place method
+            # (a tensor's __iadd__); a number's, or a tuple's, h += y binds h + y to h
+            # and leaves the other names as they were
+            mutable = hasattr(type(current), f"__{update.__name__}__")
+            if others and mutable:
                 rebound = ast.unparse(ast.BinOp(node.target, node.op, node.value))
                 raise self.w.refuse(
                     f"an update in place of {node.target.id}, whose value (or memory: a "
@@ -687,7 +695,17 @@ class _Normaliser:
         for n in _assigned(node.body):
             if n not in carried and n != name:
                 env.pop(n, None)
-        env[name] = rng[-1]  # after the loop the index is its last value, a known int
+        # after the loop the index holds its last iteration's end: the range's last
+        # value, or what the body rebound it to (i = i + 1) at that value
+        env[name] = _last(ends[name], self.loops)
+        if env[name] is _MISSING:
+            if self.src.loads[name] > loads_in[name]:  # (read elsewhere in the function)
+                raise self.w.refuse(
+                    f"reading {name} after the loop, whose body rebinds it to a value known "
+                    "only when the program runs (a tensor, or arithmetic on the index of "
+                    "an enclosing loop)",
+                    "after the loop, compute the value again from what it depends on")
+            env.pop(name)
         return None
 
     def loop_body(self, node: ast.For, name: str, rng: range, carried: list, env: dict
@@ -734,7 +752,7 @@ class _Normaliser:
             finally:
                 self.loops -= 1
                 self.indices.pop()
-            ends = {n: body_env.get(n, _MISSING) for n in carried}
+            ends = {n: body_env.get(n, _MISSING) for n in [*carried, name]}
             self.end_origins = {n: body_env["<origin>" + n] for n in carried
                                 if "<origin>" + n in body_env}
             tops = {n: tops.get(n, frozenset()) | _flat(body_env["<origin>" + n])
@@ -940,6 +958,20 @@ class _Normaliser:
                     "branch only", "assign it in both branches (or before the if)")
             return v
         src = self.src
+        if name in src.code.co_varnames:  # (a name the function assigns is its local
+            # everywhere in it, as Python compiles it: unbound here, never the global)
+            if self.loops and any(name in _assigned(loop.body) for loop in ast.walk(src.node)
+                                  if isinstance(loop, ast.For)):
+                # (Python may read what an earlier iteration assigned)
+                raise self.w.refuse(
+                    f"reading {name}, a local variable of {src.fn.__name__}, in a loop's body "
+                    f"before it is assigned",
+                    "Python raises UnboundLocalError in the first iteration, or, where an if "
+                    "skips the read there, reads what an earlier iteration assigned, which "
+                    "source mode carries only for names assigned before the loop; assign "
+                    f"{name} before the loop")
+            raise UnboundLocalError(f"cannot access local variable {name!r} where it is not "
+                                    f"associated with a value [source_grad: {self.w.where}]")
         if name in src.closure:
             try:
                 return self.outside(name, src.closure[name].cell_contents, "closes over")
@@ -981,6 +1013,14 @@ class _Normaliser:
         return src.fn.__globals__.get(name)  # type: ignore[attr-defined]
 
     def outside(self, name: str, v: Any, how: str) -> Any:
+        """``v``, the value of ``name`` that the function reads from outside (``how``: a
+        closure's or a global's); refused where it is an enclosing transformation's,
+        which only flows through the program as an argument."""
+        if type(v) is BatchTracer:  # (vmap batches; it does not differentiate)
+            raise self.w.refuse(
+                f"a function that {how} {name}, one example of the batch of an enclosing "
+                "mg.vmap",
+                f"pass {name} as an argument so that the batch flows through the program")
         if type(v) in KINDS or (isinstance(v, Tensor) and v.requires_grad):
             raise self.w.refuse(
                 f"a function that {how} {name}, a value being differentiated (by an "
@@ -1028,6 +1068,10 @@ class _Normaliser:
         except TypeError:
             if not (_dynamic(left) or _dynamic(right)):
                 raise
+            if isinstance(left, Index) or isinstance(right, Index):
+                raise self.w.refuse(f"the operator {type(op).__name__} on a loop index",
+                                    "a loop index takes part in +, -, *, /, //, %, ** and "
+                                    "abs() only") from None
             raise self.w.refuse(f"the operator {type(op).__name__} on values of the "
                                 "program", "minigraph has no primitive for it") from None
 
@@ -1186,6 +1230,25 @@ def _view_root(v: Any) -> SrcVar | None:
     if type(v) is not SrcVar:
         return None
     return v if v.view_of is None else v.view_of
+
+
+def _last(v: Any, depth: int) -> Any:
+    """What a loop's index holds after the loop, ``v`` being its value at the end of the
+    body (the index, or what the body rebound it to: ``i = i + 1``): its value in the
+    last iteration; _MISSING where that is known only when the program runs. The loop is
+    nested ``depth`` deep, so its index's values lie along axis ``depth``
+    (values._loop_values): at the last of them, arithmetic on the index is a Python
+    number, unless it also changes with an enclosing loop's index (``i + j``). A
+    Python value, or an enclosing loop's index, is the same in every iteration."""
+    if not _dynamic(v):
+        return v
+    if type(v) is Index:
+        if v.values.ndim <= depth:  # (not this loop's: an enclosing one's)
+            return v
+        last = np.unique(v.values[..., -1])
+        if last.size == 1:
+            return last.item()
+    return _MISSING
 
 
 def _absorb(stmts: list[ast.stmt], k: int) -> ast.If | None:

@@ -22,7 +22,7 @@ from ...device import Device
 from ...ops import copy as C
 from ...ops import shape as SH
 from ...ops.operators import ArrayOps
-from ...ops.primitive import ADD, ATOM, CMP, MUL, UNARY, Primitive, register_kind
+from ...ops.primitive import ADD, ATOM, CMP, MUL, POW, UNARY, Primitive, register_kind
 from ...ops.weak import Weak
 from ..tape import is_grad_enabled
 from .reading import SourceTransformError
@@ -121,11 +121,14 @@ def _constant(t: Any) -> SrcVar:
 
 
 class Index:
-    """A Python int known only when the program runs: a loop index, or arithmetic on one.
+    """A Python int known only when the program runs: a loop index, or arithmetic on one
+    (a float where Python's is: ``i / 2``, ``0.5 * i``).
 
     It prints as its text (``i + 1``); for shape rules it stands for every value it takes
     (``values``: an array with an axis per enclosing loop, :func:`_loop_values`), all of
-    which must give the same shapes (``program.py``'s ``_Writer.op``).
+    which must give the same shapes (``program.py``'s ``_Writer.op``). Where it meets a
+    weak value (``s * i``, s a float argument: ops/weak.py) it is a Python number of its
+    kind (``_as_number``), and the result is weak, as Python's number is.
     """
 
     __slots__ = ("text", "values", "prec")
@@ -137,15 +140,24 @@ class Index:
     def _bind(self, prim: Primitive, args: tuple, params: dict) -> SrcVar:
         return _op(prim, args, params)
 
+    @property
+    def _as_number(self) -> Any:
+        return self.values.flat[0].item()  # (a value it takes: an int, or a float)
+
     def _arith(self, other: Any, fn: Callable, sym: str, prec: int, right: bool) -> Any:
         """``self sym other``, or ``other sym self`` for the reflected operator (``right``)."""
         if not isinstance(other, Index) and type(other) not in (int, float):
             return NotImplemented
         a, b = _combined(self.values, other.values if isinstance(other, Index) else other)
-        with np.errstate(divide="raise", over="raise"):  # (i // 0 raises, as in Python)
+        # (i // 0 and 1 / (i - i) raise, as in Python; (i - 2.0) ** 0.5, a complex number
+        # there, too)
+        with np.errstate(divide="raise", over="raise", invalid="raise"):
             values = fn(b, a) if right else fn(a, b)
         first, second = (other, self) if right else (self, other)
-        return Index(f"{_paren(first, prec)} {sym} {_paren(second, prec + 1)}", values, prec)
+        # (** groups from the right: (i ** 2) ** 3 needs its parentheses, i ** (2 ** 3)
+        # not; the other operators from the left)
+        outer, inner = (prec + 1, prec) if sym == "**" else (prec, prec + 1)
+        return Index(f"{_paren(first, outer)} {sym} {_paren(second, inner)}", values, prec)
 
     def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, False)
     def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, True)
@@ -153,13 +165,30 @@ class Index:
     def __rsub__(self, o: Any) -> Any: return self._arith(o, operator.sub, "-", ADD, True)
     def __mul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", MUL, False)
     def __rmul__(self, o: Any) -> Any: return self._arith(o, operator.mul, "*", MUL, True)
+    def __truediv__(self, o: Any) -> Any:
+        return self._arith(o, operator.truediv, "/", MUL, False)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._arith(o, operator.truediv, "/", MUL, True)
+
     def __floordiv__(self, o: Any) -> Any:
         return self._arith(o, operator.floordiv, "//", MUL, False)
 
+    def __rfloordiv__(self, o: Any) -> Any:
+        return self._arith(o, operator.floordiv, "//", MUL, True)
+
     def __mod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", MUL, False)
+    def __rmod__(self, o: Any) -> Any: return self._arith(o, operator.mod, "%", MUL, True)
+    def __divmod__(self, o: Any) -> Any: return self // o, self % o
+    def __rdivmod__(self, o: Any) -> Any: return o // self, o % self
+    def __pow__(self, o: Any) -> Any: return self._arith(o, _power, "**", POW, False)
+    def __rpow__(self, o: Any) -> Any: return self._arith(o, _power, "**", POW, True)
 
     def __neg__(self) -> "Index":
         return Index(f"-{_paren(self, UNARY)}", -self.values, UNARY)
+
+    def __abs__(self) -> "Index":
+        return Index(f"abs({self.text})", abs(self.values), ATOM)
 
     def _compare(self, other: Any, fn: Callable, sym: str) -> Any:
         if not isinstance(other, (Index, int, float)):
@@ -209,9 +238,33 @@ class Cond:
     def __init__(self, text: str, values: np.ndarray):
         self.text, self.values = text, values
 
+    @property
+    def _as_number(self) -> bool:  # (a Python bool where it meets a weak value, as Index)
+        return bool(self.values.flat[0])
+
     def __bool__(self) -> bool:
         raise _writer().refuse(f"the truth value of {self.text} outside an if",
                                "use it directly as the condition of an if")
+
+
+def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a ** b`` on the values of loop indices, as Python computes it, or refused where
+    NumPy would not: an integer to a negative integer power is an error in NumPy and a
+    float in Python (in those iterations only: ``2 ** (i - 1)`` is 0.5, then 1, 2 ...),
+    and an integer power past int64 wraps around in NumPy and grows in Python."""
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        if (b < 0).any():
+            raise _writer().refuse(
+                "an integer to a negative integer power, with a loop index",
+                "Python's result is a float where the power is negative and an int where "
+                "it is not; write the base as a float (2.0 ** (i - 1))")
+        with np.errstate(over="ignore"):  # (inf: past the range too)
+            past = (np.abs(a.astype(np.float64)) ** b >= 2.0 ** 63).any()
+        if past:
+            raise _writer().refuse(
+                "an integer power of a loop index past the int64 range",
+                "write the base as a float (2.0 ** i)")
+    return a ** b
 
 
 def _paren(v: Any, prec: int) -> str:
