@@ -79,6 +79,10 @@ Decisions worth knowing (each is visible in the text):
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
   anything that changes as an argument.
+* Python's own side effects in f (``print``, appending to a list kept outside f) happen
+  while the program is *written*: once, at the first call for an input signature, and
+  for both branches of an ``if`` decided at run time. Later calls run the written
+  program, which does not repeat them (as ``jax.jit``); ``mode="tape"`` runs f itself.
 * What Python can decide while the program is written, it decides (shapes, an ``if`` on
   a shape, calls with constant arguments, ``a, b = x`` as the rows ``x[0]``, ``x[1]``);
   ``for i in range(n)`` is written once, not unrolled; plain Python functions are
