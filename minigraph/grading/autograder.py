@@ -11,6 +11,9 @@ must leave ``/autograder/results/results.json``. The bundle written here::
       tests/NN-topic/test_exercises.py   the course's tests, hidden ones included
       autograder.zip      all of the above, to upload
 
+With ``--force`` DIR may hold other files (the project's root, say): they are left alone
+and stay out of the zip, and only an earlier bundle's files are replaced.
+
 The package travels in the bundle (rather than ``pip install`` from a repository) because
 Gradescope's image may not reach the course's repository, and so that the grader and the
 tests the instructor checked are exactly the ones that run. Its dependencies (NumPy,
@@ -40,11 +43,14 @@ from minigraph.grading.grade import (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, DEFAULT
 from minigraph.grading.release import SKIPPED_DIRS
 
 ZIP_NAME = "autograder.zip"
+#: in every file of the bundle that --force may replace (scripts, minigraph-src's pyproject)
+WRITTEN_BY = "`minigraph autograder`"
 VENV = "/opt/minigraph-venv"   # outside /autograder: the sandbox's account must read it
 
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image.
+# (written by `minigraph autograder`, which replaces it when run again)
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! python3 -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
@@ -65,6 +71,7 @@ RUN_AUTOGRADER = """\
 # Gradescope runs this for every submission: grade the student's exercises.py with the
 # course's tests for {chapter}, write results.json (the grader writes it, never the
 # student's code). Paths come from the environment so the bundle can be tried locally.
+# (written by `minigraph autograder`, which replaces it when run again)
 set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{MINIGRAPH_PYTHON:-{venv}/bin/python}}"
@@ -73,12 +80,31 @@ RESULTS="$ROOT/results/results.json"
 TESTS="$ROOT/source/tests/{chapter}/{test_file}"
 mkdir -p "$ROOT/results"
 
-# the student's file: at the top of the submission, else the only exercises.py in it
+# the student's file: at the top of the submission, else the only exercises.py in it,
+# else (the whole course uploaded) the one in the chapter's own folder
 EXERCISES="$SUBMISSION/exercises.py"
 if [ ! -f "$EXERCISES" ]; then
-    mapfile -t FOUND < <(find "$SUBMISSION" -name exercises.py -type f 2>/dev/null)
+    mapfile -t FOUND < <(find "$SUBMISSION" -name exercises.py -type f 2>/dev/null | sort)
+    mapfile -t OWN < <(find "$SUBMISSION" -path "*/{chapter}/exercises.py" -type f 2>/dev/null)
     if [ "${{#FOUND[@]}}" -eq 1 ]; then
         EXERCISES="${{FOUND[0]}}"
+    elif [ "${{#OWN[@]}}" -eq 1 ]; then
+        EXERCISES="${{OWN[0]}}"
+    else
+        # say what was uploaded: "exercises (1).py", "Exercises.py", several candidates
+        if [ "${{#FOUND[@]}}" -gt 1 ]; then
+            WHY="several exercises.py and none (or several) in a folder named {chapter}"
+        else
+            WHY="no file named exercises.py"
+        fi
+        UPLOADED=$(cd "$SUBMISSION" && find . -type f -printf '%P, ' | head -c 1000)
+        UPLOADED="${{UPLOADED%, }}"
+        MESSAGE="Nothing could be graded: your submission holds $WHY (uploaded: \\
+${{UPLOADED:-nothing}}); upload the chapter's exercises.py, under that name"
+        "$PYTHON" -c "import sys; from minigraph.grading.gradescope import write_error_json; \\
+write_error_json(*sys.argv[1:])" "$MESSAGE" "$RESULTS" && exit 0
+        echo "run_autograder: the grader failed and wrote no results" >&2
+        exit 1
     fi
 fi
 
@@ -143,6 +169,15 @@ def _copy_package(target: Path) -> None:
                          grading=as_toml(grading)), encoding="utf-8")
 
 
+def _written_by_a_bundle(path: Path) -> bool:
+    """Whether ``path`` (setup.sh, run_autograder, minigraph-src/pyproject.toml) is one
+    that :func:`autograder` wrote: each names it (:data:`WRITTEN_BY`)."""
+    try:
+        return WRITTEN_BY in path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _write_script(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8", newline="\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -165,24 +200,33 @@ def autograder(chapter: str | Path, out: str | Path, *, force: bool = False,
         raise AutograderError(f"{out} is not an empty folder (pass --force to write into it anyway)")
     if out.resolve() == tests.resolve().parent or tests.resolve().parent in out.resolve().parents:
         raise AutograderError(f"the output folder {out} must not be inside {tests.parent}")
+    # --force writes the bundle's files among the others of DIR (the project's root, say)
+    # and replaces only what an earlier bundle wrote: never a folder or script of the user's
+    for own in (out / "setup.sh", out / "run_autograder", out / "minigraph-src"):
+        marked = own / "pyproject.toml" if own.name == "minigraph-src" else own
+        if os.path.lexists(own) and not _written_by_a_bundle(marked):
+            raise AutograderError(f"{own} exists and was not written by {WRITTEN_BY} (--force "
+                                  "replaces only an earlier bundle's files): choose another folder")
     out.mkdir(parents=True, exist_ok=True)
-    for old in ("minigraph-src", "tests"):
-        shutil.rmtree(out / old, ignore_errors=True)
+    shutil.rmtree(out / "minigraph-src", ignore_errors=True)   # (an earlier bundle's)
     _copy_package(out / "minigraph-src")
-    (out / "tests" / name).mkdir(parents=True)
+    (out / "tests" / name).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tests, out / "tests" / name / TEST_FILE)
     _write_script(out / "setup.sh", SETUP_SH.format(venv=VENV))
     _write_script(out / "run_autograder", RUN_AUTOGRADER.format(
         chapter=name, test_file=TEST_FILE, venv=VENV, timeout=timeout,
         total_timeout=total_timeout, memory_mb=memory_mb))
+    # the zip holds exactly the files written above: nothing else of DIR (a reference
+    # solution beside them) goes to Gradescope
+    written = [out / "setup.sh", out / "run_autograder", out / "tests" / name / TEST_FILE]
+    written += [p for p in (out / "minigraph-src").rglob("*") if p.is_file()]
     bundle = out / ZIP_NAME
     temporary = out / (ZIP_NAME + ".tmp")
     with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(out.rglob("*")):
-            if path.is_file() and path not in (bundle, temporary):
-                info = zipfile.ZipInfo.from_file(path, path.relative_to(out).as_posix())
-                with open(path, "rb") as f:
-                    archive.writestr(info, f.read(), zipfile.ZIP_DEFLATED)
+        for path in sorted(written):
+            info = zipfile.ZipInfo.from_file(path, path.relative_to(out).as_posix())
+            with open(path, "rb") as f:
+                archive.writestr(info, f.read(), zipfile.ZIP_DEFLATED)
     os.replace(temporary, bundle)
     return bundle
 
@@ -197,7 +241,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the course's chapter folder (its test_exercises.py is graded)")
     parser.add_argument("-o", "--output", metavar="DIR", required=True,
                         help=f"where the bundle goes; DIR/{ZIP_NAME} is what to upload")
-    parser.add_argument("--force", action="store_true", help="write into DIR even if it is not empty")
+    parser.add_argument("--force", action="store_true",
+                        help="write into DIR even if it is not empty (an earlier bundle's "
+                             "files are replaced, nothing else is touched)")
     parser.add_argument("--timeout", metavar="S", type=_positive, default=DEFAULT_TIMEOUT,
                         help=f"seconds each test may run (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--total-timeout", metavar="S", type=_positive, default=DEFAULT_TOTAL_TIMEOUT,

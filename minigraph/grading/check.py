@@ -12,8 +12,8 @@ import importlib
 import re
 from pathlib import Path
 
-from minigraph.grading.collect import declared_tests, parse
-from minigraph.grading.release import ReleaseError, strip_solutions
+from minigraph.grading.collect import declared_tests, parse, read_source
+from minigraph.grading.release import ReleaseError, strip_hidden, strip_solutions
 
 MIN_EXERCISES = 3
 _CHAPTER = re.compile(r"\b(\d\d)-[a-z][a-z0-9-]*")
@@ -99,7 +99,10 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
     if problems:
         return problems
 
-    source = exercises.read_text(encoding="utf-8")
+    try:
+        source = read_source(exercises)[0]
+    except SyntaxError as exc:
+        return problems + [str(exc)]
     try:
         released = strip_solutions(source, str(exercises))
         if released == source:
@@ -108,10 +111,17 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
         problems.append(str(exc))
 
     try:
-        tree = parse(tests.read_text(encoding="utf-8"), filename=str(tests))
+        test_source = read_source(tests)[0]
+        tree = parse(test_source, filename=str(tests))
         declared = declared_tests(tests)
     except SyntaxError as exc:
+        if exc.lineno is None:   # (read_source's: the bytes do not decode)
+            return problems + [str(exc)]
         return problems + [f"{tests}:{exc.lineno}: does not parse: {exc.msg}"]
+    try:  # a hidden test the release cannot strip would be shown to students
+        strip_hidden(test_source, str(tests))
+    except ReleaseError as exc:
+        problems.append(str(exc))
     for stmt in tree.body:  # module level only: inside a fixture or test is the rule
         if _imports_exercises(stmt):
             problems.append(f"{tests}:{stmt.lineno}: imports exercises at module level; take "
@@ -123,7 +133,7 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
     for test in declared:
         if not test.marked:
             problems.append(f"{tests}:{test.lineno}: {test.nodeid} has no @pytest.mark.points(n) "
-                            "with a number")
+                            "with a number (finite, >= 0, written as a literal)")
     if len(declared) < min_tests:
         problems.append(f"{tests}: {len(declared)} graded tests; a chapter has at least {min_tests}")
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):  # (broadcasting

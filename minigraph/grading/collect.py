@@ -13,7 +13,11 @@ pytest's case ids cannot be reproduced without running the file).
 from __future__ import annotations
 
 import ast
+import io
+import math
+import numbers
 import threading
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,32 @@ def parse(source: str, filename: str = "<unknown>") -> ast.Module:
     constructor recursion depth mismatch"), and the grader grades chapters in threads."""
     with _PARSING:
         return ast.parse(source, filename=filename)
+
+
+def read_source(path: str | Path) -> tuple[str, str]:
+    """(text, encoding) of the Python file ``path``, decoded as Python decodes it: a UTF-8
+    BOM or a PEP 263 line (``# -*- coding: latin-1 -*-``) names the encoding, UTF-8
+    otherwise; line endings are kept as they are. ``encoding`` is "utf-8-sig" for a file
+    with a BOM, so that writing the text back in it restores the BOM. Raises SyntaxError
+    (naming the file) where the bytes do not decode, as Python's own import would."""
+    data = Path(path).read_bytes()
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise SyntaxError(f"{path}: cannot be read as Python source ({exc})") from None
+
+
+def valid_points(value: object) -> bool:
+    """Whether ``value`` may be what a test is worth: a real number (not a bool), finite
+    and >= 0. (An infinite or NaN score is no grade, and results.json would hold
+    "Infinity" or "NaN", which is not JSON: Gradescope rejects the whole file.)"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value) and float(value) >= 0
+    except OverflowError:   # an int too large for a float
+        return False
 
 
 @dataclass
@@ -52,10 +82,9 @@ def _points(decorators: list[ast.expr]) -> float | None:
         marker = _marker(decorator, "points")
         if isinstance(marker, ast.Call):
             args = list(marker.args) + [k.value for k in marker.keywords]
-            if len(args) == 1 and isinstance(args[0], ast.Constant) \
-                    and isinstance(args[0].value, (int, float)) \
-                    and not isinstance(args[0].value, bool):
-                return args[0].value
+            value = args[0].value if len(args) == 1 and isinstance(args[0], ast.Constant) else None
+            if isinstance(value, (int, float)) and valid_points(value):  # (1e999 is infinite)
+                return value
     return None
 
 
@@ -75,7 +104,7 @@ def declared_tests(test_file: str | Path, nodeid_prefix: str | None = None) -> l
     does not parse."""
     path = Path(test_file)
     prefix = nodeid_prefix if nodeid_prefix is not None else path.name
-    tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse(read_source(path)[0], filename=str(path))
     found: list[DeclaredTest] = []
 
     def add(node, owner: str, inherited: float | None):

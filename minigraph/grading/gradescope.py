@@ -68,7 +68,8 @@ def _write(data: dict, path: str | Path) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(f.fileno(), 0o644)  # (Gradescope's reader is another user)
-            f.write(json.dumps(data, indent=2) + "\n")
+            # (allow_nan=False: Python would write "score": Infinity, which is not JSON)
+            f.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)

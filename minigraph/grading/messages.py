@@ -52,11 +52,18 @@ def student_location(exc: BaseException, student_file: str = STUDENT_FILE,
     """'exercises.py, line 14, in mean: return s / 0' for the innermost frame in
     the student's file (without ': code' if not ``code``), or '' when the exception
     never passed through it."""
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    # (the lines are read below, one at a time: reading one may fail)
+    frames = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__),
+                                            lookup_lines=False)
     for frame in reversed(frames):
         if frame.filename.replace("\\", "/").rsplit("/", 1)[-1] == student_file:
             where = f"{student_file}, line {frame.lineno}, in {frame.name}"
-            line = (frame.line or "").strip() if code else ""
+            try:
+                line = (frame.line or "").strip() if code else ""
+            except Exception:  # noqa: BLE001 - e.g. the codec of the file's declared
+                # encoding cannot be loaded in the sandbox: this runs inside the sandbox's
+                # own error handling, where an exception would end the sandbox
+                line = ""
             return f"{where}: {line}" if line else where
     return ""
 

@@ -16,10 +16,9 @@ skipped test scores 0 like a failed one.
 
 from __future__ import annotations
 
-import numbers
-
 import pytest
 
+from minigraph.grading.collect import valid_points
 from minigraph.grading.messages import describe_exception, shorten
 
 POINTS_MARKER = "points(n): the number of points a graded test is worth (minigraph grade)"
@@ -40,9 +39,9 @@ def points_of(item) -> tuple[float, str]:
     if marker is None:
         return 0, "no @pytest.mark.points(n) marker: this test is worth 0 points"
     args = list(marker.args) + list(marker.kwargs.values())
-    if len(args) != 1 or isinstance(args[0], bool) or not isinstance(args[0], numbers.Real) \
-            or args[0] < 0:
-        return 0, f"invalid points marker {marker.args or marker.kwargs}: expected one number >= 0"
+    if len(args) != 1 or not valid_points(args[0]):
+        return 0, (f"invalid points marker {marker.args or marker.kwargs}: expected one "
+                   "finite number >= 0")
     value = args[0]
     # int() takes any numbers.Real (through __trunc__); typeshed's Real.__trunc__ returns
     # an integral-like protocol rather than int, so mypy finds no overload of int() for it

@@ -14,7 +14,9 @@ replaced by one line at the indentation of the ``### BEGIN SOLUTION`` marker::
         # the mean of xs
         raise NotImplementedError("mean: replace this line with your solution")
 
-Everything outside the regions is kept byte for byte (line endings included); every other
+The markers are comments (the same text inside a string is text). Everything outside the
+regions is kept byte for byte (line endings included, and the encoding the file declares
+with a BOM or a ``# -*- coding: latin-1 -*-`` line, as Python reads it); every other
 file is copied as it is; caches (``__pycache__``, ``.pytest_cache``, ``*.pyc``) and hidden
 files are left out. A region must lie inside a function, so that the released module
 still imports and each unsolved exercise fails on its own; a region that does not, an
@@ -23,7 +25,8 @@ names the file and the line, and nothing is written.
 
 The release is self-contained:
 
-- test files lose their ``@pytest.mark.hidden`` tests (graded, never shown);
+- test files lose their ``@pytest.mark.hidden`` tests (graded, never shown), however the
+  mark is spelled (see :func:`strip_hidden`); a spelling it cannot strip is an error;
 - every relative link of the chapters' Markdown must resolve. A link inside the chapters
   is kept; a link to a file of the project around them (``../../minigraph/ops/
   primitive.py``, a notebook, a benchmark) is pointed at a copy of that file under
@@ -42,14 +45,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import os
 import re
 import shutil
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigraph.grading.collect import parse
+from minigraph.grading.collect import _marker, parse, read_source
 from minigraph.grading.links import rewrite_links
 
 BEGIN = "### BEGIN SOLUTION"
@@ -69,16 +74,27 @@ class Region:
 
 
 def _markers(source: str, filename: str) -> list[Region]:
-    """The regions between the markers; balanced and not nested, or ReleaseError."""
+    """The regions between the markers; balanced and not nested, or ReleaseError. A marker
+    is a comment alone on its line: the same text inside a string (this module's
+    docstring, which a chapter may link to) is text, not a marker."""
+    if BEGIN not in source and END not in source:
+        return []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError) as exc:
+        raise ReleaseError(f"{filename}: does not parse ({exc}), so its solution markers "
+                           "cannot be found") from None
     regions, open_at = [], None
-    for lineno, line in enumerate(source.splitlines(), 1):
-        text = line.strip()
-        if text.startswith(BEGIN):
+    for token in tokens:
+        lineno, column = token.start
+        if token.type != tokenize.COMMENT or token.line[:column].strip():
+            continue
+        if token.string.startswith(BEGIN):
             if open_at is not None:
                 raise ReleaseError(f"{filename}:{lineno}: {BEGIN} inside the region opened "
                                    f"on line {open_at} (regions cannot nest)")
             open_at = lineno
-        elif text.startswith(END):
+        elif token.string.startswith(END):
             if open_at is None:
                 raise ReleaseError(f"{filename}:{lineno}: {END} without a {BEGIN} before it")
             regions.append(Region(open_at, lineno))
@@ -164,35 +180,144 @@ def strip_solutions(source: str, filename: str = "<string>") -> str:
     return _release(source, filename)[0]
 
 
-def _is_hidden(node: ast.stmt) -> bool:
+def _hides(node: ast.expr | None, aliases: set[str] | frozenset[str]) -> bool:
+    """Whether ``node`` is the hidden mark: ``pytest.mark.hidden`` (called or not), a name
+    bound to it (``aliases``), or a list or tuple holding one (``marks=[...]``)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return any(_hides(element, aliases) for element in node.elts)
+    if isinstance(node, ast.Name):
+        return node.id in aliases
+    return node is not None and _marker(node, "hidden") is not None
+
+
+def _sets_pytestmark(node: ast.stmt, aliases: set[str] | frozenset[str]) -> bool:
+    """Whether ``node`` is ``pytestmark = <the hidden mark>`` (which marks every test of
+    its class or module)."""
+    return isinstance(node, ast.Assign) and _hides(node.value, aliases) and \
+        any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+
+
+def _is_hidden(node: ast.stmt, aliases: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether the def or class ``node`` is hidden: by one of its decorators, by a
+    ``parametrize`` whose every case is hidden, or (a class) by its own ``pytestmark``."""
     for decorator in getattr(node, "decorator_list", []):
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if isinstance(target, ast.Attribute) and target.attr == "hidden":
+        if _hides(decorator, aliases):
             return True
-    return False
+        cases = _marker(decorator, "parametrize")
+        if isinstance(cases, ast.Call) and len(cases.args) >= 2 and \
+                isinstance(cases.args[1], (ast.List, ast.Tuple)) and cases.args[1].elts and \
+                all(_is_hidden_case(case, aliases) for case in cases.args[1].elts):
+            return True   # (stripped case by case, it would be left with none: skipped)
+    return isinstance(node, ast.ClassDef) and any(_sets_pytestmark(s, aliases) for s in node.body)
+
+
+def _is_hidden_case(node: ast.expr, aliases: set[str] | frozenset[str]) -> bool:
+    """Whether ``node`` is ``pytest.param(..., marks=<the hidden mark>)``: one hidden case."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+        node.func.id if isinstance(node.func, ast.Name) else None
+    return name == "param" and any(k.arg == "marks" and _hides(k.value, aliases)
+                                   for k in node.keywords)
 
 
 def strip_hidden(source: str, filename: str = "<string>") -> str:
-    """``source`` (a test file) without its ``@pytest.mark.hidden`` tests: graded by the
-    grader, never shown in the student's copy."""
-    tree = parse(source, filename=filename)
-    lines = source.splitlines(keepends=True)
-    drop: set[int] = set()
+    """``source`` (a test file) without its hidden tests: graded by the grader, never shown
+    in the student's copy. A test is hidden as pytest sees it: ``@pytest.mark.hidden`` or a
+    module-level name bound to it (``secret = pytest.mark.hidden``, then ``@secret``) on
+    the test or its class, ``pytestmark = pytest.mark.hidden`` in its class or module,
+    and one case ``pytest.param(..., marks=pytest.mark.hidden)`` of a list of cases. Any
+    other use of the mark is a :class:`ReleaseError`: the test it hides would be shown."""
+    try:
+        tree = parse(source, filename=filename)
+    except SyntaxError as exc:
+        raise ReleaseError(f"{filename}:{exc.lineno}: does not parse: {exc.msg}") from None
+    aliases: set[str] = set()
+    spans: list[tuple[int, int, int, int]] = []   # (line, column) to (line, column) to cut
+
+    def cut(node: ast.stmt) -> None:  # whole lines, its decorators included
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        assert node.end_lineno is not None  # ast.parse sets positions
+        spans.append((first, 0, node.end_lineno + 1, 0))
+
+    hidden_module = False
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if _is_hidden(node):
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                assert node.end_lineno is not None  # ast.parse sets positions
-                drop.update(range(first, node.end_lineno + 1))
-            elif isinstance(node, ast.ClassDef):
-                for member in node.body:
-                    # only a def or a class has decorators (_is_hidden is False for the rest)
-                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                            and _is_hidden(member):
-                        first = min([member.lineno] + [d.lineno for d in member.decorator_list])
-                        assert member.end_lineno is not None  # ast.parse sets positions
-                        drop.update(range(first, member.end_lineno + 1))
-    return "".join(line for number, line in enumerate(lines, 1) if number not in drop)
+        if isinstance(node, ast.Assign) and _hides(node.value, aliases):
+            hidden_module |= _sets_pytestmark(node, aliases)
+            aliases.update(t.id for t in node.targets
+                           if isinstance(t, ast.Name) and t.id != "pytestmark")
+            cut(node)   # (nothing of the mark is left for a student to wonder about)
+
+    def visit(body: list[ast.stmt], all_hidden: bool) -> int:
+        """Cut the hidden tests of ``body``; return how many statements were cut."""
+        count = 0
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if _is_hidden(node, aliases) or (all_hidden and node.name.lower().startswith("test")) \
+                        or (isinstance(node, ast.ClassDef) and
+                            visit(node.body, False) == len(node.body)):
+                    cut(node)   # (a class left without a statement would not compile)
+                    count += 1
+        return count
+
+    visit(tree.body, hidden_module)
+    for sequence in ast.walk(tree):   # hidden cases, wherever the list of cases is written
+        if isinstance(sequence, (ast.List, ast.Tuple)):
+            cases = sequence.elts
+            for i, case in enumerate(cases):
+                if not _is_hidden_case(case, aliases):
+                    continue
+                # the case and one comma: up to the next case, else from the one before
+                if i + 1 < len(cases):
+                    spans.append((*_start(case), *_start(cases[i + 1])))
+                else:
+                    spans.append((*(_end(cases[i - 1]) if i else _start(case)), *_end(case)))
+    released = _cut(source, spans)
+    # what is left must not name the mark: pytest would see a hidden test there
+    marks = {"mark"} | {alias.asname or alias.name for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and node.module == "pytest"
+                        for alias in node.names if alias.name == "mark"}
+    for used in ast.walk(parse(released, filename=filename)):
+        if (isinstance(used, ast.Attribute) and used.attr == "hidden" and (
+                (isinstance(used.value, ast.Attribute) and used.value.attr == "mark") or
+                (isinstance(used.value, ast.Name) and used.value.id in marks))) or \
+                (isinstance(used, ast.Name) and used.id in aliases) or \
+                (isinstance(used, ast.Call) and isinstance(used.func, ast.Name) and
+                 used.func.id == "getattr" and any(isinstance(a, ast.Constant) and
+                                                   a.value == "hidden" for a in used.args)):
+            raise ReleaseError(
+                f"{filename}: the hidden mark is used in a way the release cannot strip "
+                f"(line {used.lineno} of the released file), so the test it hides would be "
+                f"shown to students; mark the test with @pytest.mark.hidden on its def or "
+                f"class, pytestmark = pytest.mark.hidden, or pytest.param(..., "
+                f"marks=pytest.mark.hidden)")
+    return released
+
+
+def _start(node: ast.expr) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _end(node: ast.expr) -> tuple[int, int]:
+    assert node.end_lineno is not None and node.end_col_offset is not None  # ast.parse sets them
+    return node.end_lineno, node.end_col_offset
+
+
+def _cut(source: str, spans: list[tuple[int, int, int, int]]) -> str:
+    """``source`` without the text of ``spans`` ((line, column) to (line, column), as
+    ``ast`` counts them: lines from 1, columns in UTF-8 bytes); spans may overlap."""
+    lines = io.StringIO(source, newline="").readlines()   # (line endings kept, as ast counts)
+    data = source.encode("utf-8")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode("utf-8")))
+    out, position = [], 0
+    for first, col, last, end_col in sorted(spans):
+        begin, stop = starts[first - 1] + col, starts[min(last, len(lines) + 1) - 1] + end_col
+        out.append(data[position:max(begin, position)])
+        position = max(position, stop)
+    out.append(data[position:])
+    return b"".join(out).decode("utf-8")
 
 
 def _files(chapters: Path):
@@ -254,14 +379,17 @@ class _Plan:
         self.chapters, self.out, self.project = chapters.resolve(), out, project.resolve()
         self.items: dict[Path, tuple[Path | None, str | None, int]] = {}  # target -> (source, text, regions)
         self.pending: list[tuple[Path, Path]] = []                       # (source, target)
+        self.encodings: dict[Path, str] = {}   # target -> its source's (when not UTF-8)
 
     def source_file(self, path: Path, target: Path) -> None:
         """Plan ``path`` (a file of the chapters or of the project) to go to ``target``."""
         if target in self.items:
             return
         if path.suffix == ".py":
-            with open(path, encoding="utf-8", newline="") as f:
-                source = f.read()
+            try:   # (decoded as Python does: a BOM, a coding line; written back the same)
+                source, self.encodings[target] = read_source(path)
+            except SyntaxError as exc:
+                raise ReleaseError(str(exc)) from None
             released, regions = _release(source, str(path))
             if path.name.startswith("test_"):
                 released = strip_hidden(released, str(path))
@@ -275,8 +403,11 @@ class _Plan:
     def resolve_links(self) -> None:
         while self.pending:
             path, target = self.pending.pop(0)
-            with open(path, encoding="utf-8", newline="") as f:
-                text = f.read()
+            try:
+                with open(path, encoding="utf-8", newline="") as f:
+                    text = f.read()
+            except UnicodeDecodeError as exc:
+                raise ReleaseError(f"{path}: not UTF-8 text ({exc})") from None
             text = rewrite_links(text, lambda link: self._relink(path, target, text, link))
             text = _GRADE_IN_PROJECT.sub(self._grade_command, text)
             self.items[target] = (path, text, 0)
@@ -347,7 +478,7 @@ def release(chapters: str | Path, out: str | Path, *, force: bool = False,
             assert path is not None  # only the README has no source, and it has a text
             shutil.copyfile(path, target)
         else:
-            with open(target, "w", encoding="utf-8", newline="") as f:
+            with open(target, "w", encoding=plan.encodings.get(target, "utf-8"), newline="") as f:
                 f.write(text)
         written.append((target, count))
     return written

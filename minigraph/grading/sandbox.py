@@ -273,7 +273,12 @@ PRELOAD = ("array", "bisect", "collections", "copy", "dataclasses", "decimal", "
            "random", "re", "statistics", "string", "textwrap", "threading", "time", "typing",
            "queue", "numbers", "cmath", "pprint", "contextlib", "weakref", "abc",
            "timeit", "graphlib", "cProfile", "profile", "pstats", "tracemalloc", "sched",
-           "doctest")
+           "doctest",
+           # the codecs a source file may declare (a BOM, ``# -*- coding: cp1252 -*-``):
+           # Python looks its codec up when it imports exercises.py and whenever it reads a
+           # line of it for a traceback; unimported, that is "unknown encoding"
+           "encodings.utf_8_sig", "encodings.latin_1", "encodings.cp1252", "encodings.ascii",
+           "encodings.iso8859_15", "encodings.utf_16", "encodings.utf_32")
 
 
 class UnreadableStdlib:
