@@ -301,3 +301,30 @@ def test_gradient_passes_inside_a_name_scope_are_told_apart():
     v1, v2 = mg.Session(g).run([gx, ggx], {x: 0.7})
     assert v1 == pytest.approx(math.sin(0.7) + 0.7 * math.cos(0.7), rel=1e-14)
     assert v2 == pytest.approx(2 * math.cos(0.7) - 0.7 * math.sin(0.7), rel=1e-14)
+
+
+def test_a_session_runs_only_on_the_devices_it_was_given():
+    """DESIGN.md's contract lists ``devices`` among the Session's options, but
+    Session(g, devices=[...]) was refused as an unexpected keyword. Now, as TensorFlow's
+    device_filters, a run that needs a node on another device is refused naming the node
+    and its line, before anything runs; one on the devices given runs as before (closed
+    form: z = 2x + 1)."""
+    with mg.Graph() as g:
+        x = mg.placeholder((2,), name="x")
+        y = x * 2.0
+        with mg.device("cpu:1"):
+            z = y + 1.0
+    both = mg.Session(g, devices=["cpu", "cpu:1"])
+    assert both.devices == ["cpu", "cpu:1"]
+    np.testing.assert_array_equal(both.run(z, {x: np.ones(2)}), [3.0, 3.0])
+    only_cpu = mg.Session(g, devices=["cpu"])
+    np.testing.assert_array_equal(only_cpu.run(y, {x: np.ones(2)}), [2.0, 2.0])
+    with pytest.raises(mg.errors.DeviceError,
+                       match=r"node 'add' is placed on cpu:1, which this session may not use "
+                             r"\(devices=\['cpu'\]\).*z = y \+ 1\.0"):
+        only_cpu.run(z, {x: np.ones(2)})
+    for wrong in ("cpu", []):
+        with pytest.raises(TypeError, match="devices is a list of device names"):
+            mg.Session(g, devices=wrong)
+    with pytest.raises(mg.errors.DeviceError):
+        mg.Session(g, devices=["tpu:7"])

@@ -47,13 +47,13 @@ import weakref
 from collections import defaultdict
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from array_api_compat import array_namespace
 
-from ..device import copy_keeping_layout
-from ..errors import MinigraphError
+from ..device import copy_keeping_layout, get_device
+from ..errors import DeviceError, MinigraphError
 from ..graph.graph import (Graph, GraphError, Node, check_feedable, check_graph,
                            default_graph, describe_location, fed_value)
 from ..graph.topo import fifo_order, needed, refuse_reads_after_assigns
@@ -102,6 +102,11 @@ class Session:
     memory and the bytes moved are always there (a run across devices is always
     traced: the order of its executors' nodes comes from the events' clock).
 
+    ``devices``: the devices the session may run nodes on (TensorFlow's
+    ``ConfigProto(device_filters=...)``), fixed when it is made: a run that needs a node
+    placed on another device is refused, naming the node and the line that made it.
+    None (the default): every device.
+
     ``workers``, ``recycle``, ``debug`` and ``trace`` may be changed between runs
     (``sess.trace = True``): the next run takes the new setting, as TensorFlow takes
     its ``RunOptions`` per run, and they are checked when set as when the session is
@@ -110,9 +115,14 @@ class Session:
 
     def __init__(self, graph: Graph | None = None, workers: int = 1,
                  cost_model: str = "static", recycle: bool = True, debug: bool = False,
-                 trace: bool = False):
+                 trace: bool = False, devices: "Sequence[str] | None" = None):
         if cost_model not in ("static", "measured"):
             raise ValueError(f"Session: cost_model is 'static' or 'measured', got {cost_model!r}")
+        if devices is not None and (isinstance(devices, str) or not devices):
+            raise TypeError(f"Session: devices is a list of device names, such as "
+                            f"['cpu', 'cpu:1'], or None for every device; got {devices!r}")
+        self._devices = None if devices is None else \
+            frozenset(get_device(d).name for d in devices)  # (an unknown one: refused here)
         self.graph = check_graph(graph, "Session") if graph is not None else default_graph()
         self.workers = workers
         self.recycle = recycle
@@ -327,6 +337,11 @@ class Session:
         assigns = [(parts.origins[id(var)][0], v) for run in runs for var, v in run.assigns]
         return values, assigns
 
+    @property
+    def devices(self) -> "list[str] | None":
+        """The devices this session may run nodes on (None: every device)."""
+        return None if self._devices is None else sorted(self._devices)
+
     def _spans_ranks(self) -> bool:
         """Whether the graph places nodes on ``rank:R/...`` devices that make a run a
         collective of several processes (cached until the graph grows)."""
@@ -476,6 +491,12 @@ class Session:
                     # run found it inside the placeholder's part, which fetches nothing)
                     if n.op == "Placeholder" and id(n) not in feeds:
                         raise unfed(n, fetches, set(feeds))
+                    if self._devices is not None and n.device.name not in self._devices:
+                        raise DeviceError(
+                            f"run: node '{n.name}' is placed on {n.device.name}, which this "
+                            f"session may not use (devices={self.devices}); place it on one "
+                            f"of them, or make the session with that device (created at "
+                            f"{describe_location(n.location)})")
                 stateful = any(n.op in ("Variable", "Assign") for n in plan)
                 if stateful:  # (before the plan is kept: every run of it is refused)
                     refuse_reads_after_assigns(plan)
