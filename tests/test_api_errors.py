@@ -404,3 +404,13 @@ def test_ops_refuse_what_is_not_an_operand_naming_the_op():
     with pytest.raises(ShapeError, match=r"got the shapes \[\(2,\), \(2,\), \(3,\)\]"):
         mg.add_n([x, x, mg.tensor([1.0, 2.0, 3.0])])
     np.testing.assert_array_equal(mg.matmul([1.0, 2.0], x).numpy(), 5.0)  # (lists still work)
+
+
+def test_a_broadcast_refusal_gives_each_arguments_size_in_order():
+    """(3,) + (2,) said "axis -1: sizes [2, 3]", sorted, so which argument had which size
+    was lost; NumPy's message lists the shapes in argument order, and so do the sizes."""
+    with pytest.raises(ValueError, match=r"\(3,\) \(2,\)"):
+        np.ones(3) + np.ones(2)
+    with pytest.raises(ShapeError, match=r"shapes \(3,\) and \(2,\) do not broadcast "
+                                         r"\(axis -1: sizes 3, 2\)"):
+        mg.tensor([1.0, 2.0, 3.0]) + mg.tensor([1.0, 2.0])

@@ -180,9 +180,10 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for i in range(-ndim, 0):
         sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
-        if len(sizes) > 1:
+        if len(sizes) > 1:  # (each shape's size there, in argument order, as given)
+            given = [s[i] if len(s) >= -i else "none" for s in shapes]
             raise ShapeError(f"{op}: shapes {' and '.join(map(str, shapes))} do not "
-                             f"broadcast (axis {i}: sizes {sorted(sizes)})")
+                             f"broadcast (axis {i}: sizes {', '.join(map(str, given))})")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
