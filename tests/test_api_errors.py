@@ -414,3 +414,28 @@ def test_a_broadcast_refusal_gives_each_arguments_size_in_order():
     with pytest.raises(ShapeError, match=r"shapes \(3,\) and \(2,\) do not broadcast "
                                          r"\(axis -1: sizes 3, 2\)"):
         mg.tensor([1.0, 2.0, 3.0]) + mg.tensor([1.0, 2.0])
+
+
+def _times_a(x, a):
+    return mg.sum(x * a)
+
+
+def test_a_numpy_scalar_of_an_unsupported_dtype_is_named():
+    """np.float16(1.0) passed to a compiled function was refused as an error of tensor(),
+    and np.uint8(200) multiplied into a tensor raised a raw KeyError('uint8') in source
+    mode's dtype promotion; the tape's refusal names the op and the dtype."""
+    x = mg.tensor([1.0, 2.0])
+    with pytest.raises(mg.errors.DTypeError, match=r"argument 1 \(a NumPy scalar\): dtype "
+                                                   r"float16 is not supported"):
+        mg.grad(_times_a, mode="graph")(x, np.float16(1.0))
+    with pytest.raises(mg.errors.DTypeError, match="dtype uint8 is not supported"):
+        mg.grad(_times_a)(x, np.uint8(200))
+    with pytest.raises(mg.errors.DTypeError, match="mul: dtype uint8 is not supported"):
+        mg.ops.shape_rules.elementwise("mul")(x, np.uint8(200))
+
+
+def test_graph_modes_vjp_names_vjp_for_an_output_it_cannot_take():
+    """mg.vjp(f, x, mode="graph") of an f returning None said "trace(<lambda>): f must
+    return graph values", naming mg.trace, which the user did not call."""
+    with pytest.raises(mg.graph.graph.GraphError, match="^vjp: f must return graph values"):
+        mg.vjp(lambda v: None, mg.tensor([1.0]), mode="graph")

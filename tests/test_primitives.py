@@ -259,6 +259,30 @@ def test_a_primitive_without_derivative_rules_is_refused_where_it_is_written():
             mg.tensor([1.0, 2.0])).numpy(), [3.0, 12.0], err_msg=mode)
 
 
+def test_rules_for_some_arguments_in_one_mode_only_are_refused():
+    """A rule in one mode and None in the other for the same argument (jvp=[rule],
+    vjp=[None]) was accepted, and the other mode's derivative was 0 (closed form 3 x^2);
+    a rule list shorter than the arguments failed in the sweeps with a raw IndexError."""
+    from minigraph.ops.primitive import Primitive, bind
+    from minigraph.ops.shape_rules import elementwise, same
+
+    cube = lambda xp, x: x ** 3  # noqa: E731
+    rule = [lambda t, out, x: 3.0 * x * x * t]
+    with pytest.raises(ValueError, match="argument 0 has a jvp rule but no vjp rule"):
+        Primitive("cube", cube, same, jvp=rule, vjp=[None])
+    with pytest.raises(ValueError, match="argument 0 has a vjp rule but no jvp rule"):
+        Primitive("cube", cube, same, jvp=[None], vjp=rule)
+    with pytest.raises(ValueError, match="1 jvp rules but 2 vjp rules"):
+        Primitive("cube", cube, same, jvp=rule, vjp=rule * 2)
+    short = Primitive("mymul", lambda xp, x, y: x * y, elementwise("mymul"),
+                      jvp=[lambda t, out, x, y: t * y], vjp=[lambda g, out, x, y: g * y])
+    x, y = mg.tensor([1.0, 2.0]), mg.tensor([3.0, 4.0])
+    for mode in ("tape", "graph", "forward"):
+        with pytest.raises(mg.errors.GradientError,
+                           match=r"'mymul' has 1 (vjp|jvp) rule but was called with 2"):
+            mg.grad(lambda a, b: mg.sum(bind(short, a, b)), argnums=1, mode=mode)(x, y)
+
+
 def test_gradcheck_reports_the_wrong_element():
     """A primitive with a deliberately wrong VJP is caught and the element named."""
     from minigraph.ops.primitive import Primitive, bind

@@ -44,8 +44,8 @@ from __future__ import annotations
 import gc
 from typing import Any, Callable, ContextManager, Iterable, Sequence
 
-from ..errors import ShapeError
-from ..ops.primitive import Each
+from ..errors import GradientError, ShapeError
+from ..ops.primitive import Each, Primitive
 
 Entry = tuple  # (primitive, params, output, args): see the module's docstring
 
@@ -154,6 +154,8 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
             primal_out = out if value is None else value(out)
             together = rules.together(g, primal_out, *primals, **params) \
                 if type(rules) is Each and rules.together is not None else None
+            if type(rules) is tuple and len(rules) < len(args):
+                raise _too_few_rules(prim, "vjp", len(rules), len(args))
             for i, a in enumerate(args):
                 rule = rules[i] if together is None else together[i]
                 if rule is not None and active(a):
@@ -191,3 +193,12 @@ def _sweep(entries: Sequence[Entry], seeds: Iterable[tuple[Any, Any]],
         else:
             adjoints[k] = _in_readers_order(parts, total)
     return adjoints
+
+
+def _too_few_rules(prim: Primitive, kind: str, rules: int, args: int) -> GradientError:
+    """A primitive given fewer derivative rules than arguments (one per argument, None
+    where there is no derivative), met when a sweep reaches an argument without one."""
+    return GradientError(f"primitive {prim.name!r} has {rules} {kind} rule"
+                         f"{'s' if rules != 1 else ''} but was called with {args} "
+                         f"arguments; its table entry needs one per argument (None where an "
+                         f"argument has no derivative)")

@@ -35,6 +35,7 @@ from ..ops.weak import Weak
 from ..tensor import Tensor, tensor, zeros
 from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
                       refuse_non_functions, refuse_pytrees, single)
+from .backward import _too_few_rules
 from .levels import (ValueInside, escaped, level_running, new_level, running,
                      transformation)
 from .reads import read_only_arrays
@@ -109,6 +110,8 @@ def push_tangents(prim: Primitive, params: dict, out: Any, primals: list,
     if type(prim.jvp) is Each and prim.jvp.together is not None:  # (n arguments at once)
         tangent = prim.jvp.together(tangents, out, *primals, **params)
     else:
+        if type(prim.jvp) is tuple and len(prim.jvp) < len(tangents):
+            raise _too_few_rules(prim, "jvp", len(prim.jvp), len(tangents))
         for i, t in enumerate(tangents):
             rule = prim.jvp[i] if t is not None else None
             if rule is not None:

@@ -82,6 +82,9 @@ def signature(args: tuple, nums: tuple[int, ...] = ()) -> tuple:
             key.append((DATA, default, (), _FLOAT64) if k in nums else
                        (DATA, default, (), _FLOAT64, WEAK))
         elif isinstance(a, NUMPY_SCALARS) and (isinstance(a, np.floating) or k in nums):
+            if a.dtype.name not in DTYPES and k not in nums:  # (np.float16(1.0): as arrays)
+                supported_dtype(f"mg.trace, graph and source mode: argument {k} (a NumPy "
+                                f"scalar)", a.dtype)
             key.append((DATA, get_device(None), (), a.dtype))  # (np.float32(2.0): a 0-d array)
         elif isinstance(a, float) or (t in (int, bool) and k in nums):
             key.append((DATA, get_device(None), (), _PYTHON_DTYPES[t if t in

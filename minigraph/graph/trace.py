@@ -186,11 +186,12 @@ def _constant_output(graph: Graph, out: Any, own_dtype: bool = False) -> Any:
     return out
 
 
-def _outputs(out: Any, fname: str, graph: Graph) -> tuple[list[Node], bool]:
+def _outputs(out: Any, who: str, graph: Graph) -> tuple[list[Node], bool]:
+    """f's outputs as nodes of ``graph``; ``who``: the function called (mg.trace, vjp)."""
     one = not isinstance(out, (tuple, list))
     nodes = [_constant_output(graph, o, own_dtype=True) for o in ([out] if one else out)]
     for n in nodes:
-        _refuse_output(n, f"trace({fname})")
+        _refuse_output(n, who)
     return nodes, one
 
 
@@ -243,7 +244,8 @@ class Traced:
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
                                         grad=cache is self.cache)
             self.recordings += 1
-            outputs, one = _outputs(out, self.name, graph)
+            outputs, one = _outputs(out, self.who if self.who != "mg.trace" else
+                                    f"trace({self.name})", graph)
             cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
             taped = on_the_tape(cache[key][0])
         fn, one, _ = cache[key]

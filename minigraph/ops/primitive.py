@@ -146,8 +146,9 @@ class Primitive:
         self.impl = impl
         self.impl_with = impl_with
         self.shape = shape
-        self.jvp = jvp
-        self.vjp = vjp
+        # (tuples: a list given here would be one the caller could change afterwards)
+        self.jvp = jvp if isinstance(jvp, Each) else tuple(jvp)
+        self.vjp = vjp if isinstance(vjp, Each) else tuple(vjp)
         self.cost = cost
         self.out = out
         self.in_place = out is not None and in_place
@@ -209,6 +210,18 @@ def _check_rules(name: str, jvp: Any, vjp: Any, differentiable: bool) -> None:
                          f"argument without a derivative), or differentiable=False if its "
                          f"result is a constant to every differentiation (as a comparison "
                          f"is); without a rule, its derivative would be taken as 0")
+    if isinstance(jvp, Each) or isinstance(vjp, Each) or missing:
+        return  # (a rule per argument made on demand; or vjp=[None] alone: no derivative)
+    if len(jvp) != len(vjp):
+        raise ValueError(f"primitive {name!r}: {len(jvp)} jvp rules but {len(vjp)} vjp "
+                         f"rules; give one of each per argument (None for an argument "
+                         f"without a derivative)")
+    for i, (forward, reverse) in enumerate(zip(jvp, vjp)):
+        if (forward is None) != (reverse is None):  # (one mode would give 0 there)
+            raise ValueError(f"primitive {name!r}: argument {i} has a "
+                             f"{'vjp' if forward is None else 'jvp'} rule but no "
+                             f"{'jvp' if forward is None else 'vjp'} rule; give both, or "
+                             f"None in both if it has no derivative")
 
 
 def always_a_view(out_shape: tuple, params: dict) -> bool:

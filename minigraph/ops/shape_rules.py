@@ -188,8 +188,9 @@ def broadcast_shapes(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def promote(*values: Any) -> str:
-    """The result dtype of combining ``values`` (arrays strong, Python numbers weak)."""
+def promote(*values: Any, op: str = "promote") -> str:
+    """The result dtype of combining ``values`` (arrays strong, Python numbers weak), for
+    ``op``, which an error names (a NumPy uint8 scalar among them: no dtype of ours)."""
     strong = [d for d in map(dtype_of, values) if d is not None]
     if strong and strong[0] in FLOATS and strong.count(strong[0]) == len(strong):
         return strong[0]  # one float dtype: weak Python numbers take it (the common case)
@@ -197,6 +198,9 @@ def promote(*values: Any) -> str:
         if any(type(v) is float for v in values):
             return "float64"
         return "bool" if all(type(v) is bool for v in values) else "int64"
+    for d in strong:
+        if d not in _RANK:
+            supported_dtype(op, d)
     best = max(strong, key=_RANK.__getitem__)
     if best not in FLOATS:
         if any(type(v) is float for v in values):  # (weak ones: see dtype_of)
@@ -211,7 +215,7 @@ def promote(*values: Any) -> str:
 def elementwise(name: str):
     """The rule of a broadcasting elementwise op whose result dtype is promoted."""
     def rule(*args: Any, **params: Any) -> tuple:
-        return broadcast_shapes(name, *map(shape_of, args)), promote(*args)
+        return broadcast_shapes(name, *map(shape_of, args)), promote(*args, op=name)
     return rule
 
 
