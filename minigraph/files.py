@@ -7,7 +7,9 @@ in one step (``os.replace``, atomic on POSIX and Windows). Apart from that, the 
 behaves as ``open(path, "wb")`` does, which is what a user of ``np.save`` or ``torch.save``
 expects: a link at ``path`` is written through (its target changes, the link stays), a new
 file gets the mode ``open`` gives (0o666 less the umask), a replaced one keeps its mode, and
-an error names ``path``, not the temporary file.
+an error names ``path``, not the temporary file. What cannot be replaced whole is written
+in place, as ``open`` writes it: a FIFO, a device (``/dev/stdout``), a file with other
+hard links (replacing it would leave the other names with the old content).
 """
 
 from __future__ import annotations
@@ -16,15 +18,26 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from typing import IO, Callable
 
 
 def write_atomically(path: "str | os.PathLike[str]", write: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` through ``write(f)``, ``f`` a binary file: whole, or not at all."""
     given = os.fspath(path)
-    target = os.path.realpath(given)  # (replacing a link itself would leave its file as it was)
-    if os.path.isdir(target):
+    if not given:  # (realpath("") is the current folder)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), given)
+    if os.path.isdir(given) or given.endswith(("/", os.sep)):  # (realpath drops a "/")
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), given)
+    try:
+        status = os.stat(given)  # (through links, as open follows them: /dev/stdout too)
+    except FileNotFoundError:
+        status = None
+    if status is not None and (not stat.S_ISREG(status.st_mode) or status.st_nlink > 1):
+        with open(given, "wb") as f:  # (a pipe, a device, a hard link: in place)
+            write(f)
+        return
+    target = os.path.realpath(given)  # (replacing a link itself would leave its file as it was)
     folder, name = os.path.split(target)
     try:
         fd, temporary = _new_file(folder, name)

@@ -439,3 +439,25 @@ def test_graph_modes_vjp_names_vjp_for_an_output_it_cannot_take():
     return graph values", naming mg.trace, which the user did not call."""
     with pytest.raises(mg.graph.graph.GraphError, match="^vjp: f must return graph values"):
         mg.vjp(lambda v: None, mg.tensor([1.0]), mode="graph")
+
+
+def test_to_device_sum_to_and_graph_refuse_what_they_cannot_take_by_name():
+    """to_device of a NumPy array or a torch tensor took their own .device for ours and
+    failed with "'str' object has no attribute 'xp'"; sum_to of a graph node of unknown
+    shape raised "object of type 'NoneType' has no len()", and of a list or a NumPy
+    value whose shape already fits returned it unchanged (not a tensor, as every op
+    returns); Graph(5) was accepted and to_dot() failed later. Oracles: NumPy's sums and
+    the tensor's type."""
+    for value in (np.ones(2), torch.ones(2)):
+        with pytest.raises(TypeError, match=r"to_device: x must be a tensor.*mg\.tensor"):
+            mg.to_device(value, "cpu:1")
+    with mg.Graph():
+        x = mg.placeholder(None, name="x")
+        with pytest.raises(ShapeError, match="sum_to: x's shape is known only when the graph"):
+            mg.sum_to(x, (2,))
+    for value in ([1.0, 2.0], np.array([1.0, 2.0])):
+        got = mg.sum_to(value, (2,))
+        assert isinstance(got, mg.Tensor)
+        np.testing.assert_array_equal(got.numpy(), np.asarray(value))
+    with pytest.raises(TypeError, match="Graph: the name must be a str, got 5"):
+        mg.Graph(5)

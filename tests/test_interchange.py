@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 import zipfile
 from collections import OrderedDict
 
@@ -755,3 +756,33 @@ def test_save_and_chrome_trace_write_as_open_does_and_name_the_users_path(tmp_pa
     mg.save(state, link)
     assert link.is_symlink()
     np.testing.assert_array_equal(mg.load(target)["w"].numpy(), [1.0, 2.0])
+
+
+def test_what_cannot_be_replaced_whole_is_written_as_open_writes_it(tmp_path):
+    """mg.save replaced a FIFO with a regular file (its reader got nothing), failed on
+    /dev/stdout, broke a hard link (the other name kept the old content), wrote
+    "out.npz/" as out.npz and called "" a folder; open(path, "wb"), the oracle, writes
+    into the FIFO and through the link, and refuses the other two."""
+    state = {"w": mg.tensor([1.0, 2.0])}
+    for bad, error in (("", FileNotFoundError), (str(tmp_path / "out.npz") + "/",
+                                                 IsADirectoryError)):
+        with pytest.raises(error):
+            open(bad, "wb")
+        with pytest.raises(error):
+            mg.save(state, bad)
+    assert list(tmp_path.iterdir()) == []
+
+    first, second = tmp_path / "a.npz", tmp_path / "b.npz"
+    first.write_bytes(b"old")
+    os.link(first, second)
+    mg.save(state, first)
+    np.testing.assert_array_equal(np.load(second)["w"], [1.0, 2.0])  # (one file, two names)
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    mg.save(state, fifo)
+    reader.join(10)
+    assert fifo.is_fifo() and got and got[0].startswith(b"PK")  # (a zip: the archive)

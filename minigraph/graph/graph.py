@@ -302,6 +302,9 @@ class Graph:
     """A dataflow graph: nodes in creation order, unique names, scopes for new nodes."""
 
     def __init__(self, name: str = "graph"):
+        if not isinstance(name, str):  # (to_dot and the errors print it as text)
+            raise TypeError(f"Graph: the name must be a str, got {name!r} (a "
+                            f"{type(name).__name__})")
         self.name = name
         self.nodes: list[Node] = []
         self._by_name: dict[str, Node] = {}

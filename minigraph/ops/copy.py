@@ -123,10 +123,11 @@ def astype(x: Any, dtype: str, copy: bool = True) -> Any:
 
 def to_device(x: Any, device: Any) -> Any:
     """A copy of ``x`` on ``device`` (differentiable: the gradient is copied back)."""
-    from ..device import get_device
+    from ..device import Device, get_device
 
     dst, src = get_device(device), getattr(x, "device", None)
-    if src is None:  # (a number or a list lives on no device: mg.tensor puts it on one)
+    if not isinstance(src, Device):  # (a number or a list lives on no device, a NumPy or
+        # torch array on one of its library's: mg.tensor puts it on one of ours)
         raise TypeError(f"to_device: x must be a tensor, not {type(x).__name__}; "
                         f"mg.tensor(x, device={dst.name!r}) makes one on that device")
     return x if dst is src else bind(TO_DEVICE, x, device=dst, source=src)

@@ -302,8 +302,12 @@ def sum_to(x: Any, shape: tuple[int, ...]) -> Any:
     if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
         shape = S.sizes("sum_to", shape)  # (the common case checks once)
     xshape = S.input_shape("sum_to", "input", x)
-    if xshape == tuple(shape):
-        return x
+    if xshape == tuple(shape):  # (a list or a NumPy value becomes a tensor, as in any op)
+        return sum(x, ()) if isinstance(x, (list, tuple, np.ndarray, np.generic)) else x
+    if xshape is None:  # (a graph node whose shape depends on a placeholder of any shape)
+        raise ShapeError(f"sum_to: x's shape is known only when the graph runs, so which "
+                         f"axes to sum down to {tuple(shape)} is not; give its placeholder "
+                         f"a shape")
     lead = len(xshape) - len(shape)
     if lead < 0 or any(n != 1 and n != xshape[lead + i] for i, n in enumerate(shape)):
         raise ShapeError(f"sum_to: shape {tuple(shape)} does not broadcast to x's shape "
