@@ -201,3 +201,23 @@ def test_requires_grad_of_a_module_freezes_every_parameter_as_pytorchs_does():
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12)
     with pytest.raises(TypeError, match="requires_grad must be True or False, got .no. \\(a str\\)"):
         m.requires_grad_("no")
+
+
+def test_linear_in_a_graph_of_unknown_shapes_refuses_a_widening_bias_when_run():
+    """A Linear whose weight (1, 4) and bias (3,) would broadcast x @ weight.T to (N, 3)
+    is refused in eager mode, as by PyTorch; in a graph whose input has shape=None the
+    check was skipped and the run returned every column the same. Now the run refuses
+    it; a Linear that fits gives NumPy's x @ W.T + b."""
+    lin = nn.Linear(4, 3, seed=0)
+    x = RNG.normal(size=(2, 4))
+    with mg.Graph() as g:
+        p = mg.placeholder(None, name="x")
+        good = lin(p)
+        bad = nn.functional_call(lin, {"weight": mg.tensor(np.ones((1, 4)), requires_grad=True),
+                                       "bias": lin.bias}, p)
+    np.testing.assert_allclose(mg.Session(g).run(good, {p: x}),
+                               x @ lin.weight.numpy().T + lin.bias.numpy(), rtol=1e-12)
+    with pytest.raises(MinigraphError, match="Linear/AddN.*same shape"):
+        mg.Session(g).run(bad, {p: x})
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.linear(torch.tensor(x), torch.ones(1, 4), torch.ones(3))

@@ -20,6 +20,7 @@ import numpy as np  # initial values are drawn on the host
 
 from ..errors import ShapeError
 from ..ops import elementwise as E
+from ..ops import nn as NN
 from ..ops import shape_rules as S
 from ..ops.shape_rules import input_shape
 from ..tensor import tensor
@@ -93,7 +94,11 @@ class Linear(Module):
         # assigned weight of shape (1, in_features) and a bias of shape (out_features,)
         # would broadcast to the expected shape, every column silently the same product
         ys, bs = getattr(y, "shape", None), getattr(self.bias, "shape", None)
-        if ys is not None and bs is not None and not _fits_into(tuple(ys), tuple(bs)):
+        if ys is None or bs is None:  # (a graph's value of a shape known when it runs:
+            # compared then, as a loss compares its arguments: ops/nn.py check_same_shape)
+            return NN.check_same_shape("Linear", ("x @ weight.T + bias", "x @ weight.T"),
+                                       y + self.bias, y)
+        if not _fits_into(tuple(ys), tuple(bs)):
             ws = getattr(self.weight, "shape", None)
             raise ShapeError(f"{self!r}: a bias of shape {tuple(bs)} cannot be added into "
                              f"x @ weight.T, of shape {tuple(ys)} (weight of shape {ws}), "
