@@ -147,6 +147,19 @@ def test_an_mpi_without_thread_multiple_is_refused(tmp_path, monkeypatch):
             assert words in r["error"]["message"], r["error"]["message"]
 
 
+@needs_mpi
+def test_a_loss_that_fails_on_one_ranks_rows_is_heard_by_every_rank(tmp_path, monkeypatch):
+    """data_parallel_grads_across_ranks with loss.reduction = "mean" and a bad label in
+    rank 1's rows: rank 1 raised before the all-reduce and rank 0 waited in it for ever
+    (a hang wherever the error is caught). Now rank 1 raises its own error, naming the
+    batch row, and rank 0 a DistributedError naming rank 1 (as every collective's
+    refusal does: distributed._agree)."""
+    r0, r1 = launch("loss_fails", tmp_path, monkeypatch)
+    assert r1["error"]["type"] == "IndexError" and "(row 4)" in r1["error"]["message"], r1
+    assert r0["error"]["type"] == "DistributedError", r0
+    assert "rank 1" in r0["error"]["message"] and "(row 4)" in r0["error"]["message"], r0
+
+
 # -- the scenarios: what each rank runs under mpiexec ---------------------------------------
 
 def _attempt(fn) -> dict:
@@ -217,6 +230,22 @@ def scenario_serialized(out: dict) -> None:
         with mg.device("rank:1/cpu"):
             y = x * 2.0
     out["error"] = _attempt(lambda: mg.Session(g).run(y, {x: np.ones(3)}))
+
+
+def scenario_loss_fails(out: dict) -> None:
+    import minigraph as mg
+    from minigraph.parallel import data_parallel as dp
+
+    mg.distributed.set_timeout(10.0)
+    x, y = np.ones((6, 3)), np.array([0, 1, 2, 0, 9, 1])  # label 9, row 4: rank 1's rows
+    w = mg.tensor(np.ones((3, 3)), requires_grad=True)
+
+    def loss(ps, xb, yb):
+        return mg.cross_entropy(xb @ ps[0], yb)
+
+    loss.reduction = "mean"  # (each rank computes its own share only)
+    out["error"] = _attempt(lambda: dp.data_parallel_grads_across_ranks(
+        loss, [w], mg.tensor(x), mg.tensor(y))[0].numpy())
 
 
 if __name__ == "__main__":

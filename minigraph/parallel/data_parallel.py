@@ -334,12 +334,19 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     shares = [(params, shard(x, r, world), shard(y, r, world)) for r in range(world)]
     weight = _share_weight(loss, shares, who)
     _, xs, ys = shares[rank]
-    grads = _weighted_grads(loss, params, xs, ys, _starts([s[1] for s in shares])[rank],
-                            total, weight, who)
-    # The gradients are values: where the parameters require a gradient
-    # (model.parameters()), grad's results are on the tape, for a second derivative, and
-    # all_reduce, which has no derivative, refuses a tensor on the tape.
-    return allreduce_across_ranks([g.detach() for g in grads])
+
+    def share() -> tuple[list[Tensor], dict]:
+        # The gradients are values: where the parameters require a gradient
+        # (model.parameters()), grad's results are on the tape, for a second derivative,
+        # and all_reduce, which has no derivative, refuses a tensor on the tape.
+        grads = _weighted_grads(loss, params, xs, ys, _starts([s[1] for s in shares])[rank],
+                                total, weight, who)
+        return [g.detach() for g in grads], {}
+
+    # (agreed on before the all-reduce: a rank whose loss fails on its rows, a bad label,
+    # raises its own error and every other rank hears of it, instead of waiting in the
+    # all-reduce for a rank that will not come)
+    return allreduce_across_ranks(distributed._agree(who, share))
 
 
 def _same_rows(x: Any, y: Any, who: str) -> None:
