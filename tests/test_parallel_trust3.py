@@ -182,3 +182,31 @@ def scenario_model_parameters(out: dict) -> None:
 
 if __name__ == "__main__":
     test_distributed.run_scenario(globals())
+
+
+def test_devices_and_costs_are_taken_as_numpy_and_python_give_them():
+    """A NumPy array of device names raised NumPy's "truth value of an array is
+    ambiguous" in scatter, and a generator of them was read up by scatter before
+    data_parallel_grads replicated the parameters; a cost given as a 0-d torch tensor or
+    a Decimal, which float() reads, was refused. Oracles: the closed-form partition of
+    [1, 2, 3] into two stages, and the gradient of mean(x @ w) on one device."""
+    import decimal
+
+    import torch
+
+    from minigraph.parallel import data_parallel as dp
+    from minigraph.parallel import pipeline as pp
+
+    x = mg.tensor(np.arange(8.0).reshape(4, 2))
+    parts = mg.parallel.scatter(x, np.array(["cpu", "cpu:1"]))
+    assert [p.device.name for p in parts] == ["cpu", "cpu:1"]
+    w = mg.tensor(np.ones((2, 1)), requires_grad=True)
+
+    def loss(ps, xb, yb):
+        return mg.mean(xb @ ps[0])
+
+    grads = dp.data_parallel_grads(loss, [w], x, mg.tensor(np.zeros(4)),
+                                   (d for d in ["cpu", "cpu:1"]))
+    np.testing.assert_allclose(grads[1][0].numpy(), x.numpy().mean(0)[:, None], rtol=1e-12)
+    assert pp.partition([torch.tensor(1.0), decimal.Decimal("2"), np.float32(3)], 2) == \
+        [[0, 1], [2]]

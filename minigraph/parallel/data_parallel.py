@@ -95,7 +95,7 @@ def _send(t: Any, device: Any, moved: dict[tuple[str, str], int]) -> Any:
 def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
     """Split ``x`` along dimension 0 into ``len(devices)`` parts, one per device (a
     graph node too: its parts are slices of it, sent with ``.to``)."""
-    _check_devices(devices, "scatter")
+    devices = _check_devices(devices, "scatter")
     if not devices:
         raise ValueError("scatter: no devices to split x over")
     x = x if isinstance(x, (Tensor, Node)) else tensor(x)
@@ -114,17 +114,24 @@ def scatter(x: Any, devices: Sequence[str]) -> list[Tensor]:
 def replicate(params: Sequence[Tensor], devices: Sequence[str]) -> list[list[Tensor]]:
     """One copy of ``params`` per device: ``replicas[k][j]`` is param j on device k
     (arrays and graph nodes too)."""
-    _check_devices(devices, "replicate")
+    devices = _check_devices(devices, "replicate")
     params = [p if isinstance(p, (Tensor, Node)) else tensor(p) for p in params]
     return [[p.to(d) for p in params] for d in devices]
 
 
-def _check_devices(devices: Any, who: str) -> None:
-    """A list of device names, not one name: a string is a sequence too, and "cpu" was
-    split over the devices 'c', 'p' and 'u'."""
+def _check_devices(devices: Any, who: str) -> list:
+    """``devices`` as a list of device names, from any iterable of them (a tuple, a NumPy
+    array, a generator), but not one name: a string is a sequence too, and "cpu" was
+    split over the devices 'c', 'p' and 'u'. (``not devices`` of a NumPy array raised
+    NumPy's "truth value of an array is ambiguous".)"""
     if isinstance(devices, str):
         raise TypeError(f"{who}: devices is a list of device names, got the string "
                         f"{devices!r}; write [{devices!r}]")
+    try:
+        return list(devices)
+    except TypeError:
+        raise TypeError(f"{who}: devices is a list of device names, got "
+                        f"{type(devices).__name__} {devices!r:.60}") from None
 
 
 def gather(xs: Sequence[Tensor], device: str) -> Tensor:
@@ -261,6 +268,7 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
     (``_share_weight``), or refuses a loss it cannot tell.
     """
     who = "data_parallel_grads"
+    devices = _check_devices(devices, who)  # (a generator: read once, used thrice)
     _same_rows(x, y, who)
     xs, ys = scatter(x, devices), scatter(y, devices)
     replicas = replicate(params, devices)
@@ -274,7 +282,7 @@ def data_parallel_grads(loss: Callable[..., Tensor], params: Sequence[Tensor], x
 
 
 def device_names(devices: Sequence[Any]) -> list[str]:
-    _check_devices(devices, "device_names")
+    devices = _check_devices(devices, "device_names")
     return [get_device(d).name for d in devices]
 
 

@@ -42,7 +42,7 @@ class ShardedLinear:
 
     def __init__(self, in_features: int, out_features: int, devices: Sequence[str],
                  dtype: str = "float64", seed: int = 0):
-        _check_devices(devices, "ShardedLinear")
+        devices = _check_devices(devices, "ShardedLinear")
         if not 1 <= len(devices) <= out_features:  # (a shard of no class has no maximum)
             raise ValueError(f"ShardedLinear: {out_features} output classes cannot be split "
                              f"over {len(devices)} devices; each shard needs at least one")
@@ -169,7 +169,7 @@ class LayerSplitMLP:
         from ..ops import linalg as L
         from ..runtime.session import Session
 
-        _check_devices(devices, "LayerSplitMLP")
+        devices = _check_devices(devices, "LayerSplitMLP")
         if len(sizes) < 2 or not devices:
             raise ValueError(f"LayerSplitMLP: sizes lists the input width and each layer's "
                              f"output (at least two numbers, got {list(sizes)}), on at least "

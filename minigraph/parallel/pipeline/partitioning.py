@@ -19,13 +19,18 @@ from .profiling import LayerCost, Profile
 
 
 def as_cost(value: Any, where: str) -> float:
-    """``value`` as a cost (a time): a real number, NumPy's too, finite and >= 0; else an
-    error naming ``where``, the function and the argument. (float() took "2" for 2, and
-    of "ab" or None said only that it could not convert it, naming neither.)"""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()  # (a 0-d array holds one number, as np.float64(2.0) is one)
-    number = float(value) if isinstance(value, Real) and not isinstance(value, bool) \
-        else math.nan
+    """``value`` as a cost (a time): a number, finite and >= 0 (NumPy's, a 0-d array or
+    torch tensor, a Decimal: what float() reads as one number); else an error naming
+    ``where``, the function and the argument. (float() took "2" for 2, and of "ab" or
+    None said only that it could not convert it, naming neither.) A str, a bool or an
+    array of several numbers is no cost."""
+    number = math.nan
+    if not isinstance(value, (str, bytes, bool, np.bool_)) and \
+            not (isinstance(value, np.ndarray) and value.ndim != 0):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
     if not (number >= 0 and math.isfinite(number)):
         raise PipelineError(f"{where} is {value!r:.60}; a cost is a number, finite and >= 0")
     return number
