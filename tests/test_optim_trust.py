@@ -11,6 +11,7 @@ import torch._dynamo  # noqa: F401  (torch.optim imports it at its first use, 2.
 
 import minigraph as mg
 from minigraph import nn
+from minigraph.nn.module import StateDictError
 
 
 def _data(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -171,3 +172,34 @@ def test_linear_bias_may_not_widen_the_product_as_in_torch():
     t.bias = torch.nn.Parameter(torch.full((1,), 0.5, dtype=torch.float64))
     np.testing.assert_allclose(m(mg.tensor(x)).numpy(),
                                t(torch.from_numpy(x)).detach().numpy(), atol=1e-14)
+
+
+def test_sgd_loads_torchs_state_dict_with_its_options_at_their_defaults():
+    """torch.optim.SGD's state dict has options this SGD does not (dampening, nesterov,
+    maximize, foreach, differentiable, fused): load_state_dict refused it for them, even
+    at their defaults, which compute what this SGD computes; and NumPy integer keys. Now
+    it loads (the buffers made minigraph tensors), and the next steps are torch's;
+    nesterov=True is still refused."""
+    w0 = np.array([1.0, -2.0, 0.5])
+    tp = torch.nn.Parameter(torch.tensor(w0))
+    topt = torch.optim.SGD([tp], lr=0.1, momentum=0.9)
+    for _ in range(2):
+        topt.zero_grad()
+        (tp ** 2).sum().backward()
+        topt.step()
+    sd = topt.state_dict()
+    p = mg.tensor(tp.detach().numpy().copy(), requires_grad=True)
+    opt = nn.SGD([p], lr=0.5)
+    opt.load_state_dict({"state": {np.int64(0): {"momentum_buffer": mg.tensor(
+        sd["state"][0]["momentum_buffer"].numpy())}}, "param_groups": sd["param_groups"]})
+    for _ in range(3):
+        topt.zero_grad()
+        (tp ** 2).sum().backward()
+        topt.step()
+        p.grad = None
+        (p ** 2).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-14)
+    nesterov = dict(sd["param_groups"][0], nesterov=True)
+    with pytest.raises(StateDictError, match="unexpected: \\['nesterov'\\]"):
+        opt.load_state_dict({"state": {}, "param_groups": [nesterov]})

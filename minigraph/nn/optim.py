@@ -140,6 +140,10 @@ class SGD:
             raise StateDictError(f"{who}: 'param_groups' must be a list of one group (SGD "
                                  f"has one set of hyperparameters), got {groups!r}")
         group = groups[0]
+        if isinstance(group, Mapping):  # (torch.optim.SGD's options at their defaults,
+            # which this SGD computes as they say: a state dict of torch's layout loads)
+            others = {k: v for k, v in group.items() if not _at_default(k, v)}
+            group = others if len(others) < len(group) else group
         _check_keys(who, "the parameter group", group,
                     ("lr", "momentum", "weight_decay", "params"))
         lr, momentum, weight_decay = (_hyperparameter(who, what, group[what])
@@ -155,6 +159,8 @@ class SGD:
                             f"{{'momentum_buffer': tensor}}, got a {type(state).__name__}")
         buffers: dict[int, Tensor] = {}
         for i, entry in state.items():
+            if isinstance(i, np.integer):  # (NumPy's index is an index: not a bool)
+                i = int(i)
             if type(i) is not int or not 0 <= i < n:  # (a bool is no index)
                 raise StateDictError(f"{who}: the key {i!r} ({type(i).__name__}) of "
                                      f"'state' is not a parameter index, an int in "
@@ -191,6 +197,23 @@ class SGD:
             raise DTypeError(f"SGD.step: parameter {i} has dtype {p.dtype} but its update "
                              f"{change.dtype}; no parameter was changed")
         return change, buf
+
+
+# torch.optim.SGD's options that this SGD does not have, at the values that make it
+# compute what this one does (any other value is refused, as an unexpected key)
+_TORCH_DEFAULTS: dict[str, Any] = {"dampening": 0, "nesterov": False, "maximize": False,
+                                   "foreach": None, "differentiable": False, "fused": None}
+
+
+def _at_default(key: str, value: Any) -> bool:
+    """Whether ``key`` is one of torch's options above, at its default (0 or 0.0; a
+    bool for a bool, None for None)."""
+    if key not in _TORCH_DEFAULTS:
+        return False
+    default = _TORCH_DEFAULTS[key]
+    if default is None or isinstance(default, bool):
+        return value is default
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and value == default
 
 
 def _hyperparameter(who: str, what: str, v: Any) -> Any:
