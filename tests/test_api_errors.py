@@ -432,6 +432,8 @@ def test_a_numpy_scalar_of_an_unsupported_dtype_is_named():
         mg.grad(_times_a)(x, np.uint8(200))
     with pytest.raises(mg.errors.DTypeError, match="mul: dtype uint8 is not supported"):
         mg.ops.shape_rules.elementwise("mul")(x, np.uint8(200))
+    with pytest.raises(mg.errors.DTypeError, match="mul: dtype uint8 is not supported"):
+        mg.grad(_times_a, mode="source")(x, np.uint8(200))  # (not "no primitive for it")
 
 
 def test_graph_modes_vjp_names_vjp_for_an_output_it_cannot_take():

@@ -240,7 +240,7 @@ def _jacrev(f: Callable[..., Any], argnums: "int | tuple[int, ...]", vectorize: 
                                                 tuple(args[i] for i in nums), who)
         else:
             if nums not in made:
-                made[nums] = pullbacks(f, nums)
+                made[nums] = pullbacks(f, nums, who)
             out, vjp_fn = _pulled(made[nums], args, mode, who)
         rows = identity_rows(out)  # e_k: the cotangent that picks out output element k
         if rows is None:

@@ -338,7 +338,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     return wrapped
 
 
-def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
+def vjp(f: Callable[..., Any], argnums: tuple[int, ...],
+        who: str = "vjp") -> SimpleNamespace:
     """Graph mode behind ``mg.vjp(f, *primals, mode="graph")`` and ``mg.jacrev``: an
     object whose ``value(*args)`` is f's value by ``mg.trace(f)``'s program, and whose
     ``pullback(args, g)`` gives the gradients for ``argnums`` by one compiled program per
@@ -351,9 +352,9 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
     cache = programs(f, "graph", (argnums, "vjp"))
 
     def build(args: tuple, key: tuple) -> CompiledFunction:  # key: the signature of args + g
-        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1], argnums, "vjp")
+        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1], argnums, who)
         out = _constant_output(graph, out)
-        _refuse_output(out, "vjp")
+        _refuse_output(out, who)
         xs = [inputs[_input_positions(key)[i]] for i in argnums]
         _, device, shape, dtype = key[-1]  # (the caller checked g against f's output)
         with graph, device:  # (the dtype as the device's arrays have it: its name)
@@ -373,11 +374,11 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SimpleNamespace:
         compiled = program(args, g)
         if on_the_tape(compiled):  # (the tape's pullback, which it records: on_the_tape)
             _, pull = tape.recorded_vjp(lambda *xs: f(*tape.put(args, argnums, xs)),
-                                        tuple(args[i] for i in argnums), "vjp")
+                                        tuple(args[i] for i in argnums), who)
             return pull(g)
         return _call(compiled, args + (g,), signature(args + (g,), argnums))
 
-    return SimpleNamespace(value=Traced(f, argnums, "vjp"), program=program, pullback=pullback)
+    return SimpleNamespace(value=Traced(f, argnums, who), program=program, pullback=pullback)
 
 
 def _gradients_or_zeros(graph: Graph, out: Node, xs: list[Node],

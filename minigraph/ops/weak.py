@@ -16,14 +16,18 @@ there. So while f is recorded, such an argument is a :class:`Weak` around its in
 
 A transformation that turns a float into a tensor in eager mode (the argument ``mg.grad``
 differentiates, ``mg.jvp``'s primal) takes :func:`strong` of it. JAX calls such values
-weakly typed. What a program cannot follow is Python's own behaviour that depends on the
-value: ``(-s) ** 0.5`` is a complex number and ``s / 0.0`` raises in Python, where the
+weakly typed. A divisor known while f is recorded is checked as Python checks it:
+``s / 0`` raises Python's ZeroDivisionError, and so does ``s / i`` in source mode where
+the loop index i takes the value 0 (the program would compute inf or nan). What a
+program cannot follow is Python's own behaviour that depends on the weak value itself:
+``(-s) ** 0.5`` is a complex number and ``1.0 / s`` raises in Python for s = 0, where the
 program computes NaN and inf, as NumPy does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -65,6 +69,8 @@ class Weak:
     # -- Python's arithmetic: weak on weak values and numbers, as on Python numbers -------
     def _arith(self, prim: Primitive, a: Any, b: Any) -> Any:
         if _as_number(a) is not None and _as_number(b) is not None:
+            if prim in _DIVISIONS:
+                _divisor(_as_number(a), b, *_DIVISIONS[prim])
             return Weak(bind_two(prim, _inner(a), _inner(b)))
         return bind_two(prim, a, b)  # the other value's dtype decides: _bind casts
 
@@ -139,6 +145,24 @@ _NUMPY_OPERATORS = {
     np.less: ("__lt__", "__gt__"), np.less_equal: ("__le__", "__ge__"),
     np.greater: ("__gt__", "__lt__"), np.greater_equal: ("__ge__", "__le__"),
     np.equal: ("__eq__", "__eq__"), np.not_equal: ("__ne__", "__ne__")}
+
+
+# Python's division operators: their symbol and Python's own arithmetic for each
+_DIVISIONS = {E.DIV: ("/", operator.truediv), E.FLOOR_DIVIDE: ("//", operator.floordiv),
+              E.REMAINDER: ("%", operator.mod)}
+
+
+def _divisor(number: Any, b: Any, sym: str, fn: Callable[[Any, Any], Any]) -> None:
+    """Python's ``a / b`` (``//``, ``%``) on numbers raises ZeroDivisionError where b is
+    0, and a program would compute inf or nan there: a divisor known while f is
+    recorded is checked now. A Python number by Python's own arithmetic (``fn`` on
+    ``number``, the number a stands for), whose error eager mode raises too; a value
+    that knows every number it stands for (source mode's loop index) by its
+    ``_as_divisor``, which refuses a 0 among them, naming the line."""
+    if type(b) in _NUMBERS:
+        fn(number, b)  # (Python's ZeroDivisionError where b is 0; the result is not used)
+    elif hasattr(b, "_as_divisor"):
+        b._as_divisor(sym, fn)
 
 
 def _as_number(v: Any) -> Any:

@@ -78,7 +78,9 @@ Decisions worth knowing (each is visible in the text):
   iteration is written on its own, as straight code, and the loop runs from the second.
 * Values the function reads from outside its arguments (globals, closure variables) are
   *constants* of the program, captured when it is built, as ``jax.jit`` does: pass
-  anything that changes as an argument.
+  anything that changes as an argument. Where one is a tensor that requires a gradient
+  (a layer's weight read as an attribute), a call runs f itself on the tape, as graph
+  mode does, so that backward() reaches that tensor at every call.
 * Python's own side effects in f (``print``, appending to a list kept outside f) happen
   while the program is *written*: once, at the first call for an input signature, and
   for both branches of an ``if`` decided at run time. Later calls run the written
@@ -110,9 +112,12 @@ global or closure tensor the function reads, a tensor argument that is not
 differentiated, which the caller holds, a name that one path of a run-time if or an
 earlier iteration of a loop made the same object: eager mode's write would show through
 it, as in every transformation: ``ops/operators.py``; ``normalize.py``'s origins say
-which objects a name may hold), and Python arithmetic that raises (``1.0 / n`` with
+which objects a name may hold), Python arithmetic that raises (``1.0 / n`` with
 n = 0) on a path of an if decided at run time, which is written, and so computed,
-whichever path a call takes.
+whichever path a call takes, and Python arithmetic that fails at a value a loop index
+takes (``1.0 / i``, or ``s / i`` with s a float argument, at i == 0, where Python raises
+ZeroDivisionError) unless an if on the loop index skips that value (``if i > 0:``): the
+loop is written once for all its values.
 """
 
 from .cache import source_grad, value_and_grad, vjp

@@ -4,7 +4,9 @@ A program is built once per function, argnums and input signature (shapes, dtype
 devices, and the values of static arguments), kept in the one cache of compiled programs
 (``autodiff/signature.py``, shared with graph mode and ``mg.trace``), and
 replayed: on arrays, calling kernels, when the program has them and nothing needs
-recording, else on values (:func:`_run`). ``mg.source_grad(f)`` and
+recording, else on values (:func:`_run`); where f reads a tensor that requires a gradient
+from outside its arguments, f itself runs on the tape, as in graph mode
+(:meth:`SourceGrad._taped`). ``mg.source_grad(f)`` and
 ``mg.value_and_grad(f, mode="source")`` return a :class:`SourceGrad`; ``mg.vjp`` and
 ``mg.jacrev`` in source mode use one whose programs take the output's adjoint (:func:`vjp`).
 """
@@ -16,6 +18,7 @@ from typing import Any, Callable, TypeAlias
 
 from ...errors import MinigraphError
 from ..argnums import normalize_argnums, refuse_keywords, single
+from .. import tape
 from ..signature import arrays, programs, signature
 from ..tape import memory_of, own_results
 from .compiled import Program, _transform, _value
@@ -45,7 +48,7 @@ class SourceGrad:
         self.argnums = argnums
         # refusals happen here, before anything runs (first: they include *args, which
         # has no parameter count to check argnums against)
-        self._src = _read(f)
+        self._src = _read(f, who)
         code = self._src.fn.__code__  # (f's, or that of the def calling a transformation)
         # (source mode reads f's parameters, so argnums is checked against them at once)
         self.nums = normalize_argnums(argnums, code.co_argcount, who, "takes")
@@ -100,9 +103,12 @@ class SourceGrad:
         return self._program(args, signature(args, nums), nums, cache)
 
     def value(self, *args: Any) -> Any:
-        """f's value by the program's normalised primal (``mg.vjp``'s, in source mode)."""
+        """f's value by the program's normalised primal (``mg.vjp``'s, in source mode),
+        or by f itself where the tape must record it (:meth:`_taped`)."""
         args, nums, cache = self._resolve(args)
         prog = self._program(args, signature(args, nums), nums, cache)
+        if prog.captured.on_the_tape():
+            return self.f(*args)
         value = prog.primal(*[_value(a, k in nums) for k, a in enumerate(args)])
         # (f may come out as its argument, x * 1 simplified to x: the caller's own array)
         return own_results([value], memory_of(args))[0]
@@ -117,17 +123,23 @@ class SourceGrad:
         args, nums, cache = self._resolve(args)
         key = signature(args, nums)
         prog = self._program(args, key, nums, cache)
+        if prog.captured.on_the_tape():  # (the tape's pullback, which it records: _taped)
+            _, pull = tape.recorded_vjp(lambda *xs: self.f(*tape.put(args, nums, xs)),
+                                        tuple(args[i] for i in nums), self.who)
+            return pull(g)
         return _run(prog, args + (g,), key + signature((g,)), nums, with_value=False)
 
     def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
         prog = cache.get(key)  # the cache: no rewriting
-        if prog is None or prog.captured.stale():  # (a global tensor it read was written)
-            self._src = _read(self.f)  # (f's code may be another: f.__code__ = ...)
+        # (a global tensor it read was written: again; but not where f runs on the tape,
+        # which does not run the program: _taped)
+        if prog is None or not prog.captured.on_the_tape() and prog.captured.stale():
+            self._src = _read(self.f, self.who)  # (f's code may be another: f.__code__ = ...)
             try:
                 prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded,
                                   self.who)
             except RecursionError:  # (past normalize.py's walk, which names the line)
-                raise _too_deep(self._src.where()) from None
+                raise _too_deep(self._src.where(), self.who) from None
             self.transforms += 1
             cache[key] = prog
         self.last = prog
@@ -136,12 +148,27 @@ class SourceGrad:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (a keyword would also miss the cache, keyed by positions)
             refuse_keywords(kwargs, self.who)
-        nums, cache = self.nums, self._programs
+        nums, cache, passed = self.nums, self._programs, args
         if len(args) != self._n:  # (the call's cost counts: no method call when complete)
             count, args = len(args), self._complete(args)  # (too many: refused there)
             nums, cache = self._passed(count)
         key = signature(args, nums)
-        return _run(self._program(args, key, nums, cache), args, key, nums, self.with_value)
+        prog = self._program(args, key, nums, cache)
+        if prog.captured.on_the_tape():
+            return self._taped(passed)
+        return _run(prog, args, key, nums, self.with_value)
+
+    def _taped(self, args: tuple) -> Any:
+        """A call run by the tape, f itself, as graph mode runs it: where f reads a
+        tensor that requires a gradient from outside its arguments (an attribute, a
+        dict's item: ``Captured.on_the_tape``). The program holds what f computed from
+        that tensor when the program was written (``H.t ** 2``) as a constant, shared
+        by every call: recorded by the tape then, it is released by the first call's
+        backward(), so a second one fails; computed before ``requires_grad_(True)``,
+        it cuts the path through the tensor off (its gradient stays None). The tape
+        computes it anew at each call, as PyTorch does."""
+        value, grads = tape.value_and_grad(self.f, self.argnums, self.who)(*args)
+        return (value, grads) if self.with_value else grads
 
     def _example(self) -> Program:
         """The last call's program, or, before any call, the program for float64 scalars
@@ -179,13 +206,12 @@ class SourceGrad:
 def _run(prog: Program, args: tuple, key: tuple, nums: tuple, with_value: bool = True) -> Any:
     """Run the compiled program on ``args`` (whose signature is ``key``): its kernels on
     arrays when it has them and nothing needs recording (``wrap`` makes the results the
-    caller's own tensors), else ``.source``'s function on values: where f reads a tensor
-    that requires a gradient from outside (``Captured.on_the_tape``), whose path the
-    kernels would cut off the tape. Returns ``(value, gradients)``, or the gradients
-    alone without ``with_value``."""
+    caller's own tensors), else ``.source``'s function on values (tensors that require
+    a gradient, another transformation's values). Returns ``(value, gradients)``, or the
+    gradients alone without ``with_value``."""
     kernels = prog.kernels if with_value else prog.gradient_kernels
     data = None if kernels is None else arrays(args, key, static=False)
-    if kernels is None or data is None or prog.captured.on_the_tape():
+    if kernels is None or data is None:
         value, grads = prog.fn(*[_value(a, k in nums) for k, a in enumerate(args)])
         return (value, grads) if with_value else grads
     results = kernels.wrap(kernels.raw(*data))
@@ -211,7 +237,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     return SourceGrad(f, argnums, with_value=True, who=who)
 
 
-def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SourceGrad:
+def vjp(f: Callable[..., Any], argnums: tuple[int, ...], who: str = "vjp") -> SourceGrad:
     """Source mode behind ``mg.vjp(f, *primals, mode="source")`` and ``mg.jacrev``: an
     object whose ``value(*args)`` is f's value, by the normalised primal, and whose
     ``pullback(args, g)`` the gradients for ``argnums`` by the adjoint program, written
@@ -219,5 +245,6 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...]) -> SourceGrad:
     parameter (``def vjp_f(x, y, gz)``; a gradient's program starts from ``gz = 1``).
     Each call runs the forward sweep again: a program keeps nothing between calls, where
     the tape keeps f's values from the call that recorded them. Its ``source`` is the
-    text of the last program."""
-    return SourceGrad(f, argnums, seeded=True, who="vjp")
+    text of the last program. ``who``: the function the user called (``jacrev`` ...),
+    which errors name."""
+    return SourceGrad(f, argnums, seeded=True, who=who)

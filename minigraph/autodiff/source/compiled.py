@@ -105,7 +105,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
     the program of a vjp, whose output may have any shape and whose reverse sweep starts
     from the output's adjoint passed in as one more parameter; ``who``: the function the
     user called (grad, value_and_grad, vjp ...), which errors name."""
-    writer = _Writer()
+    writer = _Writer(who)
     params = _program_params(list(inspect.signature(src.fn).parameters))
     saved, _writing.writer = _writing.writer, writer
     try:
@@ -118,7 +118,7 @@ def _transform(src: _Source, args: tuple, nums: tuple[int, ...], single: bool,
                        if k < len(names)}
         constants = constant_arguments(args, signature)  # (a function passed: its reads)
         with recording(src.fn, "source_grad", constants) as run:
-            out = _output(norm.call(src, call_args, {}), writer, src, scalar=not seeded)
+            out = _output(norm.call(src, call_args, {}), writer, src, who, scalar=not seeded)
         written_by_f = run.written_by_f  # (its own log of its runs: not guarded)
         forward = writer.block
         _prune(forward, {id(out)})  # (a value f computes and never uses sends no adjoint)
@@ -193,8 +193,10 @@ def _value(a: Any, differentiated: bool) -> Any:
     return a
 
 
-def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> SrcVar:
-    """f's returned value as a variable of the program; a gradient's must be a scalar."""
+def _output(out: Any, writer: _Writer, src: _Source, who: str, scalar: bool = True
+            ) -> SrcVar:
+    """f's returned value as a variable of the program; a gradient's must be a scalar.
+    ``who``: the function the user called, which errors name."""
     out = strong(out)
     if isinstance(out, Tensor):
         out = _constant(out)
@@ -209,13 +211,12 @@ def _output(out: Any, writer: _Writer, src: _Source, scalar: bool = True) -> Src
             src.where(), "f reads it from outside its arguments (a variable of the enclosing "
             "function, or one kept in a list, dict or object), and the program written "
             "from f cannot. Pass it to f as an argument, or use mode='tape', which runs f "
-            "itself")
+            "itself", who)
     if type(out) is not SrcVar:
-        raise TypeError(f"{'grad' if scalar else 'vjp'}: f must return a tensor, got "
-                        f"{type(out).__name__} "
+        raise TypeError(f"{who}: f must return a tensor, got {type(out).__name__} "
                         f"[source_grad: {src.where()}]")
     if scalar and math.prod(out.shape) != 1:
-        raise GradientError(f"grad: f must return a scalar, it returned shape {out.shape}; "
+        raise GradientError(f"{who}: f must return a scalar, it returned shape {out.shape}; "
                             f"use mg.jacrev for a vector output")
     return out
 

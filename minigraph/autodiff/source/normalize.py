@@ -213,13 +213,15 @@ class _Normaliser:
                     self.place(block[start:], self.w.where)
             return None
         except RecursionError:  # (caught in the innermost block: where is its statement)
-            raise _too_deep(self.w.where or self.src.where()) from None
+            raise _too_deep(self.w.where or self.src.where(), self.w.who) from None
         finally:
             self.w.where = saved
 
-    def sub_block(self, stmts: list[ast.stmt], env: dict) -> tuple[list, _Return | None]:
+    def sub_block(self, stmts: list[ast.stmt], env: dict, runs_where: Any = None
+                  ) -> tuple[list, _Return | None]:
         """A block of the program inside the current one (a loop's body, a branch of an
-        if decided at run time), indented one level deeper in the program's text."""
+        if decided at run time), indented one level deeper in the program's text; a
+        branch of an if on loop indices runs at the values ``runs_where`` is True."""
         if len(self.w.nesting) >= _MAX_NESTING:
             where = self.w.nesting[0]
             raise self.w.refuse(
@@ -231,11 +233,14 @@ class _Normaliser:
                 "(mg.where, or an index into a tensor of the choices), or use mode=\"tape\" "
                 "for this function")
         self.w.nesting.append(cast(Where, self.w.where))
+        self.w.runs_where += [] if runs_where is None else [runs_where]
         try:
             with self.w.into([]) as block:
                 result = self.block(stmts, env)
         finally:
             self.w.nesting.pop()
+            if runs_where is not None:
+                self.w.runs_where.pop()
         return block, result
 
     def s_unknown(self, node: ast.stmt, env: dict) -> None:
@@ -490,9 +495,13 @@ class _Normaliser:
             raise self.w.refuse(f"an if on a value of shape {cond.shape}",
                                 "an if needs one value; use mg.where to choose elementwise")
         envs = [dict(env), dict(env)]
+        # (an if on loop indices: where each branch runs, for Python's arithmetic in it,
+        # which values.py checks only there: ``if i > 0: s / i`` divides by no 0)
+        runs = (cond.values, ~cond.values) if type(cond) is Cond else (None, None)
         self.dynamic += 1
         try:
-            (b1, r1), (b2, r2) = (self.sub_block(then, envs[0]), self.sub_block(orelse, envs[1]))
+            (b1, r1), (b2, r2) = (self.sub_block(then, envs[0], runs[0]),
+                                  self.sub_block(orelse, envs[1], runs[1]))
         finally:
             self.dynamic -= 1
         if (r1 is None) != (r2 is None):
@@ -997,9 +1006,32 @@ class _Normaliser:
                     "source mode runs f's statements itself, in minigraph's code; name "
                     "the value (W, obj.attr, getattr(obj, 'attr'))")
             return frameless
+        if name == "super":
+            return self.zero_argument_super(env)
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise NameError(f"name {name!r} is not defined [source_grad: {self.w.where}]")
+
+    def zero_argument_super(self, env: dict) -> Callable[..., Any]:
+        """``super`` as the method being run sees it. Python's ``super()`` without
+        arguments reads the frame that calls it, its function's ``__class__`` cell and
+        first argument, which is minigraph's frame here (Python raised "super(): no
+        arguments"); so it is ``super(__class__, self)`` of the method's own, and the
+        method it finds is read and inlined as any other."""
+        src = self.src
+        first = src.code.co_varnames[:min(src.code.co_argcount, 1)]
+
+        def zero_argument_super(*args: Any) -> Any:
+            if args:  # (super(Base, self) names both itself)
+                return super(*args)
+            # (where Python cannot either, its own error: in a function without a first
+            # argument, or outside a class body)
+            problem = "no arguments" if not first or first[0] not in env else \
+                "__class__ cell not found" if "__class__" not in src.closure else None
+            if problem is not None:
+                raise RuntimeError(f"super(): {problem} [source_grad: {self.w.where}]")
+            return super(src.closure["__class__"].cell_contents, env[first[0]])
+        return zero_argument_super
 
     def outside_value(self, name: str) -> Any:
         """The value of a closure or global variable of the function being run (None if
@@ -1065,9 +1097,11 @@ class _Normaliser:
     def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         try:
             return self.guard(lambda: _BINOPS[type(op)](left, right))
-        except TypeError:
+        except TypeError as exc:
             if not (_dynamic(left) or _dynamic(right)):
                 raise
+            if isinstance(exc, MinigraphError):  # (the op's own refusal, with the line:
+                raise  # a dtype no kernel takes, np.uint8(200) * x, is no missing operator)
             if isinstance(left, Index) or isinstance(right, Index):
                 raise self.w.refuse(f"the operator {type(op).__name__} on a loop index",
                                     "a loop index takes part in +, -, *, /, //, %, ** and "
@@ -1148,7 +1182,8 @@ class _Normaliser:
                            + tuple(self.origin_of(a, env) for a in node.args),
                            {cast(str, k.arg): self.origin_of(k.value, env)
                             for k in node.keywords})
-                result = self.call(_read(inlined), self_arg + args, kwargs, env, origins)
+                result = self.call(_read(inlined, self.w.who), self_arg + args, kwargs, env,
+                                   origins)
                 self.returned[id(node)] = self.last_return  # (for origin_of(node))
                 return result
             self.check_callee(fn)

@@ -124,15 +124,21 @@ def _defined(block: list) -> set[int]:
 
 
 class _Writer:
-    """The program being written: the current block, and the user's line we are at."""
+    """The program being written: the current block, and the user's line we are at;
+    ``who``, the function the user called (grad, value_and_grad, vjp ...), is named
+    first by a refusal."""
 
-    def __init__(self) -> None:
+    def __init__(self, who: str) -> None:
+        self.who = who
         self.block: list = []
         self.role = "temp"  # role of new variables: "temp" (forward) or "rtemp" (reverse)
         self.where: Where | None = None
         self.hints: dict[int, tuple[Any, str]] = {}  # id(constant) -> (constant, name)
         self.reserved: set[str] = set()  # every name of the functions read
         self.nesting: list[Where] = []  # the lines of the blocks we are inside
+        # the values of the conditions on loop indices (values.Cond) of the run-time ifs
+        # around the line being written: True where it runs (the else branch's negated)
+        self.runs_where: list[Any] = []
 
     @contextlib.contextmanager
     def into(self, block: list) -> Iterator[list]:
@@ -144,7 +150,7 @@ class _Writer:
 
     def refuse(self, construct: str, why: str = "") -> SourceTransformError:
         where = self.where or Where("?", "?", 0)
-        return _refusal(construct, where, why)
+        return _refusal(construct, where, why, self.who)
 
     def emit(self, targets: tuple, expr: Any, kind: str = "") -> None:
         self.block.append(Line(targets, expr, kind))

@@ -45,13 +45,15 @@ class SourceTransformError(MinigraphError, NotImplementedError):
     """Python that source transformation does not handle, found before anything runs.
 
     ``.construct`` names it (``"a while loop"``); ``.function``, ``.filename`` and
-    ``.lineno`` say where it is.
+    ``.lineno`` say where it is; ``.who`` is the function the user called (``grad``,
+    ``value_and_grad``, ``vjp``, ``source_grad`` ...), which the message starts with.
     """
 
-    def __init__(self, problem: str, where: Where, why: str = "", construct: str = ""):
-        self.construct = construct or problem
+    def __init__(self, problem: str, where: Where, why: str = "", construct: str = "", *,
+                 who: str):
+        self.construct, self.who = construct or problem, who
         self.function, self.filename, self.lineno = where.function, where.filename, where.lineno
-        text = f"source_grad: {problem} ({where})"
+        text = f"{who}: {problem} ({where})"
         if where.text:
             text += f"\n    {where.text.strip()}"
         if why:
@@ -59,11 +61,11 @@ class SourceTransformError(MinigraphError, NotImplementedError):
         super().__init__(text)
 
 
-def _refusal(construct: str, where: Where, why: str = "") -> SourceTransformError:
-    return SourceTransformError(f"{construct} is not supported", where, why, construct)
+def _refusal(construct: str, where: Where, why: str, who: str) -> SourceTransformError:
+    return SourceTransformError(f"{construct} is not supported", where, why, construct, who=who)
 
 
-def _too_deep(where: Where) -> SourceTransformError:
+def _too_deep(where: Where, who: str) -> SourceTransformError:
     """The refusal for code nested deeper than the transformation's recursive walk can go:
     a RecursionError, which names neither the function nor the line, becomes this."""
     return SourceTransformError(
@@ -71,7 +73,7 @@ def _too_deep(where: Where) -> SourceTransformError:
         "source transformation walks the code recursively, and this nests deeper than "
         "Python's recursion limit (a sum of hundreds of terms in one expression, or "
         "hundreds of nested branches); split it into several lines, or use mode=\"tape\" "
-        "or mode=\"graph\" for this function", "deeply nested code")
+        "or mode=\"graph\" for this function", "deeply nested code", who=who)
 
 
 def _located(exc: MinigraphError, where: Where | None) -> MinigraphError:
@@ -159,24 +161,25 @@ if hasattr(ast, "TryStar"):
     _REFUSED[ast.TryStar] = _REFUSED[ast.Try]
 
 
-def _read(fn: Callable[..., Any]) -> _Source:
+def _read(fn: Callable[..., Any], who: str) -> _Source:
     """Parse ``fn`` (cached, per code object: ``fn.__code__ = ...`` is read anew) and
-    refuse unsupported constructs before anything runs."""
+    refuse unsupported constructs before anything runs; ``who``, the function the user
+    called, is named first by a refusal."""
     if getattr(fn, "transformation", None) is not None or \
             (getattr(fn, "__module__", None) or "").startswith("minigraph.ops."):
-        return _calling(fn)  # (mg.sin's own text binds the primitive: it is not read)
+        return _calling(fn, who)  # (mg.sin's own text binds the primitive: it is not read)
     if not isinstance(fn, types.FunctionType):
-        raise TypeError(f"source_grad: expects a plain function defined with def, got "
-                        f"{type(fn).__name__} {fn!r}")
+        raise TypeError(f"{who}: source mode expects a plain function defined with def, "
+                        f"got {type(fn).__name__} {fn!r}")
     src = _SOURCES.get(fn)
     if src is None or src.code is not fn.__code__:
-        src = _parse(fn)
-        _check(src)
+        src = _parse(fn, who)
+        _check(src, who)
         _SOURCES[fn] = src
     return src
 
 
-def _calling(t: Any) -> _Source:
+def _calling(t: Any, caller: str) -> _Source:
     """Source mode of another transformation, ``mg.grad(mg.grad(f, mode="source"),
     mode="source")``, or of a library function, ``mg.grad(mg.sin, mode="source")``: the
     text of a function that calls it, read as any other::
@@ -187,7 +190,8 @@ def _calling(t: Any) -> _Source:
     Run on source variables, the inner transformation writes its own lines (an inner
     source gradient, its adjoint program's), whose adjoint the outer one then writes:
     google/tangent differentiates its own output the same way. The parameters are f's
-    (``inspect.signature`` follows ``__wrapped__``: ``levels.transformation``)."""
+    (``inspect.signature`` follows ``__wrapped__``: ``levels.transformation``).
+    ``caller``: the function the user called, which a refusal names first."""
     from ...codegen import Names, define  # (codegen imports the primitive table)
 
     who = getattr(t, "transformation", None) or f"mg.{t.__name__}"
@@ -206,7 +210,8 @@ def _calling(t: Any) -> _Source:
                 code.co_filename if code else "<minigraph>", code.co_firstlineno if code else 0),
             f"source mode writes a function that calls {who} with its "
             f"parameters, and these are not plain positional ones: write that function with "
-            f"def yourself (def g(x, y): ...) and transform g", "a transformation itself")
+            f"def yourself (def g(x, y): ...) and transform g", "a transformation itself",
+            who=caller)
     names = Names(taken=["_transformed"])
     name = names.identifier(getattr(t, "__name__", None) or who)
     args = ", ".join(names.identifier(p.name) for p in params)
@@ -219,15 +224,15 @@ def _calling(t: Any) -> _Source:
     return src
 
 
-def _parse(fn: types.FunctionType) -> _Source:
+def _parse(fn: types.FunctionType, who: str) -> _Source:
     code = fn.__code__
     where = Where(fn.__qualname__, code.co_filename, code.co_firstlineno)
     if fn.__name__ == "<lambda>":
         raise _refusal("a lambda", where, "source transformation reads the function's "
-                       "text, and a lambda's is not its own line; define it with def")
+                       "text, and a lambda's is not its own line; define it with def", who)
     if hasattr(fn, "__wrapped__"):
         raise _refusal("a decorated function", where, "the decorator's code is not in "
-                       "the text; transform the undecorated function")
+                       "the text; transform the undecorated function", who)
     try:
         text = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -235,18 +240,19 @@ def _parse(fn: types.FunctionType) -> _Source:
             f"the source text of {fn.__qualname__} is not available", where,
             "source transformation reads the function's text: define it in a file (a "
             "module, a test file, a temporary module imported with importlib), not "
-            "interactively or with exec", "unavailable source") from None
+            "interactively or with exec", "unavailable source", who=who) from None
     tree = ast.parse(text)
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     node = tree.body[0]
     if not isinstance(node, ast.FunctionDef):
-        raise _refusal(f"a {type(node).__name__}", where)
+        raise _refusal(f"a {type(node).__name__}", where, "", who)
     if not _runs_as(node, fn):
         raise SourceTransformError(
             f"the source of {fn.__qualname__} in its file is not the code that runs", where,
             "the file was edited after the function was defined (imported), and source "
             "transformation reads the file's text now: reload the module (importlib."
-            "reload) or restart, so that the text and the function agree", "edited source")
+            "reload) or restart, so that the text and the function agree", "edited source",
+            who=who)
     return _Source(fn, node)
 
 
@@ -313,19 +319,19 @@ def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in fields) and consts(a) == consts(b)
 
 
-def _check(src: _Source) -> None:
+def _check(src: _Source, who: str) -> None:
     """Refuse what source transformation cannot do, naming construct, function and line."""
     args = src.node.args
     if args.vararg or args.kwarg or args.kwonlyargs:
         raise _refusal("*args, **kwargs or keyword-only parameters", src.where(src.node),
-                       "give the function plain positional parameters")
+                       "give the function plain positional parameters", who)
     for node in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
         refused = _REFUSED.get(type(node))
         if refused is not None:
-            raise _refusal(refused[0], src.where(node), refused[1])
+            raise _refusal(refused[0], src.where(node), refused[1], who)
         problem = _statement_problem(node)
         if problem is not None:
-            raise _refusal(problem[0], src.where(node), problem[1])
+            raise _refusal(problem[0], src.where(node), problem[1], who)
 
 
 def _statement_problem(node: ast.AST) -> tuple[str, str] | None:

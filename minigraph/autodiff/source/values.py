@@ -149,15 +149,19 @@ class Index:
         if not isinstance(other, Index) and type(other) not in (int, float):
             return NotImplemented
         a, b = _combined(self.values, other.values if isinstance(other, Index) else other)
-        # (i // 0 and 1 / (i - i) raise, as in Python; (i - 2.0) ** 0.5, a complex number
-        # there, too)
-        with np.errstate(divide="raise", over="raise", invalid="raise"):
-            values = fn(b, a) if right else fn(a, b)
         first, second = (other, self) if right else (self, other)
         # (** groups from the right: (i ** 2) ** 3 needs its parentheses, i ** (2 ** 3)
         # not; the other operators from the left)
         outer, inner = (prec + 1, prec) if sym == "**" else (prec, prec + 1)
-        return Index(f"{_paren(first, outer)} {sym} {_paren(second, inner)}", values, prec)
+        text = f"{_paren(first, outer)} {sym} {_paren(second, inner)}"
+        return Index(text, _python_values(fn, *((b, a) if right else (a, b)), text), prec)
+
+    def _as_divisor(self, sym: str, fn: Callable) -> None:
+        """``s / i``, a Python float (a weak value: ``ops/weak.py``) divided by this
+        index with Python's ``fn``: refused where the index takes the value 0, as
+        ``1.0 / i`` is (:meth:`_arith`); 1.0 stands for the float, since only the
+        divisor decides whether Python raises."""
+        _python_values(fn, 1.0, self.values, f"(a float) {sym} {_paren(self, MUL + 1)}")
 
     def __add__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, False)
     def __radd__(self, o: Any) -> Any: return self._arith(o, operator.add, "+", ADD, True)
@@ -246,6 +250,8 @@ class Cond:
         raise _writer().refuse(f"the truth value of {self.text} outside an if",
                                "use it directly as the condition of an if")
 
+    _as_divisor = Index._as_divisor  # (s / (i > 0): False divides as 0 in Python)
+
 
 def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a ** b`` on the values of loop indices, as Python computes it, or refused where
@@ -267,8 +273,37 @@ def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a ** b
 
 
+def _python_values(fn: Callable, a: Any, b: Any, text: str) -> np.ndarray:
+    """``fn(a, b)``, Python's arithmetic ``text`` on the values the loop indices in it
+    take (arrays, :func:`_combined`). Refused, naming the user's line, where one of them
+    makes Python raise (``1.0 / i``, ``i // 0``, ``i % i`` at i == 0: ZeroDivisionError,
+    which eager mode raises in that iteration) or give a complex number (``(i - 2.0) **
+    0.5``), where NumPy would give inf or nan: the program is written once for every
+    iteration. Inside ifs on loop indices (``if i > 0:``), only the values at which the
+    line runs are checked (``_Writer.runs_where``): Python computes it at no other."""
+    runs = _writer().runs_where
+    try:
+        with np.errstate(divide="raise", over="raise", invalid="raise"):
+            if not runs:
+                return fn(a, b)
+            a_all, b_all, *held = np.broadcast_arrays(*_aligned(a, b, *runs))
+            where = np.logical_and.reduce(held)
+            fn(a_all[where], b_all[where])  # (checked; the values are those below)
+        with np.errstate(all="ignore"):  # (inf or nan where the line never runs)
+            return fn(a, b)
+    except FloatingPointError as exc:  # (NumPy's words, which name no line)
+        raise _writer().refuse(
+            f"Python arithmetic that fails at a value of the loop index ({text}: {exc})",
+            "Python raises there (ZeroDivisionError for a division by 0, as eager mode "
+            "does in that iteration) or computes a complex number (a negative number to "
+            "a fractional power); the program, written once for every iteration, would "
+            "compute inf or nan. Skip that iteration (range(1, n), or if i > 0:), or "
+            "compute with tensors (mg.tensor(1.0) / i), whose arithmetic gives inf and "
+            "nan as NumPy's does") from None
+
+
 def _paren(v: Any, prec: int) -> str:
-    if isinstance(v, Index):
+    if isinstance(v, (Index, Cond)):
         return v.text if v.prec >= prec else f"({v.text})"
     return repr(v) if not (isinstance(v, (int, float)) and v < 0) else f"({v!r})"
 
