@@ -273,7 +273,12 @@ class Session:
 
     def _partition_runs(self, parts: Partition, names: list[str], fetches: list[Node],
                         feeds: dict, rendezvous: Rendezvous, start: float) -> list[tuple[str, Run]]:
-        """A run for each partition in ``names``, all meeting at ``rendezvous``."""
+        """A run for each partition in ``names``, all meeting at ``rendezvous``.
+
+        A partition's FIFO order and its layout (``Layout``: the dependency counts) are
+        made at its first run and kept, as ``_plan`` keeps a plan's: which of its nodes
+        are fed is fixed by the partition's key (``_partition``), and walking a large
+        graph's edges anew on every run cost more than the run itself."""
         runs = []
         for name in names:
             graph = parts[name]
@@ -285,8 +290,16 @@ class Session:
                          for o in origin[id(n)] if id(o) in feeds}
             own_fetches = [parts.copies[id(f)] for f in fetches
                            if parts.copies[id(f)].graph is graph]
-            plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds))
-            runs.append((name, self._new_run(plan, own_feeds, own_fetches, start, rendezvous)))
+            key = ("part", id(graph))  # (a FIFO plan; the graph is kept with its
+            with self._cache_lock:     # Partition, in _plans: its id is no other's)
+                if key not in self._plans:
+                    plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes},
+                                      set(own_feeds))
+                    self._layouts[id(plan)] = Layout(plan, set(own_feeds))
+                    self._plans[key] = plan
+                plan = self._plans[key]
+            runs.append((name, self._new_run(plan, own_feeds, own_fetches, start, rendezvous,
+                                             self._layouts[id(plan)])))
         return runs
 
     def _start_executors(self, runs: list[tuple[str, Run]],

@@ -19,7 +19,7 @@ from ...autodiff.reads import arrays_in, differs, outside_reads, rebound
 from ...autodiff.tape import no_grad
 from ...device import get_device
 from ...graph.gradients import gradients
-from ...graph.graph import Graph, Node, placeholder
+from ...graph.graph import Graph, Node, describe_location, placeholder
 from ...nn.module import Module, Sequential
 from ...nn.stateless import functional_call
 from ...runtime.profile import RunStats
@@ -107,7 +107,8 @@ class Pipeline:
     read) the graph holds as constants, so a run first compares them, and the modules
     and parameters themselves (``_structure``: a layer swapped, appended, a parameter
     removed or registered in another order, another loss), with what the graph was built
-    from (``_built_from``, ``_Reads``) and rebuilds it if one changed. For
+    from (``_built_from``, ``_Reads``) and rebuilds it if one changed. (A constant gets
+    no gradient: one that requires a gradient is refused, ``_check_constants``.) For
     each stage s and microbatch k, a forward part F(s, k) and a backward part B(s, k), all
     placed on stage s's device with ``mg.device`` scopes and named ``stage<s>/F<k>/...``:
 
@@ -121,10 +122,12 @@ class Pipeline:
       its share to the sum of the stage's earlier backwards.
 
     **How the schedule's order is realised.** With control dependencies: every node of the
-    stage's i-th op in the schedule runs only after the last nodes of its (i-1)-th op
-    (``with g.control_dependencies(...)``). Data edges say what may run; control edges
-    say in which order each stage runs its passes: GPipe's or 1F1B's. (Only the Recv that
-    brings an op its input may finish earlier: it just waits for its tensor.)
+    stage's i-th op in the schedule runs only after its (i-1)-th op's *barrier*, a node
+    that runs after that op's last nodes (``with g.control_dependencies(...)``; one
+    control input per node, so the edges grow with the graph, not with nodes times
+    parameters). Data edges say what may run; control edges say in which order each
+    stage runs its passes: GPipe's or 1F1B's. (Only the Recv that brings an op its input
+    may finish earlier: it just waits for its tensor.)
 
     **What the runtime executes.** One ``Session.run`` per minibatch. The partitioner cuts
     the graph into one graph per device and turns every edge between stages into a
@@ -189,6 +192,7 @@ class Pipeline:
             reads = _Reads.of(self)
             self._plans[key] = (state, reads, _GraphBuilder(self, sizes, xs, ys).build())
         plan = self._plans[key][2]
+        _check_constants(self, plan)
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
         try:
             values = plan.session.run(fetches, plan.feed(_parameters(self), xs, ys, sizes))
@@ -234,8 +238,7 @@ def _check_stages(stages: Sequence[Sequence[int]], n: int) -> list[list[int]]:
 
 
 def _stage_devices(devices: Sequence[str] | None, p: int) -> list[str]:
-    _check_devices(devices, "Pipeline")
-    names = list(devices) if devices is not None else \
+    names = _check_devices(devices, "Pipeline") if devices is not None else \
         ["cpu" if s == 0 else f"cpu:{s}" for s in range(p)]
     if len(names) != p:
         raise PipelineError(f"Pipeline: {p} stages need {p} devices, got {names}")
@@ -301,6 +304,61 @@ def _check_recomputable(model: Sequential, stages: Sequence[Sequence[int]],
                             f"{s} recomputes its layers on {device.name}, where it cannot be "
                             f"read. Put it on {device.name}, make it a parameter, or use "
                             f"recompute=False")
+
+
+def _check_constants(pipe: Pipeline, plan: _Plan) -> None:
+    """Refuse to run a graph that holds a tensor that requires a gradient as a constant.
+
+    The graph's placeholders stand for the parameters, which get their gradients; a
+    tensor that the loss or a layer's forward reads from outside its arguments (a global,
+    a closure variable, a dict's item: a learnable temperature, another layer's weight),
+    or computes eagerly from one (``W.T``), became a constant when the graph was built,
+    where no gradient reaches it: its ``.grad`` stayed None without a word, where
+    backward() (and torch) give it one. Checked on every run, as ``requires_grad_()``
+    may come after the graph was built. (With recomputation a layer's own reads are no
+    constants: ``mg.checkpoint`` refuses them when it runs.)"""
+    for t, const in plan.constants:
+        if not t.requires_grad:
+            continue
+        what = f"a tensor of shape {tuple(t.shape)} and dtype {t.dtype}"
+        where = describe_location(const.location)
+        found = _reader(pipe, t)
+        if found is not None:
+            head = f"Pipeline: {found[0]} reads {found[1]}, {what} that requires a " \
+                  f"gradient, from outside its arguments (at {where})"
+        else:  # (not read by a name: made from one eagerly, outside the graph)
+            head = f"Pipeline: the loss or a layer's forward uses {what} that requires a " \
+                  f"gradient (at {where}), computed eagerly from a tensor read from " \
+                  f"outside its arguments, as (W ** 2).sum() or W.T is"
+        owner = {id(p): n for n, p in pipe.model.named_parameters()}.get(id(t))
+        shared = "" if owner is None else (
+            f" It is layer {owner.split('.')[0]}'s parameter {owner}: a parameter is fed "
+            f"to its own layer alone, so sharing it (a tied weight) is not supported.")
+        raise PipelineError(
+            f"{head}; the pipeline's graph holds it as a constant, so it would get no "
+            f"gradient (its .grad would stay None).{shared} Make it a parameter of a layer "
+            f"or of a loss module (an nn.Module passed as the loss), which get their "
+            f"gradients, or, if it is meant to stay fixed, a tensor that does not require "
+            f"one (.requires_grad_(False), .detach())")
+
+
+def _reader(pipe: Pipeline, t: Tensor) -> tuple[str, str] | None:
+    """Which function of the pipeline (the loss, a layer's forward) reads tensor ``t``
+    from outside its arguments, and by what name (``reads.outside_reads``); None if
+    none does. (The parameters of a layer, or of a loss module, which its own code
+    reads too, are no constants: ``functional_call`` feeds them.)"""
+    loss = pipe.loss
+    readers: list[tuple[str, Any, Any]] = [(f"the loss {_loss_name(loss)}", loss, loss)]
+    readers += [(f"the forward of layer {i}" + (f" ({prefix[:-1]})" if prefix else "") +
+                 f", a {type(m).__name__},", m.forward, layer)
+                for i, layer in enumerate(pipe.model) for prefix, m in layer._paths()]
+    for who, f, module in readers:
+        if isinstance(module, Module) and any(p is t for p in module.parameters()):
+            continue
+        for name, a in arrays_in(outside_reads(f)):
+            if a is t:
+                return who, name
+    return None
 
 
 class _Reads(NamedTuple):
@@ -443,6 +501,7 @@ class _Plan:
     params: list[Node]           # aligned with _parameters(pipe)
     grads: list[Node | None]     # accumulated gradients, aligned with _parameters(pipe)
     losses: list[Node]
+    constants: list[tuple[Tensor, Node]]  # the tensors held as constants, their Consts
 
     def feed(self, params: list[Tensor], xs: np.ndarray, ys: np.ndarray,
              sizes: tuple[int, ...]) -> dict:
@@ -467,7 +526,7 @@ class _GraphBuilder:
         self.outputs: list[list[Any]] = [[None] * m for _ in range(p)]   # F(s, k)'s result
         self.inputs: list[list[Any]] = [[None] * m for _ in range(p)]  # F(s, k)'s input, on stage s
         self.input_grads: list[list[Any]] = [[None] * m for _ in range(p)]
-        self.sinks: list[list[Node]] = [[] for _ in range(p)]  # the last op's last nodes
+        self.barriers: list[list[Node]] = [[] for _ in range(p)]  # the last op's (_close)
         self.accumulated: dict[int, Node] = {}
         self.losses: list[Any] = [None] * m  # (Nodes, set by the last stage's F ops)
         self.stage_functions: dict[int, Callable[..., Any]] = {}  # (recompute=True)
@@ -505,14 +564,18 @@ class _GraphBuilder:
             for s, kind, k in self.pipe._build_order:
                 start = len(self.graph.nodes)
                 with self.devs[s], self.graph.name_scope(f"stage{s}/{kind}{k}"), \
-                        self.graph.control_dependencies(self.sinks[s]):
+                        self.graph.control_dependencies(self.barriers[s]):
                     (self._forward if kind == "F" else self._backward)(s, k)
-                self._close(s, start)
+                self._close(s, f"{kind}{k}", start)
         params = [node for i in range(len(self.pipe.model))
                   for node in self.layer_params[i].values()] + list(self.loss_params.values())
         session = Session(self.graph, workers=self.pipe.workers, trace=True)
+        # (the graph keeps the Const it made of each tensor an op met: _check_constants)
+        constants = [(t, node) for t, node in self.graph._consts.values()
+                     if isinstance(t, Tensor)]
         return _Plan(session, self.xs, self.ys, params,
-                     [self.accumulated.get(id(node)) for node in params], self.losses)
+                     [self.accumulated.get(id(node)) for node in params], self.losses,
+                     constants)
 
     def _forward(self, s: int, k: int) -> None:
         h = self.xs[k] if s == 0 else self.outputs[s - 1][k].to(self.devs[s])
@@ -579,13 +642,22 @@ class _GraphBuilder:
                 total = self.accumulated.get(id(node))
                 self.accumulated[id(node)] = g if total is None else total + g
 
-    def _close(self, s: int, start: int) -> None:
-        """Remember the op's last nodes (read by no other node of the op): the next op
-        of the stage will wait for them."""
+    def _close(self, s: int, op: str, start: int) -> None:
+        """Make the op's barrier, which the next op of the stage waits for: a constant
+        (a node with nothing to compute) whose control inputs are the op's last nodes,
+        those read by no other node of the op. A B op's last nodes include an
+        accumulated gradient per parameter; made control inputs of every node of the
+        next op, they made the edges, and each run's walk over them, grow as nodes
+        times parameters: quadratic in depth. An op that made no node (an empty B)
+        leaves the barrier before it in place. (Its name is outside the op's scope,
+        ``stage<s>/after_<op>``: the measured timeline is made of the ops' own nodes.)"""
         nodes = self.graph.nodes[start:]
         if nodes:
             read = {id(i) for n in nodes for i in n.predecessors}
-            self.sinks[s] = [n for n in nodes if id(n) not in read]
+            last = [n for n in nodes if id(n) not in read]
+            with self.devs[s], self.graph.control_dependencies(last):
+                self.barriers[s] = [self.graph.constant(np.zeros(()),
+                                                        name=f"stage{s}/after_{op}")]
 
 
 def _run_result(pipe: Pipeline, plan: _Plan, values: dict) -> PipelineRun:
