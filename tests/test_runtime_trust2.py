@@ -323,8 +323,11 @@ def test_a_session_runs_only_on_the_devices_it_was_given():
                        match=r"node 'add' is placed on cpu:1, which this session may not use "
                              r"\(devices=\['cpu'\]\).*z = y \+ 1\.0"):
         only_cpu.run(z, {x: np.ones(2)})
-    for wrong in ("cpu", []):
+    for wrong in ("cpu", [], 3):
         with pytest.raises(TypeError, match="devices is a list of device names"):
             mg.Session(g, devices=wrong)
+    assert mg.Session(g, devices=np.array(["cpu", "cpu:1"])).devices == ["cpu", "cpu:1"]
+    # a node fed a value does not run: its device is not the session's concern (TF1)
+    np.testing.assert_array_equal(only_cpu.run(z, {x: np.ones(2), z: np.zeros(2)}), [0, 0])
     with pytest.raises(mg.errors.DeviceError):
         mg.Session(g, devices=["tpu:7"])

@@ -118,11 +118,13 @@ class Session:
                  trace: bool = False, devices: "Sequence[str] | None" = None):
         if cost_model not in ("static", "measured"):
             raise ValueError(f"Session: cost_model is 'static' or 'measured', got {cost_model!r}")
-        if devices is not None and (isinstance(devices, str) or not devices):
+        names = None if devices is None or isinstance(devices, str) else \
+            list(devices) if hasattr(devices, "__iter__") else None
+        if devices is not None and not names:  # (a NumPy array, a tuple, a set: lists)
             raise TypeError(f"Session: devices is a list of device names, such as "
                             f"['cpu', 'cpu:1'], or None for every device; got {devices!r}")
-        self._devices = None if devices is None else \
-            frozenset(get_device(d).name for d in devices)  # (an unknown one: refused here)
+        self._devices = None if names is None else \
+            frozenset(get_device(d).name for d in names)  # (an unknown one: refused here)
         self.graph = check_graph(graph, "Session") if graph is not None else default_graph()
         self.workers = workers
         self.recycle = recycle
@@ -504,7 +506,8 @@ class Session:
                     # run found it inside the placeholder's part, which fetches nothing)
                     if n.op == "Placeholder" and id(n) not in feeds:
                         raise unfed(n, fetches, set(feeds))
-                    if self._devices is not None and n.device.name not in self._devices:
+                    if self._devices is not None and n.device.name not in self._devices \
+                            and id(n) not in feeds:  # (a fed node does not run)
                         raise DeviceError(
                             f"run: node '{n.name}' is placed on {n.device.name}, which this "
                             f"session may not use (devices={self.devices}); place it on one "
