@@ -1270,9 +1270,9 @@ REFUSED = {  # call(f, x, y) -> the refusal's words
     "source grad": (lambda f, x, y: mg.grad(f, mode="source")(x, y),
                     "passed to grad as argument 1"),
     "graph jacrev": (lambda f, x, y: mg.jacrev(f, mode="graph")(x, y),
-                     "passed to vjp as argument 1"),
+                     "passed to jacrev as argument 1"),  # (not the vjp jacrev runs)
     "source jacrev": (lambda f, x, y: mg.jacrev(f, mode="source")(x, y),
-                      "passed to vjp as argument 1"),
+                      "passed to jacrev as argument 1"),
     "tape jacrev": (lambda f, x, y: mg.jacrev(f)(x, y), "passed to jacrev as argument 1"),
     "jacfwd": (lambda f, x, y: mg.jacfwd(f)(x, y), "passed to jacfwd as argument 1"),
     "mg.trace": (lambda f, x, y: mg.trace(f)(x, y), "passed to mg.trace as argument 1"),

@@ -57,8 +57,9 @@ Gradients go to the arguments only, so f must not read a tensor that requires a 
 calling the same module meanwhile, not through the checkpoint, would see the swapped
 values, so give each thread its own module); its backward pass recomputes with the
 values the module held when it was called (an enclosing ``nn.functional_call``'s too,
-which has put the module's own back since). Under ``mg.no_grad()`` it is a plain call
-of f. Recomputing
+which has put the module's own back since), and refuses it where one of them holds other
+values by then (``lin.weight.data = ...``), as for a tensor f reads from outside. Under
+``mg.no_grad()`` it is a plain call of f. Recomputing
 reads the arguments again, so an argument changed in place between the forward and the
 backward (``x -= ...``) would give another gradient: the tape refuses that backward; and
 so f itself may not write into its arguments (``y *= 0.5``), nor into a tensor or array
@@ -425,26 +426,41 @@ class _Read(NamedTuple):
                    # no stamp sees (W.data -= g, through W.numpy(), X[:] = batch)
     static: list   # (position, key) of f's other arguments (_static_keys)
     drawn: list    # (name, generator, its state before f drew): _generator_states
+    parameters: list  # (name, tensor, digest or copy): a module's (_parameters_given)
 
 
 _READS: dict[int, _Read] = {}
 
 
 def _remember(f: Callable[..., Any], value: Tensor, reads: list, static: Static,
-              drawn: list) -> None:
-    """What f read from outside (``reads``), the static arguments it was given, and the
-    states its random number generators had (``drawn``), for ``value``'s backward pass.
+              drawn: list, parameters: list) -> None:
+    """What f read from outside (``reads``), the static arguments it was given, the
+    states its random number generators had (``drawn``), and the module's parameters it
+    was given (``parameters``: :func:`_parameters_given`), for ``value``'s backward pass.
     A NumPy array, or a tensor's, is kept as a digest of its bytes (BLAKE2b, 16 bytes: no
     copy, where a checkpoint is there to save memory); another library's array as a copy.
-    (A tensor's write stamp misses ``W.data -= g`` and writes through ``W.numpy()``.)"""
+    (A tensor's write stamp misses ``W.data -= g``, ``W.data = other`` and writes through
+    ``W.numpy()``.)"""
     found = [a for _, a in arrays_in(reads)]
-    arrays = [(a, _digest(d) if isinstance(d, (np.ndarray, np.generic)) else
-               array_namespace(d).asarray(d, copy=True))
-              for a in found for d in [_array(a)]]
+    arrays = [(a, _kept(a)) for a in found]
     ident = id(value)
     _READS[ident] = _Read(weakref.ref(value, lambda _: _READS.pop(ident, None)), reads,
                           last_write(), [a for a in found if type(a) is Tensor], arrays,
-                          _static_keys(static), drawn)
+                          _static_keys(static), drawn, [(n, p, _kept(p)) for n, p in parameters])
+
+
+def _parameters_given(f: Callable[..., Any], static: Static, inputs: list) -> list:
+    """``(name, tensor)`` of the module's parameters that a module's checkpoint
+    (:class:`_ModuleCall`, f) was given, its last arguments. They are arguments, which
+    the tape's write stamps guard (``lin.weight *= 10``); but they stand for what the
+    module held when it was called, so their arrays are guarded as those f reads from
+    outside are (:func:`_refuse_written`): ``lin.weight.data = other`` before backward()
+    would have the recomputation use the other array."""
+    if not isinstance(f, _ModuleCall):
+        return []
+    names = static[0][1]  # (its first argument: _checkpoint_module)
+    given = zip(names, inputs[len(inputs) - len(names):])
+    return [(n, p) for n, p in given if type(p) is Tensor]
 
 
 def _static_keys(static: Static) -> list:
@@ -463,6 +479,14 @@ def _static_keys(static: Static) -> list:
             key = None
         keys.append((i, key))
     return keys
+
+
+def _kept(a: Any) -> Any:
+    """What :func:`_changed` compares ``a`` (an array or a tensor) with later: a digest
+    of a NumPy array's bytes, or a copy of another library's array."""
+    d = _array(a)
+    return _digest(d) if isinstance(d, (np.ndarray, np.generic)) else \
+        array_namespace(d).asarray(d, copy=True)
 
 
 def _digest(a: "np.ndarray | np.generic") -> bytes:
@@ -518,7 +542,18 @@ def _refuse_rebound(reads: list, keys: list, static: Static,
 
 def _refuse_written(read: _Read) -> None:
     """Refuse to recompute f for the backward pass where a tensor or array f read
-    (``read``) was written in place since the forward pass."""
+    (``read``) was written in place since the forward pass, or a module's parameter it
+    was given holds other values (:func:`_parameters_given`)."""
+    name, p = next(((n, p) for n, p, was in read.parameters if _changed(p, was)),
+                   (None, None))
+    if p is not None:
+        raise CheckpointError(
+            f"checkpoint: the module's parameter {name} (shape {tuple(p.shape)} {p.dtype}) "
+            f"holds other values since the forward pass ({name}.data = ..., or a write "
+            f"through .data or .numpy(), which no write stamp sees); the backward pass "
+            f"recomputes the module with it, which would give the derivative of another "
+            f"function than the forward pass computed. Change the parameters after "
+            f"backward()")
     k = written_since(read.tensors, read.stamp)
     changed = read.tensors[k] if k is not None else next(
         (a for a, was in read.arrays if _changed(a, was)), None)
@@ -873,7 +908,8 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
             if rebound(reads) is not None:  # (f itself bound one: read them again)
                 reads = outside_reads(f, arguments=static)
-            _remember(f, value, reads, tuple(static), drawn)
+            _remember(f, value, reads, tuple(static), drawn,
+                      _parameters_given(f, tuple(static), inputs))
         return out
 
     checkpointed.__name__ = f"checkpoint({name})"

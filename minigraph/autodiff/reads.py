@@ -26,6 +26,8 @@ import collections
 from collections import abc
 import dis
 import functools
+import importlib.util
+import operator
 import sys
 import weakref
 from contextlib import contextmanager
@@ -50,7 +52,7 @@ def read_from_outside(f: Any) -> dict[str, Any]:
     looking into the functions it calls), by name; none for a callable that is not a
     Python function (a partial, an object)."""
     return {name: value for where, name, value in outside_reads(f, depth=0)
-            if type(where) not in (_Items, _Code) and value is not _UNBOUND}
+            if type(where) not in (_Items, _Code, _Keys) and value is not _UNBOUND}
 
 
 def outside_reads(f: Any, depth: int | None = None,
@@ -61,13 +63,15 @@ def outside_reads(f: Any, depth: int | None = None,
     * f's code itself (``f.__code__`` may be replaced);
     * the globals and closure variables f's code reads (its comprehensions' and nested
       functions' code too; every global where it may name one at run time:
-      ``globals()["W"]``; a builtin's name as a global absent), and its parameters'
-      default values;
+      ``globals()["W"]``; a builtin's name as a global absent), the modules it imports
+      in its body (``import cfg``, ``from cfg import SCALE``: :func:`_imported`), and
+      its parameters' default values;
     * the attributes of those objects, and of a method's ``self``, that the code loads
-      (``CONFIG.lr``, ``self.scale``: :func:`names_in`), where Python finds them
-      (:func:`_attributes`: an object's own dict, its class's, a class's, a module's of
-      the user's), or all of them where the code may name one at run time
-      (``getattr(obj, name)``);
+      (``CONFIG.lr``, ``self.scale``, ``case Cfg(scale=s)``: :func:`names_in`), where
+      Python finds them (:func:`_attributes`: an object's own dict, its class's, a
+      class's, a module's of the user's; a base class's too where the code calls
+      ``super()``), or all of them, and one added later, where the code may name one at
+      run time (``getattr(obj, name)``, ``hasattr``, an ``operator.attrgetter``);
     * the items of the lists, dicts, sets ... among them (``_CONTAINERS``), nested, as
       one entry per container (an ``_Items``, its items compared as a whole: one bound
       anew, added or removed), and the named attributes of those items (at most
@@ -147,18 +151,18 @@ def outside_reads(f: Any, depth: int | None = None,
             continue
         code = fn.__code__
         named = names_in(code)
-        every_attribute = not named.every.isdisjoint(_ANY_ATTRIBUTE)
         reads: list[tuple[Any, str, Any]] = []
         if _users(fn):  # (the one test: a library's function reads none of its own state)
             found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__
             module = fn.__globals__                            # = ...: a cell run again)
             read = named.globals
-            if not named.every.isdisjoint(_ANY_GLOBAL):  # (globals()["W"]: any)
+            if not named.globals.isdisjoint(_ANY_GLOBAL):  # (globals()["W"]: any)
                 read = read | {n for n in module if not n.startswith("__")}
             # (a builtin's name, read while no global has it: a global of that name made
             # later, len = ..., is read instead)
             reads += [(module, n, module[n] if n in module else _UNBOUND)
                       for n in sorted(read) if n in module or n in _BUILTINS]
+            reads += _imported(fn, named.modules) if named.modules else []
             for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
                 try:
                     reads.append((cell, name, cell.cell_contents))
@@ -169,6 +173,10 @@ def outside_reads(f: Any, depth: int | None = None,
         # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
         labelled = [("self", owner)] + [(n, v) for _, n, v in passed + reads]
+        every_attribute = not (named.globals.isdisjoint(_ANY_ATTRIBUTE_GLOBALS) and
+                               named.attributes.isdisjoint(_ANY_ATTRIBUTE_ATTRIBUTES)) or \
+            not _BY_NAME.isdisjoint({type(v) for _, v in labelled})  # (attrgetter("lr"))
+        overridden = "super" in named.globals  # (super().forward: a base class's too)
         inside: set[int] = set()
         # (a partial's arguments go to code that may name any of their attributes)
         given_whole = {id(v) for _, _, v in passed}
@@ -189,8 +197,9 @@ def outside_reads(f: Any, depth: int | None = None,
                 labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
             found_in = _attributes(obj, None if every_attribute or id(obj) in given_whole
-                                   else sorted(named.attributes))
+                                   else sorted(named.attributes), overridden)
             reads += found_in
+            found_in = [r for r in found_in if type(r[0]) is not _Keys]  # (by name only)
             labelled += [(f"{label}.{n}", v) for _, n, v in found_in if v is not _UNBOUND]
             methods += [m for home, _, v in found_in
                         if (m := _method(obj, home, v)) is not None]
@@ -236,15 +245,19 @@ def _method(obj: Any, home: Any, v: Any) -> Any:
     return MethodType(method, obj) if type(method) is FunctionType else None
 
 
-def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any]]:
+def _attributes(obj: Any, names: "list[str] | None", overridden: bool = False
+                ) -> list[tuple[Any, str, Any]]:
     """``(where, name, value)`` for the attributes of ``obj`` among ``names`` (None: all
-    those of its own dict), where Python finds them: an object's own dict, then its
-    class's and its bases' (the user's classes only); a class's and its bases'; a user's
-    module's (not minigraph's or a library's). A class attribute read through an object
-    is also recorded as absent from the object's own dict, and one of a base class from
-    the dicts of the classes before it, so that one set there later (``obj.lr = 0.5``
-    over ``class C: lr = 2.0``, ``Sub.lr = 0.5`` over ``Base.lr``) is seen; so is one
-    that none has, where the object's class has ``__getattr__``, which then made it."""
+    those of its own dict, and which ones each dict holds: :class:`_Keys`), where Python
+    finds them: an object's own dict, then its class's and its bases' (the user's classes
+    only); a class's and its bases'; a user's module's (not minigraph's or a library's).
+    A class attribute read through an object is also recorded as absent from the
+    object's own dict, and one of a base class from the dicts of the classes before it,
+    so that one set there later (``obj.lr = 0.5`` over ``class C: lr = 2.0``,
+    ``Sub.lr = 0.5`` over ``Base.lr``) is seen; so is one that none has, where the
+    object's class has ``__getattr__``, which then made it.
+    ``overridden``: also those that the first one found overrides, in the classes after
+    it, which code that calls ``super()`` reaches (``super().forward(x)``)."""
     own = None
     homes: list[Any]  # (dicts, and a class's read-only view of its dict)
     if isinstance(obj, ModuleType):
@@ -261,7 +274,12 @@ def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any
     if not homes:
         return []
     dynamic = own is not None and type(getattr(type(obj), "__getattr__", None)) is FunctionType
-    found = []
+    found: list[tuple[Any, str, Any]] = []
+    if names is None:  # (every one: also one added or removed later, which
+        # hasattr(CFG, "bias") and getattr(CFG, "bias", 0.0) read while absent)
+        what = obj.__name__ if isinstance(obj, (type, ModuleType)) else \
+            f"a {type(obj).__name__}"
+        found += [(_Keys(home), f"the attributes {what} has", tuple(home)) for home in homes]
     for n in (list(homes[0]) if names is None else names):
         for k, home in enumerate(homes):
             if n in home:
@@ -270,6 +288,8 @@ def _attributes(obj: Any, names: "list[str] | None") -> list[tuple[Any, str, Any
                 if type(value) is MemberDescriptorType and not isinstance(obj, type):
                     home, value = _Slots(obj), getattr(obj, n, _UNBOUND)  # (__slots__)
                 found.append((home, n, value))
+                if overridden:
+                    found += [(later, n, later[n]) for later in homes[k + 1:] if n in later]
                 break
         else:  # (in none: its class's __getattr__ may make it, until one is set)
             found += [(home, n, _UNBOUND) for home in homes] if dynamic else []
@@ -339,22 +359,31 @@ def _users(fn: Any) -> bool:
 
 
 # Names with which code reads an attribute, or a global, that it names at run time, not
-# in its text.
-_ANY_ATTRIBUTE = frozenset({"getattr", "vars", "__dict__", "attrgetter"})
-_ANY_GLOBAL = frozenset({"globals", "eval", "exec"})
+# in its text: builtins (and operator's functions) it loads as globals, attributes it
+# loads (obj.__dict__, operator.attrgetter; a class pattern's __match_args__, which
+# names_in adds for ``case Cfg(s)``), and the objects among its reads that do so.
+_ANY_ATTRIBUTE_GLOBALS = frozenset({"getattr", "hasattr", "vars", "attrgetter", "methodcaller"})
+_ANY_ATTRIBUTE_ATTRIBUTES = frozenset({"__dict__", "attrgetter", "methodcaller",
+                                       "__match_args__"})
+_BY_NAME = frozenset({operator.attrgetter, operator.methodcaller})  # (their types: made
+# outside f, called inside)
+_ANY_GLOBAL = frozenset({"globals", "eval", "exec"})  # (loaded as globals)
 
 
 class Names(NamedTuple):
     """The names a function's code uses (:func:`names_in`), by what it does with them."""
     globals: frozenset[str]     # loaded as globals (or builtins): W in W @ x
-    attributes: frozenset[str]  # loaded as attributes: w in self.w, rand in np.random.rand
-    every: frozenset[str]       # all of them, and those imported, stored or deleted
+    attributes: frozenset[str]  # loaded as attributes: w in self.w, rand in np.random.rand;
+    # imported from a module (SCALE in from cfg import SCALE); a class pattern's (scale in
+    # case Cfg(scale=s))
+    modules: frozenset[str]     # imported: cfg in import cfg, a dot per level before a
+    # relative import's (.cfg in from .cfg import SCALE, "." in from . import cfg)
 
 
 # Python's instructions that load a name as a global (LOAD_NAME: a class body's, which
-# falls back to the globals), and those that load an attribute.
+# falls back to the globals), and those that load an attribute (IMPORT_FROM: a module's).
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
-_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
+_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"})
 # code -> its Names, found once per code object (outside_reads runs on every call of a
 # checkpoint; reading the bytecode costs some microseconds per instruction)
 _NAMES: "weakref.WeakKeyDictionary[CodeType, Names]" = weakref.WeakKeyDictionary()
@@ -364,25 +393,57 @@ def names_in(code: CodeType) -> Names:
     """The names ``code`` and its comprehensions' and nested functions' code (constants
     of it) use. ``co_names`` alone mixes globals with attributes (``self.w`` and a
     global ``w`` are one entry), so the instructions that load each are read: a global
-    ``w`` that f never loads is not one f reads, however its attributes are named."""
+    ``w`` that f never loads is not one f reads, however its attributes are named. A
+    module imported inside the code (``import cfg``, ``from cfg import SCALE``) is read
+    as a global module is; a class pattern (``case Cfg(scale=s)``) reads the attributes
+    it names, and those its class's ``__match_args__`` names for its positional ones."""
     named = _NAMES.get(code)
     if named is None:
         globals_: set[str] = set()
         attributes: set[str] = set()
-        every: set[str] = set()
+        modules: set[str] = set()
         codes = [code]
         while codes:
             c = codes.pop()
-            every.update(c.co_names)
             codes += [k for k in c.co_consts if type(k) is CodeType]
+            before: list[Any] = [None, None]  # (the two constants loaded last)
             for instruction in dis.get_instructions(c):
-                if instruction.opname in _GLOBAL_LOADS:
-                    globals_.add(instruction.argval)
-                elif instruction.opname in _ATTRIBUTE_LOADS:
-                    attributes.add(instruction.argval)
+                op, name = instruction.opname, instruction.argval
+                if op in _GLOBAL_LOADS:
+                    globals_.add(name)
+                elif op in _ATTRIBUTE_LOADS:
+                    attributes.add(name)
+                elif op == "IMPORT_NAME":  # (after LOAD_CONST level, LOAD_CONST fromlist)
+                    level = before[0] if type(before[0]) is int else 0
+                    modules.add("." * level + name)
+                elif op == "MATCH_CLASS":  # (after LOAD_CONST of its keywords' names)
+                    attributes.update(before[1] if type(before[1]) is tuple else ())
+                    if instruction.arg:  # (positional sub-patterns: __match_args__'s)
+                        attributes.add("__match_args__")
+                if op == "LOAD_CONST":
+                    before = [before[1], name]
         named = _NAMES[code] = Names(frozenset(globals_), frozenset(attributes),
-                                     frozenset(every))
+                                     frozenset(modules))
     return named
+
+
+def _imported(fn: FunctionType, modules: frozenset[str]) -> list[tuple[Any, str, Any]]:
+    """``(sys.modules, name, module)`` for the modules that ``fn``'s code imports
+    (:func:`names_in`: ``import cfg`` or ``from cfg import SCALE`` inside f, whose names
+    are f's locals, not globals) and the packages above them, as Python finds them when
+    f runs; absent (``_UNBOUND``) for one not imported yet. Their attributes that the
+    code names are then read as a global module's are."""
+    package = fn.__globals__.get("__package__")
+    found: dict[str, Any] = {}
+    for name in modules:
+        try:
+            name = importlib.util.resolve_name(name, package)
+        except (ImportError, ValueError):  # (a relative import outside a package: f
+            continue                       # raises there)
+        parts = name.split(".")
+        for k in range(1, len(parts) + 1):
+            found.setdefault(".".join(parts[:k]), None)
+    return [(sys.modules, n, sys.modules.get(n, _UNBOUND)) for n in sorted(found)]
 
 
 # How many objects outside_reads looks inside (their attributes, a container's items)
@@ -480,6 +541,16 @@ class _Code:
 
     def __init__(self, fn: FunctionType):
         self.fn = fn
+
+
+class _Keys:
+    """Which attributes are in an object's (or a class's, a module's) dict, ``home``:
+    ``rebound`` compares its keys, so that one added or removed is seen."""
+
+    __slots__ = ("home",)
+
+    def __init__(self, home: Any):
+        self.home = home
 
 
 class _Slots:
@@ -591,6 +662,9 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
                 return name
         elif type(where) is _Code:  # (no call: this runs on every cached call)
             if where.fn.__code__ is not value:
+                return name
+        elif type(where) is _Keys:
+            if tuple(where.home) != value:
                 return name
         elif type(where) in (dict, MappingProxyType, _Defaults, _Slots):
             now = where.get(name, _UNBOUND)  # (a global deleted: not value)
