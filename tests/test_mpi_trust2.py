@@ -158,6 +158,11 @@ def test_a_loss_that_fails_on_one_ranks_rows_is_heard_by_every_rank(tmp_path, mo
     assert r1["error"]["type"] == "IndexError" and "(row 4)" in r1["error"]["message"], r1
     assert r0["error"]["type"] == "DistributedError", r0
     assert "rank 1" in r0["error"]["message"] and "(row 4)" in r0["error"]["message"], r0
+    # (without loss.reduction every rank first tries the loss on pairs of shares, which
+    # failed on rank 0 alone, before any agreement: the same wait)
+    assert r0["no reduction"]["type"] == "RuntimeError", r0
+    assert r1["no reduction"]["type"] == "DistributedError", r1
+    assert "rank 0" in r1["no reduction"]["message"], r1
 
 
 # -- the scenarios: what each rank runs under mpiexec ---------------------------------------
@@ -246,6 +251,14 @@ def scenario_loss_fails(out: dict) -> None:
     loss.reduction = "mean"  # (each rank computes its own share only)
     out["error"] = _attempt(lambda: dp.data_parallel_grads_across_ranks(
         loss, [w], mg.tensor(x), mg.tensor(y))[0].numpy())
+
+    def fails_on_rank_0(ps, xb, yb):  # (no reduction: every rank tries pairs of shares)
+        if mg.distributed.rank() == 0:
+            raise RuntimeError("this rank's loss fails")
+        return mg.mean(xb @ ps[0])
+
+    out["no reduction"] = _attempt(lambda: dp.data_parallel_grads_across_ranks(
+        fails_on_rank_0, [w], mg.tensor(x), mg.tensor(np.zeros(6)))[0].numpy())
 
 
 if __name__ == "__main__":

@@ -210,3 +210,6 @@ def test_devices_and_costs_are_taken_as_numpy_and_python_give_them():
     np.testing.assert_allclose(grads[1][0].numpy(), x.numpy().mean(0)[:, None], rtol=1e-12)
     assert pp.partition([torch.tensor(1.0), decimal.Decimal("2"), np.float32(3)], 2) == \
         [[0, 1], [2]]
+    for bad in (np.array(True), torch.tensor(True), torch.tensor([2.0])):  # (no number)
+        with pytest.raises(PipelineError, match="a cost is a number"):
+            pp.partition([bad, 1.0], 1)

@@ -340,10 +340,10 @@ def data_parallel_grads_across_ranks(loss: Callable[..., Tensor], params: Sequen
     # (the shares in rank order on every rank: every rank takes the same decision)
     world, rank = distributed.world_size(), distributed.rank()
     shares = [(params, shard(x, r, world), shard(y, r, world)) for r in range(world)]
-    weight = _share_weight(loss, shares, who)
     _, xs, ys = shares[rank]
 
     def share() -> tuple[list[Tensor], dict]:
+        weight = _share_weight(loss, shares, who)  # (it runs the loss too: agreed on)
         # The gradients are values: where the parameters require a gradient
         # (model.parameters()), grad's results are on the tape, for a second derivative,
         # and all_reduce, which has no derivative, refuses a tensor on the tape.

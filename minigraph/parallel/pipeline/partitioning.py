@@ -25,8 +25,9 @@ def as_cost(value: Any, where: str) -> float:
     None said only that it could not convert it, naming neither.) A str, a bool or an
     array of several numbers is no cost."""
     number = math.nan
-    if not isinstance(value, (str, bytes, bool, np.bool_)) and \
-            not (isinstance(value, np.ndarray) and value.ndim != 0):
+    shape, dtype = getattr(value, "shape", ()), str(getattr(value, "dtype", ""))
+    if not isinstance(value, (str, bytes, bool, np.bool_)) and tuple(shape) == () and \
+            "bool" not in dtype:  # (a 0-d bool array or torch tensor, a one-element array)
         try:
             number = float(value)
         except (TypeError, ValueError):
