@@ -12,7 +12,8 @@ must leave ``/autograder/results/results.json``. The bundle written here::
       autograder.zip      all of the above, to upload
 
 With ``--force`` DIR may hold other files (the project's root, say): they are left alone
-and stay out of the zip, and only an earlier bundle's files are replaced.
+and stay out of the zip, and only an earlier bundle's files (marked by a line of theirs)
+are replaced, never through a symbolic link.
 
 The package travels in the bundle (rather than ``pip install`` from a repository) because
 Gradescope's image may not reach the course's repository, and so that the grader and the
@@ -40,17 +41,24 @@ from pathlib import Path
 from minigraph.grading.grade import (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, DEFAULT_TOTAL_TIMEOUT,
                                      MEMORY_HELP, TEST_FILE, _positive, _positive_int,
                                      limits_problem)
+from minigraph.grading.gradescope import NOTHING_TO_GRADE
 from minigraph.grading.release import SKIPPED_DIRS
 
 ZIP_NAME = "autograder.zip"
-#: in every file of the bundle that --force may replace (scripts, minigraph-src's pyproject)
 WRITTEN_BY = "`minigraph autograder`"
+#: a line of its own in every file of the bundle that --force may replace (the scripts,
+#: minigraph-src's pyproject.toml): the whole line, so that a file which merely mentions
+#: `minigraph autograder` is not taken for one
+MARKER = f"# (written by {WRITTEN_BY}, which replaces it when run again)"
+#: minigraph-src/pyproject.toml's line that marks it, as distinctive (every bundle's
+#: pyproject.toml has had it, earlier versions' included)
+DESCRIPTION = f'description = "minigraph, as bundled by {WRITTEN_BY} for Gradescope"'
 VENV = "/opt/minigraph-venv"   # outside /autograder: the sandbox's account must read it
 
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image.
-# (written by `minigraph autograder`, which replaces it when run again)
+{marker}
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! python3 -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null; then
@@ -71,7 +79,7 @@ RUN_AUTOGRADER = """\
 # Gradescope runs this for every submission: grade the student's exercises.py with the
 # course's tests for {chapter}, write results.json (the grader writes it, never the
 # student's code). Paths come from the environment so the bundle can be tried locally.
-# (written by `minigraph autograder`, which replaces it when run again)
+{marker}
 set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{MINIGRAPH_PYTHON:-{venv}/bin/python}}"
@@ -81,31 +89,16 @@ TESTS="$ROOT/source/tests/{chapter}/{test_file}"
 mkdir -p "$ROOT/results"
 
 # the student's file: at the top of the submission, else the only exercises.py in it,
-# else (the whole course uploaded) the one in the chapter's own folder
-EXERCISES="$SUBMISSION/exercises.py"
-if [ ! -f "$EXERCISES" ]; then
-    mapfile -t FOUND < <(find "$SUBMISSION" -name exercises.py -type f 2>/dev/null | sort)
-    mapfile -t OWN < <(find "$SUBMISSION" -path "*/{chapter}/exercises.py" -type f 2>/dev/null)
-    if [ "${{#FOUND[@]}}" -eq 1 ]; then
-        EXERCISES="${{FOUND[0]}}"
-    elif [ "${{#OWN[@]}}" -eq 1 ]; then
-        EXERCISES="${{OWN[0]}}"
-    else
-        # say what was uploaded: "exercises (1).py", "Exercises.py", several candidates
-        if [ "${{#FOUND[@]}}" -gt 1 ]; then
-            WHY="several exercises.py and none (or several) in a folder named {chapter}"
-        else
-            WHY="no file named exercises.py"
-        fi
-        UPLOADED=$(cd "$SUBMISSION" && find . -type f -printf '%P, ' | head -c 1000)
-        UPLOADED="${{UPLOADED%, }}"
-        MESSAGE="Nothing could be graded: your submission holds $WHY (uploaded: \\
-${{UPLOADED:-nothing}}); upload the chapter's exercises.py, under that name"
-        "$PYTHON" -c "import sys; from minigraph.grading.gradescope import write_error_json; \\
-write_error_json(*sys.argv[1:])" "$MESSAGE" "$RESULTS" && exit 0
-        echo "run_autograder: the grader failed and wrote no results" >&2
-        exit 1
-    fi
+# else (the whole course uploaded) the one in the chapter's own folder; none, results.json
+# says what was uploaded (minigraph.grading.gradescope.find_submission)
+EXERCISES=$("$PYTHON" -c "import sys; from minigraph.grading.gradescope import find_submission; \\
+sys.exit(find_submission(*sys.argv[1:]))" "$SUBMISSION" "{chapter}" "$RESULTS")
+status=$?
+if [ "$status" -eq {nothing_to_grade} ] && [ -f "$RESULTS" ]; then
+    exit 0
+elif [ "$status" -ne 0 ]; then
+    echo "run_autograder: the grader failed and wrote no results" >&2
+    exit 1
 fi
 
 "$PYTHON" -m minigraph.grading grade "$EXERCISES" --tests "$TESTS" --json "$RESULTS" \\
@@ -127,7 +120,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "minigraph"
 version = "{version}"
-description = "minigraph, as bundled by `minigraph autograder` for Gradescope"
+{description}
 requires-python = ">=3.10"
 dependencies = {dependencies}
 
@@ -165,20 +158,49 @@ def _copy_package(target: Path) -> None:
     version, dependencies, grading = _requirements()
     as_toml = lambda items: "[" + ", ".join(f'"{i}"' for i in items) + "]"  # noqa: E731
     (target / "pyproject.toml").write_text(
-        PYPROJECT.format(version=version, dependencies=as_toml(dependencies),
-                         grading=as_toml(grading)), encoding="utf-8")
+        PYPROJECT.format(description=DESCRIPTION, version=version,
+                         dependencies=as_toml(dependencies), grading=as_toml(grading)),
+        encoding="utf-8")
 
 
 def _written_by_a_bundle(path: Path) -> bool:
     """Whether ``path`` (setup.sh, run_autograder, minigraph-src/pyproject.toml) is one
-    that :func:`autograder` wrote: each names it (:data:`WRITTEN_BY`)."""
+    that :func:`autograder` wrote: each has the line :data:`MARKER` (the pyproject.toml:
+    :data:`DESCRIPTION`). (Links are refused before: this reads no file outside DIR.)"""
     try:
-        return WRITTEN_BY in path.read_text(encoding="utf-8")
+        lines = path.read_text(encoding="utf-8").split("\n")   # (lines as the shell sees them)
+        return (DESCRIPTION if path.name == "pyproject.toml" else MARKER) in lines
     except (OSError, UnicodeDecodeError):
         return False
 
 
+def _check_replaceable(out: Path, name: str) -> None:
+    """Refuse (:class:`AutograderError`) to write the bundle into ``out`` where it would
+    replace what is not an earlier bundle's: --force writes among the other files of DIR
+    (the project's root, say), so it never follows a symbolic link there (a link leads
+    anywhere: a file outside DIR would be overwritten, or made executable), and it
+    replaces only files that carry :data:`MARKER`."""
+    for path in (out / "setup.sh", out / "run_autograder", out / "minigraph-src",
+                 out / "minigraph-src" / "pyproject.toml", out / "tests", out / "tests" / name,
+                 out / "tests" / name / TEST_FILE, out / ZIP_NAME, out / (ZIP_NAME + ".tmp")):
+        if path.is_symlink():   # (lstat: the link itself)
+            raise AutograderError(f"{path} is a symbolic link: --force never writes through "
+                                  "one (it may lead out of the folder); remove it, or choose "
+                                  "another folder")
+    for own in (out / "setup.sh", out / "run_autograder", out / "minigraph-src"):
+        marked = own / "pyproject.toml" if own.name == "minigraph-src" else own
+        if os.path.lexists(own) and not _written_by_a_bundle(marked):
+            raise AutograderError(
+                f"{marked} lacks the line that {WRITTEN_BY} writes there: it was either "
+                f"not written by {WRITTEN_BY}, or written by an earlier version of it, which "
+                "did not mark its files; --force replaces only marked files. If it is an "
+                "earlier bundle's, remove the bundle's files (setup.sh, run_autograder, "
+                f"minigraph-src, tests/{name}, {ZIP_NAME}) and run again; or choose an empty "
+                "folder")
+
+
 def _write_script(path: Path, text: str) -> None:
+    path.unlink(missing_ok=True)   # (a new file, whatever was there)
     path.write_text(text, encoding="utf-8", newline="\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
@@ -202,18 +224,16 @@ def autograder(chapter: str | Path, out: str | Path, *, force: bool = False,
         raise AutograderError(f"the output folder {out} must not be inside {tests.parent}")
     # --force writes the bundle's files among the others of DIR (the project's root, say)
     # and replaces only what an earlier bundle wrote: never a folder or script of the user's
-    for own in (out / "setup.sh", out / "run_autograder", out / "minigraph-src"):
-        marked = own / "pyproject.toml" if own.name == "minigraph-src" else own
-        if os.path.lexists(own) and not _written_by_a_bundle(marked):
-            raise AutograderError(f"{own} exists and was not written by {WRITTEN_BY} (--force "
-                                  "replaces only an earlier bundle's files): choose another folder")
+    _check_replaceable(out, name)
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "minigraph-src", ignore_errors=True)   # (an earlier bundle's)
     _copy_package(out / "minigraph-src")
     (out / "tests" / name).mkdir(parents=True, exist_ok=True)
+    (out / "tests" / name / TEST_FILE).unlink(missing_ok=True)
     shutil.copyfile(tests, out / "tests" / name / TEST_FILE)
-    _write_script(out / "setup.sh", SETUP_SH.format(venv=VENV))
+    _write_script(out / "setup.sh", SETUP_SH.format(marker=MARKER, venv=VENV))
     _write_script(out / "run_autograder", RUN_AUTOGRADER.format(
+        marker=MARKER, nothing_to_grade=NOTHING_TO_GRADE,
         chapter=name, test_file=TEST_FILE, venv=VENV, timeout=timeout,
         total_timeout=total_timeout, memory_mb=memory_mb))
     # the zip holds exactly the files written above: nothing else of DIR (a reference

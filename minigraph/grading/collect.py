@@ -42,18 +42,24 @@ def read_source(path: str | Path) -> tuple[str, str]:
     try:
         encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
         return data.decode(encoding), encoding
-    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+    except (SyntaxError, UnicodeError, LookupError) as exc:   # ("undefined": UnicodeError)
         raise SyntaxError(f"{path}: cannot be read as Python source ({exc})") from None
 
 
+#: the most a test may be worth: far above any course's, and low enough that the total of
+#: any number of tests is a finite float (two tests worth 1e308 overflowed it)
+MAX_POINTS = 1e6
+
+
 def valid_points(value: object) -> bool:
-    """Whether ``value`` may be what a test is worth: a real number (not a bool), finite
-    and >= 0. (An infinite or NaN score is no grade, and results.json would hold
-    "Infinity" or "NaN", which is not JSON: Gradescope rejects the whole file.)"""
+    """Whether ``value`` may be what a test is worth: a real number (not a bool), finite,
+    >= 0 and at most :data:`MAX_POINTS`. (An infinite or NaN score is no grade, and
+    results.json would hold "Infinity" or "NaN", which is not JSON: Gradescope rejects
+    the whole file.)"""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
     try:
-        return math.isfinite(value) and float(value) >= 0
+        return math.isfinite(value) and 0 <= float(value) <= MAX_POINTS
     except OverflowError:   # an int too large for a float
         return False
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
+from minigraph.grading.messages import STUDENT_FILE
 from minigraph.grading.report import Report, _number
 
 
@@ -54,6 +56,45 @@ def write_error_json(message: str, path: str | Path) -> Path:
     """results.json for a submission that could not be graded at all (no exercises.py,
     say): score 0 and the reason, which Gradescope shows to the student."""
     return _write({"score": 0, "output": message, "tests": []}, path)
+
+
+#: find_submission's exit status when it wrote results.json instead of finding the file
+NOTHING_TO_GRADE = 3
+
+
+def find_submission(submission: str, chapter: str, results: str) -> int:
+    """``run_autograder``'s search for the student's file in the folder ``submission``
+    (Gradescope's upload): ``exercises.py`` at the top, else the only one in it, else (the
+    whole course uploaded) the one in a folder named ``chapter``. Found, its path goes to
+    stdout (its bytes as the file system has them: a folder's name may hold a newline,
+    which a shell reading lines would count as two paths) and the result is 0. Otherwise
+    ``results`` says what was uploaded and the result is :data:`NOTHING_TO_GRADE`."""
+    top = Path(submission)
+    uploaded = sorted(Path(folder, name) for folder, _, names in os.walk(top) for name in names)
+    regular = [p for p in uploaded if p.name == STUDENT_FILE and p.is_file() and not p.is_symlink()]
+    own = [p for p in regular if p.parent.name == chapter]
+    if (top / STUDENT_FILE).is_file():
+        found = [top / STUDENT_FILE]
+    else:
+        found = regular if len(regular) == 1 else own
+    if len(found) == 1:
+        sys.stdout.buffer.write(os.fsencode(found[0]))
+        return 0
+    why = (f"several {STUDENT_FILE} and none (or several) in a folder named {chapter}"
+           if len(regular) > 1 else f"no file named {STUDENT_FILE}")
+    names = []
+    for path in uploaded:
+        # (a name that is not UTF-8 is shown with U+FFFD: JSON holds no lone surrogate)
+        name = os.fsencode(path.relative_to(top)).decode("utf-8", "replace")
+        link = " (a symbolic link, which is not graded)" if path.is_symlink() else ""
+        names.append(name + link)
+    listing = ", ".join(names)
+    if len(listing) > 1000:   # (cut in characters, never inside one)
+        listing = listing[:1000] + "..."
+    write_error_json(f"Nothing could be graded: your submission holds {why} (uploaded: "
+                     f"{listing or 'nothing'}); upload the chapter's {STUDENT_FILE}, under that "
+                     "name", results)
+    return NOTHING_TO_GRADE
 
 
 def _write(data: dict, path: str | Path) -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from minigraph.grading.collect import valid_points
+from minigraph.grading.collect import MAX_POINTS, valid_points
 from minigraph.grading.messages import describe_exception, shorten
 
 POINTS_MARKER = "points(n): the number of points a graded test is worth (minigraph grade)"
@@ -41,7 +41,7 @@ def points_of(item) -> tuple[float, str]:
     args = list(marker.args) + list(marker.kwargs.values())
     if len(args) != 1 or not valid_points(args[0]):
         return 0, (f"invalid points marker {marker.args or marker.kwargs}: expected one "
-                   "finite number >= 0")
+                   f"finite number >= 0 and at most {MAX_POINTS:,.0f}")
     value = args[0]
     # int() takes any numbers.Real (through __trunc__); typeshed's Real.__trunc__ returns
     # an integral-like protocol rather than int, so mypy finds no overload of int() for it

@@ -26,7 +26,9 @@ names the file and the line, and nothing is written.
 The release is self-contained:
 
 - test files lose their ``@pytest.mark.hidden`` tests (graded, never shown), however the
-  mark is spelled (see :func:`strip_hidden`); a spelling it cannot strip is an error;
+  mark is spelled (see :func:`strip_hidden`); pytest itself then collects the released
+  file, and one in which it sees a hidden test, or misses a visible one, is an error;
+- an ``exercises.py`` whose released text still holds a marker is an error;
 - every relative link of the chapters' Markdown must resolve. A link inside the chapters
   is kept; a link to a file of the project around them (``../../minigraph/ops/
   primitive.py``, a notebook, a benchmark) is pointed at a copy of that file under
@@ -46,13 +48,18 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+import minigraph
 
 from minigraph.grading.collect import _marker, parse, read_source
 from minigraph.grading.links import rewrite_links
@@ -80,7 +87,8 @@ def _markers(source: str, filename: str) -> list[Region]:
     if BEGIN not in source and END not in source:
         return []
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        # (readline with newline="": the lines of _lines, not split on "\n" only)
+        tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
     except (tokenize.TokenError, SyntaxError) as exc:
         raise ReleaseError(f"{filename}: does not parse ({exc}), so its solution markers "
                            "cannot be found") from None
@@ -102,6 +110,15 @@ def _markers(source: str, filename: str) -> list[Region]:
     if open_at is not None:
         raise ReleaseError(f"{filename}:{open_at}: {BEGIN} is never closed by {END}")
     return regions
+
+
+def _lines(source: str) -> list[str]:
+    """The lines of ``source`` as Python reads them: ended by "\\n", "\\r\\n" or a lone "\\r"
+    (a classic-Mac file), endings kept. Not ``str.splitlines``, which also splits on form
+    feeds and other characters that Python leaves inside a line, nor ``readline`` of a
+    plain ``io.StringIO``, which splits on "\\n" only: either would number the lines
+    differently from ``tokenize`` and ``ast``, and put markers where they are not."""
+    return io.StringIO(source, newline="").readlines()
 
 
 def _line_ending(line: str) -> str:
@@ -140,7 +157,7 @@ def _release(source: str, filename: str) -> tuple[str, list[Region]]:
     regions = _markers(source, filename)
     if not regions:
         return source, regions
-    lines = source.splitlines(keepends=True)
+    lines = _lines(source)
     out: list[str] = []
     stubs: list[tuple[int, str, str]] = []  # (line in the released file, indent, newline)
     position = 0  # index of the next line of `lines` not yet copied
@@ -167,6 +184,17 @@ def _release(source: str, filename: str) -> tuple[str, list[Region]]:
         region.owner = owner
         out[line - 1] = stub_line(indent, owner, newline)
     return "".join(out), regions
+
+
+def _no_marker_left(released: str, filename: str) -> None:
+    """Refuse an exercises.py whose released text still holds a solution marker: a marker
+    that the scan of comments missed (as one did in a file of classic-Mac "\\r" line
+    endings) is a solution about to be given to students."""
+    for number, line in enumerate(_lines(released), 1):
+        if BEGIN in line or END in line:
+            raise ReleaseError(f"{filename}: line {number} of the released file still holds a "
+                               "solution marker, so a solution may be left in it; a marker "
+                               "must be a comment alone on its line")
 
 
 def solution_regions(source: str, filename: str = "<string>") -> list[Region]:
@@ -197,16 +225,27 @@ def _sets_pytestmark(node: ast.stmt, aliases: set[str] | frozenset[str]) -> bool
         any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
 
 
+def _parametrize_args(node: ast.expr) -> tuple[ast.expr | None, ast.expr | None]:
+    """(argvalues, ids) of ``node`` when it is a ``pytest.mark.parametrize(...)`` call,
+    each given by position or by keyword; None for what is not given."""
+    call = _marker(node, "parametrize")
+    if not isinstance(call, ast.Call):
+        return None, None
+    keywords = {k.arg: k.value for k in call.keywords}
+    values = call.args[1] if len(call.args) > 1 else keywords.get("argvalues")
+    ids = call.args[3] if len(call.args) > 3 else keywords.get("ids")
+    return values, ids
+
+
 def _is_hidden(node: ast.stmt, aliases: set[str] | frozenset[str] = frozenset()) -> bool:
     """Whether the def or class ``node`` is hidden: by one of its decorators, by a
     ``parametrize`` whose every case is hidden, or (a class) by its own ``pytestmark``."""
     for decorator in getattr(node, "decorator_list", []):
         if _hides(decorator, aliases):
             return True
-        cases = _marker(decorator, "parametrize")
-        if isinstance(cases, ast.Call) and len(cases.args) >= 2 and \
-                isinstance(cases.args[1], (ast.List, ast.Tuple)) and cases.args[1].elts and \
-                all(_is_hidden_case(case, aliases) for case in cases.args[1].elts):
+        cases = _parametrize_args(decorator)[0]
+        if isinstance(cases, (ast.List, ast.Tuple)) and cases.elts and \
+                all(_is_hidden_case(case, aliases) for case in cases.elts):
             return True   # (stripped case by case, it would be left with none: skipped)
     return isinstance(node, ast.ClassDef) and any(_sets_pytestmark(s, aliases) for s in node.body)
 
@@ -221,13 +260,32 @@ def _is_hidden_case(node: ast.expr, aliases: set[str] | frozenset[str]) -> bool:
                                    for k in node.keywords)
 
 
-def strip_hidden(source: str, filename: str = "<string>") -> str:
+def _cut_elements(elements: list[ast.expr], cut: set[int],
+                  spans: list[tuple[int, int, int, int]]) -> None:
+    """Add to ``spans`` the elements ``cut`` (indices) of a list, tuple or tuple target,
+    each with one comma: up to the next element, else (the last) from the one before."""
+    for i in sorted(cut):
+        if i + 1 < len(elements):
+            spans.append((*_start(elements[i]), *_start(elements[i + 1])))
+        else:
+            spans.append((*(_end(elements[i - 1]) if i else _start(elements[i])),
+                           *_end(elements[i])))
+
+
+def strip_hidden(source: str, filename: str = "<string>",
+                 folder: str | Path | None = None) -> str:
     """``source`` (a test file) without its hidden tests: graded by the grader, never shown
     in the student's copy. A test is hidden as pytest sees it: ``@pytest.mark.hidden`` or a
     module-level name bound to it (``secret = pytest.mark.hidden``, then ``@secret``) on
-    the test or its class, ``pytestmark = pytest.mark.hidden`` in its class or module,
-    and one case ``pytest.param(..., marks=pytest.mark.hidden)`` of a list of cases. Any
-    other use of the mark is a :class:`ReleaseError`: the test it hides would be shown."""
+    the test, its class or a class it inherits from, ``pytestmark = pytest.mark.hidden``
+    in its class or module, and one case ``pytest.param(..., marks=pytest.mark.hidden)``
+    of a list of cases (its entry in a literal ``ids=[...]`` goes with it).
+
+    Then pytest itself checks the result (:func:`_check_with_pytest`): a spelling of the
+    mark that the stripper does not know (``m = pytest.mark``, then ``@m.hidden``) is a
+    :class:`ReleaseError`, never a hidden test shown. ``folder`` goes on ``sys.path`` for
+    that check (the chapter's, where the tests import from; default: the folder of
+    ``filename`` when it is a file)."""
     try:
         tree = parse(source, filename=filename)
     except SyntaxError as exc:
@@ -242,56 +300,150 @@ def strip_hidden(source: str, filename: str = "<string>") -> str:
 
     hidden_module = False
     for node in tree.body:
-        if isinstance(node, ast.Assign) and _hides(node.value, aliases):
-            hidden_module |= _sets_pytestmark(node, aliases)
-            aliases.update(t.id for t in node.targets
-                           if isinstance(t, ast.Name) and t.id != "pytestmark")
-            cut(node)   # (nothing of the mark is left for a student to wonder about)
+        if not (isinstance(node, ast.Assign) and _hides(node.value, aliases)):
+            continue
+        hidden_module |= _sets_pytestmark(node, aliases)
+        target, value = node.targets[0], node.value
+        if len(node.targets) == 1 and isinstance(target, ast.Tuple) and \
+                isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts) and \
+                not all(_hides(v, aliases) for v in value.elts):
+            # `secret, two = pytest.mark.hidden, pytest.mark.points(2)`: only `secret` goes
+            hides = {i for i, v in enumerate(value.elts) if _hides(v, aliases)}
+            aliases.update(t.id for i, t in enumerate(target.elts)
+                           if i in hides and isinstance(t, ast.Name))
+            _cut_elements(target.elts, hides, spans)
+            _cut_elements(value.elts, hides, spans)
+        else:   # (nothing of the mark is left for a student to wonder about)
+            aliases.update(name.id for t in node.targets for name in ast.walk(t)
+                           if isinstance(name, ast.Name) and name.id != "pytestmark")
+            cut(node)
+
+    hidden_classes: set[str] = set()   # a class inheriting from one is hidden too
 
     def visit(body: list[ast.stmt], all_hidden: bool) -> int:
         """Cut the hidden tests of ``body``; return how many statements were cut."""
         count = 0
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if _is_hidden(node, aliases) or (all_hidden and node.name.lower().startswith("test")) \
-                        or (isinstance(node, ast.ClassDef) and
-                            visit(node.body, False) == len(node.body)):
+                inherits = isinstance(node, ast.ClassDef) and any(
+                    isinstance(base, ast.Name) and base.id in hidden_classes for base in node.bases)
+                if inherits or _is_hidden(node, aliases) or \
+                        (all_hidden and node.name.lower().startswith("test")):
+                    if isinstance(node, ast.ClassDef):
+                        hidden_classes.add(node.name)
+                    cut(node)
+                    count += 1
+                elif isinstance(node, ast.ClassDef) and visit(node.body, False) == len(node.body):
                     cut(node)   # (a class left without a statement would not compile)
                     count += 1
         return count
 
     visit(tree.body, hidden_module)
-    for sequence in ast.walk(tree):   # hidden cases, wherever the list of cases is written
-        if isinstance(sequence, (ast.List, ast.Tuple)):
-            cases = sequence.elts
-            for i, case in enumerate(cases):
-                if not _is_hidden_case(case, aliases):
-                    continue
-                # the case and one comma: up to the next case, else from the one before
-                if i + 1 < len(cases):
-                    spans.append((*_start(case), *_start(cases[i + 1])))
-                else:
-                    spans.append((*(_end(cases[i - 1]) if i else _start(case)), *_end(case)))
+    for found in ast.walk(tree):   # hidden cases, wherever the list of cases is written
+        if isinstance(found, (ast.List, ast.Tuple)):
+            _cut_elements(found.elts, {i for i, case in enumerate(found.elts)
+                                       if _is_hidden_case(case, aliases)}, spans)
+        if not isinstance(found, ast.Call):
+            continue
+        values, ids = _parametrize_args(found)
+        if isinstance(values, (ast.List, ast.Tuple)) and isinstance(ids, (ast.List, ast.Tuple)) \
+                and len(ids.elts) == len(values.elts):   # each case's id goes with it
+            _cut_elements(ids.elts, {i for i, case in enumerate(values.elts)
+                                     if _is_hidden_case(case, aliases)}, spans)
     released = _cut(source, spans)
-    # what is left must not name the mark: pytest would see a hidden test there
+    # what is left must not name the mark (a quick check, with a precise message; the
+    # sound one, of every spelling, is pytest's own below)
     marks = {"mark"} | {alias.asname or alias.name for node in ast.walk(tree)
                         if isinstance(node, ast.ImportFrom) and node.module == "pytest"
                         for alias in node.names if alias.name == "mark"}
     for used in ast.walk(parse(released, filename=filename)):
-        if (isinstance(used, ast.Attribute) and used.attr == "hidden" and (
+        if isinstance(used, ast.Attribute) and used.attr == "hidden" and (
                 (isinstance(used.value, ast.Attribute) and used.value.attr == "mark") or
-                (isinstance(used.value, ast.Name) and used.value.id in marks))) or \
-                (isinstance(used, ast.Name) and used.id in aliases) or \
-                (isinstance(used, ast.Call) and isinstance(used.func, ast.Name) and
-                 used.func.id == "getattr" and any(isinstance(a, ast.Constant) and
-                                                   a.value == "hidden" for a in used.args)):
+                (isinstance(used.value, ast.Name) and used.value.id in marks)):
             raise ReleaseError(
                 f"{filename}: the hidden mark is used in a way the release cannot strip "
                 f"(line {used.lineno} of the released file), so the test it hides would be "
-                f"shown to students; mark the test with @pytest.mark.hidden on its def or "
-                f"class, pytestmark = pytest.mark.hidden, or pytest.param(..., "
-                f"marks=pytest.mark.hidden)")
+                f"shown to students; {_HOW_TO_HIDE}")
+    if folder is None and Path(filename).is_file():
+        folder = Path(filename).parent
+    _check_with_pytest(source, released, filename, folder)
     return released
+
+
+_HOW_TO_HIDE = ("mark the test with @pytest.mark.hidden on its def or class, pytestmark = "
+                "pytest.mark.hidden, or pytest.param(..., marks=pytest.mark.hidden)")
+
+#: run in a subprocess: collect the files of argv[2:] with pytest, write what it saw
+#: (test id, marked hidden) and its collection errors as JSON into argv[1]
+_COLLECT = """\
+import json, sys, pytest
+class Record:
+    def __init__(self):
+        self.items, self.errors = [], []
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append([report.nodeid, str(report.longrepr)[-600:]])
+    def pytest_collection_finish(self, session):
+        self.items = [[item.nodeid, item.get_closest_marker("hidden") is not None]
+                      for item in session.items]
+record = Record()
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "minigraph.grading.plugin",
+             "--import-mode=importlib", "-c", "pytest.ini", "--rootdir", "."] + sys.argv[2:],
+            plugins=[record])
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    json.dump({"items": record.items, "errors": record.errors}, f)
+"""
+
+
+def _check_with_pytest(original: str, released: str, filename: str,
+                       folder: str | Path | None) -> None:
+    """Refuse (:class:`ReleaseError`) a released test file in which pytest, collecting it,
+    sees a hidden test, or misses a visible test of the original, or which does not
+    collect. The stripper reads the marks' spellings it knows; pytest is the judge of
+    what is hidden, whatever the spelling, so this check is the one that makes the
+    release safe. It runs in a subprocess (collecting imports the test file) with
+    ``folder`` on ``sys.path``, where the tests import from."""
+    name = Path(filename).name if Path(filename).name.endswith(".py") else "test_file.py"
+    package_root = str(Path(minigraph.__file__).resolve().parent.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        for version, text in (("original", original), ("released", released)):
+            (Path(tmp) / version).mkdir()
+            (Path(tmp) / version / name).write_text(text, encoding="utf-8")
+        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")   # (no ini file of /tmp's)
+        path = [str(Path(folder).resolve())] if folder is not None else []
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            path + [package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+        env.pop("PYTEST_ADDOPTS", None)
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"   # (only the grader's plugin: seconds less)
+        try:
+            subprocess.run([sys.executable, "-c", _COLLECT, "seen.json", f"original/{name}",
+                            f"released/{name}"], cwd=tmp, env=env, capture_output=True,
+                           timeout=300)
+            with open(Path(tmp) / "seen.json", encoding="utf-8") as f:
+                seen = json.load(f)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            raise ReleaseError(f"{filename}: pytest could not collect the test file, so the "
+                               f"release cannot check that it shows no hidden test ({exc})"
+                               ) from None
+    for nodeid, error in seen["errors"]:
+        which = "released" if nodeid.startswith("released/") else "original"
+        raise ReleaseError(f"{filename}: the {which} test file does not collect with pytest, "
+                           f"so the release cannot check that it shows no hidden test:\n{error}")
+    tests: dict[str, dict[str, bool]] = {"original": {}, "released": {}}  # test -> hidden
+    for nodeid, hidden in seen["items"]:   # "released/test_exercises.py::test_mean"
+        tests[nodeid.split("/", 1)[0]][nodeid.split("::", 1)[1]] = hidden
+    shown = [test for test, hidden in tests["released"].items() if hidden]
+    lost = [test for test, hidden in tests["original"].items()
+            if not hidden and test not in tests["released"]]
+    if shown:
+        raise ReleaseError(f"{filename}: the release cannot strip the hidden mark as it is "
+                           f"written here: pytest still sees {', '.join(shown)} as hidden in "
+                           f"the released file, which would show it to students; {_HOW_TO_HIDE}")
+    if lost:
+        raise ReleaseError(f"{filename}: the release would lose the visible tests "
+                           f"{', '.join(lost)} (pytest does not find them in the released "
+                           "file); write the hidden tests apart from them (a parametrized "
+                           "test's cases need ids: pytest.param(..., id=...))")
 
 
 def _start(node: ast.expr) -> tuple[int, int]:
@@ -306,7 +458,7 @@ def _end(node: ast.expr) -> tuple[int, int]:
 def _cut(source: str, spans: list[tuple[int, int, int, int]]) -> str:
     """``source`` without the text of ``spans`` ((line, column) to (line, column), as
     ``ast`` counts them: lines from 1, columns in UTF-8 bytes); spans may overlap."""
-    lines = io.StringIO(source, newline="").readlines()   # (line endings kept, as ast counts)
+    lines = _lines(source)
     data = source.encode("utf-8")
     starts = [0]
     for line in lines:
@@ -391,6 +543,8 @@ class _Plan:
             except SyntaxError as exc:
                 raise ReleaseError(str(exc)) from None
             released, regions = _release(source, str(path))
+            if path.name == "exercises.py":
+                _no_marker_left(released, str(path))
             if path.name.startswith("test_"):
                 released = strip_hidden(released, str(path))
             self.items[target] = (path, released, len(regions))
