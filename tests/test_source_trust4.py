@@ -358,3 +358,21 @@ def test_super_outside_a_method_is_pythons_error_with_the_line():
     with pytest.raises(RuntimeError, match="__class__ cell not found") as caught:
         mg.grad(_super_outside_a_method, mode="source")(x)
     assert "_super_outside_a_method" in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["source", "graph"])
+def test_vjp_and_jacrev_after_a_held_tensor_is_bound_anew(mode):
+    """f reads HELD.t, a tensor that requires a gradient; after HELD.t was bound to
+    another tensor and mg.vjp called again, vjp_fn refused ("f reads t, which holds
+    another value since mg.vjp ran f ... call mg.vjp again"): the program kept for f's
+    taped calls was never built again, so the reads vjp_fn compares were the first
+    tensor's. Oracle: torch.func.vjp of w * t**2, and jacrev's diagonal."""
+    w0 = np.array([0.5, 1.0, 1.5])
+    for t0 in (np.array([1.5, 2.0, 2.5]), np.array([3.0, 4.0, 5.0])):
+        _HELD.t = mg.tensor(t0, requires_grad=True)
+        want = torch.func.vjp(lambda w: w * torch.tensor(t0) ** 2, torch.tensor(w0))[1](
+            torch.ones(3, dtype=torch.float64))[0].numpy()
+        _, vjp_fn = mg.vjp(_weighted_squares_vector, mg.tensor(w0), mode=mode)
+        np.testing.assert_allclose(vjp_fn(mg.ones(3, "float64"))[0].numpy(), want)
+        jac = mg.jacrev(_weighted_squares_vector, mode=mode)(mg.tensor(w0)).numpy()
+        np.testing.assert_allclose(np.diag(jac), want)

@@ -314,9 +314,16 @@ class Captured:
         # immutable, a write replaces it, which the identity test sees)
         self.arrays = [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
 
-    def stale(self) -> bool:
+    def stale(self, taped: bool = False) -> bool:
+        """Whether what the program read from outside has changed since it was built.
+        ``taped``: the call runs f itself on the tape (:meth:`on_the_tape`), not the
+        program, so only a name or an item bound anew counts: the reads kept here are
+        then out of date (a vjp_fn compares them), and the program is built again; a
+        write into a tensor (a training step) does not rebuild it at every call."""
         if self.reads and rebound(self.reads) is not None:
             return True
+        if taped:
+            return False
         for t, d in zip(self.tensors, self.datas):  # (loops, not any(): the cached call's
             if t.data is not d:                      # path, without a generator's calls)
                 return True

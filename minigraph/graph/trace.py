@@ -238,9 +238,10 @@ class Traced:
         # (the programs for the caller's grad mode: _programs, inline where grad is on)
         cache = self.cache if is_grad_enabled() else self._programs(args)
         entry = cache.get(key)
-        # (a global tensor written: again; but not to run f on the tape, which needs none)
+        # (a global tensor written: again; to run f on the tape, which needs no program,
+        # only a name bound anew: Captured.stale)
         taped = entry is not None and on_the_tape(entry[0])
-        if entry is None or not taped and entry[0].captured.stale():
+        if entry is None or entry[0].captured.stale(taped):
             graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
                                         grad=cache is self.cache)
             self.recordings += 1
@@ -319,7 +320,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         compiled = cache.get(key)
         # (a program run on the tape is not asked whether it is stale: it is not run)
         taped = compiled is not None and on_the_tape(compiled)
-        if compiled is None or not taped and compiled.captured.stale():
+        if compiled is None or compiled.captured.stale(taped):
             for i in nums:  # (the signature read an int, a list ... being differentiated)
                 if key[i][0] != DATA:
                     raise not_data(args[i], i, who)
@@ -366,7 +367,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...],
         """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
         key = signature(args + (g,), argnums)
         compiled = cache.get(key)
-        if compiled is None or not on_the_tape(compiled) and compiled.captured.stale():
+        if compiled is None or compiled.captured.stale(on_the_tape(compiled)):
             compiled = cache[key] = build(args, key)  # (a global tensor written: again)
         return compiled
 

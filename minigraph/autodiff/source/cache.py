@@ -131,9 +131,9 @@ class SourceGrad:
 
     def _program(self, args: tuple, key: tuple, nums: tuple[int, ...], cache: dict) -> Program:
         prog = cache.get(key)  # the cache: no rewriting
-        # (a global tensor it read was written: again; but not where f runs on the tape,
-        # which does not run the program: _taped)
-        if prog is None or not prog.captured.on_the_tape() and prog.captured.stale():
+        # (a global tensor it read was written: again; where f runs on the tape, which
+        # does not run the program (_taped), only a name bound anew: Captured.stale)
+        if prog is None or prog.captured.stale(prog.captured.on_the_tape()):
             self._src = _read(self.f, self.who)  # (f's code may be another: f.__code__ = ...)
             try:
                 prog = _transform(self._src, args, nums, single(self.argnums), key, self.seeded,

@@ -1106,6 +1106,11 @@ class _Normaliser:
                 raise self.w.refuse(f"the operator {type(op).__name__} on a loop index",
                                     "a loop index takes part in +, -, *, /, //, %, ** and "
                                     "abs() only") from None
+            if isinstance(left, Cond) or isinstance(right, Cond):  # (i > 0 as a number)
+                raise self.w.refuse(f"the operator {type(op).__name__} on a comparison of "
+                                    f"a loop index", "it is the condition of an if (or "
+                                    "the divisor of a float argument), not a number: write "
+                                    "the if") from None
             raise self.w.refuse(f"the operator {type(op).__name__} on values of the "
                                 "program", "minigraph has no primitive for it") from None
 
