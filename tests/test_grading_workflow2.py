@@ -192,6 +192,13 @@ def test_the_sandbox_loads_the_codec_the_submission_declares(tmp_path):
         sources.append(tmp_path / encoding / "exercises.py")
         sources[-1].parent.mkdir()
         sources[-1].write_bytes(f"# -*- coding: {encoding} -*-\n# \u0436\nx = 1\n".encode(encoding))
+    # (the declaration on Python's second line of a classic-Mac file, after a first line
+    # longer than 64 KiB: the grader read lines ended by "\n" only, of 64 KiB at most)
+    for name, text in (("mac", "#!/usr/bin/env python\r# -*- coding: cp1251 -*-\r# \u0436\rx = 1\r"),
+                       ("long", "#" + "x" * 70_000 + "\n# -*- coding: koi8-r -*-\n# \u0436\n")):
+        sources.append(tmp_path / name / "exercises.py")
+        sources[-1].parent.mkdir()
+        sources[-1].write_bytes(text.encode("cp1251" if name == "mac" else "koi8-r"))
     package_root = str(Path(__import__("minigraph").__file__).resolve().parents[1])
     run = subprocess.run([sys.executable, "-c", PRELOADED_AND_DECLARED, *map(str, sources)],
                          capture_output=True, text=True, timeout=60,
@@ -221,3 +228,67 @@ def test_points_are_bounded_so_that_the_total_is_finite():
 
     points, problem = points_of(Item())
     assert points == 0 and "at most 1,000,000" in problem
+
+
+# -- folders the grader must never close -------------------------------------------------------
+
+def test_the_grader_never_closes_a_folder_others_share(tmp_path, monkeypatch):
+    """With --tests, the grader took the test file's grandparent for the course when a
+    sibling folder held a test_exercises.py too, and closed it to others: two chapters
+    unpacked side by side in /tmp made it close /tmp (mode 1777 -> 1770), and every
+    sandbox, made under /tmp, then failed on its own files (every student got 0). A
+    folder with the sticky bit, or one holding the temporary folder or the Python the
+    sandbox runs, is left open; a course folder of its own is still closed."""
+    import stat
+    import tempfile
+
+    from minigraph.grading import isolation
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    assert isolation.close_to_others(shared) is False
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    holder = tmp_path / "holder"
+    (holder / "inner").mkdir(parents=True)
+    os.chmod(holder, 0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(holder / "inner"))
+    assert isolation.close_to_others(holder) is False  # (it holds the temporary folder)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    course = tmp_path / "course"
+    course.mkdir()
+    os.chmod(course, 0o755)
+    assert isolation.close_to_others(course) is True
+    assert stat.S_IMODE(course.stat().st_mode) == 0o750
+
+
+def test_run_autograder_finds_a_file_deep_in_the_upload_and_imports_nothing_of_it(tmp_path):
+    """An upload of 1,100 nested folders made the search for exercises.py (os.walk, which
+    recurses) raise RecursionError: no results.json. And run_autograder, started from the
+    submission's folder, let Python import the student's own minigraph/ as root (the
+    current folder comes first on its path). Oracle: the file's path, and no file written
+    by the planted package."""
+    import importlib
+
+    ag = importlib.import_module("minigraph.grading.autograder")  # (the module: the
+    # package's name autograder is its function)
+
+    deep = tmp_path / "up"
+    deep.mkdir()
+    folder = deep
+    for _ in range(1100):  # (one by one: Path.mkdir(parents=True) recurses too)
+        folder = folder / "a"
+        folder.mkdir()
+    (deep / "exercises.py").write_text("x = 1\n")
+    try:
+        search = ("import sys; from minigraph.grading.gradescope import find_submission; "
+                  "sys.exit(find_submission(*sys.argv[1:]))")
+        run = subprocess.run([sys.executable, "-c", search, str(deep), "ch",
+                              str(tmp_path / "results.json")], capture_output=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(Path(ag.__file__).parents[2])})
+    finally:  # (bottom up, one by one: pytest's clean-up, shutil.rmtree, recurses too)
+        while folder != deep:
+            folder.rmdir()
+            folder = folder.parent
+    assert run.returncode == 0 and run.stdout == os.fsencode(deep / "exercises.py"), run.stderr
+    assert 'cd /' in ag.RUN_AUTOGRADER  # (the folder Python imports from first holds no package)

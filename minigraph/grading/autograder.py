@@ -81,8 +81,11 @@ RUN_AUTOGRADER = """\
 # student's code). Paths come from the environment so the bundle can be tried locally.
 {marker}
 set -uo pipefail
-ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+ROOT="$(cd "${{AUTOGRADER_ROOT:-/autograder}}" && pwd)"
 PYTHON="${{MINIGRAPH_PYTHON:-{venv}/bin/python}}"
+# Python puts the current folder first on its path (-c, -m): from the submission's, the
+# student's own minigraph/ would be imported, as root; "/" holds no package
+cd /
 SUBMISSION="$ROOT/submission"
 RESULTS="$ROOT/results/results.json"
 TESTS="$ROOT/source/tests/{chapter}/{test_file}"
@@ -180,6 +183,7 @@ def _check_replaceable(out: Path, name: str) -> None:
     (the project's root, say), so it never follows a symbolic link there (a link leads
     anywhere: a file outside DIR would be overwritten, or made executable), and it
     replaces only files that carry :data:`MARKER`."""
+    folders = {out / "minigraph-src", out / "tests", out / "tests" / name}
     for path in (out / "setup.sh", out / "run_autograder", out / "minigraph-src",
                  out / "minigraph-src" / "pyproject.toml", out / "tests", out / "tests" / name,
                  out / "tests" / name / TEST_FILE, out / ZIP_NAME, out / (ZIP_NAME + ".tmp")):
@@ -187,6 +191,16 @@ def _check_replaceable(out: Path, name: str) -> None:
             raise AutograderError(f"{path} is a symbolic link: --force never writes through "
                                   "one (it may lead out of the folder); remove it, or choose "
                                   "another folder")
+        # (checked before anything is written: a FIFO would block the marker's read for
+        # ever, a folder named autograder.zip fail half-way, the bundle left half-written)
+        if not os.path.lexists(path):
+            continue
+        folder = path in folders
+        mode = path.lstat().st_mode
+        if stat.S_ISDIR(mode) != folder or not folder and not stat.S_ISREG(mode):
+            raise AutograderError(f"{path} is in the way: the bundle writes a "
+                                  f"{'folder' if folder else 'file'} there; remove it, or "
+                                  "choose another folder")
     for own in (out / "setup.sh", out / "run_autograder", out / "minigraph-src"):
         marked = own / "pyproject.toml" if own.name == "minigraph-src" else own
         if os.path.lexists(own) and not _written_by_a_bundle(marked):

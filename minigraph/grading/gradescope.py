@@ -70,7 +70,7 @@ def find_submission(submission: str, chapter: str, results: str) -> int:
     which a shell reading lines would count as two paths) and the result is 0. Otherwise
     ``results`` says what was uploaded and the result is :data:`NOTHING_TO_GRADE`."""
     top = Path(submission)
-    uploaded = sorted(Path(folder, name) for folder, _, names in os.walk(top) for name in names)
+    uploaded = _files(top)
     regular = [p for p in uploaded if p.name == STUDENT_FILE and p.is_file() and not p.is_symlink()]
     own = [p for p in regular if p.parent.name == chapter]
     if (top / STUDENT_FILE).is_file():
@@ -95,6 +95,25 @@ def find_submission(submission: str, chapter: str, results: str) -> int:
                      f"{listing or 'nothing'}); upload the chapter's {STUDENT_FILE}, under that "
                      "name", results)
     return NOTHING_TO_GRADE
+
+
+def _files(top: Path) -> list[Path]:
+    """Every file under ``top``, sorted; links listed, not followed. Walked with a stack:
+    ``os.walk`` recurses (Python 3.11), and an upload of 1,100 nested folders raised
+    RecursionError, so that no results.json was written."""
+    found, todo = [], [top]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # (a folder the grader cannot read: as os.walk, passed over)
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(Path(entry.path))
+            else:
+                found.append(Path(entry.path))
+    return sorted(found)
 
 
 def _write(data: dict, path: str | Path) -> Path:

@@ -376,12 +376,32 @@ def readable_by_others(path: Path) -> bool:
 
 def close_to_others(path: Path) -> bool:
     """Remove others' access to ``path`` (the course folder); True when it changed. A
-    symbolic link is left alone: chmod would change what it points to, wherever that is."""
+    symbolic link is left alone: chmod would change what it points to, wherever that is;
+    so is a folder others share (:func:`_shared`)."""
     mode = path.lstat().st_mode
-    if stat.S_ISLNK(mode) or not mode & stat.S_IRWXO:
+    if stat.S_ISLNK(mode) or not mode & stat.S_IRWXO or _shared(path, mode):
         return False
     os.chmod(path, stat.S_IMODE(mode) & ~stat.S_IRWXO)
     return True
+
+
+def _shared(path: Path, mode: int) -> bool:
+    """Whether ``path`` is a folder others share, which must stay open to them: one with
+    the sticky bit (/tmp, /var/tmp, /dev/shm), or one holding the temporary folder every
+    sandbox works in, or the Python the sandbox runs ("/", "/usr" ...). Two chapters
+    unpacked side by side in /tmp made /tmp "the course", and closing it to others locked
+    every sandbox out of its own files: every test failed, every student got 0."""
+    import sys
+    import tempfile
+
+    if mode & stat.S_ISVTX:
+        return True
+    resolved = path.resolve()
+    for needed in (Path(tempfile.gettempdir()), Path(sys.prefix), Path(sys.base_prefix)):
+        needed = needed.resolve()
+        if resolved == needed or resolved in needed.parents:
+            return True
+    return False
 
 
 def private_dir(prefix: str) -> Path:

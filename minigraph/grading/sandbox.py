@@ -331,8 +331,12 @@ def _preload_codec(path: str) -> None:
         return
     with os.fdopen(fd, "rb") as f:
         try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):   # (64 KiB a line at most: as root)
-                encoding = tokenize.detect_encoding(lambda: f.readline(1 << 16))[0]
+            if stat.S_ISREG(os.fstat(fd).st_mode):   # (1 MiB at most: as root)
+                # (Python's lines: ended by \n, \r\n or a lone \r, as bytes.splitlines
+                # ends them; readline would end them at \n only, and a classic-Mac file's
+                # second line, the declaration, would not be read as one)
+                lines = iter(f.read(1 << 20).splitlines(keepends=True)[:2])
+                encoding = tokenize.detect_encoding(lambda: next(lines, b""))[0]
                 codecs.lookup(encoding)   # (imports its module of the encodings package)
         except (OSError, SyntaxError, LookupError):
             pass
