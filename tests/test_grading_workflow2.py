@@ -41,11 +41,12 @@ def test_solution_regions_are_found_whatever_ends_the_lines():
 
 
 def test_the_release_refuses_an_exercises_file_still_holding_a_marker(tmp_path):
-    """A marker the comment scan does not see (here inside a string) was released as it
-    is: whatever scan misses a marker, exercises.py may hold a solution. It is refused."""
+    """A marker the region scan does not take (here a comment after code, not alone on
+    its line) was released as it is: whatever scan misses a marker, exercises.py may hold
+    a solution. It is refused. (A marker's text inside a string is text: not refused.)"""
     chapter = tmp_path / "chapters" / "01-x"
     chapter.mkdir(parents=True)
-    (chapter / "exercises.py").write_text('def f():\n    return """\n### BEGIN SOLUTION\n"""\n')
+    (chapter / "exercises.py").write_text('def f():\n    x = 1\n    return x  ### BEGIN SOLUTION\n')
     (chapter / "test_exercises.py").write_text(TESTS)
     with pytest.raises(ReleaseError, match="exercises.py: line 3 .* solution marker"):
         release(tmp_path / "chapters", tmp_path / "out")

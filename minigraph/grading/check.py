@@ -119,7 +119,7 @@ def check_chapter(folder: str | Path, *, min_tests: int = MIN_EXERCISES) -> list
             return problems + [str(exc)]
         return problems + [f"{tests}:{exc.lineno}: does not parse: {exc.msg}"]
     try:  # a hidden test the release cannot strip would be shown to students
-        strip_hidden(test_source, str(tests))
+        strip_hidden(test_source, str(tests), course=folder.parent)
     except ReleaseError as exc:
         problems.append(str(exc))
     for stmt in tree.body:  # module level only: inside a fixture or test is the rule

@@ -27,8 +27,10 @@ The release is self-contained:
 
 - test files lose their ``@pytest.mark.hidden`` tests (graded, never shown), however the
   mark is spelled (see :func:`strip_hidden`); pytest itself then collects the released
-  file, and one in which it sees a hidden test, or misses a visible one, is an error;
-- an ``exercises.py`` whose released text still holds a marker is an error;
+  file beside the original, in the course, and one in which it sees a hidden test, or
+  fewer or more visible cases of a test than in the original, is an error;
+- a released ``.py`` file in which a comment still holds a marker (one after code on
+  its line: not read as a marker, so the solution it marks would be shipped) is an error;
 - every relative link of the chapters' Markdown must resolve. A link inside the chapters
   is kept; a link to a file of the project around them (``../../minigraph/ops/
   primitive.py``, a notebook, a benchmark) is pointed at a copy of that file under
@@ -56,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import tokenize
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,18 +87,10 @@ def _markers(source: str, filename: str) -> list[Region]:
     """The regions between the markers; balanced and not nested, or ReleaseError. A marker
     is a comment alone on its line: the same text inside a string (this module's
     docstring, which a chapter may link to) is text, not a marker."""
-    if BEGIN not in source and END not in source:
-        return []
-    try:
-        # (readline with newline="": the lines of _lines, not split on "\n" only)
-        tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
-    except (tokenize.TokenError, SyntaxError) as exc:
-        raise ReleaseError(f"{filename}: does not parse ({exc}), so its solution markers "
-                           "cannot be found") from None
     regions, open_at = [], None
-    for token in tokens:
+    for token in _comments(source, filename):
         lineno, column = token.start
-        if token.type != tokenize.COMMENT or token.line[:column].strip():
+        if token.line[:column].strip():
             continue
         if token.string.startswith(BEGIN):
             if open_at is not None:
@@ -110,6 +105,20 @@ def _markers(source: str, filename: str) -> list[Region]:
     if open_at is not None:
         raise ReleaseError(f"{filename}:{open_at}: {BEGIN} is never closed by {END}")
     return regions
+
+
+def _comments(source: str, filename: str) -> list[tokenize.TokenInfo]:
+    """The comments of ``source`` that may hold a marker ([] when no marker text is in it);
+    ReleaseError where it does not tokenize."""
+    if BEGIN not in source and END not in source:
+        return []
+    try:
+        # (readline with newline="": the lines of _lines, not split on "\n" only)
+        tokens = tokenize.generate_tokens(io.StringIO(source, newline="").readline)
+        return [token for token in tokens if token.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError) as exc:
+        raise ReleaseError(f"{filename}: does not parse ({exc}), so its solution markers "
+                           "cannot be found") from None
 
 
 def _lines(source: str) -> list[str]:
@@ -156,6 +165,7 @@ def _functions_around(tree: ast.AST, lines: set[int]) -> dict[int, str]:
 def _release(source: str, filename: str) -> tuple[str, list[Region]]:
     regions = _markers(source, filename)
     if not regions:
+        _no_marker_left(source, filename)
         return source, regions
     lines = _lines(source)
     out: list[str] = []
@@ -183,18 +193,21 @@ def _release(source: str, filename: str) -> tuple[str, list[Region]]:
                 "the released module would fail on import (move the solution into a function)")
         region.owner = owner
         out[line - 1] = stub_line(indent, owner, newline)
-    return "".join(out), regions
+    released = "".join(out)
+    _no_marker_left(released, filename)
+    return released, regions
 
 
 def _no_marker_left(released: str, filename: str) -> None:
-    """Refuse an exercises.py whose released text still holds a solution marker: a marker
-    that the scan of comments missed (as one did in a file of classic-Mac "\\r" line
-    endings) is a solution about to be given to students."""
-    for number, line in enumerate(_lines(released), 1):
-        if BEGIN in line or END in line:
-            raise ReleaseError(f"{filename}: line {number} of the released file still holds a "
-                               "solution marker, so a solution may be left in it; a marker "
-                               "must be a comment alone on its line")
+    """Refuse a released file in which a comment still holds a solution marker: one that
+    the scan of regions does not read as a marker (after code on its line, or after other
+    text in its comment) marks a solution about to be given to students. The same text in
+    a string is text, as it is to :func:`_markers`."""
+    for token in _comments(released, filename):
+        if BEGIN in token.string or END in token.string:
+            raise ReleaseError(f"{filename}: line {token.start[0]} of the released file still "
+                               "holds a solution marker in a comment, so a solution may be left "
+                               "in it; a marker must be a comment alone on its line")
 
 
 def solution_regions(source: str, filename: str = "<string>") -> list[Region]:
@@ -273,7 +286,7 @@ def _cut_elements(elements: list[ast.expr], cut: set[int],
 
 
 def strip_hidden(source: str, filename: str = "<string>",
-                 folder: str | Path | None = None) -> str:
+                 folder: str | Path | None = None, *, course: str | Path | None = None) -> str:
     """``source`` (a test file) without its hidden tests: graded by the grader, never shown
     in the student's copy. A test is hidden as pytest sees it: ``@pytest.mark.hidden`` or a
     module-level name bound to it (``secret = pytest.mark.hidden``, then ``@secret``) on
@@ -285,7 +298,8 @@ def strip_hidden(source: str, filename: str = "<string>",
     mark that the stripper does not know (``m = pytest.mark``, then ``@m.hidden``) is a
     :class:`ReleaseError`, never a hidden test shown. ``folder`` goes on ``sys.path`` for
     that check (the chapter's, where the tests import from; default: the folder of
-    ``filename`` when it is a file)."""
+    ``filename`` when it is a file); ``course`` is pytest's rootdir, whose ``conftest.py``
+    files apply (default: the folder of ``filename``)."""
     try:
         tree = parse(source, filename=filename)
     except SyntaxError as exc:
@@ -366,15 +380,17 @@ def strip_hidden(source: str, filename: str = "<string>",
                 f"shown to students; {_HOW_TO_HIDE}")
     if folder is None and Path(filename).is_file():
         folder = Path(filename).parent
-    _check_with_pytest(source, released, filename, folder)
+    _check_with_pytest(source, released, filename, folder, course)
     return released
 
 
 _HOW_TO_HIDE = ("mark the test with @pytest.mark.hidden on its def or class, pytestmark = "
                 "pytest.mark.hidden, or pytest.param(..., marks=pytest.mark.hidden)")
 
-#: run in a subprocess: collect the files of argv[2:] with pytest, write what it saw
-#: (test id, marked hidden) and its collection errors as JSON into argv[1]
+#: run in a subprocess: collect with pytest (options and files in argv[2:]), write what it
+#: saw and its collection errors as JSON into argv[1]. A test is known by its function
+#: (class and name, without the [id] of a case: ids may be drawn at import, and automatic
+#: ids are renumbered when a hidden case is cut), so the two files' tests can be compared.
 _COLLECT = """\
 import json, sys, pytest
 class Record:
@@ -383,67 +399,107 @@ class Record:
     def pytest_collectreport(self, report):
         if report.failed:
             self.errors.append([report.nodeid, str(report.longrepr)[-600:]])
-    def pytest_collection_finish(self, session):
-        self.items = [[item.nodeid, item.get_closest_marker("hidden") is not None]
-                      for item in session.items]
+    def pytest_collection_finish(self, session):  # (file, function, test id, hidden)
+        self.items = [[str(item.path), "::".join(item.parent.nodeid.split("::")[1:] +
+                                                 [getattr(item, "originalname", item.name)]),
+                       item.nodeid.split("::", 1)[-1],
+                       item.get_closest_marker("hidden") is not None] for item in session.items]
 record = Record()
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "minigraph.grading.plugin",
-             "--import-mode=importlib", "-c", "pytest.ini", "--rootdir", "."] + sys.argv[2:],
-            plugins=[record])
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p",
+                    "minigraph.grading.plugin", "--import-mode=importlib"] + sys.argv[2:],
+                   plugins=[record])
 with open(sys.argv[1], "w", encoding="utf-8") as f:
-    json.dump({"items": record.items, "errors": record.errors}, f)
+    json.dump({"items": record.items, "errors": record.errors, "exit": int(code)}, f)
 """
 
 
+def _python_bytes(text: str) -> bytes:
+    """``text`` encoded as its coding line (``# -*- coding: latin-1 -*-``) says, UTF-8
+    without one: the bytes from which Python reads ``text`` back."""
+    encoding = tokenize.detect_encoding(io.BytesIO(text.encode("utf-8")).readline)[0]
+    return text.encode(encoding)
+
+
 def _check_with_pytest(original: str, released: str, filename: str,
-                       folder: str | Path | None) -> None:
+                       folder: str | Path | None, course: str | Path | None) -> None:
     """Refuse (:class:`ReleaseError`) a released test file in which pytest, collecting it,
-    sees a hidden test, or misses a visible test of the original, or which does not
-    collect. The stripper reads the marks' spellings it knows; pytest is the judge of
-    what is hidden, whatever the spelling, so this check is the one that makes the
-    release safe. It runs in a subprocess (collecting imports the test file) with
-    ``folder`` on ``sys.path``, where the tests import from."""
-    name = Path(filename).name if Path(filename).name.endswith(".py") else "test_file.py"
+    sees a hidden test, or a number of visible cases of a test other than in the original,
+    or which does not collect. The stripper reads the marks' spellings it knows; pytest is
+    the judge of what is hidden, whatever the spelling, so this check is the one that makes
+    the release safe. It runs in a subprocess (collecting imports the test file) with
+    ``folder`` on ``sys.path``, where the tests import from.
+
+    Both files are collected where the test file lives, as pytest collects it there: the
+    file ``filename`` itself, and ``released`` written beside it under a temporary name
+    (so that a test reading ``Path(__file__).parent / "cases.txt"`` finds it), with
+    ``course`` as rootdir (so that its ``conftest.py`` files apply). A ``filename`` that is
+    no file is ``original`` collected in a temporary folder."""
     package_root = str(Path(minigraph.__file__).resolve().parent.parent)
     with tempfile.TemporaryDirectory() as tmp:
-        for version, text in (("original", original), ("released", released)):
-            (Path(tmp) / version).mkdir()
-            (Path(tmp) / version / name).write_text(text, encoding="utf-8")
-        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")   # (no ini file of /tmp's)
+        test = Path(filename).resolve()
+        if not test.is_file():
+            test = Path(tmp) / (test.name if test.name.endswith(".py") else "test_file.py")
+            test.write_bytes(_python_bytes(original))
+            course = tmp
+        root = Path(course).resolve() if course is not None else test.parent
+        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")   # (not an ini file found around)
         path = [str(Path(folder).resolve())] if folder is not None else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             path + [package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
         env.pop("PYTEST_ADDOPTS", None)
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"   # (only the grader's plugin: seconds less)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"          # (no __pycache__ left in the chapter)
         try:
-            subprocess.run([sys.executable, "-c", _COLLECT, "seen.json", f"original/{name}",
-                            f"released/{name}"], cwd=tmp, env=env, capture_output=True,
-                           timeout=300)
+            descriptor, name = tempfile.mkstemp(prefix="_release_check_", suffix="_" + test.name,
+                                                dir=test.parent)
+        except OSError as exc:
+            raise ReleaseError(f"{filename}: the released text cannot be written beside it for "
+                               f"pytest to check that it shows no hidden test ({exc})") from None
+        beside, output = Path(name), ""
+        try:
+            with open(descriptor, "wb") as f:
+                f.write(_python_bytes(released))
+            run = subprocess.run(
+                [sys.executable, "-c", _COLLECT, str(Path(tmp) / "seen.json"),
+                 "-c", str(Path(tmp) / "pytest.ini"), "--rootdir", str(root), "--confcutdir",
+                 str(root), str(test), str(beside)],
+                cwd=root, env=env, capture_output=True, timeout=300)
+            output = (run.stdout + run.stderr).decode("utf-8", "replace")[-600:]
             with open(Path(tmp) / "seen.json", encoding="utf-8") as f:
                 seen = json.load(f)
-        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        except (OSError, ValueError, SyntaxError, subprocess.TimeoutExpired) as exc:
             raise ReleaseError(f"{filename}: pytest could not collect the test file, so the "
                                f"release cannot check that it shows no hidden test ({exc})"
-                               ) from None
+                               f"\n{output}") from None
+        finally:
+            beside.unlink(missing_ok=True)
     for nodeid, error in seen["errors"]:
-        which = "released" if nodeid.startswith("released/") else "original"
+        which = "released" if beside.name in nodeid else "original"
         raise ReleaseError(f"{filename}: the {which} test file does not collect with pytest, "
                            f"so the release cannot check that it shows no hidden test:\n{error}")
-    tests: dict[str, dict[str, bool]] = {"original": {}, "released": {}}  # test -> hidden
-    for nodeid, hidden in seen["items"]:   # "released/test_exercises.py::test_mean"
-        tests[nodeid.split("/", 1)[0]][nodeid.split("::", 1)[1]] = hidden
-    shown = [test for test, hidden in tests["released"].items() if hidden]
-    lost = [test for test, hidden in tests["original"].items()
-            if not hidden and test not in tests["released"]]
+    if seen["exit"] not in (0, 5):   # (5: no test at all) pytest stopped before collecting
+        raise ReleaseError(f"{filename}: pytest could not collect the test file (exit code "
+                           f"{seen['exit']}), so the release cannot check that it shows no "
+                           f"hidden test:\n{output}")
+    visible: dict[Path, Counter[str]] = {test: Counter(), beside: Counter()}
+    shown = []
+    for file, function, test_id, hidden in seen["items"]:
+        if hidden and Path(file) == beside:
+            shown.append(test_id)
+        elif not hidden:
+            visible.setdefault(Path(file), Counter())[function] += 1
+    changed = [f"{function} ({visible[test][function]} in the original, "
+               f"{visible[beside][function]} in the release)"
+               for function in sorted(visible[test].keys() | visible[beside].keys())
+               if visible[test][function] != visible[beside][function]]
     if shown:
         raise ReleaseError(f"{filename}: the release cannot strip the hidden mark as it is "
                            f"written here: pytest still sees {', '.join(shown)} as hidden in "
                            f"the released file, which would show it to students; {_HOW_TO_HIDE}")
-    if lost:
-        raise ReleaseError(f"{filename}: the release would lose the visible tests "
-                           f"{', '.join(lost)} (pytest does not find them in the released "
-                           "file); write the hidden tests apart from them (a parametrized "
-                           "test's cases need ids: pytest.param(..., id=...))")
+    if changed:
+        raise ReleaseError(f"{filename}: the release would not show the visible tests as "
+                           f"they are: pytest finds visible cases of {', '.join(changed)}; "
+                           "write the hidden tests apart from the visible ones")
 
 
 def _start(node: ast.expr) -> tuple[int, int]:
@@ -543,10 +599,10 @@ class _Plan:
             except SyntaxError as exc:
                 raise ReleaseError(str(exc)) from None
             released, regions = _release(source, str(path))
-            if path.name == "exercises.py":
-                _no_marker_left(released, str(path))
-            if path.name.startswith("test_"):
-                released = strip_hidden(released, str(path))
+            if path.name.startswith("test_"):   # (pytest checks it in its course's folder)
+                course = self.chapters if path.resolve().is_relative_to(self.chapters) \
+                    else self.project
+                released = strip_hidden(released, str(path), course=course)
             self.items[target] = (path, released, len(regions))
         elif path.suffix == ".md":
             self.items[target] = (path, None, 0)
