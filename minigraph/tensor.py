@@ -613,13 +613,14 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     return t
 
 
-def as_flag(who: str, value: Any) -> bool:
-    """``value`` as requires_grad takes it: True or False (a NumPy bool too), else a
-    TypeError, as PyTorch's. Python's truth would read ``requires_grad="False"`` as
-    True, and turn gradients on with the word that meant off."""
+def as_flag(who: str, value: Any, what: str = "requires_grad") -> bool:
+    """``value`` as an on/off setting takes it (``requires_grad``, a Session's ``trace``):
+    True or False (a NumPy bool too), else a TypeError, as PyTorch's. Python's truth
+    would read ``requires_grad="False"`` as True, and turn gradients on with the word
+    that meant off."""
     if value is True or value is False or isinstance(value, np.bool_):
         return bool(value)
-    raise TypeError(f"{who}: requires_grad must be True or False, got {value!r} (a "
+    raise TypeError(f"{who}: {what} must be True or False, got {value!r} (a "
                     f"{type(value).__name__})")
 
 

@@ -25,7 +25,7 @@ checkpoint continues exactly as the uninterrupted one would.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -242,16 +242,24 @@ def _check_keys(who: str, what: str, d: Any, keys: tuple[str, ...]) -> None:
 
 def _checked_buffer(who: str, i: int, buf: Any, p: Tensor) -> Tensor:
     """A copy of ``buf`` on ``p``'s device, checked to be a momentum buffer for ``p``."""
-    if not isinstance(buf, Tensor):
-        raise TypeError(f"{who}: the momentum buffer of parameter {i} is a "
-                        f"{type(buf).__name__}, not a minigraph Tensor")
-    if buf.shape != p.shape:
-        raise StateDictError(f"{who}: the momentum buffer of parameter {i} has shape "
-                             f"{buf.shape}, the parameter has shape {p.shape}")
-    if buf.dtype != p.dtype:
-        raise StateDictError(f"{who}: the momentum buffer of parameter {i} has dtype "
-                             f"{buf.dtype}, the parameter has dtype {p.dtype}")
+    _same_kind(who, i, "momentum buffer", buf, p, StateDictError, StateDictError)
     return Tensor(p.device.copy_from(buf.data, buf.device), p.device)
+
+
+def _same_kind(who: str, i: int, what: str, t: Any, p: Tensor, shape_error: type,
+               dtype_error: type) -> None:
+    """Refuse ``t`` (parameter i's gradient or momentum buffer) unless it is a tensor of
+    ``p``'s shape and dtype: a step would otherwise change p's shape or dtype, or fail
+    half-way through the parameters."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{who}: the {what} of parameter {i} is a {type(t).__name__}, "
+                        f"not a minigraph Tensor")
+    if t.shape != p.shape:
+        raise shape_error(f"{who}: parameter {i} has shape {p.shape} but its {what} has "
+                          f"shape {t.shape}; no parameter was changed")
+    if t.dtype != p.dtype:
+        raise dtype_error(f"{who}: parameter {i} has dtype {p.dtype} but its {what} "
+                          f"{t.dtype}; no parameter was changed")
 
 
 def _copy(t: Tensor) -> Tensor:
@@ -270,16 +278,8 @@ def _check_writable(i: int, p: Tensor) -> None:
 
 
 def _checked_grad(i: int, p: Tensor) -> Tensor:
-    g = p.grad
-    if not isinstance(g, Tensor):
-        raise TypeError(f"SGD.step: the gradient of parameter {i} is a {type(g).__name__}, "
-                        f"not a Tensor")
-    if g.shape != p.shape:
-        raise ShapeError(f"SGD.step: parameter {i} has shape {p.shape} but its gradient "
-                         f"has shape {g.shape}; no parameter was changed")
-    if g.dtype != p.dtype:
-        raise DTypeError(f"SGD.step: parameter {i} has dtype {p.dtype} but its gradient "
-                         f"{g.dtype}; no parameter was changed")
+    g = cast(Tensor, p.grad)  # (a tensor, or refused just below)
+    _same_kind("SGD.step", i, "gradient", g, p, ShapeError, DTypeError)
     if g.device is not p.device:
         raise DeviceError(f"SGD.step: parameter {i} lives on {p.device.name} but its "
                           f"gradient on {g.device.name}; no parameter was changed")

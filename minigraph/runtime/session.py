@@ -57,7 +57,7 @@ from ..errors import DeviceError, MinigraphError
 from ..graph.graph import (Graph, GraphError, Node, check_feedable, check_graph,
                            default_graph, describe_location, fed_value)
 from ..graph.topo import fifo_order, needed, refuse_reads_after_assigns
-from ..tensor import Tensor
+from ..tensor import Tensor, as_flag
 from .cost import CostModel
 from .memory import Memory, MemoryPlan, plan_memory, root
 from .partition import Partition, partition
@@ -78,10 +78,7 @@ class _Flag:
         return self if session is None else getattr(session, self.slot)
 
     def __set__(self, session: Any, value: Any) -> None:
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"Session: {self.name} must be True or False, got "
-                            f"{type(value).__name__} {value!r}")
-        setattr(session, self.slot, bool(value))
+        setattr(session, self.slot, as_flag("Session", value, self.name))
 
 
 class SessionClosedError(MinigraphError, RuntimeError):
