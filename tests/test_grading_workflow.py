@@ -73,17 +73,22 @@ def test_a_line_that_cannot_be_read_still_gives_the_place(monkeypatch, tmp_path)
     assert message.endswith("at exercises.py, line 2, in f")
 
 
+# What the sandbox's account meets: no module it has not loaded before its switch of
+# account can be imported (the Python installation is unreadable to it).
+UNREADABLE = """\
+class Unreadable:
+    def find_spec(self, name, path=None, target=None):
+        raise ModuleNotFoundError(name)
+
+sys.meta_path.insert(0, Unreadable())
+"""
+
 PRELOADED_ONLY = """\
 import importlib, sys
 from minigraph.grading.sandbox import PRELOAD
 for name in PRELOAD:
     importlib.import_module(name)
-
-class Unreadable:   # the sandbox's account cannot read the Python installation
-    def find_spec(self, name, path=None, target=None):
-        raise ModuleNotFoundError(name)
-
-sys.meta_path.insert(0, Unreadable())
+""" + UNREADABLE + """\
 for source in sys.argv[1:]:
     with open(source, "rb") as f:
         data = f.read()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_grading_workflow import EXAMPLE, TESTS, _collected, _run_autograder
+from test_grading_workflow import EXAMPLE, TESTS, UNREADABLE, _collected, _run_autograder
 
 from minigraph.grading.autograder import AutograderError, autograder
 from minigraph.grading.collect import read_source
@@ -172,12 +172,7 @@ for name in PRELOAD:
     importlib.import_module(name)
 for source in sys.argv[1:]:
     _preload_codec(source)   # what the sandbox reads before its switch of account
-
-class Unreadable:   # the sandbox's account cannot read the Python installation
-    def find_spec(self, name, path=None, target=None):
-        raise ModuleNotFoundError(name)
-
-sys.meta_path.insert(0, Unreadable())
+""" + UNREADABLE + """\
 for source in sys.argv[1:]:
     with open(source, "rb") as f:
         exec(compile(f.read(), source, "exec"), {})    # an import of exercises.py
