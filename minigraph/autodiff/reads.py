@@ -102,8 +102,37 @@ def outside_reads(f: Any, depth: int | None = None,
     globals, closure variables and defaults are the library's own state, which changes
     as it runs (``levels.running``, the levels of the transformations running), not the
     user's; only what they are given is (a partial's arguments, the attributes of their
-    object that their code names: a layer's weight, the f of checkpoint's wrappers)."""
+    object that their code names: a layer's weight, the f of checkpoint's wrappers).
+
+    An object that one function reads may reach another as an argument (f calls
+    ``helper(CFG)``, whose code reads ``c.scale``), so the attributes that any of the
+    functions names are looked up on every object that any of them reads: the reads are
+    found again with the names the functions found name, until they name no more."""
+    names = Named(frozenset(), False)
+    while True:  # (names only grow, and code names finitely many: this ends)
+        found, named, complete = _reads(f, depth, arguments, names)
+        if complete:
+            return found
+        names = named
+
+
+class Named(NamedTuple):
+    """The attributes that the functions :func:`_reads` read name: by name, and whether
+    one names them at run time (``getattr(obj, name)``: then every one)."""
+
+    attributes: frozenset[str]
+    any: bool
+
+
+def _reads(f: Any, depth: int | None, arguments: "abc.Sequence[tuple[int, Any]]",
+           names: Named) -> tuple[list[tuple[Any, str, Any]], Named, bool]:
+    """One pass of :func:`outside_reads`, looking up ``names`` on every object read as
+    well as what each function's own code names; also what all the functions name, and
+    whether each object was looked up with all of it (one function: always)."""
     found: list[tuple[Any, str, Any]] = []
+    named_all, named_any = names.attributes, names.any  # (what all the functions name)
+    looked_up: list[frozenset[str] | None] = []  # (the names each function's objects
+    # were looked up with; None: every attribute)
     todo, seen = [(f, 0)], set()
     as_arguments: set[int] = set()  # (the ids of the modules' tables of parameters that
     # hold f's arguments: ParametersAsArguments)
@@ -151,6 +180,7 @@ def outside_reads(f: Any, depth: int | None = None,
             continue
         code = fn.__code__
         named = names_in(code)
+        attributes = named.attributes | names.attributes
         reads: list[tuple[Any, str, Any]] = []
         if _users(fn):  # (the one test: a library's function reads none of its own state)
             found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__
@@ -173,9 +203,13 @@ def outside_reads(f: Any, depth: int | None = None,
         # Inside the objects read: the attributes the code names (self.scale, CONFIG.lr),
         # and every item of a list or dict (PARAMS[0], CFG["w"]), nested, and theirs.
         labelled = [("self", owner)] + [(n, v) for _, n, v in passed + reads]
-        every_attribute = not (named.globals.isdisjoint(_ANY_ATTRIBUTE_GLOBALS) and
-                               named.attributes.isdisjoint(_ANY_ATTRIBUTE_ATTRIBUTES)) or \
+        every_attribute = names.any or not (
+            named.globals.isdisjoint(_ANY_ATTRIBUTE_GLOBALS) and
+            named.attributes.isdisjoint(_ANY_ATTRIBUTE_ATTRIBUTES)) or \
             not _BY_NAME.isdisjoint({type(v) for _, v in labelled})  # (attrgetter("lr"))
+        named_all |= attributes
+        named_any = named_any or every_attribute
+        looked_up.append(None if every_attribute else attributes)
         overridden = "super" in named.globals  # (super().forward: a base class's too)
         inside: set[int] = set()
         # (a partial's arguments go to code that may name any of their attributes)
@@ -197,7 +231,7 @@ def outside_reads(f: Any, depth: int | None = None,
                 labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
                 continue
             found_in = _attributes(obj, None if every_attribute or id(obj) in given_whole
-                                   else sorted(named.attributes), overridden)
+                                   else sorted(attributes), overridden)
             reads += found_in
             found_in = [r for r in found_in if type(r[0]) is not _Keys]  # (by name only)
             labelled += [(f"{label}.{n}", v) for _, n, v in found_in if v is not _UNBOUND]
@@ -211,7 +245,8 @@ def outside_reads(f: Any, depth: int | None = None,
             items = [i for w, _, v in reads if type(w) is _Items for i in v[1]]  # OPS["act"])
             todo += [(v, level + 1) for v in [v for _, _, v in passed + reads] + items + methods
                      if _followed(v)]
-    return found
+    complete = all(a is None or not named_any and a >= named_all for a in looked_up)
+    return found, Named(named_all, named_any), complete
 
 
 def _followed(v: Any) -> bool:
