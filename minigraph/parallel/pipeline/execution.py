@@ -14,7 +14,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np  # host arrays: microbatch slices, fetched gradients
 from array_api_compat import array_namespace
 
-from ...autodiff.checkpoint import checkpoint
+from ...autodiff.checkpoint import _generator_states, checkpoint
 from ...autodiff.reads import arrays_in, differs, outside_reads, rebound
 from ...autodiff.tape import no_grad
 from ...device import get_device
@@ -342,17 +342,24 @@ def _check_constants(pipe: Pipeline, plan: _Plan) -> None:
             f"one (.requires_grad_(False), .detach())")
 
 
+def _readers(pipe: Pipeline, layers: bool = True) -> list[tuple[str, Any, Any]]:
+    """``(who, function, module)`` for each function the pipeline's graph runs: the
+    loss and, with ``layers``, each layer's forward (a layer's own layers' too)."""
+    loss = pipe.loss
+    readers: list[tuple[str, Any, Any]] = [(f"the loss {_loss_name(loss)}", loss, loss)]
+    readers += [(f"the forward of layer {i}" + (f" ({prefix[:-1]})" if prefix else "") +
+                 f", a {type(m).__name__},", m.forward, layer)
+                for i, layer in enumerate(pipe.model) for prefix, m in layer._paths()
+                if layers]
+    return readers
+
+
 def _reader(pipe: Pipeline, t: Tensor) -> tuple[str, str] | None:
     """Which function of the pipeline (the loss, a layer's forward) reads tensor ``t``
     from outside its arguments, and by what name (``reads.outside_reads``); None if
     none does. (The parameters of a layer, or of a loss module, which its own code
     reads too, are no constants: ``functional_call`` feeds them.)"""
-    loss = pipe.loss
-    readers: list[tuple[str, Any, Any]] = [(f"the loss {_loss_name(loss)}", loss, loss)]
-    readers += [(f"the forward of layer {i}" + (f" ({prefix[:-1]})" if prefix else "") +
-                 f", a {type(m).__name__},", m.forward, layer)
-                for i, layer in enumerate(pipe.model) for prefix, m in layer._paths()]
-    for who, f, module in readers:
+    for who, f, module in _readers(pipe):
         if isinstance(module, Module) and any(p is t for p in module.parameters()):
             continue
         for name, a in arrays_in(outside_reads(f)):
@@ -375,9 +382,18 @@ class _Reads(NamedTuple):
 
     @classmethod
     def of(cls, pipe: Pipeline) -> "_Reads":
-        functions = [pipe.loss] + ([] if pipe.recompute else [
-            m.forward for layer in pipe.model for _, m in layer._paths()])
-        reads = [r for f in functions for r in outside_reads(f)]
+        reads = []
+        for who, f, _ in _readers(pipe, layers=not pipe.recompute):
+            read = outside_reads(f)
+            drawn = _generator_states(read)
+            if drawn:  # (recompute=True runs the layers in checkpoints, which refuse it)
+                raise PipelineError(
+                    f"Pipeline: {who} draws random numbers from {drawn[0][0]}; the pipeline "
+                    f"runs a graph built once, which would repeat the first draw at every "
+                    f"run (a dropout mask that never changes, where eager training draws a "
+                    f"new one at each step). Train a model that draws random numbers "
+                    f"without Pipeline")
+            reads += read
         fed = {id(p) for p in _parameters(pipe)}
         copies = [(a, _copy(a)) for _, a in arrays_in(reads) if id(a) not in fed]
         return cls(reads, copies)
