@@ -589,21 +589,38 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     if isinstance(data, Tensor):
         data = data.device.to_numpy(data.data) if data.device is not dev else data.data
     copy = True if hasattr(data, "shape") else None  # an array is copied, as in PyTorch
-    name = None if dtype is None else dtype_name(dtype)
+    name = None if dtype is None else dtype_name(dtype, "tensor()")
     if name is not None:
         supported_dtype("tensor()", name)  # (the dtype asked for, before anything is copied)
     if copy is None:  # Python data: NumPy's rules give its dtype on every device (another
         given = data  # namespace may differ: array-api-strict's wrapped 2**63 to int64)
         try:
-            data = np.asarray(data, dtype=name)
+            # (in NumPy's own dtype first, so that the cast to ``name`` is checked below
+            # as an array's is; but an int beyond int64, which NumPy keeps as uint64 or
+            # as objects, goes to ``name`` at once: 2**63 is a float64, not an int64)
+            data = np.asarray(data)
+            if name is not None and data.dtype.kind in "uO":
+                data = np.asarray(given, dtype=name)
         except OverflowError:
             raise _too_wide(name) from None
         if data.dtype.kind in "uO" and _beyond_int64(given):  # (NumPy makes uint64, or
             raise _too_wide(name)  # object, of such an int: a dtype nobody asked for)
-    if name is None and isinstance(data, (np.ndarray, np.generic)) and \
-            data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
-        supported_dtype("tensor()", data.dtype)  # (refused before another device has it)
-    t = Tensor(dev.asarray(data, dtype=name, copy=copy), dev)
+    if isinstance(data, (np.ndarray, np.generic)):
+        if name is None:
+            if data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
+                supported_dtype("tensor()", data.dtype)  # (before another device has it)
+        elif data.dtype != name and (why := unheld(data, name)) is not None:
+            raise DTypeError(f"tensor(): {why}")
+    try:
+        array = dev.asarray(data, dtype=name, copy=copy)
+    except TypeError:  # (another library's array of a dtype NumPy has not: torch's
+        # bfloat16 said only "Got unsupported ScalarType BFloat16")
+        native = str(getattr(data, "dtype", "")).rpartition(".")[2]  # (torch.bfloat16)
+        if not native or native in DTYPES:
+            raise
+        raise DTypeError(f"tensor(): dtype {native} (of a {type(data).__name__}) is not "
+                         f"supported; convert it first to one of {', '.join(DTYPES)}") from None
+    t = Tensor(array, dev)
     supported_dtype("tensor()", t.dtype)  # (another library's array: a torch int8 ...)
     if requires_grad:
         if t.dtype not in FLOAT_DTYPES:
@@ -628,6 +645,41 @@ def _too_wide(name: str | None) -> DTypeError:
     """The refusal of a Python int that does not fit in the dtype ``name`` (or int64)."""
     return DTypeError(f"tensor(): an integer in the data does not fit in {name or 'int64'}; "
                       f"minigraph's widest integer is int64")
+
+
+def unheld(array: Any, target: str) -> str | None:
+    """Why NumPy's cast of the NumPy array ``array`` to the dtype ``target`` would not
+    keep its numbers, in words for an error; None where it keeps them. NumPy casts
+    without a word: an int beyond ``target``'s range wraps around (2**40 is 0 in int32),
+    a NaN or an infinity made an int is int64's least value, a finite float beyond
+    float32's range becomes inf. Only a cast that narrows or changes kind can do that,
+    so only such a cast is looked at (a bool holds any number, as its truth). A float
+    made an int keeps only its integer part, as in NumPy and PyTorch: the caller refuses
+    the change of kind where it must (a feed, ``graph.py``)."""
+    dtype, to = array.dtype, np.dtype(target)
+    if to.kind == "b" or array.size == 0 or np.can_cast(dtype, to, "safe"):
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):  # (NumPy's warnings: said below)
+        if to.kind == "f":  # (an int never reaches float32's range: it only rounds)
+            lost = dtype.kind == "f" and np.isfinite(array) & ~np.isfinite(array.astype(to))
+            if np.any(lost):
+                return (f"{array[lost].flat[0].item()!r} would become inf in {target}, "
+                        f"whose largest number is {np.finfo(to).max.item():.6g}")
+            return None
+        if dtype.kind == "f":
+            finite = np.isfinite(array)
+            if not finite.all():
+                value = array[~finite].flat[0]
+                return (f"{value.item()!r} has no integer value (a cast to {target} would "
+                        f"make it {value.astype(to).item()})")
+            array = np.trunc(array)  # (the part the cast keeps)
+    info = np.iinfo(to)
+    low, high = array.min().item(), array.max().item()
+    if low < info.min or high > info.max:
+        made = "other numbers" if dtype.kind == "f" else "them wrapped around"
+        return (f"values {low!r}..{high!r} do not fit dtype {target} ({info.min}.."
+                f"{info.max}); a cast would give {made}")
+    return None
 
 
 def _beyond_int64(data: Any) -> bool:

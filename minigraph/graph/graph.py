@@ -44,7 +44,7 @@ from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
 from ..ops.shape_rules import dtype_name, sizes, supported_dtype
-from ..tensor import Tensor, host_values, tensor
+from ..tensor import Tensor, host_values, tensor, unheld
 
 # The package's folder with a trailing separator, so that a user's file beside it whose
 # name merely begins alike (minigraph_homework.py) is not taken for minigraph's own (the
@@ -823,7 +823,8 @@ def check_feedable(node: Node, who: str) -> None:
 def _refuse_changing_cast(array: Any, dtype: np.dtype, target: str, who: str, made: str,
                           where: str, error: type[MinigraphError] = FeedError) -> None:
     """Refuse to cast ``array`` (of ``dtype``) to ``target`` where the cast could change a
-    number: across kinds (a float to an int), or integers that ``target`` cannot hold.
+    number: across kinds (a float to an int), integers that ``target`` cannot hold, or
+    finite floats that a narrower float cannot (1e300 would be inf in float32).
     A value fed (fed_value) or assigned follows this one rule, as TF1's do; a constant's
     or variable's given dtype too, except that it may cross kinds where the numbers
     given come through unchanged (_given). ``who``, ``made`` and ``where`` word the error:
@@ -834,6 +835,12 @@ def _refuse_changing_cast(array: Any, dtype: np.dtype, target: str, who: str, ma
                     f"{where}")
     if dtype.kind in "iu" and array.size and not _holds_every(dtype, np.dtype(target)):
         _check_integers_fit(np.asarray(array), np.dtype(target), who, where, error)
+    elif dtype.kind == "f" and isinstance(array, (np.ndarray, np.generic)):
+        # (a float64 to float32: a finite number beyond its range would be inf; the
+        # values of another library's array, on its device, are not looked at here)
+        why = unheld(array, target)
+        if why is not None:
+            raise error(f"{who}: {why} {where}")
 
 
 def _holds_every(dtype: np.dtype, target: np.dtype) -> bool:
@@ -853,11 +860,9 @@ def _check_integers_fit(array: Any, target: np.dtype, who: str, where: str,
     a value that does not fit (2**31 becomes -2**31); a cast to a float rounds an integer
     beyond its mantissa (2**24 + 1 fed as float32 becomes 2**24)."""
     if target.kind in "iu":
-        low, high = int(array.min()), int(array.max())
-        info = np.iinfo(target)
-        if low < info.min or high > info.max:
-            raise error(f"{who}: values {low}..{high} do not fit dtype {target} "
-                        f"({info.min}..{info.max}) {where}")
+        why = unheld(array, target.name)  # (tensor()'s check: wrapped around)
+        if why is not None:
+            raise error(f"{who}: {why} {where}")
         return
     changed = _changed_by_cast(array, target)
     if changed.size:
@@ -899,7 +904,7 @@ def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
                          f"unknown size), which minigraph does not have: give every size, or "
                          f"shape=None for a placeholder of any shape")
     shape = None if shape is None else sizes("placeholder", shape)
-    dtype = dtype_name(dtype)  # ("float32", np.float32 or np.dtype("float32"))
+    dtype = dtype_name(dtype, "placeholder")  # ("float32", np.float32, np.dtype("float32"))
     get_device(None).dtype(dtype)  # an unknown dtype name fails here, not at run time
     return default_graph().add_special("Placeholder", (), shape, dtype, name or "Placeholder")
 

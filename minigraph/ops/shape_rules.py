@@ -23,16 +23,27 @@ FLOATS = ("float32", "float64")
 DTYPES = FLOATS + ("int64", "int32", "bool")  # every dtype minigraph computes in
 
 
-def dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: Any, who: str = "dtype") -> str:
     """A dtype as minigraph names it: a name (``"float32"``) as it is, NumPy's dtype or
-    scalar type (``np.float32``) by its name, as NumPy users write ``x.astype(np.float32)``."""
-    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    scalar type (``np.float32``) by its name, as NumPy users write ``x.astype(np.float32)``.
+    Anything else (PyTorch's ``torch.float32``) is refused with a DTypeError that names
+    ``who`` and the value: NumPy's own "Cannot interpret ... as a data type" named neither
+    the function nor what a dtype may be."""
+    if isinstance(dtype, str):
+        return dtype
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        kind = f"{type(dtype).__module__}.{type(dtype).__name__}"  # (torch.dtype)
+        raise DTypeError(f"{who}: {dtype!r} (a {kind}) is not a dtype "
+                         f"minigraph reads; give its name (one of {', '.join(DTYPES)}) or "
+                         f"NumPy's dtype (np.float32)") from None
 
 
 def supported_dtype(who: str, dtype: Any) -> str:
     """``dtype``'s name if minigraph computes in it (:data:`DTYPES`), else a DTypeError
     that names ``who``: no kernel, device or rule knows float16 or int8."""
-    name = dtype_name(dtype)
+    name = dtype_name(dtype, who)
     if name not in DTYPES:
         raise DTypeError(f"{who}: dtype {name} is not supported; use one of "
                          f"{', '.join(DTYPES)}")

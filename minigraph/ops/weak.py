@@ -22,6 +22,14 @@ the loop index i takes the value 0 (the program would compute inf or nan). What 
 program cannot follow is Python's own behaviour that depends on the weak value itself:
 ``(-s) ** 0.5`` is a complex number and ``1.0 / s`` raises in Python for s = 0, where the
 program computes NaN and inf, as NumPy does.
+
+Python's ints are not NumPy's: a bool in arithmetic is an int (``True + True`` is 2,
+where NumPy's bool addition is logical or, True), and an int never overflows, where the
+program's int64 wraps around. So a weak bool becomes a weak int before arithmetic, and a
+weak int carries ``bounds``, the least and the greatest value it can take (a comparison
+gives 0 or 1, a literal itself, arithmetic the extremes of its operands'): arithmetic
+whose bounds leave int64 is refused while f is recorded, since the one program serves
+every value of the float argument.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import DTypeError
 from . import copy as C
 from . import elementwise as E
 from .primitive import Primitive, bind, bind_one, bind_two, register_kind
@@ -39,17 +48,22 @@ from .shape_rules import promote
 _NUMBERS = (bool, int, float)
 # The Python number a weak value stands for, by its dtype, for promote
 AS_NUMBER = {"float64": 1.0, "int64": 1, "bool": True}
+# The ints an int64 holds: what a weak int's bounds must stay within
+_INT64 = (-2**63, 2**63 - 1)
 
 
 class Weak:
     """A 0-d value of a recording (``value``: a graph node, a source variable) that
     stands for a Python number: a float argument, or Python's arithmetic on one."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "bounds")
     _priority = 30  # above graph nodes (10) and source variables (20), below every level
 
-    def __init__(self, value: Any):
+    def __init__(self, value: Any, bounds: tuple[int, int] | None = None):
         self.value = value
+        # (for an int: the least and the greatest value it can take, None where unknown:
+        # a value that a source program joins from two paths; a bool is 0 or 1)
+        self.bounds = (0, 1) if value.dtype == "bool" else bounds
 
     shape: tuple[int, ...] = ()
 
@@ -71,7 +85,15 @@ class Weak:
         if _as_number(a) is not None and _as_number(b) is not None:
             if prim in _DIVISIONS:
                 _divisor(_as_number(a), b, *_DIVISIONS[prim])
-            return Weak(bind_two(prim, _inner(a), _inner(b)))
+            if prim in _COMPARISONS:  # (bools compare as Python's do: as 0 and 1)
+                return Weak(bind_two(prim, _inner(a), _inner(b)))
+            a, b = _as_int(a), _as_int(b)  # (Python's arithmetic reads a bool as an int)
+            if prim is E.POW and _is_int(a) and _is_int(b):
+                a = _int_power_base(a, b)
+            out = Weak(bind_two(prim, _inner(a), _inner(b)))
+            if out.dtype == "int64":
+                out.bounds = _int_bounds(prim.symbol or prim.name, prim, a, b)
+            return out
         return bind_two(prim, a, b)  # the other value's dtype decides: _bind casts
 
     def __add__(self, o: Any) -> Any: return self._arith(E.ADD, self, o)
@@ -95,9 +117,63 @@ class Weak:
     def __eq__(self, o: Any) -> Any: return self._arith(E.EQUAL, self, o)  # type: ignore[override]
     def __ne__(self, o: Any) -> Any: return self._arith(E.NOT_EQUAL, self, o)  # type: ignore[override]
     __hash__ = object.__hash__
-    def __neg__(self) -> "Weak": return Weak(bind_one(E.NEG, self.value, {}))
-    def __pos__(self) -> "Weak": return self
-    def __abs__(self) -> "Weak": return Weak(E.abs(self.value))
+    def __neg__(self) -> "Weak": return self._unary("-", E.NEG)
+    def __pos__(self) -> "Weak": return _as_int(self)  # (+True is 1)
+    def __abs__(self) -> "Weak": return self._unary("abs", E.ABS)
+
+    def _unary(self, sym: str, prim: Primitive) -> "Weak":
+        """``-s``, ``abs(s)``: of a bool, of its int (``-True`` is -1), as in Python."""
+        a = _as_int(self)
+        return Weak(bind_one(prim, a.value, {}), _int_bounds(sym, prim, a))
+
+    def __invert__(self) -> "Weak":
+        """``~n``: Python's ``-n - 1`` for an int or a bool (``~True`` is -2); a float
+        has none, and Python's TypeError says so."""
+        if self.dtype == "float64":
+            raise TypeError("bad operand type for unary ~: 'float' (a float argument of a "
+                            "function being recorded, as in Python)")
+        return -self - 1
+
+    # -- Python's bitwise operators: on bools, logic; on ints, none in minigraph ----------
+    def _bitwise(self, sym: str, a: Any, b: Any) -> Any:
+        """``a & b``, ``a | b``, ``a ^ b`` of two bools: and, or, exclusive or, as in
+        Python; a float has no bitwise operator (Python's TypeError), and minigraph has no
+        bitwise operation on ints (a refusal that says so)."""
+        kinds = [_python_type(v) for v in (a, b)]
+        if kinds == ["bool", "bool"] and sym in _LOGIC:
+            return Weak(bind_two(_LOGIC[sym], _inner(a), _inner(b)))
+        if "float" in kinds or None in kinds:
+            first, second = (k or type(v).__name__ for k, v in zip(kinds, (a, b)))
+            raise TypeError(f"unsupported operand type(s) for {sym}: '{first}' and "
+                            f"'{second}' (a value computed from an argument of a function "
+                            f"being recorded, as in Python)")
+        raise _refused(f"the operator {sym} on ints", "minigraph has no bitwise operation on "
+                       "integers (only &, | and ^ of two bools: logic)")
+
+    def __and__(self, o: Any) -> Any: return self._bitwise("&", self, o)
+    def __rand__(self, o: Any) -> Any: return self._bitwise("&", o, self)
+    def __or__(self, o: Any) -> Any: return self._bitwise("|", self, o)
+    def __ror__(self, o: Any) -> Any: return self._bitwise("|", o, self)
+    def __xor__(self, o: Any) -> Any: return self._bitwise("^", self, o)
+    def __rxor__(self, o: Any) -> Any: return self._bitwise("^", o, self)
+    def __lshift__(self, o: Any) -> Any: return self._bitwise("<<", self, o)
+    def __rlshift__(self, o: Any) -> Any: return self._bitwise("<<", o, self)
+    def __rshift__(self, o: Any) -> Any: return self._bitwise(">>", self, o)
+    def __rrshift__(self, o: Any) -> Any: return self._bitwise(">>", o, self)
+
+    # (Python's divmod is the pair of its // and %, both weak)
+    def __divmod__(self, o: Any) -> tuple: return self // o, self % o
+    def __rdivmod__(self, o: Any) -> tuple: return o // self, o % self
+
+    def __round__(self, ndigits: Any = None) -> Any:
+        """``round(n)`` of an int or a bool is the int itself, as in Python; a float's
+        rounding (to the nearest even) has no operation in minigraph: refused."""
+        if self.dtype != "float64" and (ndigits is None or ndigits >= 0):
+            return _as_int(self)
+        raise _refused("round()", "minigraph has no rounding operation; a float argument "
+                       "is data of the recorded program, not a number known now: round it "
+                       "before the call, or use s // 1.0 (floor)")
+
     def __matmul__(self, o: Any) -> Any: return self.value @ o  # (a 0-d value: the error)
     def __rmatmul__(self, o: Any) -> Any: return o @ self.value
 
@@ -165,6 +241,100 @@ def _divisor(number: Any, b: Any, sym: str, fn: Callable[[Any, Any], Any]) -> No
         b._as_divisor(sym, fn)
 
 
+# Python's comparisons of two numbers (a bool compares as an int: as NumPy's bool does)
+_COMPARISONS = frozenset((E.LESS, E.LESS_EQUAL, E.GREATER, E.GREATER_EQUAL, E.EQUAL,
+                          E.NOT_EQUAL))
+# Python's logic on two bools, as the primitive on bools that computes it
+_LOGIC = {"&": E.MINIMUM, "|": E.MAXIMUM, "^": E.NOT_EQUAL}
+
+
+def _python_type(v: Any) -> str | None:
+    """The type of Python number ``v`` is or stands for: "bool", "int" or "float"."""
+    n = _as_number(v)
+    return None if n is None else type(n).__name__
+
+
+def _as_int(v: Any) -> Any:
+    """``v`` as Python's arithmetic reads it: a bool as the int 0 or 1 (``True + True``
+    is 2, where NumPy's bool addition, logical or, gives True)."""
+    if type(v) is bool:
+        return int(v)
+    if type(v) is Weak and v.dtype == "bool":
+        return Weak(C.astype(v.value, "int64"), (0, 1))
+    return v
+
+
+def _is_int(v: Any) -> bool:
+    return _python_type(v) == "int"
+
+
+def _bounds(v: Any) -> tuple[int, int] | None:
+    """The least and the greatest value of the int ``v``: a Python int's own, a weak
+    int's ``bounds``; None where unknown (a source program's loop index)."""
+    if type(v) is int:
+        return v, v
+    return v.bounds if type(v) is Weak else None
+
+
+def _int_power_base(a: Any, b: Any) -> Any:
+    """``a`` for Python's ``a ** b`` of two ints, which is an int for ``b >= 0`` and a
+    float for ``b < 0`` (``2 ** -1`` is 0.5; NumPy refuses an int to a negative int power):
+    the base as a float where ``b`` is a negative int literal; refused where ``b`` may be
+    negative or not, since its value then decides the result's type."""
+    if type(b) is int and b < 0:
+        return float(a) if type(a) is int else Weak(C.astype(a.value, "float64"))
+    bounds = _bounds(b)
+    if bounds is not None and bounds[0] < 0:
+        raise _refused("the operator ** on ints", f"the exponent may be negative (from "
+                       f"{bounds[0]} to {bounds[1]}), and Python's result is then a float, an "
+                       f"int otherwise: its value decides the type, which a program fixes "
+                       f"beforehand. Write a float base (2.0 ** n) for a float")
+    return a
+
+
+def _int_bounds(sym: str, prim: Primitive, a: Any, b: Any = 0) -> tuple[int, int] | None:
+    """The least and the greatest value of Python's int ``a sym b`` (``sym a`` for one
+    argument), from those of ``a`` and ``b``; refused where they leave int64, in which
+    the program computes it and would wrap around, where Python's int grows."""
+    ab, bb = _bounds(a), _bounds(b)
+    if ab is None or bb is None:
+        return None
+    ends = [abs(n) for n in ab + bb]
+    if prim in (E.ADD, E.SUB, E.MUL):  # (extremes at the ends of the operands' bounds)
+        fn = {E.ADD: operator.add, E.SUB: operator.sub, E.MUL: operator.mul}[prim]
+        values = [fn(x, y) for x in ab for y in bb]
+    elif prim is E.POW:  # (|a ** b| <= max|a| ** max b, for b >= 0: _int_power_base)
+        base = max(ends[:2])
+        top = base ** bb[1] if base <= 1 or bb[1] < 64 else 2**64  # (2**64: beyond int64)
+        values = [-top if ab[0] < 0 else 0, top]
+    elif prim is E.FLOOR_DIVIDE:  # |a // b| <= |a|
+        values = [-max(ends[:2]), max(ends[:2])]
+    elif prim is E.REMAINDER:  # |a % b| < |b|
+        values = [-max(ends[2:]), max(ends[2:])]
+    elif prim is E.NEG:
+        values = [-ab[1], -ab[0]]
+    else:  # abs
+        values = [0 if ab[0] <= 0 <= ab[1] else min(ends[:2]), max(ends[:2])]
+    low, high = min(values), max(values)
+    if low < _INT64[0] or high > _INT64[1]:
+        raise _refused(f"the operator {sym} on ints", f"Python's int result can reach "
+                       f"{low if low < _INT64[0] else high}, beyond int64 ({_INT64[0]}.."
+                       f"{_INT64[1]}), in which the recorded program computes it and would "
+                       f"wrap around for some value of the argument (Python's int grows). "
+                       f"Compute in floats (2.0 ** 40, not 2 ** 40)")
+    return low, high
+
+
+def _refused(what: str, why: str) -> DTypeError:
+    """The refusal of ``what`` on a weak value, naming the user's line (graph/graph.py's
+    helpers, imported here: the graph package imports this one)."""
+    from ..graph.graph import describe_location, user_location
+
+    return DTypeError(f"{what}, with a value computed from a float or bool argument of a "
+                      f"function being recorded (mg.trace, graph or source mode), is not "
+                      f"supported: {why} (at {describe_location(user_location())})")
+
+
 def _as_number(v: Any) -> Any:
     """The Python number ``v`` is, or stands for in promotion; None for a value with a
     dtype. A weak value stands for a number of its kind; so does a value that a recording
@@ -197,12 +367,21 @@ def cast(args: tuple, promoted: tuple[int, ...] | None = None) -> tuple:
     device = next((a.device for a in args if type(a) is not Weak and  # (a Device: not
                    hasattr(getattr(a, "device", None), "name")), None)  # NumPy's "cpu")
     return tuple(a if type(a) is not Weak else
-                 _as(a.value, dtype if k in among else a.dtype, device)
+                 _as(a, dtype if k in among else a.dtype, device)
                  for k, a in enumerate(args))
 
 
-def _as(value: Any, dtype: str, device: Any) -> Any:
-    value = C.astype(value, dtype, copy=False)
+def _as(weak: Weak, dtype: str, device: Any) -> Any:
+    """``weak``'s value in ``dtype`` on ``device``; an int that ``dtype`` may not hold is
+    refused (NumPy raises OverflowError for the Python int in eager mode; a cast wraps)."""
+    if dtype == "int32" and weak.bounds is not None:
+        (low, high), info = weak.bounds, np.iinfo(np.int32)
+        if low < info.min or high > info.max:
+            raise _refused("an int meeting an int32 value", f"the int can take values "
+                           f"from {low} to {high}, and int32 holds {info.min}..{info.max} "
+                           f"(NumPy raises OverflowError for such a Python int; a cast "
+                           f"would wrap)")
+    value = C.astype(weak.value, dtype, copy=False)
     if device is not None and device.name != value.device.name:
         value = C.to_device(value, device)
     return value
