@@ -82,6 +82,16 @@ MUTANTS = [
             work()
             return np.empty(0)     # pytest.approx took it for equal to any number
      """, "gpu_time returns a number of seconds"),
+    # every device listed, those holding none of the tensors with 0 bytes: the exercise
+    # lists only the devices that hold one
+    ("01-tensors-and-devices", 2, "every-device-listed", ["test_bytes_per_device_matches_live_bytes"], """
+        import math
+        def bytes_per_device(tensors):
+            total = {name: 0 for name in mg.devices() if name.startswith("cpu")}
+            for t in tensors:
+                total[t.device.name] += math.prod(t.shape) * ITEMSIZE[t.dtype]
+            return total
+     """, "bytes per device"),
     # -- 02 -----------------------------------------------------------------------------
     ("02-automatic-differentiation", 1, "product-rule-forgotten", ["test_dual_add_and_mul_match_jvp"], """
         class Dual:
@@ -147,6 +157,29 @@ MUTANTS = [
         def jacobian_rev(f, x):
             return mg.jacrev(f)(x).numpy()
      """, FORBIDDEN),
+    # the output argument ignored: the sweep always starts from the tape's last record
+    ("02-automatic-differentiation", 2, "sweep-from-the-last-record",
+     ["test_reverse_sweep_textbook", "test_reverse_sweep_random_tapes"], """
+        # reference: reverse_sweep as reference_reverse_sweep
+        def reverse_sweep(tape, values, output):
+            return reference_reverse_sweep(tape, values, tape[-1][2])
+     """, "output"),
+    # the tangents by mg.grad, a reverse-mode transform, where the forward ones are refused
+    ("02-automatic-differentiation", 2, "tangents-by-grad", ["test_dual_functions_match_jvp"], """
+        import math
+        def sin(x):
+            if isinstance(x, Dual):
+                return Dual(math.sin(x.value), mg.grad(mg.sin)(x.value).item() * x.tangent)
+            return math.sin(x)
+        def cos(x):
+            if isinstance(x, Dual):
+                return Dual(math.cos(x.value), mg.grad(mg.cos)(x.value).item() * x.tangent)
+            return math.cos(x)
+        def exp(x):
+            if isinstance(x, Dual):
+                return Dual(math.exp(x.value), mg.grad(mg.exp)(x.value).item() * x.tangent)
+            return math.exp(x)
+     """, FORBIDDEN),
     # -- 03 -----------------------------------------------------------------------------
     ("03-ad-on-dataflow-graphs", 1, "sum-to-by-minigraph", ["test_sum_to"], """
         def sum_to(g, shape):
@@ -191,6 +224,36 @@ MUTANTS = [
         def jacobian_by_columns(f, x):
             return mg.jacrev(f)(x).numpy()
      """, FORBIDDEN),
+    # y ignored: the sweep, and the gradient graph, always start from the last node
+    ("03-ad-on-dataflow-graphs", 2, "sweep-from-the-last-node",
+     ["test_reverse_sweep_textbook", "test_reverse_sweep_random_graphs"], """
+        # reference: reverse_sweep as reference_reverse_sweep
+        def reverse_sweep(nodes, feeds, y):
+            return reference_reverse_sweep(nodes, feeds, nodes[-1][0])
+     """, "AssertionError"),
+    ("03-ad-on-dataflow-graphs", 2, "gradient-graph-of-the-last-node",
+     ["test_gradient_graph_textbook", "test_gradient_graph_random_graphs"], """
+        # reference: gradient_graph as reference_gradient_graph
+        def gradient_graph(nodes, y, xs):
+            return reference_gradient_graph(nodes, nodes[-1][0], xs)
+     """, "AssertionError"),
+    # xs ignored: the gradient of every input, in the graph's order
+    ("03-ad-on-dataflow-graphs", 3, "gradients-of-every-input",
+     ["test_gradient_graph_textbook", "test_gradient_graph_random_graphs"], """
+        # reference: gradient_graph as reference_gradient_graph
+        def gradient_graph(nodes, y, xs):
+            every = [name for name, op, _ in nodes if op == "input"]
+            return reference_gradient_graph(nodes, y, every)
+     """, "expected one per x"),
+    ("03-ad-on-dataflow-graphs", 3, "second-derivative-of-the-last-node", ["test_second_derivative"], """
+        # reference: gradient_graph as reference_gradient_graph
+        def second_derivative(nodes, y, x):
+            first, (gx,) = reference_gradient_graph(nodes, nodes[-1][0], [x])
+            if gx is None:
+                return first, None
+            second, (gxx,) = reference_gradient_graph(list(nodes) + first, gx, [x])
+            return first + second, gxx
+     """, "AssertionError"),
     # -- 04 -----------------------------------------------------------------------------
     ("04-define-and-run-vs-define-by-run", 1, "source-by-the-library",
      ["test_graph_to_source_computes_the_graph", "test_graph_to_source_is_straight_line_and_pruned"], """
@@ -220,6 +283,29 @@ MUTANTS = [
         def cse(nodes, outputs):
             return _cse(nodes, outputs)
      """, FORBIDDEN),
+    # the parameters in the graph's order of its input nodes, not in the order of inputs
+    ("04-define-and-run-vs-define-by-run", 2, "parameters-in-graph-order",
+     ["test_graph_to_source_computes_the_graph", "test_graph_to_source_is_straight_line_and_pruned"], """
+        # reference: graph_to_source as reference_graph_to_source
+        def graph_to_source(nodes, inputs, outputs, name="f"):
+            ordered = [n for n, op, _ in nodes if op == "input" and n in inputs]
+            return reference_graph_to_source(nodes, ordered, outputs, name)
+     """, "AssertionError"),
+    # a string by its type only: f(x, "relu") would replay the graph recorded for "tanh"
+    ("04-define-and-run-vs-define-by-run", 2, "string-by-its-type", ["test_signature_matches_minigraph"], """
+        # reference: signature as reference_signature
+        def signature(args):
+            return reference_signature(tuple("a string" if isinstance(a, str) else a
+                                             for a in args))
+     """, "should have different signatures"),
+    # a list keyed as a tuple of the same items
+    ("04-define-and-run-vs-define-by-run", 3, "list-as-a-tuple", ["test_signature_matches_minigraph"], """
+        # reference: signature as reference_signature
+        def signature(args):
+            def as_tuples(a):
+                return tuple(as_tuples(i) for i in a) if isinstance(a, (list, tuple)) else a
+            return reference_signature(tuple(as_tuples(a) for a in args))
+     """, "should have different signatures"),
     # -- 05 -----------------------------------------------------------------------------
     # Kahn's algorithm with a stack: a topological order, not the FIFO one
     ("05-scheduling-and-memory", 1, "lifo-not-fifo",
@@ -458,6 +544,177 @@ MUTANTS = [
         def mul_batch(dims, x, y):
             return batch_rules.elementwise(dims, x, y)
      """, FORBIDDEN),
+    # -- later additions, 05-09: messages that say where, allocation, delegation -------
+    # -- 05 -----------------------------------------------------------------------------
+    # failure messages: the first differing item and what was expected, not only the graph
+    ("05-scheduling-and-memory", 2, "lifo-told-where", ["test_fifo_order_of_random_graphs"], """
+        def fifo_order(names, inputs):
+            missing = {n: len(inputs[n]) for n in names}
+            ready, order = [n for n in names if missing[n] == 0], []
+            while ready:
+                n = ready.pop()               # a stack, not a queue
+                order.append(n)
+                for c in names:
+                    for i in inputs[c]:
+                        if i == n:
+                            missing[c] -= 1
+                            if missing[c] == 0:
+                                ready.append(c)
+            if len(order) != len(names):
+                raise ValueError("cycle")
+            return order
+     """, "order["),
+    ("05-scheduling-and-memory", 2, "fetches-ignored-told-where",
+     ["test_free_after_matches_reference_counting"], """
+        def free_after(order, inputs, fetches, external):
+            readers = {n: 0 for n in order}
+            for n in order:
+                for i in set(inputs[n]):
+                    readers[i] += 1
+            freed = {n: None for n in order}
+            for n in order:
+                for i in set(inputs[n]):
+                    readers[i] -= 1
+                    if readers[i] == 0 and i not in external:   # fetches freed too
+                        freed[i] = n
+                if readers[n] == 0 and n not in external:
+                    freed[n] = n
+            return freed
+     """, "freed["),
+    # -- 06 -----------------------------------------------------------------------------
+    ("06-multi-device-execution", 2, "last-device-told-where", ["test_greedy_place_matches_auto_place"], """
+        def greedy_place(order, inputs, placed, seconds, nbytes, devices, bandwidth):
+            return {n: placed.get(n, devices[-1]) for n in order}
+     """, "placed["),
+    ("06-multi-device-execution", 2, "send-per-consumer-told-where",
+     ["test_partition_matches_mg_partition"], """
+        def partition(order, inputs, device):
+            parts = {}
+            for n in order:
+                dst = device[n]
+                for a in dict.fromkeys(inputs[n]):
+                    if device[a] != dst:      # a Send/Recv pair per reader, not per device
+                        key = f"{device[a]};{dst};{a}"
+                        parts.setdefault(device[a], []).append(("Send", key))
+                        parts.setdefault(dst, []).append(("Recv", key))
+                parts.setdefault(dst, []).append(n)
+            return parts
+     """, "partition["),
+    ("06-multi-device-execution", 3, "key-per-producer-told-where", ["test_make_key_and_transfers"], """
+        # reference: make_key
+        def transfers(inputs, device):
+            keys = {}
+            for c, names in inputs.items():
+                for p in names:
+                    if device[p] != device[c]:   # one key per producer, not per device
+                        keys[p] = make_key(device[p], device[c], p)
+            return sorted(keys.values())
+     """, "transfers"),
+    # -- 07 -----------------------------------------------------------------------------
+    # bytes credited to the receiver: the sum and the maximum stay right
+    ("07-data-and-model-parallelism", 2, "ring-bytes-on-the-receiver",
+     ["test_ring_allreduce_matches_allreduce_with_stats"], """
+        def ring_allreduce(arrays):
+            n = len(arrays)
+            shape = np.shape(arrays[0])
+            flat = [np.array(a, copy=True).reshape(-1) for a in arrays]
+            cuts = chunk_bounds(flat[0].size, n)
+            ch = [[f[cuts[c]:cuts[c + 1]].copy() for c in range(n)] for f in flat]
+            sent = [0] * n
+            for t in range(n - 1):                       # reduce-scatter
+                moves = [(i, (i - t) % n) for i in range(n)]
+                pieces = [ch[i][c].copy() for i, c in moves]
+                for (i, c), piece in zip(moves, pieces):
+                    ch[(i + 1) % n][c] = ch[(i + 1) % n][c] + piece
+                    sent[(i + 1) % n] += piece.nbytes    # the receiver's counter
+            for t in range(n - 1):                       # all-gather
+                moves = [(i, (i + 1 - t) % n) for i in range(n)]
+                pieces = [ch[i][c].copy() for i, c in moves]
+                for (i, c), piece in zip(moves, pieces):
+                    ch[(i + 1) % n][c] = piece
+                    sent[(i + 1) % n] += piece.nbytes    # the receiver's counter
+            return [np.concatenate(d).reshape(shape) for d in ch], sent
+     """, "bytes sent per device"),
+    # the right sums, in one array handed to every device
+    ("07-data-and-model-parallelism", 3, "ring-one-array-for-every-device",
+     ["test_ring_allreduce_matches_allreduce_with_stats"], """
+        # reference: ring_reduce_scatter as _reduce_scatter
+        # reference: ring_all_gather as _all_gather
+        def ring_allreduce(arrays):
+            n = len(arrays)
+            shape = np.shape(arrays[0])
+            flat = [np.asarray(a).reshape(-1) for a in arrays]
+            cuts = chunk_bounds(flat[0].size, n)
+            chunks = [[f[cuts[c]:cuts[c + 1]] for c in range(n)] for f in flat]
+            chunks, sent1 = _reduce_scatter(chunks)
+            chunks, sent2 = _all_gather(chunks)
+            total = np.concatenate(chunks[0]).reshape(shape)
+            return [total] * n, [a + b for a, b in zip(sent1, sent2)]
+     """, "two devices share one array"),
+    # the N x C matrix built with np.zeros and slice assignment: no forbidden name
+    ("07-data-and-model-parallelism", 3, "n-by-c-by-slice-assignment",
+     ["test_parallel_cross_entropy_loss", "test_parallel_cross_entropy_gradients",
+      "test_parallel_cross_entropy_is_stable_for_large_logits"], """
+        def parallel_cross_entropy(shards, labels):
+            n = shards[0].shape[0]
+            widths = [s.shape[1] for s in shards]
+            z = np.zeros((n, sum(widths)))
+            at = 0
+            for s in shards:
+                z[:, at:at + s.shape[1]] = s
+                at += s.shape[1]
+            z = z - z.max(axis=1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            loss = float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(n), labels]))
+            p[np.arange(n), labels] -= 1.0
+            grads, at = [], 0
+            for w in widths:
+                grads.append(p[:, at:at + w] / n)
+                at += w
+            return loss, grads
+     """, "the whole N x C matrix takes"),
+    # -- 08 -----------------------------------------------------------------------------
+    ("08-pipeline-parallelism", 2, "gpipe-by-the-private-helper", ["test_gpipe_schedule"], """
+        from minigraph.parallel.pipeline.scheduling import _gpipe
+        def gpipe_schedule(stages, microbatches):
+            return [_gpipe(stages, s, microbatches) for s in range(stages)]
+     """, FORBIDDEN),
+    ("08-pipeline-parallelism", 2, "1f1b-by-the-private-helper", ["test_one_f_one_b_schedule"], """
+        from minigraph.parallel.pipeline.scheduling import _one_f_one_b
+        def one_f_one_b_schedule(stages, microbatches):
+            return [_one_f_one_b(stages, s, microbatches) for s in range(stages)]
+     """, FORBIDDEN),
+    ("08-pipeline-parallelism", 3, "bubble-by-simulating", ["test_bubble_fraction"], """
+        from minigraph.parallel import pipeline as pp
+        def bubble_fraction(stages, microbatches):
+            return pp.simulate(pp.schedule("gpipe", stages, microbatches)).bubble_fraction
+     """, FORBIDDEN),
+    # one pass after another, no overlap: the message names the first wrong event
+    ("08-pipeline-parallelism", 2, "no-overlap-told-where",
+     ["test_simulate_uniform_stages", "test_simulate_matches_pp_simulate"], """
+        def simulate(schedule, forward, backward):
+            events, t = [], 0.0
+            for s, ops in enumerate(schedule):
+                for kind, k in ops:
+                    d = forward[s] if kind == "F" else backward[s]
+                    events.append((s, kind, k, t, t + d))
+                    t += d
+            return sorted(events, key=lambda e: (e[3], e[0]))
+     """, "(stage, kind, k, start, end)"),
+    # -- 09 -----------------------------------------------------------------------------
+    # rows of one mg.vjp, vmapped: right values in one run of f, by reverse mode
+    ("09-composing-transformations", 2, "jacobian-by-vjp-rows", ["test_jacobian_batched_one_pass"], """
+        def jacobian_batched(f, x):
+            out, vjp_fn = mg.vjp(f, x)
+            eye = mg.tensor(np.eye(out.shape[0]), dtype=x.dtype)
+            return mg.vmap(lambda e: vjp_fn(e)[0])(eye)
+     """, FORBIDDEN),
+    # reverse over reverse: right values in one run of f, where forward over reverse is asked
+    ("09-composing-transformations", 2, "hvp-reverse-over-reverse",
+     ["test_hvp_closed_forms_one_pass", "test_hvp_keeps_float32"], """
+        def hvp(f, x, v):
+            return mg.grad(lambda z: (mg.grad(f)(z) * v).sum())(x)
+     """, "expected mg.grad's Box holding mg.jvp's Dual"),
 ]
 
 # tests a mutant passes because it is right on their inputs (the mutants' own tests

@@ -15,12 +15,13 @@ from minigraph.grading import assert_same_array, exercises_fixture, in_sandbox
 
 exercises = exercises_fixture()
 
-# what the exercises may not call: minigraph's own forward and reverse modes
-FORWARD_MODE = ("minigraph.jvp", "minigraph.jacfwd", "minigraph.autodiff.forward.Dual")
-# (the tape's own sweep too: x.backward() calls it, and it calls the one reverse sweep)
-REVERSE_MODE = ("minigraph.grad", "minigraph.value_and_grad", "minigraph.vjp", "minigraph.jacrev",
-                "minigraph.gradients", "minigraph.autodiff.tape.backward",
-                "minigraph.autodiff.backward.reverse_sweep")
+# what the exercises may not call: minigraph's own differentiation, every transform of it,
+# forward or reverse (any of them gives a tangent: that of sin(u) is mg.grad(mg.sin)(u) * u'),
+# and the tape's own sweep (x.backward() calls it, and it calls the one reverse sweep)
+NO_AUTODIFF = ("minigraph.jvp", "minigraph.jacfwd", "minigraph.autodiff.forward.Dual",
+               "minigraph.grad", "minigraph.value_and_grad", "minigraph.vjp", "minigraph.jacrev",
+               "minigraph.gradients", "minigraph.hessian", "minigraph.source_grad",
+               "minigraph.autodiff.tape.backward", "minigraph.autodiff.backward.reverse_sweep")
 
 X, Y = 2.0, 3.0  # the textbook's point
 
@@ -123,7 +124,7 @@ def close(a, b):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.points(2)
-@pytest.mark.forbid(*FORWARD_MODE, why="carry the tangents yourself")
+@pytest.mark.forbid(*NO_AUTODIFF, why="carry the tangents yourself")
 def test_dual_add_and_mul_match_jvp(exercises):
     # u + v, u * v, u * u, 2.5 * u + v, u - v on random duals, against mg.jvp
     D = exercises.Dual
@@ -143,7 +144,7 @@ def test_dual_add_and_mul_match_jvp(exercises):
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("name", ["sin", "cos", "exp"])
-@pytest.mark.forbid(*FORWARD_MODE, why="carry the tangents yourself")
+@pytest.mark.forbid(*NO_AUTODIFF, why="carry the tangents yourself")
 def test_dual_functions_match_jvp(exercises, name):
     rng = np.random.default_rng(211)
     for _ in range(20):
@@ -157,7 +158,7 @@ def test_dual_functions_match_jvp(exercises, name):
 
 
 @pytest.mark.points(2)
-@pytest.mark.forbid(*FORWARD_MODE, why="carry the tangents yourself")
+@pytest.mark.forbid(*NO_AUTODIFF, why="carry the tangents yourself")
 def test_dual_numbers_on_random_programs(exercises):
     # a whole program on duals: value and directional derivative, against mg.jvp
     rng = np.random.default_rng(212)
@@ -176,7 +177,7 @@ def test_dual_numbers_on_random_programs(exercises):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.points(1)
-@pytest.mark.forbid(*FORWARD_MODE, *REVERSE_MODE, why="one forward pass per input, with your Dual")
+@pytest.mark.forbid(*NO_AUTODIFF, why="one forward pass per input, with your Dual")
 def test_forward_gradient_textbook(exercises):
     # (c.5) dz/dx = y + cos(x) and (d.5) dz/dy = x, in two passes; at the textbook's
     # point and at another one (a constant answer fits only the first)
@@ -196,7 +197,7 @@ def test_forward_gradient_textbook(exercises):
 
 
 @pytest.mark.points(2)
-@pytest.mark.forbid(*FORWARD_MODE, *REVERSE_MODE, why="one forward pass per input, with your Dual")
+@pytest.mark.forbid(*NO_AUTODIFF, why="one forward pass per input, with your Dual")
 def test_forward_gradient_random_programs_n_passes(exercises):
     for xs, steps in PROGRAMS:
         n = len(xs)
@@ -220,7 +221,7 @@ def test_forward_gradient_random_programs_n_passes(exercises):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.points(2)
-@pytest.mark.forbid(*REVERSE_MODE, why="sweep the tape backwards yourself")
+@pytest.mark.forbid(*NO_AUTODIFF, why="sweep the tape backwards yourself")
 def test_reverse_sweep_textbook(exercises):
     # (g.1)-(g.5): gz = 1, gb = 1, ga = 1, gy = x, gx = y + cos(x); inputs against mg.grad,
     # at the textbook's point and at another one (a constant answer fits only the first)
@@ -234,6 +235,16 @@ def test_reverse_sweep_textbook(exercises):
             f"{at}: gz, ga, gb = {g['z']}, {g['a']}, {g['b']}, expected 1.0 each")
         assert close(g["y"], gy.item()), f"{at}: gy = {g['y']}, expected {gy.item()}"
         assert close(g["x"], gx.item()), f"{at}: gx = {g['x']}, expected {gx.item()}"
+        # from the inner variable a = x*y: d a/dx = y, d a/dy = x, and b, z are not
+        # behind a (an answer that always starts from the tape's last record gives
+        # gx = y + cos(x))
+        g = exercises.reverse_sweep(tape, values, "a")
+        assert close(g["a"], 1.0), f"{at}, output a: ga = {g['a']}, expected 1.0"
+        assert close(g["x"], y) and close(g["y"], x), (
+            f"{at}, output a: gx, gy = {g['x']}, {g['y']}, expected y, x = {y}, {x}")
+        assert close(g.get("b", 0.0), 0.0) and close(g.get("z", 0.0), 0.0), (
+            f"{at}, output a: gb, gz = {g.get('b', 0.0)}, {g.get('z', 0.0)}, expected 0 "
+            f"(a depends on neither)")
 
 
 def tape_of(xs, steps):
@@ -248,23 +259,33 @@ def tape_of(xs, steps):
 
 
 @pytest.mark.points(3)
-@pytest.mark.forbid(*REVERSE_MODE, why="sweep the tape backwards yourself")
+@pytest.mark.forbid(*NO_AUTODIFF, why="sweep the tape backwards yourself")
 def test_reverse_sweep_random_tapes(exercises):
-    # the adjoint of every variable, inputs and intermediates, against mg.grad
+    # the adjoint of every variable, inputs and intermediates, against mg.grad; from the
+    # last variable and from one in the middle (the output is an argument: the sweep
+    # starts there, and what comes after it on the tape gets no adjoint)
     for xs, steps in PROGRAMS:
         tape, values, names = tape_of(xs, steps)
-        g = exercises.reverse_sweep(tape, dict(values), names[-1])
         n = len(xs)
-        expected = mg.grad(lambda *a: run(steps, mg_ns(), *a)[-1], argnums=tuple(range(n)))(*xs)
-        for name, e in zip(names, expected):
-            assert close(g.get(name, 0.0), e.item()), (
-                f"adjoint of input {name}: {g.get(name, 0.0)}, expected {e.item()}")
-        for index in range(n, len(names) - 1):  # an intermediate: override it by a variable
-            def rest(v, index=index):
-                return run(steps, mg_ns(), *xs, override={index: v})[-1]
-            e = mg.grad(rest)(values[names[index]])
-            assert close(g.get(names[index], 0.0), e.item()), (
-                f"adjoint of {names[index]}: {g.get(names[index], 0.0)}, expected {e.item()}")
+        for out in (len(names) - 1, n + len(steps) // 2):
+            g = exercises.reverse_sweep(tape, dict(values), names[out])
+            at = f"output {names[out]} of a tape of {len(tape)} records"
+            expected = mg.grad(lambda *a: run(steps, mg_ns(), *a)[out],
+                               argnums=tuple(range(n)))(*xs)
+            for name, e in zip(names, expected):
+                assert close(g.get(name, 0.0), e.item()), (
+                    f"{at}: adjoint of input {name}: {g.get(name, 0.0)}, expected {e.item()}")
+            for index in range(n, out):  # an intermediate: override it by a variable
+                def rest(v, index=index):
+                    return run(steps, mg_ns(), *xs, override={index: v})[out]
+                e = mg.grad(rest)(values[names[index]])
+                assert close(g.get(names[index], 0.0), e.item()), (
+                    f"{at}: adjoint of {names[index]}: {g.get(names[index], 0.0)}, "
+                    f"expected {e.item()}")
+            for name in names[out + 1:]:  # computed after the output: it cannot change it
+                assert close(g.get(name, 0.0), 0.0), (
+                    f"{at}: adjoint of {name}: {g.get(name, 0.0)}, expected 0 ({name} is "
+                    f"computed after {names[out]})")
 
 
 # ---------------------------------------------------------------------------------------

@@ -184,7 +184,10 @@ def reverse_sweep(nodes, feeds, y):
             raise ValueError(f"unknown op {op!r}")
         for i, share in zip(inputs, shares):
             if share is not None:
-                adjoint[i] = adjoint[i] + share if i in adjoint else share
+                # a copy where a share is stored first: add hands its one array g to both
+                # inputs, and two gradients must not be one array (scaling one in place,
+                # an optimizer step, would scale the other)
+                adjoint[i] = adjoint[i] + share if i in adjoint else share.copy()
     return {name: adjoint.get(name) for name, op, _ in nodes if op == "input"}
     ### END SOLUTION
 

@@ -14,7 +14,8 @@ exercises = exercises_fixture()
 # (the tape's own sweep too: x.backward() calls it, and it calls the one reverse sweep)
 NO_AUTODIFF = ("minigraph.grad", "minigraph.value_and_grad", "minigraph.vjp", "minigraph.jvp",
                "minigraph.gradients", "minigraph.jacrev", "minigraph.jacfwd", "minigraph.hessian",
-               "minigraph.autodiff.tape.backward", "minigraph.autodiff.backward.reverse_sweep")
+               "minigraph.source_grad", "minigraph.autodiff.tape.backward",
+               "minigraph.autodiff.backward.reverse_sweep")
 
 # -- helpers (part of the tests, not of the exercises) ----------------------------------------
 
@@ -104,6 +105,13 @@ def random_graph(seed, n_inputs=3, n_ops=10):
 
 def inputs_of(nodes):
     return [name for name, op, _ in nodes if op == "input"]
+
+
+def inner_node(nodes):
+    """A node in the middle of a graph, neither an input nor the last node: the tests
+    differentiate it too, so that an answer that always starts from the last node fails."""
+    computed = [name for name, op, _ in nodes if op != "input"]
+    return computed[len(computed) // 2]
 
 
 def random_feeds(nodes, seed, shape=(4,)):
@@ -237,6 +245,11 @@ def test_reverse_sweep_textbook(exercises):
         assert np.isclose(got["x"], y + np.cos(x)), (
             f"(g.5): gx = y + cos(x) = {y + np.cos(x)} at x={x}, y={y}; got {got['x']}")
         assert np.isclose(got["y"], x), f"(g.4): gy = x = {x} at x={x}, y={y}; got {got['y']}"
+        # from the inner node a = x*y: d a/dx = y, d a/dy = x (not the gradients of z)
+        got = exercises.reverse_sweep(TEXTBOOK, {"x": x, "y": y}, "a")
+        assert np.isclose(got["x"], y) and np.isclose(got["y"], x), (
+            f"d a/dx, d a/dy for a = x*y at x={x}, y={y}: expected {y}, {x}; got "
+            f"{got['x']}, {got['y']}")
 
 
 @pytest.mark.points(2)
@@ -245,10 +258,10 @@ def test_reverse_sweep_random_graphs(exercises):
     graphs = [REUSE, ONES] + [random_graph(seed) for seed in range(10, 16)]
     for k, nodes in enumerate(graphs):
         feeds = random_feeds(nodes, seed=100 + k)
-        y = nodes[-1][0]
-        got = exercises.reverse_sweep(nodes, feeds, y)
-        assert set(got) == set(inputs_of(nodes)), f"graph {k}: one entry per input"
-        assert_same_gradients(got, minigraph_gradients(nodes, y, feeds), f"graph {k}")
+        for y in [nodes[-1][0], inner_node(nodes)]:
+            got = exercises.reverse_sweep(nodes, feeds, y)
+            assert set(got) == set(inputs_of(nodes)), f"graph {k}, y {y!r}: one entry per input"
+            assert_same_gradients(got, minigraph_gradients(nodes, y, feeds), f"graph {k}, y {y!r}")
 
 
 # -- 6. gradient_graph ----------------------------------------------------------------------------
@@ -263,7 +276,9 @@ def _check_structure(nodes, new_nodes, grads, xs, what):
         for i in inputs:
             assert i in known, f"{what}: node {name!r} reads {i!r} before it is defined"
         known.add(name)
-    assert len(grads) == len(xs), f"{what}: one gradient name per x"
+    assert len(grads) == len(xs), (
+        f"{what}: {len(grads)} gradient names for the {len(xs)} xs {list(xs)}; expected "
+        f"one per x, in the order of xs")
     for g in grads:
         assert g is None or g in known, f"{what}: gradient {g!r} is not a node"
 
@@ -277,6 +292,18 @@ def test_gradient_graph_textbook(exercises):
         values = toy_evaluate(TEXTBOOK + list(new_nodes), {"x": x, "y": y})
         assert np.isclose(values[grads[0]], y + np.cos(x)), f"gx at x={x}, y={y}"
         assert np.isclose(values[grads[1]], x), f"gy at x={x}, y={y}"
+    # the gradients asked for, in the order of xs, of the node asked for (closed forms:
+    # dz/dy = x, dz/dx = y + cos(x); d a/dx = y, d a/dy = x for the inner node a = x*y)
+    x, y = 2.0, 3.0
+    for out, xs, want in [("z", ["y"], [x]), ("z", ["y", "x"], [x, y + np.cos(x)]),
+                          ("a", ["x", "y"], [y, x])]:
+        what = f"gradient_graph(TEXTBOOK, {out!r}, {xs})"
+        new_nodes, grads = exercises.gradient_graph(TEXTBOOK, out, xs)
+        _check_structure(TEXTBOOK, new_nodes, grads, xs, what)
+        values = toy_evaluate(TEXTBOOK + list(new_nodes), {"x": x, "y": y})
+        got = [None if g is None else float(values[g]) for g in grads]
+        assert all(g is not None and np.isclose(g, w) for g, w in zip(got, want)), (
+            f"{what} at x={x}, y={y}: {got}, expected {want}")
 
 
 @pytest.mark.points(3)
@@ -284,14 +311,19 @@ def test_gradient_graph_textbook(exercises):
 def test_gradient_graph_random_graphs(exercises):
     graphs = [REUSE, ONES] + [random_graph(seed, n_ops=12) for seed in range(20, 26)]
     for k, nodes in enumerate(graphs):
-        xs, y = inputs_of(nodes), nodes[-1][0]
-        new_nodes, grads = exercises.gradient_graph(nodes, y, xs)
-        _check_structure(nodes, new_nodes, grads, xs, f"graph {k}")
-        for trial in range(2):
-            feeds = random_feeds(nodes, seed=200 + 10 * k + trial)
-            values = toy_evaluate(nodes + list(new_nodes), feeds)
-            got = {x: None if g is None else values[g] for x, g in zip(xs, grads)}
-            assert_same_gradients(got, minigraph_gradients(nodes, y, feeds), f"graph {k}")
+        # every input for the last node; for an inner one, the inputs but the first, in
+        # reverse (the gradients asked for, in the order asked)
+        for y, xs in [(nodes[-1][0], inputs_of(nodes)),
+                      (inner_node(nodes), inputs_of(nodes)[:0:-1])]:
+            what = f"graph {k}, y {y!r}, xs {xs}"
+            new_nodes, grads = exercises.gradient_graph(nodes, y, xs)
+            _check_structure(nodes, new_nodes, grads, xs, what)
+            for trial in range(2):
+                feeds = random_feeds(nodes, seed=200 + 10 * k + trial)
+                values = toy_evaluate(nodes + list(new_nodes), feeds)
+                got = {x: None if g is None else values[g] for x, g in zip(xs, grads)}
+                want = minigraph_gradients(nodes, y, feeds)
+                assert_same_gradients(got, {x: want[x] for x in xs}, what)
 
 
 # -- 7. second_derivative ---------------------------------------------------------------------------
@@ -301,11 +333,12 @@ def test_gradient_graph_random_graphs(exercises):
 def test_second_derivative(exercises):
     graphs = [TEXTBOOK, REUSE] + [random_graph(seed, n_ops=8) for seed in range(30, 35)]
     for k, nodes in enumerate(graphs):
-        y = nodes[-1][0]
         feeds = random_feeds(nodes, seed=300 + k, shape=(3,))
-        want = minigraph_gradients(nodes, y, feeds, order=2)
-        for x in inputs_of(nodes):
-            new_nodes, name = exercises.second_derivative(nodes, y, x)
-            _check_structure(nodes, new_nodes, [name], [x], f"graph {k}, x {x!r}")
-            got = None if name is None else toy_evaluate(nodes + list(new_nodes), feeds)[name]
-            assert_same_gradients({x: got}, {x: want[x]}, f"graph {k}, d2/d{x}2")
+        for y in [nodes[-1][0], inner_node(nodes)]:
+            want = minigraph_gradients(nodes, y, feeds, order=2)
+            for x in inputs_of(nodes):
+                what = f"graph {k}, y {y!r}, x {x!r}"
+                new_nodes, name = exercises.second_derivative(nodes, y, x)
+                _check_structure(nodes, new_nodes, [name], [x], what)
+                got = None if name is None else toy_evaluate(nodes + list(new_nodes), feeds)[name]
+                assert_same_gradients({x: got}, {x: want[x]}, f"{what}, d2y/d{x}2")

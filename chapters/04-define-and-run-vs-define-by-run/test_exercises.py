@@ -111,6 +111,7 @@ def random_feeds(names, seed, shape=(4,)):
 
 def _cases():
     yield TEXTBOOK, ["x", "y"], ["z"]
+    yield TEXTBOOK, ["y", "x"], ["z"]  # the parameters in the order of inputs: f(y, x)
     for seed in range(5):
         nodes = random_graph(seed)
         yield nodes, inputs_of(nodes), [nodes[-1][0]]
@@ -141,7 +142,14 @@ def test_graph_to_source_computes_the_graph(exercises):
         assert isinstance(got, tuple) and len(got) == len(outputs), (
             f"graph {k}: the function must return a tuple of {len(outputs)} values")
         for o, g, w in zip(outputs, got, want):
-            assert_same_array(g, w.numpy(), f"graph {k}, output {o}", rtol=1e-12, atol=0.0)
+            assert_same_array(g, w.numpy(), f"graph {k}, inputs {inputs}, output {o}",
+                              rtol=1e-12, atol=0.0)
+    # the parameters in the order of inputs, not of the graph: f(y, x) = x*y + sin(x)
+    source = exercises.graph_to_source(TEXTBOOK, ["y", "x"], ["z"], name="f")
+    x, y = np.array([2.0, -0.5]), np.array([3.0, 1.5])
+    (got,) = in_sandbox(exercises, run_source, source=source, k="y, x")(y, x)
+    assert_same_array(got, x * y + np.sin(x), "f(y, x) for inputs ['y', 'x'] (TEXTBOOK)",
+                      rtol=1e-12, atol=0.0)
 
 
 @pytest.mark.points(1)
@@ -157,8 +165,10 @@ def test_graph_to_source_is_straight_line_and_pruned(exercises):
         assert len(tree.body) == 1 and isinstance(tree.body[0], ast.FunctionDef), (
             f"graph {k}: the source must be one function definition")
         fn = tree.body[0]
-        assert fn.name == "f" and [a.arg for a in fn.args.args] == list(inputs), (
-            f"graph {k}: expected def f({', '.join(inputs)})")
+        params = [a.arg for a in fn.args.args]
+        assert fn.name == "f" and params == list(inputs), (
+            f"graph {k}: expected def f({', '.join(inputs)}), got def {fn.name}"
+            f"({', '.join(params)})")
         *assigns, ret = fn.body
         assert all(isinstance(s, ast.Assign) for s in assigns) and isinstance(ret, ast.Return), (
             f"graph {k}: straight-line code: assignments, then one return (no loops, no ifs)")
@@ -219,6 +229,8 @@ def test_signature_matches_minigraph(exercises):
         (mg.tensor(a3),), (mg.tensor(b3),), (mg.tensor(a4),), (mg.tensor(a3).to("cpu:1"),),
         (mg.tensor(a3.astype(np.float32)),), (mg.tensor(1.5),),
         (a3, 2.0), (b3, 1.0), (a3, 2), (a3, 3), (a3, b3), (2.0, a3), (a3, "tanh"),
+        # a string by its value, a list and a tuple by their types
+        ("tanh",), (a3, "relu"), ([1, 2],), ((1, [2]),), ((1, (2,)),),
         # a constant by type and value (True is not 1), a float in one by its bits
         (True,), (False,), (1,), (np.int64(2),), ((True, 2),), ((0.0,),), ((-0.0,),),
         # a NumPy float scalar is data, a 0-d array of its dtype (not a weak float)

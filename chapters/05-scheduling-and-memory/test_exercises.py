@@ -89,6 +89,25 @@ def some_fetches(g, seed):
     return sinks(g) + extra
 
 
+def first_difference(got, expected, where):
+    """Where ``got`` first differs from ``expected`` (lists, dicts, and lists in dicts),
+    in a line that names the item, what came and what was expected: the start of a
+    failure message, which the printed graph alone made a puzzle."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        for key, value in expected.items():
+            if key not in got:
+                return f"{where}[{key!r}] is missing, expected {value!r}"
+            if got[key] != value:
+                return first_difference(got[key], value, f"{where}[{key!r}]")
+        return f"{where} has keys {sorted(map(str, set(got) - set(expected)))}, expected none"
+    if isinstance(expected, list) and isinstance(got, (list, tuple)):
+        for i, (a, b) in enumerate(zip(got, expected)):
+            if a != b:
+                return first_difference(a, b, f"{where}[{i}]")
+        return f"{where} has {len(got)} items, expected {len(expected)}"
+    return f"{where} is {got!r}, expected {expected!r}"
+
+
 # -- 1. FIFO order ------------------------------------------------------------------------------
 
 @pytest.mark.points(1)
@@ -114,11 +133,13 @@ def test_fifo_order_of_random_graphs(exercises):
         names, inputs = as_data(g)
         expected = [n.name for n in fifo_order(g.nodes, {id(n) for n in g.nodes})]
         got = exercises.fifo_order(names, inputs)
-        assert got == expected, f"graph of seed {seed}:\n{g}"
+        assert got == expected, \
+            f"graph of seed {seed}: {first_difference(got, expected, 'order')}\n{g}"
         if seed < 4:  # the order a serial session really runs in
             sess = mg.Session(g, workers=1)
             sess.run(sinks(g), feeds_for(g, seed))
-            assert got == sess.last_run.order, f"graph of seed {seed}:\n{g}"
+            run = sess.last_run.order
+            assert got == run, f"graph of seed {seed}: {first_difference(got, run, 'order')}\n{g}"
 
 
 @pytest.mark.points(1)
@@ -181,7 +202,10 @@ def test_free_after_matches_reference_counting(exercises):
         order = [n.name for n in fifo_order(g.nodes, {id(n) for n in g.nodes})]
         external = [n.name for n in g.nodes if n.op == "Placeholder"]
         got = exercises.free_after(order, inputs, [f.name for f in fetches], external)
-        assert got == minigraph_free_after(g, fetches), f"graph of seed {seed}:\n{g}"
+        expected = minigraph_free_after(g, fetches)
+        assert got == expected, (
+            f"graph of seed {seed}, fetches {[f.name for f in fetches]}: "
+            f"{first_difference(got, expected, 'freed')}\n{g}")
 
 
 # -- 3. the liveness lower bound ------------------------------------------------------------

@@ -76,6 +76,25 @@ def two_device_graph():
     return g
 
 
+def first_difference(got, expected, where):
+    """Where ``got`` first differs from ``expected`` (lists, dicts, and lists in dicts),
+    in a line that names the item, what came and what was expected: the start of a
+    failure message, which the printed graph alone made a puzzle."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        for key, value in expected.items():
+            if key not in got:
+                return f"{where}[{key!r}] is missing, expected {value!r}"
+            if got[key] != value:
+                return first_difference(got[key], value, f"{where}[{key!r}]")
+        return f"{where} has keys {sorted(map(str, set(got) - set(expected)))}, expected none"
+    if isinstance(expected, list) and isinstance(got, (list, tuple)):
+        for i, (a, b) in enumerate(zip(got, expected)):
+            if a != b:
+                return first_difference(a, b, f"{where}[{i}]")
+        return f"{where} has {len(got)} items, expected {len(expected)}"
+    return f"{where} is {got!r}, expected {expected!r}"
+
+
 # -- 1. the transfers and their keys --------------------------------------------------------
 
 @pytest.mark.points(1)
@@ -87,7 +106,8 @@ def test_make_key_and_transfers(exercises):
     for g in [two_device_graph()] + [random_placed_graph(seed) for seed in SEEDS]:
         _, inputs, device = as_data(g)
         expected = sorted(s.key for s in mg.partition(g).sends())
-        assert exercises.transfers(inputs, device) == expected, f"graph:\n{g}"
+        got = exercises.transfers(inputs, device)
+        assert got == expected, f"{first_difference(got, expected, 'transfers')}; graph:\n{g}"
 
 
 # -- 2. partitioning with Send/Recv ---------------------------------------------------------
@@ -108,7 +128,9 @@ def test_partition_matches_mg_partition(exercises):
         g = random_placed_graph(seed)
         parts = mg.partition(g)
         got = exercises.partition(*as_data(g))
-        assert got == entries(parts), f"graph of seed {seed}:\n{g}"
+        expected = entries(parts)
+        assert got == expected, \
+            f"graph of seed {seed}: {first_difference(got, expected, 'partition')}\n{g}"
         # the invariants: one Send/Recv pair per key, only a device's own nodes
         sends = [e[1] for es in got.values() for e in es if isinstance(e, tuple) and e[0] == "Send"]
         recvs = [e[1] for es in got.values() for e in es if isinstance(e, tuple) and e[0] == "Recv"]
@@ -152,7 +174,8 @@ def test_greedy_place_matches_auto_place(exercises):
         nbytes = {n.name: 8 * math.prod(n.shape) for n in g.nodes}  # float64
         got = exercises.greedy_place(order, inputs, fixed, seconds, nbytes, list(devices),
                                      BANDWIDTH)
-        assert got == expected, f"graph of seed {seed} on {devices}:\n{g}"
+        assert got == expected, (f"graph of seed {seed} on {devices}: "
+                                 f"{first_difference(got, expected, 'placed')}\n{g}")
 
 
 # -- 4. the rendezvous ----------------------------------------------------------------------

@@ -186,13 +186,22 @@ def test_ring_allreduce_matches_allreduce_with_stats(exercises):
         n = int(rng.integers(1, 6))
         arrays = random_arrays(rng, n, "float32" if seed % 4 == 1 else "float64")
         out, stats = mg.parallel.allreduce_with_stats(on_devices(arrays), "ring")
-        (sums, sent), changed, _ = run(exercises.ring_allreduce, arrays)
+        (sums, sent), changed, shared = run(exercises.ring_allreduce, arrays)
         assert len(sums) == n, f"{len(sums)} sums for {n} devices"
         for mine, theirs in zip(sums, out):
             assert_same_array(mine, theirs.numpy(), f"{arrays[0].dtype} arrays (n = {n})",
                               rtol=1e-5, atol=1e-8)
-        assert sum(sent) == stats.bytes_total, "total bytes sent"
-        assert max(sent) == stats.bytes_max_device, "bytes sent by the busiest device"
+        assert not shared, "two devices share one array"
+        # Per device, not only the sum and the maximum (bytes counted on the receiver
+        # permute the list and keep both): device i sends every chunk but (i + 1) % n in
+        # the reduce-scatter, every chunk but (i + 2) % n in the all-gather
+        sizes = chunk_sizes(arrays[0].size, n, arrays[0].itemsize)
+        expected = [2 * sum(sizes) - sizes[(i + 1) % n] - sizes[(i + 2) % n] for i in range(n)]
+        assert list(sent) == expected, (
+            f"bytes sent per device {list(sent)}, expected {expected} (n = {n}, chunk bytes "
+            f"{sizes})")
+        assert sum(sent) == stats.bytes_total, (
+            f"{sum(sent)} bytes sent in all, minigraph counts {stats.bytes_total}")
         assert not changed, "inputs changed"
 
 
@@ -268,6 +277,58 @@ def random_shards(seed, scale=3.0, shift=0.0):
     return shards, labels
 
 
+def watched(function, shards, labels):
+    """Runs in the sandbox (in_sandbox), where the student's code runs: ``function(shards,
+    labels)`` with NumPy's overflow, invalid and divide errors raised, not warned (an
+    np.errstate in the grader's process does not reach the sandbox's), and the bytes of
+    the largest NumPy array alive at any line of exercises.py it runs.
+
+    The N x C matrix is caught by what it takes, not by the names that make it
+    (np.zeros and slice assignment build it as well as np.concatenate): tracemalloc sees
+    every array's data, and sys.settrace stops at each line. An array made and dropped
+    within one line escapes, but not one that is kept to be used."""
+    import sys
+    import tracemalloc
+    arrays = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]
+    largest = 0
+
+    def line(frame, event, arg):
+        nonlocal largest
+        if event == "line":
+            traces = tracemalloc.take_snapshot().filter_traces(arrays).traces
+            largest = max([largest] + [t.size for t in traces])
+        return line
+
+    def call(frame, event, arg):
+        return line if frame.f_code.co_filename.endswith("exercises.py") else None
+
+    outer = sys.gettrace()
+    tracemalloc.start()
+    sys.settrace(call)
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            answer = function(shards, labels)
+    finally:
+        sys.settrace(outer)
+        tracemalloc.stop()
+    return answer, largest
+
+
+def assert_no_full_logits(largest, shards):
+    """The largest array ``watched`` saw is smaller than the N x C matrix, where that is
+    larger than any array a right answer may hold: a shard (N x C_k), one number per row
+    from each device (devices x N), one per class (C), a table of a shard's classes
+    (C_k x C_k, np.eye(C_k) for one-hot labels)."""
+    n, widths = shards[0].shape[0], [s.shape[1] for s in shards]
+    right = max(n * max(widths), n * len(widths), sum(widths), max(widths) ** 2)
+    full = n * sum(widths) * shards[0].itemsize
+    if n * sum(widths) > right:
+        assert largest < full, (
+            f"shards of widths {widths}, {n} rows: an array of {largest} bytes was alive, "
+            f"and the whole N x C matrix takes {full}: never build it; only vectors of N "
+            f"numbers may cross between devices")
+
+
 def minigraph_loss_and_grads(shards, labels):
     tensors = [mg.tensor(s, device=d, requires_grad=True)
                for s, d in zip(shards, device_names(len(shards)))]
@@ -279,12 +340,14 @@ def minigraph_loss_and_grads(shards, labels):
 @pytest.mark.points(2)
 @pytest.mark.forbid(*NO_FULL_LOGITS, why="only vectors of N numbers may cross between devices")
 def test_parallel_cross_entropy_loss(exercises):
+    run = in_sandbox(exercises, watched)
     for seed in SEEDS:
         shards, labels = random_shards(seed)
         expected, _ = minigraph_loss_and_grads(shards, labels)
         single = mg.cross_entropy(mg.tensor(np.concatenate(shards, axis=1)),
                                   mg.tensor(labels)).item()
-        loss, _ = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
+        (loss, _), largest = run(exercises.parallel_cross_entropy, shards, labels)
+        assert_no_full_logits(largest, shards)
         widths = [s.shape[1] for s in shards]
         assert np.isclose(float(loss), expected), (
             f"shards of widths {widths}: loss {float(loss)}, expected {expected}")
@@ -295,35 +358,30 @@ def test_parallel_cross_entropy_loss(exercises):
 @pytest.mark.points(2)
 @pytest.mark.forbid(*NO_FULL_LOGITS, why="only vectors of N numbers may cross between devices")
 def test_parallel_cross_entropy_gradients(exercises):
+    run = in_sandbox(exercises, watched)
     for seed in SEEDS:
         shards, labels = random_shards(seed)
         _, expected = minigraph_loss_and_grads(shards, labels)
-        _, grads = exercises.parallel_cross_entropy([s.copy() for s in shards], labels.copy())
+        (_, grads), largest = run(exercises.parallel_cross_entropy, shards, labels)
+        assert_no_full_logits(largest, shards)
         assert len(grads) == len(shards), f"{len(grads)} gradients for {len(shards)} shards"
         for k, (mine, theirs) in enumerate(zip(grads, expected)):
             assert_same_array(mine, theirs, f"gradient of shard {k}", rtol=1e-5, atol=1e-8,
                               dtype=False)
 
 
-def raising_float_errors(function, *args):
-    """Runs in the sandbox (in_sandbox), where the student's code runs: ``function(*args)``
-    with NumPy's overflow, invalid and divide errors raised, not warned (an np.errstate
-    in the grader's process does not reach the sandbox's)."""
-    with np.errstate(over="raise", invalid="raise", divide="raise"):
-        return function(*args)
-
-
 @pytest.mark.points(1)
 @pytest.mark.forbid(*NO_FULL_LOGITS, why="only vectors of N numbers may cross between devices")
 def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
-    strict = in_sandbox(exercises, raising_float_errors)
+    strict = in_sandbox(exercises, watched)
     for seed in SEEDS:
         shards, labels = random_shards(seed, scale=50.0, shift=1000.0)
         if seed % 2:  # rows 2000 apart: one maximum for all rows underflows the lower ones
             apart = 2000.0 * np.arange(len(labels))[:, None]
             shards = [s + apart for s in shards]
         expected, grads_expected = minigraph_loss_and_grads(shards, labels)
-        loss, grads = strict(exercises.parallel_cross_entropy, shards, labels)
+        (loss, grads), largest = strict(exercises.parallel_cross_entropy, shards, labels)
+        assert_no_full_logits(largest, shards)
         assert np.isfinite(loss) and np.isclose(float(loss), expected), (
             f"shards of widths {[s.shape[1] for s in shards]}, logits near 1000: loss "
             f"{float(loss)}, expected {expected}")
@@ -344,7 +402,7 @@ def test_parallel_cross_entropy_is_stable_for_large_logits(exercises):
     # Rows of different scales: each row needs its own M (closed form: the rows'
     # log-sum-exp, each shifted by its own maximum, minus the label's logit)
     shards = [np.array([[0.0, 1.0], [1000.0, 1001.0]]), np.array([[2.0], [1002.0]])]
-    loss, _ = strict(exercises.parallel_cross_entropy, shards, np.array([0, 2]))
+    (loss, _), _ = strict(exercises.parallel_cross_entropy, shards, np.array([0, 2]))
     lse = np.log(np.exp(-2.0) + np.exp(-1.0) + 1.0)  # log sum exp(z - max z), both rows
     expected = np.mean([2.0 + lse - 0.0, 1002.0 + lse - 1002.0])  # max + lse - z_label
     assert np.isclose(float(loss), expected), (

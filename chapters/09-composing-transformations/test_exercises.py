@@ -26,6 +26,10 @@ except ImportError:  # pragma: no cover - depends on the installation
     torch = tf = None
 
 NO_HESSIAN = ("minigraph.hessian", "minigraph.jacfwd", "minigraph.jacrev")
+# reverse mode, where an exercise asks for forward mode (a Jacobian by rows of mg.vjp is
+# right, in one run of f, and not the exercise)
+NO_REVERSE = ("minigraph.vjp", "minigraph.autodiff.tape.vjp", "minigraph.grad",
+              "minigraph.value_and_grad")
 
 
 def as_array(got):
@@ -149,15 +153,44 @@ def hvp_cases(n, seed):
     ]
 
 
+def watched_hvp(hvp, f, x, v):
+    """Runs in the sandbox (in_sandbox), where the transformations' values live:
+    ``hvp(f, x, v)``, and the kinds of value wrapped around the tensor f's first call
+    was given, from the outside in (``levels.ValueInside``: a box of mg.grad or of
+    mg.vjp, a dual number of mg.jvp). Forward over reverse hands f mg.grad's boxes
+    holding mg.jvp's dual numbers, ``["Box", "Dual"]``; reverse over reverse, with the
+    same values and one run of f, hands it ``["Box", "Box"]``."""
+    kinds = []
+
+    def f_watched(z):
+        if not kinds:
+            inside = z
+            while isinstance(inside, mg.autodiff.levels.ValueInside):
+                kinds.append(type(inside).__name__)
+                inside = inside._inside()
+        return f(z)
+
+    return hvp(f_watched, x, v), kinds
+
+
+def assert_forward_over_reverse(kinds, name):
+    assert kinds == ["Box", "Dual"], (
+        f"{name}: f was given {' holding '.join(kinds) or 'a plain tensor'}, expected "
+        f"mg.grad's Box holding mg.jvp's Dual: push the tangent v with mg.jvp through "
+        f"mg.grad(f) (forward over reverse)")
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize("n", [1, 4, 12])
 @pytest.mark.forbid(*NO_HESSIAN, "minigraph.vmap", why="push one tangent through mg.grad(f) with mg.jvp")
 def test_hvp_closed_forms_one_pass(exercises, n):
+    run = in_sandbox(exercises, watched_hvp)
     for name, function, data, H, torch_fn, x, v in hvp_cases(n, 910 + n):
         f = in_sandbox(exercises, function, **data)
-        got = exercises.hvp(f, mg.tensor(x), mg.tensor(v))
+        got, kinds = run(exercises.hvp, f, mg.tensor(x), mg.tensor(v))
         assert f.calls == 1, (f"{name}: f ran {f.calls} times; forward over reverse runs it "
                               f"once (building H column by column would take n = {n})")
+        assert_forward_over_reverse(kinds, name)
         assert_same_array(got, H @ v, f"{name}, n = {n}: ")
         if tf is not None:
             _, ref = tf.jvp(tf.grad(torch_fn), (torch.tensor(x),), (torch.tensor(v),))
@@ -171,7 +204,8 @@ def test_hvp_keeps_float32(exercises):
     rng = np.random.default_rng(915)
     x, v = rng.normal(size=5).astype(np.float32), rng.normal(size=5).astype(np.float32)
     f = in_sandbox(exercises, sin_times_x)
-    got = exercises.hvp(f, mg.tensor(x), mg.tensor(v))
+    got, kinds = in_sandbox(exercises, watched_hvp)(exercises.hvp, f, mg.tensor(x), mg.tensor(v))
+    assert_forward_over_reverse(kinds, "sin_times_x, float32")
     x64, v64, h = x.astype(np.float64), v.astype(np.float64), 1e-5
     gradient = lambda z: np.sin(z) + z * np.cos(z)  # noqa: E731
     numeric = (gradient(x64 + h * v64) - gradient(x64 - h * v64)) / (2 * h)
@@ -259,7 +293,7 @@ def tanh_layer(x, *, W, b):
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("n, m", [(1, 3), (4, 2), (6, 6), (9, 1)])
-@pytest.mark.forbid(*NO_HESSIAN, why="vmap one JVP over the identity's rows")
+@pytest.mark.forbid(*NO_HESSIAN, *NO_REVERSE, why="vmap one JVP over the identity's rows")
 def test_jacobian_batched_one_pass(exercises, n, m):
     rng = np.random.default_rng(930 + n)
     W, b, x = rng.normal(size=(m, n)), rng.normal(size=m), rng.normal(size=n)
