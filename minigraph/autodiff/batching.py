@@ -48,7 +48,8 @@ class BatchingError(MinigraphError, ValueError):
 class BatchTracer(ArrayOps):
     """A batch of values that presents itself as one example (``shape`` omits axis 0)."""
 
-    __slots__ = ("value", "level", "_priority")
+    # (__weakref__: weakref.ref(x) and weakref.finalize in f, as on a tensor)
+    __slots__ = ("value", "level", "_priority", "__weakref__")
     _noun = "vmap example"
 
     def __init__(self, value: Any, level: int):
@@ -294,7 +295,7 @@ def vmap(f: Callable[..., Any], in_axes: Axes = 0, out_axes: Axes = 0) -> Callab
                 f"argument {i} has size {n} along axis {axis}" for i, axis, n in sizes))
         size = sizes[0][2]
         with passed_as_is(inputs, [i for i, axis in enumerate(axes) if axis is not None],
-                          "vmap", args), level_running(level):
+                          "vmap", args, level=level), level_running(level):
             out = f(*inputs)
         # The results are the caller's own arrays, apart from each other and from the
         # arguments: the gradients of x + y with respect to x and y are one batched value,

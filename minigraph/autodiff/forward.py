@@ -46,7 +46,8 @@ from .tape import (_differentiable, as_gradient, grad_mode_depth, memory_of, own
 class Dual(ValueInside, ArrayOps):
     """A primal value with its tangent; ``tangent is None`` stands for zero."""
 
-    __slots__ = ("primal", "tangent", "level", "_priority")
+    # (__weakref__: weakref.ref(dual) and weakref.finalize in f, as on a tensor)
+    __slots__ = ("primal", "tangent", "level", "_priority", "__weakref__")
 
     def __init__(self, primal: Any, tangent: Any, level: int):
         self.primal = primal
@@ -151,7 +152,7 @@ def jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[Any, An
             raise TypeError(f"jvp: {what} must be a tuple or list, one per argument of f "
                             f"(JAX's rule), got {type(given).__name__}: write "
                             f"mg.jvp(f, (x,), (dx,))")
-    return _jvp(f, primals, tangents, for_grad=False)
+    return _jvp(f, primals, tangents, for_grad=False, held=True)
 
 
 transformation(jvp, "jvp")  # (it takes the values: see mg.vjp's mark in tape.py)
@@ -183,9 +184,12 @@ def rerun_jvp(f: Callable[..., Any], primals: tuple, tangents: tuple) -> tuple[A
 
 
 def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
-         for_grad: bool, who: str = "jvp") -> tuple[Any, Any]:
+         for_grad: bool, who: str = "jvp", held: bool = False) -> tuple[Any, Any]:
     """:func:`jvp`, or one pass of forward-mode ``grad`` (``for_grad``), for the function
-    ``who`` that the user called (jvp, grad, jacfwd), whose name its errors give."""
+    ``who`` that the user called (jvp, grad, jacfwd), whose name its errors give.
+    ``held``: the primals are the caller's tensors (mg.jvp's), which f's ``x += 1``
+    would leave as they were: refused (see ``passed_as_is``), where torch.func.jvp
+    writes into them. (grad and jacfwd pass copies of their own, which f may rebind.)"""
     refuse_non_functions(f, who)
     if len(primals) != len(tangents):
         raise ValueError(f"{who}: {len(primals)} primals but {len(tangents)} tangents")
@@ -215,8 +219,10 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
         duals.append(Dual(p, t, level))
     if for_grad:  # (an outer no_grad does not stop a transformation: grad_mode_depth)
         _GRAD_LEVELS[level] = grad_mode_depth()
+    caller = passed_as_is(duals, range(len(duals)), who, level=level) if held \
+        else nullcontext()
     try:
-        with level_running(level):
+        with caller, level_running(level):
             out = f(*duals)
     finally:
         _GRAD_LEVELS.pop(level, None)

@@ -51,8 +51,9 @@ from ..device import get_device
 from ..errors import (DeviceError, DTypeError, GradientError, MinigraphError, ShapeError,
                       mixed_devices)
 from ..ops import copy as C
-from ..ops.operators import (ArrayOps, check_in_place, passed_as_is, rebinding, refuse_aliased,
-                             refuse_captured, updated, user_frame)
+from ..ops.operators import (ArrayOps, check_in_place, passed_as_is,
+                             rebinding, refuse_aliased, refuse_captured, refuse_untracked,
+                             updated, user_frame)
 from ..ops.primitive import KINDS, Primitive, bind, register_eager, register_kind
 from ..ops.shape import host_index, set_items
 from ..ops.shape_rules import FLOATS, promote, shape_of
@@ -435,7 +436,10 @@ def update_in_place(x: Tensor, prim: Primitive, write: Callable[[Any, Any], Any]
         if not (isinstance(other, Tensor) or type(other) in _NUMBERS or type(other) in KINDS):
             other = tensor(other, device=x.device)  # (an np.float64 is typed: as below)
         _check_in_place(prim, x, other)  # (as an update without recording refuses)
-        refuse_aliased(x, f"{prim.name} in place ({_describe((x, other))})")
+        where = f"{prim.name} in place ({_describe((x, other))})"
+        if x.requires_grad and not prim.differentiable:  # (x's history would be lost)
+            refuse_untracked(prim, where)
+        refuse_aliased(x, where)
         return apply(prim, (x, other), {})  # recorded: x op other, a new tensor
     if type(other) is Tensor:
         if other.device is not x.device:
@@ -872,11 +876,31 @@ def backward(out: Tensor, grad: Any = None, create_graph: bool = False,
             g = C.astype(g, leaf.dtype, copy=False)
         owned.append((leaf, g))
     with _ACCUMULATING:  # (two threads' backward() into one leaf: each sum sees the other)
-        new = [(leaf, g if leaf._grad is None else leaf._grad + g) for leaf, g in owned]
+        # PyTorch's AccumulateGrad: into the existing .grad's array, so that a tensor
+        # held as p.grad (grads = [q.grad for q in params]) still is p.grad, and a later
+        # change through it (clipping, scaling) reaches the optimizer. A new tensor where
+        # that array cannot take the sum in place (see _accumulates_into).
+        into = [(held, g) for leaf, g in owned
+                if (held := leaf._grad) is not None and _accumulates_into(held, g)]
+        new = [(leaf, g if leaf._grad is None else leaf._grad + g) for leaf, g in owned
+               if leaf._grad is None or not _accumulates_into(leaf._grad, g)]
+        for held, g in into:  # (float arrays of one shape and dtype: this cannot fail)
+            held.data += g.data
+            _stamp(held)  # (a write: a tape entry that read the gradient refuses to run)
         for leaf, g in new:
             leaf._grad = g  # (shape, dtype and device are the leaf's: the setter's checks hold)
     if not retain:
         release(entries)
+
+
+def _accumulates_into(held: Tensor, g: Tensor) -> bool:
+    """Whether backward() adds ``g`` into the array of ``held`` (a leaf's ``.grad``) in
+    place: a writable NumPy array of g's shape and dtype, with neither on a tape
+    (create_graph=True: the sum is recorded, a new tensor, as PyTorch's). A NumPy scalar
+    (a 0-d result), a read-only or broadcast array, another library's array: a new one."""
+    return type(held.data) is np.ndarray and \
+        held.data.flags.writeable and held.data.shape == g.data.shape and \
+        held.data.dtype == g.data.dtype and not (held.requires_grad or g.requires_grad)
 
 
 def _own(g: Tensor, handed: set[int]) -> Tensor:
@@ -948,7 +972,8 @@ _recording: list[_Recording] = []
 class Box(ValueInside, ArrayOps):
     """A value being differentiated by one ``vjp`` call (the call's ``_Recording``)."""
 
-    __slots__ = ("value", "tape", "_priority")
+    # (__weakref__: weakref.ref(box) and weakref.finalize in f, as on a tensor)
+    __slots__ = ("value", "tape", "_priority", "__weakref__")
 
     def __init__(self, value: Any, tape: _Recording):
         self.value = value

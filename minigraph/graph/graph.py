@@ -120,8 +120,10 @@ def _value(a: Any, prim: Primitive | None, k: int) -> Tensor:
 class Node(ArrayOps):
     """One operation of a :class:`Graph`; operators on nodes add more nodes."""
 
+    # (__weakref__: weakref.ref(node) in f recorded by graph mode, as on a tensor)
     __slots__ = ("graph", "name", "op", "prim", "args", "params", "shape",
-                 "dtype", "device", "location", "value", "control_inputs", "_cost")
+                 "dtype", "device", "location", "value", "control_inputs", "_cost",
+                 "__weakref__")
     _priority = 10  # above tensors: a node among the arguments makes bind build a node
     _noun = "graph node"
 

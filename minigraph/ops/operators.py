@@ -16,16 +16,20 @@ from __future__ import annotations
 import ast
 import collections
 import dis
+import functools
+import gc
 import inspect
 import itertools
 import linecache
 import math
 import operator
 import os
+import queue
 import sys
 import sysconfig
 import threading
-from types import CodeType, FrameType, FunctionType, ModuleType, SimpleNamespace
+from types import (CodeType, FrameType, FunctionType, GeneratorType, MappingProxyType,
+                   MethodType, ModuleType, SimpleNamespace)
 from typing import Any
 
 import numpy as np
@@ -290,7 +294,53 @@ def updated(prim: Any, x: Any, other: Any) -> Any:
     check_in_place(prim, x, other, where)
     x._refuse_update(where)
     refuse_aliased(x, where)
-    return bind_two(prim, x, other)
+    out = bind_two(prim, x, other)
+    if _lost_history(x, out):
+        refuse_untracked(prim, where)
+    return out
+
+
+def _lost_history(x: Any, out: Any) -> bool:
+    """Whether ``out`` is a constant at a level where ``x`` is a transformation's value
+    (a box of mg.grad, a dual number of forward mode ...): each wrapper of ``x``, from the
+    outside in, must have one of its type and level around ``out``. A graph being
+    recorded (mg.grad(mode="graph")) marks what no_grad made with a no_grad node
+    (``Node._bind``): a constant to its gradients pass."""
+    if getattr(out, "prim", None) is C.NO_GRAD and getattr(x, "prim", None) is not C.NO_GRAD:
+        return True
+    levels = set()
+    while (inside := getattr(out, "_inside", None)) is not None:
+        levels.add((type(out), out._priority))
+        out = inside()
+    while (inside := getattr(x, "_inside", None)) is not None:
+        if (type(x), x._priority) not in levels:
+            return True
+        x = inside()
+    return False
+
+
+def refuse_untracked(prim: Any, where: str) -> None:
+    """The refusal of an update that would bind the name to a constant where the value
+    carries a derivative (being recorded, or differentiated by a transformation):
+    ``h //= y`` (``prim`` has no derivative) or ``with mg.no_grad(): h += 1``. Every
+    gradient through h would silently be zero. PyTorch writes into h and keeps its
+    history: it refuses the first at backward() (the derivative "is not implemented"),
+    and passes the second's gradient straight through to h's history; that needs a
+    write, which a rebinding is not, so the second is refused here too, as eager
+    minigraph refuses it at backward(), and the straight-through value is spelled out."""
+    name, new = rebinding().split(" = ", 1)
+    if not prim.differentiable:
+        why = (f"{prim.name} has no derivative, so the new value would be a constant and "
+               f"every gradient through {name} would be zero (PyTorch: its derivative is "
+               f"not implemented). Compute it apart from {name} (q = mg.stop_gradient("
+               f"{new})) if no gradient is meant to flow")
+    else:
+        why = (f"under mg.no_grad() the new value would not be recorded, so it would be "
+               f"a constant and every gradient through {name} would be zero (PyTorch "
+               f"writes into {name} and keeps its history). For that, write it outside "
+               f"no_grad as {name} = {name} + mg.stop_gradient({new} - {name}), or "
+               f"{name} = mg.stop_gradient({new}) for a constant")
+    raise GradientError(f"{where}: {why}")
 
 
 def refuse_aliased(x: Any, where: str) -> None:
@@ -325,7 +375,9 @@ def refuse_aliased(x: Any, where: str) -> None:
     alone = _alone(x, refs, frame)
     memory = _memory(x)
     names = [] if alone else _holders_in_scope(x, memory, frame)
-    passed = [what for held, what in _passed() if _shares(memory, held)]
+    level = getattr(x, "_priority", None)  # (a transformation's value: its level)
+    passed = [what for held, what, at in _passed()
+              if _shares(memory, held) and at in (None, level)]
     names += passed
     if len(names) > 1 or passed:
         code = frame.f_code
@@ -507,7 +559,8 @@ def _holders_in_scope(x: Any, memory: Any, frame: FrameType) -> list[str]:
     """Where ``frame`` (the user's, doing the update) and its callers hold ``x`` or memory
     it shares, each written as an error names it (see :func:`refuse_aliased`)."""
     seen: set[tuple[int, str]] = set()  # (module, name): a global read by several frames
-    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals) + \
+    names = _holders(frame.f_locals, x, memory, frame.f_locals is frame.f_globals,
+                     frame.f_code.co_cellvars) + \
         [f"{name} (a global)"
          for name in _holders(_globals_read(frame, seen), x, memory, False)]
     wrapped = innermost(x) is not x  # (a box, a dual number, a batch: see refuse_aliased)
@@ -525,7 +578,8 @@ def _holders_in_scope(x: Any, memory: Any, frame: FrameType) -> list[str]:
             k: v for k, v in caller.f_locals.items() if (id(caller.f_globals), k) not in seen}
         then = rebound_by_its_call(_statement_at(caller))  # (h = step(h): not a holder)
         names += [f"{name} (in {caller.f_code.co_name}, a caller)"
-                  for name in _holders(here, x, memory, module) if name not in then] + \
+                  for name in _holders(here, x, memory, module, caller.f_code.co_cellvars)
+                  if name not in then] + \
             [f"{name} (a global)"
              for name in _holders(_globals_read(caller, seen), x, memory, False)]
     return names
@@ -589,7 +643,7 @@ _STATEMENT_REFS = min(_statement_refs(), 2)
 _THREAD = threading.local()
 
 
-def _passed() -> list[tuple[Any, str]]:
+def _passed() -> list[tuple[Any, str, int | None]]:
     passed = getattr(_THREAD, "passed", None)
     if passed is None:
         passed = _THREAD.passed = []
@@ -605,19 +659,30 @@ class passed_as_is:
     being differentiated, or ``y`` a placeholder) would leave the caller's tensor as it
     was, so :func:`refuse_aliased` refuses it, as PyTorch's ``torch.func.grad`` writes
     into it. (The differentiated arguments are the transformation's own values, which
-    every mode rebinds, as JAX does.)"""
+    every mode rebinds, as JAX does.)
+
+    ``level``: the transformation's level, whose values f gets for the arguments at
+    ``nums`` too (mg.vmap's batches, mg.jvp's dual numbers): an update of such a value
+    itself, at that level, that shares an argument's memory (``x += 1`` on f's own
+    argument) is refused as well. torch.func.vmap and jvp write into the caller's
+    tensor; here the caller's tensor would be left as it was. (An update inside an
+    inner transformation, of its own wrapper of the value, is that one's business.)"""
 
     __slots__ = ("entries", "start")
 
     def __init__(self, values: Any, nums: Any, who: str, caller: Any = None,
-                 every: bool = False):
+                 every: bool = False, level: int | None = None):
         """``every``: each argument but a number is held, whatever its kind (checkpoint's
         arguments, which its backward pass recomputes f from)."""
         held = caller_held(values if caller is None else caller, nums, who) if not every \
             else {k: f"the tensor passed to {who} as argument {k}"
                   for k, v in enumerate(values) if not isinstance(v, (bool, int, float))}
-        memories = [(_memory(values[k]), what) for k, what in held.items()]
-        self.entries = [(memory, what) for memory, what in memories if memory is not None]
+        memories: list[tuple[Any, str, int | None]] = [
+            (_memory(values[k]), what, None) for k, what in held.items()]
+        if level is not None:
+            memories += [(_memory(values[k]), f"the tensor passed to {who} as argument {k}",
+                          level) for k in nums]
+        self.entries = [entry for entry in memories if entry[0] is not None]
         self.start = 0
 
     def __enter__(self) -> None:
@@ -748,7 +813,8 @@ def _in_a_library(frame: FrameType) -> bool:
     return frame.f_code.co_filename.startswith(LIBRARIES)
 
 
-def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[str]:
+def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool,
+             cells: tuple[str, ...] = ()) -> list[str]:
     """Where ``names`` (a frame's locals) hold ``x`` or memory it shares: ``h``,
     ``hs[0]``, ``d['h']``, ``o.h``, ``self.hidden[3]``, ``hs[0][0]``, ``an item of s``,
     at any depth below containers of at most ``_VIEWS_READ`` items (each container and
@@ -762,7 +828,9 @@ def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[s
     and objects among them are walked into, only in containers of at most
     ``_VIEWS_READ`` items: every update pays for what is read, and a dataset of 200,000
     rows in scope would cost each one a second. (A view, or a container holding x,
-    inside a longer container is not seen.) ``memory`` None: ``x`` itself only."""
+    inside a longer container is not seen.) ``memory`` None: ``x`` itself only.
+    ``cells``: the frame's names that functions it made read as closure variables
+    (:func:`_hidden_in`)."""
     found: list[str] = []
     walked: set[int] = set()  # (the containers and objects read: each once)
     for name, v in names.items():
@@ -771,11 +839,12 @@ def _holders(names: dict[str, Any], x: Any, memory: Any, module: bool) -> list[s
         if v is x or memory is not None and _shares(_memory(v), memory):
             found.append(name)
         elif _may_hold(type(v)):
-            found += _inside(name, v, x, memory, walked)
+            found += _inside(name, v, x, memory, walked, cells)
     return found
 
 
-def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int]) -> list[str]:
+def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int],
+            cells: tuple[str, ...] = ()) -> list[str]:
     """The places inside ``v`` (named ``name``), at any depth, that hold ``x`` or memory
     it shares (see :func:`_holders`)."""
     found = []
@@ -793,13 +862,13 @@ def _inside(name: str, v: Any, x: Any, memory: Any, walked: set[int]) -> list[st
             small = len(items) <= _VIEWS_READ  # (read further: see _holders)
         except Exception:  # (a user's container that raises when read, a table that
             continue       # loads lazily: an update must not fail on an unrelated object)
-        views = memory is not None and small
+        views = memory is not None and (small or _viewed(memory))
         kinds = set(map(type, items)) if small else set()
         nested = {kind for kind in kinds if _may_hold(kind)}
         if not (same or views or nested):
             continue
         try:
-            places = list(_places(v))
+            places = list(_places(v, cells))
         except Exception:  # (as above: what it holds is not seen)
             continue
         for place, item in places:
@@ -814,13 +883,30 @@ _OUTPUT_HISTORY = {"_", "__", "___", "Out", "_oh"}  # IPython's names for earlie
 _VIEWS_READ = 64
 
 
+def _viewed(memory: Any) -> bool:
+    """Whether a view of ``memory`` (a :func:`_memory` result) may exist, so that the
+    items of a container longer than ``_VIEWS_READ`` are asked too (a slice kept per
+    step of a long loop). A NumPy array that is no view itself and that nothing refers
+    to but its tensor (``x.data``), ``memory`` and this function has none: every view
+    refers to its base. Another library's array, asked as NumPy's: it may; a graph
+    node's views are not looked for there (they would cost each update a Python call
+    per item)."""
+    xp, data = memory
+    if xp is None:
+        return False
+    # (x.data, the tuple memory, the name data, getrefcount's argument)
+    return not (type(data) is np.ndarray and data.base is None and sys.getrefcount(data) <= 4)
+
+
 def _may_hold(kind: type) -> bool:
     """Whether a value of ``kind`` may hold others that :func:`_contents` reads: a
     container, a NumPy array (of objects), a ``SimpleNamespace``, an instance of a class
-    of the user's with attributes. Not minigraph's own records, classes, modules and
-    functions, nor a library's objects (pytest's ``request``, a logger), whose graphs
-    of objects can be large, and which do not keep the user's values."""
-    if issubclass(kind, (*_SEQUENCES, dict, np.ndarray, SimpleNamespace)):
+    of the user's with attributes, and what keeps values out of sight
+    (:func:`_hidden_in`: a function's closure, a partial's arguments ...). Not
+    minigraph's own records, classes and modules, nor a library's objects (pytest's
+    ``request``, a logger), whose graphs of objects can be large, and which do not keep
+    the user's values."""
+    if issubclass(kind, (*_SEQUENCES, dict, np.ndarray, SimpleNamespace, *_HIDING)):
         return True
     module = getattr(kind, "__module__", None)
     if not isinstance(module, str):  # (a class made with __module__ None: from nowhere
@@ -864,6 +950,8 @@ def _contents(v: Any) -> Any:
         return v.values()
     if issubclass(kind, np.ndarray):
         return v.ravel().tolist() if v.dtype == object else None
+    if issubclass(kind, _HIDING):
+        return [item for _, item in _hidden_in(v)]
     if not _may_hold(kind):
         return None
     return list(_attributes(v).values())
@@ -886,9 +974,9 @@ def _attributes(v: Any) -> dict[str, Any]:
     return found
 
 
-def _places(v: Any) -> Any:
+def _places(v: Any, cells: tuple[str, ...] = ()) -> Any:
     """``(place, item)`` for what :func:`_contents` gives, each place written as Python
-    reads it."""
+    reads it (``cells``: see :func:`_hidden_in`)."""
     kind = type(v)
     if issubclass(kind, (set, frozenset)):
         return ((f" (an item of the {kind.__name__})", item) for item in v)
@@ -898,7 +986,64 @@ def _places(v: Any) -> Any:
         return ((f"[{key!r}]", item) for key, item in v.items())
     if issubclass(kind, np.ndarray):
         return ((f"[{', '.join(map(str, i))}]", item) for i, item in np.ndenumerate(v))
+    if issubclass(kind, _HIDING):
+        return _hidden_in(v, cells)
     return ((f".{key}", item) for key, item in _attributes(v).items())
+
+
+def _hidden_in(v: Any, cells: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    """``(place, item)`` for what a function-like or opaque object ``v`` keeps: a
+    function's closure variables and default arguments, a ``functools.partial``'s
+    function and arguments, a bound method's ``__self__``, a ``ChainMap``'s maps, a
+    ``MappingProxyType``'s items, a suspended generator's names, and what any other
+    iterator (``itertools.repeat(h)``, ``iter(hs)``) or an ``lru_cache`` refers to, as
+    Python's collector reads it. Each is a place whose value eager mode's write would
+    show through. A closure variable named in ``cells`` is left out: a function made by
+    the updating frame shares that name's cell, which the update rebinds too."""
+    kind = type(v)
+    if issubclass(kind, FunctionType):
+        closure = zip(v.__code__.co_freevars, v.__closure__ or ())
+        found = [(f" (its closure variable {name})", cell.cell_contents)
+                 for name, cell in closure if name not in cells and _filled(cell)]
+        found += [(f".__defaults__[{i}]", d) for i, d in enumerate(v.__defaults__ or ())]
+        return found + [(f".__kwdefaults__[{k!r}]", d)
+                        for k, d in (v.__kwdefaults__ or {}).items()]
+    if issubclass(kind, functools.partial):
+        return [(".func", v.func)] + [(f".args[{i}]", a) for i, a in enumerate(v.args)] + \
+            [(f".keywords[{k!r}]", a) for k, a in v.keywords.items()]
+    if issubclass(kind, MethodType):
+        return [(".__self__", v.__self__), (".__func__", v.__func__)]
+    if issubclass(kind, collections.ChainMap):
+        return [(f".maps[{i}]", m) for i, m in enumerate(v.maps)]
+    if issubclass(kind, MappingProxyType):
+        return [(f"[{k!r}]", item) for k, item in v.items()]
+    if issubclass(kind, GeneratorType):  # (a running one is a frame of the search itself)
+        frame = None if v.gi_running else v.gi_frame
+        return [] if frame is None else [(f" (the generator's name {name})", item)
+                                         for name, item in frame.f_locals.items()]
+    return [(f" (kept by the {kind.__name__})", item) for item in gc.get_referents(v)
+            if not isinstance(item, type)]
+
+
+def _filled(cell: Any) -> bool:
+    """Whether a closure variable's cell holds a value (the name may be unbound yet)."""
+    try:
+        cell.cell_contents
+    except ValueError:  # (a closure variable not yet assigned)
+        return False
+    return True
+
+
+# What keeps values out of sight of a container's items or an object's attributes
+# (:func:`_hidden_in`): functions and their relatives, Python's own iterators (a
+# list's, itertools' ...) and the standard library's containers that are objects (a
+# queue, a UserDict), which only the collector's view of them reads.
+_HIDING = (FunctionType, functools.partial, MethodType, collections.ChainMap,
+           MappingProxyType, GeneratorType, collections.UserDict, collections.UserList,
+           queue.Queue, queue.SimpleQueue, type(iter([])), type(iter(())),
+           type(iter({})), type(iter(range(1))), type(functools.lru_cache(len)),
+           *(kind for kind in vars(itertools).values()
+             if isinstance(kind, type) and hasattr(kind, "__next__")))
 
 
 _SEQUENCES = (list, tuple, set, frozenset, collections.deque)
