@@ -446,7 +446,7 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
     fetches are ``resolve()``'s, found inside the run (an error there is every rank's);
     returns them, the values and the assignments."""
     if distributed.world_for_names() == 1:  # say so before starting MPI for nothing
-        _check_placement(session._plan(resolve(), session._feeds(feed_dict)), 1)
+        _check_placement(session._plan(resolve(), session._feeds(feed_dict)).plan, 1)
     w = world()
     # The run's number first: every refusal below (another thread, a closed session, a
     # bad feed) uses it up and tells the other ranks, whose runs of it fail too, so that
@@ -469,11 +469,12 @@ def run_across_ranks(session: Any, resolve: Callable[[], list[Node]], feed_dict:
                 f"which has one thread)")
         with _heartbeat(talk):  # (planning may outlast the timeout: the others must know)
             feeds = session._feeds(feed_dict)
-            plan = session._plan(fetches, feeds)
+            planned = session._plan(fetches, feeds)
+            plan = planned.plan
             _check_placement(plan, w.size)
-            fingerprint = session._fingerprints.get(id(plan))
+            fingerprint = planned.fingerprint
             if fingerprint is None:
-                fingerprint = session._fingerprints[id(plan)] = _fingerprint(plan, fetches)
+                fingerprint = planned.fingerprint = _fingerprint(plan, fetches)
         talk.restart_clock()
         # (every run, not only a plan's first: ranks that agreed on two plans may run
         # them crosswise later, and would pair each other's messages without a word)

@@ -86,6 +86,32 @@ class SessionClosedError(MinigraphError, RuntimeError):
     Session")."""
 
 
+# At most this many plans per session (Planned, or a Partition), the oldest dropped
+# first: a loop over many fetches (``for y in ys: sess.run(y)``), or a graph that grows
+# between runs (its size is part of every key), would otherwise keep every plan it made,
+# some kilobytes per node each (as signature._MOST_PROGRAMS bounds compiled programs).
+_MOST_PLANS = 64
+
+
+class Planned:
+    """What a session keeps for one run's fetches and feeds, made once: the nodes to
+    run in FIFO order (``plan``), their dependency counts (``layout``), whether one of
+    them reads or writes a variable (``stateful``: runs take the graph's state lock),
+    whether all are on one device (``one_device``: no partition), the memory decided
+    before the first serial run with each ``recycle`` setting (``memory``:
+    memory.MemoryPlan, or None), and what ranks compare (``fingerprint``: mpi_run)."""
+
+    __slots__ = ("plan", "layout", "stateful", "one_device", "memory", "fingerprint")
+
+    def __init__(self, plan: list[Node], feeds: Mapping[int, Any]):
+        self.plan = plan
+        self.layout = Layout(plan, set(feeds))
+        self.stateful = any(n.op in ("Variable", "Assign") for n in plan)
+        self.one_device = len({n.device.name for n in plan}) == 1
+        self.memory: dict[bool, MemoryPlan | None] = {}
+        self.fingerprint: str | None = None
+
+
 class Session:
     """Runs (parts of) a graph.
 
@@ -129,24 +155,22 @@ class Session:
         self.trace = trace
         self.costs = CostModel() if cost_model == "measured" else None
         self.last_run: RunStats | None = None
-        # FIFO plans (node lists), and Partitions under keys that start with "partition"
-        self._plans: dict[tuple, Any] = {}
-        self._layouts: dict[int, Layout] = {}  # id(plan) -> its dependency counts
+        # what each run's fetches and feeds need (Planned), and Partitions under keys that
+        # start with "partition": at most _MOST_PLANS, the oldest dropped first (_keep)
+        self._plans: dict[tuple, Planned | Partition] = {}
+        # the plans of a partition's parts, each kept while its part's graph lives (in a
+        # Partition of _plans)
+        self._part_plans: weakref.WeakKeyDictionary[Graph, Planned] = \
+            weakref.WeakKeyDictionary()
         self._pools: dict[tuple[str, int], ThreadPoolExecutor] = {}  # (device, workers) ->
         self._background: ThreadPoolExecutor | None = None
         self._closed = False
         self._running = 0  # runs in flight, which close() lets finish
         self._idle = threading.Condition()
         self._ranks: tuple[int, set[int]] = (-1, set())  # (graph size, ranks its nodes use)
-        self._fingerprints: dict[int, str] = {}  # id(plan) -> what ranks compare (mpi_run)
-        self._stateful: dict[int, bool] = {}  # id(plan) -> reads or writes a variable
-        self._one_device: dict[int, bool] = {}  # id(plan) -> all its nodes on one device
-        # (id(plan), recycle) -> its memory decided before its first serial run with that
-        # setting, or None (memory.MemoryPlan)
-        self._memory_plans: dict[tuple[int, bool], MemoryPlan | None] = {}
         self._accounting = ""  # how the last run on one device counted its memory (Run)
-        # guards the caches above when several threads run at once: a plan made twice
-        # would leave a layout under the id of a plan that died (ids are reused)
+        # guards the caches above when several threads run at once (a plan made twice
+        # would be made for nothing; one dropped while another thread adds one, lost)
         self._cache_lock = threading.RLock()
         self._background_thread = -1  # its thread's ident, once it ran something (close)
 
@@ -209,13 +233,13 @@ class Session:
             self._feeds(feed_dict or {})
             return _rebuild(fetches, iter(()))
         feeds = self._feeds(feed_dict or {})
-        plan = self._plan(flat, feeds)
-        with _state_lock(self.graph) if self._stateful[id(plan)] else nullcontext():
-            if self._one_device[id(plan)]:
-                values, assigns = self._run_on_one_device(plan, flat, feeds)
+        planned = self._plan(flat, feeds)
+        with _state_lock(self.graph) if planned.stateful else nullcontext():
+            if planned.one_device:
+                values, assigns = self._run_on_one_device(planned, flat, feeds)
             else:
                 values, assigns = self._run_partitioned(flat, feeds)
-            kept = list(feeds.values()) + [n.value for n in self._layouts[id(plan)].stored]
+            kept = list(feeds.values()) + [n.value for n in planned.layout.stored]
             fetched = _rebuild(fetches, iter(_handed_over(flat, values, kept)))
             _commit(assigns)  # (last: nothing after it may fail)
         return fetched
@@ -237,20 +261,19 @@ class Session:
         else:
             run.run_threaded(pool)
 
-    def _run_on_one_device(self, plan: list[Node], fetches: list[Node],
+    def _run_on_one_device(self, planned: Planned, fetches: list[Node],
                            feeds: dict) -> tuple[dict, list]:
-        run = self._new_run(plan, feeds, fetches, time.perf_counter(),
-                            layout=self._layouts[id(plan)])
+        plan, layout = planned.plan, planned.layout
+        run = self._new_run(plan, feeds, fetches, time.perf_counter(), layout=layout)
         # Threads pay only where two expensive nodes can run at the same time. In any
         # other plan (cheap nodes alone, or expensive ones that wait for each other)
         # the threads would hand work along one at a time, so the run takes the serial
         # walk, which skips the ready counts and the locks: a second worker costs nothing.
-        layout = self._layouts[id(plan)]
         pool = None
         if self.workers > 1 and (layout.overlaps if self.costs is None else
                                  can_overlap(plan, self.costs.cost)):
             pool = self._pool_for(plan[0].device.name)
-        memory_plan = self._memory_plan(plan, fetches, feeds, run) if pool is None else None
+        memory_plan = self._memory_plan(planned, fetches, feeds, run) if pool is None else None
         try:
             if memory_plan is not None:
                 run.run_planned(memory_plan)  # the serial walk, its memory decided already
@@ -289,16 +312,13 @@ class Session:
                          for o in origin[id(n)] if id(o) in feeds}
             own_fetches = [parts.copies[id(f)] for f in fetches
                            if parts.copies[id(f)].graph is graph]
-            key = ("part", id(graph))  # (a FIFO plan; the graph is kept with its
-            with self._cache_lock:     # Partition, in _plans: its id is no other's)
-                if key not in self._plans:
-                    plan = fifo_order(graph.nodes, {id(n) for n in graph.nodes},
-                                      set(own_feeds))
-                    self._layouts[id(plan)] = Layout(plan, set(own_feeds))
-                    self._plans[key] = plan
-                plan = self._plans[key]
-            runs.append((name, self._new_run(plan, own_feeds, own_fetches, start, rendezvous,
-                                             self._layouts[id(plan)])))
+            with self._cache_lock:
+                planned = self._part_plans.get(graph)
+                if planned is None:
+                    planned = self._part_plans[graph] = Planned(fifo_order(
+                        graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds)), own_feeds)
+            runs.append((name, self._new_run(planned.plan, own_feeds, own_fetches, start,
+                                             rendezvous, planned.layout)))
         return runs
 
     def _start_executors(self, runs: list[tuple[str, Run]],
@@ -371,9 +391,20 @@ class Session:
     def _partition(self, fetches: list[Node], feeds: dict) -> Partition:
         key = ("partition", len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
-            if key not in self._plans:
-                self._plans[key] = partition(self.graph, fetches, set(feeds))
-            return self._plans[key]
+            parts = self._plans.get(key)
+            if parts is None:
+                parts = self._keep(key, partition(self.graph, fetches, set(feeds)))
+            assert isinstance(parts, Partition)
+            return parts
+
+    def _keep(self, key: tuple, value: "Planned | Partition") -> "Planned | Partition":
+        """``value`` kept under ``key``, the oldest of the plans dropped beyond
+        :data:`_MOST_PLANS` (a dict keeps the order of insertion; a run that holds one
+        dropped goes on with it). The caller holds ``_cache_lock``."""
+        self._plans[key] = value
+        while len(self._plans) > _MOST_PLANS:
+            del self._plans[next(iter(self._plans))]
+        return value
 
     def _pool_for(self, device: str) -> ThreadPoolExecutor | None:
         """Each device has its own workers, like a stream of its own (a pool per number
@@ -486,17 +517,17 @@ class Session:
                 raise
         return feeds
 
-    def _plan(self, fetches: list[Node], feeds: dict[int, Any]) -> list[Node]:
-        """The nodes to run, in FIFO order, cached with their dependency counts (the
-        plan stays in the cache, so its id keys its layout).
+    def _plan(self, fetches: list[Node], feeds: dict[int, Any]) -> Planned:
+        """What a run of ``fetches`` with ``feeds`` needs (:class:`Planned`: the nodes to
+        run in FIFO order, their dependency counts ...), made once and kept (``_keep``).
 
-        A plan is cached only once everything made for it (its layout, whether it is
-        stateful, whether it is on one device) has been made: a plan cached before a
-        step that then failed would have no entry in the other caches, and every later
-        run of the same fetches would fail there."""
+        A plan is kept only once its checks have passed (every placeholder it needs is
+        fed, its devices are the session's, no node reads a variable after an assign in
+        it): one that failed them is not kept, and every later run is refused again."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
-            if key not in self._plans:
+            planned = self._plans.get(key)
+            if planned is None:
                 keep = needed(fetches, set(feeds))
                 plan = fifo_order(self.graph.nodes, keep, set(feeds))
                 for n in plan:  # (before any node runs, on every device: a partitioned
@@ -510,16 +541,14 @@ class Session:
                             f"session may not use (devices={self.devices}); place it on one "
                             f"of them, or make the session with that device (created at "
                             f"{describe_location(n.location)})")
-                stateful = any(n.op in ("Variable", "Assign") for n in plan)
-                if stateful:  # (before the plan is kept: every run of it is refused)
+                planned = Planned(plan, feeds)
+                if planned.stateful:  # (before the plan is kept: every run of it is refused)
                     refuse_reads_after_assigns(plan)
-                self._layouts[id(plan)] = Layout(plan, set(feeds))
-                self._stateful[id(plan)] = stateful
-                self._one_device[id(plan)] = len({n.device.name for n in plan}) == 1
-                self._plans[key] = plan
-            return self._plans[key]
+                planned = self._keep(key, planned)
+            assert isinstance(planned, Planned)
+            return planned
 
-    def _memory_plan(self, plan: list[Node], fetches: list[Node], feeds: dict[int, Any],
+    def _memory_plan(self, planned: Planned, fetches: list[Node], feeds: dict[int, Any],
                      run: Run) -> MemoryPlan | None:
         """The memory of a serial ``run`` of ``plan`` on one device, decided before the
         first such run and kept (``memory.MemoryPlan``), or None where the run keeps the
@@ -532,13 +561,12 @@ class Session:
         ``trace=False`` would leave a traced run without events."""
         if run.trace or run.memory.poison or self.costs is not None:
             return None
-        key = (id(plan), run.memory.recycle)  # (what the model depends on, with the plan)
+        recycle = run.memory.recycle  # (what the model depends on, with the plan)
         with self._cache_lock:
-            if key not in self._memory_plans:
-                self._memory_plans[key] = plan_memory(plan, fetches, set(feeds),
-                                                      run.memory.recycle,
-                                                      self._layouts[id(plan)].counts)
-            return self._memory_plans[key]
+            if recycle not in planned.memory:
+                planned.memory[recycle] = plan_memory(planned.plan, fetches, set(feeds),
+                                                      recycle, planned.layout.counts)
+            return planned.memory[recycle]
 
 
 
