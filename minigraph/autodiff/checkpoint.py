@@ -116,7 +116,7 @@ from .batching import vmap
 from .forward import rerun_jvp
 from .argnums import refuse_non_functions, refuse_pytrees
 from .levels import transformation
-from .signature import Captured, _held, constant_key, programs, signature
+from .signature import ByIdentity, Captured, _held, constant_key, programs, signature
 from .tape import is_grad_enabled, last_write, vjp, written_since
 from .reads import (ParametersAsArguments, arrays_in, differs, is_container, names_in,
                     outside_arrays, outside_reads, read_only_arrays, rebound, values_in)
@@ -348,15 +348,15 @@ def _backward_program(fn: Callable[..., Any], static: Static, args: tuple, wrt: 
     # (a partial, not a lambda: what it is given, f and a function among its static
     # arguments, is what the recording guards; a lambda of minigraph's is not read)
     run = functools.partial(_call_on, fn, static)
-    try:
-        graph, inputs, result = record(run, args, "checkpoint_backward", key)
+    try:  # (reads: what run, so f, read before it ran, which the program's guard keeps)
+        graph, inputs, result, reads = record(run, args, "checkpoint_backward", key)
     except Exception:  # noqa: BLE001  (an if on a value, NumPy on a node, ...: the tape
         return _UNTRACEABLE  # recomputes instead, running f as it is, its errors its own)
     if not isinstance(result, Node) or result.graph is not graph or \
             any(result is x for x in inputs):
         return _UNTRACEABLE  # (f returned an argument or a constant: nothing to save)
-    captured = Captured((t for t, _ in graph._consts.values()), fn, graph.written_by_f,
-                        static)
+    captured = Captured((t for t, _ in graph._consts.values()), own=graph.written_by_f,
+                        reads=reads)
     xs = [inputs[k] for k in wrt]
     with graph, result.device:
         seed = placeholder(tuple(result.shape), str(result.dtype), name="g")
@@ -855,7 +855,9 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     refuse_non_functions(f, "checkpoint")
     if callable(getattr(f, "named_parameters", None)):
         return _checkpoint_module(f)
-    name = getattr(f, "__name__", type(f).__name__)
+    from ..graph.trace import name_of  # (graph modules import this one)
+
+    name = name_of(f)  # (a str: not a __getattr__'s None)
 
     weakly: dict[tuple, _Weakly] = {}  # (one per pattern: checkpoint's caches key on it)
 
@@ -925,7 +927,9 @@ def _refuse_keywords(name: str, kwargs: dict[str, Any]) -> None:
                               f"keywords {sorted(kwargs)}); close over constant options")
 
 
-_MODULE_CALLS: "weakref.WeakKeyDictionary[Any, _ModuleCall]" = weakref.WeakKeyDictionary()
+# module -> its _ModuleCall, by identity (two modules equal by the user's ==, a layer's
+# name, are two modules, each with its own parameters: signature.ByIdentity)
+_MODULE_CALLS: "ByIdentity[_ModuleCall]" = ByIdentity()
 
 
 class _ModuleCall(ParametersAsArguments):
@@ -958,9 +962,7 @@ class _ModuleCall(ParametersAsArguments):
 
 
 def _checkpoint_module(module: Any) -> Callable[..., Any]:
-    call = _MODULE_CALLS.get(module)
-    if call is None:
-        call = _MODULE_CALLS[module] = _ModuleCall(module)
+    call = _MODULE_CALLS.setdefault(module, lambda: _ModuleCall(module))
     inner = checkpoint(call)
 
     def checkpointed(*args: Any, **kwargs: Any) -> Any:

@@ -32,7 +32,8 @@ way round (``tests/test_codegen.py`` checks both orders).
 :func:`programs` is the one cache: per function, per transformation (``"graph"``,
 ``"source"``, ``"trace"``) and its options (the normalised argnums), a dict from
 signature to program, per default device (:class:`Programs`). It holds functions
-weakly: a program dies with its function.
+weakly, by identity (:class:`ByIdentity`): a program dies with its function, and is no
+other function's, however the user's ``==`` compares them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from collections.abc import Mapping
 import dataclasses
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -175,10 +176,16 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
         raise TypeError(f"argument {k} ({what}) is neither data (a tensor, an array, a "
                         f"float) nor a hashable Python value; a compiled program is built "
                         f"per value of such arguments") from None
-    if type(a).__hash__ is object.__hash__ and _fields(a) is not None:
+    if type(a).__hash__ is object.__hash__ or _users_class(type(a)):
         # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls; a
         # model, with m.w = new_w): what it holds is part of its key (:func:`_held`), so
-        # that a program built for the old contents is not reused.
+        # that a program built for the old contents is not reused. And one of the user's
+        # classes, whose == is the user's (two configs equal by their name, whatever
+        # their scale): by identity too, as torch.compile's guards key an object
+        # (ID_MATCH), since the program's guard watches the object it was built from.
+        # (A new such object per call is a new program each time: Programs' bound.)
+        if _fields(a) is None:
+            return type(a), _Same(a)
         return _held(a, k, whole, set(), top=True)
     return type(a), a
 
@@ -294,15 +301,24 @@ class Captured:
                                                                 for t in tensors)
 
     def __init__(self, tensors: Any, f: Any = None, own: frozenset[int] = frozenset(),
-                 constants: "tuple[tuple[int, Any], ...]" = ()):
+                 constants: "tuple[tuple[int, Any], ...]" = (),
+                 reads: "list[tuple[Any, str, Any]] | None" = None):
         """``own``: the ids of the lists and dicts f wrote while it was recorded
         (``reads.recording``), its own record of its runs, which are not guarded.
         ``constants``: f's arguments that are constants of the program
         (:func:`constant_arguments`), whose reads are guarded as f's are: ``fn`` in
         ``grad(outer)(x, fn)``, whose global ``SCALE = 2.0`` makes the program stale, as
-        f's own global would."""
-        self.reads = without(outside_reads(f, arguments=constants), own) \
-            if f is not None else []
+        f's own global would. ``reads``: those reads (``outside_reads(f, arguments=
+        constants)``) as they were *before* f ran to be recorded (``trace.record``);
+        None: read now. Taken after, they would miss what f itself bound anew while it
+        ran (a warm-up flag: ``s = 0.1 if WARM else 1.0; WARM = False``): the program
+        holds the value f read, the guard the one f left, so it would never be stale,
+        while eager mode's next call reads the new one."""
+        if reads is None:
+            reads = outside_reads(f, arguments=constants) if f is not None else []
+        self.reads = without(reads, own)
+        # (their arrays are copied below, after f ran: the same, since they were
+        # read-only while it did, reads.recording)
         outside = [a for _, a in arrays_in(self.reads)]
         # the constants, and the tensors f reads that are no constant of the program (an
         # index, x[IDX], is a parameter of its getitem; a tensor whose shape f reads)
@@ -333,11 +349,19 @@ class Captured:
         return False
 
 
+_MOST_PROGRAMS = 64  # (per function and transformation: Programs)
+
+
 class Programs(dict):
     """signature -> program, under the default device of the call. A program puts the
     tensors f makes (``mg.ones(3)``, ``mg.get_device()``) on the device that was the
     default (``mg.device``) when it was built, so a call under another default needs a
-    program of its own, whatever its arguments are: the device is part of every key."""
+    program of its own, whatever its arguments are: the device is part of every key.
+
+    At most ``_MOST_PROGRAMS`` of them, the oldest dropped first (as ``torch.compile``
+    bounds its recompilations): a constant argument keyed by identity (a new config
+    object on every call, :func:`constant_key`) would otherwise keep every program, and
+    every object, it was ever called with."""
 
     def get(self, key: tuple, default: Any = None) -> Any:
         return dict.get(self, (get_device(None), key), default)
@@ -347,17 +371,46 @@ class Programs(dict):
 
     def __setitem__(self, key: tuple, program: Any) -> None:
         dict.__setitem__(self, (get_device(None), key), program)
+        if len(self) > _MOST_PROGRAMS:  # (a dict keeps the order of insertion)
+            dict.__delitem__(self, next(iter(self)))
 
 
-_CACHE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+V = TypeVar("V")
+
+
+class ByIdentity(Generic[V]):
+    """A table from objects to values by identity, each entry dropped with its object.
+
+    Not a ``weakref.WeakKeyDictionary``, which finds a key by ``==`` and ``hash``: those
+    are the user's to define (two layers equal by their name, ``Scaler("lin", 1.0) ==
+    Scaler("lin", 5.0)``), and a program built from one object is no program of another
+    (its guard, ``Captured``, watches the object it was built from). So the key is the
+    object's id, which no other object has while this one lives, and a finalizer drops
+    the entry when it dies (before its id can be another's)."""
+
+    def __init__(self) -> None:
+        self._values: dict[int, V] = {}
+
+    def setdefault(self, obj: Any, make: Callable[[], V]) -> V:
+        """``obj``'s value, made by ``make()`` if it has none. TypeError if ``obj`` cannot
+        be weakly referenced (a C function): no entry could be dropped with it."""
+        value = self._values.get(id(obj))
+        if value is None:
+            weakref.finalize(obj, self._values.pop, id(obj), None)  # (first: TypeError)
+            value = self._values[id(obj)] = make()
+        return value
+
+
+_CACHE: ByIdentity[dict] = ByIdentity()
 _LOCK = threading.Lock()
 
 
 def programs(f: Callable[..., Any], transformation: str, options: tuple = ()) -> dict:
     """The programs of ``f`` under ``transformation`` with ``options``. Shared by every
-    transformed function of ``f`` with the same options."""
+    transformed function of ``f`` itself (not of another f equal to it: :class:`ByIdentity`)
+    with the same options."""
     with _LOCK:
         try:
-            return _CACHE.setdefault(f, {}).setdefault((transformation, options), Programs())
+            return _CACHE.setdefault(f, dict).setdefault((transformation, options), Programs())
         except TypeError:  # no weak reference to f (a C function): its caller keeps them
             return Programs()

@@ -41,7 +41,7 @@ from ..autodiff.argnums import (Argnums, normalize_argnums, not_data, refuse_int
                                  refuse_keywords, refuse_non_functions, single)
 from ..autodiff.signature import (DATA, Captured, arrays, constant_arguments, is_weak, programs,
                                   signature)
-from ..autodiff.reads import recording
+from ..autodiff.reads import outside_reads, recording
 from ..autodiff import tape
 from ..autodiff.tape import enable_grad, is_grad_enabled, no_grad
 from ..errors import GradientError
@@ -112,8 +112,13 @@ def _call(fn: CompiledFunction, args: tuple, key: tuple) -> tuple:
 
 def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
            nums: tuple[int, ...] = (), who: str = "mg.trace",
-           grad: bool = True) -> tuple[Graph, list[Node], Any]:
-    """Run ``f`` once on placeholders; return the graph, its inputs and f's outputs.
+           grad: bool = True) -> tuple[Graph, list[Node], Any, list]:
+    """Run ``f`` once on placeholders; return the graph, its inputs, f's outputs, and
+    what f read from outside (``reads.outside_reads``) as it was *before* f ran: the
+    guard of its program (``signature.Captured``'s ``reads``), so that a name f reads and
+    then binds anew itself (``WARM = False``) makes the program stale at the next call,
+    which then reads it as eager mode does.
+
     The arguments that are data by their signature ``key`` become placeholders; the
     others are constants of the graph. A weak Python float (its entry says so) is handed
     to f as a :class:`~minigraph.ops.weak.Weak` of its placeholder: it takes the dtype of
@@ -149,6 +154,7 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
                 call_args.append(a)
         graph.recording = True
         graph.constants = constant_arguments(args, key)
+        reads = outside_reads(f, arguments=graph.constants)  # (before f: see above)
         try:
             with passed_as_is(call_args, nums, who, args), \
                     recording(f, who, graph.constants) as run:
@@ -156,7 +162,15 @@ def record(f: Callable[..., Any], args: tuple, name: str, key: tuple,
         finally:
             graph.recording = False
         graph.written_by_f = run.written_by_f
-    return graph, inputs, out
+    return graph, inputs, out, reads
+
+
+def name_of(f: Callable[..., Any]) -> str:
+    """f's name for its graph, its program and errors: its ``__name__``, or its type's
+    where it has none or one that is no string (a callable object whose ``__getattr__``
+    answers every name with None, which a graph would refuse as its name)."""
+    name = getattr(f, "__name__", None)
+    return name if isinstance(name, str) else type(f).__name__
 
 
 def _parameter_names(f: Callable[..., Any], count: int) -> list[str]:
@@ -223,7 +237,7 @@ class Traced:
         self.f = f
         self.nums, self.who = nums, who  # (the arguments a vjp differentiates: see record)
         self.__wrapped__ = f  # (its parameters are f's: see levels.transformation)
-        self.name = getattr(f, "__name__", "f")
+        self.name = name_of(f)
         # signature -> (compiled function, single output?, graph): the one cache; for
         # mg.trace's calls under no_grad, programs of their own (_programs)
         self.cache: dict[tuple, tuple[CompiledFunction, bool, Graph]] = programs(f, "trace")
@@ -242,12 +256,12 @@ class Traced:
         # only a name bound anew: Captured.stale)
         taped = entry is not None and on_the_tape(entry[0])
         if entry is None or entry[0].captured.stale(taped):
-            graph, inputs, out = record(self.f, args, self.name, key, self.nums, self.who,
-                                        grad=cache is self.cache)
+            graph, inputs, out, reads = record(self.f, args, self.name, key, self.nums,
+                                               self.who, grad=cache is self.cache)
             self.recordings += 1
             outputs, one = _outputs(out, self.who if self.who != "mg.trace" else
                                     f"trace({self.name})", graph)
-            cache[key] = (_compile(graph, inputs, outputs, self.name, self.f), one, graph)
+            cache[key] = (_compile(graph, inputs, outputs, self.name, reads), one, graph)
             taped = on_the_tape(cache[key][0])
         fn, one, _ = cache[key]
         if taped:  # (f itself, recorded by the tape: see on_the_tape)
@@ -288,10 +302,10 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
     signature. With ``with_value=False`` (``mg.grad``) the function returns the gradients
     only, and its program leaves out what only f's value needs. ``who``: the function
     the user called, which errors name."""
-    name = getattr(f, "__name__", "f")
+    name = name_of(f)
 
     def build(args: tuple, nums: tuple[int, ...], key: tuple) -> CompiledFunction:
-        graph, inputs, out = record(f, args, f"grad_{name}", key, nums, who)
+        graph, inputs, out, reads = record(f, args, f"grad_{name}", key, nums, who)
         positions = _input_positions(key)
         out = _constant_output(graph, out)
         _refuse_output(out, who)
@@ -301,7 +315,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
         xs = [inputs[positions[i]] for i in nums]
         grads = _gradients_or_zeros(graph, out, xs)
         return _compile(graph, inputs, [out] + grads if with_value else grads, f"grad_{name}",
-                        f)
+                        reads)
 
     # Per number of arguments: the normalised argnums and the programs cached for them.
     # (argnums is checked once per count, not on every call; the errors are the same.)
@@ -349,11 +363,11 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...],
     placeholder for the output's adjoint (``gradients``' ``grad_ys``, as in TensorFlow).
     Each call runs f's forward graph again: a program keeps nothing between calls, where
     the tape keeps f's values from the call that recorded them."""
-    name = getattr(f, "__name__", "f")
+    name = name_of(f)
     cache = programs(f, "graph", (argnums, "vjp"))
 
     def build(args: tuple, key: tuple) -> CompiledFunction:  # key: the signature of args + g
-        graph, inputs, out = record(f, args, f"vjp_{name}", key[:-1], argnums, who)
+        graph, inputs, out, reads = record(f, args, f"vjp_{name}", key[:-1], argnums, who)
         out = _constant_output(graph, out)
         _refuse_output(out, who)
         xs = [inputs[_input_positions(key)[i]] for i in argnums]
@@ -361,7 +375,7 @@ def vjp(f: Callable[..., Any], argnums: tuple[int, ...],
         with graph, device:  # (the dtype as the device's arrays have it: its name)
             seed = placeholder(shape, device.dtype_name(dtype), name=f"g{out.name}")
         grads = _gradients_or_zeros(graph, out, xs, seed)
-        return _compile(graph, inputs + [seed], grads, f"vjp_{name}", f)
+        return _compile(graph, inputs + [seed], grads, f"vjp_{name}", reads)
 
     def program(args: tuple, g: Any) -> CompiledFunction:
         """The program for ``args`` and a cotangent like ``g`` (built if needed)."""
@@ -403,11 +417,12 @@ def grad(f: Callable[..., Any], argnums: Argnums = 0, who: str = "grad") -> Call
 
 
 def _compile(graph: Graph, inputs: list[Node], outputs: list[Node], name: str,
-             f: Callable[..., Any]) -> CompiledFunction:
+             reads: list) -> CompiledFunction:
     """Optimise (prune, CSE, constant folding, x * 1 -> x), then compile to Python; the
-    program is stale once what f read from outside has changed (``Captured``)."""
-    captured = Captured((t for t, _ in graph._consts.values()), f,  # (before folding)
-                        graph.written_by_f, graph.constants)
+    program is stale once what f read from outside (``reads``, taken before it ran:
+    :func:`record`) has changed (``Captured``)."""
+    captured = Captured((t for t, _ in graph._consts.values()),  # (before folding)
+                        own=graph.written_by_f, reads=reads)
     # (inputs are kept even if unused; nothing but the outputs is read: no identities)
     result = optimize(graph, outputs + inputs, identities=False)
     fn = compile_graph(result.graph, [result[n] for n in inputs],
