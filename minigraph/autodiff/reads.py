@@ -28,6 +28,7 @@ import dis
 import functools
 import importlib.util
 import operator
+import os
 import sys
 import weakref
 from contextlib import contextmanager
@@ -52,7 +53,7 @@ def read_from_outside(f: Any) -> dict[str, Any]:
     looking into the functions it calls), by name; none for a callable that is not a
     Python function (a partial, an object)."""
     return {name: value for where, name, value in outside_reads(f, depth=0)
-            if type(where) not in (_Items, _Code, _Keys) and value is not _UNBOUND}
+            if type(where) not in (_Items, _Code, _Keys, _Mro) and value is not _UNBOUND}
 
 
 def outside_reads(f: Any, depth: int | None = None,
@@ -69,9 +70,10 @@ def outside_reads(f: Any, depth: int | None = None,
     * the attributes of those objects, and of a method's ``self``, that the code loads
       (``CONFIG.lr``, ``self.scale``, ``case Cfg(scale=s)``: :func:`names_in`), where
       Python finds them (:func:`_attributes`: an object's own dict, its class's, a
-      class's, a module's of the user's; a base class's too where the code calls
-      ``super()``), or all of them, and one added later, where the code may name one at
-      run time (``getattr(obj, name)``, ``hasattr``, an ``operator.attrgetter``);
+      class's or its metaclass's, a module's of the user's or ``os``'s (``os.environ``);
+      a base class's too where the code calls ``super()``), or all of them, and one
+      added later, where the code may name one at run time (``getattr(obj, name)``,
+      ``hasattr``, an ``operator.attrgetter``);
     * the items of the lists, dicts, sets ... among them (``_CONTAINERS``), nested, as
       one entry per container (an ``_Items``, its items compared as a whole: one bound
       anew, added or removed), and the named attributes of those items (at most
@@ -81,9 +83,12 @@ def outside_reads(f: Any, depth: int | None = None,
       reads; but not the parameters of a module that f runs with its parameters as
       arguments (:class:`ParametersAsArguments`: ``mg.checkpoint(module)``'s call);
     * what the user's functions, methods, properties, static and class methods,
-      ``__getattr__`` and callable objects among them read (:func:`_followed`), however
-      deep (``depth`` calls further, if given); not what minigraph's or an installed
-      library's code reads.
+      ``__getattr__`` and callable objects among them read (:func:`_followed`), and the
+      special methods that Python calls on their objects without the code naming them
+      (``CFG["k"]``: ``__getitem__``, ``float(NUM)``, a descriptor's ``__get__``, a
+      metaclass's property: :func:`_special`), however deep (``depth`` calls further,
+      if given); not what minigraph's or an installed library's code reads; and which
+      class each object is (``obj.__class__ = Other``: :class:`_Mro`).
 
     A compiled program (``signature.Captured``) keeps them, to see a name bound anew
     (``W = ...``, ``layer.weight = ...``). A transformed function (``mg.grad(f)``,
@@ -150,11 +155,11 @@ def _reads(f: Any, depth: int | None, arguments: "abc.Sequence[tuple[int, Any]]"
                 fn = fn.func
             elif isinstance(fn, (staticmethod, classmethod)):  # (one read from a class
                 fn = fn.__func__                                # dict, as it is there)
-            elif hasattr(fn, "__wrapped__"):
+            elif (inner := _wrapped(fn)) is not _UNBOUND:
                 if type(fn) is FunctionType:  # (a decorator's wrapper: its own reads, if
-                    todo.append((getattr(fn, "__wrapped__"), level))  # the user's, and f's)
+                    todo.append((inner, level))  # the user's, and f's)
                     break
-                fn = fn.__wrapped__
+                fn = inner
             else:
                 break
         found += passed
@@ -225,21 +230,31 @@ def _reads(f: Any, depth: int | None, arguments: "abc.Sequence[tuple[int, Any]]"
             inside.add(id(obj))
             if is_container(obj):  # (a tuple's items cannot be bound anew, but an array
                 # among them can be written: its items are watched too)
-                reads.append((_Items(obj), f"an item of {label}", _snapshot(obj)))
-                pairs = obj.items() if isinstance(obj, abc.Mapping) else \
-                    enumerate(obj.flat if type(obj) is np.ndarray else obj)
-                labelled += [(f"{label}[{k!r}]", v) for k, v in pairs]
+                keys, values = snapshot = _snapshot(obj)
+                reads.append((_Items(obj), f"an item of {label}", snapshot))
+                labelled += [(f"{label}[{k!r}]", v) for k, v in
+                             zip(range(len(values)) if keys is None else keys, values)]
                 continue
-            found_in = _attributes(obj, None if every_attribute or id(obj) in given_whole
-                                   else sorted(attributes), overridden)
-            reads += found_in
-            found_in = [r for r in found_in if type(r[0]) is not _Keys]  # (by name only)
+            if type(obj) is memoryview:  # (one that is_container cannot list)
+                raise MinigraphError(
+                    f"{fn.__qualname__} reads {label}, a memoryview that is released or "
+                    f"not one-dimensional, whose items minigraph cannot watch (a compiled "
+                    f"program is built again when what f reads changes). Read it as a "
+                    f"NumPy array (np.frombuffer, watched whole), or pass it as an argument")
+            wanted = None if every_attribute or id(obj) in given_whole else sorted(attributes)
+            stored = next((_STORED[c] for c in type(obj).__mro__ if c in _STORED), None)
+            if wanted is not None and stored is not None:  # (a UserDict subclass's items
+                wanted.append(stored)  # are in its .data, which UserDict's methods read)
+            found_in = _attributes(obj, wanted, overridden)
+            # (and the special methods of its user classes, which Python calls without
+            # their names in the code: CFG["k"] runs __getitem__, float(NUM) __float__,
+            # CFG.scale __getattr__ or __getattribute__, a descriptor read its __get__)
+            special = _special(obj)
+            reads += found_in + special
+            found_in = [r for r in found_in if type(r[0]) not in (_Keys, _Mro)]  # (by name)
             labelled += [(f"{label}.{n}", v) for _, n, v in found_in if v is not _UNBOUND]
-            methods += [m for home, _, v in found_in
+            methods += [m for home, _, v in found_in + special
                         if (m := _method(obj, home, v)) is not None]
-            dynamic = getattr(type(obj), "__getattr__", None)  # (cfg.scale computed there
-            if type(dynamic) is FunctionType and _users(dynamic):  # from cfg._s)
-                methods.append(MethodType(dynamic, obj))
         found += reads
         if depth is None or level < depth:  # (the functions read, items included:
             items = [i for w, _, v in reads if type(w) is _Items for i in v[1]]  # OPS["act"])
@@ -256,28 +271,79 @@ def _followed(v: Any) -> bool:
     partial; a static or class method; an object of the user's class with ``__call__``."""
     kind = type(v)
     if kind in (FunctionType, MethodType):
-        return hasattr(v, "__wrapped__") or _users(v)
+        return _wrapped(v) is not _UNBOUND or _users(v)
     if kind in (functools.partial, staticmethod, classmethod) or _layers(v) is not None:
         return True
-    own = getattr(v, "__dict__", None)  # (an attribute of the object: not __getattr__'s)
-    return not isinstance(v, type) and (
-        isinstance(own, dict) and "__wrapped__" in own or
+    return not isinstance(v, type) and callable(v) and (
+        _wrapped(v) is not _UNBOUND or
         type(getattr(kind, "__call__", None)) is FunctionType and _users_class(kind))
+
+
+def _wrapped(fn: Any) -> Any:
+    """The function that ``fn`` wraps (``fn.__wrapped__``: ``functools.wraps``'s, or
+    minigraph's transformations'), or ``_UNBOUND``: looked up where they put it, ``fn``'s
+    own dict (a method's is its function's) or a class's, not through a ``__getattr__``
+    of ``fn``'s class, which may answer every name (``return self._d.get(name)``)."""
+    own = getattr(fn, "__dict__", None)
+    if isinstance(own, dict) and "__wrapped__" in own:
+        return own["__wrapped__"]
+    if hasattr(type(fn), "__wrapped__"):  # (a slot, a property)
+        return getattr(fn, "__wrapped__", _UNBOUND)
+    return _UNBOUND
 
 
 def _method(obj: Any, home: Any, v: Any) -> Any:
     """What calling attribute ``v`` of ``obj`` (found in ``home``) may run, whose reads
     :func:`outside_reads` then reads: a static method's function, a class method with
-    its class, an object's method or property (its class's) with the object as self;
-    None for anything else."""
+    its class, an object's method or property (its class's) with the object as self, a
+    class's (its metaclass's: ``Settings.scale``) with the class; None for anything
+    else (an object's own attribute, a class's own function: read as values)."""
     if type(v) is staticmethod:
         return v.__func__
     if type(v) is classmethod:
         return MethodType(v.__func__, obj if isinstance(obj, type) else type(obj))
-    if isinstance(obj, (type, ModuleType)) or home is getattr(obj, "__dict__", None):
+    kind: type = type(obj)
+    if isinstance(obj, ModuleType) or home is getattr(obj, "__dict__", None) or \
+            isinstance(obj, type) and not any(  # (found in a metaclass's dict: by value,
+                v is w for c in kind.__mro__ if _users_class(c)  # as a class's dict is
+                for w in c.__dict__.values()):  # a new view on each access)
         return None
     method = v.fget if type(v) is property else v
     return MethodType(method, obj) if type(method) is FunctionType else None
+
+
+# The special methods that Python never calls on an object that exists (it makes one, or
+# a class), and those it calls on a class that is called (Cfg() runs them).
+_MAKING = frozenset({"__new__", "__init__"})
+_NOT_ON_AN_OBJECT = _MAKING | {"__del__", "__init_subclass__", "__set_name__",
+                               "__class_getitem__"}
+_CODE = (FunctionType, staticmethod, classmethod, property)  # (what a class's may be)
+
+
+def _special(obj: Any) -> list[tuple[Any, str, Any]]:
+    """``(where, name, value)`` for the special methods (``__getitem__``, ``__float__``,
+    ``__mul__``, ``__getattr__``, ``__get__`` ...) that Python may call on ``obj``
+    without the code naming them (``CFG["k"]``, ``float(NUM)``, ``2 * SCALER``, a
+    descriptor read), those of its user classes, each where Python finds it (not in the
+    object's own dict): what they read is what f reads (:func:`_method`). Of a class, its
+    metaclass's (``Settings["lr"]``), and its own ``__new__`` and ``__init__``, which
+    calling it runs (``Cfg()``). A module's and a function's: none."""
+    if isinstance(obj, (ModuleType, FunctionType)):
+        return []
+    kinds: list[Any] = [type(obj)] + ([obj] if isinstance(obj, type) else [])
+    found: list[tuple[Any, str, Any]] = []
+    for kind in kinds:
+        names: set[str] = set()  # (found in a class before: it overrides the others)
+        for c in kind.__mro__:
+            if not _users_class(c):
+                continue
+            home = c.__dict__
+            found += [(home, n, v) for n, v in home.items()
+                      if n.startswith("__") and n.endswith("__") and n not in names and
+                      type(v) in _CODE and
+                      (n in _MAKING if kind is obj else n not in _NOT_ON_AN_OBJECT)]
+            names.update(home)
+    return found
 
 
 def _attributes(obj: Any, names: "list[str] | None", overridden: bool = False
@@ -292,13 +358,27 @@ def _attributes(obj: Any, names: "list[str] | None", overridden: bool = False
     ``Sub.lr = 0.5`` over ``Base.lr``) is seen; so is one that none has, where the
     object's class has ``__getattr__``, which then made it.
     ``overridden``: also those that the first one found overrides, in the classes after
-    it, which code that calls ``super()`` reaches (``super().forward(x)``)."""
+    it, which code that calls ``super()`` reaches (``super().forward(x)``).
+
+    A class's attributes are looked for in its metaclass's dicts too, after its own (a
+    property of the metaclass, ``Settings.scale``, which Python prefers to the class's
+    own: both are recorded, as ``overridden``). Which classes Python looks in (an
+    object's class and their bases: ``type(obj).__mro__``, a class's ``__mro__``) is
+    recorded too (:class:`_Mro`): ``obj.__class__ = Other`` or ``Sub.__bases__ = ...``
+    later makes another class's attribute the one read."""
     own = None
     homes: list[Any]  # (dicts, and a class's read-only view of its dict)
+    what = obj.__name__ if isinstance(obj, (type, ModuleType)) else f"a {type(obj).__name__}"
+    classes: list[tuple[Any, str, Any]] = []  # (where the classes are: none for a module)
     if isinstance(obj, ModuleType):
-        homes = [obj.__dict__] if _users_module(obj) else []
+        # (and os's: os.environ, the process's environment, which the user's code sets)
+        homes = [obj.__dict__] if _users_module(obj) or obj is os else []
     elif isinstance(obj, type):
-        homes = [c.__dict__ for c in obj.__mro__ if _users_class(c)]
+        kind: type = type(obj)
+        meta = [c.__dict__ for c in kind.__mro__ if _users_class(c)]
+        homes = [c.__dict__ for c in obj.__mro__ if _users_class(c)] + meta
+        overridden = overridden or bool(meta)
+        classes = [(_Mro(obj), f"the bases of {what}", obj.__mro__)]
     elif isinstance(obj, FunctionType):
         return []
     else:
@@ -306,14 +386,13 @@ def _attributes(obj: Any, names: "list[str] | None", overridden: bool = False
         own = own if type(own) is dict else None
         homes = ([own] if own is not None else []) + \
             [c.__dict__ for c in type(obj).__mro__ if _users_class(c)]
+        classes = [(_Mro(obj), f"the class of {what}", type(obj).__mro__)]
     if not homes:
         return []
     dynamic = own is not None and type(getattr(type(obj), "__getattr__", None)) is FunctionType
-    found: list[tuple[Any, str, Any]] = []
+    found = classes
     if names is None:  # (every one: also one added or removed later, which
         # hasattr(CFG, "bias") and getattr(CFG, "bias", 0.0) read while absent)
-        what = obj.__name__ if isinstance(obj, (type, ModuleType)) else \
-            f"a {type(obj).__name__}"
         found += [(_Keys(home), f"the attributes {what} has", tuple(home)) for home in homes]
     for n in (list(homes[0]) if names is None else names):
         for k, home in enumerate(homes):
@@ -346,9 +425,11 @@ def _users_class(c: type) -> bool:
 
 def _layers(v: Any) -> dict | None:
     """A module's table of layers (``nn.Module._modules``), None for anything else."""
-    table = getattr(v, "__dict__", {}).get("_modules") if not isinstance(v, type) else None
-    return table if type(table) is dict and type(v.__dict__.get("_parameters")) is dict \
-        else None
+    own = getattr(v, "__dict__", None) if not isinstance(v, type) else None
+    if type(own) is not dict:  # (none; or a __getattr__'s answer for any name)
+        return None
+    table = own.get("_modules")
+    return table if type(table) is dict and type(own.get("_parameters")) is dict else None
 
 
 def _tree(module: Any, seen: "set[int] | None" = None) -> list[Any]:
@@ -395,11 +476,12 @@ def _users(fn: Any) -> bool:
 
 # Names with which code reads an attribute, or a global, that it names at run time, not
 # in its text: builtins (and operator's functions) it loads as globals, attributes it
-# loads (obj.__dict__, operator.attrgetter; a class pattern's __match_args__, which
-# names_in adds for ``case Cfg(s)``), and the objects among its reads that do so.
+# loads (obj.__dict__, operator.attrgetter; object.__getattribute__(self, name), which a
+# class's __getattribute__ calls; a class pattern's __match_args__, which names_in adds
+# for ``case Cfg(s)``), and the objects among its reads that do so.
 _ANY_ATTRIBUTE_GLOBALS = frozenset({"getattr", "hasattr", "vars", "attrgetter", "methodcaller"})
 _ANY_ATTRIBUTE_ATTRIBUTES = frozenset({"__dict__", "attrgetter", "methodcaller",
-                                       "__match_args__"})
+                                       "__match_args__", "__getattribute__"})
 _BY_NAME = frozenset({operator.attrgetter, operator.methodcaller})  # (their types: made
 # outside f, called inside)
 _ANY_GLOBAL = frozenset({"globals", "eval", "exec"})  # (loaded as globals)
@@ -491,23 +573,41 @@ def _imported(fn: FunctionType, modules: frozenset[str]) -> list[tuple[Any, str,
 _MOST_INSIDE = 10_000
 # The containers whose items outside_reads watches (an item bound anew, added, removed),
 # and the values with nothing inside to watch (a tensor or an array is compared whole).
-_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array, bytearray)
-_STORED = (collections.UserDict, collections.UserList, collections.ChainMap)
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, array.array, bytearray,
+               MappingProxyType)
+# The standard library's containers that keep their items in an attribute of theirs,
+# by which outside_reads watches a subclass's (whose own methods it follows).
+_STORED = {collections.UserDict: "data", collections.UserList: "data",
+           collections.ChainMap: "maps"}
 
 
 def is_container(obj: Any) -> bool:
     """Whether ``obj``'s items are watched as a container's (and a constant argument keyed
     by them, signature._held): the types above and their subclasses, whose items are
-    stored, and the standard library's UserDict, UserList and ChainMap themselves. Not
-    any other mapping or sequence: a user's may compute its items on demand (a lazy
-    table, a dataset that loads or raises for an item, ``range(10**9)``), and copying
-    them all on every call would run that code (it ran 14,000 loads, or raised). A NumPy
-    array of objects is one too (a table of tensors: its items are objects, which a
-    comparison of its values would compare elementwise)."""
+    stored, a dict's read-only view (``MappingProxyType``: its dict's), the standard
+    library's UserDict, UserList and ChainMap themselves, the process's environment
+    (``os.environ``, a mapping of strings that the code reads and sets), and a
+    one-dimensional ``memoryview`` (its bytes: :func:`_snapshot`). Not any other mapping
+    or sequence: a user's may compute its items on demand (a lazy table, a dataset that
+    loads or raises for an item, ``range(10**9)``), and copying them all on every call
+    would run that code (it ran 14,000 loads, or raised); a subclass of UserDict's is
+    watched through its ``.data`` (``_STORED``). A NumPy array of objects is one too (a
+    table of tensors: its items are objects, which a comparison of its values would
+    compare elementwise)."""
     return isinstance(obj, _CONTAINERS) or type(obj) in _STORED or \
-        (type(obj) is np.ndarray and obj.dtype.kind == "O")
+        type(obj) is type(os.environ) or \
+        (type(obj) is np.ndarray and obj.dtype.kind == "O") or \
+        type(obj) is memoryview and _dimensions(obj) == 1
 _CONSTANTS = frozenset({int, float, bool, complex, str, bytes, type(None)})
 _ATOMS = _CONSTANTS | {Tensor, np.ndarray}
+
+
+def _dimensions(view: memoryview) -> int | None:
+    """How many dimensions memoryview ``view`` has; None once it is released."""
+    try:
+        return view.ndim
+    except ValueError:  # ("operation forbidden on released memoryview object")
+        return None
 
 
 def _constant_tuple(v: Any) -> bool:
@@ -588,6 +688,21 @@ class _Keys:
         self.home = home
 
 
+class _Mro:
+    """Where the classes in which Python looks up an attribute of ``obj`` are, as a
+    dict's ``get`` finds them: ``type(obj).__mro__``, or a class's own ``__mro__``. A
+    class whose object is another (``obj.__class__ = Other``), or whose bases are
+    (``Sub.__bases__ = (Other,)``: Python makes the tuple anew), is another tuple."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def get(self, name: str, default: Any) -> Any:
+        return self.obj.__mro__ if isinstance(self.obj, type) else type(self.obj).__mro__
+
+
 class _Slots:
     """Where an object's ``__slots__`` values are, as a dict's ``get`` finds them."""
 
@@ -618,6 +733,9 @@ def _snapshot(container: Any) -> tuple:
         return tuple(container), tuple(container.values())
     if type(container) is np.ndarray:  # (an array of objects: its items, not its rows)
         return None, tuple(container.flat)
+    if type(container) is memoryview:  # (its bytes, small ints that are the same objects
+        return None, tuple(container.tobytes())  # for the same value: its items, floats
+        # of a format "d", would be new objects on each read, bytes of a format "c" too)
     return None, tuple(container)
 
 
@@ -701,7 +819,7 @@ def rebound(reads: list[tuple[Any, str, Any]]) -> str | None:
         elif type(where) is _Keys:
             if tuple(where.home) != value:
                 return name
-        elif type(where) in (dict, MappingProxyType, _Defaults, _Slots):
+        elif type(where) in (dict, MappingProxyType, _Defaults, _Slots, _Mro):
             now = where.get(name, _UNBOUND)  # (a global deleted: not value)
             if now is not value and not _same_constant(now, value):
                 return name
@@ -966,9 +1084,13 @@ def values_in(reads: list[tuple[Any, str, Any]]) -> list[tuple[str, Any]]:
 
 def _guarded(v: Any) -> bool:
     """A plain tensor, or a NumPy or other library's array; not a transformation's value
-    nor a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace)."""
+    nor a NumPy scalar (which no one writes into; NumPy 2.5 gives it an array namespace),
+    nor an object whose ``__array_namespace__`` only its ``__getattr__`` gives (a config
+    answering every name: ``is_array_api_obj`` asks ``hasattr``; an array's class has
+    the method, or array_api_compat knows the class: torch's tensor)."""
     return type(v) is Tensor or isinstance(v, np.ndarray) or \
-        not isinstance(v, (ArrayOps, np.generic)) and is_array_api_obj(v)
+        not isinstance(v, (ArrayOps, np.generic)) and is_array_api_obj(v) and \
+        (hasattr(type(v), "__array_namespace__") or not hasattr(v, "__array_namespace__"))
 
 
 def _line(exc: BaseException) -> str:
