@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import minigraph as mg
-from minigraph.errors import GradientError
+from minigraph.errors import GradientError, MinigraphError
 
 X0 = np.array([1.0, 2.0])
 
@@ -247,3 +247,19 @@ def test_vmap_and_jvp_refuse_an_update_of_the_callers_argument():
     assert x.tolist() == [2.0, 3.0]
     # a transformation's own copy may be rebound, as before: grad's, jacfwd's
     np.testing.assert_allclose(mg.jacfwd(f)(mg.tensor([1.0, 2.0])).numpy(), 2 * np.eye(2))
+
+
+ARR = np.zeros(1)
+
+
+def test_a_write_into_one_of_several_frozen_arrays_says_one_of():
+    """NumPy's read-only error does not say which array was written: checkpoint's
+    refusal listed every array f could have written as if all were ("f wrote into its
+    argument 0 ... or ARR"); with several, it says "one of" them."""
+    def f(x):
+        ARR[0] = ARR[0] + 1.0
+        return (x * x).sum()
+
+    with pytest.raises(MinigraphError, match=r"f wrote into one of .* or ARR"):
+        mg.checkpoint(f)(mg.tensor([1.0, 2.0, 3.0], requires_grad=True))
+    assert ARR[0] == 0.0  # (refused before the write was made)

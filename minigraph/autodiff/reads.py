@@ -948,7 +948,9 @@ def read_only_arrays(f: Any, who: str, why: str = BUILT, error: type[Exception] 
             named = [frozen[k] for k in (id(which), id(owner(which))) if k in frozen][:1]
             if not named:
                 raise  # (an array that an enclosing guard made read-only: it names it)
-        raise error(f"{who}: f wrote into {_described([n[:2] for n in named])}, in place, "
+        # (NumPy's error does not say which array: with several, one of them)
+        into = ("one of " if len(named) > 1 else "") + _described([n[:2] for n in named])
+        raise error(f"{who}: f wrote into {into}, in place, "
                     f"{_line(exc)}{why}. Inside f, write a new value (y = y + 1.0) "
                     f"instead") from exc
     finally:  # (a view's flag once its base's is set back: NumPy looks at the base's)
