@@ -101,14 +101,18 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     # Labels of another shape would broadcast against the rows (one label for all of
     # them), and bool labels would pass for classes 0 and 1: refused, as cross_entropy does.
     NN._check_labels("parallel_cross_entropy", labels)
-    if labels.shape is not None and tuple(labels.shape) != (shapes[0][0],):
+    if labels.shape is None or tuple(labels.shape) != (shapes[0][0],):
+        # (a shape unknown until the run failed below, in an op that named no labels)
+        got = f"shape {tuple(labels.shape)}" if labels.shape is not None else \
+            "a shape unknown until the graph runs"
+        fix = "" if labels.shape is not None else "; give the placeholder that shape"
         raise ShapeError(f"parallel_cross_entropy: labels must have shape (N,) = "
-                         f"({shapes[0][0]},), one class per example, got shape "
-                         f"{tuple(labels.shape)} (shards of shapes {shapes})")
+                         f"({shapes[0][0]},), one class per example, got {got} (shards "
+                         f"of shapes {shapes}){fix}")
     offsets = np.cumsum([0] + [s.shape[1] for s in shards[:-1]])
-    if isinstance(labels, Tensor):  # (a graph's labels are checked when it runs: see below)
-        NN.check_label_range(np, labels.numpy(), int(offsets[-1]) + shards[-1].shape[1],
-                             "parallel_cross_entropy")
+    classes = int(offsets[-1]) + shards[-1].shape[1]
+    if isinstance(labels, Tensor):  # (a graph's are checked when it runs: _shard_one_hot)
+        NN.check_label_range(np, labels.numpy(), classes, "parallel_cross_entropy")
     # 1. the row maxima meet on the home device; the global maximum goes back
     m = None
     for s in shards:
@@ -117,12 +121,10 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     # 2. each device: sum of exp(z - M) over its classes, and its part of z[label]
     total, picked = None, None
     assert m is not None  # shards is not empty (shards[0] above)
-    last = len(shards) - 1
-    for k, (s, offset) in enumerate(zip(shards, offsets)):
+    for s, offset in zip(shards, offsets):
         m_here = m.to(s.device)
         sumexp = R.sum(E.exp(s - m_here.reshape(-1, 1)), axis=1)
-        holds = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1],
-                               first=k == 0, last=k == last)
+        holds = _shard_one_hot(labels.to(s.device), int(offset), s.shape[1], classes)
         # The label's shifted logit z - M is picked, not multiplied by a one-hot row:
         # -inf (a masked class) times 0 is nan, which made the whole loss nan.
         mine = R.sum(E.where(holds, s - m_here.reshape(-1, 1), 0.0), axis=1)
@@ -131,19 +133,23 @@ def parallel_cross_entropy(shards: Sequence[Tensor], labels: Any) -> Tensor:
     return R.mean(E.log(total) - picked)
 
 
-def _shard_one_hot(labels: Any, offset: int, width: int, first: bool, last: bool) -> Any:
+def _shard_one_hot(labels: Any, offset: int, width: int, classes: int) -> Any:
     """The one-hot rows, as booleans, of the classes ``offset .. offset + width - 1`` that
     one shard holds; a row whose label is another shard's is all False. A label of no
-    shard (negative, or past the last class) counts as the first or the last shard's,
-    whose ``one_hot`` then refuses it: an error, not a row that silently matches no class."""
-    holds = None if first else E.greater_equal(labels, offset)
-    if not last:
-        below = E.less(labels, offset + width)
-        holds = below if holds is None else E.where(holds, below, False)
-    if holds is None:  # one shard: every label is its
-        return NN.one_hot(labels - offset, width, "bool")
-    onehot = NN.one_hot(E.where(holds, labels - offset, 0), width, "bool")
-    return E.where(holds.reshape(-1, 1), onehot, False)
+    shard (negative, or ``classes`` or more) reaches this shard's ``one_hot`` as it is, out
+    of its range too, so that every shard's ``one_hot`` refuses it: an error, not a row
+    that silently matches no class. (Only the first or the last shard's refused it once:
+    a gradient of another shard's logits does not read that node, so a graph pruned the
+    check away and the bad row's gradient was the softmax alone.)"""
+    mine = _in_range(labels, offset, offset + width)
+    # this shard's label: its column; another shard's: 0 (masked below); none's: itself
+    index = E.where(mine, labels - offset, E.where(_in_range(labels, 0, classes), 0, labels))
+    return E.where(mine.reshape(-1, 1), NN.one_hot(index, width, "bool"), False)
+
+
+def _in_range(x: Any, low: int, high: int) -> Any:
+    """``low <= x < high``, elementwise, as booleans."""
+    return E.where(E.greater_equal(x, low), E.less(x, high), False)
 
 
 class LayerSplitMLP:
