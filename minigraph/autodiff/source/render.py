@@ -54,6 +54,36 @@ class _Inline:
     used: bool = False  # written into its reader's line
 
 
+class _Waiting:
+    """The reverse temporaries waiting for a reader (:meth:`_Text.block`), by id and by
+    each name they read. A line assigning names ends the waits of the temporaries that
+    read one of them, found by name: a sum of n shares has n temporaries waiting while
+    the other lines are written, and looking at every one of them at every line made
+    writing a long program take time quadratic in its length."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, _Inline] = {}  # id(temp) -> the temporary
+        # name -> the temporaries that read it: (id, temporary), including some that
+        # stopped waiting since (a reader took them, or another name ended the wait)
+        self.by_name: dict[str | None, list[tuple[int, _Inline]]] = {}
+
+    def add(self, key: int, entry: _Inline) -> None:
+        self.by_id[key] = entry
+        for name in entry.reads:
+            self.by_name.setdefault(name, []).append((key, entry))
+
+    def take(self, key: int) -> _Inline | None:
+        """The temporary ``key`` for the line that reads it, if it is still waiting."""
+        return self.by_id.pop(key, None)
+
+    def end(self, names: AbstractSet[str | None]) -> None:
+        """Assigning ``names`` ends the wait of every temporary that reads one of them."""
+        for name in names:
+            for key, entry in self.by_name.pop(name, ()):
+                if self.by_id.get(key) is entry:
+                    del self.by_id[key]
+
+
 class _Text:
     """Turns program statements into lines of Python, inlining single-use temporaries."""
 
@@ -161,34 +191,37 @@ class _Text:
         line assigns a name it reads; one that no reader took is written on its own."""
         pad = "    " * depth
         out: list[str | _Inline] = []  # lines, and temporaries that a reader may take
-        pending: dict[int, _Inline] = {}  # id(temp) -> the temporary, while it waits
+        pending = _Waiting()
         for stmt in stmts:
             if isinstance(stmt, Line) and stmt.kind == "push" and self.stack is None:
                 continue
             if isinstance(stmt, Line):
                 subst, reads = self.substitute(stmt, pending)
                 entry = self.candidate(stmt, subst, reads) if inline else None
+                # (assigning its targets ends the waits of the temporaries that read
+                # them; the line's own temporary, which may read one, waits after)
+                pending.end({t.name for t in stmt.targets})
                 if entry is not None:
-                    pending[id(stmt.targets[0])] = entry
+                    pending.add(id(stmt.targets[0]), entry)
                     out.append(entry)
                 else:
                     out.append(pad + self.line(stmt, subst))
-                self.kill(pending, {t.name for t in stmt.targets}, keep=entry)
             else:
-                self.kill(pending, {v.name for v in _program_vars([stmt])})
+                pending.end({v.name for v in _program_vars([stmt])})
                 out += self.compound(stmt, depth, inline)
         return [x if isinstance(x, str) else pad + x.line for x in out
                 if isinstance(x, str) or not x.used]
 
-    def substitute(self, stmt: Line, pending: dict) -> tuple[dict, set[str]]:
+    def substitute(self, stmt: Line, pending: _Waiting) -> tuple[dict, set[str]]:
         subst, reads = {}, set()
         for v in _uses(stmt):
-            entry = pending.pop(id(v), None)
+            entry = pending.take(id(v))
             if entry is not None:
                 subst[id(v)] = (entry.text, entry.prec)
                 reads |= entry.reads
                 entry.used = True
                 self.used.add(id(v))
+            assert v.name is not None  # (_name_all named every variable of the program)
             reads.add(v.name)
         return subst, reads
 
@@ -202,12 +235,6 @@ class _Text:
         if len(text) > 64 if self.inlined is None else id(t) not in self.inlined:
             return None
         return _Inline(text, prec, reads, self.line(stmt, subst))
-
-    @staticmethod
-    def kill(pending: dict, names: AbstractSet[str | None], keep: Any = None) -> None:
-        for k, entry in list(pending.items()):
-            if entry is not keep and entry.reads & names:
-                del pending[k]
 
     def compound(self, stmt: Any, depth: int, inline: bool) -> list[str]:
         pad = "    " * depth

@@ -139,6 +139,7 @@ class _Namer:
         self.reserved = set(reserved)  # the user's names: only a hint may claim one
         self.letters = iter(_LETTERS)
         self.counter = itertools.count(1)
+        self.last: dict[str, int] = {}  # base -> the number series(base) gave last
 
     def free(self, name: str, claim: bool = False) -> bool:
         # (not a name starting with _: the kernel text's globals do, _k_sin and _xp; and
@@ -163,9 +164,15 @@ class _Namer:
                 return self.take(name)
 
     def series(self, base: str) -> str:
-        """The first free of base1, base2 ... (c1, c2: the constants; gx_1, gx_2 ...)."""
-        return self.take(next(name for name in (f"{base}{k}" for k in itertools.count(1))
-                              if self.free(name)))
+        """The first free of base1, base2 ... (c1, c2: the constants; gx_1, gx_2 ...).
+
+        A name that is not free never becomes free, so the search resumes after the
+        number the base gave last: from 1 each time, the n adjoints of an x that n loops
+        read (gx_1 ... gx_n) would cost n^2/2 tries."""
+        k = next(k for k in itertools.count(self.last.get(base, 0) + 1)
+                 if self.free(f"{base}{k}"))
+        self.last[base] = k
+        return self.take(f"{base}{k}")
 
 
 def _program_vars(block: list) -> Iterator[SrcVar]:
