@@ -595,21 +595,30 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     if copy is None:  # Python data: NumPy's rules give its dtype on every device (another
         given = data  # namespace may differ: array-api-strict's wrapped 2**63 to int64)
         try:
-            # (in NumPy's own dtype first, so that the cast to ``name`` is checked below
-            # as an array's is; but an int beyond int64, which NumPy keeps as uint64 or
-            # as objects, goes to ``name`` at once: 2**63 is a float64, not an int64)
-            data = np.asarray(data)
-            if name is not None and data.dtype.kind in "uO":
+            # (straight to ``name``: NumPy converts each Python number by itself, exactly
+            # (10**17 + 3 beside a float, through float64 first, lost its digits), and
+            # refuses an int that does not fit or a NaN made an int; only a finite float
+            # that float32 cannot hold becomes inf without a word: looked at below)
+            with np.errstate(over="ignore"):
                 data = np.asarray(given, dtype=name)
-        except OverflowError:
-            raise _too_wide(name) from None
+        except (OverflowError, ValueError):
+            raise _not_held(given, name) from None
         if data.dtype.kind in "uO" and _beyond_int64(given):  # (NumPy makes uint64, or
             raise _too_wide(name)  # object, of such an int: a dtype nobody asked for)
+        if name is not None and data.dtype.kind == "f" and not np.isfinite(data).all():
+            raise _not_held(given, name)
     if isinstance(data, (np.ndarray, np.generic)):
         if name is None:
             if data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
                 supported_dtype("tensor()", data.dtype)  # (before another device has it)
         elif data.dtype != name and (why := unheld(data, name)) is not None:
+            raise DTypeError(f"tensor(): {why}")
+    elif name is not None and hasattr(data, "__array__"):  # (another library's array on
+        try:                                               # the host, a torch tensor's:
+            host = np.asarray(data)                        # looked at as NumPy's, a view)
+        except Exception:  # noqa: BLE001  (on a GPU, or a torch tensor that requires a
+            host = None    # gradient: its own library casts it, unchecked)
+        if host is not None and host.dtype != name and (why := unheld(host, name)):
             raise DTypeError(f"tensor(): {why}")
     try:
         array = dev.asarray(data, dtype=name, copy=copy)
@@ -659,27 +668,45 @@ def unheld(array: Any, target: str) -> str | None:
     dtype, to = array.dtype, np.dtype(target)
     if to.kind == "b" or array.size == 0 or np.can_cast(dtype, to, "safe"):
         return None
+    # (the least and the greatest number first, two passes without a copy: NaN makes
+    # both NaN; only an array that does not pass looks at each number)
+    low, high = array.min(), array.max()
     with np.errstate(invalid="ignore", over="ignore"):  # (NumPy's warnings: said below)
         if to.kind == "f":  # (an int never reaches float32's range: it only rounds)
-            lost = dtype.kind == "f" and np.isfinite(array) & ~np.isfinite(array.astype(to))
+            top = np.finfo(to).max
+            if dtype.kind != "f" or -top <= low and high <= top:
+                return None
+            lost = np.isfinite(array) & ~np.isfinite(array.astype(to))
             if np.any(lost):
                 return (f"{array[lost].flat[0].item()!r} would become inf in {target}, "
-                        f"whose largest number is {np.finfo(to).max.item():.6g}")
+                        f"whose largest number is {top.item():.6g}")
             return None
         if dtype.kind == "f":
-            finite = np.isfinite(array)
-            if not finite.all():
-                value = array[~finite].flat[0]
+            if not (np.isfinite(low) and np.isfinite(high)):
+                value = array[~np.isfinite(array)].flat[0]
                 return (f"{value.item()!r} has no integer value (a cast to {target} would "
                         f"make it {value.astype(to).item()})")
-            array = np.trunc(array)  # (the part the cast keeps)
+            low, high = np.trunc(low), np.trunc(high)  # (the part the cast keeps)
     info = np.iinfo(to)
-    low, high = array.min().item(), array.max().item()
+    low, high = low.item(), high.item()
     if low < info.min or high > info.max:
         made = "other numbers" if dtype.kind == "f" else "them wrapped around"
         return (f"values {low!r}..{high!r} do not fit dtype {target} ({info.min}.."
                 f"{info.max}); a cast would give {made}")
     return None
+
+
+def _not_held(given: Any, name: str | None) -> DTypeError:
+    """The refusal of Python data ``given`` that dtype ``name`` cannot hold, worded by
+    :func:`unheld` from NumPy's own array of it (a NaN, an infinity, a number out of
+    range), or by :func:`_too_wide` for an int beyond every dtype."""
+    try:
+        native = np.asarray(given)
+    except (OverflowError, ValueError):
+        native = None
+    why = None if native is None or native.dtype.kind not in "bif" or name is None else \
+        unheld(native, name)  # (uint64 or objects: an int beyond int64, _too_wide's)
+    return DTypeError(f"tensor(): {why}") if why is not None else _too_wide(name)
 
 
 def _beyond_int64(data: Any) -> bool:

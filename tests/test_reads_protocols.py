@@ -350,3 +350,32 @@ def test_class_swapped_is_seen(case):
     assert_scale(made, 1.0)
     change()
     assert_scale(made, 5.0)
+
+
+class _Config:
+    lr = 2.0
+
+
+_CFG = _Config()
+
+
+def _by_getattr(x):
+    return mg.sum(x * getattr(_CFG, "lr", 1.0))
+
+
+def _by_hasattr(x):
+    return mg.sum(x * (_CFG.lr if hasattr(_CFG, "lr") else 1.0))
+
+
+@pytest.mark.parametrize("f", [_by_getattr, _by_hasattr])
+def test_a_class_attribute_read_by_name_at_run_time_is_watched(f):
+    """getattr(cfg, "lr") (and hasattr) made every attribute of cfg's own dict a read,
+    but none of its class's: after ``Config.lr = 3.0`` the program kept 2.0. Oracle:
+    the closed form d/dx sum(x * lr) = lr."""
+    g = mg.grad(f, mode="graph")
+    try:
+        assert g(mg.tensor([1.0, 2.0])).tolist() == [2.0, 2.0]
+        _Config.lr = 3.0
+        assert g(mg.tensor([1.0, 2.0])).tolist() == [3.0, 3.0]
+    finally:
+        _Config.lr = 2.0

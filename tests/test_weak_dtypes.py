@@ -229,3 +229,31 @@ def test_dtype_errors_name_the_function_and_the_value(make, words):
     "Cannot interpret 'torch.float32' as a data type": no function, or the wrong reason."""
     with pytest.raises(DTypeError, match=words):
         make()
+
+
+# -- Python data and other libraries' arrays -------------------------------------------
+
+
+@pytest.mark.parametrize("data", [[10**17 + 3, 2.0], [2**53 + 1, 0.5], [2**63 - 1, 0.5]])
+def test_a_list_of_ints_and_floats_keeps_its_ints_exact(data):
+    """Through NumPy's own float64 array first, [10**17 + 3, 2.0] became [10**17, 2] in
+    int64, and [2**63 - 1, 0.5] was refused as too wide; NumPy and torch convert each
+    number by itself."""
+    import torch
+
+    expected = torch.tensor(data, dtype=torch.int64).tolist()
+    assert expected == np.asarray(data, dtype=np.int64).tolist()
+    assert mg.tensor(data, dtype="int64").tolist() == expected
+
+
+@pytest.mark.parametrize("values, dtype", [([2.0**40], "int32"), ([float("nan")], "int64"),
+                                           ([1e300], "float32")])
+def test_a_torch_tensor_is_checked_as_a_numpy_array_is(values, dtype):
+    """From a torch tensor, 2**40 became 0 in int32, NaN int64's least value and 1e300
+    inf in float32, where the same values from NumPy were refused."""
+    import torch
+
+    with pytest.raises(DTypeError):
+        mg.tensor(np.array(values), dtype=dtype)
+    with pytest.raises(DTypeError):
+        mg.tensor(torch.tensor(values, dtype=torch.float64), dtype=dtype)

@@ -394,7 +394,11 @@ def _attributes(obj: Any, names: "list[str] | None", overridden: bool = False
     if names is None:  # (every one: also one added or removed later, which
         # hasattr(CFG, "bias") and getattr(CFG, "bias", 0.0) read while absent)
         found += [(_Keys(home), f"the attributes {what} has", tuple(home)) for home in homes]
-    for n in (list(homes[0]) if names is None else names):
+    if names is None:  # (every one: the object's own, and its classes' but their
+        # special names: getattr(cfg, "lr") finds a class attribute as cfg.lr does)
+        names = list(dict.fromkeys([*homes[0], *(n for home in homes[1:] for n in home
+                                                 if not n.startswith("__"))]))
+    for n in names:
         for k, home in enumerate(homes):
             if n in home:
                 found += [(before, n, _UNBOUND) for before in homes[:k]]

@@ -225,6 +225,8 @@ def profile(model: Sequential, x: Any, repeat: int = 25, warmup: int = 2,
     layers = list(model)
     params = [p for layer in layers for p in layer.parameters()]
     saved = [p.grad for p in params]
+    for p in params:  # (the timed backward passes add into a .grad in place, as PyTorch's
+        p.grad = None  # AccumulateGrad does: the saved ones are set aside, not added to)
     h = x if isinstance(x, Tensor) else tensor(x)
     inputs, outputs = [], []
     try:
