@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np  # only for host (NumPy) conversions: the host format of .numpy()
 from array_api_compat import is_numpy_namespace, to_device
 
-from .errors import DeviceError
+from .errors import DeviceError, DTypeError
 
 DTYPE_NAMES = ("float32", "float64", "int64", "int32", "bool")
 ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
@@ -107,8 +107,8 @@ class Device:
         """The namespace's dtype object for a dtype name such as ``"float32"``."""
         try:
             return self._dtypes[name]
-        except KeyError:
-            raise TypeError(
+        except KeyError:  # (a DTypeError: still the TypeError NumPy users catch)
+            raise DTypeError(
                 f"unknown dtype {name!r}; minigraph knows {', '.join(self._dtypes)}"
             ) from None
 

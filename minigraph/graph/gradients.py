@@ -32,12 +32,12 @@ from typing import Any, Iterator
 
 from ..autodiff.backward import collector_paused, reverse_sweep
 from ..autodiff.tape import as_gradient
-from ..errors import DTypeError, GradientError, ShapeError
+from ..errors import DTypeError, GradientError, MinigraphError, ShapeError
 from ..ops.copy import IDENTITY
 from ..ops.elementwise import add_n
 from ..ops.primitive import KINDS
 from ..ops.shape_rules import FLOATS, shape_of
-from .graph import Graph, GraphError, Node, check_nodes, user_location
+from .graph import Graph, GraphError, Node, at_user_line, check_nodes, user_location
 
 def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
@@ -120,20 +120,25 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Node | None]:
     """Add the nodes of d(sum of ys)/d(x) for each x; ``None`` where no path leads."""
     ys, xs = _as_list(ys), _as_list(xs)
     grad_ys = _as_list(grad_ys) if grad_ys is not None else [None] * len(ys)
-    graph = _check(ys, xs, grad_ys)
     # The pass adds several nodes per node of the graph, and makes no garbage that only
     # the cyclic collector could free; running the collector in between would walk the
     # whole graph again and again. (The sweep pauses it too; pausing it for the whole
     # pass, steps 1-4 included, saved a fifth of the time on a 10^4-link chain.)
     with collector_paused():
-        return _gradients(graph, ys, xs, grad_ys)
+        try:  # what it refuses before it adds a node names the line of this call
+            graph = _check(ys, xs, grad_ys)
+            relevant, pending = _between(ys, xs)
+            _refuse_unknown_shapes(relevant)
+        except MinigraphError as exc:
+            at_user_line(exc, user_location())
+            raise
+        return _gradients(graph, ys, xs, grad_ys, relevant, pending)
 
 
-def _gradients(graph: Graph, ys: list[Node], xs: list[Node],
-               grad_ys: list[Any]) -> list[Node | None]:
-    """The pass itself (steps 1-5 of the module's docstring)."""
-    relevant, pending = _between(ys, xs)
-    _refuse_unknown_shapes(relevant)
+def _gradients(graph: Graph, ys: list[Node], xs: list[Node], grad_ys: list[Any],
+               relevant: dict[int, Node], pending: dict[int, int]) -> list[Node | None]:
+    """The pass itself (steps 3-5 of the module's docstring), given steps 1 and 2's
+    ``relevant`` nodes and ``pending`` counts (``_between``)."""
     order = _sweep_order(ys, relevant, pending)
     wanted = {id(x) for x in xs}
     found: dict[int, Any] = {}  # an x that is also an intermediate node: its adjoint
@@ -270,9 +275,13 @@ def _check(ys: list, xs: list, grad_ys: list) -> Graph:
                              f"transformation's values; differentiate inside the "
                              f"transformation instead (mg.vmap(mg.grad(f)) for "
                              f"per-example gradients)")
-        if not isinstance(v, Node):
+        if not isinstance(v, Node):  # (inside a graph already, if a node is given too)
+            hint = ("differentiate a graph's nodes with respect to its nodes (a "
+                    "placeholder, a variable), not a Python value"
+                    if any(isinstance(u, Node) for u in ys + xs) else
+                    "build the computation inside `with mg.Graph():`")
             raise GraphError(f"gradients: expected graph nodes, got {type(v).__name__}; "
-                             f"build the computation inside `with mg.Graph():`")
+                             f"{hint}")
     graph = ys[0].graph
     check_nodes(graph, ys + xs, "gradients", "node")  # (one of another graph: named, and where)
     for x in xs:  # (a derivative with respect to x perturbs x, as a feed of x replaces it)

@@ -40,10 +40,12 @@ from array_api_compat import array_namespace
 from ..autodiff.tape import NO_PARAMS, is_grad_enabled
 from ..device import Device, get_device, scoped_device
 from ..errors import DTypeError, MinigraphError, ShapeError, mixed_devices
+from .. import ops
 from ..ops import copy as C
 from ..ops.operators import ArrayOps, rebinding
 from ..ops.primitive import Primitive, register_kind
-from ..ops.shape_rules import dtype_name, sizes, supported_dtype
+from ..ops.shape_rules import sizes, supported_dtype
+from ..ops.weak import _NUMPY_OPERATORS  # (NumPy's operator ufuncs: Node.__array_ufunc__)
 from ..tensor import Tensor, host_values, tensor, unheld
 
 # The package's folder with a trailing separator, so that a user's file beside it whose
@@ -99,6 +101,14 @@ def describe_location(location: tuple[str, int] | None) -> str:
     filename, line = location
     code = linecache.getline(filename, line).strip()
     return f"{filename}:{line}" + (f": {code}" if code else "")
+
+
+def at_user_line(exc: MinigraphError, location: tuple[str, int] | None) -> None:
+    """Append ``at file.py:12: code`` to the message of ``exc``, raised while a graph is
+    built, unless it names that line already (a shape rule's error names its node's line:
+    Graph._infer; an op that calls another is checked by both)."""
+    if location is not None and f"{location[0]}:{location[1]}" not in str(exc):
+        exc.args = (f"{exc}\n  at {describe_location(location)}",)
 
 
 # -- nodes ------------------------------------------------------------------------------------
@@ -184,6 +194,11 @@ class Node(ArrayOps):
             return graph.add(C.NO_GRAD, (node,), NO_PARAMS, location=location)
         return node
 
+    def _locate(self, exc: MinigraphError) -> None:
+        """Add the user's line to ``exc``, raised by the checks of an op called on this
+        node before its node was made (``names_user_line``, ops/primitive.py)."""
+        at_user_line(exc, self.graph._location or user_location())
+
     @property
     def cost(self) -> str:
         """"cheap" or "expensive", the scheduler's static class (``runtime/cost.py``)."""
@@ -233,8 +248,11 @@ class Node(ArrayOps):
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         # (np.asarray(node) asks this first; without it, NumPy read a node as a sequence
         # and made an object array, which failed later without saying why)
-        if self.op not in ("Const", "Variable"):
-            raise self._no_value("np.asarray()")
+        if self.op not in ("Const", "Variable"):  # (asked by np.asarray, mg.tensor, ...)
+            raise self._no_value("an array (np.asarray, mg.tensor, a NumPy function)",
+                                 "Compute on it with minigraph's functions, which add nodes "
+                                 "to the graph, or run the graph with mg.Session and use the "
+                                 "array it returns.")
         if copy is False:  # (NumPy 2's protocol: say so rather than copy anyway)
             raise ValueError(f"np.asarray(..., copy=False): graph node '{self.name}' hands "
                              f"out its value as a copy only (copy=None allows one)")
@@ -260,7 +278,28 @@ class Node(ArrayOps):
     def __index__(self) -> int:
         raise self._no_value("an index")
 
-    def _no_value(self, what: str) -> TracedValueError:
+    def __array_ufunc__(  # type: ignore[override]  # (ArrayOps: None, NumPy's "defer")
+            self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``ndarray * node``: NumPy's operator calls its ufunc (np.multiply), which asks
+        this method, and the node's reflected operator answers, as Weak's does (ops/weak.py,
+        whose table _REFLECTED reads). Any other call has the node where the user put it, in a
+        NumPy function (``np.sin(node)``, ``np.add(node, 1.0)``), which would need a value
+        the node has not got: refused, naming minigraph's function and the user's line.
+        (Without this method NumPy said "operand 'Node' does not support ufuncs".)"""
+        reflected = _REFLECTED.get(ufunc)
+        if method == "__call__" and reflected is not None and len(inputs) == 2 \
+                and inputs[1] is self and inputs[0] is not self and not kwargs:
+            return getattr(self, reflected)(inputs[0])
+        call = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+        name = _MINIGRAPH_NAMES.get(ufunc.__name__, ufunc.__name__)
+        instead = f"mg.{name}(...)" if name in ops.__all__ else "minigraph's functions"
+        raise self._no_value(f"{call}() (at {describe_location(user_location())})",
+                             f"NumPy's functions compute on values now: use {instead} "
+                             f"to add the operation to the graph.")
+
+    def _no_value(self, what: str, advice: str = "Python control flow on it cannot be "
+                  "recorded in the graph: use mg.where(...) for a choice between values, "
+                  "or run the graph with mg.Session.") -> TracedValueError:
         recorded = (" Graph mode (mg.grad(..., mode='graph'), mg.trace) records f with its "
                     "tensors and floats as the graph's inputs, so that one graph serves all "
                     "their values: to branch on a number, bind it into f "
@@ -270,15 +309,21 @@ class Node(ArrayOps):
         return TracedValueError(
             f"{what} needs the value of graph node '{self.name}' ({self.op}), created at "
             f"{describe_location(self.location)}; a graph node has no value until the graph "
-            f"runs. Python control flow on it cannot be recorded in the graph: use "
-            f"mg.where(...) for a choice between values, or run the graph with "
-            f"mg.Session.{recorded}")
+            f"runs. {advice}{recorded}")
 
     def __repr__(self) -> str:
         return f"<Node {self.name}: {self.op} {_type_text(self)} on {self.device.name}>"
 
 
 register_kind(Node)
+
+# The ufunc NumPy calls for ``ndarray OP node`` -> the node's reflected operator
+_REFLECTED = {ufunc: names[1] for ufunc, names in _NUMPY_OPERATORS.items()}
+_REFLECTED[np.divmod] = "__rdivmod__"  # (divmod(ndarray, node): Python's divmod calls it)
+
+# NumPy's names of ufuncs whose minigraph function is named otherwise (np.subtract: mg.sub)
+_MINIGRAPH_NAMES = {"subtract": "sub", "multiply": "mul", "divide": "div", "power": "pow",
+                    "absolute": "abs", "negative": "neg"}
 
 
 def _type_text(node: Node) -> str:
@@ -675,10 +720,15 @@ def _given(value: Any, dtype: str | None, what: str, name: str | None) -> Tensor
     if dtype is not None:
         array = host_values(value) if isinstance(value, Tensor) else np.asarray(value)
         who = what if name is None else f"{what} '{name}'"
+        location = user_location()
         # (an unknown dtype named here: NumPy's "data type 'foo' not understood" said
         # nothing of where)
-        target = supported_dtype(who, dtype)
-        where = f"(at {describe_location(user_location())})"
+        try:
+            target = supported_dtype(who, dtype)
+        except DTypeError as exc:
+            at_user_line(exc, location)
+            raise
+        where = f"(at {describe_location(location)})"
         if array.dtype.kind in "biuf" and not np.can_cast(array.dtype, target, "same_kind"):
             # across kinds (a float to an int, a number to a bool): each value must come
             # back from the cast as it was (1.5 would be 1, 2**40 would wrap in an int32,
@@ -773,6 +823,13 @@ def fed_value(node: Node, value: Any) -> Any:
     ``cuda:0``), is taken as it is; anything else (Python data, NumPy arrays, tensors of
     other devices) goes through a NumPy array on the host.
     """
+    if isinstance(value, Node):  # (np.asarray would ask it for a value it has not got)
+        raise FeedError(f"feed for '{node.name}': a graph node is not a value: got node "
+                        f"'{value.name}' ({value.op}, created at "
+                        f"{describe_location(value.location)}). A feed gives a placeholder "
+                        f"its value for one run: an array, a tensor or a number; to compute "
+                        f"it from other nodes, build that into the graph in place of "
+                        f"'{node.name}' (created at {describe_location(node.location)})")
     if isinstance(value, Tensor):
         value = value.data if value.device is node.device else host_values(value)
     if _native(value, node):
@@ -901,13 +958,19 @@ def placeholder(shape: tuple[int, ...] | None = None, dtype: str = "float64",
     ``shape=None`` accepts any shape; the shapes that depend on it are then known only
     when the graph runs, and ``mg.gradients`` needs them known (give a shape).
     """
-    if isinstance(shape, (tuple, list)) and None in shape:
-        raise ShapeError(f"placeholder: shape {tuple(shape)} has a size None (TensorFlow's "
-                         f"unknown size), which minigraph does not have: give every size, or "
-                         f"shape=None for a placeholder of any shape")
-    shape = None if shape is None else sizes("placeholder", shape)
-    dtype = dtype_name(dtype, "placeholder")  # ("float32", np.float32, np.dtype("float32"))
-    get_device(None).dtype(dtype)  # an unknown dtype name fails here, not at run time
+    try:
+        if isinstance(shape, (tuple, list)) and None in shape:
+            raise ShapeError(f"placeholder: shape {tuple(shape)} has a size None "
+                             f"(TensorFlow's unknown size), which minigraph does not have: "
+                             f"give every size, or shape=None for a placeholder of any shape")
+        shape = None if shape is None else sizes("placeholder", shape)
+        # ("float32", np.float32, np.dtype("float32")); an unknown or unsupported dtype
+        # fails here, naming placeholder, not at run time
+        dtype = supported_dtype("placeholder", dtype)
+        get_device(None).dtype(dtype)  # (one the default device has no array type for)
+    except MinigraphError as exc:  # (no node of the user's is among its arguments to say
+        at_user_line(exc, user_location())  # where: see names_user_line)
+        raise
     return default_graph().add_special("Placeholder", (), shape, dtype, name or "Placeholder")
 
 

@@ -22,6 +22,7 @@ from ..errors import ShapeError
 from ..ops import elementwise as E
 from ..ops import nn as NN
 from ..ops import shape_rules as S
+from ..ops.primitive import names_user_line
 from ..ops.shape_rules import input_shape
 from ..tensor import tensor
 from .module import Module
@@ -74,6 +75,7 @@ class Linear(Module):
         b = rng.uniform(-bound, bound, size=(self.out_features,)) if bias else None
         self.bias = tensor(b, dtype, device, requires_grad=True) if bias else None
 
+    @names_user_line  # (a wrong width in a graph names the user's line)
     def forward(self, x: Any) -> Any:
         # (a nested list's shape too; None: a graph input of any shape; a None or a str
         # is refused, by type)

@@ -724,7 +724,7 @@ def add_n(xs: "list[Any] | tuple[Any, ...]") -> Any:
     """The sum of several values of one shape (one AddN node in a graph)."""
     xs = S.operands("add_n", xs)
     if not xs:  # (as concatenate: an empty sum has no shape, dtype or device to take)
-        raise ValueError("add_n: needs at least one term")
+        raise ShapeError("add_n: needs at least one term")
     return xs[0] if len(xs) == 1 else bind(ADD_N, *xs)
 
 

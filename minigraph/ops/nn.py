@@ -30,14 +30,14 @@ from typing import Any, cast
 import numpy as np
 from array_api_compat import device as array_device
 
-from ..errors import AxisError, ShapeError
+from ..errors import AxisError, DTypeError, ShapeError
 from . import batch_rules as B
 from . import elementwise as E
 from . import copy as C
 from . import reduce as R
 from . import shape as SH
 from . import shape_rules as S
-from .primitive import Primitive, bind, primitive
+from .primitive import Primitive, bind, names_user_line, primitive
 
 
 def _softmax_kernel(xp: Any, x: Any, axis: int) -> Any:
@@ -296,6 +296,7 @@ NLL_LOSS_GRAD = primitive(
     public="nll_loss_grad", positional=("num_classes", "dtype"))
 
 
+@names_user_line
 def softmax(x: Any, axis: int = -1) -> Any:
     """exp(x) / sum(exp(x)) along ``axis``, computed stably. A 0-d ``x`` is one class on
     its own, as in PyTorch (axis 0 or -1): its softmax is 1.0."""
@@ -304,6 +305,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     return bind(SOFTMAX, x, axis=S.check_axis("softmax", axis, x))
 
 
+@names_user_line
 def log_softmax(x: Any, axis: int = -1) -> Any:
     """log(softmax(x)) along ``axis``, computed stably; 0.0 for a 0-d ``x``, as in
     PyTorch (see ``softmax``)."""
@@ -321,6 +323,7 @@ def _one_class(op: str, x: Any, axis: Any) -> Any:
     return SH.reshape(x, (1,))
 
 
+@names_user_line
 def one_hot(labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """Rows of zeros with a one at each label (no gradient). A label outside
     ``0 .. num_classes - 1`` raises, as in PyTorch (JAX gives it a row of zeros), and so
@@ -337,6 +340,7 @@ def _num_classes(who: str, n: Any) -> int:
     return int(n)
 
 
+@names_user_line
 def nll_loss(logp: Any, labels: Any) -> Any:
     """Mean over the batch of ``-logp[i, labels[i]]``: the negative log-likelihood of
     integer class labels under log-probabilities ``logp`` of shape (N, C)."""
@@ -344,6 +348,7 @@ def nll_loss(logp: Any, labels: Any) -> Any:
     return bind(NLL_LOSS, logp, labels)
 
 
+@names_user_line
 def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
     """``g - exp(y) * sum(g, axis)``: log_softmax's VJP, given its output ``y``. The
     axis is ``g``'s: it is the one summed (``y`` broadcasts, as in the formula)."""
@@ -351,6 +356,7 @@ def log_softmax_grad(g: Any, y: Any, axis: int = -1) -> Any:
                 axis=S.check_axis("log_softmax_grad", axis, g))
 
 
+@names_user_line
 def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64") -> Any:
     """``-one_hot(labels) * g / N``: nll_loss's VJP for the loss's adjoint ``g`` (a
     scalar), an (N, num_classes) matrix."""
@@ -360,6 +366,7 @@ def nll_loss_grad(g: Any, labels: Any, num_classes: int, dtype: str = "float64")
                 dtype=S.supported_dtype("nll_loss_grad", dtype))
 
 
+@names_user_line
 def binary_cross_entropy_with_logits(logits: Any, targets: Any) -> Any:
     """Mean of -(t log sigmoid(x) + (1 - t) log sigmoid(-x)), PyTorch's
     ``binary_cross_entropy_with_logits``: from the logits, so it stays finite (and its
@@ -400,6 +407,7 @@ def check_same_shape(op: str, what: tuple[str, str], x: Any, y: Any) -> Any:
     return x
 
 
+@names_user_line
 def cross_entropy(logits: Any, labels: Any) -> Any:
     """Mean over the batch of -log softmax(logits)[label]; labels are integer classes."""
     _check_labels("cross_entropy", labels)
@@ -419,7 +427,7 @@ def _check_labels(who: str, labels: Any) -> None:
         return
     if dtype is not None and dtype.startswith(("int", "uint")):  # integers of another
         # size: a NumPy array's (minigraph's tensors have int64 and int32 only)
-        raise TypeError(f"{who}: labels must have dtype int64 or int32, got {dtype}; "
+        raise DTypeError(f"{who}: labels must have dtype int64 or int32, got {dtype}; "
                         f"convert them first: labels.astype(np.int64)")
-    raise TypeError(f"{who}: labels must be integers, got dtype {dtype} (class indices "
+    raise DTypeError(f"{who}: labels must be integers, got dtype {dtype} (class indices "
                     f"of dtype int64 or int32)")

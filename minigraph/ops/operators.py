@@ -53,7 +53,8 @@ class ArrayOps:
     _noun: str = ""
     # ``ndarray @ x`` and ``ndarray * x``: NumPy must hand the operator to our reflected
     # methods (__rmatmul__ ...) instead of converting x to an array, which would drop it
-    # from the tape or the graph.
+    # from the tape or the graph. (A graph node answers NumPy itself, to refuse np.sin(node)
+    # in words of its own: Node.__array_ufunc__.)
     __array_ufunc__ = None
 
     # -- arithmetic, with the reflected forms for ``2.0 * x`` ------------------------------

@@ -17,12 +17,12 @@ from typing import Any, Callable
 import numpy as np  # host-side shape arithmetic, and NumPy's own reshape/transpose
 from array_api_compat import device as array_device
 
-from ..errors import AxisError, ShapeError, mixed_devices
+from ..errors import AxisError, MinigraphError, ShapeError, mixed_devices
 from . import batch_rules as B
 from . import copy as C
 from . import reduce as R
 from . import shape_rules as S
-from .primitive import KINDS, Each, always_a_view, bind, primitive
+from .primitive import KINDS, Each, always_a_view, bind, names_user_line, primitive
 
 
 # -- reshape, transpose, broadcast_to ----------------------------------------------------
@@ -134,14 +134,19 @@ def _indexed(shape: tuple, index: tuple) -> tuple:
     too many, floats) raises an error naming getitem, the shape and the index.
 
     It indexes a zero-strided host array of the same shape: NumPy works out the shape
-    without touching any data. (AxisError is minigraph's error that is also an
-    IndexError, the class NumPy users catch, so graph mode can name the node.)"""
+    without touching any data. NumPy's errors become minigraph's of the same built-in
+    class, so graph mode can name the node: an IndexError (out of bounds, floats) an
+    AxisError, which is also one; a ValueError (a slice step of 0, which NumPy and
+    PyTorch refuse too) a ShapeError, which is also one."""
     probe = np.broadcast_to(np.empty((), dtype=np.int8), shape)
     try:
         return probe[index].shape
-    except IndexError as exc:
-        raise AxisError(f"getitem: cannot index a tensor of shape {tuple(shape)} with "
-                        f"index {index!r}: {exc}") from None
+    except MinigraphError:  # (an index's own refusal, a vmap batch's: said as it is)
+        raise
+    except (IndexError, ValueError) as exc:
+        error = AxisError if isinstance(exc, IndexError) else ShapeError
+        raise error(f"getitem: cannot index a tensor of shape {tuple(shape)} with "
+                    f"index {index!r}: {exc}") from None
 
 
 def _index_shape(x: Any, index: tuple) -> tuple:
@@ -427,11 +432,12 @@ def _spelled_out(index: Any, rank: Callable[[], int]) -> tuple:
     return index
 
 
+@names_user_line
 def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     """Join tensors along an existing axis, like ``numpy.concatenate``."""
     xs = S.operands("concatenate", xs)
     if not xs:
-        raise ValueError("concatenate: needs at least one tensor")
+        raise ShapeError("concatenate: needs at least one tensor")
     ndim = S.rank("concatenate", xs[0])
     if ndim == 0:
         raise ShapeError("concatenate: zero-dimensional tensors cannot be concatenated; "
@@ -439,6 +445,7 @@ def concatenate(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     return bind(CONCATENATE, *xs, axis=S.check_axis("concatenate", axis, xs[0]))
 
 
+@names_user_line
 def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     """Join tensors of one shape along a new axis, like ``numpy.stack``.
 
@@ -448,7 +455,7 @@ def stack(xs: "list[Any] | tuple[Any, ...]", axis: int = 0) -> Any:
     """
     xs = S.operands("stack", xs)
     if not xs:
-        raise ValueError("stack: needs at least one tensor")
+        raise ShapeError("stack: needs at least one tensor")
     same_device("stack", xs)  # (before the reshapes: see same_device)
     shapes = [S.shape_of(x) for x in xs]
     if any(s != shapes[0] for s in shapes):

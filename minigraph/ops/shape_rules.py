@@ -125,14 +125,15 @@ def rank(op: str, x: Any) -> int:
 
 def integer(op: str, what: str, n: Any) -> int:
     """``n`` as an int (a NumPy integer too); a float, a bool or anything else is refused
-    with a ``TypeError`` naming the op, as NumPy refuses them (a float axis or size used
-    to fail deep inside, with "'float' object is not iterable" or "'<=' not supported")."""
+    with a ``DTypeError`` (a ``TypeError``) naming the op, as NumPy refuses them (a float
+    axis or size used to fail deep inside, with "'float' object is not iterable" or
+    "'<=' not supported"); minigraph's own class, which the caller catches as such."""
     if not isinstance(n, (bool, np.bool_)):
         try:
             return operator.index(n)
         except TypeError:
             pass
-    raise TypeError(f"{op}: {what} must be an integer, got {type(n).__name__} {n!r}")
+    raise DTypeError(f"{op}: {what} must be an integer, got {type(n).__name__} {n!r}")
 
 
 def sizes(op: str, shape: Any, infer: bool = False) -> tuple[int, ...]:
