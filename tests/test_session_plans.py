@@ -64,3 +64,31 @@ def test_partitions_across_devices_are_bounded_and_stay_right():
         assert len(sess._plans) <= 64  # (session._MOST_PLANS)
         for k in (1, 2, 89):  # (dropped, made again; kept, run again)
             assert sess.run(ys[k], {x: 0.5}) == pytest.approx(_expected(0.5, k))
+
+
+def test_a_plan_used_often_is_kept_however_many_others_come():
+    """The oldest plan was dropped first, however often it was used: a fetch run at every
+    step of a loop over 65 others was planned again every 63 steps (a 3,000-node chain:
+    15 times slower). The least recently used goes first now."""
+    with mg.Graph().as_default():
+        x, ys = _chain(100)
+        sess = mg.Session()
+        assert sess.run(ys[-1], {x: 1.0}) == pytest.approx(_expected(1.0, 99))
+        hot = [p for p in sess._plans.values()]
+        for k, y in enumerate(ys[:-1]):
+            assert sess.run(y, {x: 1.0}) == pytest.approx(_expected(1.0, k))
+            assert sess.run(ys[-1], {x: 1.0}) == pytest.approx(_expected(1.0, 99))
+        assert any(p is hot[0] for p in sess._plans.values())  # (never planned again)
+
+
+def test_the_plans_of_dropped_partitions_go_with_them():
+    """A partition's parts' plans were kept in a table keyed weakly by each part's graph,
+    which its plan's nodes hold: never freed (299 runs: 598 part plans, 153 MB)."""
+    with mg.Graph().as_default():
+        x, ys = _chain(200, device="cpu:1")
+        sess = mg.Session()
+        for k in range(1, 200):
+            assert sess.run(ys[k], {x: 0.5}) == pytest.approx(_expected(0.5, k))
+        parts = sum(len(list(p)) for p in sess._plans.values()
+                    if isinstance(p, mg.runtime.partition.Partition))
+        assert len(sess._part_plans) <= parts

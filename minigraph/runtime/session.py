@@ -86,8 +86,8 @@ class SessionClosedError(MinigraphError, RuntimeError):
     Session")."""
 
 
-# At most this many plans per session (Planned, or a Partition), the oldest dropped
-# first: a loop over many fetches (``for y in ys: sess.run(y)``), or a graph that grows
+# At most this many plans per session (Planned, or a Partition), the least recently
+# used dropped first: a loop over many fetches (``for y in ys: sess.run(y)``), or a graph that grows
 # between runs (its size is part of every key), would otherwise keep every plan it made,
 # some kilobytes per node each (as signature._MOST_PROGRAMS bounds compiled programs).
 _MOST_PLANS = 64
@@ -158,10 +158,9 @@ class Session:
         # what each run's fetches and feeds need (Planned), and Partitions under keys that
         # start with "partition": at most _MOST_PLANS, the oldest dropped first (_keep)
         self._plans: dict[tuple, Planned | Partition] = {}
-        # the plans of a partition's parts, each kept while its part's graph lives (in a
-        # Partition of _plans)
-        self._part_plans: weakref.WeakKeyDictionary[Graph, Planned] = \
-            weakref.WeakKeyDictionary()
+        # id(part's graph) -> its plan, dropped with its Partition (_keep): the plan holds
+        # the graph (its nodes' .graph), so the id is no other graph's while it is here
+        self._part_plans: dict[int, Planned] = {}
         self._pools: dict[tuple[str, int], ThreadPoolExecutor] = {}  # (device, workers) ->
         self._background: ThreadPoolExecutor | None = None
         self._closed = False
@@ -313,9 +312,9 @@ class Session:
             own_fetches = [parts.copies[id(f)] for f in fetches
                            if parts.copies[id(f)].graph is graph]
             with self._cache_lock:
-                planned = self._part_plans.get(graph)
+                planned = self._part_plans.get(id(graph))
                 if planned is None:
-                    planned = self._part_plans[graph] = Planned(fifo_order(
+                    planned = self._part_plans[id(graph)] = Planned(fifo_order(
                         graph.nodes, {id(n) for n in graph.nodes}, set(own_feeds)), own_feeds)
             runs.append((name, self._new_run(planned.plan, own_feeds, own_fetches, start,
                                              rendezvous, planned.layout)))
@@ -391,19 +390,25 @@ class Session:
     def _partition(self, fetches: list[Node], feeds: dict) -> Partition:
         key = ("partition", len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
-            parts = self._plans.get(key)
-            if parts is None:
+            parts = self._plans.pop(key, None)  # (put back last, as _plan does)
+            if parts is not None:
+                self._plans[key] = parts
+            else:
                 parts = self._keep(key, partition(self.graph, fetches, set(feeds)))
             assert isinstance(parts, Partition)
             return parts
 
     def _keep(self, key: tuple, value: "Planned | Partition") -> "Planned | Partition":
-        """``value`` kept under ``key``, the oldest of the plans dropped beyond
-        :data:`_MOST_PLANS` (a dict keeps the order of insertion; a run that holds one
-        dropped goes on with it). The caller holds ``_cache_lock``."""
+        """``value`` kept under ``key``, the least recently used of the plans dropped
+        beyond :data:`_MOST_PLANS` (a dict keeps the order of insertion, and a plan used
+        is put back last; a run that holds one dropped goes on with it). The caller holds
+        ``_cache_lock``."""
         self._plans[key] = value
         while len(self._plans) > _MOST_PLANS:
-            del self._plans[next(iter(self._plans))]
+            dropped = self._plans.pop(next(iter(self._plans)))
+            if isinstance(dropped, Partition):  # (its parts' plans with it)
+                for name in dropped:
+                    self._part_plans.pop(id(dropped[name]), None)
         return value
 
     def _pool_for(self, device: str) -> ThreadPoolExecutor | None:
@@ -526,8 +531,10 @@ class Session:
         it): one that failed them is not kept, and every later run is refused again."""
         key = (len(self.graph.nodes), tuple(map(id, fetches)), tuple(sorted(feeds)))
         with self._cache_lock:
-            planned = self._plans.get(key)
-            if planned is None:
+            planned = self._plans.pop(key, None)  # (put back last: the least recently
+            if planned is not None:              # used is the one _keep drops first)
+                self._plans[key] = planned
+            else:
                 keep = needed(fetches, set(feeds))
                 plan = fifo_order(self.graph.nodes, keep, set(feeds))
                 for n in plan:  # (before any node runs, on every device: a partitioned
