@@ -2,7 +2,8 @@
 graph once and runs it at every step, so a user's dropout layer (``RNG.random(shape)``
 in its forward) drew its mask once and every run repeated it: the same loss at every
 step, where eager training draws a new mask each time. It is refused, naming the layer
-and the generator. Oracle: the eager model, whose losses differ from step to step."""
+and the generator; a layer that only holds a generator (among its options) is not.
+Oracle: the eager model, whose losses differ from step to step (or do not)."""
 
 import numpy as np
 import pytest
@@ -22,6 +23,20 @@ class Dropout(nn.Module):
 
 def noisy_loss(prediction, target):
     return mg.mean((prediction - target) ** 2) * np.random.rand()
+
+
+noisy_loss.reduction = "mean"  # (the pipeline asks how microbatches' losses add up)
+
+
+class Scale(nn.Module):
+    """Holds a generator among its options (it made the initial weights), draws none."""
+
+    def __init__(self):
+        super().__init__()
+        self.opts = {"rng": np.random.default_rng(1), "scale": 2.0}
+
+    def forward(self, x):
+        return x * self.opts["scale"]
 
 
 def test_eager_training_draws_a_new_mask_at_each_step():
@@ -44,3 +59,12 @@ def test_a_loss_that_draws_is_refused():
     pipe = Pipeline(model, noisy_loss, [[0], [1]], schedule="gpipe", microbatches=2)
     with pytest.raises(PipelineError, match=r"the loss noisy_loss draws random numbers"):
         pipe.run(X, Y)
+
+
+def test_a_layer_that_holds_a_generator_without_drawing_runs():
+    """Refused at first because a generator was among what it reads; it draws nothing,
+    and the pipeline's loss is the eager model's."""
+    model = nn.Sequential(nn.Linear(4, 2, seed=1), Scale())
+    pipe = Pipeline(model, nn.MSELoss(), [[0], [1]], schedule="gpipe", microbatches=2)
+    eager = nn.MSELoss()(model(mg.tensor(X)), mg.tensor(Y)).item()
+    assert pipe.run(X, Y).loss == pytest.approx(eager)

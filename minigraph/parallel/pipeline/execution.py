@@ -6,6 +6,7 @@ See the package docstring (``minigraph/parallel/pipeline/__init__.py``) for the 
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 import threading
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np  # host arrays: microbatch slices, fetched gradients
 from array_api_compat import array_namespace
 
-from ...autodiff.checkpoint import _generator_states, checkpoint
+from ...autodiff.checkpoint import CheckpointError, _generator_states, _state, checkpoint
 from ...autodiff.reads import arrays_in, differs, outside_reads, rebound
 from ...autodiff.tape import no_grad
 from ...device import get_device
@@ -190,7 +191,9 @@ class Pipeline:
             # them as constants: it is rebuilt, not run stale)
             _check_model(self)  # (a layer appended, a loss swapped: checked as at first)
             reads = _Reads.of(self)
-            self._plans[key] = (state, reads, _GraphBuilder(self, sizes, xs, ys).build())
+            made = _GraphBuilder(self, sizes, xs, ys).build()
+            reads.refuse_draws()  # (the build ran the forwards once: did they draw?)
+            self._plans[key] = (state, reads, made)
         plan = self._plans[key][2]
         _check_constants(self, plan)
         fetches = {"grads": [g for g in plan.grads if g is not None], "losses": plan.losses}
@@ -379,24 +382,44 @@ class _Reads(NamedTuple):
 
     reads: list
     copies: list  # (tensor or array, a copy of its values then)
+    # (who, name, generator, its state as pickled) for each random number generator a
+    # function reads (checkpoint's _generator_states), before the graph is built
+    generators: list
 
     @classmethod
     def of(cls, pipe: Pipeline) -> "_Reads":
-        reads = []
+        reads, generators = [], []
         for who, f, _ in _readers(pipe, layers=not pipe.recompute):
             read = outside_reads(f)
-            drawn = _generator_states(read)
-            if drawn:  # (recompute=True runs the layers in checkpoints, which refuse it)
+            try:
+                drawn = _generator_states(read)
+            except CheckpointError:  # (random.SystemRandom: no state to compare)
                 raise PipelineError(
-                    f"Pipeline: {who} draws random numbers from {drawn[0][0]}; the pipeline "
-                    f"runs a graph built once, which would repeat the first draw at every "
-                    f"run (a dropout mask that never changes, where eager training draws a "
-                    f"new one at each step). Train a model that draws random numbers "
-                    f"without Pipeline")
+                    f"Pipeline: {who} reads a random number generator whose state cannot "
+                    f"be read (random.SystemRandom), so whether it draws from it cannot be "
+                    f"told; the pipeline runs a graph built once, which would repeat its "
+                    f"first draws at every run. Train such a model without Pipeline") from None
+            generators += [(who, name, g, pickle.dumps(state)) for name, g, state in drawn]
             reads += read
         fed = {id(p) for p in _parameters(pipe)}
         copies = [(a, _copy(a)) for _, a in arrays_in(reads) if id(a) not in fed]
-        return cls(reads, copies)
+        return cls(reads, copies, generators)
+
+    def refuse_draws(self) -> None:
+        """Refuse a graph whose building drew from a generator the functions read: the
+        graph holds the numbers of that one draw and would repeat them at every run (a
+        dropout mask that never changes, where eager training draws a new one at each
+        step). A generator merely held (one that made the initial weights, an item of a
+        dict of options) draws nothing, and is no reason to refuse. (recompute=True runs
+        the layers in checkpoints, which refuse a draw in a graph themselves.)"""
+        for who, name, g, state in self.generators:
+            if pickle.dumps(_state(g)) != state:
+                raise PipelineError(
+                    f"Pipeline: {who} draws random numbers from {name}; the pipeline runs "
+                    f"a graph built once, which would repeat the first draw at every run (a "
+                    f"dropout mask that never changes, where eager training draws a new "
+                    f"one at each step). Train a model that draws random numbers without "
+                    f"Pipeline")
 
     def changed(self) -> bool:
         return rebound(self.reads) is not None or any(
