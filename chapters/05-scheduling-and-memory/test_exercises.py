@@ -104,6 +104,8 @@ def first_difference(got, expected, where):
         for i, (a, b) in enumerate(zip(got, expected)):
             if a != b:
                 return first_difference(a, b, f"{where}[{i}]")
+        if len(got) == len(expected):  # (the same items: a tuple where a list is asked)
+            return f"{where} is a {type(got).__name__}, expected a list"
         return f"{where} has {len(got)} items, expected {len(expected)}"
     return f"{where} is {got!r}, expected {expected!r}"
 

@@ -318,9 +318,10 @@ def assert_no_full_logits(largest, shards):
     """The largest array ``watched`` saw is smaller than the N x C matrix, where that is
     larger than any array a right answer may hold: a shard (N x C_k), one number per row
     from each device (devices x N), one per class (C), a table of a shard's classes
-    (C_k x C_k, np.eye(C_k) for one-hot labels)."""
+    (C_k x C_k, np.eye(C_k) for one-hot labels), a shard's index table (2 x N x C_k:
+    np.indices(shard.shape), whose int64 numbers take as many bytes as the shard's)."""
     n, widths = shards[0].shape[0], [s.shape[1] for s in shards]
-    right = max(n * max(widths), n * len(widths), sum(widths), max(widths) ** 2)
+    right = max(2 * n * max(widths), n * len(widths), sum(widths), max(widths) ** 2)
     full = n * sum(widths) * shards[0].itemsize
     if n * sum(widths) > right:
         assert largest < full, (
