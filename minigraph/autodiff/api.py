@@ -175,6 +175,7 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
     # then refused, as the tape refuses it (the program runs f again from them).
     captured = made.program(args, out).captured
     done = tape.last_write()
+    arrays = captured.now()  # (their values at this forward pass, not at the build)
 
     def vjp_fn(g: Any = None) -> tuple:
         seed = tape.cotangent(out, g, "vjp_fn(g)")
@@ -191,7 +192,7 @@ def _pulled(made: Any, args: tuple, mode: str, who: str) -> tuple[Any, Callable[
                 f"(a name or an item bound anew); the pullback (mode {mode!r}) runs f's "
                 f"program, which would read the new value and give the derivative of "
                 f"another function. Call mg.vjp again after binding it")
-        changed = next((a for a, was in captured.arrays if differs(a, was)), None)
+        changed = next((a for a, was in arrays if differs(a, was)), None)
         if changed is not None:  # (NumPy writes its arrays unseen: their values tell)
             raise GradientError(
                 f"vjp_fn(g): an array that f reads from outside its arguments (shape "

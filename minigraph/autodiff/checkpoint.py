@@ -35,7 +35,8 @@ parameters hold f, so every interpreter handles it through the table, as it does
   ``batch`` a checkpoint of ``mg.vmap`` of f: under an outer reverse mode they, too, keep
   nothing inside.
 * ``shape`` traces f on placeholders (graph mode and source transformation need the
-  result's shape before anything runs).
+  result's shape before anything runs), once per signature: a checkpoint nested in f
+  is traced within f's trace, and would be again for every program around it.
 
 Because the rules are minigraph code, nesting needs nothing more: ``mg.grad`` of a
 gradient recomputes again, ``mg.vmap``/``mg.jacfwd``/``mg.hessian`` go through it, source
@@ -75,12 +76,14 @@ is f's code as much as f's own: what it reads is guarded the same way.
 **Random numbers.** f may draw from a random number generator it reads: a NumPy
 ``Generator`` (``rng.random(x.shape)`` for a dropout mask), a ``RandomState``, Python's
 ``random.Random``, or the global ones of ``np.random`` and ``random``. The forward pass
-takes their states before f runs, and the recomputation (and forward mode's tangent
-pass) sets them again, so that it draws the same numbers; then it puts back the states
-they had (:func:`_drawing_again`), as ``torch.utils.checkpoint`` does with torch's own
+takes their states before f runs, and every later run of f for that call (the
+recomputation, forward mode's tangent pass, at any depth of nesting: :class:`_Drawing`)
+sets them again, so that it draws the same numbers; then it puts back the states they
+had (:func:`_drawing_again`), as ``torch.utils.checkpoint`` does with torch's own
 generator (``preserve_rng_state=True``). A generator whose state cannot be set
-(``random.SystemRandom``), or one read where the checkpoint is a graph's node (which
-draws anew at every run, its gradient's node too), is refused: draw outside f.
+(``random.SystemRandom``), or one read where the checkpoint is a graph's node or a line
+of a source-mode program (which draws anew at every run, its gradient too), is refused:
+draw outside f.
 
 **In a graph** (``mg.Graph``, ``mg.trace``, graph mode) the checkpoint's node runs f at
 every run: where a name f read when the graph was built, or a static argument, holds
@@ -210,18 +213,86 @@ def _impl(xp: Any, *arrays: Any, fn: Callable[..., Any], static: Static,
 # -- the shape rule: f traced on placeholders ---------------------------------------------------
 
 def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> tuple:
+    """f's result's shape and dtype. Graph mode asks once per node, source transformation
+    once per line; eager code never asks. A backward node's (:class:`_Pullback`) is its
+    arguments' sizes; f's is traced once per signature (:func:`_traced_shape`)."""
+    if isinstance(fn, _Pullback):
+        return fn.shape(args)
+    user = fn.fn if isinstance(fn, _AsBuilt) else fn  # (one per graph node: f's own)
+    try:  # (arguments by shape and dtype; numbers, and static ones, by their values)
+        options = tuple((i, constant_key(v, i)) for i, v in static)
+        key = tuple(constant_key(a, k) if isinstance(a, (bool, int, float)) else
+                    (tuple(shape_of(a)), str(dtype_of(a))) for k, a in enumerate(args))
+    except TypeError:  # (an unhashable static argument: traced at every call)
+        if _tracing.depth >= _DEEPEST_TRACE:
+            raise CheckpointError(
+                f"checkpoint: checkpoints nested more than {_DEEPEST_TRACE} deep, one with "
+                f"an argument that is no key (a {type(dict(static)).__name__}), cannot be "
+                f"traced; pass it as a tensor, or nest fewer") from None
+        return _traced_shape(args, fn, static)
+    # Cached, because a checkpoint nested in f is traced within f's trace (its node's
+    # shape), and so on down: d nested checkpoints were traced d times each, the
+    # backward pass's programs again, and that at every level of their recursion.
+    cache = programs(user, "checkpoint shape", options)
+    known = cache.get(key)
+    if known is not None and rebound(known[1]) is None and all(
+            tuple(shape_of(a)) == was for (_, a), was in zip(arrays_in(known[1]), known[2])):
+        return known[0]
+    if _tracing.depth >= _DEEPEST_TRACE:  # (the outermost trace runs this one first)
+        raise _Deeper(lambda: _shape(*args, fn=fn, static=static, device=device))
+    while True:
+        reads = outside_reads(user, arguments=static)  # (before f runs, as record's)
+        try:
+            found = _traced_shape(args, fn, static)
+            break
+        except _Deeper as deeper:
+            if _tracing.depth:
+                raise
+            deeper.shape()  # (cached now: f's trace stops there when run again)
+    # (valid while f reads the same names, and the arrays it reads keep their shapes)
+    cache[key] = (found, reads, [tuple(shape_of(a)) for _, a in arrays_in(reads)])
+    return found
+
+
+_DEEPEST_TRACE = 16  # (checkpoints traced within one another's trace: _Deeper)
+
+
+class _Tracing(threading.local):
+    """How many traces of checkpoints' functions (:func:`_traced_shape`) run in this
+    thread, one within another."""
+
+    depth = 0
+
+
+_tracing = _Tracing()
+
+
+class _Deeper(BaseException):
+    """A checkpoint nested ``_DEEPEST_TRACE`` deep in others whose shapes are being
+    traced: its shape (``shape()``) is traced first, from the outermost trace, which then
+    runs again and finds it cached. So d nested checkpoints take a stack d / 16 deep, not
+    d deep: Python's recursion limit would stop a trace (about 12 frames a level) near a
+    hundred of them. (Not an Exception: f's own ``except Exception`` must not catch it.)"""
+
+    def __init__(self, shape: Callable[[], tuple]):
+        self.shape = shape
+
+
+def _traced_shape(args: tuple, fn: Callable[..., Any], static: Static) -> tuple:
     """f's result's shape and dtype, from f run on placeholders of a scratch graph (JAX
-    evaluates its jaxpr abstractly). Graph mode asks once per node, source
-    transformation once per line; eager code never asks."""
+    evaluates its jaxpr abstractly)."""
     graph = Graph("checkpoint")
     with graph:
         inputs = [a if isinstance(a, (bool, int, float)) else
                   placeholder(tuple(shape_of(a)), str(dtype_of(a))) for a in args]
+        _tracing.depth += 1
         try:  # (an update of an argument is refused, as the tape's _impl refuses it)
             with passed_as_is(inputs, (), "checkpoint", every=True):
                 out = _call(fn, static, inputs)
         except GraphError as exc:  # a node of the enclosing graph met one of these
             raise _closure_error("a node of the graph being built") from exc
+        finally:
+            _tracing.depth -= 1
     if _not_a_value(out):
         raise _tuple_error(out)
     if isinstance(out, Node) and out.graph is graph or isinstance(out, Tensor):
@@ -372,13 +443,24 @@ class _Pullback:
     def __init__(self, fn: Callable[..., Any], static: Static):
         self.fn, self.static = fn, static
 
+    def shape(self, args: tuple) -> tuple:
+        """Its result's shape and dtype, from its arguments ``(g, *args)``, without
+        running f: a node's gradient has the node's shape and dtype."""
+        parts = [args[1:][k] for k in _float_positions(args[1:], self.fn)]
+        return (sum(math.prod(shape_of(p)) for p in parts),), _packed_dtype(parts)
+
     def __call__(self, g: Any, *args: Any) -> Any:
         grads = _pull(g, args, self.fn, self.static, None, one_node=False)
         parts = [grads[k] for k in _float_positions(args, self.fn)]
-        dtype = "float64" if any(p.dtype == "float64" for p in parts) else "float32"
+        dtype = _packed_dtype(parts)
         flat = [SH.reshape(C.astype(p, dtype, copy=False), (math.prod(shape_of(p)),))
                 for p in parts]
         return flat[0] if len(flat) == 1 else SH.concatenate(flat)
+
+
+def _packed_dtype(parts: list) -> str:
+    """The dtype the gradients ``parts`` are packed in: float64 if one of them is."""
+    return "float64" if any(str(dtype_of(p)) == "float64" for p in parts) else "float32"
 
 
 def _unpack(packed: Any, args: tuple, wrt: list[int]) -> list:
@@ -425,7 +507,6 @@ class _Read(NamedTuple):
     arrays: list   # (array or tensor, digest of its bytes or a copy): writes that
                    # no stamp sees (W.data -= g, through W.numpy(), X[:] = batch)
     static: list   # (position, key) of f's other arguments (_static_keys)
-    drawn: list    # (name, generator, its state before f drew): _generator_states
     parameters: list  # (name, tensor, digest or copy): a module's (_parameters_given)
 
 
@@ -433,10 +514,10 @@ _READS: dict[int, _Read] = {}
 
 
 def _remember(f: Callable[..., Any], value: Tensor, reads: list, static: Static,
-              drawn: list, parameters: list) -> None:
-    """What f read from outside (``reads``), the static arguments it was given, the
-    states its random number generators had (``drawn``), and the module's parameters it
-    was given (``parameters``: :func:`_parameters_given`), for ``value``'s backward pass.
+              parameters: list) -> None:
+    """What f read from outside (``reads``), the static arguments it was given, and the
+    module's parameters it was given (``parameters``: :func:`_parameters_given`), for
+    ``value``'s backward pass.
     A NumPy array, or a tensor's, is kept as a digest of its bytes (BLAKE2b, 16 bytes: no
     copy, where a checkpoint is there to save memory); another library's array as a copy.
     (A tensor's write stamp misses ``W.data -= g``, ``W.data = other`` and writes through
@@ -446,7 +527,7 @@ def _remember(f: Callable[..., Any], value: Tensor, reads: list, static: Static,
     ident = id(value)
     _READS[ident] = _Read(weakref.ref(value, lambda _: _READS.pop(ident, None)), reads,
                           last_write(), [a for a in found if type(a) is Tensor], arrays,
-                          _static_keys(static), drawn, [(n, p, _kept(p)) for n, p in parameters])
+                          _static_keys(static), [(n, p, _kept(p)) for n, p in parameters])
 
 
 def _parameters_given(f: Callable[..., Any], static: Static, inputs: list) -> list:
@@ -683,6 +764,27 @@ def _drawing_again(drawn: list) -> Iterator[None]:
             _set_state(g, state)
 
 
+class _Drawing:
+    """f, which draws random numbers from the generators of ``drawn`` (their states before
+    the forward pass: :func:`_generator_states`), as one call of the checkpoint runs it:
+    its first run (the forward pass's) draws them, and every later one draws them again
+    (:func:`_drawing_again`): a tangent's pass at each level of ``mg.jvp``, the backward
+    pass's recomputation at each level of ``mg.grad``, under ``mg.vmap`` too, since every
+    rule runs f through it."""
+
+    def __init__(self, fn: Callable[..., Any], drawn: list):
+        self.fn, self.drawn, self.ran = fn, drawn, False
+        self.weak_inputs = getattr(fn, "weak_inputs", ())  # (as _Weakly's)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.ran:
+            self.ran = True
+            return self.fn(*args)
+        with _drawing_again(self.drawn):
+            return self.fn(*args)
+
+
 def _vjp_rule(i: int) -> Callable[..., Any]:
     def rule(g: Any, out: Any, *args: Any, fn: Callable[..., Any], static: Static,
              device: Any) -> Any:
@@ -693,14 +795,15 @@ def _vjp_rule(i: int) -> Callable[..., Any]:
             and memo.grads[i] is not _TAKEN  # (taken already: a new sweep, recompute)
         if not hit:
             memo.key, memo.grads = (), []
-            read = _read_for(out)
+            read = _read_for(innermost(out))  # (under another transformation, out is
+            # its value: a box, a dual number, a batch, around the tensor remembered)
             if read is not None:
                 _refuse_rebound(read.reads, read.static, static)
                 _refuse_written(read)
-            drawn = read.drawn if read is not None else []
-            with _drawing_again(drawn):  # (f's random numbers, as in the forward pass;
-                # not the replay, whose recorded graph holds those drawn when recorded)
-                grads = _pull(g, args, fn, static, device, out=None if drawn else out)
+            # (f that draws random numbers draws them again as it runs: not the replay,
+            # whose recorded graph holds those drawn when it was recorded)
+            grads = _pull(g, args, fn, static, device,
+                          out=None if isinstance(_user_f(fn), _Drawing) else out)
             state = memo.__dict__  # this thread's memo, for the callback
 
             def forget(ref: Any) -> None:
@@ -739,22 +842,23 @@ def _jvp_rule(i: int) -> Callable[..., Any]:
              device: Any) -> Any:
         if dtype_of(out) not in FLOATS:  # (an integer result: a constant, zero tangent)
             return None
-        # (it runs inside the checkpoint's forward pass, which f has drawn from already:
-        # the tangent's pass draws again what it drew, :func:`_drawing_again`)
+        tangent = bind(CHECKPOINT, t, *args, fn=_Tangent(fn, static, i), static=(),
+                       device=device)
         forward = _forward.passes[-1] if _forward.passes else None
-        with _drawing_again(forward.drawn if forward is not None and forward.fn is fn
-                            else []):
-            return bind(CHECKPOINT, t, *args, fn=_Tangent(fn, static, i), static=(),
-                        device=device)
+        if forward is not None and _user_f(fn) is forward.fn:  # (this forward pass's:
+            forward.results.append(tangent)  # its backward pass is guarded as f's)
+        return tangent
     return rule
 
 
 class _Pass:
-    """A checkpoint's forward pass: its f (``fn``), the states of the generators f draws
-    from (:func:`_generator_states`), and whether f's result was a constant (``_impl``)."""
+    """A checkpoint's forward pass: its f (``fn``), the results of the checkpoints of
+    f's tangents it made (``results``: the jvp rule's, at each level of ``mg.jvp``),
+    and whether f's result was a constant (``_impl``)."""
 
-    def __init__(self, fn: Callable[..., Any], drawn: list):
-        self.fn, self.drawn, self.constant = fn, drawn, False
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn, self.constant = fn, False
+        self.results: list = []
 
 
 class _Forward(threading.local):
@@ -775,6 +879,14 @@ class _Batched:
 
     def __call__(self, *args: Any) -> Any:
         return vmap(lambda *xs: _call(self.fn, self.static, xs), in_axes=self.dims)(*args)
+
+
+def _user_f(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The f that a forward-mode or batching rule's function (:class:`_Tangent`,
+    :class:`_Batched`, at any depth of nesting) runs: the checkpoint call's own."""
+    while isinstance(fn, (_Tangent, _Batched)):
+        fn = fn.fn
+    return fn
 
 
 def _batch(dims: tuple, *args: Any, fn: Callable[..., Any], static: Static, device: Any) -> Any:
@@ -832,13 +944,30 @@ class _AsBuilt:
                    if callable(getattr(v, "named_parameters", None))
                    and type(getattr(v, "__dict__", {}).get("_parameters")) is dict}
         reads = [r for r in reads if id(r[0]) not in swapped]
-        self.fn, self.built = fn, (reads, _static_keys(static), static)
+        self.fn = fn
+        _AS_BUILT[self] = (reads, _static_keys(static), static)
         self.weak_inputs = getattr(fn, "weak_inputs", ())  # (as _Weakly's)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, *args: Any) -> Any:
-        _refuse_rebound(*self.built, when=_BUILT)
+        reads, keys, static = _AS_BUILT[self]
+        _refuse_rebound(reads, keys, static, when=_BUILT)
         return self.fn(*args)
+
+
+# _AsBuilt -> what f read when the graph was built: not an attribute of it, which the
+# guards of what f reads (reads.outside_reads: a checkpoint's node, its gradient's) would
+# walk, and the reads hold the module's globals (under pytest, its whole session).
+_AS_BUILT: "weakref.WeakKeyDictionary[_AsBuilt, tuple[list, list, Static]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _program_kinds() -> set[type]:
+    """The values of a program being built, which runs f at each of its runs: a graph's
+    nodes, a source-mode program's variables."""
+    from .source.values import SrcVar  # (source modules import this one)
+
+    return {Node, SrcVar}
 
 
 def _a_level(a: Any) -> bool:
@@ -889,16 +1018,20 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         reads = outside_reads(f, arguments=static)  # (a function passed to f: its reads)
         drawn = _generator_states(  # (before f draws from them; a generator argument too,
             reads + _held_by(static))  # or one an argument holds)
-        if any(type(innermost(a)) is Node for a in inputs):  # a node of a graph built
-            if drawn:  # (no forward pass to take the states from: each node draws anew)
-                raise CheckpointError(
-                    f"checkpoint: f draws random numbers from {drawn[0][0]}; in a graph, "
-                    f"f runs at every Session.run in the checkpoint's node, and again in "
-                    f"its gradient's node, which would draw other numbers and give the "
-                    f"derivative of another function. Draw them outside f and pass them as "
-                    f"an argument (a placeholder)")
+        built = {type(innermost(a)) for a in inputs}
+        if drawn and built & _program_kinds():  # (no forward pass to take the states from:
+            # each run of the program draws anew)
+            raise CheckpointError(
+                f"checkpoint: f draws random numbers from {drawn[0][0]}; in a graph (mg.Graph, "
+                f"mg.trace, graph mode) or a source-mode program, f runs at every run of the "
+                f"program, and again for its gradient, which would draw other numbers and "
+                f"give the derivative of another function. Draw them outside f and pass "
+                f"them as an argument")
+        if Node in built:  # a node of a graph built
             fn = _AsBuilt(fn, reads, tuple(static))
-        _forward.passes.append(forward := _Pass(fn, drawn))
+        if drawn:
+            fn = _Drawing(fn, drawn)
+        _forward.passes.append(forward := _Pass(fn))
         try:
             out = bind(CHECKPOINT, *inputs, fn=fn, static=tuple(static), device=device)
         finally:
@@ -910,8 +1043,11 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         if type(value) is Tensor:  # (what its backward pass will recompute f against)
             if rebound(reads) is not None:  # (f itself bound one: read them again)
                 reads = outside_reads(f, arguments=static)
-            _remember(f, value, reads, tuple(static), drawn,
-                      _parameters_given(f, tuple(static), inputs))
+            values = [value] + [innermost(t) for t in forward.results]
+            for v in values:  # (f's backward pass, and its tangents': guarded alike)
+                if type(v) is Tensor:
+                    _remember(f, v, reads, tuple(static),
+                              _parameters_given(f, tuple(static), inputs))
         return out
 
     checkpointed.__name__ = f"checkpoint({name})"

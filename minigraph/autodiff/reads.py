@@ -187,7 +187,8 @@ def _reads(f: Any, depth: int | None, arguments: "abc.Sequence[tuple[int, Any]]"
         named = names_in(code)
         attributes = named.attributes | names.attributes
         reads: list[tuple[Any, str, Any]] = []
-        if _users(fn):  # (the one test: a library's function reads none of its own state)
+        users = _users(fn)
+        if users:  # (the one test: a library's function reads none of its own state)
             found.append((_Code(fn), f"the code of {fn.__qualname__}", code))  # (f.__code__
             module = fn.__globals__                            # = ...: a cell run again)
             read = named.globals
@@ -212,8 +213,10 @@ def _reads(f: Any, depth: int | None, arguments: "abc.Sequence[tuple[int, Any]]"
             named.globals.isdisjoint(_ANY_ATTRIBUTE_GLOBALS) and
             named.attributes.isdisjoint(_ANY_ATTRIBUTE_ATTRIBUTES)) or \
             not _BY_NAME.isdisjoint({type(v) for _, v in labelled})  # (attrgetter("lr"))
-        named_all |= attributes
-        named_any = named_any or every_attribute
+        if users:  # (the user's functions hand the user's objects to each other; a
+            # library's code names its own objects' attributes, many: not collected)
+            named_all |= attributes
+            named_any = named_any or every_attribute
         looked_up.append(None if every_attribute else attributes)
         overridden = "super" in named.globals  # (super().forward: a base class's too)
         inside: set[int] = set()

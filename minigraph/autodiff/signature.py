@@ -161,14 +161,16 @@ def constant_key(a: Any, k: int) -> Any:
     return _key_of(a, k, a)
 
 
-def _key_of(a: Any, k: int, whole: Any) -> Any:
+def _key_of(a: Any, k: int, whole: Any, depth: int = 0) -> Any:
     if isinstance(a, (float, np.floating)):  # (by bits: -0.0 is not 0.0, NaN is NaN)
         return type(a), float(a).hex()
+    if depth > _DEEPEST:  # (one call per level of nesting: bounded, as _held's)
+        raise _too_deep(k, whole)
     if isinstance(a, (tuple, list)):
-        return type(a), tuple(_key_of(x, k, whole) for x in a)
+        return type(a), tuple(_key_of(x, k, whole, depth + 1) for x in a)
     if dataclasses.is_dataclass(a) and not isinstance(a, type):  # (its fields, by the
         fields = tuple(getattr(a, f.name) for f in dataclasses.fields(a))  # rules above)
-        return type(a), _key_of(fields, k, whole)
+        return type(a), _key_of(fields, k, whole, depth + 1)
     try:
         hash(a)
     except TypeError:
@@ -186,12 +188,19 @@ def _key_of(a: Any, k: int, whole: Any) -> Any:
         # (A new such object per call is a new program each time: Programs' bound.)
         if _fields(a) is None:
             return type(a), _Same(a)
-        return _held(a, k, whole, set(), top=True)
+        return _held(a, k, whole, set(), top=True, depth=depth)
     return type(a), a
 
 
 _PLAIN = (int, float, bool, str, type(None), complex)  # (attributes keyed by their value)
-_DEEPEST = 100  # (levels of a constant argument's nesting that _held reads)
+_DEEPEST = 100  # (levels of a constant argument's nesting that _key_of and _held read)
+
+
+def _too_deep(k: int, whole: Any) -> TypeError:
+    return TypeError(f"argument {k} ({type(whole).__name__}) holds values nested more than "
+                     f"{_DEEPEST} levels deep; a compiled program is built per value of "
+                     f"such an argument, keyed by all it holds: pass the values f uses as "
+                     f"arguments of their own")
 
 
 def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
@@ -209,10 +218,7 @@ def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
     if type(a) in _PLAIN:
         return _key_of(a, k, whole)
     if depth > _DEEPEST:
-        raise TypeError(f"argument {k} ({type(whole).__name__}) holds values nested more "
-                        f"than {_DEEPEST} levels deep; a compiled program is built per "
-                        f"value of such an argument, keyed by all it holds: pass the "
-                        f"values f uses as arguments of their own")
+        raise _too_deep(k, whole)
     depth += 1
     if id(a) in seen:  # (met before: keyed there)
         return _Same(a)
@@ -329,6 +335,17 @@ class Captured:
             [d for d in self.datas if not isinstance(d, np.generic)]  # (a NumPy scalar:
         # immutable, a write replaces it, which the identity test sees)
         self.arrays = [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
+
+    def now(self) -> list:
+        """``(array, copy)`` of the arrays the program reads from outside as they hold
+        now: the tensors' arrays (``t.data``, bound anew or not) and the outside arrays.
+        What a vjp_fn compares with, for the values at its own forward pass: the copies
+        taken when the program was built are older where a write since has not made it
+        stale (a program on the tape, :meth:`stale`'s ``taped``: a training step's)."""
+        datas = {id(d) for d in self.datas}
+        watched = [a for a, _ in self.arrays if id(a) not in datas] + \
+            [t.data for t in self.tensors if not isinstance(t.data, np.generic)]
+        return [(a, array_namespace(a).asarray(a, copy=True)) for a in watched]
 
     def stale(self, taped: bool = False) -> bool:
         """Whether what the program read from outside has changed since it was built.
