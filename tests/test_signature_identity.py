@@ -186,3 +186,52 @@ def test_trace_of_a_callable_whose_getattr_answers_every_name():
     T = mg.trace(m)
     assert float(T(2.0).data) == 6.0
     assert T.name == "AnswersEveryName"
+
+
+# -- the bound of the cache: least recently used first; equal configs share a program --
+
+def _scaled(x, c):
+    return mg.sum(x * c.scale)
+
+
+class _ByValue:
+    """A config hashable by all it holds, as a user's value class is."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __eq__(self, other):
+        return type(other) is _ByValue and other.scale == self.scale
+
+    def __hash__(self):
+        return hash(self.scale)
+
+
+def test_a_new_equal_config_per_call_shares_one_program():
+    """Keyed by identity, a config built anew at each call (equal by ==, holding the
+    same numbers) recorded a program at every call (30 calls: 30 recordings); the key is
+    its == and all it holds, so one program serves them, and one holding another scale
+    gets its own. Oracle: the closed form d/dx sum(x * s) = s."""
+    g = mg.grad(_scaled, mode="graph")
+    for _ in range(5):
+        assert g(mg.tensor([1.0, 2.0]), _ByValue(2.0)).tolist() == [2.0, 2.0]
+    assert g(mg.tensor([1.0, 2.0]), _ByValue(3.0)).tolist() == [3.0, 3.0]
+    programs = signature.programs(_scaled, "graph", ((0,), "gradients only"))
+    assert len(programs) == 2
+
+
+def _shaped(x):
+    return mg.sum(x * 2.0)
+
+
+def test_a_program_used_often_is_kept_however_many_others_come():
+    """The oldest program was dropped first beyond 64, however often it was used: a
+    training shape used at every other call was recorded again and again."""
+    traced = mg.trace(_shaped)
+    hot = mg.tensor(np.ones(3))
+    traced(hot)
+    first = traced.recordings
+    for n in range(4, 4 + 80):
+        traced(mg.tensor(np.ones(n)))
+        traced(hot)
+    assert traced.recordings == first + 80  # (each new shape once; the hot one never again)

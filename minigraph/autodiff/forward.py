@@ -219,8 +219,8 @@ def _jvp(f: Callable[..., Any], primals: tuple, tangents: tuple,
         duals.append(Dual(p, t, level))
     if for_grad:  # (an outer no_grad does not stop a transformation: grad_mode_depth)
         _GRAD_LEVELS[level] = grad_mode_depth()
-    caller = passed_as_is(duals, range(len(duals)), who, level=level) if held \
-        else nullcontext()
+    caller = passed_as_is(duals, range(len(duals)), who, primals, level=level) if held \
+        else nullcontext()  # (primals: the caller's, a tensor of which is refused)
     try:
         with caller, level_running(level):
             out = f(*duals)

@@ -38,6 +38,7 @@ other function's, however the user's ``==`` compares them.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 import dataclasses
 import threading
@@ -182,13 +183,14 @@ def _key_of(a: Any, k: int, whole: Any, depth: int = 0) -> Any:
         # An object equal only to itself (cfg, with cfg.scale = 5.0 set between calls; a
         # model, with m.w = new_w): what it holds is part of its key (:func:`_held`), so
         # that a program built for the old contents is not reused. And one of the user's
-        # classes, whose == is the user's (two configs equal by their name, whatever
-        # their scale): by identity too, as torch.compile's guards key an object
-        # (ID_MATCH), since the program's guard watches the object it was built from.
-        # (A new such object per call is a new program each time: Programs' bound.)
+        # classes with an == of the user's (two configs equal by their name, whatever
+        # their scale): by that == and all it holds, so that an equal object that holds
+        # other numbers has a program of its own, and a new equal one per call, holding
+        # the same, shares one.
+        itself = _Same(a) if type(a).__hash__ is object.__hash__ else a
         if _fields(a) is None:
-            return type(a), _Same(a)
-        return _held(a, k, whole, set(), top=True, depth=depth)
+            return type(a), itself
+        return _held(a, k, whole, set(), top=True, depth=depth, itself=itself)
     return type(a), a
 
 
@@ -204,7 +206,7 @@ def _too_deep(k: int, whole: Any) -> TypeError:
 
 
 def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
-          depth: int = 0) -> Any:
+          depth: int = 0, itself: Any = None) -> Any:
     """The key of ``a``, a constant object or what it holds, as deep as f may read it
     (``cfg.scales[0]``, ``cfg.inner.scale``, ``cfg.w[0]``), each object once (``seen``):
     a plain value by its value; a container's items (a list's, tuple's, set's, dict's,
@@ -214,7 +216,8 @@ def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
     (:class:`_Same`: a freed object's id may be another's); a tensor among them is a
     constant of the program, whose writes ``Captured`` sees. The cost: a pass over what
     the object holds, on every call that passes it. (A recursion over the user's
-    objects, bounded: a constant nested deeper than ``_DEEPEST`` is refused.)"""
+    objects, bounded: a constant nested deeper than ``_DEEPEST`` is refused.)
+    ``itself``: what stands for the top object in its key (its identity by default)."""
     if type(a) in _PLAIN:
         return _key_of(a, k, whole)
     if depth > _DEEPEST:
@@ -234,7 +237,8 @@ def _held(a: Any, k: int, whole: Any, seen: set[int], top: bool = False,
     fields = _fields(a)
     if fields is None or not (top or _users_class(type(a))):
         return _Same(a)
-    return type(a), _Same(a), tuple(sorted((n, key(v)) for n, v in fields))
+    return type(a), itself if top and itself is not None else _Same(a), \
+        tuple(sorted((n, key(v)) for n, v in fields))
 
 
 def _fields(a: Any) -> "list[tuple[str, Any]] | None":
@@ -369,27 +373,40 @@ class Captured:
 _MOST_PROGRAMS = 64  # (per function and transformation: Programs)
 
 
-class Programs(dict):
+class Programs(collections.OrderedDict):
     """signature -> program, under the default device of the call. A program puts the
     tensors f makes (``mg.ones(3)``, ``mg.get_device()``) on the device that was the
     default (``mg.device``) when it was built, so a call under another default needs a
     program of its own, whatever its arguments are: the device is part of every key.
 
-    At most ``_MOST_PROGRAMS`` of them, the oldest dropped first (as ``torch.compile``
-    bounds its recompilations): a constant argument keyed by identity (a new config
-    object on every call, :func:`constant_key`) would otherwise keep every program, and
-    every object, it was ever called with."""
+    At most ``_MOST_PROGRAMS`` of them, the least recently used dropped first (as
+    ``torch.compile`` bounds its recompilations): a constant argument keyed by identity
+    (a new config object on every call, :func:`constant_key`) would otherwise keep every
+    program, and every object, it was ever called with. (An OrderedDict: ``get`` moves
+    the program it finds to the end in one step, which another thread cannot see half
+    done.)"""
 
     def get(self, key: tuple, default: Any = None) -> Any:
-        return dict.get(self, (get_device(None), key), default)
+        full = (get_device(None), key)
+        program = super().get(full)
+        if program is None:
+            return default
+        try:
+            self.move_to_end(full)
+        except KeyError:  # (dropped by another thread meanwhile: still this call's)
+            pass
+        return program
 
     def __getitem__(self, key: tuple) -> Any:
-        return dict.__getitem__(self, (get_device(None), key))
+        return super().__getitem__((get_device(None), key))
 
     def __setitem__(self, key: tuple, program: Any) -> None:
-        dict.__setitem__(self, (get_device(None), key), program)
-        if len(self) > _MOST_PROGRAMS:  # (a dict keeps the order of insertion)
-            dict.__delitem__(self, next(iter(self)))
+        super().__setitem__((get_device(None), key), program)
+        while len(self) > _MOST_PROGRAMS:
+            try:
+                self.popitem(last=False)
+            except KeyError:  # (emptied by another thread)
+                break
 
 
 V = TypeVar("V")
