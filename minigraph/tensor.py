@@ -593,20 +593,8 @@ def tensor(data: Any, dtype: str | None = None, device: "str | Device | None" = 
     if name is not None:
         supported_dtype("tensor()", name)  # (the dtype asked for, before anything is copied)
     if copy is None:  # Python data: NumPy's rules give its dtype on every device (another
-        given = data  # namespace may differ: array-api-strict's wrapped 2**63 to int64)
-        try:
-            # (straight to ``name``: NumPy converts each Python number by itself, exactly
-            # (10**17 + 3 beside a float, through float64 first, lost its digits), and
-            # refuses an int that does not fit or a NaN made an int; only a finite float
-            # that float32 cannot hold becomes inf without a word: looked at below)
-            with np.errstate(over="ignore"):
-                data = np.asarray(given, dtype=name)
-        except (OverflowError, ValueError):
-            raise _not_held(given, name) from None
-        if data.dtype.kind in "uO" and _beyond_int64(given):  # (NumPy makes uint64, or
-            raise _too_wide(name)  # object, of such an int: a dtype nobody asked for)
-        if name is not None and data.dtype.kind == "f" and not np.isfinite(data).all():
-            raise _not_held(given, name)
+        data = _from_python(data, name)  # namespace may differ: array-api-strict's
+        # wrapped 2**63 to int64); checked below as an array is, against ``name``
     if isinstance(data, (np.ndarray, np.generic)):
         if name is None:
             if data.dtype not in _NUMPY_DTYPES:  # (a set lookup: dtype.name is slow)
@@ -696,17 +684,31 @@ def unheld(array: Any, target: str) -> str | None:
     return None
 
 
-def _not_held(given: Any, name: str | None) -> DTypeError:
-    """The refusal of Python data ``given`` that dtype ``name`` cannot hold, worded by
-    :func:`unheld` from NumPy's own array of it (a NaN, an infinity, a number out of
-    range), or by :func:`_too_wide` for an int beyond every dtype."""
+def _from_python(given: Any, name: str | None) -> Any:
+    """Python data as NumPy's array, in NumPy's own dtype (the caller checks the cast to
+    ``name`` as an array's), except where that dtype would lose what ``name`` keeps:
+    ints beside floats (NumPy's float64 rounds 10**17 + 3; to an int dtype, each
+    number is converted by itself, exactly, and compared with what NumPy's own array
+    says, which an array among the data was cast from without a check: 1e10 in int32
+    wrapped), and ints beyond int64 (uint64 or objects: refused)."""
     try:
         native = np.asarray(given)
+    except OverflowError:
+        raise _too_wide(name) from None
+    if native.dtype.kind in "uO" and _beyond_int64(given):  # (NumPy makes uint64, or
+        raise _too_wide(name)  # object, of such an int: a dtype nobody asked for)
+    if name is None or native.dtype.kind != "f" or np.dtype(name).kind not in "iu":
+        return native if native.dtype.kind != "O" or name is None else \
+            np.asarray(given, dtype=name)  # (Fraction, Decimal: NumPy's own conversion)
+    why = unheld(native, name)  # (a NaN, or a number out of range, by NumPy's floats)
+    try:
+        exact = np.asarray(given, dtype=name)
     except (OverflowError, ValueError):
-        native = None
-    why = None if native is None or native.dtype.kind not in "bif" or name is None else \
-        unheld(native, name)  # (uint64 or objects: an int beyond int64, _too_wide's)
-    return DTypeError(f"tensor(): {why}") if why is not None else _too_wide(name)
+        exact = None
+    if exact is not None and np.array_equal(exact, np.trunc(native)):
+        return exact  # (2**63 - 1 beside 0.5: float64 rounds it beyond int64, but it fits)
+    raise DTypeError(f"tensor(): {why}" if why is not None else
+                     f"tensor(): the data's numbers do not fit dtype {name}")
 
 
 def _beyond_int64(data: Any) -> bool:

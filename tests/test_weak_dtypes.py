@@ -257,3 +257,29 @@ def test_a_torch_tensor_is_checked_as_a_numpy_array_is(values, dtype):
         mg.tensor(np.array(values), dtype=dtype)
     with pytest.raises(DTypeError):
         mg.tensor(torch.tensor(values, dtype=torch.float64), dtype=dtype)
+
+
+@pytest.mark.parametrize("data, dtype", [([float("nan")], "float64"),
+                                         ([float("inf")], "float32"),
+                                         ([1.0, -float("inf")], "float64")])
+def test_nan_and_inf_written_by_the_user_are_kept(data, dtype):
+    """A NaN or an infinity in the data, asked in a float dtype, was refused as "an
+    integer ... does not fit" (and with it backward(grad=[nan]), jvp tangents inf ...):
+    only a finite number that the dtype cannot hold is. Oracle: NumPy's own values."""
+    np.testing.assert_array_equal(mg.tensor(data, dtype=dtype).numpy(),
+                                  np.asarray(data, dtype=dtype))
+
+
+@pytest.mark.parametrize("data, dtype", [([np.array([1e10])], "int32"),
+                                         ([np.array(1e10), 1.0], "int32"),
+                                         ([np.array([2**40])], "int32"),
+                                         ([np.array([float("nan")])], "int64")])
+def test_an_array_inside_python_data_is_checked_as_the_data_is(data, dtype):
+    """NumPy casts an array among Python data without the range check it makes of a
+    Python number: [np.array([1e10])] became [[-2147483648]] in int32. torch refuses."""
+    import torch
+
+    with pytest.raises((RuntimeError, ValueError, TypeError)):
+        torch.tensor([np.asarray(d).tolist() for d in data], dtype=getattr(torch, dtype))
+    with pytest.raises(DTypeError):
+        mg.tensor(data, dtype=dtype)
