@@ -236,7 +236,7 @@ def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> t
     cache = programs(user, "checkpoint shape", options)
     known = cache.get(key)
     if known is not None and rebound(known[1]) is None and all(
-            tuple(shape_of(a)) == was for (_, a), was in zip(arrays_in(known[1]), known[2])):
+            _as_it_was(a, was) for (_, a), was in zip(arrays_in(known[1]), known[2])):
         return known[0]
     if _tracing.depth >= _DEEPEST_TRACE:  # (the outermost trace runs this one first)
         raise _Deeper(lambda: _shape(*args, fn=fn, static=static, device=device))
@@ -249,9 +249,21 @@ def _shape(*args: Any, fn: Callable[..., Any], static: Static, device: Any) -> t
             if _tracing.depth:
                 raise
             deeper.shape()  # (cached now: f's trace stops there when run again)
-    # (valid while f reads the same names, and the arrays it reads keep their shapes)
-    cache[key] = (found, reads, [tuple(shape_of(a)) for _, a in arrays_in(reads)])
+    # (valid while f reads the same names, and the arrays it reads keep their shapes and
+    # values: a shape may follow a value, x[MASK] with a global mask written in place)
+    cache[key] = (found, reads, [_as_it_is(a) for _, a in arrays_in(reads)])
     return found
+
+
+def _as_it_is(a: Any) -> tuple:
+    """An array's (or a tensor's) shape and what tells its values (:func:`_changed`)."""
+    now = _array(a)
+    return tuple(shape_of(a)), _digest(now) if isinstance(now, (np.ndarray, np.generic)) \
+        else array_namespace(now).asarray(now, copy=True)
+
+
+def _as_it_was(a: Any, was: tuple) -> bool:
+    return tuple(shape_of(a)) == was[0] and not _changed(a, was[1])
 
 
 _DEEPEST_TRACE = 16  # (checkpoints traced within one another's trace: _Deeper)
