@@ -276,3 +276,28 @@ def test_a_traced_shape_follows_the_values_of_an_array_f_reads():
         np.testing.assert_allclose(gx(mg.tensor(x), 2.0).numpy(), ex.numpy())
     finally:
         MASK[2] = False
+
+
+W_BUILT = np.array([1.0, 2.0])
+
+
+def _sin_scaled(x):
+    return mg.sin(x * W_BUILT)
+
+
+def test_a_graph_node_refuses_an_array_written_since_the_graph_was_built():
+    """In an mg.Graph, the checkpoint's node ran f at each Session.run on the global's
+    new values (W[:] = ... after the build) while the graph's other nodes held the old:
+    checkpoint(f) and f gave different values in one graph. Refused, as a name bound
+    anew is. Oracle: the closed form sin(x * W) with W as built."""
+    with mg.Graph() as g:
+        p = mg.placeholder(shape=(2,), name="x")
+        y = mg.checkpoint(_sin_scaled)(p)
+    x = np.array([0.3, 0.5])
+    np.testing.assert_allclose(mg.Session(g).run(y, {p: x}), np.sin(x * W_BUILT))
+    try:
+        W_BUILT[:] = [3.0, 4.0]
+        with pytest.raises(Exception, match="W_BUILT, a tensor or array written in place"):
+            mg.Session(g).run(y, {p: x})
+    finally:
+        W_BUILT[:] = [1.0, 2.0]

@@ -957,20 +957,28 @@ class _AsBuilt:
                    and type(getattr(v, "__dict__", {}).get("_parameters")) is dict}
         reads = [r for r in reads if id(r[0]) not in swapped]
         self.fn = fn
-        _AS_BUILT[self] = (reads, _static_keys(static), static)
+        # (and the arrays f read as they were: the graph's other nodes hold them so)
+        arrays = [(name, a, _as_it_is(a)) for name, a in arrays_in(reads)]
+        _AS_BUILT[self] = (reads, _static_keys(static), static, arrays)
         self.weak_inputs = getattr(fn, "weak_inputs", ())  # (as _Weakly's)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, *args: Any) -> Any:
-        reads, keys, static = _AS_BUILT[self]
+        reads, keys, static, arrays = _AS_BUILT[self]
         _refuse_rebound(reads, keys, static, when=_BUILT)
+        written = next((name for name, a, was in arrays if not _as_it_was(a, was)), None)
+        if written is not None:  # (f would compute with the new values, the graph's other
+            since, why, fix = _BUILT  # nodes with the old ones)
+            raise CheckpointError(
+                f"checkpoint: f reads {written}, a tensor or array written in place since "
+                f"{since}; {why}. {fix}, or pass it to f as an argument")
         return self.fn(*args)
 
 
 # _AsBuilt -> what f read when the graph was built: not an attribute of it, which the
 # guards of what f reads (reads.outside_reads: a checkpoint's node, its gradient's) would
 # walk, and the reads hold the module's globals (under pytest, its whole session).
-_AS_BUILT: "weakref.WeakKeyDictionary[_AsBuilt, tuple[list, list, Static]]" = \
+_AS_BUILT: "weakref.WeakKeyDictionary[_AsBuilt, tuple[list, list, Static, list]]" = \
     weakref.WeakKeyDictionary()
 
 
