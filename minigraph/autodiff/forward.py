@@ -365,6 +365,25 @@ def _read_only(f: Callable[..., Any], args: tuple, nums: tuple[int, ...], runs: 
                             [None if k in nums else a for k, a in enumerate(args)])
 
 
+def _drawing_once(f: Callable[..., Any], who: str) -> Callable[..., Any]:
+    """f, or, where f draws random numbers, f drawing at each of forward mode's passes
+    the numbers its first pass drew (checkpoint's ``_Drawing``, from the generators'
+    states before it): every pass must differentiate one function. A dropout mask drawn
+    anew for each input element gave a gradient whose components were the derivatives
+    of as many functions; the generators are left where one run of f leaves them."""
+    from .checkpoint import CheckpointError, _Drawing, _generator_states  # (it imports
+    from .reads import outside_reads                                      # this module)
+
+    try:
+        drawn = _generator_states(outside_reads(f))
+    except CheckpointError:
+        raise GradientError(f"{who} (forward mode): f reads a random number generator whose "
+                            f"state cannot be set (random.SystemRandom); forward mode runs f "
+                            f"once per input element, and each run would draw other numbers. "
+                            f"Use a reverse mode, which runs f once") from None
+    return _Drawing(f, drawn) if drawn else f
+
+
 def _runs(args: tuple, nums: tuple[int, ...]) -> int:
     """How many times forward mode runs f for a gradient: once per input element."""
     return sum(math.prod(shape_of(args[i])) for i in nums)
@@ -383,6 +402,7 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
                      for i, a in enumerate(args))
         value = None
         grads = []
+        fn = _drawing_once(f, who) if _runs(args, nums) > 1 else f
         with _read_only(f, args, nums, _runs(args, nums), who):
             for i in nums:
                 x = args[i]
@@ -390,8 +410,8 @@ def value_and_grad(f: Callable[..., Any], argnums: Argnums = 0,
                 for e in basis_vectors(x):
                     own = _others_copied(args, nums, i) if len(nums) > 1 else args
                     with passed_as_is(own, nums, who):
-                        value, t = _jvp(lambda xi: f(*own[:i], xi, *own[i + 1:]), (x,), (e,),
-                                        for_grad=True, who=who)
+                        value, t = _jvp(lambda xi: fn(*own[:i], xi, *own[i + 1:]), (x,),
+                                        (e,), for_grad=True, who=who)
                     if math.prod(shape_of(value)) != 1:  # (one number, as the tape)
                         raise GradientError(f"{who}: f must return a scalar, it returned "
                                             f"shape {shape_of(value)}; use mg.jacfwd for a "
