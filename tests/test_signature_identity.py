@@ -235,3 +235,24 @@ def test_a_program_used_often_is_kept_however_many_others_come():
         traced(mg.tensor(np.ones(n)))
         traced(hot)
     assert traced.recordings == first + 80  # (each new shape once; the hot one never again)
+
+
+class _Scales(list):
+    """A list of the user's with an attribute."""
+
+
+def _scaled_items(x, c):
+    return mg.sum(mg.sin(x * c.scale) * c[0])
+
+
+def test_a_list_of_yours_is_keyed_by_its_attributes_too():
+    """A list (or tuple) subclass was keyed by its items only: after ``cfg.scale = 3``,
+    or for a new one with scale 5, the program built for scale 1 was reused. Oracle:
+    the closed form d/dx sum(sin(x s) c0) = cos(x s) s c0."""
+    x = np.array([0.5, 1.0])
+    g = mg.grad(_scaled_items, mode="graph")
+    for scale in (1.0, 3.0, 5.0):
+        cfg = _Scales([2.0])
+        cfg.scale = scale
+        np.testing.assert_allclose(g(mg.tensor(x), cfg).numpy(),
+                                   np.cos(x * scale) * scale * 2.0)

@@ -168,7 +168,10 @@ def _key_of(a: Any, k: int, whole: Any, depth: int = 0) -> Any:
     if depth > _DEEPEST:  # (one call per level of nesting: bounded, as _held's)
         raise _too_deep(k, whole)
     if isinstance(a, (tuple, list)):
-        return type(a), tuple(_key_of(x, k, whole, depth + 1) for x in a)
+        items = type(a), tuple(_key_of(x, k, whole, depth + 1) for x in a)
+        own = getattr(a, "__dict__", None)  # (a list of yours with attributes: cfg.scale)
+        return items if not own else (items, tuple(
+            (n, _key_of(v, k, whole, depth + 1)) for n, v in sorted(own.items())))
     if dataclasses.is_dataclass(a) and not isinstance(a, type):  # (its fields, by the
         fields = tuple(getattr(a, f.name) for f in dataclasses.fields(a))  # rules above)
         return type(a), _key_of(fields, k, whole, depth + 1)
