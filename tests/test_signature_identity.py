@@ -256,3 +256,22 @@ def test_a_list_of_yours_is_keyed_by_its_attributes_too():
         cfg.scale = scale
         np.testing.assert_allclose(g(mg.tensor(x), cfg).numpy(),
                                    np.cos(x * scale) * scale * 2.0)
+
+
+def _scaled_by_dict(x, cfg):
+    return mg.sum(mg.sin(x) * cfg["scale"])
+
+
+@pytest.mark.timeout(60)
+def test_a_container_that_holds_itself_is_looked_into_once():
+    """``cfg["self"] = cfg`` as an argument hung graph mode, source mode and checkpoint
+    (the search for arrays inside arguments walked the cycle forever). Graph mode refuses
+    a dict argument, and a checkpoint runs; oracle: the closed form 2 cos(x)."""
+    cfg = {"scale": 2.0}
+    cfg["self"] = cfg
+    x = mg.tensor([0.5, 1.0])
+    with pytest.raises(TypeError, match="neither data"):
+        mg.grad(_scaled_by_dict, mode="graph")(x, cfg)
+    xr = mg.tensor([0.5, 1.0], requires_grad=True)
+    mg.checkpoint(_scaled_by_dict)(xr, cfg).backward()
+    np.testing.assert_allclose(xr.grad.numpy(), 2 * np.cos([0.5, 1.0]))

@@ -56,14 +56,16 @@ def single(argnums: Argnums) -> bool:
 
 def _holds_arrays(x: Any) -> bool:
     """Whether the list, tuple or dict ``x`` holds, at any depth, something with a shape
-    that is not a NumPy scalar: an array, a tensor, a value of a transformation."""
-    stack = [x]
+    that is not a NumPy scalar: an array, a tensor, a value of a transformation. Each
+    container is looked into once (``cfg["self"] = cfg`` holds itself: it hung)."""
+    stack, seen = [x], set()
     while stack:
         v = stack.pop()
-        if isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, dict):
-            stack.extend(v.values())
+        if isinstance(v, (list, tuple, dict)):
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            stack.extend(v.values() if isinstance(v, dict) else v)
         elif hasattr(v, "shape") and not isinstance(v, np.generic):
             return True
     return False
