@@ -38,7 +38,8 @@ from .argnums import (Argnums, is_value, normalize_argnums, refuse_keywords,
 from .backward import _too_few_rules
 from .levels import (ValueInside, escaped, level_running, new_level, running,
                      transformation)
-from .reads import read_only_arrays
+from .reads import outside_reads, read_only_arrays, rebound
+from .signature import ByIdentity
 from .tape import (_differentiable, as_gradient, grad_mode_depth, memory_of, own_results,
                    records_since)
 
@@ -370,18 +371,36 @@ def _drawing_once(f: Callable[..., Any], who: str) -> Callable[..., Any]:
     the numbers its first pass drew (checkpoint's ``_Drawing``, from the generators'
     states before it): every pass must differentiate one function. A dropout mask drawn
     anew for each input element gave a gradient whose components were the derivatives
-    of as many functions; the generators are left where one run of f leaves them."""
-    from .checkpoint import CheckpointError, _Drawing, _generator_states  # (it imports
-    from .reads import outside_reads                                      # this module)
-
+    of as many functions; the generators are left where one run of f leaves them.
+    Which generators f reads is found once per f, and again when a name it read is
+    bound anew (``reads.rebound``: identity tests, where reading them costs tens of
+    microseconds a call)."""
     try:
-        drawn = _generator_states(outside_reads(f))
-    except CheckpointError:
-        raise GradientError(f"{who} (forward mode): f reads a random number generator whose "
-                            f"state cannot be set (random.SystemRandom); forward mode runs f "
-                            f"once per input element, and each run would draw other numbers. "
-                            f"Use a reverse mode, which runs f once") from None
-    return _Drawing(f, drawn) if drawn else f
+        known = _GENERATORS.setdefault(f, lambda: [None])  # (a cell: found again below)
+    except TypeError:  # (no weak reference to f: found at every call)
+        known = [None]
+    if known[0] is None or rebound(known[0][0]) is not None:
+        from .checkpoint import CheckpointError, _generator_states  # (it imports this one)
+
+        reads = outside_reads(f)
+        try:
+            generators = [(name, g) for name, g, _ in _generator_states(reads)]
+        except CheckpointError:
+            raise GradientError(f"{who} (forward mode): f reads a random number generator "
+                                f"whose state cannot be set (random.SystemRandom); forward "
+                                f"mode runs f once per input element, and each run would "
+                                f"draw other numbers. Use a reverse mode, which runs f "
+                                f"once") from None
+        known[0] = (reads, generators)
+    if not known[0][1]:
+        return f
+    from .checkpoint import _Drawing, _state
+
+    return _Drawing(f, [(name, g, _state(g)) for name, g in known[0][1]])
+
+
+# f -> [(what f reads, the generators among it)], for _drawing_once
+_GENERATORS: "ByIdentity[list]" = ByIdentity()
 
 
 def _runs(args: tuple, nums: tuple[int, ...]) -> int:

@@ -374,6 +374,7 @@ class Captured:
 
 
 _MOST_PROGRAMS = 64  # (per function and transformation: Programs)
+_read = collections.OrderedDict.__getitem__
 
 
 class Programs(collections.OrderedDict):
@@ -391,14 +392,11 @@ class Programs(collections.OrderedDict):
 
     def get(self, key: tuple, default: Any = None) -> Any:
         full = (get_device(None), key)
-        program = super().get(full)
-        if program is None:
-            return default
-        try:
+        try:  # (one lookup to move it, one to read it: C calls, no Python frame)
             self.move_to_end(full)
-        except KeyError:  # (dropped by another thread meanwhile: still this call's)
-            pass
-        return program
+            return _read(self, full)
+        except KeyError:  # (none, or dropped by another thread meanwhile)
+            return default
 
     def __getitem__(self, key: tuple) -> Any:
         return super().__getitem__((get_device(None), key))
