@@ -699,7 +699,7 @@ def _generator(v: Any, names: set[str]) -> Any:
     the module ``np.random`` or ``random`` (their global generator, which their
     functions use) where f reads that module, or numpy where f's code ``names`` random
     (``np.random.rand``), or one of their functions (``rand``, a method of np.random's
-    global RandomState)."""
+    global RandomState), or a ``functools.partial`` of one."""
     if isinstance(v, np.random.Generator):
         return v.bit_generator
     if isinstance(v, (np.random.BitGenerator, np.random.RandomState, random.Random)):
@@ -710,6 +710,8 @@ def _generator(v: Any, names: set[str]) -> Any:
         return random
     if isinstance(v, (MethodType, BuiltinMethodType)):  # (a bound method: its object's)
         return _generator(v.__self__, names)
+    if isinstance(v, functools.partial):  # (partial(rng.random, 4): its function's)
+        return _generator(v.func, names)
     return None
 
 
