@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import minigraph as mg
-from minigraph.grading import exercises_fixture
+from minigraph.grading import exercises_fixture, first_difference
 from minigraph.graph.topo import fifo_order
 from minigraph.runtime.placement import BANDWIDTH, estimate
 from minigraph.runtime.rendezvous import Rendezvous, make_key
@@ -74,27 +74,6 @@ def two_device_graph():
         with mg.device("cpu"):
             a + c
     return g
-
-
-def first_difference(got, expected, where):
-    """Where ``got`` first differs from ``expected`` (lists, dicts, and lists in dicts),
-    in a line that names the item, what came and what was expected: the start of a
-    failure message, which the printed graph alone made a puzzle."""
-    if isinstance(expected, dict) and isinstance(got, dict):
-        for key, value in expected.items():
-            if key not in got:
-                return f"{where}[{key!r}] is missing, expected {value!r}"
-            if got[key] != value:
-                return first_difference(got[key], value, f"{where}[{key!r}]")
-        return f"{where} has keys {sorted(map(str, set(got) - set(expected)))}, expected none"
-    if isinstance(expected, list) and isinstance(got, (list, tuple)):
-        for i, (a, b) in enumerate(zip(got, expected)):
-            if a != b:
-                return first_difference(a, b, f"{where}[{i}]")
-        if len(got) == len(expected):  # (the same items: a tuple where a list is asked)
-            return f"{where} is a {type(got).__name__}, expected a list"
-        return f"{where} has {len(got)} items, expected {len(expected)}"
-    return f"{where} is {got!r}, expected {expected!r}"
 
 
 # -- 1. the transfers and their keys --------------------------------------------------------

@@ -114,7 +114,7 @@ Gradescope: ``minigraph autograder CHAPTER -o DIR`` writes ``DIR/autograder.zip`
 
 from minigraph.grading.autograder import AutograderError, add_autograder_parser, autograder
 from minigraph.grading.check import check_chapter
-from minigraph.grading.compare import assert_same_array
+from minigraph.grading.compare import assert_same_array, first_difference
 from minigraph.grading.gradescope import results_json, write_results_json
 from minigraph.grading.grade import (GradingError, add_grade_parser, grade, grade_main,
                                      locate)
@@ -127,7 +127,8 @@ from minigraph.grading.report import Report, TestResult
 __all__ = [
     "AutograderError", "ExercisesImportError", "GradingError", "ReleaseError", "Report",
     "TestResult", "add_autograder_parser", "add_grade_parser", "add_release_parser",
-    "assert_same_array", "autograder", "check_chapter", "exercises_fixture", "grade",
+    "assert_same_array", "autograder", "check_chapter", "exercises_fixture",
+    "first_difference", "grade",
     "grade_main", "in_sandbox", "load_exercises", "locate", "release", "release_main",
     "results_json", "strip_solutions", "write_results_json",
 ]
